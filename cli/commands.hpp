@@ -1,0 +1,20 @@
+// The vramkit subcommands. Each add_*_command registers one subcommand on the app; its callback
+// parses nothing further, calls the library and prints, and sets ctx.exit_code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace vramkit::cli {
+
+/// Shared by the subcommands of one invocation.
+struct command_context {
+  int exit_code = 0;
+};
+
+void add_probe_command(CLI::App& app, command_context& ctx);
+void add_plan_command(CLI::App& app, command_context& ctx);
+void add_watch_command(CLI::App& app, command_context& ctx);
+void add_serve_command(CLI::App& app, command_context& ctx);
+void add_slurm_command(CLI::App& app, command_context& ctx);
+
+}  // namespace vramkit::cli

@@ -1,0 +1,51 @@
+// vramkit command line: parses, dispatches to a subcommand, maps errors to exit codes
+// (0 ok, 1 runtime failure, 2 usage error) with one line on stderr.
+#include <cstdio>
+#include <exception>
+#include <new>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "vramkit/core/error.hpp"
+#include "vramkit/core/version.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"vramkit: GPU memory (VRAM/HBM) and host memory (DDR) as one system"};
+  app.name("vramkit");
+  app.set_version_flag("--version", vramkit::build_summary());
+  app.require_subcommand(1);
+  app.fallthrough(false);
+
+  vramkit::cli::command_context ctx;
+  vramkit::cli::add_probe_command(app, ctx);
+  vramkit::cli::add_plan_command(app, ctx);
+  vramkit::cli::add_watch_command(app, ctx);
+  vramkit::cli::add_serve_command(app, ctx);
+  vramkit::cli::add_slurm_command(app, ctx);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line naming what is wrong; CLI11's messages name the flag or value.
+    std::fprintf(stderr, "vramkit: %s (see vramkit --help)\n", e.what());
+    return 2;
+  } catch (const vramkit::usage_error& e) {
+    std::fprintf(stderr, "vramkit: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc& e) {
+    std::fprintf(stderr, "vramkit: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vramkit: %s\n", e.what());
+    return 1;
+  }
+  return ctx.exit_code;
+}

@@ -1,0 +1,17 @@
+// Placeholder for `vramkit probe` until its module lands: says so and exits 1.
+#include "commands.hpp"
+
+#include <cstdio>
+
+namespace vramkit::cli {
+
+void add_probe_command(CLI::App& app, command_context& ctx) {
+  auto* sub = app.add_subcommand("probe", "probe (not available in this build yet)");
+  sub->allow_extras();
+  sub->callback([&ctx] {
+    std::fprintf(stderr, "vramkit: 'probe' is not available in this build yet\n");
+    ctx.exit_code = 1;
+  });
+}
+
+}  // namespace vramkit::cli
