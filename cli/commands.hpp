@@ -18,3 +18,14 @@ void add_serve_command(CLI::App& app, command_context& ctx);
 void add_slurm_command(CLI::App& app, command_context& ctx);
 
 }  // namespace vramkit::cli
+
+#include <functional>
+
+namespace vramkit::cli {
+
+/// Implemented by the cluster module (extender_command.cpp): adds `--extender` and its options to
+/// the `serve` subcommand. The returned function, called from serve's callback, runs the scheduler
+/// extender and returns true when `--extender` was given; otherwise it returns false at once.
+std::function<bool()> add_extender_options(CLI::App& serve, command_context& ctx);
+
+}  // namespace vramkit::cli

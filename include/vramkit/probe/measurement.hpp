@@ -1,0 +1,120 @@
+// The probe's result model: one `measurement` per figure (with its unit, byte convention, size,
+// repetitions, raw samples and spread), `curve`s for size sweeps, and the `probe_report` that holds
+// them with the machine header. Plain values; not synchronised.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace vramkit::probe {
+
+/// Version of the JSON schema written by to_json (docs/probe-schema.md). Bump on any change.
+inline constexpr int schema_version = 1;
+
+/// How bytes were counted for a bandwidth figure.
+enum class byte_convention {
+  none,              ///< not a bandwidth (latency, time per operation, ratio)
+  copied_once,       ///< bytes moved from source to destination, counted once (cudaMemcpy style)
+  read_plus_written, ///< bytes read plus bytes written (STREAM style)
+  read,              ///< bytes read
+  written,           ///< bytes written
+};
+const char* to_string(byte_convention c) noexcept;
+
+/// min / median / max of a set of samples.
+struct sample_stats {
+  double min = 0, median = 0, max = 0;
+  static sample_stats of(std::vector<double> samples);
+};
+
+/// Verdict of one figure against the reference table.
+enum class verdict_kind { normal, low, high, unknown };
+
+/// One measured figure. `key` is stable across versions (see `vramkit probe --list`).
+struct measurement {
+  std::string key;                 ///< e.g. "gpu0.h2d.pinned", "host.bw.copy.all_threads"
+  std::string section;             ///< the --only section it belongs to: host, latency, gpu, h2d, ...
+  std::string title;               ///< human label
+  std::string device;              ///< "host", "numa0", "gpu0", "gpu0->gpu1"
+  std::string unit;                ///< "GB/s", "ns", "us", "%"
+  byte_convention convention = byte_convention::none;
+  std::uint64_t size_bytes = 0;    ///< buffer, transfer or working-set size
+  int repetitions = 0;
+  std::vector<double> samples;     ///< raw samples in `unit`
+  sample_stats stats;              ///< of `samples`
+  std::optional<double> peak;      ///< theoretical peak in `unit` where one exists
+  std::string peak_basis;          ///< how the peak was computed
+  bool verified = false;           ///< result checked (checksum or reference) before reporting
+  std::string note;                ///< e.g. the verification, or why a figure looks as it does
+  verdict_kind verdict = verdict_kind::unknown;
+  std::string verdict_reason;      ///< likely cause when not normal
+  std::map<std::string, double> extra;  ///< further numbers (e.g. overlap ratio parts)
+
+  [[nodiscard]] std::optional<double> percent_of_peak() const {
+    if (!peak || *peak <= 0) return std::nullopt;
+    return 100.0 * stats.median / *peak;
+  }
+};
+
+/// A curve: y measured over x (bandwidth vs transfer size, latency vs working set).
+struct curve {
+  std::string key;       ///< e.g. "gpu0.h2d.pinned.sweep", "host.latency"
+  std::string section;
+  std::string title;
+  std::string x_label;   ///< "bytes"
+  std::string y_unit;    ///< "GB/s" or "ns"
+  struct point {
+    double x = 0;
+    sample_stats y;
+    std::vector<double> samples;
+  };
+  std::vector<point> points;
+  bool log_x = true;
+};
+
+/// A section or test that did not run, with the reason people see.
+struct skipped {
+  std::string key;
+  std::string reason;
+};
+
+/// A cache or memory level read off a latency curve, and what hwloc says.
+struct memory_level {
+  std::string name;                  ///< "L1", "L2", "L3", "DRAM", "HBM", "TLB reach"
+  std::string device;                ///< "host", "gpu0"
+  double latency_ns = 0;
+  std::uint64_t measured_size_bytes = 0;  ///< where the curve steps past this level (0 = last)
+  std::optional<std::uint64_t> reported_size_bytes;  ///< hwloc / device attribute
+};
+
+/// Everything a probe run produced.
+struct probe_report {
+  int schema = schema_version;
+  std::map<std::string, std::string> header;  ///< vramkit version, command line, CPU, devices...
+  std::vector<measurement> results;
+  std::vector<curve> curves;
+  std::vector<memory_level> levels;
+  std::vector<skipped> skips;
+};
+
+/// Options of a probe run.
+struct probe_options {
+  bool quick = false;                ///< shorter run (<= 15 s on one H200)
+  std::set<std::string> only;        ///< sections to run; empty = all
+  int host_threads = 0;              ///< 0 = all hardware threads
+  std::uint64_t host_buffer_bytes = 0;  ///< 0 = auto (well past the last-level cache)
+  std::uint64_t max_latency_bytes = 0;  ///< 0 = auto (>= 1 GiB full, smaller quick)
+  /// Progress lines for stderr; may be empty.
+  std::function<void(const std::string&)> progress;
+
+  [[nodiscard]] bool wants(const std::string& section) const {
+    return only.empty() || only.count(section) > 0;
+  }
+};
+
+}  // namespace vramkit::probe
