@@ -1,0 +1,727 @@
+#!/usr/bin/env python3
+"""Measures real PyTorch peak memory for the planner's accuracy test (tests/data/plan/ground_truth.json).
+
+Every case runs in a fresh Python subprocess so that the CUDA context and the caching allocator's
+peak statistics start clean. Up to --jobs cases run at once on the one GPU; a case is only started
+when the sum of the running cases' memory estimates stays under --budget-gib, and a case that runs
+out of memory while sharing the GPU is retried once alone.
+
+Per case the child records torch.cuda.max_memory_allocated / max_memory_reserved over the measured
+steps, its own used memory as nvidia-smi reports it right after the last step (before anything is
+freed), the CUDA context baseline (nvidia-smi after init and a tiny allocation), parameter count,
+loss and step time. Models are built from the committed config.json files in tests/data/plan/configs
+(random weights, nothing is downloaded); CNN/ViT cases use torchvision constructors.
+
+Usage:
+  python3 bench/plan/measure_ground_truth.py [--out FILE] [--jobs N] [--only SUBSTR] [--list]
+  python3 bench/plan/measure_ground_truth.py --write-configs   # regenerate configs/*.json
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+DATA_DIR = os.path.join(REPO_ROOT, "tests", "data", "plan")
+CONFIG_DIR = os.path.join(DATA_DIR, "configs")
+MIB = 1 << 20
+GIB = 1 << 30
+
+# ---------------------------------------------------------------------------------------------
+# Model configurations, written as Hugging Face config.json files (field names as HF writes them).
+# Dropout and other fields keep their library defaults, as users train these models.
+# ---------------------------------------------------------------------------------------------
+
+
+def _gpt2(n_embd, n_layer, n_head):
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": 50257,
+        "n_positions": 1024,
+        "n_ctx": 1024,
+        "n_embd": n_embd,
+        "n_layer": n_layer,
+        "n_head": n_head,
+        "n_inner": None,
+        "activation_function": "gelu_new",
+        "resid_pdrop": 0.1,
+        "embd_pdrop": 0.1,
+        "attn_pdrop": 0.1,
+        "layer_norm_epsilon": 1e-05,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "bos_token_id": 50256,
+        "eos_token_id": 50256,
+        "tie_word_embeddings": True,
+    }
+
+
+def _llama(hidden, inter, layers, heads, kv_heads, vocab, max_pos, rope_theta, bos, eos, rms_eps=1e-05):
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": hidden // heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": max_pos,
+        "initializer_range": 0.02,
+        "rms_norm_eps": rms_eps,
+        "rope_theta": rope_theta,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "mlp_bias": False,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "tie_word_embeddings": False,
+    }
+
+
+def _qwen2(hidden, inter, layers, heads, kv_heads, vocab, max_pos, tied):
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": max_pos,
+        "initializer_range": 0.02,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0,
+        "attention_dropout": 0.0,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": layers,
+        "bos_token_id": 151643,
+        "eos_token_id": 151643,
+        "tie_word_embeddings": tied,
+    }
+
+
+def _bert(hidden, layers, heads, inter):
+    return {
+        "architectures": ["BertForMaskedLM"],
+        "model_type": "bert",
+        "vocab_size": 30522,
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "intermediate_size": inter,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+        "max_position_embeddings": 512,
+        "type_vocab_size": 2,
+        "initializer_range": 0.02,
+        "layer_norm_eps": 1e-12,
+        "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+        "tie_word_embeddings": True,
+    }
+
+
+PRESET_CONFIGS = {
+    "gpt2": _gpt2(768, 12, 12),
+    "gpt2-medium": _gpt2(1024, 24, 16),
+    "gpt2-large": _gpt2(1280, 36, 20),
+    "tinyllama-1.1b": _llama(2048, 5632, 22, 32, 4, 32000, 2048, 10000.0, 1, 2),
+    "llama-3-8b": _llama(4096, 14336, 32, 32, 8, 128256, 8192, 500000.0, 128000, 128001),
+    "mistral-7b": dict(
+        _llama(4096, 14336, 32, 32, 8, 32000, 32768, 10000.0, 1, 2),
+        architectures=["MistralForCausalLM"],
+        model_type="mistral",
+        sliding_window=4096,
+    ),
+    "qwen2-0.5b": _qwen2(896, 4864, 24, 14, 2, 151936, 32768, True),
+    "qwen2-7b": _qwen2(3584, 18944, 28, 28, 4, 152064, 32768, False),
+    "pythia-410m": {
+        "architectures": ["GPTNeoXForCausalLM"],
+        "model_type": "gpt_neox",
+        "vocab_size": 50304,
+        "hidden_size": 1024,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "intermediate_size": 4096,
+        "hidden_act": "gelu",
+        "rotary_pct": 0.25,
+        "rotary_emb_base": 10000,
+        "max_position_embeddings": 2048,
+        "initializer_range": 0.02,
+        "layer_norm_eps": 1e-05,
+        "use_parallel_residual": True,
+        "attention_dropout": 0.0,
+        "hidden_dropout": 0.0,
+        "bos_token_id": 0,
+        "eos_token_id": 0,
+        "tie_word_embeddings": False,
+    },
+    "bert-base": _bert(768, 12, 12, 3072),
+    "bert-large": _bert(1024, 24, 16, 4096),
+}
+# The Mistral entry is LLaMA-shaped except for its own class and sliding window.
+PRESET_CONFIGS["mistral-7b"].pop("head_dim", None)
+PRESET_CONFIGS["mistral-7b"].pop("mlp_bias", None)
+PRESET_CONFIGS["mistral-7b"].pop("attention_bias", None)
+
+TORCHVISION_MODELS = {"resnet-18": "resnet18", "resnet-50": "resnet50", "resnet-101": "resnet101", "vit-b-16": "vit_b_16"}
+
+# ---------------------------------------------------------------------------------------------
+# Cases. est_gib is a generous estimate of the device memory a case needs; the scheduler uses it
+# to decide what may share the GPU. It is not a measurement and never reaches the output.
+# ---------------------------------------------------------------------------------------------
+
+
+def _train(model, batch, seq, precision, optimizer, est_gib, checkpointing="none", attention="sdpa", image_size=None):
+    parts = [model, "train", precision, optimizer]
+    if checkpointing != "none":
+        parts.append("ckpt-" + checkpointing)
+    if attention != "sdpa":
+        parts.append(attention)
+    parts.append("b%d" % batch)
+    parts.append("s%d" % seq if seq is not None else "i%d" % image_size)
+    return {
+        "name": "-".join(parts),
+        "model": model,
+        "mode": "train",
+        "batch": batch,
+        "seq": seq,
+        "image_size": image_size,
+        "precision": precision,
+        "optimizer": optimizer,
+        "checkpointing": checkpointing,
+        "attention": attention,
+        "prompt": None,
+        "new_tokens": None,
+        "est_gib": est_gib,
+    }
+
+
+def _infer(model, batch, prompt, new_tokens, precision, est_gib):
+    return {
+        "name": "%s-infer-%s-b%d-p%d-n%d" % (model, precision, batch, prompt, new_tokens),
+        "model": model,
+        "mode": "infer",
+        "batch": batch,
+        "seq": None,
+        "image_size": None,
+        "precision": precision,
+        "optimizer": None,
+        "checkpointing": "none",
+        "attention": "sdpa",
+        "prompt": prompt,
+        "new_tokens": new_tokens,
+        "est_gib": est_gib,
+    }
+
+
+CASES = [
+    # GPT-2 family
+    _train("gpt2", 8, 1024, "fp32", "adamw", 22),
+    _train("gpt2", 8, 1024, "fp32", "adamw", 36, attention="eager"),
+    _train("gpt2", 8, 1024, "amp-bf16", "adamw", 12, checkpointing="full"),
+    _train("gpt2", 8, 512, "fp32", "sgd", 10),
+    _train("gpt2-medium", 8, 1024, "amp-bf16", "adamw", 28),
+    _train("gpt2-large", 8, 1024, "bf16", "sgd-momentum", 30),
+    # LLaMA family with grouped-query attention
+    _train("tinyllama-1.1b", 8, 1024, "amp-bf16", "adamw", 48),
+    _train("tinyllama-1.1b", 8, 1024, "amp-bf16", "adamw", 30, checkpointing="full"),
+    _train("qwen2-0.5b", 8, 1024, "amp-bf16", "adamw", 44),
+    # GPT-NeoX
+    _train("pythia-410m", 8, 1024, "amp-fp16", "adamw", 26),
+    # BERT (masked LM)
+    _train("bert-base", 16, 512, "fp32", "adamw", 24),
+    _train("bert-base", 16, 512, "amp-fp16", "adam", 16),
+    _train("bert-large", 8, 512, "fp32", "adamw", 26),
+    _train("bert-large", 8, 512, "amp-fp16", "adamw", 20),
+    # CNN / ViT (torchvision)
+    _train("resnet-50", 64, None, "fp32", "sgd-momentum", 24, image_size=224),
+    _train("resnet-50", 64, None, "amp-fp16", "sgd-momentum", 16, image_size=224),
+    _train("resnet-18", 128, None, "fp32", "sgd-momentum", 18, image_size=224),
+    _train("resnet-18", 128, None, "amp-bf16", "sgd-momentum", 12, image_size=224),
+    _train("vit-b-16", 32, None, "amp-bf16", "adamw", 20, image_size=224),
+    # Inference with generate()
+    _infer("llama-3-8b", 4, 512, 128, "bf16", 24),
+    _infer("mistral-7b", 4, 512, 128, "bf16", 22),
+    _infer("qwen2-7b", 4, 512, 128, "bf16", 24),
+    _infer("qwen2-0.5b", 8, 512, 128, "bf16", 8),
+    _infer("gpt2", 8, 512, 128, "fp32", 6),
+    _infer("llama-3-8b", 1, 8000, 1, "bf16", 28),  # prefill-only, long context (within 8192 positions)
+]
+
+OUTPUT_KEYS = [
+    "name", "model", "config", "mode", "batch", "seq", "image_size", "precision", "optimizer",
+    "checkpointing", "attention", "prompt", "new_tokens", "quant", "steps", "params",
+    "max_allocated_bytes", "max_reserved_bytes", "nvidia_smi_used_bytes", "context_bytes", "loss",
+    "step_time_s", "error",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Helpers without torch (unit-testable on any machine).
+# ---------------------------------------------------------------------------------------------
+
+
+def config_relpath(model):
+    """Path of a preset's config relative to tests/data/plan, or None for torchvision models."""
+    return "configs/%s.json" % model if model in PRESET_CONFIGS else None
+
+
+def write_configs(config_dir=CONFIG_DIR):
+    """Writes every preset's config.json; returns the written paths."""
+    os.makedirs(config_dir, exist_ok=True)
+    paths = []
+    for name, cfg in sorted(PRESET_CONFIGS.items()):
+        path = os.path.join(config_dir, name + ".json")
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=2, sort_keys=True)
+            f.write("\n")
+        paths.append(path)
+    return paths
+
+
+def parse_compute_apps(text, pid):
+    """Bytes used by `pid` from `nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits`.
+
+    Returns (bytes or None, reason or None). used_memory is in MiB.
+    """
+    rows = [line.strip() for line in text.splitlines() if line.strip()]
+    if not rows:
+        return None, "nvidia-smi lists no compute processes (per-process accounting unavailable here)"
+    seen = []
+    for row in rows:
+        fields = [f.strip() for f in row.split(",")]
+        if len(fields) < 2:
+            continue
+        seen.append(fields[0])
+        if fields[0] == str(pid):
+            try:
+                return int(float(fields[1])) * MIB, None
+            except ValueError:
+                return None, "nvidia-smi used_memory for pid %d is %r" % (pid, fields[1])
+    return None, "pid %d not among nvidia-smi compute processes %s (separate PID namespace?)" % (pid, seen[:8])
+
+
+def query_own_smi_bytes(pid=None):
+    pid = os.getpid() if pid is None else pid
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, "nvidia-smi failed: %s" % e
+    if out.returncode != 0:
+        return None, "nvidia-smi exited %d: %s" % (out.returncode, out.stderr.strip()[:200])
+    return parse_compute_apps(out.stdout, pid)
+
+
+def case_record(case, result):
+    """Merges a case description and a child's result into one output record with OUTPUT_KEYS order."""
+    rec = {
+        "name": case["name"],
+        "model": case["model"],
+        "config": config_relpath(case["model"]),
+        "mode": case["mode"],
+        "batch": case["batch"],
+        "seq": case["seq"],
+        "image_size": case["image_size"],
+        "precision": case["precision"],
+        "optimizer": case["optimizer"],
+        "checkpointing": case["checkpointing"],
+        "attention": case["attention"],
+        "prompt": case["prompt"],
+        "new_tokens": case["new_tokens"],
+        "quant": "none",
+        "steps": case.get("steps", 3 if case["mode"] == "train" else 1),
+    }
+    for key in ("params", "max_allocated_bytes", "max_reserved_bytes", "nvidia_smi_used_bytes",
+                "context_bytes", "loss", "step_time_s", "error"):
+        rec[key] = result.get(key)
+    if rec["error"] is None and rec["max_allocated_bytes"] is None:
+        rec["error"] = "no measurement recorded"
+    return {k: rec[k] for k in OUTPUT_KEYS}
+
+
+def is_oom(error):
+    return error is not None and ("out of memory" in error.lower() or "OutOfMemoryError" in error)
+
+
+def format_table(records):
+    def gib(v):
+        return "%8.2f" % (v / GIB) if isinstance(v, (int, float)) else "%8s" % "-"
+
+    lines = ["%-52s %8s %8s %8s %8s %8s  %s" % ("case", "alloc", "reserved", "smi", "ctx", "step_s", "error"),
+             "%-52s %8s %8s %8s %8s %8s" % ("", "GiB", "GiB", "GiB", "GiB", "")]
+    for r in records:
+        st = "%8.3f" % r["step_time_s"] if isinstance(r["step_time_s"], (int, float)) else "%8s" % "-"
+        lines.append("%-52s %s %s %s %s %s  %s" % (
+            r["name"][:52], gib(r["max_allocated_bytes"]), gib(r["max_reserved_bytes"]),
+            gib(r["nvidia_smi_used_bytes"]), gib(r["context_bytes"]), st, (r["error"] or "")[:60]))
+    return "\n".join(lines)
+
+
+def schedule_next(pending, running_est, jobs, budget_gib):
+    """Index into pending of the next case to start, or None: largest first that fits the budget."""
+    if len(running_est) >= jobs or not pending:
+        return None
+    used = sum(running_est)
+    for i, case in enumerate(pending):
+        if not running_est or used + case["est_gib"] <= budget_gib:
+            return i
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Child: one case in this process.
+# ---------------------------------------------------------------------------------------------
+
+
+def _dtype(torch, precision):
+    return {"fp32": torch.float32, "amp-bf16": torch.float32, "amp-fp16": torch.float32,
+            "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def load_hf_config(model, attention):
+    """Builds a transformers config object from the committed config file of `model`."""
+    from transformers import AutoConfig
+
+    path = os.path.join(DATA_DIR, config_relpath(model))
+    with open(path) as f:
+        fields = json.load(f)
+    model_type = fields.pop("model_type")
+    fields.pop("architectures", None)
+    try:
+        cfg = AutoConfig.for_model(model_type, **fields)
+    except AttributeError:  # older/newer API without for_model
+        from transformers import CONFIG_MAPPING
+
+        cfg = CONFIG_MAPPING[model_type](**fields)
+    return cfg, path
+
+
+def build_model(torch, case, device):
+    """Constructs the case's model with random weights directly on `device` in the case's dtype."""
+    dtype = _dtype(torch, case["precision"])
+    model_name = case["model"]
+    old_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            if model_name in TORCHVISION_MODELS:
+                import torchvision
+
+                model = getattr(torchvision.models, TORCHVISION_MODELS[model_name])(weights=None)
+            else:
+                cfg, _ = load_hf_config(model_name, case["attention"])
+                # BERT presets are BertForMaskedLM (what AutoModelForMaskedLM builds for model_type bert).
+                if model_name.startswith("bert"):
+                    from transformers import AutoModelForMaskedLM as auto_class
+                else:
+                    from transformers import AutoModelForCausalLM as auto_class
+                try:
+                    model = auto_class.from_config(cfg, attn_implementation=case["attention"], dtype=dtype)
+                except TypeError:  # transformers 4.x spells it torch_dtype
+                    model = auto_class.from_config(cfg, attn_implementation=case["attention"], torch_dtype=dtype)
+    finally:
+        torch.set_default_dtype(old_dtype)
+    first = next(model.parameters())
+    if first.device.type != torch.device(device).type or first.dtype != dtype:
+        model = model.to(device=device, dtype=dtype)
+    if case["mode"] == "train" and hasattr(model, "config") and hasattr(model.config, "use_cache"):
+        model.config.use_cache = False
+    return model
+
+
+def make_optimizer(torch, name, params):
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-5)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-5)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-4)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=1e-4, momentum=0.9)
+    raise ValueError("unknown optimizer %r" % name)
+
+
+def make_batch(torch, case, model, device):
+    """Random inputs (and labels) for one training step, created on the device."""
+    b = case["batch"]
+    if case["model"] in TORCHVISION_MODELS:
+        s = case["image_size"]
+        x = torch.randn(b, 3, s, s, device=device)
+        y = torch.randint(0, 1000, (b,), device=device)
+        return {"images": x, "targets": y}
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (b, case["seq"]), device=device)
+    if case["model"].startswith("bert"):
+        labels = ids.clone()
+        masked = torch.rand(ids.shape, device=device) < 0.15
+        labels[~masked] = -100
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    return {"input_ids": ids, "labels": ids}
+
+
+def run_train(torch, case, model, device, steps):
+    model.train()
+    if case["checkpointing"] == "full":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif case["checkpointing"] != "none":
+        raise ValueError("checkpointing %r not supported by this script" % case["checkpointing"])
+    opt = make_optimizer(torch, case["optimizer"], model.parameters())
+    amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(case["precision"])
+    scaler = torch.amp.GradScaler("cuda") if case["precision"] == "amp-fp16" else None
+    batch = make_batch(torch, case, model, device)
+    cnn = case["model"] in TORCHVISION_MODELS
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times, loss_value = [], None
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
+            if cnn:
+                loss = torch.nn.functional.cross_entropy(model(batch["images"]), batch["targets"])
+            else:
+                loss = model(**batch).loss
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        loss_value = float(loss.detach().float().item())
+        del loss
+    # Steps after the first (which creates the optimizer states) give the steady-state time.
+    step_time = statistics.median(times[1:]) if len(times) > 1 else times[0]
+    return loss_value, step_time
+
+
+def run_infer(torch, case, model, device):
+    model.eval()
+    b, p, n = case["batch"], case["prompt"], case["new_tokens"]
+    ids = torch.randint(0, model.config.vocab_size, (b, p), device=device)
+    mask = torch.ones_like(ids)
+    pad = model.config.eos_token_id
+    if isinstance(pad, list):
+        pad = pad[0]
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                             use_cache=True, pad_token_id=pad if pad is not None else 0)
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - t0
+    if out.shape[1] != p + n:
+        raise RuntimeError("generate returned %d tokens per row, expected %d" % (out.shape[1], p + n))
+    return None, elapsed
+
+
+def child_main(case, result_path):
+    """Runs one case and writes its result JSON to result_path (also on failure)."""
+    result = {"error": None}
+    notes = []
+    try:
+        import torch
+
+        device = "cuda"
+        torch.cuda.init()
+        tiny = torch.zeros(1, device=device)
+        torch.cuda.synchronize()
+        ctx, why = query_own_smi_bytes()
+        result["context_bytes"] = ctx
+        if why:
+            notes.append("context: " + why)
+        del tiny
+        model = build_model(torch, case, device)
+        result["params"] = sum(p.numel() for p in model.parameters())
+        if case["mode"] == "train":
+            loss, step_time = run_train(torch, case, model, device, case.get("steps", 3))
+            result["loss"] = loss
+            if loss is None or not math.isfinite(loss):
+                result["error"] = "non-finite loss %r" % loss
+        else:
+            loss, step_time = run_infer(torch, case, model, device)
+            result["loss"] = None
+        torch.cuda.synchronize()
+        result["max_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
+        result["max_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
+        result["step_time_s"] = round(step_time, 4)
+        smi, why = query_own_smi_bytes()
+        result["nvidia_smi_used_bytes"] = smi
+        if why:
+            notes.append("peak: " + why)
+    except BaseException as e:  # recorded, never raised: the parent carries on with other cases
+        import traceback
+
+        traceback.print_exc()
+        result["error"] = ("%s: %s" % (type(e).__name__, e)).splitlines()[0][:300]
+    result["notes"] = notes
+    with open(result_path, "w") as f:
+        json.dump(result, f)
+    print("RESULT", json.dumps(result), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parent: scheduling, environment header, output.
+# ---------------------------------------------------------------------------------------------
+
+
+def environment_header():
+    head = {"schema": 1, "gpu": None, "driver": None, "torch": None, "transformers": None, "cuda": None,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")}
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        if out:
+            name, driver = [f.strip() for f in out[0].split(",")[:2]]
+            head["gpu"], head["driver"] = name, driver
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        pass
+    try:
+        import torch
+
+        head["torch"], head["cuda"] = torch.__version__, torch.version.cuda
+    except ImportError:
+        pass
+    try:
+        import transformers
+
+        head["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    return head
+
+
+def log(msg):
+    print("[%s] %s" % (datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S"), msg), flush=True)
+
+
+def run_cases(cases, jobs, budget_gib, log_dir, timeout_s):
+    """Runs cases in child processes; returns {name: result dict}."""
+    os.makedirs(log_dir, exist_ok=True)
+    pending = sorted(cases, key=lambda c: -c["est_gib"])
+    running = {}  # name -> (proc, case, start, result_path, alone, log file)
+    results = {}
+    retried = set()
+    while pending or running:
+        while True:
+            i = schedule_next(pending, [r[1]["est_gib"] for r in running.values()], jobs, budget_gib)
+            if i is None:
+                break
+            case = pending.pop(i)
+            result_path = os.path.join(log_dir, case["name"] + ".result.json")
+            if os.path.exists(result_path):
+                os.remove(result_path)
+            logf = open(os.path.join(log_dir, case["name"] + ".log"), "w")
+            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", json.dumps(case), result_path],
+                                    stdout=logf, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            running[case["name"]] = (proc, case, time.time(), result_path, not running, logf)
+            log("start %s (est %d GiB, %d running)" % (case["name"], case["est_gib"], len(running)))
+        time.sleep(0.5)
+        for name in list(running):
+            proc, case, start, result_path, alone, logf = running[name]
+            if proc.poll() is None and time.time() - start < timeout_s:
+                continue
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+                res = {"error": "timed out after %d s" % timeout_s}
+            else:
+                try:
+                    with open(result_path) as f:
+                        res = json.load(f)
+                except (OSError, ValueError):
+                    res = {"error": "child exited %d without a result (see %s.log)" % (proc.returncode, name)}
+            logf.close()
+            del running[name]
+            if is_oom(res.get("error")) and not alone and name not in retried:
+                retried.add(name)
+                case = dict(case, est_gib=10**6)  # forces it to run alone
+                pending.insert(0, case)
+                log("retry %s alone after OOM while sharing the GPU" % name)
+                continue
+            results[name] = res
+            log("done  %s in %.0f s: alloc %s GiB%s" % (
+                name, time.time() - start,
+                "%.2f" % (res["max_allocated_bytes"] / GIB) if res.get("max_allocated_bytes") else "-",
+                ("  ERROR " + res["error"]) if res.get("error") else ""))
+    return results
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(DATA_DIR, "ground_truth.json"))
+    ap.add_argument("--jobs", type=int, default=4, help="cases run at once on the GPU (default 4)")
+    ap.add_argument("--budget-gib", type=float, default=120.0, help="sum of running cases' estimates (default 120)")
+    ap.add_argument("--timeout", type=float, default=240.0, help="seconds per case (default 240)")
+    ap.add_argument("--log-dir", default=None, help="per-case logs (default: <out dir>/logs)")
+    ap.add_argument("--only", action="append", default=[], help="run cases whose name contains this (repeatable)")
+    ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    ap.add_argument("--write-configs", action="store_true", help="write tests/data/plan/configs/*.json and exit")
+    ap.add_argument("--child", nargs=2, metavar=("CASE_JSON", "RESULT_PATH"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.child:
+        child_main(json.loads(args.child[0]), args.child[1])
+        return 0
+    if args.write_configs:
+        for p in write_configs():
+            print(os.path.relpath(p, REPO_ROOT))
+        return 0
+    if args.jobs < 1:
+        ap.error("--jobs must be at least 1, got %d" % args.jobs)
+    cases = [c for c in CASES if not args.only or any(s in c["name"] for s in args.only)]
+    if args.list:
+        for c in cases:
+            print("%-55s est %3d GiB  config %s" % (c["name"], c["est_gib"], config_relpath(c["model"])))
+        return 0
+    if not cases:
+        ap.error("no case matches --only %s" % args.only)
+    for c in cases:
+        rel = config_relpath(c["model"])
+        if rel and not os.path.exists(os.path.join(DATA_DIR, rel)):
+            ap.error("missing config %s (run --write-configs)" % os.path.join(DATA_DIR, rel))
+
+    log_dir = args.log_dir or os.path.join(os.path.dirname(os.path.abspath(args.out)), "logs")
+    head = environment_header()
+    log("gpu %s, driver %s, torch %s (CUDA %s), transformers %s; %d cases, %d jobs" % (
+        head["gpu"], head["driver"], head["torch"], head["cuda"], head["transformers"], len(cases), args.jobs))
+    t0 = time.time()
+    results = run_cases(cases, args.jobs, args.budget_gib, log_dir, args.timeout)
+    records = [case_record(c, results[c["name"]]) for c in cases]
+    notes = sorted({"%s" % n for c in cases for n in results[c["name"]].get("notes", [])})
+    doc = dict(head)
+    doc["cases"] = records
+    if notes:
+        doc["notes"] = ["nvidia-smi per-process figure unavailable: " + n for n in notes[:10]]
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(format_table(records))
+    failed = [r["name"] for r in records if r["error"]]
+    log("wrote %s: %d cases, %d failed, %.0f s" % (args.out, len(records), len(failed), time.time() - t0))
+    return 1 if len(failed) == len(records) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
