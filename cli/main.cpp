@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   CLI::App app{"vramkit: GPU memory (VRAM/HBM) and host memory (DDR) as one system"};
   app.name("vramkit");
   app.set_version_flag("--version", vramkit::build_summary());
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
   app.fallthrough(false);
 
   vramkit::cli::command_context ctx;
@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vramkit: %s\n", e.what());
     return 1;
+  }
+  if (app.get_subcommands().empty()) {
+    std::fprintf(stderr, "vramkit: a subcommand is required: probe, plan, watch, serve or slurm (see vramkit --help)\n");
+    return 2;
   }
   return ctx.exit_code;
 }
