@@ -615,14 +615,25 @@ def log(msg):
     print("[%s] %s" % (datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S"), msg), flush=True)
 
 
-def run_cases(cases, jobs, budget_gib, log_dir, timeout_s):
-    """Runs cases in child processes; returns {name: result dict}."""
+def run_cases(cases, jobs, budget_gib, log_dir, timeout_s, total_timeout_s=float("inf")):
+    """Runs cases in child processes; returns {name: result dict}.
+
+    Past total_timeout_s, running cases are killed and pending ones recorded as not run, so the
+    caller always gets a result for every case.
+    """
     os.makedirs(log_dir, exist_ok=True)
     pending = sorted(cases, key=lambda c: -c["est_gib"])
     running = {}  # name -> (proc, case, start, result_path, alone, log file)
     results = {}
     retried = set()
+    t_begin = time.time()
     while pending or running:
+        if time.time() - t_begin > total_timeout_s:
+            for case in pending:
+                results[case["name"]] = {"error": "not run: total time limit of %d s reached" % total_timeout_s}
+                log("skip  %s (total time limit)" % case["name"])
+            pending = []
+            timeout_s = 0  # kills whatever still runs, below
         while True:
             i = schedule_next(pending, [r[1]["est_gib"] for r in running.values()], jobs, budget_gib)
             if i is None:
@@ -644,7 +655,7 @@ def run_cases(cases, jobs, budget_gib, log_dir, timeout_s):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-                res = {"error": "timed out after %d s" % timeout_s}
+                res = {"error": "timed out after %d s" % (time.time() - start)}
             else:
                 try:
                     with open(result_path) as f:
@@ -672,7 +683,9 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(DATA_DIR, "ground_truth.json"))
     ap.add_argument("--jobs", type=int, default=4, help="cases run at once on the GPU (default 4)")
     ap.add_argument("--budget-gib", type=float, default=120.0, help="sum of running cases' estimates (default 120)")
-    ap.add_argument("--timeout", type=float, default=240.0, help="seconds per case (default 240)")
+    ap.add_argument("--timeout", type=float, default=200.0, help="seconds per case (default 200)")
+    ap.add_argument("--total-timeout", type=float, default=280.0,
+                    help="seconds for all cases; later ones are recorded as not run (default 280)")
     ap.add_argument("--log-dir", default=None, help="per-case logs (default: <out dir>/logs)")
     ap.add_argument("--only", action="append", default=[], help="run cases whose name contains this (repeatable)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
@@ -706,7 +719,7 @@ def main(argv=None):
     log("gpu %s, driver %s, torch %s (CUDA %s), transformers %s; %d cases, %d jobs" % (
         head["gpu"], head["driver"], head["torch"], head["cuda"], head["transformers"], len(cases), args.jobs))
     t0 = time.time()
-    results = run_cases(cases, args.jobs, args.budget_gib, log_dir, args.timeout)
+    results = run_cases(cases, args.jobs, args.budget_gib, log_dir, args.timeout, args.total_timeout)
     records = [case_record(c, results[c["name"]]) for c in cases]
     notes = sorted({"%s" % n for c in cases for n in results[c["name"]].get("notes", [])})
     doc = dict(head)

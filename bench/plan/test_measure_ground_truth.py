@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Tests of the ground-truth script's torch-free logic (plain python3): python3 bench/plan/test_measure_ground_truth.py"""
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import measure_ground_truth as gt  # noqa: E402
+
+
+class Cases(unittest.TestCase):
+    def test_enough_cases_with_unique_names(self):
+        names = [c["name"] for c in gt.CASES]
+        self.assertEqual(len(names), len(set(names)))
+        self.assertGreaterEqual(sum(c["mode"] == "train" for c in gt.CASES), 14)
+        self.assertGreaterEqual(sum(c["mode"] == "infer" for c in gt.CASES), 5)
+
+    def test_every_hf_case_has_a_committed_config_matching_the_script(self):
+        for c in gt.CASES:
+            rel = gt.config_relpath(c["model"])
+            if c["model"] in gt.TORCHVISION_MODELS:
+                self.assertIsNone(rel)
+                continue
+            with open(os.path.join(gt.DATA_DIR, rel)) as f:
+                self.assertEqual(json.load(f), gt.PRESET_CONFIGS[c["model"]], rel)
+
+    def test_fields_use_the_documented_vocabulary(self):
+        for c in gt.CASES:
+            self.assertIn(c["precision"], ("fp32", "amp-bf16", "amp-fp16", "bf16"))
+            self.assertIn(c["optimizer"], ("adamw", "adam", "sgd", "sgd-momentum", None))
+            self.assertIn(c["checkpointing"], ("none", "full"))
+            self.assertIn(c["attention"], ("sdpa", "eager"))
+            self.assertLessEqual(c["est_gib"], 120)
+
+
+class Helpers(unittest.TestCase):
+    def test_parse_compute_apps(self):
+        text = "1234, 5000\n4321, 812\n"
+        self.assertEqual(gt.parse_compute_apps(text, 4321), (812 * gt.MIB, None))
+        value, why = gt.parse_compute_apps(text, 99)
+        self.assertIsNone(value)
+        self.assertIn("pid 99 not among", why)
+        value, why = gt.parse_compute_apps("", 99)
+        self.assertIsNone(value)
+        self.assertIn("no compute processes", why)
+        value, why = gt.parse_compute_apps("99, [N/A]\n", 99)
+        self.assertIsNone(value)
+        self.assertIn("N/A", why)
+
+    def test_case_record_shape(self):
+        case = gt.CASES[0]
+        rec = gt.case_record(case, {"params": 124439808, "max_allocated_bytes": 10, "max_reserved_bytes": 12,
+                                    "nvidia_smi_used_bytes": None, "context_bytes": None, "loss": 10.9,
+                                    "step_time_s": 0.5, "error": None, "notes": ["x"]})
+        self.assertEqual(list(rec), gt.OUTPUT_KEYS)
+        self.assertEqual(rec["config"], "configs/gpt2.json")
+        self.assertEqual(rec["steps"], 3)
+        self.assertEqual(rec["quant"], "none")
+        self.assertIsNone(rec["error"])
+        missing = gt.case_record(case, {"error": None})
+        self.assertEqual(missing["error"], "no measurement recorded")
+
+    def test_schedule_respects_jobs_and_budget(self):
+        pending = [{"est_gib": 50}, {"est_gib": 30}, {"est_gib": 10}]
+        self.assertEqual(gt.schedule_next(pending, [], 4, 60), 0)
+        self.assertEqual(gt.schedule_next(pending, [50], 4, 60), 2)
+        self.assertIsNone(gt.schedule_next(pending, [55], 4, 60))
+        self.assertIsNone(gt.schedule_next(pending, [1, 1], 2, 60))
+        # A case larger than the budget still runs, alone.
+        self.assertEqual(gt.schedule_next([{"est_gib": 500}], [], 4, 60), 0)
+
+    def test_oom_detection(self):
+        self.assertTrue(gt.is_oom("OutOfMemoryError: CUDA out of memory. Tried to allocate"))
+        self.assertFalse(gt.is_oom("RuntimeError: shape mismatch"))
+        self.assertFalse(gt.is_oom(None))
+
+    def test_write_configs_round_trip(self):
+        with tempfile.TemporaryDirectory() as d:
+            paths = gt.write_configs(d)
+            self.assertEqual(len(paths), len(gt.PRESET_CONFIGS))
+            with open(os.path.join(d, "gpt2.json")) as f:
+                self.assertEqual(json.load(f)["n_embd"], 768)
+
+
+if __name__ == "__main__":
+    unittest.main()
