@@ -85,15 +85,17 @@ def choose_events(device_trace, step_starts_us, max_bytes, source, notes):
     (0: from before the model was built).
     """
     starts = [None] + list(step_starts_us[1:])  # None: everything, then from step 2, 3, ...
+    best = None
     for first, start_us in enumerate(starts):
         events, info = trace_tools.snapshot_to_events(device_trace, "free_completed", start_time_us=start_us)
         if start_us is not None and not events:
             continue  # that step start is not on the trace's clock
+        best = (events, info, 0 if start_us is None else first + 1)
         size = len(trace_tools.format_events(events)) + len(source) + sum(len(n) + 3 for n in notes) + 40
         if size <= max_bytes:
-            return events, info, (0 if start_us is None else first + 1)
-    # Still too large from the last step: keep the last step's events and say so.
-    return events, info, len(starts)
+            break
+    # If even the last step is over the limit, the shortest recording is kept (and reported).
+    return best
 
 
 def main(argv=None):
