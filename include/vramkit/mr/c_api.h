@@ -1,0 +1,40 @@
+/* c_api.h: the C ABI of vramkit's device memory pool, one pool per device, for PyTorch's
+ * CUDAPluggableAllocator and any C caller. Streams are cudaStream_t passed as void* (no CUDA
+ * headers here). Nothing throws across this boundary: allocation failure returns NULL after
+ * printing the pool's summary to stderr. The pool's options come from environment variables read
+ * at the first call for a device (see docs/torch-allocator.md). All functions are thread-safe. */
+#ifndef VRAMKIT_MR_C_API_H
+#define VRAMKIT_MR_C_API_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#if defined(__GNUC__)
+#define VRAMKIT_C_API __attribute__((visibility("default")))
+#else
+#define VRAMKIT_C_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Allocates `size` bytes on `device`, ordered on `stream`; NULL for size <= 0 or on failure. */
+VRAMKIT_C_API void* vramkit_malloc(ssize_t size, int device, void* stream);
+/* Frees memory from vramkit_malloc; `size` and `stream` as at allocation (PyTorch passes them). */
+VRAMKIT_C_API void vramkit_free(void* ptr, ssize_t size, int device, void* stream);
+/* Writes the memory_summary() table of the device's pool into buf (NUL-terminated, truncated to
+ * cap - 1) and returns its full length, as snprintf does. */
+VRAMKIT_C_API size_t vramkit_memory_summary(int device, char* buf, size_t cap);
+/* The same figures as JSON (keys after torch.cuda.memory_stats()); same buffer rules. */
+VRAMKIT_C_API size_t vramkit_memory_stats_json(int device, char* buf, size_t cap);
+/* Sets every peak figure of the device's pool to its current value. */
+VRAMKIT_C_API void vramkit_reset_peak(int device);
+/* Returns the device's wholly free cached chunks to the driver; 0 on success, -1 on failure. */
+VRAMKIT_C_API int vramkit_trim(int device);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VRAMKIT_MR_C_API_H */

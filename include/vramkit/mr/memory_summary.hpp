@@ -1,0 +1,137 @@
+// memory_summary: a readable report of a resource stack in the spirit of
+// torch.cuda.memory_summary(), and the figures each resource contributes to it. memory_summary()
+// walks from the given resource down its upstream() chain, asking each for describe(). The
+// functions are thread-safe when the resources are (every vramkit resource is).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "vramkit/mr/memory_resource.hpp"
+
+namespace vramkit::mr {
+
+/// A usage figure with its high-water mark and running totals (PyTorch's current / peak /
+/// allocated / freed). Not thread-safe; owners guard it.
+struct usage_counter {
+  std::int64_t current = 0;
+  std::int64_t peak = 0;
+  std::int64_t total_in = 0;   ///< everything ever added ("Tot Alloc")
+  std::int64_t total_out = 0;  ///< everything ever removed ("Tot Freed")
+
+  void add(std::int64_t n) noexcept {
+    current += n;
+    total_in += n;
+    if (current > peak) peak = current;
+  }
+  void remove(std::int64_t n) noexcept {
+    current -= n;
+    total_out += n;
+  }
+  void reset_peak() noexcept { peak = current; }
+};
+
+/// A counter split by size class: small (<= 1 MiB requests by default) and large.
+struct class_counter {
+  usage_counter small;
+  usage_counter large;
+  usage_counter all;  ///< kept alongside, since peaks do not add up
+
+  void add(bool is_small, std::int64_t n) noexcept {
+    (is_small ? small : large).add(n);
+    all.add(n);
+  }
+  void remove(bool is_small, std::int64_t n) noexcept {
+    (is_small ? small : large).remove(n);
+    all.remove(n);
+  }
+  void reset_peak() noexcept {
+    small.reset_peak();
+    large.reset_peak();
+    all.reset_peak();
+  }
+};
+
+/// What a caching pool reports (pool_resource, pinned_host_pool).
+struct pool_report {
+  std::string resource;
+  class_counter allocated_bytes;  ///< bytes of blocks handed out (after rounding)
+  class_counter requested_bytes;  ///< bytes callers asked for
+  class_counter allocations;      ///< live blocks handed out
+  class_counter reserved_bytes;   ///< bytes held from the upstream
+  class_counter chunks;           ///< upstream allocations held
+  std::size_t free_bytes = 0;           ///< reserved but not handed out
+  std::size_t largest_free_block = 0;
+  std::size_t free_blocks = 0;
+  std::uint64_t out_of_memory_errors = 0;
+  std::uint64_t upstream_allocations = 0;
+  std::uint64_t upstream_frees = 0;
+  std::uint64_t upstream_failures = 0;  ///< upstream OOMs answered by a trim and a retry or an error
+  std::uint64_t cross_stream_waits = 0; ///< blocks taken from another stream after an event wait
+  std::uint64_t trims = 0;
+  std::uint64_t misuse_reports = 0;     ///< foreign pointers and wrong sizes seen by deallocate
+  std::size_t streams = 0;
+};
+
+/// What statistics_adaptor reports.
+struct statistics_report {
+  std::string resource;
+  class_counter bytes;        ///< requested bytes
+  class_counter allocations;  ///< live allocations
+  std::uint64_t failed_allocations = 0;
+};
+
+/// What limit_adaptor reports.
+struct limit_report {
+  std::string resource;
+  std::size_t limit_bytes = 0;
+  std::size_t used_bytes = 0;
+  std::size_t peak_bytes = 0;
+  std::uint64_t rejections = 0;
+};
+
+/// Collects the figures of each resource of a stack, top first.
+class summary_builder {
+ public:
+  void add(pool_report report) { pools_.push_back(std::move(report)); }
+  void add(statistics_report report) { statistics_.push_back(std::move(report)); }
+  void add(limit_report report) { limits_.push_back(std::move(report)); }
+  /// A free-form line under the resource's name (e.g. a tracing adaptor's event count).
+  void add_note(std::string resource, std::string line) {
+    notes_.push_back(std::move(resource) + ": " + std::move(line));
+  }
+  void add_layer(std::string name) { layers_.push_back(std::move(name)); }
+
+  [[nodiscard]] const std::vector<pool_report>& pools() const { return pools_; }
+  [[nodiscard]] const std::vector<statistics_report>& statistics() const { return statistics_; }
+  [[nodiscard]] const std::vector<limit_report>& limits() const { return limits_; }
+  [[nodiscard]] const std::vector<std::string>& notes() const { return notes_; }
+  [[nodiscard]] const std::vector<std::string>& layers() const { return layers_; }
+
+ private:
+  std::vector<pool_report> pools_;
+  std::vector<statistics_report> statistics_;
+  std::vector<limit_report> limits_;
+  std::vector<std::string> notes_;
+  std::vector<std::string> layers_;
+};
+
+/// Walks `top` and its upstreams and collects their figures.
+summary_builder collect_summary(const memory_resource& top);
+
+/// The 75-column report of the stack under `top`: per pool allocated / requested / reserved
+/// bytes, allocations and chunks (current, peak, total in, total out; all / large / small),
+/// largest free block and the two fragmentation figures (reserved / peak allocated, and
+/// 1 - largest free / free), then each statistics and limit layer. `title` defaults to
+/// "vramkit memory summary".
+std::string memory_summary(const memory_resource& top, const std::string& title = {});
+
+/// The same figures as one JSON object (schema_version 1; keys after PyTorch's memory_stats(),
+/// e.g. "allocated_bytes.all.peak"), for the C API and scripts.
+std::string memory_stats_json(const memory_resource& top);
+
+/// Resets every peak figure of the stack (pools and statistics layers) to its current value.
+void reset_peak_stats(memory_resource& top);
+
+}  // namespace vramkit::mr

@@ -1,0 +1,275 @@
+// The C ABI: one pool per device, created at the first call for that device from environment
+// variables; every exception is caught here. The per-device stacks are never destroyed, because
+// PyTorch frees memory during interpreter shutdown after C++ static destructors may have run.
+#include "vramkit/mr/c_api.h"
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "mr/c_api_testing.hpp"
+#include "vramkit/core/cuda_device_api.hpp"
+#include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
+#include "vramkit/mr/cuda_async_resource.hpp"
+#include "vramkit/mr/device_api_resource.hpp"
+#include "vramkit/mr/memory_summary.hpp"
+#include "vramkit/mr/pool_resource.hpp"
+#include "vramkit/mr/tracing_adaptor.hpp"
+
+namespace vramkit::mr {
+namespace {
+
+constexpr int max_devices = 64;
+
+struct device_stack {
+  std::shared_ptr<device_api> api;
+  std::shared_ptr<cuda_async_resource> async_upstream;  // when the upstream is cudaMallocAsync
+  std::shared_ptr<pool_resource> pool;
+  std::shared_ptr<tracing_adaptor> tracing;  // when VRAMKIT_TRACE_FILE is set
+  memory_resource* top = nullptr;
+};
+
+struct state {
+  std::mutex m;
+  std::shared_ptr<device_api> override_api;
+  std::array<std::atomic<device_stack*>, max_devices> stacks{};
+};
+
+state& global() {
+  static state* s = new state;  // never destroyed (see the file comment)
+  return *s;
+}
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? v : nullptr;
+}
+
+std::size_t env_bytes(const char* name, std::size_t fallback) {
+  const char* v = env(name);
+  if (v == nullptr) return fallback;
+  try {
+    return static_cast<std::size_t>(parse_bytes(v));
+  } catch (const std::exception& e) {
+    throw usage_error(std::string(name) + ": " + e.what());
+  }
+}
+
+std::string with_device(const std::string& path, int device) {
+  return device == 0 ? path : path + "." + std::to_string(device);
+}
+
+void flush_traces() {
+  for (auto& slot : global().stacks) {
+    device_stack* d = slot.load();
+    if (d != nullptr && d->tracing) {
+      try {
+        d->tracing->flush();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "vramkit: %s\n", e.what());
+      }
+    }
+  }
+}
+
+// Makes `device` current for the calling thread while it lives (the upstream allocates on the
+// current device).
+class device_guard {
+ public:
+  device_guard(device_api& api, int device) : api_(api) {
+    previous_ = api_.current_device();
+    if (previous_ != device) api_.set_device(device);
+  }
+  ~device_guard() {
+    try {
+      if (api_.current_device() != previous_) api_.set_device(previous_);
+    } catch (...) {
+    }
+  }
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+
+ private:
+  device_api& api_;
+  int previous_ = 0;
+};
+
+device_stack* make_stack(int device) {
+  auto d = std::make_unique<device_stack>();
+  state& g = global();
+  if (g.override_api) {
+    d->api = g.override_api;
+  } else {
+    auto api = cuda_device_api();
+    if (!api) throw error("vramkit allocator: " + api.error().reason);
+    d->api = *api;
+  }
+  device_guard guard(*d->api, device);
+  std::shared_ptr<memory_resource> upstream;
+  const char* kind = env("VRAMKIT_POOL_UPSTREAM");
+  const std::string up = kind != nullptr ? kind : "async";
+  if (g.override_api) {
+    upstream = std::make_shared<device_api_resource>(d->api);
+  } else if (up == "async") {
+    cuda_async_options o;
+    o.device = device;
+    d->async_upstream = std::make_shared<cuda_async_resource>(o);
+    upstream = d->async_upstream;
+  } else if (up == "cuda") {
+    upstream = std::make_shared<device_api_resource>(d->api);
+  } else {
+    throw usage_error("VRAMKIT_POOL_UPSTREAM must be 'async' or 'cuda' (got '" + up + "')");
+  }
+  pool_options o;
+  o.initial_size = env_bytes("VRAMKIT_POOL_INITIAL", 0);
+  o.rounding = env_bytes("VRAMKIT_POOL_ROUNDING", o.rounding);
+  o.max_split = env_bytes("VRAMKIT_POOL_MAX_SPLIT", o.max_split);
+  o.large_chunk_size = env_bytes("VRAMKIT_POOL_LARGE_CHUNK", o.large_chunk_size);
+  o.large_exact_size = env_bytes("VRAMKIT_POOL_LARGE_EXACT", o.large_exact_size);
+  o.large_min_split_remainder = env_bytes("VRAMKIT_POOL_MIN_SPLIT_REMAINDER", o.large_min_split_remainder);
+  o.maximum_size = env_bytes("VRAMKIT_POOL_MAXIMUM", o.maximum_size);
+  d->pool = std::make_shared<pool_resource>(upstream, d->api, o);
+  d->top = d->pool.get();
+  const char* trace_file = env("VRAMKIT_TRACE_FILE");
+  const char* chrome_file = env("VRAMKIT_TRACE_CHROME_FILE");
+  if (trace_file != nullptr || chrome_file != nullptr) {
+    tracing_options t;
+    if (trace_file != nullptr) t.compact_trace_path = with_device(trace_file, device);
+    if (chrome_file != nullptr) t.chrome_trace_path = with_device(chrome_file, device);
+    d->tracing = std::make_shared<tracing_adaptor>(d->pool, t);
+    d->top = d->tracing.get();
+    static std::once_flag once;
+    std::call_once(once, [] { std::atexit(flush_traces); });
+  }
+  return d.release();
+}
+
+// The stack of `device`, created on first use; throws on a bad ordinal or a failed creation.
+device_stack& stack_for(int device) {
+  if (device < 0 || device >= max_devices) {
+    throw usage_error("device ordinal " + std::to_string(device) + " out of range");
+  }
+  state& g = global();
+  device_stack* d = g.stacks[device].load(std::memory_order_acquire);
+  if (d != nullptr) return *d;
+  std::lock_guard lock(g.m);
+  d = g.stacks[device].load(std::memory_order_relaxed);
+  if (d == nullptr) {
+    d = make_stack(device);
+    g.stacks[device].store(d, std::memory_order_release);
+  }
+  return *d;
+}
+
+device_stack* existing(int device) {
+  if (device < 0 || device >= max_devices) return nullptr;
+  return global().stacks[device].load(std::memory_order_acquire);
+}
+
+std::size_t copy_out(const std::string& s, char* buf, std::size_t cap) {
+  if (buf != nullptr && cap > 0) {
+    const std::size_t n = std::min(cap - 1, s.size());
+    std::memcpy(buf, s.data(), n);
+    buf[n] = '\0';
+  }
+  return s.size();
+}
+
+}  // namespace
+
+namespace detail {
+
+void set_c_api_device_api(std::shared_ptr<device_api> api) {
+  state& g = global();
+  std::lock_guard lock(g.m);
+  for (auto& slot : g.stacks) {
+    delete slot.exchange(nullptr);
+  }
+  g.override_api = std::move(api);
+}
+
+}  // namespace detail
+}  // namespace vramkit::mr
+
+using vramkit::mr::device_stack;
+
+extern "C" void* vramkit_malloc(ssize_t size, int device, void* stream) {
+  if (size <= 0) return nullptr;
+  try {
+    device_stack& d = vramkit::mr::stack_for(device);
+    vramkit::mr::device_guard guard(*d.api, device);
+    return d.top->allocate(static_cast<std::size_t>(size), vramkit::mr::default_alignment,
+                           vramkit::stream_view{stream});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vramkit_malloc(%zd bytes, device %d) failed: %s\n", size, device,
+                 e.what());
+  } catch (...) {
+    std::fprintf(stderr, "vramkit_malloc(%zd bytes, device %d) failed\n", size, device);
+  }
+  return nullptr;
+}
+
+extern "C" void vramkit_free(void* ptr, ssize_t size, int device, void* stream) {
+  if (ptr == nullptr) return;
+  device_stack* d = vramkit::mr::existing(device);
+  if (d == nullptr) {
+    std::fprintf(stderr, "vramkit_free(%p): device %d has no vramkit pool; ignored\n", ptr, device);
+    return;
+  }
+  d->top->deallocate(ptr, size > 0 ? static_cast<std::size_t>(size) : 0,
+                     vramkit::mr::default_alignment, vramkit::stream_view{stream});
+}
+
+extern "C" size_t vramkit_memory_summary(int device, char* buf, size_t cap) {
+  try {
+    device_stack* d = vramkit::mr::existing(device);
+    if (d == nullptr) {
+      return vramkit::mr::copy_out(
+          "vramkit: device " + std::to_string(device) + " has no pool yet (no allocation)\n", buf,
+          cap);
+    }
+    return vramkit::mr::copy_out(
+        vramkit::mr::memory_summary(*d->top,
+                                    "vramkit memory summary, device " + std::to_string(device)),
+        buf, cap);
+  } catch (const std::exception& e) {
+    return vramkit::mr::copy_out(std::string("vramkit: summary failed: ") + e.what() + "\n", buf,
+                                 cap);
+  }
+}
+
+extern "C" size_t vramkit_memory_stats_json(int device, char* buf, size_t cap) {
+  try {
+    device_stack* d = vramkit::mr::existing(device);
+    if (d == nullptr) {
+      return vramkit::mr::copy_out("{\"schema_version\":1,\"stack\":[],\"pools\":[]}", buf, cap);
+    }
+    return vramkit::mr::copy_out(vramkit::mr::memory_stats_json(*d->top), buf, cap);
+  } catch (const std::exception& e) {
+    return vramkit::mr::copy_out("{\"schema_version\":1,\"error\":\"stats failed\"}", buf, cap);
+  }
+}
+
+extern "C" void vramkit_reset_peak(int device) {
+  device_stack* d = vramkit::mr::existing(device);
+  if (d != nullptr) vramkit::mr::reset_peak_stats(*d->top);
+}
+
+extern "C" int vramkit_trim(int device) {
+  try {
+    device_stack* d = vramkit::mr::existing(device);
+    if (d == nullptr) return 0;
+    vramkit::mr::device_guard guard(*d->api, device);
+    d->pool->trim();
+    if (d->async_upstream) d->async_upstream->trim_to(0);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vramkit_trim(device %d) failed: %s\n", device, e.what());
+    return -1;
+  }
+}
