@@ -1,0 +1,661 @@
+// GPU bandwidth sections: device memory (read/write/copy kernels, cudaMemcpy D2D), host<->device
+// copies (pinned and pageable size sweeps, bidirectional), zero-copy and managed memory. Every
+// figure is verified against the data pattern before it is reported.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+#include "common/cuda_check.hpp"
+#include "gpu_probe_detail.hpp"
+#include "vramkit/core/error.hpp"
+
+namespace vramkit::probe::detail {
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+constexpr std::size_t GiB = std::size_t{1} << 30;
+
+std::string cfg_note(const launch_config& c) {
+  return std::to_string(c.blocks) + " blocks x " + std::to_string(c.threads) + " threads, unroll " +
+         std::to_string(c.unroll) + (c.streaming ? ", streaming (evict-first) accesses" : "") +
+         (c.chunked ? ", one contiguous chunk per block" : ", grid-stride");
+}
+
+void put_cfg(measurement& m, const launch_config& c) {
+  m.extra["blocks"] = c.blocks;
+  m.extra["threads_per_block"] = c.threads;
+  m.extra["unroll"] = c.unroll;
+  m.extra["streaming"] = c.streaming ? 1 : 0;
+  m.extra["chunked"] = c.chunked ? 1 : 0;
+}
+
+// Launch shapes worth trying for a bandwidth kernel on this device: occupancy, unroll, cache hint
+// and layout all move the last few percent of device bandwidth.
+std::vector<launch_config> candidates(const gpu_context& ctx, bool vary_unroll) {
+  std::vector<launch_config> out;
+  const int full256 = std::max(1, ctx.max_threads_per_sm / 256);
+  const int full512 = std::max(1, ctx.max_threads_per_sm / 512);
+  const std::pair<int, int> shapes[] = {{256, full256}, {512, full512}, {256, std::max(1, full256 / 2)}};
+  for (bool streaming : {false, true}) {
+    for (bool chunked : {false, true}) {
+      for (int unroll : vary_unroll ? std::vector<int>{4, 8} : std::vector<int>{4}) {
+        for (auto [threads, per_sm] : shapes) {
+          launch_config c;
+          c.threads = threads;
+          c.blocks = ctx.sm_count * per_sm;
+          c.streaming = streaming;
+          c.chunked = chunked;
+          c.unroll = unroll;
+          out.push_back(c);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Picks the fastest candidate by a short event-timed trial (3 runs after one warm-up each).
+launch_config tune(const gpu_context& ctx, cudaStream_t stream, bool vary_unroll,
+                   const std::function<void(const launch_config&)>& run) {
+  owned_cuda_event a, b;
+  launch_config best;
+  double best_ms = 1e30;
+  for (const auto& c : candidates(ctx, vary_unroll)) {
+    run(c);
+    VRAMKIT_CUDA_TRY(cudaEventRecord(a.get(), stream));
+    for (int i = 0; i < 3; ++i) run(c);
+    VRAMKIT_CUDA_TRY(cudaEventRecord(b.get(), stream));
+    VRAMKIT_CUDA_TRY(cudaEventSynchronize(b.get()));
+    const double ms = elapsed_ms(a.get(), b.get());
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = c;
+    }
+  }
+  return best;
+}
+
+std::string mismatch_text(std::uint64_t bad, std::size_t words) {
+  return std::to_string(bad) + " of " + std::to_string(words) + " words differ from the pattern";
+}
+
+}  // namespace
+
+// --- device memory ------------------------------------------------------------------------------
+
+void run_device_section(gpu_context& ctx) {
+  ctx.progress("device memory read/write/copy");
+  // Several times L2 so every pass streams from device memory; both buffers within a third of
+  // free memory.
+  std::size_t bytes = ctx.quick() ? 512 * MiB : 2 * GiB;
+  bytes = std::max<std::size_t>(bytes, 8 * ctx.l2_bytes);
+  bytes = std::min<std::size_t>(bytes, ctx.free_bytes / 3) / MiB * MiB;
+  if (bytes < 64 * MiB) {
+    ctx.report->skips.push_back({ctx.tag + ".device", "not enough free device memory"});
+    return;
+  }
+  const std::size_t words = bytes / 4;
+  device_buffer a(bytes), b(bytes), sum(sizeof(std::uint32_t));
+  owned_cuda_stream stream;
+  stream_blocker blocker;
+  const cudaStream_t s = stream.get();
+  const std::uint32_t seed_a = 0x1234567u, seed_b = 0x89ABCDEu;
+  const launch_config def = ctx.default_launch();
+  VRAMKIT_CUDA_TRY(launch_fill(a.words(), words, seed_a, def, s));
+  VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_b, def, s));
+  const int samples = ctx.quick() ? 10 : 20;
+  const int loops = ctx.quick() ? 5 : 10;
+  const int warmup = 2;
+  auto* sum_p = static_cast<std::uint32_t*>(sum.get());
+
+  // Read: the kernel sums every word; the sum must match the pattern's closed form.
+  const launch_config rc = tune(ctx, s, true, [&](const launch_config& c) {
+    VRAMKIT_CUDA_TRY(launch_read(a.words(), words, sum_p, c, s));
+  });
+  VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
+  auto secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
+    VRAMKIT_CUDA_TRY(launch_read(a.words(), words, sum_p, rc, s));
+  });
+  std::uint32_t got = 0;
+  VRAMKIT_CUDA_TRY(cudaMemcpy(&got, sum_p, sizeof got, cudaMemcpyDeviceToHost));
+  const auto launches = static_cast<std::uint32_t>(samples * (loops + warmup));
+  const std::uint32_t want = pattern_sum(words, seed_a) * launches;
+  {
+    auto m = bandwidth_measurement(ctx, ctx.tag + ".device.read", "device",
+                                   "device memory read (kernel, 16-byte loads)",
+                                   byte_convention::read, bytes, double(bytes), secs);
+    m.peak = ctx.hbm_peak_gbps;
+    m.peak_basis = ctx.hbm_peak_basis;
+    m.note = "sum of all words checked against the pattern; " + cfg_note(rc) +
+             " (fastest of a short trial of launch shapes)";
+    put_cfg(m, rc);
+    m.extra["ops_per_sample"] = loops;
+    add_verified(ctx, std::move(m), got == want, "read sum " + std::to_string(got) + " != " + std::to_string(want));
+  }
+
+  // Write: the kernel writes pattern seed_a + 1 over b (which held seed_b).
+  const std::uint32_t seed_w = seed_a + 1;
+  const launch_config wc = tune(ctx, s, false, [&](const launch_config& c) {
+    VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_w, c, s));
+  });
+  VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_b, def, s));
+  secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
+    VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_w, wc, s));
+  });
+  std::uint64_t bad = device_mismatches(b.words(), words, seed_w, s);
+  {
+    auto m = bandwidth_measurement(ctx, ctx.tag + ".device.write", "device",
+                                   "device memory write (kernel, 16-byte stores)",
+                                   byte_convention::written, bytes, double(bytes), secs);
+    m.peak = ctx.hbm_peak_gbps;
+    m.peak_basis = ctx.hbm_peak_basis;
+    m.note = "every word checked against the pattern; " + cfg_note(wc);
+    put_cfg(m, wc);
+    m.extra["ops_per_sample"] = loops;
+    add_verified(ctx, std::move(m), bad == 0, mismatch_text(bad, words));
+  }
+
+  // Copy kernel a -> b (b holds seed_w, a holds seed_a).
+  const launch_config cc = tune(ctx, s, false, [&](const launch_config& c) {
+    VRAMKIT_CUDA_TRY(launch_copy(b.words(), a.words(), words, c, s));
+  });
+  VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_b, def, s));
+  secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
+    VRAMKIT_CUDA_TRY(launch_copy(b.words(), a.words(), words, cc, s));
+  });
+  bad = device_mismatches(b.words(), words, seed_a, s);
+  {
+    auto m = bandwidth_measurement(ctx, ctx.tag + ".device.copy", "device",
+                                   "device memory copy (kernel, 16-byte accesses)",
+                                   byte_convention::read_plus_written, bytes, 2.0 * bytes, secs);
+    m.peak = ctx.hbm_peak_gbps;
+    m.peak_basis = ctx.hbm_peak_basis;
+    m.extra["copied_once_gbps"] = m.stats.median / 2;
+    m.note = "read + written (copied once = half, in extra copied_once_gbps, comparable with "
+             "cudaMemcpy); destination checked word by word; " + cfg_note(cc);
+    put_cfg(m, cc);
+    m.extra["ops_per_sample"] = loops;
+    add_verified(ctx, std::move(m), bad == 0, mismatch_text(bad, words));
+  }
+
+  // cudaMemcpy device-to-device a -> b.
+  VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_b, def, s));
+  secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
+    VRAMKIT_CUDA_TRY(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
+  });
+  bad = device_mismatches(b.words(), words, seed_a, s);
+  {
+    auto m = bandwidth_measurement(ctx, ctx.tag + ".device.memcpy", "device",
+                                   "cudaMemcpy device-to-device", byte_convention::copied_once,
+                                   bytes, double(bytes), secs);
+    if (ctx.hbm_peak_gbps) {
+      m.peak = *ctx.hbm_peak_gbps / 2;
+      m.peak_basis = "half of the device memory peak (each byte is read and written): " + ctx.hbm_peak_basis;
+    }
+    m.extra["read_plus_written_gbps"] = m.stats.median * 2;
+    m.note = "copied once (read + written = twice, in extra); destination checked word by word";
+    m.extra["ops_per_sample"] = loops;
+    add_verified(ctx, std::move(m), bad == 0, mismatch_text(bad, words));
+  }
+}
+
+// --- host <-> device ----------------------------------------------------------------------------
+
+namespace {
+
+struct host_side {
+  std::uint32_t* src = nullptr;  // pattern source for H2D
+  std::uint32_t* dst = nullptr;  // destination for D2H
+};
+
+enum class direction { h2d, d2h, bidir };
+
+const char* dir_name(direction d) {
+  return d == direction::h2d ? "h2d" : d == direction::d2h ? "d2h" : "bidir";
+}
+
+double wall_seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+void run_h2d_section(gpu_context& ctx) {
+  ctx.progress("host<->device copies (pinned and pageable sweep)");
+  std::vector<std::size_t> sizes;
+  const std::size_t max_size = std::min<std::size_t>(ctx.quick() ? 256 * MiB : GiB, ctx.free_bytes / 4);
+  for (std::size_t sz = 4096; sz <= max_size; sz *= (ctx.quick() ? 16 : 4)) sizes.push_back(sz);
+  if (sizes.empty()) throw logic_error("not enough free device memory for the transfer sweep");
+  const std::size_t top = sizes.back();
+
+  device_buffer d_dst(top), d_src(top);
+  pinned_buffer p_src(top, pinned_buffer::mapping::unmapped), p_dst(top, pinned_buffer::mapping::unmapped);
+  // Pageable buffers: malloc'd and touched so their pages exist before timing.
+  std::unique_ptr<std::uint32_t[]> g_src(new std::uint32_t[top / 4]), g_dst(new std::uint32_t[top / 4]);
+  const std::uint32_t host_seed = 0x5EED0001u;
+  parallel_fill(p_src.words(), top / 4, host_seed);
+  parallel_fill(g_src.get(), top / 4, host_seed);
+  parallel_fill(p_dst.words(), top / 4, 7);
+  parallel_fill(g_dst.get(), top / 4, 7);
+
+  owned_cuda_stream s1, s2;
+  stream_blocker blocker;
+  owned_cuda_event e_go, e_start, e_end1, e_end2;
+  const launch_config def = ctx.default_launch();
+
+  for (bool pinned : {true, false}) {
+    const host_side host = pinned ? host_side{p_src.words(), p_dst.words()}
+                                  : host_side{g_src.get(), g_dst.get()};
+    const char* kind = pinned ? "pinned" : "pageable";
+    for (direction dir : {direction::h2d, direction::d2h, direction::bidir}) {
+      curve c;
+      c.key = ctx.tag + "." + dir_name(dir) + "." + kind + ".sweep";
+      c.section = "h2d";
+      c.title = std::string(dir == direction::h2d ? "host to device" : dir == direction::d2h ? "device to host" : "bidirectional (both summed)") +
+                ", " + kind + ", " + ctx.tag;
+      c.x_label = "bytes";
+      c.y_unit = "GB/s";
+      std::vector<double> top_secs;
+      bool all_ok = true;
+      std::string failure;
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        const std::size_t size = sizes[k];
+        const std::size_t words = size / 4;
+        const bool big = size >= 256 * MiB;
+        const int samples = ctx.quick() ? (big ? 3 : 5) : (big ? 5 : 10);
+        const int loops = static_cast<int>(std::clamp<std::size_t>((pinned ? 64 : 16) * MiB / size, 1, 100));
+        const std::uint32_t dev_seed = 0xD0000000u + static_cast<std::uint32_t>(k) * 17 + (pinned ? 0 : 5) + static_cast<std::uint32_t>(dir);
+        // Fresh data in the source, stale data in the destination, so a copy that does nothing fails.
+        VRAMKIT_CUDA_TRY(cudaMemsetAsync(d_dst.get(), 0, size, s1.get()));
+        VRAMKIT_CUDA_TRY(launch_fill(d_src.words(), words, dev_seed, def, s1.get()));
+        VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s1.get()));
+        auto h2d = [&](cudaStream_t st) {
+          VRAMKIT_CUDA_TRY(cudaMemcpyAsync(d_dst.get(), host.src, size, cudaMemcpyHostToDevice, st));
+        };
+        auto d2h = [&](cudaStream_t st) {
+          VRAMKIT_CUDA_TRY(cudaMemcpyAsync(host.dst, d_src.get(), size, cudaMemcpyDeviceToHost, st));
+        };
+        auto one = [&](bool to_device, cudaStream_t st) {
+          if (to_device) h2d(st);
+          else d2h(st);
+        };
+        std::vector<double> secs;
+        double bytes_per_op = dir == direction::bidir ? 2.0 * size : double(size);
+        if (pinned && dir != direction::bidir) {
+          auto op = dir == direction::h2d ? std::function<void()>([&] { h2d(s1.get()); })
+                                          : std::function<void()>([&] { d2h(s1.get()); });
+          secs = time_blocked(blocker, s1.get(), samples, loops, 1, op);
+        } else if (pinned) {
+          // Both directions at once: s2 starts when s1 is released; the interval ends when both end.
+          for (int smp = 0; smp < samples; ++smp) {
+            blocker.block(s1.get());
+            VRAMKIT_CUDA_TRY(cudaEventRecord(e_go.get(), s1.get()));
+            VRAMKIT_CUDA_TRY(cudaStreamWaitEvent(s2.get(), e_go.get(), 0));
+            h2d(s1.get());
+            d2h(s2.get());
+            VRAMKIT_CUDA_TRY(cudaEventRecord(e_end2.get(), s2.get()));
+            VRAMKIT_CUDA_TRY(cudaStreamWaitEvent(s1.get(), e_end2.get(), 0));
+            VRAMKIT_CUDA_TRY(cudaEventRecord(e_start.get(), s1.get()));
+            VRAMKIT_CUDA_TRY(cudaStreamWaitEvent(s2.get(), e_start.get(), 0));
+            for (int i = 0; i < loops; ++i) {
+              h2d(s1.get());
+              d2h(s2.get());
+            }
+            VRAMKIT_CUDA_TRY(cudaEventRecord(e_end1.get(), s1.get()));
+            VRAMKIT_CUDA_TRY(cudaEventRecord(e_end2.get(), s2.get()));
+            VRAMKIT_CUDA_TRY(cudaStreamWaitEvent(s1.get(), e_end2.get(), 0));
+            VRAMKIT_CUDA_TRY(cudaEventRecord(e_go.get(), s1.get()));
+            blocker.release();
+            VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s1.get()));
+            VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s2.get()));
+            blocker.check();
+            secs.push_back(elapsed_ms(e_start.get(), e_go.get()) / 1e3 / loops);
+          }
+        } else if (dir != direction::bidir) {
+          // Pageable copies go through the driver's staging buffers and block the host, so they
+          // are timed by the host clock around synchronised copies (as bandwidthTest does).
+          for (int smp = 0; smp < samples; ++smp) {
+            one(dir == direction::h2d, s1.get());
+            VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s1.get()));
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < loops; ++i) {
+              one(dir == direction::h2d, s1.get());
+              VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s1.get()));
+            }
+            secs.push_back(wall_seconds(t0, std::chrono::steady_clock::now()) / loops);
+          }
+        } else {
+          // Pageable, both directions: one host thread per direction, started together.
+          for (int smp = 0; smp < samples; ++smp) {
+            std::atomic<int> ready{0};
+            std::atomic<bool> go{false};
+            std::exception_ptr err[2];
+            auto worker = [&](int which) {
+              try {
+                VRAMKIT_CUDA_TRY(cudaSetDevice(ctx.ordinal));
+                cudaStream_t st = which == 0 ? s1.get() : s2.get();
+                one(which == 0, st);
+                VRAMKIT_CUDA_TRY(cudaStreamSynchronize(st));
+                ready.fetch_add(1);
+                while (!go.load()) std::this_thread::yield();
+                for (int i = 0; i < loops; ++i) {
+                  one(which == 0, st);
+                  VRAMKIT_CUDA_TRY(cudaStreamSynchronize(st));
+                }
+              } catch (...) {
+                err[which] = std::current_exception();
+                ready.fetch_add(1);
+              }
+            };
+            std::thread t0(worker, 0), t1(worker, 1);
+            while (ready.load() < 2) std::this_thread::yield();
+            const auto start = std::chrono::steady_clock::now();
+            go.store(true);
+            t0.join();
+            t1.join();
+            const auto stop = std::chrono::steady_clock::now();
+            for (auto& e : err)
+              if (e) std::rethrow_exception(e);
+            secs.push_back(wall_seconds(start, stop) / loops);
+          }
+        }
+        // Verify what the copies delivered.
+        std::uint64_t bad = 0;
+        if (dir != direction::d2h) bad += device_mismatches(d_dst.words(), words, host_seed, s1.get());
+        if (dir != direction::h2d) bad += parallel_mismatches(host.dst, words, dev_seed);
+        if (bad != 0) {
+          all_ok = false;
+          failure = mismatch_text(bad, words) + " at " + std::to_string(size) + " bytes";
+          continue;
+        }
+        curve::point pt;
+        pt.x = double(size);
+        for (double sec : secs) pt.samples.push_back(gbps(bytes_per_op, sec));
+        pt.y = sample_stats::of(pt.samples);
+        c.points.push_back(std::move(pt));
+        if (k + 1 == sizes.size()) top_secs = secs;
+      }
+      if (!all_ok) {
+        ctx.report->skips.push_back({c.key, "verification failed, curve withheld: " + failure, true});
+        continue;
+      }
+      ctx.report->curves.push_back(c);
+      const double bytes_per_op = dir == direction::bidir ? 2.0 * top : double(top);
+      auto m = bandwidth_measurement(ctx, ctx.tag + "." + dir_name(dir) + "." + kind, "h2d",
+                                     c.title, byte_convention::copied_once, top, bytes_per_op, top_secs);
+      if (ctx.pcie_peak_gbps) {
+        m.peak = *ctx.pcie_peak_gbps * (dir == direction::bidir ? 2 : 1);
+        m.peak_basis = ctx.pcie_peak_basis + (dir == direction::bidir ? ", both directions summed" : "");
+      }
+      m.note = std::string(pinned ? "cudaMemcpyAsync, events around the copies on a held stream"
+                                  : "synchronised copies timed by the host clock") +
+               "; destination checked word by word";
+      add_verified(ctx, std::move(m), true, "");
+    }
+  }
+}
+
+// --- zero-copy ----------------------------------------------------------------------------------
+
+void run_zerocopy_section(gpu_context& ctx) {
+  if (!ctx.can_map_host) {
+    ctx.report->skips.push_back({ctx.tag + ".zerocopy", "the device cannot map host memory"});
+    return;
+  }
+  ctx.progress("zero-copy (kernel on mapped pinned host memory)");
+  const std::size_t bytes = ctx.quick() ? 128 * MiB : 512 * MiB;
+  const std::size_t words = bytes / 4;
+  pinned_buffer host(bytes, pinned_buffer::mapping::mapped);
+  auto* dev = static_cast<std::uint32_t*>(host.device_ptr());
+  device_buffer sum(sizeof(std::uint32_t));
+  auto* sum_p = static_cast<std::uint32_t*>(sum.get());
+  owned_cuda_stream stream;
+  stream_blocker blocker;
+  const cudaStream_t s = stream.get();
+  const launch_config cfg = ctx.default_launch();
+  const int samples = ctx.quick() ? 3 : 5, loops = 2, warmup = 1;
+  const std::uint32_t seed = 0x2E20C0F1u;
+  parallel_fill(host.words(), words, seed);
+
+  VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
+  auto secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
+    VRAMKIT_CUDA_TRY(launch_read(dev, words, sum_p, cfg, s));
+  });
+  std::uint32_t got = 0;
+  VRAMKIT_CUDA_TRY(cudaMemcpy(&got, sum_p, sizeof got, cudaMemcpyDeviceToHost));
+  const std::uint32_t want = pattern_sum(words, seed) * static_cast<std::uint32_t>(samples * (loops + warmup));
+  {
+    auto m = bandwidth_measurement(ctx, ctx.tag + ".zerocopy.read", "zerocopy",
+                                   "kernel reading mapped pinned host memory", byte_convention::read,
+                                   bytes, double(bytes), secs);
+    m.peak = ctx.pcie_peak_gbps;
+    m.peak_basis = ctx.pcie_peak_basis;
+    m.note = "sum of all words checked against the pattern; " + cfg_note(cfg);
+    add_verified(ctx, std::move(m), got == want, "read sum mismatch");
+  }
+  const std::uint32_t seed_w = seed + 99;
+  secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
+    VRAMKIT_CUDA_TRY(launch_fill(dev, words, seed_w, cfg, s));
+  });
+  const std::uint64_t bad = parallel_mismatches(host.words(), words, seed_w);
+  auto m = bandwidth_measurement(ctx, ctx.tag + ".zerocopy.write", "zerocopy",
+                                 "kernel writing mapped pinned host memory", byte_convention::written,
+                                 bytes, double(bytes), secs);
+  m.peak = ctx.pcie_peak_gbps;
+  m.peak_basis = ctx.pcie_peak_basis;
+  m.note = "host buffer checked word by word by the CPU; " + cfg_note(cfg);
+  add_verified(ctx, std::move(m), bad == 0, mismatch_text(bad, words));
+}
+
+// --- managed memory -----------------------------------------------------------------------------
+
+void run_managed_section(gpu_context& ctx) {
+  if (!ctx.concurrent_managed) {
+    ctx.report->skips.push_back({ctx.tag + ".managed",
+                                 "the device has no concurrent managed access (concurrentManagedAccess = 0)"});
+    return;
+  }
+  ctx.progress("managed memory (fault-driven, prefetched, advised)");
+  std::size_t free_b = 0, total_b = 0;
+  VRAMKIT_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+  // Never more managed memory than a quarter of what is free: oversubscription can stall a GPU.
+  const std::size_t bytes = std::min<std::size_t>(ctx.quick() ? 128 * MiB : 512 * MiB, free_b / 4) / MiB * MiB;
+  if (bytes < 16 * MiB) {
+    ctx.report->skips.push_back({ctx.tag + ".managed", "not enough free device memory"});
+    return;
+  }
+  const std::size_t words = bytes / 4;
+  std::uint32_t* p = nullptr;
+  VRAMKIT_CUDA_TRY(cudaMallocManaged(reinterpret_cast<void**>(&p), bytes, cudaMemAttachGlobal));
+  std::unique_ptr<std::uint32_t, void (*)(std::uint32_t*)> guard(p, [](std::uint32_t* q) { VRAMKIT_CUDA_ASSERT(cudaFree(q)); });
+  device_buffer sum(sizeof(std::uint32_t));
+  auto* sum_p = static_cast<std::uint32_t*>(sum.get());
+  owned_cuda_stream stream;
+  const cudaStream_t s = stream.get();
+  owned_cuda_event a, b, c;
+  const launch_config cfg = ctx.default_launch();
+  const int samples = 3;
+  cudaMemLocation gpu{};
+  gpu.type = cudaMemLocationTypeDevice;
+  gpu.id = ctx.ordinal;
+
+  struct mode_result {
+    std::vector<double> touch, prefetch;
+    bool ok = true;
+  };
+  auto run_mode = [&](int mode) {
+    mode_result r;
+    for (int smp = 0; smp < samples; ++smp) {
+      const std::uint32_t seed = 0x3A000000u + mode * 16 + smp;
+      parallel_fill(p, words, seed);  // the CPU writes: pages now live on the host
+      if (mode == 2) {
+        VRAMKIT_CUDA_TRY(cudaMemAdvise(p, bytes, cudaMemAdviseSetPreferredLocation, gpu));
+        VRAMKIT_CUDA_TRY(cudaMemAdvise(p, bytes, cudaMemAdviseSetAccessedBy, gpu));
+      }
+      VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
+      VRAMKIT_CUDA_TRY(cudaEventRecord(a.get(), s));
+      if (mode == 1) VRAMKIT_CUDA_TRY(cudaMemPrefetchAsync(p, bytes, gpu, 0, s));
+      VRAMKIT_CUDA_TRY(cudaEventRecord(b.get(), s));
+      VRAMKIT_CUDA_TRY(launch_read(p, words, sum_p, cfg, s));
+      VRAMKIT_CUDA_TRY(cudaEventRecord(c.get(), s));
+      VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s));
+      std::uint32_t got = 0;
+      VRAMKIT_CUDA_TRY(cudaMemcpy(&got, sum_p, sizeof got, cudaMemcpyDeviceToHost));
+      if (got != pattern_sum(words, seed)) r.ok = false;
+      r.touch.push_back(elapsed_ms(b.get(), c.get()) / 1e3);
+      if (mode == 1) r.prefetch.push_back(elapsed_ms(a.get(), b.get()) / 1e3);
+      if (mode == 2) {
+        VRAMKIT_CUDA_TRY(cudaMemAdvise(p, bytes, cudaMemAdviseUnsetPreferredLocation, gpu));
+        VRAMKIT_CUDA_TRY(cudaMemAdvise(p, bytes, cudaMemAdviseUnsetAccessedBy, gpu));
+      }
+    }
+    return r;
+  };
+  const char* keys[] = {"first_touch", "prefetched_touch", "advised_touch"};
+  const char* titles[] = {"managed: GPU first touch after CPU writes (fault-driven migration)",
+                          "managed: GPU touch after cudaMemPrefetchAsync",
+                          "managed: GPU touch after cudaMemAdvise preferred location + accessed-by"};
+  for (int mode = 0; mode < 3; ++mode) {
+    auto r = run_mode(mode);
+    auto m = bandwidth_measurement(ctx, ctx.tag + ".managed." + keys[mode], "managed", titles[mode],
+                                   byte_convention::read, bytes, double(bytes), r.touch);
+    m.note = "a read kernel over the buffer the CPU has just written; its sum checked against the pattern";
+    if (mode == 1) {
+      auto pf = bandwidth_measurement(ctx, ctx.tag + ".managed.prefetch", "managed",
+                                      "managed: cudaMemPrefetchAsync to the GPU", byte_convention::copied_once,
+                                      bytes, double(bytes), r.prefetch);
+      pf.peak = ctx.pcie_peak_gbps;
+      pf.peak_basis = ctx.pcie_peak_basis;
+      pf.note = "the migration itself; verified by the read that follows";
+      add_verified(ctx, std::move(pf), r.ok, "read sum after prefetch mismatch");
+    }
+    add_verified(ctx, std::move(m), r.ok, "read sum mismatch");
+  }
+}
+
+// --- peer to peer -------------------------------------------------------------------------------
+
+void run_p2p_section(const probe_options& options, probe_report& report, int device_count) {
+  if (device_count < 2) {
+    report.skips.push_back({"p2p", "only one GPU: peer-to-peer needs two or more"});
+    return;
+  }
+  const std::size_t bytes = options.quick ? 64 * MiB : 256 * MiB;
+  const std::size_t words = bytes / 4;
+  const int samples = options.quick ? 3 : 5, loops = options.quick ? 2 : 4;
+  for (int a = 0; a < device_count; ++a) {
+    for (int bdev = 0; bdev < device_count; ++bdev) {
+      if (a == bdev) continue;
+      const std::string pair = "gpu" + std::to_string(a) + "->gpu" + std::to_string(bdev);
+      int ab = 0, ba = 0;
+      VRAMKIT_CUDA_TRY(cudaDeviceCanAccessPeer(&ab, a, bdev));
+      VRAMKIT_CUDA_TRY(cudaDeviceCanAccessPeer(&ba, bdev, a));
+      if (!ab || !ba) {
+        report.skips.push_back({pair + ".p2p", "peer access between the two GPUs is not supported"});
+        continue;
+      }
+      if (options.progress) options.progress(pair + ": peer copies");
+      auto enable = [](int from, int to) {
+        VRAMKIT_CUDA_TRY(cudaSetDevice(from));
+        const cudaError_t st = cudaDeviceEnablePeerAccess(to, 0);
+        if (st == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+        else VRAMKIT_CUDA_TRY(st);
+      };
+      enable(a, bdev);
+      enable(bdev, a);
+      gpu_context ca;
+      ca.ordinal = a;
+      ca.tag = pair;
+      ca.options = &options;
+      ca.report = &report;
+      VRAMKIT_CUDA_TRY(cudaSetDevice(a));
+      int sms = 0, tps = 0;
+      VRAMKIT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, a));
+      VRAMKIT_CUDA_TRY(cudaDeviceGetAttribute(&tps, cudaDevAttrMaxThreadsPerMultiProcessor, a));
+      ca.sm_count = sms;
+      ca.max_threads_per_sm = tps;
+      const launch_config cfg = ca.default_launch();
+      device_buffer src_a(bytes), dst_a(bytes);
+      owned_cuda_stream sa;
+      stream_blocker blocker;
+      owned_cuda_event go, end_b, end_a, start;
+      VRAMKIT_CUDA_TRY(cudaSetDevice(bdev));
+      device_buffer src_b(bytes), dst_b(bytes);
+      owned_cuda_stream sb;
+      const std::uint32_t seed_a = 0xA0A0A0A0u, seed_b = 0x0B0B0B0Bu;
+      VRAMKIT_CUDA_TRY(launch_fill(src_b.words(), words, seed_b, cfg, sb.get()));
+      VRAMKIT_CUDA_TRY(cudaMemsetAsync(dst_b.get(), 0, bytes, sb.get()));
+      VRAMKIT_CUDA_TRY(cudaStreamSynchronize(sb.get()));
+      VRAMKIT_CUDA_TRY(cudaSetDevice(a));
+      VRAMKIT_CUDA_TRY(launch_fill(src_a.words(), words, seed_a, cfg, sa.get()));
+      VRAMKIT_CUDA_TRY(cudaMemsetAsync(dst_a.get(), 0, bytes, sa.get()));
+      VRAMKIT_CUDA_TRY(cudaStreamSynchronize(sa.get()));
+
+      for (bool sm : {false, true}) {
+        // a -> b on stream sa (device a); for bidir also b -> a on stream sb (device b).
+        auto fwd = [&] {
+          if (sm) VRAMKIT_CUDA_TRY(launch_copy(dst_b.words(), src_a.words(), words, cfg, sa.get()));
+          else VRAMKIT_CUDA_TRY(cudaMemcpyPeerAsync(dst_b.get(), bdev, src_a.get(), a, bytes, sa.get()));
+        };
+        auto back = [&] {
+          if (sm) VRAMKIT_CUDA_TRY(launch_copy(dst_a.words(), src_b.words(), words, cfg, sb.get()));
+          else VRAMKIT_CUDA_TRY(cudaMemcpyPeerAsync(dst_a.get(), a, src_b.get(), bdev, bytes, sb.get()));
+        };
+        VRAMKIT_CUDA_TRY(cudaSetDevice(a));
+        auto uni = time_blocked(blocker, sa.get(), samples, loops, 1, fwd);
+        std::uint64_t bad = device_mismatches(dst_b.words(), words, seed_a, sa.get());
+        const std::string mech = sm ? "sm" : "ce";
+        auto m = bandwidth_measurement(ca, pair + ".p2p." + mech + ".unidir", "p2p",
+                                       std::string(sm ? "copy kernel on " : "cudaMemcpyPeerAsync ") + pair,
+                                       byte_convention::copied_once, bytes, double(bytes), uni);
+        m.note = "destination checked word by word";
+        add_verified(ca, std::move(m), bad == 0, mismatch_text(bad, words));
+
+        std::vector<double> bi;
+        for (int smp = 0; smp < samples; ++smp) {
+          VRAMKIT_CUDA_TRY(cudaSetDevice(a));
+          blocker.block(sa.get());
+          VRAMKIT_CUDA_TRY(cudaEventRecord(go.get(), sa.get()));
+          fwd();
+          VRAMKIT_CUDA_TRY(cudaEventRecord(start.get(), sa.get()));
+          VRAMKIT_CUDA_TRY(cudaSetDevice(bdev));
+          VRAMKIT_CUDA_TRY(cudaStreamWaitEvent(sb.get(), start.get(), 0));
+          for (int i = 0; i < loops; ++i) back();
+          VRAMKIT_CUDA_TRY(cudaEventRecord(end_b.get(), sb.get()));
+          VRAMKIT_CUDA_TRY(cudaSetDevice(a));
+          for (int i = 0; i < loops; ++i) fwd();
+          VRAMKIT_CUDA_TRY(cudaStreamWaitEvent(sa.get(), end_b.get(), 0));
+          VRAMKIT_CUDA_TRY(cudaEventRecord(end_a.get(), sa.get()));
+          blocker.release();
+          VRAMKIT_CUDA_TRY(cudaStreamSynchronize(sa.get()));
+          blocker.check();
+          bi.push_back(elapsed_ms(start.get(), end_a.get()) / 1e3 / loops);
+        }
+        bad = device_mismatches(dst_b.words(), words, seed_a, sa.get());
+        VRAMKIT_CUDA_TRY(cudaSetDevice(bdev));
+        bad += device_mismatches(dst_a.words(), words, seed_b, sb.get());
+        VRAMKIT_CUDA_TRY(cudaSetDevice(a));
+        auto mb = bandwidth_measurement(ca, pair + ".p2p." + mech + ".bidir", "p2p",
+                                        std::string(sm ? "copy kernels, both ways, " : "cudaMemcpyPeerAsync both ways, ") + pair,
+                                        byte_convention::copied_once, bytes, 2.0 * bytes, bi);
+        mb.note = "both directions summed; both destinations checked word by word";
+        add_verified(ca, std::move(mb), bad == 0, mismatch_text(bad, 2 * words));
+        // Fresh destinations for the next mechanism.
+        VRAMKIT_CUDA_TRY(cudaMemsetAsync(dst_a.get(), 0, bytes, sa.get()));
+        VRAMKIT_CUDA_TRY(cudaStreamSynchronize(sa.get()));
+        VRAMKIT_CUDA_TRY(cudaSetDevice(bdev));
+        VRAMKIT_CUDA_TRY(cudaMemsetAsync(dst_b.get(), 0, bytes, sb.get()));
+        VRAMKIT_CUDA_TRY(cudaStreamSynchronize(sb.get()));
+      }
+      VRAMKIT_CUDA_TRY(cudaSetDevice(a));
+      VRAMKIT_CUDA_ASSERT(cudaDeviceDisablePeerAccess(bdev));
+      VRAMKIT_CUDA_TRY(cudaSetDevice(bdev));
+      VRAMKIT_CUDA_ASSERT(cudaDeviceDisablePeerAccess(a));
+      VRAMKIT_CUDA_TRY(cudaSetDevice(a));
+    }
+  }
+}
+
+}  // namespace vramkit::probe::detail

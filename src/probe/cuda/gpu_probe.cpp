@@ -1,0 +1,393 @@
+// run_gpu_probe: the device header (CUDA attributes, NVML, NUMA node) and the per-device loop over
+// the GPU sections, plus the shared timing and verification helpers of gpu_probe_detail.hpp.
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "common/cuda_check.hpp"
+#include "gpu_probe_detail.hpp"
+#include "gpu_probe_keys.hpp"
+#include "nvml_loader.hpp"
+#include "vramkit/core/cuda_device_api.hpp"
+#include "vramkit/core/error.hpp"
+#include "vramkit/probe/gpu_probe.hpp"
+
+namespace vramkit::probe {
+namespace detail {
+
+// --- RAII owners --------------------------------------------------------------------------------
+
+device_buffer::device_buffer(std::size_t bytes) : bytes_(bytes) {
+  VRAMKIT_CUDA_TRY(cudaMalloc(&ptr_, bytes));
+}
+device_buffer::~device_buffer() { VRAMKIT_CUDA_ASSERT(cudaFree(ptr_)); }
+
+pinned_buffer::pinned_buffer(std::size_t bytes, mapping m) : bytes_(bytes) {
+  unsigned flags = cudaHostAllocPortable | (m == mapping::mapped ? cudaHostAllocMapped : 0u);
+  VRAMKIT_CUDA_TRY(cudaHostAlloc(&ptr_, bytes, flags));
+}
+pinned_buffer::~pinned_buffer() { VRAMKIT_CUDA_ASSERT(cudaFreeHost(ptr_)); }
+void* pinned_buffer::device_ptr() const {
+  void* d = nullptr;
+  VRAMKIT_CUDA_TRY(cudaHostGetDevicePointer(&d, ptr_, 0));
+  return d;
+}
+
+owned_cuda_stream::owned_cuda_stream() {
+  VRAMKIT_CUDA_TRY(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+}
+owned_cuda_stream::~owned_cuda_stream() { VRAMKIT_CUDA_ASSERT(cudaStreamDestroy(s_)); }
+
+owned_cuda_event::owned_cuda_event() { VRAMKIT_CUDA_TRY(cudaEventCreate(&e_)); }
+owned_cuda_event::~owned_cuda_event() { VRAMKIT_CUDA_ASSERT(cudaEventDestroy(e_)); }
+
+double elapsed_ms(cudaEvent_t from, cudaEvent_t to) {
+  float ms = 0;
+  VRAMKIT_CUDA_TRY(cudaEventElapsedTime(&ms, from, to));
+  return ms;
+}
+
+// --- stream blocker -----------------------------------------------------------------------------
+
+namespace {
+// Long enough for any enqueue burst, short enough that a stuck run ends instead of hanging.
+constexpr std::uint64_t spin_timeout_ns = 5'000'000'000ull;
+}  // namespace
+
+stream_blocker::stream_blocker() : flags_(2 * sizeof(int), pinned_buffer::mapping::mapped) {
+  static_cast<volatile int*>(flags_.get())[0] = 0;
+  static_cast<volatile int*>(flags_.get())[1] = 0;
+}
+
+void stream_blocker::block(cudaStream_t stream) {
+  auto* h = static_cast<volatile int*>(flags_.get());
+  h[0] = 0;
+  h[1] = 0;
+  auto* d = static_cast<int*>(flags_.device_ptr());
+  VRAMKIT_CUDA_TRY(launch_spin(d, spin_timeout_ns, d + 1, stream));
+}
+
+void stream_blocker::release() {
+  auto* h = static_cast<volatile int*>(flags_.get());
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  h[0] = 1;
+}
+
+void stream_blocker::check() {
+  if (static_cast<volatile int*>(flags_.get())[1] != 0) {
+    throw cuda_error(0, "the stream blocker timed out: enqueueing the timed work took over 5 s");
+  }
+}
+
+std::vector<double> time_blocked(stream_blocker& blocker, cudaStream_t stream, int samples,
+                                 int loops, int warmup, const std::function<void()>& op) {
+  owned_cuda_event start, stop;
+  std::vector<double> out;
+  out.reserve(samples);
+  for (int s = 0; s < samples; ++s) {
+    blocker.block(stream);
+    for (int i = 0; i < warmup; ++i) op();
+    VRAMKIT_CUDA_TRY(cudaEventRecord(start.get(), stream));
+    for (int i = 0; i < loops; ++i) op();
+    VRAMKIT_CUDA_TRY(cudaEventRecord(stop.get(), stream));
+    blocker.release();
+    VRAMKIT_CUDA_TRY(cudaStreamSynchronize(stream));
+    blocker.check();
+    out.push_back(elapsed_ms(start.get(), stop.get()) / 1e3 / loops);
+  }
+  return out;
+}
+
+// --- context and measurement helpers ------------------------------------------------------------
+
+void gpu_context::progress(const std::string& line) const {
+  if (options->progress) options->progress(tag + ": " + line);
+}
+
+launch_config gpu_context::default_launch() const {
+  launch_config c;
+  c.threads = 256;
+  c.blocks = sm_count * std::max(1, max_threads_per_sm / c.threads);
+  return c;
+}
+
+measurement bandwidth_measurement(const gpu_context& ctx, const std::string& key,
+                                  const std::string& section, const std::string& title,
+                                  byte_convention convention, std::uint64_t size_bytes,
+                                  double bytes_per_op, const std::vector<double>& seconds) {
+  measurement m;
+  m.key = key;
+  m.section = section;
+  m.title = title;
+  m.device = ctx.tag;
+  m.unit = "GB/s";
+  m.convention = convention;
+  m.size_bytes = size_bytes;
+  m.repetitions = static_cast<int>(seconds.size());
+  for (double s : seconds) m.samples.push_back(gbps(bytes_per_op, s));
+  m.stats = sample_stats::of(m.samples);
+  return m;
+}
+
+void add_verified(const gpu_context& ctx, measurement m, bool ok, const std::string& failure) {
+  if (!ok) {
+    ctx.report->skips.push_back({m.key, "verification failed, figure withheld: " + failure, true});
+    return;
+  }
+  m.verified = true;
+  ctx.report->results.push_back(std::move(m));
+}
+
+std::uint64_t device_mismatches(const std::uint32_t* p, std::size_t n_words, std::uint32_t seed,
+                                cudaStream_t stream) {
+  device_buffer count(sizeof(unsigned long long));
+  auto* c = static_cast<unsigned long long*>(count.get());
+  VRAMKIT_CUDA_TRY(cudaMemsetAsync(c, 0, sizeof *c, stream));
+  VRAMKIT_CUDA_TRY(launch_count_mismatches(p, n_words, seed, c, stream));
+  unsigned long long host = 0;
+  VRAMKIT_CUDA_TRY(cudaMemcpyAsync(&host, c, sizeof host, cudaMemcpyDeviceToHost, stream));
+  VRAMKIT_CUDA_TRY(cudaStreamSynchronize(stream));
+  return host;
+}
+
+namespace {
+template <typename Fn>
+void for_chunks(std::size_t n_words, Fn&& fn) {
+  const std::size_t min_chunk = std::size_t{1} << 22;  // below 16 MiB a thread costs more than it saves
+  const unsigned hw = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  const std::size_t parts = std::max<std::size_t>(1, std::min<std::size_t>(hw, n_words / min_chunk));
+  if (parts == 1) {
+    fn(0, n_words, 0);
+    return;
+  }
+  std::vector<std::thread> threads;
+  const std::size_t per = (n_words + parts - 1) / parts;
+  for (std::size_t p = 0; p < parts; ++p) {
+    const std::size_t b = p * per, e = std::min(n_words, b + per);
+    if (b < e) threads.emplace_back([&fn, b, e, p] { fn(b, e, p); });
+  }
+  for (auto& t : threads) t.join();
+}
+}  // namespace
+
+void parallel_fill(std::uint32_t* p, std::size_t n_words, std::uint32_t seed) {
+  for_chunks(n_words, [&](std::size_t b, std::size_t e, std::size_t) {
+    for (std::size_t i = b; i < e; ++i) p[i] = pattern_word(i, seed);
+  });
+}
+
+std::uint64_t parallel_mismatches(const std::uint32_t* p, std::size_t n_words, std::uint32_t seed) {
+  std::vector<std::uint64_t> bad(16, 0);
+  for_chunks(n_words, [&](std::size_t b, std::size_t e, std::size_t part) {
+    std::uint64_t n = 0;
+    for (std::size_t i = b; i < e; ++i) n += p[i] != pattern_word(i, seed) ? 1 : 0;
+    bad[part] = n;
+  });
+  std::uint64_t total = 0;
+  for (auto b : bad) total += b;
+  return total;
+}
+
+// --- header -------------------------------------------------------------------------------------
+
+namespace {
+
+int attribute(cudaDeviceAttr attr, int ordinal) {
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, attr, ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return v;
+}
+
+// PCIe rate per lane and direction in GB/s, after line encoding, for generation `gen`.
+std::optional<double> pcie_lane_gbps(unsigned gen, std::string& basis) {
+  switch (gen) {
+    case 1: basis = "2.5 GT/s x 8b/10b"; return 2.5 * 0.8 / 8;
+    case 2: basis = "5 GT/s x 8b/10b"; return 5.0 * 0.8 / 8;
+    case 3: basis = "8 GT/s x 128b/130b"; return 8.0 * 128 / 130 / 8;
+    case 4: basis = "16 GT/s x 128b/130b"; return 16.0 * 128 / 130 / 8;
+    case 5: basis = "32 GT/s x 128b/130b"; return 32.0 * 128 / 130 / 8;
+    case 6: basis = "64 GT/s x 242/256 (FLIT)"; return 64.0 * 242 / 256 / 8;
+    default: return std::nullopt;
+  }
+}
+
+std::string format_gbps(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+gpu_context describe_device(int ordinal, const probe_options& options, probe_report& report) {
+  gpu_context ctx;
+  ctx.ordinal = ordinal;
+  ctx.tag = "gpu" + std::to_string(ordinal);
+  ctx.options = &options;
+  ctx.report = &report;
+  auto& h = report.header;
+  const std::string p = "gpu." + std::to_string(ordinal) + ".";
+
+  cudaDeviceProp prop{};
+  VRAMKIT_CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal));
+  ctx.name = prop.name;
+  ctx.sm_count = attribute(cudaDevAttrMultiProcessorCount, ordinal);
+  ctx.max_threads_per_sm = std::max(256, attribute(cudaDevAttrMaxThreadsPerMultiProcessor, ordinal));
+  ctx.l2_bytes = static_cast<std::size_t>(attribute(cudaDevAttrL2CacheSize, ordinal));
+  ctx.total_bytes = prop.totalGlobalMem;
+  ctx.concurrent_managed = attribute(cudaDevAttrConcurrentManagedAccess, ordinal) != 0;
+  ctx.can_map_host = attribute(cudaDevAttrCanMapHostMemory, ordinal) != 0;
+  std::size_t free_b = 0, total_b = 0;
+  VRAMKIT_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+  ctx.free_bytes = free_b;
+
+  char bus[32] = {};
+  std::string bus_id;
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal) == cudaSuccess) bus_id = bus;
+  else (void)cudaGetLastError();
+
+  h[p + "name"] = ctx.name;
+  if (!bus_id.empty()) h[p + "pci_bus_id"] = bus_id;
+  h[p + "memory_total"] = std::to_string(ctx.total_bytes);
+  h[p + "memory_free"] = std::to_string(ctx.free_bytes);
+  h[p + "sm_count"] = std::to_string(ctx.sm_count);
+  h[p + "cc"] = std::to_string(prop.major) + "." + std::to_string(prop.minor);
+  h[p + "l2_bytes"] = std::to_string(ctx.l2_bytes);
+
+  detail::nvml_gpu_info nv;
+  if (!bus_id.empty()) {
+    auto q = nvml_query(bus_id);
+    if (q) nv = *q;
+    else h[p + "nvml"] = q.error().reason;
+  }
+  int mem_khz = attribute(cudaDevAttrMemoryClockRate, ordinal);
+  if (mem_khz <= 0 && nv.memory_clock_max_mhz) mem_khz = static_cast<int>(*nv.memory_clock_max_mhz * 1000);
+  int bus_bits = attribute(cudaDevAttrGlobalMemoryBusWidth, ordinal);
+  if (bus_bits <= 0 && nv.bus_width_bits) bus_bits = static_cast<int>(*nv.bus_width_bits);
+  if (mem_khz > 0) h[p + "memory_clock_khz"] = std::to_string(mem_khz);
+  if (bus_bits > 0) h[p + "bus_width_bits"] = std::to_string(bus_bits);
+  if (mem_khz > 0 && bus_bits > 0) {
+    // HBM and GDDR move data on both clock edges: 2 transfers per memory clock per pin.
+    const double peak = 2.0 * mem_khz * 1000.0 * bus_bits / 8.0 / 1e9;
+    ctx.hbm_peak_gbps = peak;
+    ctx.hbm_peak_basis = "2 (double data rate) x memory clock " + std::to_string(mem_khz / 1000) +
+                         " MHz x " + std::to_string(bus_bits) + "-bit bus / 8 = " +
+                         format_gbps(peak) + " GB/s";
+  }
+  if (nv.uuid) {
+    h[p + "uuid"] = *nv.uuid;
+  } else {
+    char u[64];
+    const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+    std::snprintf(u, sizeof u, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                  b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+                  b[13], b[14], b[15]);
+    h[p + "uuid"] = u;
+  }
+  auto put = [&](const char* key, const std::optional<unsigned>& v) {
+    if (v) h[p + key] = std::to_string(*v);
+  };
+  put("pcie.gen.current", nv.pcie_gen_current);
+  put("pcie.gen.max", nv.pcie_gen_max);
+  put("pcie.width.current", nv.pcie_width_current);
+  put("pcie.width.max", nv.pcie_width_max);
+  put("clock.sm.current", nv.sm_clock_mhz);
+  put("clock.sm.max", nv.sm_clock_max_mhz);
+  put("clock.memory.current", nv.memory_clock_mhz);
+  put("clock.memory.max", nv.memory_clock_max_mhz);
+
+  // The link's rate: at idle a link may train down to save power, so the theoretical rate uses
+  // the maximum generation and width the device and slot support.
+  const auto gen = nv.pcie_gen_max ? nv.pcie_gen_max : nv.pcie_gen_current;
+  const auto width = nv.pcie_width_max ? nv.pcie_width_max : nv.pcie_width_current;
+  if (gen && width) {
+    std::string enc;
+    if (auto lane = pcie_lane_gbps(*gen, enc)) {
+      ctx.pcie_peak_gbps = *lane * *width;
+      ctx.pcie_peak_basis = "PCIe gen" + std::to_string(*gen) + " x" + std::to_string(*width) +
+                            " (max link): " + enc + " x " + std::to_string(*width) +
+                            " lanes / 8 = " + format_gbps(*ctx.pcie_peak_gbps) +
+                            " GB/s per direction";
+      if (nv.pcie_gen_current && nv.pcie_width_current) {
+        ctx.pcie_peak_basis += "; link now gen" + std::to_string(*nv.pcie_gen_current) + " x" +
+                               std::to_string(*nv.pcie_width_current);
+      }
+    }
+  }
+  if (!bus_id.empty()) {
+    std::ifstream numa("/sys/bus/pci/devices/" + lower(bus_id) + "/numa_node");
+    int node = -1;
+    if (numa >> node) h[p + "numa_node"] = std::to_string(node);
+  }
+  return ctx;
+}
+
+using section_fn = void (*)(gpu_context&);
+
+void run_section(gpu_context& ctx, const std::string& section, section_fn fn) {
+  if (!wants_gpu_section(*ctx.options, section)) return;
+  try {
+    VRAMKIT_CUDA_TRY(cudaSetDevice(ctx.ordinal));
+    fn(ctx);
+  } catch (const std::exception& e) {
+    (void)cudaGetLastError();
+    ctx.report->skips.push_back({ctx.tag + "." + section, std::string("failed: ") + e.what()});
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+void run_gpu_probe(const probe_options& options, probe_report& report) {
+  using namespace detail;
+  if (!wants_any_gpu_section(options)) return;
+  auto status = cuda_runtime_status();
+  if (!status) {
+    report.skips.push_back({"gpu", status.error().reason});
+    return;
+  }
+  auto& h = report.header;
+  h["gpu.count"] = std::to_string(status->device_count);
+  h["gpu.cuda_driver_version"] = format_cuda_version(status->driver_version);
+  h["gpu.cuda_runtime_version"] = format_cuda_version(status->runtime_version);
+  if (auto v = nvml_driver_version()) h["gpu.driver_version"] = *v;
+
+  for (int d = 0; d < status->device_count; ++d) {
+    VRAMKIT_CUDA_TRY(cudaSetDevice(d));
+    gpu_context ctx = describe_device(d, options, report);
+    ctx.progress(ctx.name);
+    run_section(ctx, "device", run_device_section);
+    run_section(ctx, "h2d", run_h2d_section);
+    run_section(ctx, "zerocopy", run_zerocopy_section);
+    run_section(ctx, "managed", run_managed_section);
+    run_section(ctx, "gpu-latency", run_latency_section);
+    run_section(ctx, "alloc", run_alloc_section);
+    run_section(ctx, "overlap", run_overlap_section);
+  }
+  if (wants_gpu_section(options, "p2p")) {
+    try {
+      run_p2p_section(options, report, status->device_count);
+    } catch (const std::exception& e) {
+      (void)cudaGetLastError();
+      report.skips.push_back({"p2p", std::string("failed: ") + e.what()});
+    }
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> gpu_probe_keys() {
+  return detail::gpu_keys_table();
+}
+
+std::vector<std::string> gpu_probe_sections() { return detail::gpu_sections_table(); }
+
+}  // namespace vramkit::probe

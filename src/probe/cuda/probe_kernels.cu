@@ -1,0 +1,255 @@
+// Kernels of the GPU probe: 16-byte read, write and copy loops (tunable: unroll, streaming cache
+// hints, grid-stride or per-block chunks), pattern verification, the stream-blocking spin kernel
+// and the single-thread pointer chase. Launchers are declared in probe_kernels.hpp.
+#include "probe_kernels.hpp"
+
+namespace vramkit::probe::detail {
+namespace {
+
+__device__ __forceinline__ std::uint32_t dev_pattern(std::uint64_t i, std::uint32_t seed) {
+  return static_cast<std::uint32_t>(i) * 0x9E3779B1u + seed;
+}
+
+__device__ __forceinline__ std::uint64_t global_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+template <bool Streaming>
+__device__ __forceinline__ uint4 load16(const uint4* p) {
+  if constexpr (Streaming) return __ldcs(p);
+  else return __ldg(p);
+}
+
+template <bool Streaming>
+__device__ __forceinline__ void store16(uint4* p, uint4 v) {
+  if constexpr (Streaming) __stcs(p, v);
+  else *p = v;
+}
+
+// The vectors [begin, end) this thread visits with step `step`: the whole grid strides over the
+// buffer, or each block walks its own contiguous chunk.
+struct span16 {
+  std::size_t begin, end, step;
+};
+
+__device__ __forceinline__ span16 thread_span(std::size_t n_vec, bool chunked) {
+  if (!chunked) {
+    return {blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x, n_vec,
+            static_cast<std::size_t>(gridDim.x) * blockDim.x};
+  }
+  const std::size_t per_block = (n_vec + gridDim.x - 1) / gridDim.x;
+  const std::size_t b0 = blockIdx.x * per_block;
+  const std::size_t b1 = min(n_vec, b0 + per_block);
+  return {b0 + threadIdx.x, b1, blockDim.x};
+}
+
+__device__ __forceinline__ std::uint32_t sum4(uint4 v) { return v.x + v.y + v.z + v.w; }
+
+template <bool Streaming, int Unroll>
+__global__ void read_kernel(const uint4* __restrict__ p, std::size_t n_vec, bool chunked,
+                            std::uint32_t* sum) {
+  const span16 s = thread_span(n_vec, chunked);
+  std::uint32_t acc = 0;
+  std::size_t i = s.begin;
+  for (; i + (Unroll - 1) * s.step < s.end; i += Unroll * s.step) {
+    uint4 v[Unroll];
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) v[u] = load16<Streaming>(p + i + u * s.step);
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) acc += sum4(v[u]);
+  }
+  for (; i < s.end; i += s.step) acc += sum4(load16<Streaming>(p + i));
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if ((threadIdx.x & 31) == 0 && acc != 0) atomicAdd(sum, acc);
+}
+
+template <bool Streaming>
+__global__ void fill_kernel(uint4* __restrict__ p, std::size_t n_vec, bool chunked,
+                            std::uint32_t seed) {
+  const span16 s = thread_span(n_vec, chunked);
+  std::size_t i = s.begin;
+  for (; i + 3 * s.step < s.end; i += 4 * s.step) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const std::size_t j = i + u * s.step;
+      const std::uint64_t w = 4 * j;
+      store16<Streaming>(p + j, make_uint4(dev_pattern(w, seed), dev_pattern(w + 1, seed),
+                                           dev_pattern(w + 2, seed), dev_pattern(w + 3, seed)));
+    }
+  }
+  for (; i < s.end; i += s.step) {
+    const std::uint64_t w = 4 * i;
+    store16<Streaming>(p + i, make_uint4(dev_pattern(w, seed), dev_pattern(w + 1, seed),
+                                         dev_pattern(w + 2, seed), dev_pattern(w + 3, seed)));
+  }
+}
+
+template <bool Streaming>
+__global__ void copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src,
+                            std::size_t n_vec, bool chunked) {
+  const span16 s = thread_span(n_vec, chunked);
+  std::size_t i = s.begin;
+  for (; i + 3 * s.step < s.end; i += 4 * s.step) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = load16<Streaming>(src + i + u * s.step);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) store16<Streaming>(dst + i + u * s.step, v[u]);
+  }
+  for (; i < s.end; i += s.step) store16<Streaming>(dst + i, load16<Streaming>(src + i));
+}
+
+// Words past the last whole 16-byte vector, handled by one thread.
+__global__ void tail_kernel(std::uint32_t* dst, const std::uint32_t* src, std::size_t first,
+                            std::size_t n, std::uint32_t seed, int op, std::uint32_t* sum) {
+  std::uint32_t acc = 0;
+  for (std::size_t i = first; i < n; ++i) {
+    if (op == 0) dst[i] = dev_pattern(i, seed);
+    else if (op == 1) acc += src[i];
+    else dst[i] = src[i];
+  }
+  if (op == 1 && acc != 0) atomicAdd(sum, acc);
+}
+
+__global__ void mismatch_kernel(const std::uint32_t* __restrict__ p, std::size_t n,
+                                std::uint32_t seed, unsigned long long* count) {
+  unsigned long long bad = 0;
+  const std::size_t step = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += step) {
+    bad += (p[i] != dev_pattern(i, seed)) ? 1 : 0;
+  }
+  for (int o = 16; o > 0; o >>= 1) bad += __shfl_xor_sync(0xffffffffu, bad, o);
+  if ((threadIdx.x & 31) == 0 && bad != 0) atomicAdd(count, bad);
+}
+
+__global__ void spin_kernel(const volatile int* flag, std::uint64_t timeout_ns, int* timed_out) {
+  const std::uint64_t t0 = global_ns();
+  while (*flag == 0) {
+    if (global_ns() - t0 > timeout_ns) {
+      *timed_out = 1;
+      break;
+    }
+  }
+}
+
+__global__ void chase_build_kernel(std::uint64_t* base, std::uint64_t stride_words,
+                                   chase_layout layout) {
+  const std::uint64_t n = layout.chunks * layout.lines;
+  const std::uint64_t step = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t t = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; t < n;
+       t += step) {
+    const std::uint64_t from = chase_visit(layout, t);
+    const std::uint64_t to = chase_visit(layout, t + 1 == n ? 0 : t + 1);
+    base[from * stride_words] = reinterpret_cast<std::uint64_t>(base + to * stride_words);
+  }
+}
+
+__global__ void chase_kernel(const std::uint64_t* start, std::uint64_t warm, std::uint64_t steps,
+                             std::uint64_t* out) {
+  const std::uint64_t* p = start;
+  for (std::uint64_t i = 0; i < warm; ++i) p = reinterpret_cast<const std::uint64_t*>(*p);
+  const std::uint64_t t0 = global_ns();
+  const long long c0 = clock64();
+  std::uint64_t i = 0;
+  for (; i + 8 <= steps; i += 8) {
+#pragma unroll
+    for (int u = 0; u < 8; ++u) p = reinterpret_cast<const std::uint64_t*>(*p);
+  }
+  for (; i < steps; ++i) p = reinterpret_cast<const std::uint64_t*>(*p);
+  const long long c1 = clock64();
+  const std::uint64_t t1 = global_ns();
+  out[0] = reinterpret_cast<std::uint64_t>(p);
+  out[1] = t1 - t0;
+  out[2] = static_cast<std::uint64_t>(c1 - c0);
+}
+
+int grid_for(const launch_config& cfg) { return cfg.blocks > 0 ? cfg.blocks : 1; }
+
+}  // namespace
+
+cudaError_t launch_fill(std::uint32_t* p, std::size_t n_words, std::uint32_t seed,
+                        const launch_config& cfg, cudaStream_t stream) {
+  const std::size_t n_vec = n_words / 4;
+  if (n_vec > 0) {
+    if (cfg.streaming)
+      fill_kernel<true><<<grid_for(cfg), cfg.threads, 0, stream>>>(
+          reinterpret_cast<uint4*>(p), n_vec, cfg.chunked, seed);
+    else
+      fill_kernel<false><<<grid_for(cfg), cfg.threads, 0, stream>>>(
+          reinterpret_cast<uint4*>(p), n_vec, cfg.chunked, seed);
+  }
+  if (n_words % 4 != 0)
+    tail_kernel<<<1, 1, 0, stream>>>(p, nullptr, n_vec * 4, n_words, seed, 0, nullptr);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_read(const std::uint32_t* p, std::size_t n_words, std::uint32_t* sum,
+                        const launch_config& cfg, cudaStream_t stream) {
+  const std::size_t n_vec = n_words / 4;
+  const auto* v = reinterpret_cast<const uint4*>(p);
+  if (n_vec > 0) {
+    const int g = grid_for(cfg);
+    if (cfg.streaming && cfg.unroll >= 8)
+      read_kernel<true, 8><<<g, cfg.threads, 0, stream>>>(v, n_vec, cfg.chunked, sum);
+    else if (cfg.streaming)
+      read_kernel<true, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, cfg.chunked, sum);
+    else if (cfg.unroll >= 8)
+      read_kernel<false, 8><<<g, cfg.threads, 0, stream>>>(v, n_vec, cfg.chunked, sum);
+    else
+      read_kernel<false, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, cfg.chunked, sum);
+  }
+  if (n_words % 4 != 0)
+    tail_kernel<<<1, 1, 0, stream>>>(nullptr, p, n_vec * 4, n_words, 0, 1, sum);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_copy(std::uint32_t* dst, const std::uint32_t* src, std::size_t n_words,
+                        const launch_config& cfg, cudaStream_t stream) {
+  const std::size_t n_vec = n_words / 4;
+  auto* d = reinterpret_cast<uint4*>(dst);
+  const auto* s = reinterpret_cast<const uint4*>(src);
+  if (n_vec > 0) {
+    if (cfg.streaming)
+      copy_kernel<true><<<grid_for(cfg), cfg.threads, 0, stream>>>(d, s, n_vec, cfg.chunked);
+    else
+      copy_kernel<false><<<grid_for(cfg), cfg.threads, 0, stream>>>(d, s, n_vec, cfg.chunked);
+  }
+  if (n_words % 4 != 0)
+    tail_kernel<<<1, 1, 0, stream>>>(dst, src, n_vec * 4, n_words, 0, 2, nullptr);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_count_mismatches(const std::uint32_t* p, std::size_t n_words,
+                                    std::uint32_t seed, unsigned long long* count,
+                                    cudaStream_t stream) {
+  if (n_words == 0) return cudaSuccess;
+  const std::size_t blocks = std::min<std::size_t>(4096, (n_words + 255) / 256);
+  mismatch_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, n_words, seed, count);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_spin(const volatile int* flag, std::uint64_t timeout_ns, int* timed_out,
+                        cudaStream_t stream) {
+  spin_kernel<<<1, 1, 0, stream>>>(flag, timeout_ns, timed_out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_chase_build(std::uint64_t* base, std::uint64_t stride_bytes,
+                               const chase_layout& layout, cudaStream_t stream) {
+  const std::uint64_t n = layout.chunks * layout.lines;
+  const std::uint64_t blocks = std::min<std::uint64_t>(8192, (n + 255) / 256);
+  chase_build_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(base, stride_bytes / 8,
+                                                                         layout);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_chase(const std::uint64_t* start, std::uint64_t warm, std::uint64_t steps,
+                         std::uint64_t* out, cudaStream_t stream) {
+  chase_kernel<<<1, 1, 0, stream>>>(start, warm, steps, out);
+  return cudaGetLastError();
+}
+
+}  // namespace vramkit::probe::detail

@@ -1,0 +1,198 @@
+// GPU tests of the probe's GPU sections: each runs (quick sizes) on the device, every figure it
+// reports is verified and plausible, and nothing it skips is a failure. They skip with the reason
+// where there is no GPU, and fail instead when VRAMKIT_REQUIRE_GPU=1.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "vramkit/core/cuda_device_api.hpp"
+#include "vramkit/probe/gpu_probe.hpp"
+
+namespace vramkit::probe {
+namespace {
+
+bool gpu_required() {
+  const char* v = std::getenv("VRAMKIT_REQUIRE_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+
+#define REQUIRE_GPU_OR_SKIP()                                                          \
+  do {                                                                                 \
+    auto status_ = cuda_runtime_status();                                              \
+    if (!status_) {                                                                    \
+      if (gpu_required()) FAIL() << "VRAMKIT_REQUIRE_GPU=1 but " << status_.error().reason; \
+      GTEST_SKIP() << "no GPU: " << status_.error().reason;                           \
+    }                                                                                  \
+  } while (0)
+
+probe_report run_section(const std::string& section) {
+  probe_options options;
+  options.quick = true;
+  options.only = {section};
+  probe_report report;
+  run_gpu_probe(options, report);
+  return report;
+}
+
+const measurement* find(const probe_report& r, const std::string& key) {
+  for (const auto& m : r.results)
+    if (m.key == key) return &m;
+  return nullptr;
+}
+
+// Every figure: verified, with samples, finite positive stats in order, the section asked for.
+void expect_sane(const probe_report& r, const std::string& section) {
+  for (const auto& s : r.skips) {
+    EXPECT_FALSE(s.failed) << s.key << ": " << s.reason;
+    EXPECT_EQ(s.reason.find("failed"), std::string::npos) << s.key << ": " << s.reason;
+  }
+  for (const auto& m : r.results) {
+    SCOPED_TRACE(m.key);
+    EXPECT_EQ(m.section, section);
+    EXPECT_TRUE(m.verified);
+    EXPECT_FALSE(m.samples.empty());
+    EXPECT_EQ(m.repetitions, static_cast<int>(m.samples.size()));
+    EXPECT_TRUE(std::isfinite(m.stats.median));
+    EXPECT_GT(m.stats.min, 0.0);
+    EXPECT_LE(m.stats.min, m.stats.median);
+    EXPECT_LE(m.stats.median, m.stats.max);
+    EXPECT_FALSE(m.unit.empty());
+    EXPECT_EQ(m.device.rfind("gpu", 0), 0u);
+    if (m.peak && m.unit == "GB/s") EXPECT_LT(m.stats.median, 1.2 * *m.peak) << "above the theoretical peak";
+  }
+}
+
+TEST(GpuProbe, HeaderDescribesEveryDevice) {
+  REQUIRE_GPU_OR_SKIP();
+  auto r = run_section("alloc");
+  const int n = std::stoi(r.header.at("gpu.count"));
+  ASSERT_GE(n, 1);
+  for (int d = 0; d < n; ++d) {
+    const std::string p = "gpu." + std::to_string(d) + ".";
+    EXPECT_FALSE(r.header.at(p + "name").empty());
+    EXPECT_GT(std::stoull(r.header.at(p + "memory_total")), 0u);
+    EXPECT_GT(std::stoi(r.header.at(p + "sm_count")), 0);
+    EXPECT_NE(r.header.at(p + "cc").find('.'), std::string::npos);
+    EXPECT_TRUE(r.header.count(p + "pci_bus_id"));
+  }
+  EXPECT_TRUE(r.header.count("gpu.cuda_runtime_version"));
+}
+
+TEST(GpuProbe, DeviceSectionVerifiesAndReachesPlausibleBandwidth) {
+  REQUIRE_GPU_OR_SKIP();
+  auto r = run_section("device");
+  expect_sane(r, "device");
+  for (const char* k : {"gpu0.device.read", "gpu0.device.write", "gpu0.device.copy", "gpu0.device.memcpy"}) {
+    const auto* m = find(r, k);
+    ASSERT_NE(m, nullptr) << k;
+    EXPECT_GT(m->stats.median, 50.0) << k << " GB/s: implausibly slow for device memory";
+  }
+  const auto* copy = find(r, "gpu0.device.copy");
+  EXPECT_NEAR(copy->extra.at("copied_once_gbps"), copy->stats.median / 2, 1e-6);
+  EXPECT_EQ(copy->convention, byte_convention::read_plus_written);
+  EXPECT_EQ(find(r, "gpu0.device.memcpy")->convention, byte_convention::copied_once);
+}
+
+TEST(GpuProbe, HostDeviceCopiesVerifyOverTheSweep) {
+  REQUIRE_GPU_OR_SKIP();
+  auto r = run_section("h2d");
+  expect_sane(r, "h2d");
+  for (const char* k : {"gpu0.h2d.pinned", "gpu0.d2h.pinned", "gpu0.bidir.pinned", "gpu0.h2d.pageable",
+                        "gpu0.d2h.pageable", "gpu0.bidir.pageable"}) {
+    const auto* m = find(r, k);
+    ASSERT_NE(m, nullptr) << k;
+    EXPECT_GT(m->stats.median, 0.5) << k;
+  }
+  int sweeps = 0;
+  for (const auto& c : r.curves) {
+    EXPECT_GE(c.points.size(), 3u) << c.key;
+    for (const auto& p : c.points) EXPECT_GT(p.y.median, 0.0) << c.key;
+    ++sweeps;
+  }
+  EXPECT_EQ(sweeps, 6);
+}
+
+TEST(GpuProbe, ZeroCopyVerifies) {
+  REQUIRE_GPU_OR_SKIP();
+  auto r = run_section("zerocopy");
+  expect_sane(r, "zerocopy");
+  EXPECT_NE(find(r, "gpu0.zerocopy.read"), nullptr);
+  EXPECT_NE(find(r, "gpu0.zerocopy.write"), nullptr);
+}
+
+TEST(GpuProbe, ManagedMemoryVerifiesOrSaysWhyNot) {
+  REQUIRE_GPU_OR_SKIP();
+  auto r = run_section("managed");
+  expect_sane(r, "managed");
+  if (r.results.empty()) {
+    ASSERT_FALSE(r.skips.empty());
+    EXPECT_FALSE(r.skips[0].reason.empty());
+    return;
+  }
+  for (const char* k : {"gpu0.managed.first_touch", "gpu0.managed.prefetch", "gpu0.managed.prefetched_touch",
+                        "gpu0.managed.advised_touch"}) {
+    EXPECT_NE(find(r, k), nullptr) << k;
+  }
+}
+
+TEST(GpuProbe, PeerCopiesVerifyOrSayWhyNot) {
+  REQUIRE_GPU_OR_SKIP();
+  auto r = run_section("p2p");
+  expect_sane(r, "p2p");
+  const int n = std::stoi(r.header.at("gpu.count"));
+  if (n < 2) {
+    ASSERT_EQ(r.skips.size(), 1u);
+    EXPECT_EQ(r.skips[0].key, "p2p");
+  } else {
+    EXPECT_FALSE(r.results.empty() && r.skips.empty());
+  }
+}
+
+TEST(GpuProbe, LatencyCurveClimbsThroughTheLevels) {
+  REQUIRE_GPU_OR_SKIP();
+  auto r = run_section("gpu-latency");
+  expect_sane(r, "gpu-latency");
+  ASSERT_EQ(r.curves.size(), 1u);
+  const auto* l1 = find(r, "gpu0.latency.l1");
+  const auto* l2 = find(r, "gpu0.latency.l2");
+  const auto* hbm = find(r, "gpu0.latency.hbm");
+  ASSERT_NE(l1, nullptr);
+  ASSERT_NE(l2, nullptr);
+  ASSERT_NE(hbm, nullptr);
+  EXPECT_GT(l1->stats.median, 1.0);
+  EXPECT_LT(l1->stats.median, l2->stats.median);
+  EXPECT_LT(l2->stats.median, hbm->stats.median);
+  EXPECT_LT(hbm->stats.median, 10000.0);
+  const auto* zc = find(r, "gpu0.latency.zerocopy");
+  ASSERT_NE(zc, nullptr);
+  EXPECT_GT(zc->stats.median, hbm->stats.median);
+  EXPECT_GE(r.levels.size(), 3u);
+}
+
+TEST(GpuProbe, AllocationCostIsMeasuredPerCall) {
+  REQUIRE_GPU_OR_SKIP();
+  auto r = run_section("alloc");
+  expect_sane(r, "alloc");
+  for (const char* k : {"gpu0.alloc.cuda_malloc", "gpu0.alloc.cuda_free", "gpu0.alloc.malloc_async",
+                        "gpu0.alloc.free_async"}) {
+    const auto* m = find(r, k);
+    ASSERT_NE(m, nullptr) << k;
+    EXPECT_EQ(m->unit, "us");
+    EXPECT_LT(m->stats.median, 1e5) << k;
+  }
+}
+
+TEST(GpuProbe, OverlapIsBetweenSerialAndIdeal) {
+  REQUIRE_GPU_OR_SKIP();
+  auto r = run_section("overlap");
+  expect_sane(r, "overlap");
+  const auto* m = find(r, "gpu0.overlap");
+  ASSERT_NE(m, nullptr);
+  EXPECT_GT(m->stats.median, 0.8);
+  EXPECT_LT(m->stats.median, m->extra.at("ideal_ratio") * 1.1);
+}
+
+}  // namespace
+}  // namespace vramkit::probe
