@@ -1,0 +1,46 @@
+# probe stage: `vramkit probe --quick` and the full probe (JSON + HTML), each timed, then the
+# side-by-side comparison with the baselines (bench/probe/compare.py). Writes probe-quick.txt,
+# probe-full.txt, probe.json, probe.html and probe-summary.md into RESULTS_DIR.
+set -uo pipefail
+: "${BUILD_DIR:?}" "${RESULTS_DIR:?}"
+VRAMKIT="$BUILD_DIR/vramkit"
+[ -x "$VRAMKIT" ] || VRAMKIT="$BUILD_DIR/cli/vramkit"
+status=0
+
+elapsed() { echo "$(( $(date +%s%N) / 1000000 - $1 ))"; }
+
+echo "== vramkit probe --quick"
+t0=$(( $(date +%s%N) / 1000000 ))
+timeout 120 "$VRAMKIT" probe --quick > "$RESULTS_DIR/probe-quick.txt" 2> "$RESULTS_DIR/probe-quick.err"
+rc=$?
+quick_ms=$(elapsed "$t0")
+echo "quick: exit $rc, $quick_ms ms"
+cat "$RESULTS_DIR/probe-quick.txt"
+[ $rc -eq 0 ] || { status=1; tail -20 "$RESULTS_DIR/probe-quick.err"; }
+
+echo "== vramkit probe (full) --json --html"
+t0=$(( $(date +%s%N) / 1000000 ))
+timeout 240 "$VRAMKIT" probe --json "$RESULTS_DIR/probe.json" --html "$RESULTS_DIR/probe.html" \
+  > "$RESULTS_DIR/probe-full.txt" 2> "$RESULTS_DIR/probe-full.err"
+rc=$?
+full_ms=$(elapsed "$t0")
+echo "full: exit $rc, $full_ms ms"
+cat "$RESULTS_DIR/probe-full.txt"
+[ $rc -eq 0 ] || { status=1; tail -20 "$RESULTS_DIR/probe-full.err"; }
+
+echo "== side-by-side comparison"
+timeout 300 python3 bench/probe/compare.py --vramkit "$VRAMKIT" \
+  --baselines "$BUILD_DIR/bench/probe/probe_gpu_baselines" \
+  --host-bench "$BUILD_DIR/bench/probe/host_stream_bench" \
+  --results "$RESULTS_DIR" > "$RESULTS_DIR/probe-compare.txt" 2> "$RESULTS_DIR/probe-compare.err"
+rc=$?
+cat "$RESULTS_DIR/probe-compare.txt"
+[ $rc -eq 0 ] || { status=1; tail -30 "$RESULTS_DIR/probe-compare.err"; }
+
+if [ -f "$RESULTS_DIR/probe-summary.md" ]; then
+  {
+    echo
+    echo "Run times: \`vramkit probe --quick\` $quick_ms ms (target <= 15 s), full \`vramkit probe\` $full_ms ms (target <= 90 s)."
+  } >> "$RESULTS_DIR/probe-summary.md"
+fi
+exit $status
