@@ -103,7 +103,13 @@ TEST(ResidencyManager, DirtyBufferIsCopiedBackAfterItsLastUseBeforeItsMemoryIsRe
   owned_stream s1(*sim.device), s2(*sim.device);
   sim.device->pause();  // everything below is queued; only events order it
   auto* da = static_cast<std::uint8_t*>(m.acquire(a, s1, access_mode::write));
-  sim.device->launch_host_func(s1, [da] { std::memset(da, 0x5a, 64 * KiB); });
+  // A slow "kernel" (a few ms): without the wait on its use event the copy back (~50 us) would
+  // run while it is still writing.
+  sim.device->launch_host_func(s1, [da] {
+    for (int pass = 0; pass < 64; ++pass) {
+      for (std::size_t i = 0; i < 64 * KiB; ++i) static_cast<volatile std::uint8_t*>(da)[i] = static_cast<std::uint8_t>(pass == 63 ? 0x5a : pass);
+    }
+  });
   m.release(a, s1);
   auto* db = static_cast<std::uint8_t*>(m.acquire(b, s2, access_mode::read_write));  // evicts a
   sim.device->launch_host_func(s2, [db] { std::memset(db, 0x11, 64 * KiB); });
