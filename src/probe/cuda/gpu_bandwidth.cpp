@@ -389,6 +389,7 @@ void run_h2d_section(gpu_context& ctx) {
         m.peak = *ctx.pcie_peak_gbps * (dir == direction::bidir ? 2 : 1);
         m.peak_basis = ctx.pcie_peak_basis + (dir == direction::bidir ? ", both directions summed" : "");
       }
+      if (const int node = host_numa_node(host.src); node >= 0) m.extra["host_numa_node"] = node;
       m.note = std::string(pinned ? "cudaMemcpyAsync, events around the copies on a held stream"
                                   : "synchronised copies timed by the host clock") +
                "; destination checked word by word";
@@ -433,6 +434,7 @@ void run_zerocopy_section(gpu_context& ctx) {
     m.peak = ctx.pcie_peak_gbps;
     m.peak_basis = ctx.pcie_peak_basis;
     m.note = "sum of all words checked against the pattern; " + cfg_note(cfg);
+    if (const int node = host_numa_node(host.get()); node >= 0) m.extra["host_numa_node"] = node;
     add_verified(ctx, std::move(m), got == want, "read sum mismatch");
   }
   const std::uint32_t seed_w = seed + 99;
@@ -446,6 +448,7 @@ void run_zerocopy_section(gpu_context& ctx) {
   m.peak = ctx.pcie_peak_gbps;
   m.peak_basis = ctx.pcie_peak_basis;
   m.note = "host buffer checked word by word by the CPU; " + cfg_note(cfg);
+  if (const int node = host_numa_node(host.get()); node >= 0) m.extra["host_numa_node"] = node;
   add_verified(ctx, std::move(m), bad == 0, mismatch_text(bad, words));
 }
 

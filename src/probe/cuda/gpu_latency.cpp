@@ -109,8 +109,9 @@ void run_latency_section(gpu_context& ctx) {
     VRAMKIT_CUDA_TRY(launch_chase_build(base, line_bytes, dv, s));
     VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s));
     const std::uint64_t n = ws / line_bytes;
-    // Warm the whole chain while it fits the caches; beyond that a bounded warm-up suffices.
-    const std::uint64_t warm = ws <= 4 * ctx.l2_bytes ? n : std::min<std::uint64_t>(n, steps);
+    // Warm the whole chain while it fits L2; beyond that a bounded warm-up suffices (a full pass
+    // over a set larger than L2 would cost n device-memory latencies for nothing).
+    const std::uint64_t warm = ws <= ctx.l2_bytes ? n : std::min<std::uint64_t>(n, steps);
     auto r = chase(base, t, warm, steps, samples, s);
     if (!r.ok) ok = false;
     curve::point pt;

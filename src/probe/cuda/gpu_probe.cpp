@@ -8,6 +8,9 @@
 #include <fstream>
 #include <thread>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "common/cuda_check.hpp"
 #include "gpu_probe_detail.hpp"
 #include "gpu_probe_keys.hpp"
@@ -190,6 +193,18 @@ std::uint64_t parallel_mismatches(const std::uint32_t* p, std::size_t n_words, s
   std::uint64_t total = 0;
   for (auto b : bad) total += b;
   return total;
+}
+
+int host_numa_node(const void* p) {
+#ifdef SYS_get_mempolicy
+  // get_mempolicy(MPOL_F_NODE | MPOL_F_ADDR) reports the node of the page at the address.
+  int node = -1;
+  constexpr unsigned long mpol_f_node = 1, mpol_f_addr = 2;
+  if (syscall(SYS_get_mempolicy, &node, nullptr, 0UL, const_cast<void*>(p), mpol_f_node | mpol_f_addr) == 0) {
+    return node;
+  }
+#endif
+  return -1;
 }
 
 // --- header -------------------------------------------------------------------------------------

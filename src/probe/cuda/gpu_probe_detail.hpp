@@ -141,6 +141,9 @@ std::uint64_t device_mismatches(const std::uint32_t* p, std::size_t n_words, std
 void parallel_fill(std::uint32_t* p, std::size_t n_words, std::uint32_t seed);
 std::uint64_t parallel_mismatches(const std::uint32_t* p, std::size_t n_words, std::uint32_t seed);
 
+/// The NUMA node holding the (touched) host page at `p`, or -1 when the kernel does not say.
+int host_numa_node(const void* p);
+
 /// Bytes per second in GB/s (decimal).
 inline double gbps(double bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
 
