@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "detail/device_api_resources.hpp"
+#include "detail/default_resources.hpp"
 #include "detail/trace_recorder.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/units.hpp"
@@ -253,8 +253,8 @@ residency_manager::residency_manager(device_api& api, mr::memory_resource& devic
 
 residency_manager::residency_manager(device_api& api, residency_options options)
     : impl_(std::make_unique<impl>(api, nullptr, nullptr, options)) {
-  impl_->owned_device = std::make_unique<detail::api_device_resource>(api);
-  impl_->owned_pinned = std::make_unique<detail::api_pinned_resource>(api);
+  impl_->owned_device = detail::make_device_resource(api);
+  impl_->owned_pinned = detail::make_pinned_resource(api);
   impl_->device_mr = impl_->owned_device.get();
   impl_->pinned_mr = impl_->owned_pinned.get();
 }

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "detail/copy_pool.hpp"
-#include "detail/device_api_resources.hpp"
+#include "detail/default_resources.hpp"
 #include "detail/trace_recorder.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/units.hpp"
@@ -575,8 +575,8 @@ stream_pipeline::stream_pipeline(device_api& api, mr::memory_resource& device_me
 
 stream_pipeline::stream_pipeline(device_api& api, pipeline_options options)
     : impl_(std::make_unique<impl>(api, options)) {
-  impl_->owned_device = std::make_unique<detail::api_device_resource>(api);
-  impl_->owned_pinned = std::make_unique<detail::api_pinned_resource>(api);
+  impl_->owned_device = detail::make_device_resource(api);
+  impl_->owned_pinned = detail::make_pinned_resource(api);
   impl_->device_mr = impl_->owned_device.get();
   impl_->pinned_mr = impl_->owned_pinned.get();
 }
