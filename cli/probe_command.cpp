@@ -1,17 +1,122 @@
-// Placeholder for `vramkit probe` until its module lands: says so and exits 1.
-#include "commands.hpp"
-
+// `vramkit probe`: measures the host and GPU memory hierarchy and prints the table (stdout),
+// progress (stderr), and optionally JSON and a self-contained HTML page.
 #include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
+#include "vramkit/probe/probe.hpp"
+#include "vramkit/probe/report_html.hpp"
+#include "vramkit/probe/report_json.hpp"
+#include "vramkit/probe/report_table.hpp"
 
 namespace vramkit::cli {
+namespace {
+
+struct probe_args {
+  bool quick = false;
+  bool list = false;
+  std::vector<std::string> only;
+  std::string json_file;
+  std::string html_file;
+  int threads = 0;
+  std::string size;
+  std::string latency_size;
+};
+
+void write_file(const std::string& path, const std::string& text, const char* what) {
+  if (path == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return;
+  }
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw usage_error(fmt::format("{}: cannot write '{}'", what, path));
+  out << text;
+  if (!out.flush()) throw error(fmt::format("{}: writing '{}' failed", what, path));
+}
+
+void run(probe_args& a, command_context& ctx) {
+  if (a.list) {
+    for (const auto& [key, text] : probe::probe_keys()) std::printf("%-46s %s\n", key.c_str(), text.c_str());
+    return;
+  }
+  probe::probe_options o;
+  o.quick = a.quick;
+  for (const auto& s : a.only) {
+    if (s.empty()) throw usage_error("--only: empty section name");
+    o.only.insert(s);
+  }
+  probe::check_sections(o.only);
+  if (a.threads < 0) throw usage_error("--threads: must be >= 1 (got " + std::to_string(a.threads) + ")");
+  o.host_threads = a.threads;
+  if (!a.size.empty()) {
+    o.host_buffer_bytes = parse_bytes(a.size);
+    if (o.host_buffer_bytes < 64 * KiB) {
+      throw usage_error("--size: host buffer must be at least 64 KiB (got '" + a.size + "')");
+    }
+  }
+  if (!a.latency_size.empty()) {
+    o.max_latency_bytes = parse_bytes(a.latency_size);
+    if (o.max_latency_bytes < 4 * KiB) {
+      throw usage_error("--latency-size: must be at least 4 KiB (got '" + a.latency_size + "')");
+    }
+  }
+  o.progress = [](const std::string& line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  };
+  // Output files must be writable before minutes of measuring.
+  for (const auto* f : {&a.json_file, &a.html_file}) {
+    if (f->empty() || *f == "-") continue;
+    std::ofstream probe_open(*f, std::ios::app);
+    if (!probe_open) throw usage_error(fmt::format("{}: cannot write '{}'", f == &a.json_file ? "--json" : "--html", *f));
+  }
+
+  const probe::probe_report report = probe::run_probe(o);
+  const bool json_to_stdout = a.json_file == "-";
+  const bool html_to_stdout = a.html_file == "-";
+  if (!json_to_stdout && !html_to_stdout) {
+    const std::string table = probe::to_table(report);
+    std::fwrite(table.data(), 1, table.size(), stdout);
+  } else {
+    // stdout carries the document; the table goes to stderr so the JSON stays parseable.
+    const std::string table = probe::to_table(report);
+    std::fwrite(table.data(), 1, table.size(), stderr);
+  }
+  if (!a.json_file.empty()) write_file(a.json_file, probe::to_json(report).dump(2) + "\n", "--json");
+  if (!a.html_file.empty()) write_file(a.html_file, probe::to_html(report), "--html");
+  if (probe::has_failures(report)) {
+    std::fprintf(stderr, "vramkit: probe: a result failed its verification (see FAILED above)\n");
+    ctx.exit_code = 1;
+  }
+}
+
+}  // namespace
 
 void add_probe_command(CLI::App& app, command_context& ctx) {
-  auto* sub = app.add_subcommand("probe", "probe (not available in this build yet)");
-  sub->allow_extras();
-  sub->callback([&ctx] {
-    std::fprintf(stderr, "vramkit: 'probe' is not available in this build yet\n");
-    ctx.exit_code = 1;
-  });
+  auto args = std::make_shared<probe_args>();
+  auto* sub = app.add_subcommand("probe", "measure the host and GPU memory hierarchy of this machine");
+  sub->add_flag("--quick", args->quick, "shorter run (a few seconds on the host, <= 15 s with one H200)");
+  sub->add_option("--only", args->only,
+                  "sections to run, comma list or repeated: host, latency, gpu, device, h2d, zerocopy, "
+                  "managed, p2p, gpu-latency, alloc, overlap")
+      ->delimiter(',');
+  sub->add_flag("--list", args->list, "print the stable key of every test with its description, then exit");
+  sub->add_option("--json", args->json_file, "write the report as JSON to FILE ('-' = stdout)");
+  sub->add_option("--html", args->html_file, "write a self-contained HTML report to FILE ('-' = stdout)");
+  sub->add_option("--threads", args->threads, "host threads for the all-thread figures (default: all)");
+  sub->add_option("--size", args->size, "host bandwidth array size, e.g. 512MiB (default: >= 4x last-level cache)");
+  sub->add_option("--latency-size", args->latency_size,
+                  "largest host latency working set, e.g. 64MiB (default: 1 GiB, quick 256 MiB)");
+  sub->callback([args, &ctx] { run(*args, ctx); });
 }
 
 }  // namespace vramkit::cli

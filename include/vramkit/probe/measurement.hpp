@@ -29,11 +29,13 @@ const char* to_string(byte_convention c) noexcept;
 /// min / median / max of a set of samples.
 struct sample_stats {
   double min = 0, median = 0, max = 0;
+  /// Stats of `samples` (median of an even count = mean of the middle two); all zero when empty.
   static sample_stats of(std::vector<double> samples);
 };
 
 /// Verdict of one figure against the reference table.
 enum class verdict_kind { normal, low, high, unknown };
+const char* to_string(verdict_kind v) noexcept;  ///< "normal", "low", "high", "unknown"
 
 /// One measured figure. `key` is stable across versions (see `vramkit probe --list`).
 struct measurement {
@@ -77,10 +79,12 @@ struct curve {
   bool log_x = true;
 };
 
-/// A section or test that did not run, with the reason people see.
+/// A section or test that did not run, with the reason people see. `failed` marks a test that ran
+/// but whose result did not verify (its speed is not reported); the CLI then exits 1.
 struct skipped {
   std::string key;
   std::string reason;
+  bool failed = false;
 };
 
 /// A cache or memory level read off a latency curve, and what hwloc says.
@@ -93,6 +97,15 @@ struct memory_level {
 };
 
 /// Everything a probe run produced.
+///
+/// Header keys read by apply_verdicts (verdict.hpp), filled by the GPU side where known:
+///   gpu.N.name                                    device name, matched against the reference table
+///   gpu.N.pcie.gen.current / gpu.N.pcie.gen.max   PCIe link generation, trained and maximum
+///   gpu.N.pcie.width.current / gpu.N.pcie.width.max  PCIe link width (lanes)
+///   gpu.N.numa_node                               NUMA node nearest the device
+///   gpu.N.clock.sm.current / gpu.N.clock.sm.max   SM clock in MHz (optional)
+///   gpu.N.clock.memory.current / gpu.N.clock.memory.max  memory clock in MHz (optional)
+/// and per measurement `extra["host_numa_node"]`: the NUMA node of the host buffer it used.
 struct probe_report {
   int schema = schema_version;
   std::map<std::string, std::string> header;  ///< vramkit version, command line, CPU, devices...
@@ -109,6 +122,8 @@ struct probe_options {
   int host_threads = 0;              ///< 0 = all hardware threads
   std::uint64_t host_buffer_bytes = 0;  ///< 0 = auto (well past the last-level cache)
   std::uint64_t max_latency_bytes = 0;  ///< 0 = auto (>= 1 GiB full, smaller quick)
+  int host_repetitions = 0;          ///< timed samples per host figure; 0 = auto (full 10, quick 3)
+  std::string command_line;          ///< recorded in the report header
   /// Progress lines for stderr; may be empty.
   std::function<void(const std::string&)> progress;
 

@@ -1,0 +1,44 @@
+// Internals of the host latency probe, exposed for tests: the random single-cycle permutation
+// behind the pointer chase and the reading of cache levels off a latency curve. Pure functions,
+// thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "vramkit/probe/measurement.hpp"
+
+namespace vramkit::probe::detail {
+
+/// A random cyclic permutation of 0..n-1 (Sattolo's algorithm): starting anywhere and following
+/// `i = next[i]` visits all n indices before it returns. Deterministic for a given seed; n must be
+/// below 2^32 (n = 0 gives an empty vector, n = 1 the fixed point {0}).
+std::vector<std::uint32_t> make_cyclic_permutation(std::size_t n, std::uint64_t seed);
+
+/// Number of steps `i = next[i]` from `start` until `start` comes back, or 0 when it never does
+/// (an index out of range, or a cycle that does not contain `start`).
+std::size_t cycle_length(const std::vector<std::uint32_t>& next, std::uint32_t start = 0);
+
+/// A cache level as the topology reports it: "L1d", "L2", "L3" and the size of one instance.
+struct reported_cache {
+  std::string name;
+  std::uint64_t size_bytes = 0;
+};
+
+/// Reads memory levels off a latency curve (points in ascending x = working-set bytes, y = ns per
+/// load). With `caches` (ascending sizes) each cache level's latency is the median over the points
+/// that fit it but not the level below; its measured size is the last point before the latency
+/// climbs past 1.5x that level; the last entry is "DRAM" from points past 4x the largest cache.
+/// Without `caches`, plateaus are found by jumps of more than 1.4x and named L1, L2, ..., DRAM.
+std::vector<memory_level> find_levels(const std::vector<curve::point>& points,
+                                      const std::vector<reported_cache>& caches,
+                                      const std::string& device);
+
+/// Working-set sizes of the latency sweep: 2^k and 1.5 * 2^k (full) or 2^k only (quick), from
+/// `min_bytes` to `max_bytes` inclusive, each a multiple of 64 bytes.
+std::vector<std::uint64_t> latency_sizes(std::uint64_t min_bytes, std::uint64_t max_bytes,
+                                         bool half_steps);
+
+}  // namespace vramkit::probe::detail

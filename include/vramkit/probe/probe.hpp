@@ -1,0 +1,32 @@
+// `vramkit probe` as a library call: the machine header, the host sections, the GPU sections and
+// the verdicts in one report; plus the section names and stable keys for --only and --list.
+// Call from one thread at a time.
+#pragma once
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "vramkit/probe/measurement.hpp"
+
+namespace vramkit::probe {
+
+/// Every --only section name: the host ones ("host", "latency"), then the GPU ones.
+std::vector<std::string> probe_sections();
+
+/// Throws vramkit::usage_error naming the first unknown name in `only` and listing the valid ones.
+void check_sections(const std::set<std::string>& only);
+
+/// Stable keys of every test, host then GPU, with one-line descriptions.
+std::vector<std::pair<std::string, std::string>> probe_keys();
+
+/// Runs the probe: header, the selected host and GPU sections, then the verdicts. A GPU section
+/// that throws is recorded as a failed `skipped{"gpu", reason}` and the host results are kept.
+/// Throws usage_error for unknown sections in `options.only`.
+probe_report run_probe(const probe_options& options);
+
+/// True when a test of the report failed its verification (a `skipped` with `failed` set).
+bool has_failures(const probe_report& report);
+
+}  // namespace vramkit::probe

@@ -1,0 +1,18 @@
+// The probe report as the terminal table `vramkit probe` prints: the header, then one block per
+// section (test, size, median, min-max, unit, convention, % of peak, verdict), the causes of the
+// figures that are not normal, the memory levels and what was skipped. Pure; thread-safe.
+#pragma once
+
+#include <string>
+
+#include "vramkit/probe/measurement.hpp"
+
+namespace vramkit::probe {
+
+/// Plain text, lines of at most ~130 columns, ending in a newline.
+std::string to_table(const probe_report& report);
+
+/// "12.3", "1234", "0.456": a figure with about four significant digits, never in e-notation.
+std::string format_figure(double v);
+
+}  // namespace vramkit::probe

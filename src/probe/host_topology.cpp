@@ -1,0 +1,202 @@
+// host_topology over hwloc (or sysconf + sched_setaffinity without it).
+#include "host_topology.hpp"
+
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+
+#include "vramkit/config.hpp"
+
+#if VRAMKIT_HAVE_HWLOC
+#include <hwloc.h>
+#endif
+
+namespace vramkit::probe::detail {
+namespace {
+
+std::string cpu_model_from_proc() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0 || line.rfind("Model", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        auto v = line.substr(colon + 1);
+        v.erase(0, v.find_first_not_of(" \t"));
+        if (!v.empty()) return v;
+      }
+    }
+  }
+  return "unknown";
+}
+
+void* map_anonymous(std::size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+}  // namespace
+
+struct host_topology::impl {
+#if VRAMKIT_HAVE_HWLOC
+  hwloc_topology_t topo = nullptr;
+  ~impl() {
+    if (topo) hwloc_topology_destroy(topo);
+  }
+#endif
+};
+
+host_topology::host_topology() : impl_(std::make_unique<impl>()) {
+  cpu_model_ = cpu_model_from_proc();
+#if VRAMKIT_HAVE_HWLOC
+  if (hwloc_topology_init(&impl_->topo) == 0 && hwloc_topology_load(impl_->topo) == 0) {
+    hwloc_topology_t t = impl_->topo;
+    const int npu = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
+    for (int i = 0; i < npu; ++i) {
+      hwloc_obj_t pu = hwloc_get_obj_by_type(t, HWLOC_OBJ_PU, static_cast<unsigned>(i));
+      pus_.push_back(static_cast<int>(pu->os_index));
+      hwloc_obj_t core = hwloc_get_ancestor_obj_by_type(t, HWLOC_OBJ_CORE, pu);
+      core_of_pu_.push_back(core ? static_cast<int>(core->logical_index) : i);
+    }
+    cores_ = std::max(1, hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE));
+    const int nnodes = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE);
+    for (int i = 0; i < nnodes; ++i) {
+      hwloc_obj_t node = hwloc_get_obj_by_type(t, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i));
+      numa_node_info info;
+      info.os_index = static_cast<int>(node->os_index);
+      info.memory_bytes = node->attr ? node->attr->numanode.local_memory : 0;
+      for (std::size_t k = 0; k < pus_.size(); ++k) {
+        if (node->cpuset && hwloc_bitmap_isset(node->cpuset, static_cast<unsigned>(pus_[k]))) {
+          info.pus.push_back(pus_[k]);
+        }
+      }
+      nodes_.push_back(std::move(info));
+    }
+    const std::pair<hwloc_obj_type_t, const char*> levels[] = {
+        {HWLOC_OBJ_L1CACHE, "L1d"}, {HWLOC_OBJ_L2CACHE, "L2"}, {HWLOC_OBJ_L3CACHE, "L3"},
+        {HWLOC_OBJ_L4CACHE, "L4"}};
+    for (const auto& [type, name] : levels) {
+      const int n = hwloc_get_nbobjs_by_type(t, type);
+      if (n <= 0) continue;
+      hwloc_obj_t c = hwloc_get_obj_by_type(t, type, 0);
+      if (!c->attr || c->attr->cache.type == HWLOC_OBJ_CACHE_INSTRUCTION) continue;
+      caches_.push_back({name, c->attr->cache.size, n});
+    }
+    hwloc_obj_t root = hwloc_get_root_obj(t);
+    if (const char* model = hwloc_obj_get_info_by_name(root, "CPUModel")) cpu_model_ = model;
+    if (hwloc_obj_t pkg = hwloc_get_obj_by_type(t, HWLOC_OBJ_PACKAGE, 0)) {
+      if (const char* model = hwloc_obj_get_info_by_name(pkg, "CPUModel")) cpu_model_ = model;
+    }
+  } else if (impl_->topo) {
+    hwloc_topology_destroy(impl_->topo);
+    impl_->topo = nullptr;
+  }
+#endif
+  if (pus_.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+      for (int i = 0; i < CPU_SETSIZE; ++i) {
+        if (CPU_ISSET(i, &set)) pus_.push_back(i);
+      }
+    }
+    if (pus_.empty()) pus_.push_back(0);
+    for (std::size_t k = 0; k < pus_.size(); ++k) core_of_pu_.push_back(static_cast<int>(k));
+    cores_ = static_cast<int>(pus_.size());
+  }
+  if (nodes_.empty()) {
+    numa_node_info info;
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page = sysconf(_SC_PAGESIZE);
+    info.memory_bytes = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * page : 0;
+    info.pus = pus_;
+    nodes_.push_back(std::move(info));
+  }
+}
+
+host_topology::~host_topology() = default;
+
+std::string host_topology::backend() const {
+#if VRAMKIT_HAVE_HWLOC
+  if (impl_->topo) return std::string("hwloc ") + HWLOC_VERSION;
+  return "none (hwloc failed to load the topology)";
+#else
+  return "none (hwloc not found at build time)";
+#endif
+}
+
+std::string host_topology::cpu_model() const { return cpu_model_; }
+int host_topology::core_count() const { return cores_; }
+int host_topology::pu_count() const { return static_cast<int>(pus_.size()); }
+
+std::uint64_t host_topology::last_level_cache_bytes() const {
+  if (caches_.empty()) return 0;
+  return caches_.back().size_bytes * static_cast<std::uint64_t>(caches_.back().instances);
+}
+
+std::vector<int> host_topology::spread(const std::vector<int>& pus, int n) const {
+  // Order: the first PU of every core, then the second of every core, and so on.
+  std::map<int, std::vector<int>> by_core;
+  std::vector<int> core_order;
+  for (int pu : pus) {
+    const auto it = std::find(pus_.begin(), pus_.end(), pu);
+    const int core = it == pus_.end() ? pu : core_of_pu_[static_cast<std::size_t>(it - pus_.begin())];
+    if (by_core.find(core) == by_core.end()) core_order.push_back(core);
+    by_core[core].push_back(pu);
+  }
+  std::vector<int> out;
+  for (std::size_t round = 0; out.size() < pus.size(); ++round) {
+    for (int core : core_order) {
+      if (round < by_core[core].size()) out.push_back(by_core[core][round]);
+    }
+  }
+  if (n > 0 && static_cast<std::size_t>(n) < out.size()) out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+bool host_topology::pin_current_thread(int pu_os_index) const {
+#if VRAMKIT_HAVE_HWLOC
+  if (impl_->topo) {
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    hwloc_bitmap_only(set, static_cast<unsigned>(pu_os_index));
+    const int rc = hwloc_set_cpubind(impl_->topo, set, HWLOC_CPUBIND_THREAD);
+    hwloc_bitmap_free(set);
+    return rc == 0;
+  }
+#endif
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(pu_os_index, &set);
+  return sched_setaffinity(0, sizeof(set), &set) == 0;
+}
+
+void* host_topology::allocate(std::size_t bytes, int node_os_index) const {
+#if VRAMKIT_HAVE_HWLOC
+  if (impl_->topo && node_os_index >= 0) {
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    hwloc_bitmap_only(set, static_cast<unsigned>(node_os_index));
+    void* p = hwloc_alloc_membind(impl_->topo, bytes, set, HWLOC_MEMBIND_BIND,
+                                  HWLOC_MEMBIND_BYNODESET);
+    hwloc_bitmap_free(set);
+    return p;
+  }
+#endif
+  return map_anonymous(bytes);
+}
+
+void host_topology::free_memory(void* p, std::size_t bytes, int node_os_index) const {
+  if (!p) return;
+#if VRAMKIT_HAVE_HWLOC
+  if (impl_->topo && node_os_index >= 0) {
+    hwloc_free(impl_->topo, p, bytes);
+    return;
+  }
+#endif
+  munmap(p, bytes);
+}
+
+}  // namespace vramkit::probe::detail

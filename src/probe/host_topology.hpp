@@ -1,0 +1,69 @@
+// What the probe needs to know about the host: processing units, cores, NUMA nodes with their
+// memory, data caches, the CPU model; thread pinning and NUMA-bound allocation. Backed by hwloc
+// where it was found at build time, else by sysconf/sched_setaffinity (one NUMA node, no caches).
+// Built once per probe run; const member functions are safe to call from several threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace vramkit::probe::detail {
+
+/// One NUMA node: its OS index, local memory and the OS indices of its processing units.
+struct numa_node_info {
+  int os_index = 0;
+  std::uint64_t memory_bytes = 0;
+  std::vector<int> pus;
+};
+
+/// One level of data (or unified) cache: "L1d", "L2", "L3"; size of one instance; instances.
+struct cache_level_info {
+  std::string name;
+  std::uint64_t size_bytes = 0;
+  int instances = 0;
+};
+
+class host_topology {
+ public:
+  host_topology();
+  ~host_topology();
+  host_topology(const host_topology&) = delete;
+  host_topology& operator=(const host_topology&) = delete;
+
+  /// "hwloc 2.9.0" or "none (hwloc not found at build time)".
+  [[nodiscard]] std::string backend() const;
+  [[nodiscard]] std::string cpu_model() const;
+  [[nodiscard]] int core_count() const;
+  [[nodiscard]] int pu_count() const;
+  /// Up to `n` PU OS indices from `pus` (all when n <= 0), one per core first, then SMT siblings.
+  [[nodiscard]] std::vector<int> spread(const std::vector<int>& pus, int n) const;
+  /// Every PU this process may run on, in topology order.
+  [[nodiscard]] const std::vector<int>& pus() const { return pus_; }
+  [[nodiscard]] const std::vector<numa_node_info>& numa_nodes() const { return nodes_; }
+  /// Data/unified caches, ascending level; empty when unknown.
+  [[nodiscard]] const std::vector<cache_level_info>& caches() const { return caches_; }
+  /// Total bytes of the last cache level over all its instances (0 when unknown).
+  [[nodiscard]] std::uint64_t last_level_cache_bytes() const;
+
+  /// Pins the calling thread to one PU; false when the OS refused.
+  bool pin_current_thread(int pu_os_index) const;
+  /// `bytes` of untouched memory, bound to NUMA node `node_os_index` (or first-touch placement
+  /// when it is negative); nullptr on failure. Release with free_memory, giving the same size and node.
+  void* allocate(std::size_t bytes, int node_os_index) const;
+  void free_memory(void* p, std::size_t bytes, int node_os_index) const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+  std::vector<int> pus_;
+  std::vector<int> core_of_pu_;  // indexed like pus_
+  std::vector<numa_node_info> nodes_;
+  std::vector<cache_level_info> caches_;
+  std::string cpu_model_;
+  int cores_ = 0;
+};
+
+}  // namespace vramkit::probe::detail

@@ -1,0 +1,176 @@
+// Sattolo permutation, latency sweep sizes and the reading of cache levels off a latency curve.
+#include "vramkit/probe/detail/latency_curve.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace vramkit::probe::detail {
+namespace {
+
+// splitmix64: small, fast and good enough to shuffle a pointer chase (not for cryptography).
+struct splitmix64 {
+  std::uint64_t state;
+  std::uint64_t next() {
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, bound) by Lemire's multiply-shift with rejection.
+  std::uint32_t below(std::uint32_t bound) {
+    std::uint64_t m = (next() >> 32) * bound;
+    auto low = static_cast<std::uint32_t>(m);
+    if (low < bound) {
+      const std::uint32_t threshold = (0u - bound) % bound;
+      while (low < threshold) {
+        m = (next() >> 32) * bound;
+        low = static_cast<std::uint32_t>(m);
+      }
+    }
+    return static_cast<std::uint32_t>(m >> 32);
+  }
+};
+
+double median_of(std::vector<double> v) { return sample_stats::of(std::move(v)).median; }
+
+}  // namespace
+
+std::vector<std::uint32_t> make_cyclic_permutation(std::size_t n, std::uint64_t seed) {
+  if (n >= (std::size_t{1} << 32)) throw std::length_error("make_cyclic_permutation: n >= 2^32");
+  std::vector<std::uint32_t> next(n);
+  for (std::size_t i = 0; i < n; ++i) next[i] = static_cast<std::uint32_t>(i);
+  splitmix64 rng{seed};
+  // Sattolo: swapping each slot only with a strictly earlier one yields a single n-cycle.
+  for (std::size_t i = n; i > 1; --i) {
+    const std::uint32_t j = rng.below(static_cast<std::uint32_t>(i - 1));
+    std::swap(next[i - 1], next[j]);
+  }
+  return next;
+}
+
+std::size_t cycle_length(const std::vector<std::uint32_t>& next, std::uint32_t start) {
+  if (start >= next.size()) return 0;
+  std::size_t steps = 0;
+  std::uint32_t i = start;
+  do {
+    i = next[i];
+    ++steps;
+    if (i >= next.size() || steps > next.size()) return 0;
+  } while (i != start);
+  return steps;
+}
+
+std::vector<std::uint64_t> latency_sizes(std::uint64_t min_bytes, std::uint64_t max_bytes,
+                                         bool half_steps) {
+  std::vector<std::uint64_t> sizes;
+  min_bytes = std::max<std::uint64_t>(min_bytes, 64);
+  for (std::uint64_t p = 64; p <= max_bytes && p != 0; p *= 2) {
+    if (p >= min_bytes) sizes.push_back(p);
+    const std::uint64_t mid = p + p / 2;
+    if (half_steps && p >= 128 && mid >= min_bytes && mid <= max_bytes) sizes.push_back(mid);
+  }
+  if (sizes.empty() || sizes.back() != max_bytes) {
+    const std::uint64_t last = max_bytes / 64 * 64;
+    if (last >= min_bytes && (sizes.empty() || last > sizes.back())) sizes.push_back(last);
+  }
+  return sizes;
+}
+
+std::vector<memory_level> find_levels(const std::vector<curve::point>& points,
+                                      const std::vector<reported_cache>& caches,
+                                      const std::string& device) {
+  std::vector<memory_level> levels;
+  if (points.empty()) return levels;
+  auto y = [&](std::size_t i) { return points[i].y.median; };
+
+  // The last point at or after `first` before the curve climbs past `limit`.
+  auto step_after = [&](std::size_t first, double limit) -> std::uint64_t {
+    std::size_t last = first;
+    for (std::size_t i = first; i < points.size(); ++i) {
+      if (y(i) > limit) break;
+      last = i;
+    }
+    return static_cast<std::uint64_t>(points[last].x);
+  };
+
+  if (!caches.empty()) {
+    std::uint64_t below = 0;
+    for (const auto& c : caches) {
+      std::vector<double> plateau;
+      std::size_t first = points.size();
+      // Points that fit this level with room to spare, then (if none) any that fit it at all.
+      for (int pass = 0; pass < 2 && plateau.empty(); ++pass) {
+        const double upper = pass == 0 ? static_cast<double>(c.size_bytes) / 2 : c.size_bytes;
+        for (std::size_t i = 0; i < points.size(); ++i) {
+          if (points[i].x > static_cast<double>(below) && points[i].x <= upper) {
+            plateau.push_back(y(i));
+            first = std::min(first, i);
+          }
+        }
+      }
+      below = c.size_bytes;
+      if (plateau.empty()) continue;
+      memory_level l;
+      l.name = c.name;
+      l.device = device;
+      l.latency_ns = median_of(plateau);
+      l.measured_size_bytes = step_after(first, 1.5 * l.latency_ns);
+      l.reported_size_bytes = c.size_bytes;
+      levels.push_back(l);
+    }
+    std::vector<double> far;
+    std::size_t first = points.size();
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      if (points[i].x >= 4.0 * static_cast<double>(below)) {
+        far.push_back(y(i));
+        first = std::min(first, i);
+      }
+    }
+    if (!far.empty()) {
+      memory_level l;
+      l.name = "DRAM";
+      l.device = device;
+      l.latency_ns = median_of(far);
+      l.measured_size_bytes = 0;
+      levels.push_back(l);
+    }
+    return levels;
+  }
+
+  // No topology: split the curve where the latency jumps by more than 1.4x over the plateau so far.
+  struct run {
+    std::size_t first, last;
+    std::vector<double> ys;
+  };
+  std::vector<run> runs;
+  run cur{0, 0, {y(0)}};
+  for (std::size_t i = 1; i < points.size(); ++i) {
+    if (y(i) > 1.4 * median_of(cur.ys)) {
+      runs.push_back(cur);
+      cur = run{i, i, {y(i)}};
+    } else {
+      cur.last = i;
+      cur.ys.push_back(y(i));
+    }
+  }
+  runs.push_back(cur);
+  // A single point between two plateaus is a transition, not a level.
+  std::vector<run> kept;
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    if (runs[r].ys.size() == 1 && r + 1 < runs.size() && r > 0) continue;
+    kept.push_back(runs[r]);
+  }
+  for (std::size_t r = 0; r < kept.size(); ++r) {
+    memory_level l;
+    const bool last = r + 1 == kept.size();
+    l.name = last && kept.size() > 1 ? "DRAM" : "L" + std::to_string(r + 1);
+    l.device = device;
+    l.latency_ns = median_of(kept[r].ys);
+    l.measured_size_bytes = last ? 0 : static_cast<std::uint64_t>(points[kept[r].last].x);
+    levels.push_back(l);
+  }
+  return levels;
+}
+
+}  // namespace vramkit::probe::detail

@@ -1,0 +1,57 @@
+// run_probe: header + host + GPU + verdicts (see probe.hpp).
+#include "vramkit/probe/probe.hpp"
+
+#include <algorithm>
+#include <exception>
+
+#include "vramkit/core/error.hpp"
+#include "vramkit/probe/gpu_probe.hpp"
+#include "vramkit/probe/host_probe.hpp"
+#include "vramkit/probe/verdict.hpp"
+
+namespace vramkit::probe {
+
+std::vector<std::string> probe_sections() {
+  auto all = host_probe_sections();
+  for (auto& s : gpu_probe_sections()) {
+    if (std::find(all.begin(), all.end(), s) == all.end()) all.push_back(s);
+  }
+  return all;
+}
+
+void check_sections(const std::set<std::string>& only) {
+  const auto valid = probe_sections();
+  for (const auto& s : only) {
+    if (std::find(valid.begin(), valid.end(), s) != valid.end()) continue;
+    std::string list;
+    for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
+    throw usage_error("--only: unknown section '" + s + "' (valid: " + list + ")");
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> probe_keys() {
+  auto keys = host_probe_keys();
+  for (auto& k : gpu_probe_keys()) keys.push_back(std::move(k));
+  return keys;
+}
+
+probe_report run_probe(const probe_options& options) {
+  check_sections(options.only);
+  probe_report report;
+  fill_host_header(options, report);
+  run_host_probe(options, report);
+  try {
+    run_gpu_probe(options, report);
+  } catch (const std::exception& e) {
+    report.skips.push_back({"gpu", std::string("GPU probe failed: ") + e.what(), true});
+  }
+  apply_verdicts(report);
+  return report;
+}
+
+bool has_failures(const probe_report& report) {
+  return std::any_of(report.skips.begin(), report.skips.end(),
+                     [](const skipped& s) { return s.failed; });
+}
+
+}  // namespace vramkit::probe
