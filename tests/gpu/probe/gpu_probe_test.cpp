@@ -60,7 +60,9 @@ void expect_sane(const probe_report& r, const std::string& section) {
     EXPECT_LE(m.stats.median, m.stats.max);
     EXPECT_FALSE(m.unit.empty());
     EXPECT_EQ(m.device.rfind("gpu", 0), 0u);
-    if (m.peak && m.unit == "GB/s") EXPECT_LT(m.stats.median, 1.2 * *m.peak) << "above the theoretical peak";
+    if (m.peak && m.unit == "GB/s") {
+      EXPECT_LT(m.stats.median, 1.2 * *m.peak) << "above the theoretical peak";
+    }
   }
 }
 
