@@ -356,7 +356,7 @@ void run_section(gpu_context& ctx, const std::string& section, section_fn fn) {
     fn(ctx);
   } catch (const std::exception& e) {
     (void)cudaGetLastError();
-    ctx.report->skips.push_back({ctx.tag + "." + section, std::string("failed: ") + e.what()});
+    ctx.report->skips.push_back({ctx.tag + "." + section, std::string("failed: ") + e.what(), true});
   }
 }
 
@@ -394,7 +394,7 @@ void run_gpu_probe(const probe_options& options, probe_report& report) {
       run_p2p_section(options, report, status->device_count);
     } catch (const std::exception& e) {
       (void)cudaGetLastError();
-      report.skips.push_back({"p2p", std::string("failed: ") + e.what()});
+      report.skips.push_back({"p2p", std::string("failed: ") + e.what(), true});
     }
   }
 }
