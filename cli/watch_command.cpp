@@ -1,17 +1,196 @@
-// Placeholder for `vramkit watch` until its module lands: says so and exits 1.
-#include "commands.hpp"
+// `vramkit watch`: the live terminal view of GPU and host memory, a one-shot table (--once), and
+// recording (--json to stdout, --csv FILE) or replay (--replay FILE) of samples.
+#include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "vramkit/core/error.hpp"
+#include "vramkit/monitor/fake_nvml.hpp"
+#include "vramkit/monitor/recording.hpp"
+#include "vramkit/monitor/sampler.hpp"
+#include "vramkit/monitor/terminal_view.hpp"
 
 namespace vramkit::cli {
 
+namespace {
+
+namespace mon = vramkit::monitor;
+
+struct watch_args {
+  std::string interval = "1s";
+  std::vector<unsigned> devices;
+  bool once = false;
+  bool json = false;
+  std::string csv;
+  std::string replay;
+  double speed = 1.0;
+  std::string fake_gpus;
+  std::string host_root = "/";
+  long count = 0;
+};
+
+volatile std::sig_atomic_t g_stop = 0;
+void on_stop(int) { g_stop = 1; }
+
+// The GPU source: the fake fixture when given, else the driver's NVML (VRAMKIT_NVML_LIBRARY
+// overrides the library name, for tests).
+result<std::shared_ptr<mon::nvml_api>> open_gpus(const std::string& fake_gpus) {
+  if (!fake_gpus.empty()) return std::shared_ptr<mon::nvml_api>(mon::fake_nvml::from_file(fake_gpus));
+  const char* lib = std::getenv("VRAMKIT_NVML_LIBRARY");
+  return mon::load_nvml(lib != nullptr && *lib != '\0' ? lib : "libnvidia-ml.so.1");
+}
+
+std::string host_only_notice(const result<std::shared_ptr<mon::nvml_api>>& gpus) {
+  if (gpus) return {};
+  const auto& e = gpus.error();
+  if (e.reason.rfind("no NVIDIA driver found", 0) == 0) {
+    return "no NVIDIA driver found (libnvidia-ml.so.1 not loadable): showing host memory only";
+  }
+  return e.reason + ": showing host memory only";
+}
+
+// Appends CSV lines to a file, writing the header first when the file is new or empty.
+class csv_sink {
+ public:
+  explicit csv_sink(const std::string& path) : path_(path) {
+    std::error_code ec;
+    bool fresh = !std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) == 0;
+    out_.open(path, std::ios::app);
+    if (!out_) throw usage_error("cannot write CSV file " + path);
+    if (fresh) out_ << mon::csv_header() << '\n';
+  }
+  void write(const mon::sample& s) {
+    for (const auto& line : mon::to_csv_lines(s)) out_ << line << '\n';
+    out_.flush();
+    if (!out_) throw error("writing " + path_ + " failed");
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+void run_replay(const watch_args& a) {
+  auto rec = mon::read_recording(a.replay);
+  for (const auto& e : rec.errors) std::fprintf(stderr, "vramkit: %s:%zu: %s (line skipped)\n", a.replay.c_str(), e.line, e.message.c_str());
+  if (rec.samples.empty()) throw usage_error("recording " + a.replay + " holds no readable sample");
+  if (!(a.speed > 0)) throw usage_error("--speed must be greater than 0");
+  if (a.once) {
+    std::fputs(mon::format_snapshot(rec.samples.back()).c_str(), stdout);
+    return;
+  }
+  if (a.json) {
+    for (const auto& s : rec.samples) std::printf("%s\n", mon::to_json_line(s).c_str());
+    return;
+  }
+  std::size_t next = 0;
+  mon::terminal_view_options opt;
+  opt.title = "vramkit watch --replay " + std::filesystem::path(a.replay).filename().string();
+  auto samples = std::make_shared<std::vector<mon::sample>>(std::move(rec.samples));
+  opt.delay_after = [samples, &next, speed = a.speed](const mon::sample& cur) {
+    if (next >= samples->size()) return std::chrono::milliseconds(0);
+    auto gap = static_cast<double>((*samples)[next].timestamp_ms - cur.timestamp_ms) / speed;
+    return std::chrono::milliseconds(static_cast<std::int64_t>(std::clamp(gap, 0.0, 3600e3)));
+  };
+  mon::run_terminal_view(
+      [samples, &next]() -> std::optional<mon::sample> {
+        if (next >= samples->size()) return std::nullopt;
+        return (*samples)[next++];
+      },
+      opt);
+}
+
+void run_watch(const watch_args& a, command_context& ctx) {
+  if (!a.replay.empty()) {
+    run_replay(a);
+    return;
+  }
+  auto interval = mon::parse_interval(a.interval);
+  auto gpus = open_gpus(a.fake_gpus);
+  std::string notice = host_only_notice(gpus);
+  mon::sampler_options so;
+  so.host_root = a.host_root;
+  so.devices = a.devices;
+  mon::sampler sampler(std::move(gpus), so);
+  sampler.validate_devices();
+
+  std::optional<csv_sink> csv;
+  if (!a.csv.empty()) csv.emplace(a.csv);
+
+  if (a.once) {
+    if (!notice.empty()) std::fprintf(stderr, "vramkit: %s\n", notice.c_str());
+    auto s = sampler.take();
+    if (csv) csv->write(s);
+    if (a.json) std::printf("%s\n", mon::to_json_line(s).c_str());
+    else std::fputs(mon::format_snapshot(s).c_str(), stdout);
+    return;
+  }
+
+  bool headless = a.json || (csv && isatty(STDOUT_FILENO) == 0);
+  if (headless) {
+    if (!notice.empty()) std::fprintf(stderr, "vramkit: %s\n", notice.c_str());
+    std::signal(SIGINT, on_stop);
+    std::signal(SIGTERM, on_stop);
+    auto next = std::chrono::steady_clock::now();
+    for (long n = 0; g_stop == 0 && (a.count <= 0 || n < a.count); ++n) {
+      if (n > 0) {
+        next += interval;
+        while (g_stop == 0 && std::chrono::steady_clock::now() < next) {
+          std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(next - std::chrono::steady_clock::now(), std::chrono::milliseconds(50)));
+        }
+        if (g_stop != 0) break;
+      }
+      auto s = sampler.take();
+      if (csv) csv->write(s);
+      if (a.json) {
+        std::printf("%s\n", mon::to_json_line(s).c_str());
+        if (std::fflush(stdout) != 0) break;  // reader went away (e.g. | head)
+      }
+    }
+    return;
+  }
+
+  mon::terminal_view_options opt;
+  opt.interval = interval;
+  opt.notice = notice;
+  long taken = 0;
+  mon::run_terminal_view(
+      [&]() -> std::optional<mon::sample> {
+        if (a.count > 0 && taken >= a.count) return std::nullopt;
+        ++taken;
+        auto s = sampler.take();
+        if (csv) csv->write(s);
+        return s;
+      },
+      opt);
+  (void)ctx;
+}
+
+}  // namespace
+
 void add_watch_command(CLI::App& app, command_context& ctx) {
-  auto* sub = app.add_subcommand("watch", "watch (not available in this build yet)");
-  sub->allow_extras();
-  sub->callback([&ctx] {
-    std::fprintf(stderr, "vramkit: 'watch' is not available in this build yet\n");
-    ctx.exit_code = 1;
-  });
+  auto args = std::make_shared<watch_args>();
+  auto* sub = app.add_subcommand("watch", "Live view of GPU and host memory; --once, --json, --csv FILE, --replay FILE");
+  sub->add_option("--interval", args->interval, "Sampling interval (1s, 500ms, 2m)")->capture_default_str();
+  sub->add_option("--device", args->devices, "GPU index to show (repeatable); default all");
+  sub->add_flag("--once", args->once, "Print one snapshot as a table (or one JSON line with --json) and exit");
+  sub->add_flag("--json", args->json, "Print one JSON object per sample per line (JSON Lines) on stdout");
+  sub->add_option("--csv", args->csv, "Append one CSV line per device per sample to FILE");
+  sub->add_option("--count", args->count, "Stop after N samples (0 = until interrupted)");
+  sub->add_option("--replay", args->replay, "Show a JSON Lines or CSV recording again");
+  sub->add_option("--speed", args->speed, "Replay speed factor (2 = twice as fast)")->capture_default_str();
+  sub->add_option("--fake-gpus", args->fake_gpus, "Read GPUs from a JSON fixture instead of the driver (reloaded when it changes)");
+  sub->add_option("--host-root", args->host_root, "Read /proc and /sys under this directory (tests)")->group("");
+  sub->callback([args, &ctx] { run_watch(*args, ctx); });
 }
 
 }  // namespace vramkit::cli

@@ -1,0 +1,226 @@
+// Monitor overhead: CPU time per sample (as % of one core at 1 Hz) with 8 fake GPUs and, with
+// --real-nvml, the driver's NVML; /metrics render and scrape latency; and a bounded load test of
+// 100 concurrent scrapers on loopback with RSS before and after. Each figure is printed with its
+// target and its baseline from the same run. Not a test: it never fails on a slow figure.
+#include <sys/resource.h>
+#include <time.h>
+
+#include <algorithm>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "vramkit/monitor/exporter.hpp"
+#include "vramkit/monitor/exposition.hpp"
+#include "vramkit/monitor/fake_nvml.hpp"
+#include "vramkit/monitor/host_reader.hpp"
+#include "vramkit/monitor/sampler.hpp"
+
+#if defined(VRAMKIT_BENCH_HTTP)
+#include <httplib.h>
+#endif
+
+namespace mon = vramkit::monitor;
+
+namespace {
+
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+struct stats {
+  double min = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
+  std::size_t n = 0;
+};
+
+stats summarize(std::vector<double> v) {
+  stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))]; };
+  s.min = v.front();
+  s.p50 = at(0.5);
+  s.p90 = at(0.9);
+  s.p99 = at(0.99);
+  s.max = v.back();
+  s.n = v.size();
+  return s;
+}
+
+std::uint64_t rss_bytes() {
+  auto p = mon::read_host_process("/", static_cast<std::uint32_t>(getpid()));
+  return p && p->rss_bytes ? *p->rss_bytes : 0;
+}
+
+std::vector<mon::fake_gpu> eight_gpus() {
+  std::vector<mon::fake_gpu> gpus;
+  for (int i = 0; i < 8; ++i) {
+    mon::fake_gpu g;
+    g.name = "NVIDIA H200";
+    g.uuid = "GPU-bench-" + std::to_string(i);
+    g.memory_total_bytes = 150754820096ULL;
+    g.memory_used_bytes = (10ULL + i) << 30;
+    g.memory_reserved_bytes = 597688320ULL;
+    g.utilization_gpu = 50;
+    g.temperature_celsius = 50;
+    g.power_watts = 400;
+    g.pcie_rx_bytes_per_second = 1ULL << 30;
+    g.pcie_tx_bytes_per_second = 1ULL << 29;
+    g.sm_clock_mhz = 1980;
+    for (int p = 0; p < 4; ++p) {
+      // Real pids of this process so the host join reads /proc as it would for real processes.
+      g.processes.push_back({static_cast<std::uint32_t>(getpid()), (1ULL + p) << 30, mon::nvml_process_kind::compute, "bench"});
+    }
+    gpus.push_back(std::move(g));
+  }
+  return gpus;
+}
+
+// CPU time per sample over `n` samples; prints it as % of one core at 1 Hz.
+stats sample_cost(mon::sampler& s, int n) {
+  s.take();  // warm-up (first /proc reads, allocations)
+  std::vector<double> cpu;
+  for (int i = 0; i < n; ++i) {
+    double a = cpu_seconds();
+    s.take();
+    cpu.push_back(cpu_seconds() - a);
+  }
+  return summarize(cpu);
+}
+
+void print_cost(const char* what, const stats& s) {
+  std::printf("%-44s CPU per sample: median %.3f ms (min %.3f, max %.3f, n=%zu) -> %.4f %% of one core at 1 Hz (target < 1 %%)\n", what,
+              s.p50 * 1e3, s.min * 1e3, s.max * 1e3, s.n, s.p50 * 100.0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool real = argc > 1 && std::strcmp(argv[1], "--real-nvml") == 0;
+  std::printf("vramkit monitor overhead (host: %u hardware threads)\n\n", std::thread::hardware_concurrency());
+
+  // Baseline: the host side alone (meminfo, NUMA, cgroup), which every sample pays.
+  {
+    mon::sampler host_only(vramkit::unavailable{vramkit::unavailable_kind::no_driver, "bench"}, mon::sampler_options{});
+    print_cost("baseline: host readers only", sample_cost(host_only, 200));
+  }
+  auto fake = std::make_shared<mon::fake_nvml>(eight_gpus());
+  mon::sampler fake_sampler(std::shared_ptr<mon::nvml_api>(fake), mon::sampler_options{});
+  print_cost("8 fake GPUs x 4 processes + host", sample_cost(fake_sampler, 200));
+  if (real) {
+    auto api = mon::load_nvml();
+    if (!api) {
+      std::printf("real NVML: unavailable (%s)\n", api.error().reason.c_str());
+    } else {
+      mon::sampler real_sampler(std::move(api), mon::sampler_options{});
+      // Wall time too: NVML calls block in the driver, which CPU time of this process misses.
+      auto t0 = std::chrono::steady_clock::now();
+      auto st = sample_cost(real_sampler, 50);
+      double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 51;
+      print_cost("real NVML, all GPUs + host", st);
+      std::printf("%-44s wall time per sample: %.3f ms\n", "real NVML", wall * 1e3);
+      mon::sampler_options gpu_opts;
+      gpu_opts.read_host = false;
+      mon::sampler gpu_only(mon::load_nvml(), gpu_opts);
+      print_cost("real NVML, GPUs only", sample_cost(gpu_only, 50));
+    }
+  }
+
+  // Rendering /metrics from a sample (what a scrape costs the server, minus HTTP).
+  auto smp = fake_sampler.take();
+  {
+    std::vector<double> t;
+    std::size_t bytes = 0;
+    for (int i = 0; i < 500; ++i) {
+      auto a = std::chrono::steady_clock::now();
+      bytes = mon::render_metrics(smp, {}).size();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+    }
+    auto s = summarize(t);
+    std::printf("\nrender /metrics (8 GPUs, %zu bytes): median %.3f ms, p99 %.3f ms, max %.3f ms (n=%zu)\n", bytes, s.p50 * 1e3, s.p99 * 1e3,
+                s.max * 1e3, s.n);
+  }
+
+#if defined(VRAMKIT_BENCH_HTTP)
+  mon::exporter_options eo;
+  eo.port = 0;
+  eo.interval = std::chrono::milliseconds(1000);
+  mon::exporter ex(std::make_unique<mon::sampler>(std::shared_ptr<mon::nvml_api>(fake), mon::sampler_options{}), eo);
+  int port = ex.start();
+  auto timed_gets = [&](const char* path, int n) {
+    httplib::Client cli("127.0.0.1", port);
+    cli.set_keep_alive(true);
+    std::vector<double> t;
+    for (int i = 0; i < n; ++i) {
+      auto a = std::chrono::steady_clock::now();
+      auto r = cli.Get(path);
+      if (!r || r->status != 200) continue;
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+    }
+    return summarize(t);
+  };
+  auto base = timed_gets("/healthz", 300);
+  auto scrape = timed_gets("/metrics", 300);
+  std::printf("baseline GET /healthz over loopback: median %.3f ms, p99 %.3f ms (n=%zu)\n", base.p50 * 1e3, base.p99 * 1e3, base.n);
+  std::printf("scrape GET /metrics over loopback:   median %.3f ms, p99 %.3f ms, max %.3f ms (n=%zu; target < 5 ms; %.2fx the baseline)\n",
+              scrape.p50 * 1e3, scrape.p99 * 1e3, scrape.max * 1e3, scrape.n, base.p50 > 0 ? scrape.p50 / base.p50 : 0.0);
+
+  // Load: 100 concurrent scrapers x 50 requests, twice; the first round warms up, RSS is compared
+  // between the end of round 1 and the end of round 2. Bounded: every thread stops at a deadline.
+  const int threads = 100, per_thread = 50;
+  auto round = [&](std::vector<double>& lat, std::atomic<int>& errors) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    std::vector<std::thread> pool;
+    std::mutex m;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&] {
+        httplib::Client cli("127.0.0.1", port);
+        cli.set_keep_alive(true);
+        cli.set_read_timeout(10, 0);
+        std::vector<double> mine;
+        for (int i = 0; i < per_thread && std::chrono::steady_clock::now() < deadline; ++i) {
+          auto a = std::chrono::steady_clock::now();
+          auto r = cli.Get("/metrics");
+          if (!r || r->status != 200) {
+            ++errors;
+            continue;
+          }
+          mine.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+        }
+        std::lock_guard lock(m);
+        lat.insert(lat.end(), mine.begin(), mine.end());
+      });
+    }
+    for (auto& th : pool) th.join();
+  };
+  std::uint64_t rss0 = rss_bytes();
+  std::vector<double> lat1, lat2;
+  std::atomic<int> err1{0}, err2{0};
+  auto t0 = std::chrono::steady_clock::now();
+  round(lat1, err1);
+  std::uint64_t rss1 = rss_bytes();
+  round(lat2, err2);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::uint64_t rss2 = rss_bytes();
+  auto s = summarize(lat2);
+  std::printf("\nload: %d scrapers x %d requests, 2 rounds in %.1f s; errors %d + %d\n", threads, per_thread, secs, err1.load(), err2.load());
+  std::printf("load round 2 latency: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms (n=%zu)\n", s.p50 * 1e3, s.p90 * 1e3, s.p99 * 1e3,
+              s.max * 1e3, s.n);
+  std::printf("RSS: start %.1f MiB, after round 1 %.1f MiB, after round 2 %.1f MiB (growth in round 2: %+.1f MiB; target: flat)\n",
+              rss0 / 1048576.0, rss1 / 1048576.0, rss2 / 1048576.0, (static_cast<double>(rss2) - static_cast<double>(rss1)) / 1048576.0);
+  ex.stop();
+#else
+  std::printf("\nHTTP scrape and load figures: not built (cpp-httplib was not found)\n");
+#endif
+  return 0;
+}

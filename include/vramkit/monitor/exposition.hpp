@@ -1,0 +1,32 @@
+// Prometheus text exposition (format 0.0.4) of a sample: one # HELP and # TYPE per family, base
+// units, label values escaped per the format. Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "vramkit/monitor/sample.hpp"
+
+namespace vramkit::monitor {
+
+/// Content-Type of render_metrics' output.
+inline constexpr const char* exposition_content_type = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The exporter's own counters, rendered with the sample.
+struct exporter_stats {
+  std::uint64_t scrapes_total = 0;
+  std::uint64_t samples_total = 0;
+};
+
+/// Escapes a label value: backslash, double quote and newline.
+std::string escape_label_value(std::string_view value);
+/// Escapes HELP text: backslash and newline.
+std::string escape_help(std::string_view text);
+/// Formats a sample value: integers without exponent where exact, "NaN", "+Inf", "-Inf".
+std::string format_metric_value(double value);
+
+/// Renders every metric family of `s` (see docs/monitor.md for the list), ending in a newline.
+std::string render_metrics(const sample& s, const exporter_stats& stats);
+
+}  // namespace vramkit::monitor

@@ -1,0 +1,106 @@
+// fake_nvml: an nvml_api whose devices are described by code or by a JSON fixture file, for tests
+// and for `vramkit watch|serve --fake-gpus FILE`. Devices can appear and disappear, figures can
+// change, and any query of any device can be made to fail with a chosen status. Thread-safe (one
+// mutex).
+//
+// Fixture format:
+//   {"gpus": [{"name": "NVIDIA H200", "uuid": "GPU-...", "memory_total_bytes": N,
+//              "memory_used_bytes": N, "memory_reserved_bytes": N, "utilization_gpu": 0-100,
+//              "processes": [{"pid": N, "used_bytes": N, "name": "python3"}]}, ...]}
+// Optional per-GPU keys beyond the agreed ones: utilization_memory, temperature_celsius,
+// power_watts, pcie_rx_bytes_per_second, pcie_tx_bytes_per_second, sm_clock_mhz,
+// memory_clock_mhz, "lost": true, "fail": {"memory": "not_supported", ...}.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vramkit/monitor/nvml_api.hpp"
+
+namespace vramkit::monitor {
+
+/// One scripted device.
+struct fake_gpu {
+  std::string name = "Fake GPU";
+  std::string uuid;
+  std::uint64_t memory_total_bytes = 0;
+  std::uint64_t memory_used_bytes = 0;
+  std::optional<std::uint64_t> memory_reserved_bytes;
+  std::optional<unsigned> utilization_gpu;
+  std::optional<unsigned> utilization_memory;
+  std::optional<double> temperature_celsius;
+  std::optional<double> power_watts;
+  std::optional<std::uint64_t> pcie_rx_bytes_per_second;
+  std::optional<std::uint64_t> pcie_tx_bytes_per_second;
+  std::optional<unsigned> sm_clock_mhz;
+  std::optional<unsigned> memory_clock_mhz;
+  std::vector<nvml_process> processes;
+  bool lost = false;  ///< every query answers gpu_lost, as a GPU that fell off the bus
+  /// Query name ("name", "uuid", "memory", "processes", "utilization", "pcie", "nvlink",
+  /// "clocks", "temperature", "power", "ecc", "mig") -> the status it fails with.
+  std::map<std::string, nvml_status> failures;
+};
+
+class fake_nvml final : public nvml_api {
+ public:
+  fake_nvml() = default;
+  explicit fake_nvml(std::vector<fake_gpu> gpus);
+
+  /// Parses a fixture (format above); throws usage_error naming the problem.
+  static std::vector<fake_gpu> parse(const std::string& json_text);
+  /// A fake that reads `path` now and again whenever its modification time changes (checked at
+  /// most once per device_count call). Throws usage_error when the file is unreadable or invalid
+  /// at start; later bad edits are reported on stderr and the previous figures kept.
+  static std::shared_ptr<fake_nvml> from_file(const std::filesystem::path& path);
+
+  void set_gpus(std::vector<fake_gpu> gpus);
+  void add_gpu(fake_gpu gpu);
+  /// Removes the device at `index`; the later devices move down one index, as NVML renumbers.
+  void remove_gpu(unsigned index);
+  /// Runs `edit` on the device at `index` under the lock.
+  template <typename F>
+  void edit_gpu(unsigned index, F&& edit) {
+    std::lock_guard lock(mutex_);
+    edit(gpus_.at(index));
+  }
+  /// Makes every query fail with `status` (as when the driver is unloaded), or work again.
+  void fail_all(std::optional<nvml_status> status);
+  [[nodiscard]] std::size_t calls() const;
+
+  [[nodiscard]] std::string name() const override { return "fake"; }
+  nvml_value<std::string> driver_version() override;
+  nvml_value<unsigned> device_count() override;
+  nvml_value<std::string> device_name(unsigned index) override;
+  nvml_value<std::string> device_uuid(unsigned index) override;
+  nvml_value<nvml_memory> memory(unsigned index) override;
+  nvml_value<std::vector<nvml_process>> processes(unsigned index) override;
+  nvml_value<nvml_utilization> utilization(unsigned index) override;
+  nvml_value<nvml_pcie> pcie_throughput(unsigned index) override;
+  nvml_value<nvml_nvlink> nvlink_counters(unsigned index) override;
+  nvml_value<nvml_clocks> clocks(unsigned index) override;
+  nvml_value<double> temperature_celsius(unsigned index) override;
+  nvml_value<double> power_watts(unsigned index) override;
+  nvml_value<nvml_ecc> ecc(unsigned index) override;
+  nvml_value<std::vector<nvml_mig_instance>> mig_instances(unsigned index) override;
+
+ private:
+  // Looks up the device for `query`; on failure returns the status to answer with.
+  std::optional<nvml_status> check(unsigned index, const char* query, const fake_gpu** gpu);
+  void reload_if_changed();
+
+  mutable std::mutex mutex_;
+  std::vector<fake_gpu> gpus_;
+  std::optional<nvml_status> fail_all_;
+  std::size_t calls_ = 0;
+  std::filesystem::path file_;
+  std::filesystem::file_time_type file_mtime_{};
+  std::uintmax_t file_size_ = 0;
+};
+
+}  // namespace vramkit::monitor

@@ -1,0 +1,192 @@
+// Prometheus text exposition of a sample. Families are written whole (HELP, TYPE, then all their
+// samples) in a fixed order; values in base units.
+#include "vramkit/monitor/exposition.hpp"
+
+#include <cmath>
+#include <functional>
+
+#include <fmt/format.h>
+
+namespace vramkit::monitor {
+
+std::string escape_label_value(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+std::string escape_help(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+std::string format_metric_value(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (v == std::floor(v) && std::fabs(v) < 9.007199254740992e15) return fmt::format("{:.0f}", v);
+  return fmt::format("{}", v);
+}
+
+namespace {
+
+struct label {
+  const char* name;
+  std::string value;
+};
+
+class writer {
+ public:
+  // Starts a family; its samples must follow before the next family starts.
+  void family(const char* name, const char* type, const char* help) {
+    name_ = name;
+    fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name, escape_help(help), name, type);
+  }
+  void value(std::initializer_list<label> labels, double v) {
+    out_ += name_;
+    if (labels.size() != 0) {
+      out_ += '{';
+      bool first = true;
+      for (const auto& l : labels) {
+        if (!first) out_ += ',';
+        first = false;
+        fmt::format_to(std::back_inserter(out_), "{}=\"{}\"", l.name, escape_label_value(l.value));
+      }
+      out_ += '}';
+    }
+    out_ += ' ';
+    out_ += format_metric_value(v);
+    out_ += '\n';
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+  const char* name_ = "";
+};
+
+// Writes one per-GPU gauge family when at least one device has the value.
+template <typename Get>
+void gpu_family(writer& w, const sample& s, const char* name, const char* help, Get get, double scale = 1.0) {
+  bool any = false;
+  for (const auto& g : s.gpus) {
+    if (get(g)) {
+      any = true;
+      break;
+    }
+  }
+  if (!any) return;
+  w.family(name, "gauge", help);
+  for (const auto& g : s.gpus) {
+    if (auto v = get(g)) w.value({{"gpu", std::to_string(g.index)}, {"uuid", g.uuid}, {"name", g.name}}, static_cast<double>(*v) * scale);
+  }
+}
+
+}  // namespace
+
+std::string render_metrics(const sample& s, const exporter_stats& stats) {
+  writer w;
+  w.family("vramkit_gpu_up", "gauge", "1 when the GPU answered its memory query in the latest sample, 0 when it is lost or in error.");
+  for (const auto& g : s.gpus) {
+    w.value({{"gpu", std::to_string(g.index)}, {"uuid", g.uuid}, {"name", g.name}}, g.state == device_state::ok ? 1 : 0);
+  }
+  gpu_family(w, s, "vramkit_gpu_memory_total_bytes", "Total device memory in bytes.", [](const gpu_sample& g) { return g.memory_total_bytes; });
+  gpu_family(w, s, "vramkit_gpu_memory_used_bytes", "Device memory in use in bytes, including driver-reserved memory.", [](const gpu_sample& g) { return g.memory_used_bytes; });
+  gpu_family(w, s, "vramkit_gpu_memory_free_bytes", "Device memory free in bytes.", [](const gpu_sample& g) { return g.memory_free_bytes; });
+  gpu_family(w, s, "vramkit_gpu_memory_reserved_bytes", "Device memory reserved by the driver and firmware in bytes (counted in used).", [](const gpu_sample& g) { return g.memory_reserved_bytes; });
+  gpu_family(w, s, "vramkit_gpu_utilization_ratio", "Fraction of the last sample period during which a kernel ran (0-1).", [](const gpu_sample& g) { return g.utilization_gpu_percent; }, 0.01);
+  gpu_family(w, s, "vramkit_gpu_memory_utilization_ratio", "Fraction of the last sample period during which device memory was read or written (0-1).", [](const gpu_sample& g) { return g.utilization_memory_percent; }, 0.01);
+  gpu_family(w, s, "vramkit_gpu_pcie_rx_bytes_per_second", "PCIe receive throughput in bytes per second, over the driver's short window.", [](const gpu_sample& g) { return g.pcie_rx_bytes_per_second; });
+  gpu_family(w, s, "vramkit_gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput in bytes per second, over the driver's short window.", [](const gpu_sample& g) { return g.pcie_tx_bytes_per_second; });
+  gpu_family(w, s, "vramkit_gpu_nvlink_rx_bytes_per_second", "NVLink receive throughput summed over links, in bytes per second between samples.", [](const gpu_sample& g) { return g.nvlink_rx_bytes_per_second; });
+  gpu_family(w, s, "vramkit_gpu_nvlink_tx_bytes_per_second", "NVLink transmit throughput summed over links, in bytes per second between samples.", [](const gpu_sample& g) { return g.nvlink_tx_bytes_per_second; });
+  gpu_family(w, s, "vramkit_gpu_sm_clock_hertz", "SM clock in hertz.", [](const gpu_sample& g) { return g.sm_clock_mhz; }, 1e6);
+  gpu_family(w, s, "vramkit_gpu_memory_clock_hertz", "Memory clock in hertz.", [](const gpu_sample& g) { return g.memory_clock_mhz; }, 1e6);
+  gpu_family(w, s, "vramkit_gpu_temperature_celsius", "GPU die temperature in degrees Celsius.", [](const gpu_sample& g) { return g.temperature_celsius; });
+  gpu_family(w, s, "vramkit_gpu_power_watts", "Power draw in watts.", [](const gpu_sample& g) { return g.power_watts; });
+  gpu_family(w, s, "vramkit_gpu_ecc_corrected_errors", "Corrected ECC errors since the counters were last cleared (aggregate).", [](const gpu_sample& g) { return g.ecc_corrected_errors; });
+  gpu_family(w, s, "vramkit_gpu_ecc_uncorrected_errors", "Uncorrected ECC errors since the counters were last cleared (aggregate).", [](const gpu_sample& g) { return g.ecc_uncorrected_errors; });
+  gpu_family(w, s, "vramkit_gpu_retired_pages", "Retired pages, or remapped rows on GPUs that remap rows.", [](const gpu_sample& g) { return g.retired_pages; });
+
+  bool any_proc = false;
+  for (const auto& g : s.gpus) {
+    for (const auto& p : g.processes) any_proc = any_proc || p.used_bytes.has_value();
+  }
+  if (any_proc) {
+    w.family("vramkit_gpu_process_memory_used_bytes", "gauge", "Device memory used by one process in bytes.");
+    for (const auto& g : s.gpus) {
+      for (const auto& p : g.processes) {
+        if (!p.used_bytes) continue;
+        w.value({{"gpu", std::to_string(g.index)}, {"uuid", g.uuid}, {"name", g.name}, {"pid", std::to_string(p.pid)}, {"command", p.command}},
+                static_cast<double>(*p.used_bytes));
+      }
+    }
+  }
+
+  if (s.host.memory) {
+    const auto& m = *s.host.memory;
+    w.family("vramkit_host_memory_total_bytes", "gauge", "Host memory total in bytes (MemTotal).");
+    w.value({}, static_cast<double>(m.total_bytes));
+    if (m.available_bytes) {
+      w.family("vramkit_host_memory_available_bytes", "gauge", "Host memory available for new allocations in bytes (MemAvailable).");
+      w.value({}, static_cast<double>(*m.available_bytes));
+    }
+    if (m.cached_bytes) {
+      w.family("vramkit_host_memory_cached_bytes", "gauge", "Host page cache in bytes (Cached).");
+      w.value({}, static_cast<double>(*m.cached_bytes));
+    }
+    if (m.mlocked_bytes) {
+      w.family("vramkit_host_memory_mlocked_bytes", "gauge", "Host memory locked with mlock in bytes (Mlocked), including pinned buffers.");
+      w.value({}, static_cast<double>(*m.mlocked_bytes));
+    }
+    if (m.hugepages_total && m.hugepage_size_bytes) {
+      w.family("vramkit_host_hugepages_total_bytes", "gauge", "Host huge pages configured, in bytes.");
+      w.value({}, static_cast<double>(*m.hugepages_total * *m.hugepage_size_bytes));
+    }
+  }
+  if (!s.host.numa.empty()) {
+    w.family("vramkit_host_numa_memory_total_bytes", "gauge", "Memory of one NUMA node in bytes.");
+    for (const auto& n : s.host.numa) w.value({{"node", std::to_string(n.node)}}, static_cast<double>(n.total_bytes));
+    w.family("vramkit_host_numa_memory_free_bytes", "gauge", "Free memory of one NUMA node in bytes.");
+    for (const auto& n : s.host.numa) w.value({{"node", std::to_string(n.node)}}, static_cast<double>(n.free_bytes));
+  }
+  if (s.host.cgroup) {
+    if (s.host.cgroup->limit_bytes) {
+      w.family("vramkit_cgroup_memory_limit_bytes", "gauge", "Memory limit of this process's cgroup in bytes (absent when unlimited).");
+      w.value({}, static_cast<double>(*s.host.cgroup->limit_bytes));
+    }
+    if (s.host.cgroup->usage_bytes) {
+      w.family("vramkit_cgroup_memory_usage_bytes", "gauge", "Memory charged to this process's cgroup in bytes.");
+      w.value({}, static_cast<double>(*s.host.cgroup->usage_bytes));
+    }
+  }
+  bool any_rss = false;
+  for (const auto& p : s.host.processes) any_rss = any_rss || p.rss_bytes.has_value();
+  if (any_rss) {
+    w.family("vramkit_process_resident_memory_bytes", "gauge", "Host resident memory (VmRSS) of a process that uses a GPU, in bytes.");
+    for (const auto& p : s.host.processes) {
+      if (p.rss_bytes) w.value({{"pid", std::to_string(p.pid)}, {"command", p.command}}, static_cast<double>(*p.rss_bytes));
+    }
+  }
+  w.family("vramkit_exporter_scrapes_total", "counter", "Scrapes of /metrics served since start.");
+  w.value({}, static_cast<double>(stats.scrapes_total));
+  w.family("vramkit_exporter_samples_total", "counter", "Samples taken by the background sampler since start.");
+  w.value({}, static_cast<double>(stats.samples_total));
+  w.family("vramkit_exporter_sample_duration_seconds", "gauge", "Time the latest sample took to read every GPU and the host, in seconds.");
+  w.value({}, s.sample_duration_seconds);
+  w.family("vramkit_exporter_last_sample_timestamp_seconds", "gauge", "Unix time of the latest sample in seconds.");
+  w.value({}, static_cast<double>(s.timestamp_ms) / 1000.0);
+  return w.take();
+}
+
+}  // namespace vramkit::monitor

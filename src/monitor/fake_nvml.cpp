@@ -1,0 +1,260 @@
+// fake_nvml: scripted devices for tests and --fake-gpus, optionally reloaded from a JSON fixture
+// when the file changes. One mutex guards the device list.
+#include "vramkit/monitor/fake_nvml.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "vramkit/core/error.hpp"
+
+namespace vramkit::monitor {
+
+namespace {
+
+nvml_status status_from_string(const std::string& s) {
+  for (auto st : {nvml_status::ok, nvml_status::not_supported, nvml_status::no_permission, nvml_status::gpu_lost,
+                  nvml_status::not_found, nvml_status::uninitialized, nvml_status::error}) {
+    if (s == to_string(st)) return st;
+  }
+  throw usage_error("unknown NVML status '" + s +
+                    "' (expected not_supported, no_permission, gpu_lost, not_found, uninitialized or error)");
+}
+
+template <typename T>
+std::optional<T> opt(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
+  return j.at(key).get<T>();
+}
+
+std::string read_file_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw usage_error("cannot read fake GPU file " + path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+fake_nvml::fake_nvml(std::vector<fake_gpu> gpus) : gpus_(std::move(gpus)) {}
+
+std::vector<fake_gpu> fake_nvml::parse(const std::string& json_text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    throw usage_error(std::string("fake GPU fixture is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("gpus") || !j.at("gpus").is_array()) {
+    throw usage_error("fake GPU fixture must be an object with a \"gpus\" array");
+  }
+  std::vector<fake_gpu> out;
+  std::size_t i = 0;
+  for (const auto& g : j.at("gpus")) {
+    try {
+      fake_gpu gpu;
+      gpu.name = g.value("name", std::string("Fake GPU"));
+      gpu.uuid = g.value("uuid", "GPU-fake-" + std::to_string(i));
+      gpu.memory_total_bytes = g.at("memory_total_bytes").get<std::uint64_t>();
+      gpu.memory_used_bytes = g.value("memory_used_bytes", std::uint64_t{0});
+      if (gpu.memory_used_bytes > gpu.memory_total_bytes) {
+        throw usage_error("memory_used_bytes exceeds memory_total_bytes");
+      }
+      gpu.memory_reserved_bytes = opt<std::uint64_t>(g, "memory_reserved_bytes");
+      gpu.utilization_gpu = opt<unsigned>(g, "utilization_gpu");
+      gpu.utilization_memory = opt<unsigned>(g, "utilization_memory");
+      gpu.temperature_celsius = opt<double>(g, "temperature_celsius");
+      gpu.power_watts = opt<double>(g, "power_watts");
+      gpu.pcie_rx_bytes_per_second = opt<std::uint64_t>(g, "pcie_rx_bytes_per_second");
+      gpu.pcie_tx_bytes_per_second = opt<std::uint64_t>(g, "pcie_tx_bytes_per_second");
+      gpu.sm_clock_mhz = opt<unsigned>(g, "sm_clock_mhz");
+      gpu.memory_clock_mhz = opt<unsigned>(g, "memory_clock_mhz");
+      gpu.lost = g.value("lost", false);
+      if (g.contains("processes")) {
+        for (const auto& p : g.at("processes")) {
+          nvml_process proc;
+          proc.pid = p.at("pid").get<std::uint32_t>();
+          proc.used_bytes = opt<std::uint64_t>(p, "used_bytes");
+          proc.name = p.value("name", std::string());
+          std::string kind = p.value("kind", std::string("compute"));
+          proc.kind = kind == "graphics" ? nvml_process_kind::graphics
+                      : kind == "compute+graphics" ? nvml_process_kind::compute_and_graphics
+                                                   : nvml_process_kind::compute;
+          gpu.processes.push_back(std::move(proc));
+        }
+      }
+      if (g.contains("fail")) {
+        for (const auto& [query, status] : g.at("fail").items()) gpu.failures[query] = status_from_string(status.get<std::string>());
+      }
+      out.push_back(std::move(gpu));
+    } catch (const nlohmann::json::exception& e) {
+      throw usage_error("fake GPU fixture: gpus[" + std::to_string(i) + "]: " + e.what());
+    } catch (const usage_error& e) {
+      throw usage_error("fake GPU fixture: gpus[" + std::to_string(i) + "]: " + e.what());
+    }
+    ++i;
+  }
+  return out;
+}
+
+std::shared_ptr<fake_nvml> fake_nvml::from_file(const std::filesystem::path& path) {
+  auto fake = std::make_shared<fake_nvml>(parse(read_file_text(path)));
+  std::error_code ec;
+  fake->file_ = path;
+  fake->file_mtime_ = std::filesystem::last_write_time(path, ec);
+  fake->file_size_ = std::filesystem::file_size(path, ec);
+  return fake;
+}
+
+void fake_nvml::reload_if_changed() {
+  if (file_.empty()) return;
+  std::error_code ec;
+  auto mtime = std::filesystem::last_write_time(file_, ec);
+  if (ec) return;  // being replaced: keep the current figures
+  auto size = std::filesystem::file_size(file_, ec);
+  if (ec || (mtime == file_mtime_ && size == file_size_)) return;
+  try {
+    gpus_ = parse(read_file_text(file_));
+    file_mtime_ = mtime;
+    file_size_ = size;
+  } catch (const std::exception& e) {
+    // A half-written file is retried next time; the old figures stay.
+    std::fprintf(stderr, "vramkit: keeping previous fake GPUs: %s\n", e.what());
+  }
+}
+
+void fake_nvml::set_gpus(std::vector<fake_gpu> gpus) {
+  std::lock_guard lock(mutex_);
+  gpus_ = std::move(gpus);
+}
+
+void fake_nvml::add_gpu(fake_gpu gpu) {
+  std::lock_guard lock(mutex_);
+  gpus_.push_back(std::move(gpu));
+}
+
+void fake_nvml::remove_gpu(unsigned index) {
+  std::lock_guard lock(mutex_);
+  gpus_.erase(gpus_.begin() + static_cast<std::ptrdiff_t>(index));
+}
+
+void fake_nvml::fail_all(std::optional<nvml_status> status) {
+  std::lock_guard lock(mutex_);
+  fail_all_ = status;
+}
+
+std::size_t fake_nvml::calls() const {
+  std::lock_guard lock(mutex_);
+  return calls_;
+}
+
+std::optional<nvml_status> fake_nvml::check(unsigned index, const char* query, const fake_gpu** gpu) {
+  ++calls_;
+  if (fail_all_) return fail_all_;
+  if (index >= gpus_.size()) return nvml_status::not_found;
+  const fake_gpu& g = gpus_[index];
+  if (g.lost) return nvml_status::gpu_lost;
+  if (auto it = g.failures.find(query); it != g.failures.end()) return it->second;
+  *gpu = &g;
+  return std::nullopt;
+}
+
+#define VRAMKIT_FAKE_QUERY(T, query)                                                          \
+  std::lock_guard lock(mutex_);                                                               \
+  const fake_gpu* g = nullptr;                                                                \
+  if (auto st = check(index, query, &g)) {                                                    \
+    return nvml_value<T>::failure(*st, std::string("fake: ") + query + " " + to_string(*st)); \
+  }
+
+nvml_value<std::string> fake_nvml::driver_version() {
+  std::lock_guard lock(mutex_);
+  if (fail_all_) return nvml_value<std::string>::failure(*fail_all_, "fake: driver unavailable");
+  return nvml_value<std::string>::success("fake");
+}
+
+nvml_value<unsigned> fake_nvml::device_count() {
+  std::lock_guard lock(mutex_);
+  ++calls_;
+  reload_if_changed();
+  if (fail_all_) return nvml_value<unsigned>::failure(*fail_all_, "fake: device count failed");
+  return nvml_value<unsigned>::success(static_cast<unsigned>(gpus_.size()));
+}
+
+nvml_value<std::string> fake_nvml::device_name(unsigned index) {
+  VRAMKIT_FAKE_QUERY(std::string, "name")
+  return nvml_value<std::string>::success(g->name);
+}
+
+nvml_value<std::string> fake_nvml::device_uuid(unsigned index) {
+  VRAMKIT_FAKE_QUERY(std::string, "uuid")
+  return nvml_value<std::string>::success(g->uuid);
+}
+
+nvml_value<nvml_memory> fake_nvml::memory(unsigned index) {
+  VRAMKIT_FAKE_QUERY(nvml_memory, "memory")
+  nvml_memory m;
+  m.total = g->memory_total_bytes;
+  m.used = g->memory_used_bytes;
+  m.free = m.total - m.used;
+  m.reserved = g->memory_reserved_bytes;
+  return nvml_value<nvml_memory>::success(m);
+}
+
+nvml_value<std::vector<nvml_process>> fake_nvml::processes(unsigned index) {
+  VRAMKIT_FAKE_QUERY(std::vector<nvml_process>, "processes")
+  return nvml_value<std::vector<nvml_process>>::success(g->processes);
+}
+
+nvml_value<nvml_utilization> fake_nvml::utilization(unsigned index) {
+  VRAMKIT_FAKE_QUERY(nvml_utilization, "utilization")
+  if (!g->utilization_gpu) return nvml_value<nvml_utilization>::failure(nvml_status::not_supported, "fake: no utilization");
+  return nvml_value<nvml_utilization>::success({*g->utilization_gpu, g->utilization_memory.value_or(0)});
+}
+
+nvml_value<nvml_pcie> fake_nvml::pcie_throughput(unsigned index) {
+  VRAMKIT_FAKE_QUERY(nvml_pcie, "pcie")
+  if (!g->pcie_rx_bytes_per_second && !g->pcie_tx_bytes_per_second) {
+    return nvml_value<nvml_pcie>::failure(nvml_status::not_supported, "fake: no PCIe counters");
+  }
+  return nvml_value<nvml_pcie>::success({g->pcie_rx_bytes_per_second.value_or(0), g->pcie_tx_bytes_per_second.value_or(0)});
+}
+
+nvml_value<nvml_nvlink> fake_nvml::nvlink_counters(unsigned index) {
+  VRAMKIT_FAKE_QUERY(nvml_nvlink, "nvlink")
+  return nvml_value<nvml_nvlink>::failure(nvml_status::not_supported, "fake: no NVLink");
+}
+
+nvml_value<nvml_clocks> fake_nvml::clocks(unsigned index) {
+  VRAMKIT_FAKE_QUERY(nvml_clocks, "clocks")
+  if (!g->sm_clock_mhz) return nvml_value<nvml_clocks>::failure(nvml_status::not_supported, "fake: no clocks");
+  return nvml_value<nvml_clocks>::success({*g->sm_clock_mhz, g->memory_clock_mhz.value_or(0)});
+}
+
+nvml_value<double> fake_nvml::temperature_celsius(unsigned index) {
+  VRAMKIT_FAKE_QUERY(double, "temperature")
+  if (!g->temperature_celsius) return nvml_value<double>::failure(nvml_status::not_supported, "fake: no sensor");
+  return nvml_value<double>::success(*g->temperature_celsius);
+}
+
+nvml_value<double> fake_nvml::power_watts(unsigned index) {
+  VRAMKIT_FAKE_QUERY(double, "power")
+  if (!g->power_watts) return nvml_value<double>::failure(nvml_status::not_supported, "fake: no power sensor");
+  return nvml_value<double>::success(*g->power_watts);
+}
+
+nvml_value<nvml_ecc> fake_nvml::ecc(unsigned index) {
+  VRAMKIT_FAKE_QUERY(nvml_ecc, "ecc")
+  return nvml_value<nvml_ecc>::failure(nvml_status::not_supported, "fake: no ECC");
+}
+
+nvml_value<std::vector<nvml_mig_instance>> fake_nvml::mig_instances(unsigned index) {
+  VRAMKIT_FAKE_QUERY(std::vector<nvml_mig_instance>, "mig")
+  return nvml_value<std::vector<nvml_mig_instance>>::success({});
+}
+
+#undef VRAMKIT_FAKE_QUERY
+
+}  // namespace vramkit::monitor

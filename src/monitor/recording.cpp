@@ -1,0 +1,490 @@
+// JSON Lines and CSV recording of samples, and the tolerant reader used by --replay.
+#include "vramkit/monitor/recording.hpp"
+
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "vramkit/core/error.hpp"
+
+namespace vramkit::monitor {
+
+using nlohmann::json;
+
+namespace {
+
+template <typename T>
+void put(json& j, const char* key, const std::optional<T>& v) {
+  if (v) j[key] = *v;
+}
+template <typename T>
+void take(const json& j, const char* key, std::optional<T>& v) {
+  if (auto it = j.find(key); it != j.end() && !it->is_null()) v = it->get<T>();
+}
+
+json gpu_to_json(const gpu_sample& g) {
+  json j;
+  j["index"] = g.index;
+  j["uuid"] = g.uuid;
+  j["name"] = g.name;
+  j["state"] = to_string(g.state);
+  if (!g.state_reason.empty()) j["state_reason"] = g.state_reason;
+  put(j, "memory_total_bytes", g.memory_total_bytes);
+  put(j, "memory_used_bytes", g.memory_used_bytes);
+  put(j, "memory_free_bytes", g.memory_free_bytes);
+  put(j, "memory_reserved_bytes", g.memory_reserved_bytes);
+  put(j, "utilization_gpu_percent", g.utilization_gpu_percent);
+  put(j, "utilization_memory_percent", g.utilization_memory_percent);
+  put(j, "pcie_rx_bytes_per_second", g.pcie_rx_bytes_per_second);
+  put(j, "pcie_tx_bytes_per_second", g.pcie_tx_bytes_per_second);
+  put(j, "nvlink_rx_bytes_per_second", g.nvlink_rx_bytes_per_second);
+  put(j, "nvlink_tx_bytes_per_second", g.nvlink_tx_bytes_per_second);
+  put(j, "sm_clock_mhz", g.sm_clock_mhz);
+  put(j, "memory_clock_mhz", g.memory_clock_mhz);
+  put(j, "temperature_celsius", g.temperature_celsius);
+  put(j, "power_watts", g.power_watts);
+  put(j, "ecc_corrected_errors", g.ecc_corrected_errors);
+  put(j, "ecc_uncorrected_errors", g.ecc_uncorrected_errors);
+  put(j, "retired_pages", g.retired_pages);
+  if (!g.mig.empty()) {
+    json mig = json::array();
+    for (const auto& m : g.mig) {
+      json mj{{"gpu_instance_id", m.gpu_instance_id}, {"compute_instance_id", m.compute_instance_id}, {"uuid", m.uuid}};
+      put(mj, "memory_total_bytes", m.memory_total_bytes);
+      put(mj, "memory_used_bytes", m.memory_used_bytes);
+      mig.push_back(std::move(mj));
+    }
+    j["mig"] = std::move(mig);
+  }
+  json procs = json::array();
+  for (const auto& p : g.processes) {
+    json pj{{"pid", p.pid}, {"kind", p.kind}, {"command", p.command}, {"user", p.user}};
+    put(pj, "used_bytes", p.used_bytes);
+    put(pj, "host_rss_bytes", p.host_rss_bytes);
+    procs.push_back(std::move(pj));
+  }
+  j["processes"] = std::move(procs);
+  if (!g.unavailable.empty()) j["unavailable"] = g.unavailable;
+  return j;
+}
+
+gpu_sample gpu_from_json(const json& j) {
+  gpu_sample g;
+  g.index = j.at("index").get<unsigned>();
+  g.uuid = j.value("uuid", std::string());
+  g.name = j.value("name", std::string());
+  g.state = device_state_from_string(j.value("state", std::string("ok")));
+  g.state_reason = j.value("state_reason", std::string());
+  take(j, "memory_total_bytes", g.memory_total_bytes);
+  take(j, "memory_used_bytes", g.memory_used_bytes);
+  take(j, "memory_free_bytes", g.memory_free_bytes);
+  take(j, "memory_reserved_bytes", g.memory_reserved_bytes);
+  take(j, "utilization_gpu_percent", g.utilization_gpu_percent);
+  take(j, "utilization_memory_percent", g.utilization_memory_percent);
+  take(j, "pcie_rx_bytes_per_second", g.pcie_rx_bytes_per_second);
+  take(j, "pcie_tx_bytes_per_second", g.pcie_tx_bytes_per_second);
+  take(j, "nvlink_rx_bytes_per_second", g.nvlink_rx_bytes_per_second);
+  take(j, "nvlink_tx_bytes_per_second", g.nvlink_tx_bytes_per_second);
+  take(j, "sm_clock_mhz", g.sm_clock_mhz);
+  take(j, "memory_clock_mhz", g.memory_clock_mhz);
+  take(j, "temperature_celsius", g.temperature_celsius);
+  take(j, "power_watts", g.power_watts);
+  take(j, "ecc_corrected_errors", g.ecc_corrected_errors);
+  take(j, "ecc_uncorrected_errors", g.ecc_uncorrected_errors);
+  take(j, "retired_pages", g.retired_pages);
+  if (auto it = j.find("mig"); it != j.end()) {
+    for (const auto& mj : *it) {
+      mig_instance m;
+      m.gpu_instance_id = mj.value("gpu_instance_id", 0U);
+      m.compute_instance_id = mj.value("compute_instance_id", 0U);
+      m.uuid = mj.value("uuid", std::string());
+      take(mj, "memory_total_bytes", m.memory_total_bytes);
+      take(mj, "memory_used_bytes", m.memory_used_bytes);
+      g.mig.push_back(std::move(m));
+    }
+  }
+  if (auto it = j.find("processes"); it != j.end()) {
+    for (const auto& pj : *it) {
+      gpu_process p;
+      p.pid = pj.at("pid").get<std::uint32_t>();
+      p.kind = pj.value("kind", std::string("compute"));
+      p.command = pj.value("command", std::string());
+      p.user = pj.value("user", std::string());
+      take(pj, "used_bytes", p.used_bytes);
+      take(pj, "host_rss_bytes", p.host_rss_bytes);
+      g.processes.push_back(std::move(p));
+    }
+  }
+  if (auto it = j.find("unavailable"); it != j.end()) g.unavailable = it->get<std::map<std::string, std::string>>();
+  return g;
+}
+
+json host_to_json(const host_sample& h) {
+  json j = json::object();
+  if (h.memory) {
+    const auto& m = *h.memory;
+    json mj{{"total_bytes", m.total_bytes}};
+    put(mj, "available_bytes", m.available_bytes);
+    put(mj, "free_bytes", m.free_bytes);
+    put(mj, "cached_bytes", m.cached_bytes);
+    put(mj, "buffers_bytes", m.buffers_bytes);
+    put(mj, "swap_total_bytes", m.swap_total_bytes);
+    put(mj, "swap_free_bytes", m.swap_free_bytes);
+    put(mj, "hugepages_total", m.hugepages_total);
+    put(mj, "hugepages_free", m.hugepages_free);
+    put(mj, "hugepage_size_bytes", m.hugepage_size_bytes);
+    put(mj, "mlocked_bytes", m.mlocked_bytes);
+    put(mj, "unevictable_bytes", m.unevictable_bytes);
+    j["memory"] = std::move(mj);
+  }
+  json numa = json::array();
+  for (const auto& n : h.numa) {
+    json nj{{"node", n.node}, {"total_bytes", n.total_bytes}, {"free_bytes", n.free_bytes}};
+    put(nj, "used_bytes", n.used_bytes);
+    numa.push_back(std::move(nj));
+  }
+  j["numa"] = std::move(numa);
+  if (h.cgroup) {
+    json cj{{"version", h.cgroup->version}, {"path", h.cgroup->path}};
+    put(cj, "limit_bytes", h.cgroup->limit_bytes);
+    put(cj, "usage_bytes", h.cgroup->usage_bytes);
+    j["cgroup"] = std::move(cj);
+  }
+  json procs = json::array();
+  for (const auto& p : h.processes) {
+    json pj{{"pid", p.pid}, {"command", p.command}, {"user", p.user}};
+    put(pj, "rss_bytes", p.rss_bytes);
+    put(pj, "locked_bytes", p.locked_bytes);
+    put(pj, "pinned_bytes", p.pinned_bytes);
+    procs.push_back(std::move(pj));
+  }
+  j["processes"] = std::move(procs);
+  return j;
+}
+
+host_sample host_from_json(const json& j) {
+  host_sample h;
+  if (auto it = j.find("memory"); it != j.end()) {
+    host_memory m;
+    m.total_bytes = it->at("total_bytes").get<std::uint64_t>();
+    take(*it, "available_bytes", m.available_bytes);
+    take(*it, "free_bytes", m.free_bytes);
+    take(*it, "cached_bytes", m.cached_bytes);
+    take(*it, "buffers_bytes", m.buffers_bytes);
+    take(*it, "swap_total_bytes", m.swap_total_bytes);
+    take(*it, "swap_free_bytes", m.swap_free_bytes);
+    take(*it, "hugepages_total", m.hugepages_total);
+    take(*it, "hugepages_free", m.hugepages_free);
+    take(*it, "hugepage_size_bytes", m.hugepage_size_bytes);
+    take(*it, "mlocked_bytes", m.mlocked_bytes);
+    take(*it, "unevictable_bytes", m.unevictable_bytes);
+    h.memory = m;
+  }
+  if (auto it = j.find("numa"); it != j.end()) {
+    for (const auto& nj : *it) {
+      numa_node_memory n;
+      n.node = nj.at("node").get<unsigned>();
+      n.total_bytes = nj.at("total_bytes").get<std::uint64_t>();
+      n.free_bytes = nj.at("free_bytes").get<std::uint64_t>();
+      take(nj, "used_bytes", n.used_bytes);
+      h.numa.push_back(n);
+    }
+  }
+  if (auto it = j.find("cgroup"); it != j.end()) {
+    cgroup_memory c;
+    c.version = it->value("version", 2);
+    c.path = it->value("path", std::string());
+    take(*it, "limit_bytes", c.limit_bytes);
+    take(*it, "usage_bytes", c.usage_bytes);
+    h.cgroup = c;
+  }
+  if (auto it = j.find("processes"); it != j.end()) {
+    for (const auto& pj : *it) {
+      host_process p;
+      p.pid = pj.at("pid").get<std::uint32_t>();
+      p.command = pj.value("command", std::string());
+      p.user = pj.value("user", std::string());
+      take(pj, "rss_bytes", p.rss_bytes);
+      take(pj, "locked_bytes", p.locked_bytes);
+      take(pj, "pinned_bytes", p.pinned_bytes);
+      h.processes.push_back(std::move(p));
+    }
+  }
+  return h;
+}
+
+std::string csv_quote(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += (c == '\n' || c == '\r') ? ' ' : c;
+  }
+  return out + "\"";
+}
+
+template <typename T>
+std::string csv_num(const std::optional<T>& v) {
+  if (!v) return {};
+  if constexpr (std::is_floating_point_v<T>) return fmt::format("{:.6g}", *v);
+  else return std::to_string(*v);
+}
+
+// Splits one CSV line (RFC 4180 quoting); throws usage_error on an unterminated quote.
+std::vector<std::string> csv_split(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    char c = line[i];
+    if (quoted) {
+      if (c == '"') {
+        if (i + 1 < line.size() && line[i + 1] == '"') {
+          cur += '"';
+          ++i;
+        } else {
+          quoted = false;
+        }
+      } else {
+        cur += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.push_back(std::move(cur));
+      cur.clear();
+    } else if (c != '\r') {
+      cur += c;
+    }
+  }
+  if (quoted) throw usage_error("unterminated quoted field");
+  out.push_back(std::move(cur));
+  return out;
+}
+
+const std::vector<std::string>& csv_columns() {
+  static const std::vector<std::string> cols = {
+      "timestamp", "epoch_ms", "device", "uuid", "name", "state",
+      "memory_used_bytes", "memory_total_bytes", "memory_free_bytes", "memory_reserved_bytes",
+      "utilization_gpu_percent", "utilization_memory_percent",
+      "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second",
+      "temperature_celsius", "power_watts", "sm_clock_mhz", "memory_clock_mhz", "process_count",
+      "host_memory_total_bytes", "host_memory_available_bytes"};
+  return cols;
+}
+
+template <typename T>
+std::optional<T> csv_parse(const std::string& field, const char* column) {
+  if (field.empty()) return std::nullopt;
+  try {
+    std::size_t used = 0;
+    T v{};
+    if constexpr (std::is_floating_point_v<T>) v = static_cast<T>(std::stod(field, &used));
+    else v = static_cast<T>(std::stoull(field, &used));
+    if (used != field.size()) throw std::invalid_argument(field);
+    return v;
+  } catch (const std::exception&) {
+    throw usage_error(std::string("column ") + column + ": '" + field + "' is not a number");
+  }
+}
+
+}  // namespace
+
+std::string format_iso8601_ms(std::int64_t epoch_ms) {
+  std::time_t secs = static_cast<std::time_t>(epoch_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  return fmt::format("{}.{:03d}Z", buf, static_cast<int>(epoch_ms % 1000));
+}
+
+std::string to_json_line(const sample& s) {
+  json j;
+  j["schema_version"] = sample_schema_version;
+  j["timestamp"] = format_iso8601_ms(s.timestamp_ms);
+  j["timestamp_ms"] = s.timestamp_ms;
+  j["sample_duration_seconds"] = s.sample_duration_seconds;
+  j["gpu_source"] = s.gpu_source;
+  if (!s.gpu_unavailable_reason.empty()) j["gpu_unavailable_reason"] = s.gpu_unavailable_reason;
+  if (!s.driver_version.empty()) j["driver_version"] = s.driver_version;
+  json gpus = json::array();
+  for (const auto& g : s.gpus) gpus.push_back(gpu_to_json(g));
+  j["gpus"] = std::move(gpus);
+  j["host"] = host_to_json(s.host);
+  // Command lines are not guaranteed UTF-8: replace bad bytes rather than fail the sample.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+sample sample_from_json(const std::string& line) {
+  try {
+    json j = json::parse(line);
+    if (!j.is_object()) throw usage_error("not a JSON object");
+    int version = j.value("schema_version", 0);
+    if (version != sample_schema_version) {
+      throw usage_error("schema_version " + std::to_string(version) + " (this vramkit reads " + std::to_string(sample_schema_version) + ")");
+    }
+    sample s;
+    s.timestamp_ms = j.at("timestamp_ms").get<std::int64_t>();
+    s.sample_duration_seconds = j.value("sample_duration_seconds", 0.0);
+    s.gpu_source = j.value("gpu_source", std::string());
+    s.gpu_unavailable_reason = j.value("gpu_unavailable_reason", std::string());
+    s.driver_version = j.value("driver_version", std::string());
+    for (const auto& g : j.at("gpus")) s.gpus.push_back(gpu_from_json(g));
+    if (auto it = j.find("host"); it != j.end()) s.host = host_from_json(*it);
+    return s;
+  } catch (const json::exception& e) {
+    throw usage_error(std::string("invalid sample JSON: ") + e.what());
+  }
+}
+
+std::string csv_header() {
+  std::string out;
+  for (const auto& c : csv_columns()) {
+    if (!out.empty()) out += ',';
+    out += c;
+  }
+  return out;
+}
+
+std::vector<std::string> to_csv_lines(const sample& s) {
+  std::vector<std::string> out;
+  std::optional<std::uint64_t> host_total, host_avail;
+  if (s.host.memory) {
+    host_total = s.host.memory->total_bytes;
+    host_avail = s.host.memory->available_bytes;
+  }
+  auto row = [&](const gpu_sample* g) {
+    std::vector<std::string> f;
+    f.push_back(format_iso8601_ms(s.timestamp_ms));
+    f.push_back(std::to_string(s.timestamp_ms));
+    if (g == nullptr) {
+      f.push_back("-");
+      f.resize(csv_columns().size() - 2);
+    } else {
+      f.push_back(std::to_string(g->index));
+      f.push_back(csv_quote(g->uuid));
+      f.push_back(csv_quote(g->name));
+      f.push_back(to_string(g->state));
+      f.push_back(csv_num(g->memory_used_bytes));
+      f.push_back(csv_num(g->memory_total_bytes));
+      f.push_back(csv_num(g->memory_free_bytes));
+      f.push_back(csv_num(g->memory_reserved_bytes));
+      f.push_back(csv_num(g->utilization_gpu_percent));
+      f.push_back(csv_num(g->utilization_memory_percent));
+      f.push_back(csv_num(g->pcie_rx_bytes_per_second));
+      f.push_back(csv_num(g->pcie_tx_bytes_per_second));
+      f.push_back(csv_num(g->temperature_celsius));
+      f.push_back(csv_num(g->power_watts));
+      f.push_back(csv_num(g->sm_clock_mhz));
+      f.push_back(csv_num(g->memory_clock_mhz));
+      f.push_back(std::to_string(g->processes.size()));
+    }
+    f.push_back(csv_num(host_total));
+    f.push_back(csv_num(host_avail));
+    std::string line;
+    for (std::size_t i = 0; i < f.size(); ++i) {
+      if (i != 0) line += ',';
+      line += f[i];
+    }
+    return line;
+  };
+  if (s.gpus.empty()) out.push_back(row(nullptr));
+  for (const auto& g : s.gpus) out.push_back(row(&g));
+  return out;
+}
+
+recording parse_recording(const std::string& text) {
+  recording rec;
+  std::istringstream in(text);
+  std::string line;
+  std::size_t line_no = 0;
+  bool header_seen = false;
+  std::map<std::string, std::size_t> col;  // CSV column name -> index
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (rec.format.empty()) rec.format = line.front() == '{' ? "jsonl" : "csv";
+    try {
+      if (rec.format == "jsonl") {
+        rec.samples.push_back(sample_from_json(line));
+        continue;
+      }
+      auto fields = csv_split(line);
+      if (!header_seen) {
+        for (std::size_t i = 0; i < fields.size(); ++i) col[fields[i]] = i;
+        for (const char* need : {"epoch_ms", "device"}) {
+          if (!col.count(need)) throw usage_error(std::string("CSV header lacks column ") + need);
+        }
+        header_seen = true;
+        continue;
+      }
+      if (fields.size() != col.size()) {
+        throw usage_error(std::to_string(fields.size()) + " fields, header has " + std::to_string(col.size()));
+      }
+      auto field = [&](const char* name) -> std::string {
+        auto it = col.find(name);
+        return it == col.end() ? std::string() : fields[it->second];
+      };
+      auto ts = csv_parse<std::int64_t>(field("epoch_ms"), "epoch_ms");
+      if (!ts) throw usage_error("column epoch_ms is empty");
+      if (rec.samples.empty() || rec.samples.back().timestamp_ms != *ts) {
+        sample s;
+        s.timestamp_ms = *ts;
+        s.gpu_source = "replay";
+        rec.samples.push_back(std::move(s));
+      }
+      sample& s = rec.samples.back();
+      if (auto total = csv_parse<std::uint64_t>(field("host_memory_total_bytes"), "host_memory_total_bytes")) {
+        host_memory m;
+        m.total_bytes = *total;
+        m.available_bytes = csv_parse<std::uint64_t>(field("host_memory_available_bytes"), "host_memory_available_bytes");
+        s.host.memory = m;
+      }
+      if (field("device") == "-") continue;
+      gpu_sample g;
+      auto idx = csv_parse<unsigned>(field("device"), "device");
+      if (!idx) throw usage_error("column device is empty");
+      g.index = *idx;
+      g.uuid = field("uuid");
+      g.name = field("name");
+      std::string state = field("state");
+      g.state = state.empty() ? device_state::ok : device_state_from_string(state);
+      g.memory_used_bytes = csv_parse<std::uint64_t>(field("memory_used_bytes"), "memory_used_bytes");
+      g.memory_total_bytes = csv_parse<std::uint64_t>(field("memory_total_bytes"), "memory_total_bytes");
+      g.memory_free_bytes = csv_parse<std::uint64_t>(field("memory_free_bytes"), "memory_free_bytes");
+      g.memory_reserved_bytes = csv_parse<std::uint64_t>(field("memory_reserved_bytes"), "memory_reserved_bytes");
+      g.utilization_gpu_percent = csv_parse<double>(field("utilization_gpu_percent"), "utilization_gpu_percent");
+      g.utilization_memory_percent = csv_parse<double>(field("utilization_memory_percent"), "utilization_memory_percent");
+      g.pcie_rx_bytes_per_second = csv_parse<double>(field("pcie_rx_bytes_per_second"), "pcie_rx_bytes_per_second");
+      g.pcie_tx_bytes_per_second = csv_parse<double>(field("pcie_tx_bytes_per_second"), "pcie_tx_bytes_per_second");
+      g.temperature_celsius = csv_parse<double>(field("temperature_celsius"), "temperature_celsius");
+      g.power_watts = csv_parse<double>(field("power_watts"), "power_watts");
+      g.sm_clock_mhz = csv_parse<unsigned>(field("sm_clock_mhz"), "sm_clock_mhz");
+      g.memory_clock_mhz = csv_parse<unsigned>(field("memory_clock_mhz"), "memory_clock_mhz");
+      s.gpus.push_back(std::move(g));
+    } catch (const usage_error& e) {
+      rec.errors.push_back({line_no, e.what()});
+    }
+  }
+  return rec;
+}
+
+recording read_recording(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw usage_error("recording " + path.string() + " is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw usage_error("cannot read recording " + path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw usage_error("cannot read recording " + path.string());
+  return parse_recording(ss.str());
+}
+
+}  // namespace vramkit::monitor

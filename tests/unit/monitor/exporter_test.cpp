@@ -1,0 +1,120 @@
+// The exporter in-process: endpoints, scrapes that never sample, a busy port, and the snapshot
+// table of `watch --once`.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "vramkit/core/error.hpp"
+#include "vramkit/monitor/exporter.hpp"
+#include "vramkit/monitor/fake_nvml.hpp"
+#include "vramkit/monitor/terminal_view.hpp"
+
+#if defined(VRAMKIT_TEST_HTTP)
+#include <httplib.h>
+#endif
+
+namespace vramkit::monitor {
+namespace {
+
+const std::filesystem::path data = std::filesystem::path(VRAMKIT_SOURCE_DIR) / "tests/data/monitor";
+
+std::unique_ptr<sampler> fixture_sampler(std::shared_ptr<fake_nvml> fake) {
+  sampler_options o;
+  o.host_root = data / "host";
+  return std::make_unique<sampler>(std::shared_ptr<nvml_api>(std::move(fake)), o);
+}
+
+TEST(Snapshot, ListsDevicesProcessesAndHost) {
+  auto s = fixture_sampler(fake_nvml::from_file(data / "fake_gpus.json"))->take();
+  std::string text = format_snapshot(s);
+  EXPECT_NE(text.find("NVIDIA H200"), std::string::npos) << text;
+  EXPECT_NE(text.find("38.00 GiB"), std::string::npos) << text;  // GPU 0 used
+  EXPECT_NE(text.find("python3 train.py --batch-size 8"), std::string::npos);
+  EXPECT_NE(text.find("NUMA node 1"), std::string::npos);
+  EXPECT_NE(text.find("cgroup v2"), std::string::npos);
+  // Largest device memory first.
+  EXPECT_LT(text.find("vllm serve"), text.find("python3 train.py"));
+}
+
+TEST(Snapshot, SaysWhyThereAreNoGpus) {
+  sampler_options o;
+  o.host_root = data / "host";
+  sampler s(unavailable{unavailable_kind::no_driver, "no NVIDIA driver found (x)"}, o);
+  std::string text = format_snapshot(s.take());
+  EXPECT_NE(text.find("no NVIDIA driver found (x): showing host memory only"), std::string::npos) << text;
+}
+
+TEST(Exporter, MetricsAndHistoryComeFromTheBackgroundSampler) {
+  auto fake = fake_nvml::from_file(data / "fake_gpus.json");
+  exporter_options eo;
+  eo.interval = std::chrono::milliseconds(20);
+  exporter ex(fixture_sampler(fake), eo);
+  // Rendering twice without the sampler running reads the same sample: a scrape never samples.
+  if (!exporter_built()) {
+    EXPECT_THROW(ex.start(), error);
+    GTEST_SKIP() << "built without cpp-httplib: the HTTP part is not in this build";
+  }
+  eo.port = 0;
+  exporter ex0(fixture_sampler(fake), eo);
+  int port = ex0.start();
+  ASSERT_GT(port, 0);
+  auto calls_before = fake->calls();
+  std::string m1 = ex0.metrics();
+  EXPECT_NE(m1.find("vramkit_gpu_memory_used_bytes{gpu=\"0\""), std::string::npos);
+  // Wait (bounded) for the sampler to add samples to the history.
+  for (int i = 0; i < 200 && ex0.history().size() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GE(ex0.history().size(), 3U);
+  EXPECT_GT(fake->calls(), calls_before);
+  std::string j = ex0.samples_json(0);
+  EXPECT_NE(j.find("\"latest\""), std::string::npos);
+  EXPECT_NE(j.find("\"used\":40802189312"), std::string::npos);
+  ex0.stop();
+  ex0.stop();  // idempotent
+}
+
+#if defined(VRAMKIT_TEST_HTTP)
+TEST(Exporter, ServesEveryEndpointOverHttp) {
+  exporter_options eo;
+  eo.port = 0;
+  eo.interval = std::chrono::milliseconds(50);
+  exporter ex(fixture_sampler(fake_nvml::from_file(data / "fake_gpus.json")), eo);
+  int port = ex.start();
+  httplib::Client cli("127.0.0.1", port);
+  auto m = cli.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  EXPECT_EQ(m->get_header_value("Content-Type"), exposition_content_type);
+  EXPECT_NE(m->body.find("# TYPE vramkit_gpu_memory_total_bytes gauge"), std::string::npos);
+  auto h = cli.Get("/healthz");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  auto page = cli.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_NE(page->body.find("<script src=\"/monitor.js\">"), std::string::npos);
+  auto js = cli.Get("/monitor.js");
+  ASSERT_TRUE(js);
+  EXPECT_NE(js->body.find("/api/samples"), std::string::npos);
+  auto api = cli.Get("/api/samples?since=0");
+  ASSERT_TRUE(api);
+  EXPECT_EQ(api->status, 200);
+  auto bad = cli.Get("/api/samples?since=yesterday");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(cli.Get("/nothing-here")->status, 404);
+
+  // A second exporter on the same port fails with one clear line.
+  exporter_options same = eo;
+  same.port = port;
+  exporter clash(fixture_sampler(fake_nvml::from_file(data / "fake_gpus.json")), same);
+  try {
+    clash.start();
+    FAIL() << "expected the port to be in use";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("address already in use"), std::string::npos) << e.what();
+  }
+  ex.stop();
+}
+#endif
+
+}  // namespace
+}  // namespace vramkit::monitor

@@ -1,0 +1,101 @@
+// JSON Lines and CSV round trips, and the reader's handling of damaged recordings.
+#include <gtest/gtest.h>
+
+#include "vramkit/core/error.hpp"
+#include "vramkit/monitor/fake_nvml.hpp"
+#include "vramkit/monitor/recording.hpp"
+#include "vramkit/monitor/sampler.hpp"
+
+namespace vramkit::monitor {
+namespace {
+
+const std::filesystem::path data = std::filesystem::path(VRAMKIT_SOURCE_DIR) / "tests/data/monitor";
+
+sample fixture_sample(std::int64_t t) {
+  auto fake = fake_nvml::from_file(data / "fake_gpus.json");
+  sampler_options o;
+  o.host_root = data / "host";
+  o.clock_ms = [t] { return t; };
+  sampler s(std::shared_ptr<nvml_api>(fake), o);
+  return s.take();
+}
+
+TEST(Recording, JsonLineRoundTripsEveryField) {
+  sample s = fixture_sample(1'700'000'000'123);
+  std::string line = to_json_line(s);
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  sample back = sample_from_json(line);
+  EXPECT_EQ(to_json_line(back), line);
+  EXPECT_EQ(back.timestamp_ms, 1'700'000'000'123);
+  ASSERT_EQ(back.gpus.size(), 2U);
+  EXPECT_EQ(back.gpus[0].memory_reserved_bytes, 597688320U);
+  EXPECT_EQ(back.gpus[0].processes[1].command, "vllm serve model,\"x\"");
+  EXPECT_NE(line.find("\"timestamp\":\"2023-11-14T22:13:20.123Z\""), std::string::npos) << line.substr(0, 200);
+}
+
+TEST(Recording, CsvRoundTripsTheDeviceColumns) {
+  sample s = fixture_sample(1'700'000'000'000);
+  std::string text = csv_header() + "\n";
+  for (const auto& l : to_csv_lines(s)) text += l + "\n";
+  auto rec = parse_recording(text);
+  EXPECT_TRUE(rec.errors.empty()) << rec.errors[0].message;
+  EXPECT_EQ(rec.format, "csv");
+  ASSERT_EQ(rec.samples.size(), 1U);
+  const auto& g = rec.samples[0].gpus[0];
+  EXPECT_EQ(g.uuid, s.gpus[0].uuid);
+  EXPECT_EQ(g.memory_used_bytes, s.gpus[0].memory_used_bytes);
+  EXPECT_EQ(g.memory_total_bytes, s.gpus[0].memory_total_bytes);
+  EXPECT_EQ(g.memory_reserved_bytes, s.gpus[0].memory_reserved_bytes);
+  EXPECT_EQ(g.power_watts, s.gpus[0].power_watts);
+  EXPECT_EQ(rec.samples[0].host.memory->available_bytes, s.host.memory->available_bytes);
+}
+
+TEST(Recording, CsvQuotesNamesWithCommasAndQuotes) {
+  sample s;
+  s.timestamp_ms = 1000;
+  gpu_sample g;
+  g.name = "odd, \"name\"";
+  g.memory_used_bytes = 5;
+  s.gpus.push_back(g);
+  auto rec = parse_recording(csv_header() + "\n" + to_csv_lines(s)[0] + "\n");
+  ASSERT_TRUE(rec.errors.empty()) << rec.errors[0].message;
+  EXPECT_EQ(rec.samples[0].gpus[0].name, "odd, \"name\"");
+}
+
+TEST(Recording, MalformedJsonLinesAreReportedByLineAndSkipped) {
+  std::string good1 = to_json_line(fixture_sample(1000));
+  std::string good2 = to_json_line(fixture_sample(2000));
+  auto rec = parse_recording(good1 + "\n{\"schema_version\":1,\"timestamp_ms\":\n\n" + good2 + "\n{\"schema_version\":99}\n");
+  ASSERT_EQ(rec.samples.size(), 2U);
+  EXPECT_EQ(rec.samples[1].timestamp_ms, 2000);
+  ASSERT_EQ(rec.errors.size(), 2U);
+  EXPECT_EQ(rec.errors[0].line, 2U);
+  EXPECT_EQ(rec.errors[1].line, 5U);
+  EXPECT_NE(rec.errors[1].message.find("schema_version 99"), std::string::npos) << rec.errors[1].message;
+}
+
+TEST(Recording, MalformedCsvLinesAreReportedByLineAndSkipped) {
+  sample s = fixture_sample(1000);
+  auto lines = to_csv_lines(s);
+  std::string text = csv_header() + "\n" + lines[0] + "\n" + "2023-01-01T00:00:00.000Z,notanumber,0\n" + lines[1] + "\n" +
+                     "\"unterminated\n";
+  auto rec = parse_recording(text);
+  ASSERT_EQ(rec.samples.size(), 1U);
+  EXPECT_EQ(rec.samples[0].gpus.size(), 2U);
+  ASSERT_EQ(rec.errors.size(), 2U);
+  EXPECT_EQ(rec.errors[0].line, 3U);
+  EXPECT_EQ(rec.errors[1].line, 5U);
+}
+
+TEST(Recording, UnreadableFileIsAUsageError) {
+  EXPECT_THROW(read_recording("/no/such/recording.jsonl"), usage_error);
+  EXPECT_THROW(read_recording(data), usage_error) << "a directory is not a recording";
+}
+
+TEST(Recording, FormatsIso8601InUtc) {
+  EXPECT_EQ(format_iso8601_ms(0), "1970-01-01T00:00:00.000Z");
+  EXPECT_EQ(format_iso8601_ms(1'700'000'000'007), "2023-11-14T22:13:20.007Z");
+}
+
+}  // namespace
+}  // namespace vramkit::monitor
