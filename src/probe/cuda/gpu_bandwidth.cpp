@@ -17,9 +17,17 @@ namespace {
 constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr std::size_t GiB = std::size_t{1} << 30;
 
+const char* cache_name(cache_hint h) {
+  switch (h) {
+    case cache_hint::streaming: return ", streaming (evict-first) accesses";
+    case cache_hint::prefetch: return ", read-only loads with 256-byte L2 prefetch";
+    default: return "";
+  }
+}
+
 std::string cfg_note(const launch_config& c) {
   return std::to_string(c.blocks) + " blocks x " + std::to_string(c.threads) + " threads, unroll " +
-         std::to_string(c.unroll) + (c.streaming ? ", streaming (evict-first) accesses" : "") +
+         std::to_string(c.unroll) + cache_name(c.cache) +
          (c.chunked ? ", one contiguous chunk per block" : ", grid-stride");
 }
 
@@ -27,28 +35,34 @@ void put_cfg(measurement& m, const launch_config& c) {
   m.extra["blocks"] = c.blocks;
   m.extra["threads_per_block"] = c.threads;
   m.extra["unroll"] = c.unroll;
-  m.extra["streaming"] = c.streaming ? 1 : 0;
+  m.extra["cache_hint"] = static_cast<int>(c.cache);
   m.extra["chunked"] = c.chunked ? 1 : 0;
 }
 
 // Launch shapes worth trying for a bandwidth kernel on this device: occupancy, unroll, cache hint
-// and layout all move the last few percent of device bandwidth.
-std::vector<launch_config> candidates(const gpu_context& ctx, bool vary_unroll) {
+// and layout (grid-stride, per-block chunks, one pass) all move the last few percent of device
+// bandwidth. `loads` says whether the kernel loads (the prefetch hint only applies to loads).
+std::vector<launch_config> candidates(const gpu_context& ctx, std::size_t n_vec, bool vary_unroll,
+                                      bool loads) {
   std::vector<launch_config> out;
   const int full256 = std::max(1, ctx.max_threads_per_sm / 256);
   const int full512 = std::max(1, ctx.max_threads_per_sm / 512);
   const std::pair<int, int> shapes[] = {{256, full256}, {512, full512}, {256, std::max(1, full256 / 2)}};
-  for (bool streaming : {false, true}) {
-    for (bool chunked : {false, true}) {
-      for (int unroll : vary_unroll ? std::vector<int>{4, 8} : std::vector<int>{4}) {
+  std::vector<cache_hint> hints = {cache_hint::normal, cache_hint::streaming};
+  if (loads) hints.push_back(cache_hint::prefetch);
+  const std::vector<int> unrolls = vary_unroll ? std::vector<int>{4, 8} : std::vector<int>{4};
+  for (cache_hint hint : hints) {
+    for (int unroll : unrolls) {
+      for (bool chunked : {false, true}) {
         for (auto [threads, per_sm] : shapes) {
-          launch_config c;
-          c.threads = threads;
-          c.blocks = ctx.sm_count * per_sm;
-          c.streaming = streaming;
-          c.chunked = chunked;
-          c.unroll = unroll;
-          out.push_back(c);
+          out.push_back({ctx.sm_count * per_sm, threads, hint, chunked, unroll});
+        }
+      }
+      for (int threads : {256, 512}) {  // one pass: as many blocks as the data needs
+        const std::size_t per_block = static_cast<std::size_t>(threads) * unroll;
+        const std::size_t blocks = (n_vec + per_block - 1) / per_block;
+        if (blocks < static_cast<std::size_t>(1) << 30) {
+          out.push_back({static_cast<int>(blocks), threads, hint, true, unroll});
         }
       }
     }
@@ -57,12 +71,12 @@ std::vector<launch_config> candidates(const gpu_context& ctx, bool vary_unroll) 
 }
 
 // Picks the fastest candidate by a short event-timed trial (3 runs after one warm-up each).
-launch_config tune(const gpu_context& ctx, cudaStream_t stream, bool vary_unroll,
-                   const std::function<void(const launch_config&)>& run) {
+launch_config tune(const gpu_context& ctx, cudaStream_t stream, std::size_t n_vec, bool vary_unroll,
+                   bool loads, const std::function<void(const launch_config&)>& run) {
   owned_cuda_event a, b;
   launch_config best;
   double best_ms = 1e30;
-  for (const auto& c : candidates(ctx, vary_unroll)) {
+  for (const auto& c : candidates(ctx, n_vec, vary_unroll, loads)) {
     run(c);
     VRAMKIT_CUDA_TRY(cudaEventRecord(a.get(), stream));
     for (int i = 0; i < 3; ++i) run(c);
@@ -111,7 +125,7 @@ void run_device_section(gpu_context& ctx) {
   auto* sum_p = static_cast<std::uint32_t*>(sum.get());
 
   // Read: the kernel sums every word; the sum must match the pattern's closed form.
-  const launch_config rc = tune(ctx, s, true, [&](const launch_config& c) {
+  const launch_config rc = tune(ctx, s, words / 4, true, true, [&](const launch_config& c) {
     VRAMKIT_CUDA_TRY(launch_read(a.words(), words, sum_p, c, s));
   });
   VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
@@ -137,7 +151,7 @@ void run_device_section(gpu_context& ctx) {
 
   // Write: the kernel writes pattern seed_a + 1 over b (which held seed_b).
   const std::uint32_t seed_w = seed_a + 1;
-  const launch_config wc = tune(ctx, s, false, [&](const launch_config& c) {
+  const launch_config wc = tune(ctx, s, words / 4, false, false, [&](const launch_config& c) {
     VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_w, c, s));
   });
   VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_b, def, s));
@@ -158,7 +172,7 @@ void run_device_section(gpu_context& ctx) {
   }
 
   // Copy kernel a -> b (b holds seed_w, a holds seed_a).
-  const launch_config cc = tune(ctx, s, false, [&](const launch_config& c) {
+  const launch_config cc = tune(ctx, s, words / 4, false, true, [&](const launch_config& c) {
     VRAMKIT_CUDA_TRY(launch_copy(b.words(), a.words(), words, c, s));
   });
   VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_b, def, s));

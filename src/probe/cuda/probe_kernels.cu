@@ -16,15 +16,24 @@ __device__ __forceinline__ std::uint64_t global_ns() {
   return t;
 }
 
-template <bool Streaming>
+template <int Cache>
 __device__ __forceinline__ uint4 load16(const uint4* p) {
-  if constexpr (Streaming) return __ldcs(p);
-  else return __ldg(p);
+  if constexpr (Cache == 1) {
+    return __ldcs(p);
+  } else if constexpr (Cache == 2) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+  } else {
+    return __ldg(p);
+  }
 }
 
-template <bool Streaming>
+template <int Cache>
 __device__ __forceinline__ void store16(uint4* p, uint4 v) {
-  if constexpr (Streaming) __stcs(p, v);
+  if constexpr (Cache == 1) __stcs(p, v);
   else *p = v;
 }
 
@@ -47,7 +56,7 @@ __device__ __forceinline__ span16 thread_span(std::size_t n_vec, bool chunked) {
 
 __device__ __forceinline__ std::uint32_t sum4(uint4 v) { return v.x + v.y + v.z + v.w; }
 
-template <bool Streaming, int Unroll>
+template <int Cache, int Unroll>
 __global__ void read_kernel(const uint4* __restrict__ p, std::size_t n_vec, bool chunked,
                             std::uint32_t* sum) {
   const span16 s = thread_span(n_vec, chunked);
@@ -56,16 +65,16 @@ __global__ void read_kernel(const uint4* __restrict__ p, std::size_t n_vec, bool
   for (; i + (Unroll - 1) * s.step < s.end; i += Unroll * s.step) {
     uint4 v[Unroll];
 #pragma unroll
-    for (int u = 0; u < Unroll; ++u) v[u] = load16<Streaming>(p + i + u * s.step);
+    for (int u = 0; u < Unroll; ++u) v[u] = load16<Cache>(p + i + u * s.step);
 #pragma unroll
     for (int u = 0; u < Unroll; ++u) acc += sum4(v[u]);
   }
-  for (; i < s.end; i += s.step) acc += sum4(load16<Streaming>(p + i));
+  for (; i < s.end; i += s.step) acc += sum4(load16<Cache>(p + i));
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
   if ((threadIdx.x & 31) == 0 && acc != 0) atomicAdd(sum, acc);
 }
 
-template <bool Streaming>
+template <int Cache>
 __global__ void fill_kernel(uint4* __restrict__ p, std::size_t n_vec, bool chunked,
                             std::uint32_t seed) {
   const span16 s = thread_span(n_vec, chunked);
@@ -75,18 +84,18 @@ __global__ void fill_kernel(uint4* __restrict__ p, std::size_t n_vec, bool chunk
     for (int u = 0; u < 4; ++u) {
       const std::size_t j = i + u * s.step;
       const std::uint64_t w = 4 * j;
-      store16<Streaming>(p + j, make_uint4(dev_pattern(w, seed), dev_pattern(w + 1, seed),
+      store16<Cache>(p + j, make_uint4(dev_pattern(w, seed), dev_pattern(w + 1, seed),
                                            dev_pattern(w + 2, seed), dev_pattern(w + 3, seed)));
     }
   }
   for (; i < s.end; i += s.step) {
     const std::uint64_t w = 4 * i;
-    store16<Streaming>(p + i, make_uint4(dev_pattern(w, seed), dev_pattern(w + 1, seed),
+    store16<Cache>(p + i, make_uint4(dev_pattern(w, seed), dev_pattern(w + 1, seed),
                                          dev_pattern(w + 2, seed), dev_pattern(w + 3, seed)));
   }
 }
 
-template <bool Streaming>
+template <int Cache>
 __global__ void copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src,
                             std::size_t n_vec, bool chunked) {
   const span16 s = thread_span(n_vec, chunked);
@@ -94,11 +103,11 @@ __global__ void copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ s
   for (; i + 3 * s.step < s.end; i += 4 * s.step) {
     uint4 v[4];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = load16<Streaming>(src + i + u * s.step);
+    for (int u = 0; u < 4; ++u) v[u] = load16<Cache>(src + i + u * s.step);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) store16<Streaming>(dst + i + u * s.step, v[u]);
+    for (int u = 0; u < 4; ++u) store16<Cache>(dst + i + u * s.step, v[u]);
   }
-  for (; i < s.end; i += s.step) store16<Streaming>(dst + i, load16<Streaming>(src + i));
+  for (; i < s.end; i += s.step) store16<Cache>(dst + i, load16<Cache>(src + i));
 }
 
 // Words past the last whole 16-byte vector, handled by one thread.
@@ -173,13 +182,12 @@ int grid_for(const launch_config& cfg) { return cfg.blocks > 0 ? cfg.blocks : 1;
 cudaError_t launch_fill(std::uint32_t* p, std::size_t n_words, std::uint32_t seed,
                         const launch_config& cfg, cudaStream_t stream) {
   const std::size_t n_vec = n_words / 4;
+  auto* v = reinterpret_cast<uint4*>(p);
   if (n_vec > 0) {
-    if (cfg.streaming)
-      fill_kernel<true><<<grid_for(cfg), cfg.threads, 0, stream>>>(
-          reinterpret_cast<uint4*>(p), n_vec, cfg.chunked, seed);
+    if (cfg.cache == cache_hint::streaming)
+      fill_kernel<1><<<grid_for(cfg), cfg.threads, 0, stream>>>(v, n_vec, cfg.chunked, seed);
     else
-      fill_kernel<false><<<grid_for(cfg), cfg.threads, 0, stream>>>(
-          reinterpret_cast<uint4*>(p), n_vec, cfg.chunked, seed);
+      fill_kernel<0><<<grid_for(cfg), cfg.threads, 0, stream>>>(v, n_vec, cfg.chunked, seed);
   }
   if (n_words % 4 != 0)
     tail_kernel<<<1, 1, 0, stream>>>(p, nullptr, n_vec * 4, n_words, seed, 0, nullptr);
@@ -192,14 +200,22 @@ cudaError_t launch_read(const std::uint32_t* p, std::size_t n_words, std::uint32
   const auto* v = reinterpret_cast<const uint4*>(p);
   if (n_vec > 0) {
     const int g = grid_for(cfg);
-    if (cfg.streaming && cfg.unroll >= 8)
-      read_kernel<true, 8><<<g, cfg.threads, 0, stream>>>(v, n_vec, cfg.chunked, sum);
-    else if (cfg.streaming)
-      read_kernel<true, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, cfg.chunked, sum);
-    else if (cfg.unroll >= 8)
-      read_kernel<false, 8><<<g, cfg.threads, 0, stream>>>(v, n_vec, cfg.chunked, sum);
-    else
-      read_kernel<false, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, cfg.chunked, sum);
+    const bool u8 = cfg.unroll >= 8;
+    const bool c = cfg.chunked;
+    switch (cfg.cache) {
+      case cache_hint::streaming:
+        if (u8) read_kernel<1, 8><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
+        else read_kernel<1, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
+        break;
+      case cache_hint::prefetch:
+        if (u8) read_kernel<2, 8><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
+        else read_kernel<2, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
+        break;
+      default:
+        if (u8) read_kernel<0, 8><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
+        else read_kernel<0, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
+        break;
+    }
   }
   if (n_words % 4 != 0)
     tail_kernel<<<1, 1, 0, stream>>>(nullptr, p, n_vec * 4, n_words, 0, 1, sum);
@@ -212,10 +228,18 @@ cudaError_t launch_copy(std::uint32_t* dst, const std::uint32_t* src, std::size_
   auto* d = reinterpret_cast<uint4*>(dst);
   const auto* s = reinterpret_cast<const uint4*>(src);
   if (n_vec > 0) {
-    if (cfg.streaming)
-      copy_kernel<true><<<grid_for(cfg), cfg.threads, 0, stream>>>(d, s, n_vec, cfg.chunked);
-    else
-      copy_kernel<false><<<grid_for(cfg), cfg.threads, 0, stream>>>(d, s, n_vec, cfg.chunked);
+    const int g = grid_for(cfg);
+    switch (cfg.cache) {
+      case cache_hint::streaming:
+        copy_kernel<1><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, cfg.chunked);
+        break;
+      case cache_hint::prefetch:
+        copy_kernel<2><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, cfg.chunked);
+        break;
+      default:
+        copy_kernel<0><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, cfg.chunked);
+        break;
+    }
   }
   if (n_words % 4 != 0)
     tail_kernel<<<1, 1, 0, stream>>>(dst, src, n_vec * 4, n_words, 0, 2, nullptr);
