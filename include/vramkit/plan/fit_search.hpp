@@ -1,0 +1,53 @@
+// The fit search: enumerates micro-batch, checkpointing, precision, ZeRO stage, offload and
+// tensor/pipeline degrees around a request, plans each, keeps those whose device peak fits the
+// GPU with a margin, and ranks them by an estimated step time. Pure; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vramkit/plan/device_overheads.hpp"
+#include "vramkit/plan/gpu_catalogue.hpp"
+#include "vramkit/plan/memory_model.hpp"
+
+
+
+namespace vramkit::plan {
+
+/// What the search may change and what it must fit into.
+struct fit_options {
+  std::uint64_t capacity_bytes = 0;  ///< device memory per GPU
+  std::optional<gpu_spec> gpu;       ///< for the cost model; a generic H100-class GPU when absent
+  double margin = 0.05;              ///< fraction of capacity kept free
+  bool vary_precision = true;        ///< may move fp32 to amp-bf16 / bf16
+  std::size_t max_results = 10;
+};
+
+/// One configuration that fits, with its cost and the reason for each choice.
+struct fit_candidate {
+  plan_request request;
+  std::uint64_t device_peak_bytes = 0;
+  std::uint64_t allocated_peak_bytes = 0;
+  std::uint64_t host_peak_bytes = 0;
+  double step_time_s = 0;            ///< estimated seconds per optimizer step (or per generate call)
+  std::vector<std::string> reasons;  ///< one line per choice
+};
+
+/// Result of a search: ranked fits (cheapest first) and how many configurations were planned.
+struct fit_result {
+  std::vector<fit_candidate> fits;
+  std::size_t planned = 0;
+};
+
+/// Estimated step time of a request on a GPU (docs/plan.md, "Cost model").
+double estimate_step_time(const model_description& m, const plan_request& r, const gpu_spec& gpu,
+                          const device_overheads& o);
+
+/// Searches around `base` (its model, batch, sequence and GPU count stay fixed). Throws
+/// usage_error when capacity_bytes is zero.
+fit_result fit_search(const model_description& m, const plan_request& base, const fit_options& opt,
+                      const device_overheads& o = default_overheads());
+
+}  // namespace vramkit::plan

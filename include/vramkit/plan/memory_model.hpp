@@ -1,0 +1,61 @@
+// The planner's answer for one request: replays the schedule of tensor lifetimes, finds the
+// allocated peak (when it happens and what is live then), feeds the same stream through the
+// caching-allocator model for reserved bytes, and adds the CUDA context for the device figure.
+// Pure function of its inputs; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "vramkit/plan/device_overheads.hpp"
+#include "vramkit/plan/model_description.hpp"
+#include "vramkit/plan/plan_request.hpp"
+#include "vramkit/plan/training_schedule.hpp"
+
+namespace vramkit::plan {
+
+/// Version of the JSON object written by to_json (docs/plan.md). Bump on any change.
+inline constexpr int plan_schema_version = 1;
+
+/// Where a byte figure lives.
+enum class memory_where { device, host };
+
+/// One line of the breakdown at the peak.
+struct plan_component {
+  std::string name;
+  std::uint64_t bytes = 0;
+  memory_where where = memory_where::device;
+};
+
+/// Everything a plan reports. Device figures are for the most loaded GPU.
+struct plan_result {
+  model_description model;
+  plan_request request;          ///< as validated (defaults filled in)
+  std::uint64_t parameters = 0;
+  std::uint64_t allocated_peak_bytes = 0;  ///< torch.cuda.max_memory_allocated
+  std::uint64_t reserved_peak_bytes = 0;   ///< torch.cuda.max_memory_reserved
+  std::uint64_t device_peak_bytes = 0;     ///< nvidia-smi used: reserved + context
+  std::uint64_t host_peak_bytes = 0;       ///< per node: pinned offload buffers, host copies
+  std::string peak_phase;                  ///< e.g. "backward", "optimizer"
+  int peak_step = 0;                       ///< training step (0-based) of the peak
+  int peak_layer = -1;                     ///< layer being processed at the peak (-1: none)
+  std::string peak_tensor;                 ///< the allocation that set the peak
+  std::vector<plan_component> components;  ///< live at the allocated peak, then host parts
+  device_overheads overheads;
+  std::uint64_t context_bytes = 0;
+  std::size_t events = 0;                  ///< allocation events replayed
+};
+
+/// Plans one request (validated here; throws usage_error for bad requests).
+plan_result make_plan(const model_description& m, plan_request r,
+                      const device_overheads& o = default_overheads());
+
+/// One JSON object: the figures, peak_phase, components [{name, bytes, where}], the inputs
+/// echoed, schema_version.
+std::string to_json(const plan_result& p);
+
+/// The human breakdown table.
+std::string to_table(const plan_result& p);
+
+}  // namespace vramkit::plan

@@ -1,0 +1,97 @@
+// What the planner knows about a model: the shapes of a Hugging Face transformer (GPT-2, LLaMA /
+// Mistral / Qwen2, GPT-NeoX, BERT) or of a torchvision CNN/ViT, enough to walk its forward and
+// backward op by op. Plain values; not synchronised.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vramkit::plan {
+
+/// The implementation family whose op sequence the planner replays.
+enum class model_family { gpt2, llama, gpt_neox, bert, resnet, vit };
+const char* to_string(model_family f) noexcept;
+
+/// MLP flavour of a transformer block.
+enum class mlp_kind {
+  gelu_python,  ///< GPT-2 "gelu_new": tanh GELU written as Python tensor ops (saves 4 tensors)
+  gelu,         ///< one fused GELU kernel (BERT, GPT-NeoX, ViT)
+  swiglu,       ///< gate/up/down with SiLU (LLaMA, Mistral, Qwen2)
+};
+
+/// Shapes of a transformer with an LM or MLM head. `head_dim` is taken from the config when given.
+struct transformer_shape {
+  std::int64_t hidden = 0;
+  std::int64_t layers = 0;
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t intermediate = 0;
+  std::int64_t vocab = 0;
+  std::int64_t max_positions = 0;   ///< learned position table rows (0 = rotary, no table)
+  std::int64_t type_vocab = 0;      ///< BERT token-type rows
+  double rotary_fraction = 0;       ///< GPT-NeoX rotary_pct; 1 for LLaMA; 0 without rotary
+  bool tied_embeddings = true;
+  bool qkv_bias = false;            ///< biases on the query/key/value projections
+  bool out_bias = false;            ///< bias on the attention output projection
+  bool mlp_bias = false;
+  bool layer_norm = true;           ///< LayerNorm with bias (false: RMSNorm without bias)
+  bool parallel_residual = false;   ///< GPT-NeoX: attention and MLP read the same input
+  mlp_kind mlp = mlp_kind::gelu;
+  double attention_dropout = 0;
+  double hidden_dropout = 0;
+  double embedding_dropout = 0;
+};
+
+/// torchvision ResNet: block kind and blocks per stage.
+struct resnet_shape {
+  bool bottleneck = true;
+  std::array<int, 4> blocks{3, 4, 6, 3};
+  std::int64_t num_classes = 1000;
+};
+
+/// torchvision VisionTransformer.
+struct vit_shape {
+  std::int64_t patch = 16;
+  std::int64_t hidden = 768;
+  std::int64_t layers = 12;
+  std::int64_t heads = 12;
+  std::int64_t mlp_dim = 3072;
+  std::int64_t num_classes = 1000;
+};
+
+/// A model the planner can walk: family, shapes, and where it came from (preset name or file).
+struct model_description {
+  std::string name;     ///< preset name or the config file's stem
+  std::string source;   ///< "preset" or the config path
+  model_family family = model_family::gpt2;
+  transformer_shape t;
+  resnet_shape resnet;
+  vit_shape vit;
+
+  [[nodiscard]] bool is_vision() const noexcept {
+    return family == model_family::resnet || family == model_family::vit;
+  }
+};
+
+/// One parameter tensor (or a group of same-shaped ones) of a model, in forward order.
+struct parameter_tensor {
+  std::string name;
+  std::int64_t elements = 0;
+  int layer = -1;  ///< transformer layer / ResNet stage, -1 for embeddings and heads
+};
+
+/// Every parameter tensor of the model, deduplicated as torch's model.parameters() lists them
+/// (tied embeddings counted once).
+std::vector<parameter_tensor> parameter_tensors(const model_description& m);
+
+/// Total number of parameters (sum over parameter_tensors).
+std::uint64_t parameter_count(const model_description& m);
+
+/// Elements in non-parameter buffers that live on the device with the model (BatchNorm running
+/// statistics, position-id buffers).
+std::uint64_t buffer_bytes(const model_description& m);
+
+}  // namespace vramkit::plan

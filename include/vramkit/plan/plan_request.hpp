@@ -1,0 +1,77 @@
+// What a plan is asked for: mode, batch and sequence sizes, precision, optimizer, checkpointing,
+// attention kernel, parallel layout, offload and quantisation. Plain values; validate() refuses
+// impossible or absurd combinations with a usage_error naming the field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "vramkit/plan/model_description.hpp"
+
+namespace vramkit::plan {
+
+enum class run_mode { train, infer };
+enum class precision { fp32, amp_bf16, amp_fp16, bf16, fp8 };
+enum class optimizer_kind { sgd, sgd_momentum, adam, adamw, adamw_8bit };
+enum class checkpointing { none, full, selective };
+enum class attention_kind { sdpa, flash, eager };
+enum class offload_kind { none, optimizer, params };
+enum class quant_kind { none, int8, int4 };
+/// How inference runs: transformers' generate() (contiguous cache grown by concatenation) or a
+/// serving engine with a paged KV cache (blocks of 16 tokens, reserved for the whole context).
+enum class serving_kind { generate, paged };
+
+const char* to_string(run_mode v) noexcept;
+const char* to_string(precision v) noexcept;
+const char* to_string(optimizer_kind v) noexcept;
+const char* to_string(checkpointing v) noexcept;
+const char* to_string(attention_kind v) noexcept;
+const char* to_string(offload_kind v) noexcept;
+const char* to_string(quant_kind v) noexcept;
+const char* to_string(serving_kind v) noexcept;
+
+/// Parse the CLI spellings ("amp-bf16", "sgd-momentum", ...); throw usage_error listing the
+/// accepted values otherwise.
+precision parse_precision(std::string_view s);
+optimizer_kind parse_optimizer(std::string_view s);
+checkpointing parse_checkpointing(std::string_view s);
+attention_kind parse_attention(std::string_view s);
+offload_kind parse_offload(std::string_view s);
+quant_kind parse_quant(std::string_view s);
+run_mode parse_mode(std::string_view s);
+serving_kind parse_serving(std::string_view s);
+
+/// One planning question. Sizes are per optimizer step (global batch) unless named micro.
+struct plan_request {
+  run_mode mode = run_mode::train;
+  std::int64_t batch = 1;        ///< global batch (samples per optimizer step, all GPUs)
+  std::int64_t micro_batch = 0;  ///< samples per forward/backward on one GPU; 0 = batch / data-parallel degree
+  std::int64_t seq = 0;          ///< tokens per sample (train); 0 = 1024 capped at the model's positions
+  std::int64_t image_size = 224; ///< CNN/ViT input side
+  std::int64_t prompt = 0;       ///< infer: prompt tokens (0 = 512)
+  std::int64_t new_tokens = 0;   ///< infer: generated tokens (0 = 128)
+  precision prec = precision::fp32;
+  optimizer_kind optimizer = optimizer_kind::adamw;
+  checkpointing ckpt = checkpointing::none;
+  attention_kind attention = attention_kind::sdpa;
+  int gpus = 1;                  ///< GPUs in total (data x tensor x pipeline)
+  int gpus_per_node = 8;         ///< for per-node host memory
+  int zero = 0;                  ///< ZeRO stage 0..3 (3 = FSDP full shard)
+  int tp = 1;                    ///< tensor-parallel degree (with sequence parallel when sp)
+  bool sp = false;               ///< sequence parallel with tp
+  int pp = 1;                    ///< pipeline-parallel degree (1F1B)
+  offload_kind offload = offload_kind::none;
+  quant_kind quant = quant_kind::none;
+  serving_kind serving = serving_kind::generate;
+  int steps = 3;                 ///< training steps replayed (>= 2 to include the optimizer states)
+
+  /// Data-parallel degree = gpus / (tp * pp).
+  [[nodiscard]] int data_parallel() const noexcept { return gpus / (tp * pp); }
+
+  /// Fills defaults that depend on the model (seq, micro-batch, prompt) and checks every field;
+  /// throws usage_error naming the field and the reason.
+  void validate(const model_description& m);
+};
+
+}  // namespace vramkit::plan

@@ -1,0 +1,66 @@
+// The step as a schedule of tensor lifetimes: an ordered list of alloc/free events of named
+// tensors (forward layer by layer, loss, backward in reverse with what autograd saves and frees,
+// gradient accumulation, optimizer step with lazily created states and foreach temporaries).
+// Built per request; plain values, not synchronised.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "vramkit/plan/model_description.hpp"
+#include "vramkit/plan/plan_request.hpp"
+
+namespace vramkit::plan {
+
+/// What a tensor is, for the breakdown at the peak.
+enum class component {
+  weights,
+  gradients,
+  optimizer_states,
+  autocast_weight_cache,  ///< low-precision copies of weights made by autocast
+  activations,            ///< tensors autograd saved for backward
+  logits_and_loss,        ///< logits, their fp32 copy, log-softmax and their gradients
+  activation_gradients,   ///< gradients flowing through backward
+  temporaries,            ///< short-lived forward/optimizer intermediates
+  kv_cache,
+  inputs,
+  workspace,              ///< library workspaces taken from the caching allocator (cuBLAS)
+  count_
+};
+const char* to_string(component c) noexcept;
+inline constexpr int component_count = static_cast<int>(component::count_);
+
+/// Phase of the step an event belongs to.
+enum class phase { setup, forward, loss, backward, optimizer, prefill, decode, count_ };
+const char* to_string(phase p) noexcept;
+
+/// One allocation or free. `tensor` indexes schedule::tensors.
+struct tensor_event {
+  bool alloc = true;
+  std::uint32_t tensor = 0;
+};
+
+/// A tensor's size and what it is. Sizes are bytes as requested from the allocator.
+struct tensor_info {
+  std::uint64_t bytes = 0;
+  component comp = component::activations;
+  phase ph = phase::forward;
+  std::int16_t layer = -1;   ///< transformer layer / CNN stage, -1 outside layers
+  std::int16_t step = 0;     ///< training step (0-based)
+  const char* label = "";    ///< static string: what the tensor is ("qkv", "logits fp32", ...)
+};
+
+/// Events in program order. Tensors alive before the first event (weights, inputs) are listed
+/// with alloc events at the start.
+struct schedule {
+  std::vector<tensor_info> tensors;
+  std::vector<tensor_event> events;
+  int steps = 0;
+};
+
+/// Builds the schedule for one GPU (the most loaded rank) of the request. The request must be
+/// validated. Throws logic_error for combinations the walker does not model.
+schedule build_schedule(const model_description& m, const plan_request& r);
+
+}  // namespace vramkit::plan

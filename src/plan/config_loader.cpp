@@ -1,0 +1,299 @@
+// Hugging Face config.json and built-in preset parsing. Field names and defaults follow the
+// transformers configuration classes (GPT2Config, LlamaConfig, MistralConfig, Qwen2Config,
+// GPTNeoXConfig, BertConfig); torchvision shapes use vramkit's own small schema.
+#include "vramkit/plan/config_loader.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "embedded_data.hpp"
+#include "vramkit/core/error.hpp"
+
+namespace vramkit::plan {
+
+namespace {
+
+using json = nlohmann::json;
+
+const std::vector<std::string> k_model_types = {"gpt2",     "llama", "mistral",
+                                                "qwen2",    "gpt_neox", "bert",
+                                                "torchvision_resnet", "torchvision_vit"};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+/// Field access with errors that name the file and the field.
+struct fields {
+  const json& j;
+  std::string source;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw usage_error(fmt::format("{}: {}", source, what));
+  }
+  bool has(const char* k) const { return j.contains(k) && !j.at(k).is_null(); }
+
+  std::int64_t integer(const char* k, std::int64_t lo, std::int64_t hi) const {
+    if (!has(k)) fail(fmt::format("missing field '{}'", k));
+    return integer_value(k, lo, hi);
+  }
+  std::int64_t integer_or(const char* k, std::int64_t dflt, std::int64_t lo, std::int64_t hi) const {
+    return has(k) ? integer_value(k, lo, hi) : dflt;
+  }
+  std::int64_t integer_value(const char* k, std::int64_t lo, std::int64_t hi) const {
+    const json& v = j.at(k);
+    if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
+      fail(fmt::format("field '{}' must be an integer, got {}", k, v.dump()));
+    const auto x = v.is_number_integer() ? v.get<std::int64_t>() : static_cast<std::int64_t>(v.get<double>());
+    if (x < lo || x > hi) fail(fmt::format("field '{}' = {} is out of range [{}, {}]", k, x, lo, hi));
+    return x;
+  }
+  double number_or(const char* k, double dflt, double lo, double hi) const {
+    if (!has(k)) return dflt;
+    const json& v = j.at(k);
+    if (!v.is_number()) fail(fmt::format("field '{}' must be a number, got {}", k, v.dump()));
+    const double x = v.get<double>();
+    if (!(x >= lo && x <= hi)) fail(fmt::format("field '{}' = {} is out of range [{}, {}]", k, x, lo, hi));
+    return x;
+  }
+  bool boolean_or(const char* k, bool dflt) const {
+    if (!has(k)) return dflt;
+    if (!j.at(k).is_boolean()) fail(fmt::format("field '{}' must be true or false, got {}", k, j.at(k).dump()));
+    return j.at(k).get<bool>();
+  }
+  std::string string_or(const char* k, const std::string& dflt) const {
+    if (!has(k)) return dflt;
+    if (!j.at(k).is_string()) fail(fmt::format("field '{}' must be a string, got {}", k, j.at(k).dump()));
+    return j.at(k).get<std::string>();
+  }
+};
+
+constexpr std::int64_t k_max_hidden = 1 << 17;
+constexpr std::int64_t k_max_layers = 1024;
+constexpr std::int64_t k_max_vocab = 1 << 24;
+constexpr std::int64_t k_max_positions = 1 << 24;
+
+void check_heads(const fields& f, transformer_shape& t, const char* heads_key) {
+  if (t.hidden % t.heads != 0 && t.head_dim == 0)
+    f.fail(fmt::format("hidden size {} is not divisible by {} = {}", t.hidden, heads_key, t.heads));
+  if (t.head_dim == 0) t.head_dim = t.hidden / t.heads;
+  if (t.heads % t.kv_heads != 0)
+    f.fail(fmt::format("num_attention_heads {} is not a multiple of num_key_value_heads {}", t.heads,
+                       t.kv_heads));
+}
+
+model_description parse_gpt2(const fields& f) {
+  model_description m;
+  m.family = model_family::gpt2;
+  auto& t = m.t;
+  t.hidden = f.integer("n_embd", 1, k_max_hidden);
+  t.layers = f.integer("n_layer", 1, k_max_layers);
+  t.heads = f.integer("n_head", 1, 4096);
+  t.kv_heads = t.heads;
+  t.vocab = f.integer("vocab_size", 1, k_max_vocab);
+  t.max_positions = f.integer_or("n_positions", 1024, 1, k_max_positions);
+  t.intermediate = f.integer_or("n_inner", 4 * t.hidden, 1, 16 * k_max_hidden);
+  const auto act = f.string_or("activation_function", "gelu_new");
+  if (act == "gelu_new") t.mlp = mlp_kind::gelu_python;
+  else if (act == "gelu" || act == "gelu_pytorch_tanh" || act == "gelu_fast" || act == "relu") t.mlp = mlp_kind::gelu;
+  else f.fail(fmt::format("field 'activation_function' = \"{}\" is not supported (gelu_new, gelu, gelu_pytorch_tanh, relu)", act));
+  t.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
+  t.qkv_bias = t.out_bias = t.mlp_bias = true;
+  t.layer_norm = true;
+  t.attention_dropout = f.number_or("attn_pdrop", 0.1, 0, 1);
+  t.hidden_dropout = f.number_or("resid_pdrop", 0.1, 0, 1);
+  t.embedding_dropout = f.number_or("embd_pdrop", 0.1, 0, 1);
+  check_heads(f, t, "n_head");
+  return m;
+}
+
+model_description parse_llama_like(const fields& f, const std::string& type) {
+  model_description m;
+  m.family = model_family::llama;
+  auto& t = m.t;
+  t.hidden = f.integer("hidden_size", 1, k_max_hidden);
+  t.layers = f.integer("num_hidden_layers", 1, k_max_layers);
+  t.heads = f.integer("num_attention_heads", 1, 4096);
+  t.kv_heads = f.integer_or("num_key_value_heads", t.heads, 1, 4096);
+  t.head_dim = f.integer_or("head_dim", 0, 1, 4096);
+  t.intermediate = f.integer("intermediate_size", 1, 64 * k_max_hidden);
+  t.vocab = f.integer("vocab_size", 1, k_max_vocab);
+  t.max_positions = 0;
+  t.rotary_fraction = 1.0;
+  t.mlp = mlp_kind::swiglu;
+  const auto act = f.string_or("hidden_act", "silu");
+  if (act != "silu" && act != "swish")
+    f.fail(fmt::format("field 'hidden_act' = \"{}\" is not supported for {} (silu)", act, type));
+  t.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
+  // Qwen2 always has q/k/v biases; LLaMA and Mistral take attention_bias (default false).
+  t.qkv_bias = type == "qwen2" ? true : f.boolean_or("attention_bias", false);
+  t.out_bias = type == "qwen2" ? false : t.qkv_bias;
+  t.mlp_bias = f.boolean_or("mlp_bias", false);
+  t.layer_norm = false;
+  t.attention_dropout = f.number_or("attention_dropout", 0.0, 0, 1);
+  check_heads(f, t, "num_attention_heads");
+  return m;
+}
+
+model_description parse_neox(const fields& f) {
+  model_description m;
+  m.family = model_family::gpt_neox;
+  auto& t = m.t;
+  t.hidden = f.integer("hidden_size", 1, k_max_hidden);
+  t.layers = f.integer("num_hidden_layers", 1, k_max_layers);
+  t.heads = f.integer("num_attention_heads", 1, 4096);
+  t.kv_heads = t.heads;
+  t.intermediate = f.integer("intermediate_size", 1, 64 * k_max_hidden);
+  t.vocab = f.integer("vocab_size", 1, k_max_vocab);
+  t.rotary_fraction = f.number_or("rotary_pct", 0.25, 0, 1);
+  t.parallel_residual = f.boolean_or("use_parallel_residual", true);
+  t.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
+  t.qkv_bias = t.out_bias = f.boolean_or("attention_bias", true);
+  t.mlp_bias = true;
+  t.layer_norm = true;
+  t.mlp = mlp_kind::gelu;
+  t.attention_dropout = f.number_or("attention_dropout", 0.0, 0, 1);
+  t.hidden_dropout = f.number_or("hidden_dropout", 0.0, 0, 1);
+  check_heads(f, t, "num_attention_heads");
+  return m;
+}
+
+model_description parse_bert(const fields& f) {
+  model_description m;
+  m.family = model_family::bert;
+  auto& t = m.t;
+  t.hidden = f.integer("hidden_size", 1, k_max_hidden);
+  t.layers = f.integer("num_hidden_layers", 1, k_max_layers);
+  t.heads = f.integer("num_attention_heads", 1, 4096);
+  t.kv_heads = t.heads;
+  t.intermediate = f.integer("intermediate_size", 1, 64 * k_max_hidden);
+  t.vocab = f.integer("vocab_size", 1, k_max_vocab);
+  t.max_positions = f.integer_or("max_position_embeddings", 512, 1, k_max_positions);
+  t.type_vocab = f.integer_or("type_vocab_size", 2, 0, 1 << 16);
+  t.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
+  t.qkv_bias = t.out_bias = t.mlp_bias = true;
+  t.layer_norm = true;
+  t.mlp = mlp_kind::gelu;
+  t.attention_dropout = f.number_or("attention_probs_dropout_prob", 0.1, 0, 1);
+  t.hidden_dropout = f.number_or("hidden_dropout_prob", 0.1, 0, 1);
+  t.embedding_dropout = t.hidden_dropout;
+  check_heads(f, t, "num_attention_heads");
+  return m;
+}
+
+model_description parse_resnet(const fields& f) {
+  model_description m;
+  m.family = model_family::resnet;
+  const auto block = f.string_or("block", "");
+  if (block != "basic" && block != "bottleneck")
+    f.fail("field 'block' must be \"basic\" or \"bottleneck\"");
+  m.resnet.bottleneck = block == "bottleneck";
+  if (!f.has("layers") || !f.j.at("layers").is_array() || f.j.at("layers").size() != 4)
+    f.fail("field 'layers' must be an array of 4 block counts");
+  for (int i = 0; i < 4; ++i) {
+    const auto& v = f.j.at("layers")[i];
+    if (!v.is_number_integer() || v.get<int>() < 1 || v.get<int>() > 256)
+      f.fail(fmt::format("field 'layers'[{}] must be an integer in [1, 256]", i));
+    m.resnet.blocks[i] = v.get<int>();
+  }
+  m.resnet.num_classes = f.integer_or("num_classes", 1000, 1, 1 << 24);
+  return m;
+}
+
+model_description parse_vit(const fields& f) {
+  model_description m;
+  m.family = model_family::vit;
+  auto& v = m.vit;
+  v.patch = f.integer("patch_size", 1, 1024);
+  v.hidden = f.integer("hidden_dim", 1, k_max_hidden);
+  v.layers = f.integer("num_layers", 1, k_max_layers);
+  v.heads = f.integer("num_heads", 1, 4096);
+  v.mlp_dim = f.integer("mlp_dim", 1, 64 * k_max_hidden);
+  v.num_classes = f.integer_or("num_classes", 1000, 1, 1 << 24);
+  if (v.hidden % v.heads != 0)
+    f.fail(fmt::format("hidden_dim {} is not divisible by num_heads {}", v.hidden, v.heads));
+  return m;
+}
+
+std::string stem_of(std::string_view path) {
+  auto s = std::string(path);
+  const auto slash = s.find_last_of('/');
+  if (slash != std::string::npos) s = s.substr(slash + 1);
+  const auto dot = s.rfind(".json");
+  if (dot != std::string::npos && dot + 5 == s.size()) s = s.substr(0, dot);
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> supported_model_types() { return k_model_types; }
+
+model_description parse_model_config(std::string_view json_text, std::string_view source) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    throw usage_error(fmt::format("{}: not valid JSON: {}", source, e.what()));
+  }
+  if (!j.is_object()) throw usage_error(fmt::format("{}: a config.json must be a JSON object", source));
+  const fields f{j, std::string(source)};
+  if (!f.has("model_type")) f.fail("missing field 'model_type' (supported: " + join(k_model_types) + ")");
+  const auto type = f.string_or("model_type", "");
+  model_description m;
+  if (type == "gpt2") m = parse_gpt2(f);
+  else if (type == "llama" || type == "mistral" || type == "qwen2") m = parse_llama_like(f, type);
+  else if (type == "gpt_neox") m = parse_neox(f);
+  else if (type == "bert") m = parse_bert(f);
+  else if (type == "torchvision_resnet") m = parse_resnet(f);
+  else if (type == "torchvision_vit") m = parse_vit(f);
+  else
+    f.fail(fmt::format("unsupported model_type \"{}\"; supported: {}", type, join(k_model_types)));
+  m.source = std::string(source);
+  m.name = stem_of(source);
+  return m;
+}
+
+model_description load_model_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw usage_error(fmt::format("{}: cannot read the config file", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_model_config(ss.str(), path);
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> v;
+  for (std::size_t i = 0; i < detail::preset_file_count; ++i) v.emplace_back(detail::preset_files[i].name);
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+model_description preset_model(std::string_view name) {
+  for (std::size_t i = 0; i < detail::preset_file_count; ++i) {
+    if (name == detail::preset_files[i].name) {
+      auto m = parse_model_config(detail::preset_files[i].text, std::string("preset ") + std::string(name));
+      m.name = std::string(name);
+      m.source = "preset";
+      return m;
+    }
+  }
+  throw usage_error(fmt::format("unknown model '{}': not a preset ({}) and not a path to a config.json",
+                                name, join(preset_names())));
+}
+
+model_description resolve_model(std::string_view name_or_path) {
+  if (name_or_path.empty()) throw usage_error("no model given: a preset name or a path to a config.json");
+  const bool path_like = name_or_path.find('/') != std::string_view::npos ||
+                         (name_or_path.size() > 5 && name_or_path.substr(name_or_path.size() - 5) == ".json");
+  if (path_like) return load_model_config(std::string(name_or_path));
+  return preset_model(name_or_path);
+}
+
+}  // namespace vramkit::plan

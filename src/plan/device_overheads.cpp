@@ -1,0 +1,60 @@
+// Default overheads and reading them from a probe report.
+#include "vramkit/plan/device_overheads.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
+
+namespace vramkit::plan {
+
+device_overheads default_overheads() {
+  device_overheads o;
+  // CUDA context of a PyTorch process after a training step with lazy module loading, as
+  // nvidia-smi counts it beyond max_memory_reserved (docs/plan.md, "Overheads": measured on the
+  // H200 ground-truth run; PyTorch PR #86509 reports 287 MB for the bare lazy context).
+  o.context_bytes = 560 * MiB;
+  // PCIe Gen5 x16 pinned host-to-device copies reach about 50 GB/s (H100/H200 class hosts).
+  o.h2d_bytes_per_s = 50e9;
+  o.source = "default";
+  return o;
+}
+
+device_overheads overheads_from_probe(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw usage_error(fmt::format("--probe {}: cannot read the file", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw usage_error(fmt::format("--probe {}: not valid JSON: {}", path, e.what()));
+  }
+  device_overheads o = default_overheads();
+  o.source = path;
+  if (!j.is_object() || !j.contains("results") || !j["results"].is_array())
+    throw usage_error(fmt::format("--probe {}: not a vramkit probe report (no 'results' array)", path));
+  for (const auto& r : j["results"]) {
+    if (!r.is_object() || !r.contains("key") || !r["key"].is_string()) continue;
+    const auto key = r["key"].get<std::string>();
+    double median = 0;
+    if (r.contains("stats") && r["stats"].is_object() && r["stats"].contains("median") && r["stats"]["median"].is_number())
+      median = r["stats"]["median"].get<double>();
+    const std::string unit = r.contains("unit") && r["unit"].is_string() ? r["unit"].get<std::string>() : "";
+    if (median <= 0) continue;
+    if (key.find("h2d.pinned") != std::string::npos && unit == "GB/s" && key.find("sweep") == std::string::npos) {
+      o.h2d_bytes_per_s = median * 1e9;
+    } else if (key.find("context") != std::string::npos) {
+      if (unit == "MiB") o.context_bytes = static_cast<std::uint64_t>(median * MiB);
+      else if (unit == "B" || unit == "bytes") o.context_bytes = static_cast<std::uint64_t>(median);
+    }
+  }
+  return o;
+}
+
+}  // namespace vramkit::plan

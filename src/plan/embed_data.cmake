@@ -1,0 +1,15 @@
+# Writes OUT: a C++ source defining the preset files and GPU catalogue of data/plan/ as strings.
+# Run at build time with -DDATA_DIR=... -DOUT=...
+file(GLOB presets "${DATA_DIR}/presets/*.json")
+list(SORT presets)
+set(src "// Generated from data/plan by embed_data.cmake; do not edit.\n#include \"embedded_data.hpp\"\nnamespace vramkit::plan::detail {\nconst embedded_file preset_files[] = {\n")
+foreach(f ${presets})
+  get_filename_component(stem "${f}" NAME_WLE)
+  file(READ "${f}" text)
+  string(APPEND src "  {\"${stem}\", R\"vkjson(${text})vkjson\"},\n")
+endforeach()
+list(LENGTH presets n)
+file(READ "${DATA_DIR}/gpus.json" gpus)
+string(APPEND src "};\nconst std::size_t preset_file_count = ${n};\nconst char* const gpu_catalogue_text = R\"vkjson(${gpus})vkjson\";\n}  // namespace vramkit::plan::detail\n")
+file(WRITE "${OUT}.tmp" "${src}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different "${OUT}.tmp" "${OUT}")

@@ -1,0 +1,190 @@
+// Fit search and its rough step-time cost model.
+#include "vramkit/plan/fit_search.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
+
+namespace vramkit::plan {
+
+namespace {
+
+/// Tokens processed per sample: sequence length, or ViT-style patches for vision models (a
+/// coarse stand-in that keeps the ranking between configurations of one model consistent).
+double tokens_per_sample(const model_description& m, const plan_request& r) {
+  if (m.is_vision()) return static_cast<double>((r.image_size / 16) * (r.image_size / 16));
+  return static_cast<double>(r.mode == run_mode::train ? r.seq : r.prompt + r.new_tokens);
+}
+
+const gpu_spec& generic_gpu() { return find_gpu("H100 SXM 80GB"); }
+
+}  // namespace
+
+double estimate_step_time(const model_description& m, const plan_request& r, const gpu_spec& gpu,
+                          const device_overheads& o) {
+  const double P = static_cast<double>(parameter_count(m));
+  const double tokens = tokens_per_sample(m, r) * static_cast<double>(r.batch);
+  const double rate = r.prec == precision::fp32 ? gpu.fp32_flops : gpu.bf16_flops;
+  if (r.mode == run_mode::infer) {
+    // Decode is bound by reading the weights once per token; prefill by 2 P FLOPs per token.
+    const double wbytes = P * (r.quant == quant_kind::int4 ? 0.5 : r.quant == quant_kind::int8 ? 1 : 2) / r.tp;
+    const double prefill = 2 * P * static_cast<double>(r.batch * r.prompt) / (rate * 0.5 * r.tp);
+    return prefill + static_cast<double>(r.new_tokens) * wbytes / gpu.hbm_bytes_per_s;
+  }
+  // Training: 6 P FLOPs per token; full recompute adds one forward (2 P), selective recompute a
+  // few percent (attention core only).
+  double flops = 6 * P * tokens;
+  if (r.ckpt == checkpointing::full) flops += 2 * P * tokens;
+  if (r.ckpt == checkpointing::selective) flops += 0.05 * 2 * P * tokens;
+  // Efficiency falls for small micro-batches: kernels launch per micro-batch regardless of size.
+  const double mb_tokens = tokens_per_sample(m, r) * static_cast<double>(r.micro_batch);
+  const double eff = 0.5 * mb_tokens / (mb_tokens + 2048.0);
+  double t = flops / (rate * eff * r.gpus);
+  // Pipeline bubble (1F1B): (pp - 1) / (micro-batches + pp - 1) of the time is idle.
+  const double mbs = static_cast<double>(r.batch / r.data_parallel() / r.micro_batch);
+  if (r.pp > 1) t /= 1.0 - (r.pp - 1) / (mbs + r.pp - 1);
+  const int dp = r.data_parallel();
+  const double link = gpu.nvlink_bytes_per_s > 0 ? gpu.nvlink_bytes_per_s : gpu.pcie_bytes_per_s();
+  const double grad_bytes = 2 * P / (r.tp * r.pp);
+  if (dp > 1) {
+    // Ring all-reduce (or reduce-scatter + all-gather) moves 2 (N-1)/N of the gradients; ZeRO-3
+    // adds the parameter all-gather of the backward pass (1.5x).
+    double comm = 2.0 * (dp - 1) / dp * grad_bytes / link;
+    if (r.zero >= 3) comm *= 1.5;
+    t += comm;
+  }
+  if (r.tp > 1 && !m.is_vision()) {
+    // Four all-reduces of the (b, s, h) activations per layer and micro-batch (Megatron).
+    const double act = static_cast<double>(r.micro_batch * r.seq * m.t.hidden) * 2;
+    t += mbs * 4 * static_cast<double>(m.t.layers) / r.pp * 2.0 * (r.tp - 1) / r.tp * act / link;
+  }
+  const double pcie = o.h2d_bytes_per_s > 0 ? o.h2d_bytes_per_s : gpu.pcie_bytes_per_s();
+  const double shard = P / (r.tp * r.pp) / dp;
+  if (r.offload != offload_kind::none) {
+    // Gradients down and parameters up once per step, plus the CPU optimizer streaming 16 bytes
+    // of state per parameter through ~100 GB/s of host memory.
+    t += 2 * 2 * shard / pcie + shard * 16 / 100e9;
+  }
+  if (r.offload == offload_kind::params) t += mbs * 2 * 2 * shard * dp / pcie;  // gathered forward and backward
+  return t;
+}
+
+fit_result fit_search(const model_description& m, const plan_request& base_in, const fit_options& opt,
+                      const device_overheads& o) {
+  if (opt.capacity_bytes == 0) throw usage_error("--fit needs --gpu NAME or a capacity in bytes");
+  plan_request base = base_in;
+  base.validate(m);
+  const gpu_spec& gpu = opt.gpu ? *opt.gpu : generic_gpu();
+  const auto limit = static_cast<std::uint64_t>(static_cast<double>(opt.capacity_bytes) * (1.0 - opt.margin));
+  fit_result out;
+
+  std::vector<precision> precs{base.prec};
+  if (base.mode == run_mode::train && opt.vary_precision) {
+    for (auto p : {precision::amp_bf16, precision::bf16})
+      if (std::find(precs.begin(), precs.end(), p) == precs.end()) precs.push_back(p);
+  }
+  std::vector<checkpointing> ckpts{checkpointing::none};
+  if (base.mode == run_mode::train && !m.is_vision()) ckpts = {checkpointing::none, checkpointing::selective, checkpointing::full};
+  std::vector<int> zeros{0};
+  std::vector<offload_kind> offloads{offload_kind::none};
+  if (base.mode == run_mode::train) {
+    offloads = {offload_kind::none, offload_kind::optimizer};
+    if (base.gpus > 1) {
+      zeros = {0, 1, 2, 3};
+      offloads.push_back(offload_kind::params);
+    }
+  }
+  std::vector<std::pair<int, int>> layouts{{1, 1}};
+  if (base.gpus > 1 && !m.is_vision()) {
+    layouts.clear();
+    for (int tp = 1; tp <= std::min(base.gpus, 8); tp *= 2) {
+      if (base.gpus % tp || m.t.heads % tp) continue;
+      for (int pp = 1; pp <= 8; pp *= 2) {
+        if ((base.gpus / tp) % pp || pp > m.t.layers) continue;
+        if ((base.batch % (base.gpus / tp / pp)) != 0) continue;
+        layouts.push_back({tp, pp});
+      }
+    }
+  }
+  std::vector<std::int64_t> mb_options;
+  for (const auto& [tp, pp] : layouts) {
+    for (auto prec : precs) {
+      for (auto ck : ckpts) {
+        for (int z : zeros) {
+          for (auto off : offloads) {
+            if (off == offload_kind::params && z != 3) continue;
+            if (off != offload_kind::none && z == 0 && base.gpus > 1) continue;
+            if (z > 0 && base.gpus / (tp * pp) < 2) continue;
+            plan_request r = base;
+            r.prec = prec;
+            r.ckpt = ck;
+            r.zero = z;
+            r.offload = off;
+            r.tp = tp;
+            r.pp = pp;
+            r.micro_batch = 0;
+            r.steps = 2;
+            // Largest micro-batch (a divisor of the per-GPU batch) that fits, trying from the top.
+            const std::int64_t per_gpu = base.mode == run_mode::train ? base.batch / r.data_parallel() : base.batch;
+            mb_options.clear();
+            for (std::int64_t mb = per_gpu; mb >= 1; --mb)
+              if (per_gpu % mb == 0) mb_options.push_back(mb);
+            if (base.mode == run_mode::infer) mb_options = {per_gpu};
+            for (auto mb : mb_options) {
+              r.micro_batch = base.mode == run_mode::train ? mb : 0;
+              plan_result p;
+              try {
+                p = make_plan(m, r, o);
+              } catch (const usage_error&) {
+                break;
+              }
+              ++out.planned;
+              if (p.device_peak_bytes > limit) continue;
+              fit_candidate c;
+              c.request = p.request;
+              c.device_peak_bytes = p.device_peak_bytes;
+              c.allocated_peak_bytes = p.allocated_peak_bytes;
+              c.host_peak_bytes = p.host_peak_bytes;
+              c.step_time_s = estimate_step_time(m, p.request, gpu, o);
+              const auto& q = p.request;
+              const std::int64_t accum = per_gpu / std::max<std::int64_t>(1, q.micro_batch);
+              if (q.mode == run_mode::train) {
+                c.reasons.push_back(mb == per_gpu ? fmt::format("micro-batch {}: the whole per-GPU batch fits", mb)
+                                                  : fmt::format("micro-batch {} x {} accumulation steps: the largest divisor of {} that fits", mb, accum, per_gpu));
+                c.reasons.push_back(q.ckpt == checkpointing::none ? "checkpointing none: no recompute"
+                                    : q.ckpt == checkpointing::selective ? "checkpointing selective: attention core recomputed (a few % more compute)"
+                                                                         : "checkpointing full: one extra forward per step (about +33% compute) to keep only layer inputs");
+                c.reasons.push_back(fmt::format("precision {}{}", to_string(q.prec),
+                                                q.prec == base.prec ? " (as asked)" : q.prec == precision::bf16 ? ": 16-bit weights and states halve model memory" : ": autocast halves activations, keeps fp32 master weights"));
+              }
+              if (q.gpus > 1)
+                c.reasons.push_back(q.zero == 0 ? "ZeRO 0: plain data parallel (replicated states, fastest communication)"
+                                                : fmt::format("ZeRO {}: shards {} over {} data-parallel ranks", q.zero,
+                                                              q.zero == 1 ? "optimizer states" : q.zero == 2 ? "optimizer states and gradients" : "states, gradients and parameters",
+                                                              q.data_parallel()));
+              if (q.offload != offload_kind::none)
+                c.reasons.push_back(fmt::format("offload {}: moves them to pinned host memory ({} per node) at PCIe cost", to_string(q.offload),
+                                                format_bytes(static_cast<double>(p.host_peak_bytes))));
+              if (q.tp > 1 || q.pp > 1)
+                c.reasons.push_back(fmt::format("tensor {} x pipeline {}: splits layers and weights across GPUs", q.tp, q.pp));
+              c.reasons.push_back(fmt::format("device peak {} of {} ({} margin kept)", format_bytes(static_cast<double>(p.device_peak_bytes)),
+                                              format_bytes(static_cast<double>(opt.capacity_bytes)), fmt::format("{:.0f}%", opt.margin * 100)));
+              out.fits.push_back(std::move(c));
+              break;  // smaller micro-batches of this configuration only cost more
+            }
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(out.fits.begin(), out.fits.end(),
+                   [](const fit_candidate& a, const fit_candidate& b) { return a.step_time_s < b.step_time_s; });
+  if (out.fits.size() > opt.max_results) out.fits.resize(opt.max_results);
+  return out;
+}
+
+}  // namespace vramkit::plan

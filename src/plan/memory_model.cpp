@@ -1,0 +1,184 @@
+// make_plan: replays the schedule through per-component live counters and the caching-allocator
+// model, then adds the context and host-side offload buffers.
+#include "vramkit/plan/memory_model.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "vramkit/core/units.hpp"
+#include "vramkit/plan/caching_allocator_model.hpp"
+
+namespace vramkit::plan {
+
+namespace {
+
+/// Host memory per node for offloaded optimizer states and parameters (pinned), following
+/// ZeRO-Offload: fp32 master weights, fp32 gradients and the optimizer states of each rank's
+/// shard live in host memory.
+std::uint64_t host_offload_bytes(const model_description& m, const plan_request& r, std::uint64_t params) {
+  if (r.offload == offload_kind::none || r.mode != run_mode::train) return 0;
+  const double per_rank = static_cast<double>(params) / (r.tp * r.pp) / r.data_parallel();
+  double bytes_per_param = 4 /* fp32 master */ + 4 /* fp32 gradients */;
+  switch (r.optimizer) {
+    case optimizer_kind::adam:
+    case optimizer_kind::adamw: bytes_per_param += 8; break;
+    case optimizer_kind::adamw_8bit: bytes_per_param += 2; break;
+    case optimizer_kind::sgd_momentum: bytes_per_param += 4; break;
+    case optimizer_kind::sgd: break;
+  }
+  if (r.offload == offload_kind::params) bytes_per_param += 2;  // 16-bit parameter copy
+  const int ranks_on_node = std::min(r.gpus, r.gpus_per_node);
+  (void)m;
+  return static_cast<std::uint64_t>(per_rank * bytes_per_param * ranks_on_node);
+}
+
+}  // namespace
+
+plan_result make_plan(const model_description& m, plan_request r, const device_overheads& o) {
+  r.validate(m);
+  plan_result p;
+  p.model = m;
+  p.request = r;
+  p.parameters = parameter_count(m);
+  p.overheads = o;
+  const schedule s = build_schedule(m, r);
+  p.events = s.events.size();
+
+  caching_allocator_model alloc;
+  std::vector<std::uint32_t> handle(s.tensors.size(), 0);
+  std::array<std::uint64_t, component_count> live{};
+  std::array<std::uint64_t, component_count> at_peak{};
+  std::uint64_t best = 0;
+  std::size_t peak_event = 0;
+  for (std::size_t i = 0; i < s.events.size(); ++i) {
+    const auto& e = s.events[i];
+    const auto& t = s.tensors[e.tensor];
+    const auto c = static_cast<std::size_t>(t.comp);
+    if (e.alloc) {
+      handle[e.tensor] = alloc.malloc(t.bytes);
+      live[c] += t.bytes == 0 ? 0 : caching_allocator_model::round_size(t.bytes);
+      if (alloc.allocated_bytes() > best) {
+        best = alloc.allocated_bytes();
+        at_peak = live;
+        peak_event = i;
+      }
+    } else {
+      alloc.free(handle[e.tensor]);
+      live[c] -= t.bytes == 0 ? 0 : caching_allocator_model::round_size(t.bytes);
+    }
+  }
+  p.allocated_peak_bytes = alloc.peak_allocated_bytes();
+  p.reserved_peak_bytes = alloc.peak_reserved_bytes();
+  p.context_bytes = o.context_bytes;
+  p.device_peak_bytes = p.reserved_peak_bytes + o.context_bytes;
+  if (!s.events.empty()) {
+    const auto& t = s.tensors[s.events[peak_event].tensor];
+    p.peak_phase = to_string(t.ph);
+    p.peak_step = t.step;
+    p.peak_layer = t.layer;
+    p.peak_tensor = t.label;
+  }
+  std::uint64_t sum = 0;
+  for (int c = 0; c < component_count; ++c) {
+    if (at_peak[c] == 0) continue;
+    p.components.push_back({to_string(static_cast<component>(c)), at_peak[c], memory_where::device});
+    sum += at_peak[c];
+  }
+  if (p.allocated_peak_bytes > sum)
+    p.components.push_back({"allocator block rounding", p.allocated_peak_bytes - sum, memory_where::device});
+  p.components.push_back({"allocator cache (reserved, not allocated)", p.reserved_peak_bytes - p.allocated_peak_bytes,
+                          memory_where::device});
+  p.components.push_back({"CUDA context and libraries", o.context_bytes, memory_where::device});
+  p.host_peak_bytes = host_offload_bytes(m, r, p.parameters);
+  if (p.host_peak_bytes > 0)
+    p.components.push_back({"offloaded optimizer states, fp32 master and gradients (pinned, per node)",
+                            p.host_peak_bytes, memory_where::host});
+  return p;
+}
+
+std::string to_json(const plan_result& p) {
+  nlohmann::ordered_json j;
+  const auto& r = p.request;
+  j["schema_version"] = plan_schema_version;
+  j["model"] = p.model.name;
+  j["model_source"] = p.model.source;
+  j["family"] = to_string(p.model.family);
+  j["parameters"] = p.parameters;
+  j["allocated_peak_bytes"] = p.allocated_peak_bytes;
+  j["reserved_peak_bytes"] = p.reserved_peak_bytes;
+  j["device_peak_bytes"] = p.device_peak_bytes;
+  j["host_peak_bytes"] = p.host_peak_bytes;
+  j["peak_phase"] = p.peak_phase;
+  j["peak_step"] = p.peak_step;
+  j["peak_layer"] = p.peak_layer;
+  j["peak_tensor"] = p.peak_tensor;
+  auto comps = nlohmann::ordered_json::array();
+  for (const auto& c : p.components)
+    comps.push_back({{"name", c.name}, {"bytes", c.bytes}, {"where", c.where == memory_where::device ? "device" : "host"}});
+  j["components"] = comps;
+  nlohmann::ordered_json in;
+  in["mode"] = to_string(r.mode);
+  in["batch"] = r.batch;
+  in["micro_batch"] = r.micro_batch;
+  in["seq"] = r.seq;
+  in["image_size"] = r.image_size;
+  in["prompt"] = r.prompt;
+  in["new_tokens"] = r.new_tokens;
+  in["precision"] = to_string(r.prec);
+  in["optimizer"] = to_string(r.optimizer);
+  in["checkpointing"] = to_string(r.ckpt);
+  in["attention"] = to_string(r.attention);
+  in["gpus"] = r.gpus;
+  in["zero"] = r.zero;
+  in["tp"] = r.tp;
+  in["sp"] = r.sp;
+  in["pp"] = r.pp;
+  in["offload"] = to_string(r.offload);
+  in["quant"] = to_string(r.quant);
+  in["serving"] = to_string(r.serving);
+  in["steps"] = r.steps;
+  in["context_bytes"] = p.context_bytes;
+  in["overheads_source"] = p.overheads.source;
+  j["inputs"] = in;
+  return j.dump(2);
+}
+
+std::string to_table(const plan_result& p) {
+  const auto& r = p.request;
+  std::string out;
+  out += fmt::format("vramkit plan: {} ({}, {:.1f}M parameters)\n", p.model.name, to_string(p.model.family),
+                     static_cast<double>(p.parameters) / 1e6);
+  if (r.mode == run_mode::train) {
+    out += fmt::format("  train: batch {} (micro-batch {}), {}, {}, {}, checkpointing {}, attention {}",
+                       r.batch, r.micro_batch,
+                       p.model.is_vision() ? fmt::format("image {}", r.image_size) : fmt::format("seq {}", r.seq),
+                       to_string(r.prec), to_string(r.optimizer), to_string(r.ckpt), to_string(r.attention));
+  } else {
+    out += fmt::format("  infer: batch {}, prompt {} + {} new tokens, weights {}{}, {}", r.batch, r.prompt, r.new_tokens,
+                       r.prec == precision::fp32 ? "fp32" : "16-bit",
+                       r.quant == quant_kind::none ? "" : std::string(" quantised ") + to_string(r.quant),
+                       r.serving == serving_kind::paged ? "paged KV cache" : "generate()");
+  }
+  out += fmt::format("\n  gpus {} (data {} x tensor {} x pipeline {}), zero {}, offload {}\n\n", r.gpus,
+                     r.data_parallel(), r.tp, r.pp, r.zero, to_string(r.offload));
+  out += fmt::format("  {:<58} {:>12}  {}\n", "at the peak (" + p.peak_phase +
+                     (r.mode == run_mode::train ? fmt::format(", step {}", p.peak_step + 1) : std::string()) +
+                     (p.peak_layer >= 0 ? fmt::format(", layer {}", p.peak_layer) : std::string()) + ")", "bytes", "where");
+  for (const auto& c : p.components)
+    out += fmt::format("  {:<58} {:>12}  {}\n", c.name, format_bytes(static_cast<double>(c.bytes)),
+                       c.where == memory_where::device ? "device" : "host");
+  out += "\n";
+  out += fmt::format("  {:<58} {:>12}\n", "allocated peak (torch.cuda.max_memory_allocated)",
+                     format_bytes(static_cast<double>(p.allocated_peak_bytes)));
+  out += fmt::format("  {:<58} {:>12}\n", "reserved peak (torch.cuda.max_memory_reserved)",
+                     format_bytes(static_cast<double>(p.reserved_peak_bytes)));
+  out += fmt::format("  {:<58} {:>12}\n", "device peak (nvidia-smi used)", format_bytes(static_cast<double>(p.device_peak_bytes)));
+  out += fmt::format("  {:<58} {:>12}\n", "host peak per node (pinned)", format_bytes(static_cast<double>(p.host_peak_bytes)));
+  return out;
+}
+
+}  // namespace vramkit::plan

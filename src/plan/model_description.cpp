@@ -1,0 +1,145 @@
+// Parameter tensors and counts of the supported families, in torch's model.parameters() order
+// and with its deduplication of tied weights.
+#include "vramkit/plan/model_description.hpp"
+
+#include <numeric>
+
+namespace vramkit::plan {
+
+const char* to_string(model_family f) noexcept {
+  switch (f) {
+    case model_family::gpt2: return "gpt2";
+    case model_family::llama: return "llama";
+    case model_family::gpt_neox: return "gpt_neox";
+    case model_family::bert: return "bert";
+    case model_family::resnet: return "resnet";
+    case model_family::vit: return "vit";
+  }
+  return "?";
+}
+
+namespace {
+
+using list = std::vector<parameter_tensor>;
+
+void add(list& out, const char* name, std::int64_t elements, int layer = -1) {
+  out.push_back({name, elements, layer});
+}
+
+void transformer_params(const model_description& m, list& out) {
+  const auto& t = m.t;
+  const std::int64_t h = t.hidden, q = t.heads * t.head_dim, kv = t.kv_heads * t.head_dim;
+  const std::int64_t f = t.intermediate, V = t.vocab;
+  const std::int64_t norm = t.layer_norm ? 2 * h : h;
+  add(out, "embed_tokens", V * h);
+  if (t.max_positions > 0) add(out, "embed_positions", t.max_positions * h);
+  if (t.type_vocab > 0) add(out, "embed_token_types", t.type_vocab * h);
+  if (m.family == model_family::bert) add(out, "embed_norm", norm);
+  for (int l = 0; l < t.layers; ++l) {
+    add(out, "attn_norm", norm, l);
+    add(out, "attn_qkv", h * (q + 2 * kv) + (t.qkv_bias ? q + 2 * kv : 0), l);
+    add(out, "attn_out", q * h + (t.out_bias ? h : 0), l);
+    add(out, "mlp_norm", norm, l);
+    if (t.mlp == mlp_kind::swiglu) {
+      add(out, "mlp_gate_up", 2 * h * f + (t.mlp_bias ? 2 * f : 0), l);
+    } else {
+      add(out, "mlp_up", h * f + (t.mlp_bias ? f : 0), l);
+    }
+    add(out, "mlp_down", f * h + (t.mlp_bias ? h : 0), l);
+  }
+  if (m.family == model_family::bert) {
+    // BertForMaskedLM's prediction head: transform dense + LayerNorm, decoder bias (weight tied).
+    add(out, "head_transform", h * h + h + norm);
+    add(out, "head_bias", V);
+  } else {
+    add(out, "final_norm", norm);
+  }
+  if (!t.tied_embeddings) add(out, "lm_head", V * h);
+}
+
+struct conv_counter {
+  list* out;
+  int stage;
+  void conv(std::int64_t cin, std::int64_t cout, int k) {
+    add(*out, "conv", cin * cout * k * k, stage);
+  }
+  void bn(std::int64_t c) { add(*out, "bn", 2 * c, stage); }
+};
+
+void resnet_params(const model_description& m, list& out) {
+  conv_counter c{&out, -1};
+  c.conv(3, 64, 7);
+  c.bn(64);
+  std::int64_t in = 64;
+  const std::int64_t widths[4] = {64, 128, 256, 512};
+  const std::int64_t expansion = m.resnet.bottleneck ? 4 : 1;
+  for (int s = 0; s < 4; ++s) {
+    c.stage = s;
+    for (int b = 0; b < m.resnet.blocks[s]; ++b) {
+      const std::int64_t w = widths[s], outc = w * expansion;
+      const bool down = b == 0 && (s > 0 || in != outc);
+      if (m.resnet.bottleneck) {
+        c.conv(in, w, 1), c.bn(w), c.conv(w, w, 3), c.bn(w), c.conv(w, outc, 1), c.bn(outc);
+      } else {
+        c.conv(in, w, 3), c.bn(w), c.conv(w, w, 3), c.bn(w);
+      }
+      if (down) c.conv(in, outc, 1), c.bn(outc);
+      in = outc;
+    }
+  }
+  add(out, "fc", in * m.resnet.num_classes + m.resnet.num_classes);
+}
+
+void vit_params(const model_description& m, list& out) {
+  const auto& v = m.vit;
+  const std::int64_t h = v.hidden;
+  add(out, "class_token", h);
+  add(out, "conv_proj", 3 * h * v.patch * v.patch + h);
+  // The position table depends on the image size; torchvision builds it for 224 (14x14+1).
+  add(out, "pos_embedding", (224 / v.patch) * (224 / v.patch) * h + h);
+  for (int l = 0; l < v.layers; ++l) {
+    add(out, "ln_1", 2 * h, static_cast<int>(l));
+    add(out, "in_proj", 3 * h * h + 3 * h, l);
+    add(out, "out_proj", h * h + h, l);
+    add(out, "ln_2", 2 * h, l);
+    add(out, "mlp_1", h * v.mlp_dim + v.mlp_dim, l);
+    add(out, "mlp_2", v.mlp_dim * h + h, l);
+  }
+  add(out, "encoder_ln", 2 * h);
+  add(out, "head", h * v.num_classes + v.num_classes);
+}
+
+}  // namespace
+
+std::vector<parameter_tensor> parameter_tensors(const model_description& m) {
+  list out;
+  switch (m.family) {
+    case model_family::resnet: resnet_params(m, out); break;
+    case model_family::vit: vit_params(m, out); break;
+    default: transformer_params(m, out); break;
+  }
+  return out;
+}
+
+std::uint64_t parameter_count(const model_description& m) {
+  std::uint64_t n = 0;
+  for (const auto& p : parameter_tensors(m)) n += static_cast<std::uint64_t>(p.elements);
+  return n;
+}
+
+std::uint64_t buffer_bytes(const model_description& m) {
+  if (m.family == model_family::resnet) {
+    // BatchNorm running_mean + running_var (fp32) and num_batches_tracked (int64) per layer.
+    std::uint64_t bytes = 0;
+    for (const auto& p : parameter_tensors(m))
+      if (p.name == "bn") bytes += static_cast<std::uint64_t>(p.elements) * 4 + 8;
+    return bytes;
+  }
+  if (m.family == model_family::bert) {
+    // position_ids and token_type_ids buffers (int64, max_positions each).
+    return static_cast<std::uint64_t>(m.t.max_positions) * 16;
+  }
+  return 0;
+}
+
+}  // namespace vramkit::plan

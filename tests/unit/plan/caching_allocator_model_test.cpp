@@ -1,0 +1,87 @@
+// The caching-allocator model on small synthetic streams: rounding, segment sizes, reuse,
+// splitting and the absence of cross-segment coalescing.
+#include <gtest/gtest.h>
+
+#include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
+#include "vramkit/plan/caching_allocator_model.hpp"
+
+using vramkit::MiB;
+using vramkit::plan::caching_allocator_model;
+
+TEST(CachingAllocatorModel, RoundsTo512AndPicksSegmentSizes) {
+  EXPECT_EQ(caching_allocator_model::round_size(1), 512u);
+  EXPECT_EQ(caching_allocator_model::round_size(513), 1024u);
+  EXPECT_EQ(caching_allocator_model::segment_size(512), 2 * MiB);
+  EXPECT_EQ(caching_allocator_model::segment_size(MiB), 2 * MiB);
+  EXPECT_EQ(caching_allocator_model::segment_size(MiB + 512), 20 * MiB);
+  EXPECT_EQ(caching_allocator_model::segment_size(10 * MiB - 512), 20 * MiB);
+  EXPECT_EQ(caching_allocator_model::segment_size(10 * MiB), 10 * MiB);
+  EXPECT_EQ(caching_allocator_model::segment_size(11 * MiB), 12 * MiB);
+}
+
+TEST(CachingAllocatorModel, SmallRequestsShareOneSegment) {
+  caching_allocator_model a;
+  for (int i = 0; i < 4; ++i) a.malloc(1000);
+  EXPECT_EQ(a.allocated_bytes(), 4 * 1024u);
+  EXPECT_EQ(a.reserved_bytes(), 2 * MiB);
+  EXPECT_EQ(a.segment_count(), 1u);
+}
+
+TEST(CachingAllocatorModel, MidSizeRequestsGet20MiBSegmentsAndSplit) {
+  caching_allocator_model a;
+  a.malloc(3 * MiB);
+  a.malloc(3 * MiB);
+  EXPECT_EQ(a.reserved_bytes(), 20 * MiB);
+  EXPECT_EQ(a.allocated_bytes(), 6 * MiB);
+}
+
+TEST(CachingAllocatorModel, ReusesFreedBlockWithoutNewSegment) {
+  caching_allocator_model a;
+  const auto h = a.malloc(12 * MiB);
+  a.free(h);
+  a.malloc(11 * MiB);  // remainder 1 MiB is not > 1 MiB: the block is not split
+  EXPECT_EQ(a.reserved_bytes(), 12 * MiB);
+  EXPECT_EQ(a.allocated_bytes(), 12 * MiB);
+  const auto h2 = a.malloc(30 * MiB);
+  a.free(h2);
+  a.malloc(16 * MiB);  // remainder 14 MiB: split, so only 16 MiB count as allocated
+  EXPECT_EQ(a.allocated_bytes(), 28 * MiB);
+  EXPECT_EQ(a.reserved_bytes(), 42 * MiB);
+}
+
+TEST(CachingAllocatorModel, NoCoalescingAcrossSegments) {
+  caching_allocator_model a;
+  const auto x = a.malloc(12 * MiB);
+  const auto y = a.malloc(12 * MiB);
+  a.free(x);
+  a.free(y);
+  a.malloc(20 * MiB);  // 24 MiB free in total but no single block of 20 MiB
+  EXPECT_EQ(a.reserved_bytes(), 44 * MiB);
+  EXPECT_EQ(a.peak_reserved_bytes(), 44 * MiB);
+}
+
+TEST(CachingAllocatorModel, MergesNeighboursInsideASegment) {
+  caching_allocator_model a;
+  const auto big = a.malloc(40 * MiB);
+  a.free(big);
+  const auto p = a.malloc(16 * MiB);
+  const auto q = a.malloc(16 * MiB);
+  a.free(p);
+  a.free(q);
+  a.malloc(40 * MiB);  // the three pieces merged back into one block
+  EXPECT_EQ(a.reserved_bytes(), 40 * MiB);
+  EXPECT_EQ(a.segment_count(), 1u);
+}
+
+TEST(CachingAllocatorModel, PeaksAndDoubleFree) {
+  caching_allocator_model a;
+  const auto h = a.malloc(64 * MiB);
+  a.free(h);
+  EXPECT_EQ(a.allocated_bytes(), 0u);
+  EXPECT_EQ(a.peak_allocated_bytes(), 64 * MiB);
+  a.reset_peaks();
+  EXPECT_EQ(a.peak_allocated_bytes(), 0u);
+  EXPECT_EQ(a.peak_reserved_bytes(), 64 * MiB);
+  EXPECT_THROW(a.free(h), vramkit::logic_error);
+}

@@ -1,0 +1,94 @@
+// The fit search: every returned configuration fits, ranks are by cost, and impossible targets
+// return nothing.
+#include <gtest/gtest.h>
+
+#include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
+#include "vramkit/plan/config_loader.hpp"
+#include "vramkit/plan/fit_search.hpp"
+#include "vramkit/plan/gpu_catalogue.hpp"
+
+using namespace vramkit::plan;
+using vramkit::GiB;
+
+TEST(GpuCatalogue, KnowsCommonGpusWithSources) {
+  EXPECT_EQ(find_gpu("h200").name, "H200");
+  EXPECT_EQ(find_gpu("A100 80GB").memory_bytes, 81920ull * 1024 * 1024);
+  EXPECT_EQ(find_gpu("rtx-4090").name, "RTX 4090");
+  for (const auto& g : gpu_catalogue()) {
+    EXPECT_FALSE(g.source.empty()) << g.name;
+    EXPECT_GT(g.memory_bytes, 8 * GiB) << g.name;
+    EXPECT_GT(g.pcie_bytes_per_s(), 1e10) << g.name;
+  }
+  EXPECT_THROW(find_gpu("voodoo2"), vramkit::usage_error);
+}
+
+TEST(FitSearch, ReturnsConfigurationsThatFitRankedByCost) {
+  const auto m = preset_model("gpt2-medium");
+  plan_request r;
+  r.batch = 32;
+  r.seq = 1024;
+  fit_options opt;
+  opt.gpu = find_gpu("rtx4090");
+  opt.capacity_bytes = opt.gpu->memory_bytes;
+  const auto res = fit_search(m, r, opt);
+  ASSERT_FALSE(res.fits.empty());
+  EXPECT_GT(res.planned, res.fits.size());
+  for (std::size_t i = 0; i < res.fits.size(); ++i) {
+    const auto& c = res.fits[i];
+    EXPECT_LE(c.device_peak_bytes, opt.capacity_bytes);
+    EXPECT_FALSE(c.reasons.empty());
+    // Each candidate, re-planned, really fits.
+    EXPECT_EQ(make_plan(m, c.request).device_peak_bytes, c.device_peak_bytes);
+    if (i > 0) EXPECT_LE(res.fits[i - 1].step_time_s, c.step_time_s);
+  }
+  // The whole batch of 32 x 1024 tokens cannot run at once on 24 GB in fp32 without help.
+  const auto& best = res.fits.front().request;
+  EXPECT_TRUE(best.micro_batch < 32 || best.prec != precision::fp32 || best.ckpt != checkpointing::none);
+}
+
+TEST(FitSearch, NothingFitsATinyGpu) {
+  const auto m = preset_model("llama-2-7b");
+  plan_request r;
+  r.batch = 8;
+  r.seq = 2048;
+  fit_options opt;
+  opt.capacity_bytes = 4 * GiB;
+  EXPECT_TRUE(fit_search(m, r, opt).fits.empty());
+}
+
+TEST(FitSearch, MultiGpuUsesSharding) {
+  const auto m = preset_model("llama-2-7b");
+  plan_request r;
+  r.batch = 16;
+  r.seq = 2048;
+  r.gpus = 8;
+  fit_options opt;
+  opt.gpu = find_gpu("a100-40gb");
+  opt.capacity_bytes = opt.gpu->memory_bytes;
+  const auto res = fit_search(m, r, opt);
+  ASSERT_FALSE(res.fits.empty());
+  for (const auto& c : res.fits) {
+    // 16 bytes/parameter of replicated AdamW state alone exceed 40 GB: every fit shards, splits or offloads.
+    const auto& q = c.request;
+    EXPECT_TRUE(q.zero > 0 || q.tp > 1 || q.pp > 1 || q.offload != offload_kind::none || q.prec == precision::bf16);
+  }
+}
+
+TEST(FitSearch, CostModelChargesRecomputeAndOffload) {
+  const auto m = preset_model("gpt2-large");
+  const auto& g = find_gpu("h100");
+  plan_request r;
+  r.batch = 8;
+  r.seq = 1024;
+  r.validate(m);
+  const double base = estimate_step_time(m, r, g, default_overheads());
+  auto ck = r;
+  ck.ckpt = checkpointing::full;
+  auto off = r;
+  off.offload = offload_kind::optimizer;
+  EXPECT_NEAR(estimate_step_time(m, ck, g, default_overheads()) / base, 4.0 / 3.0, 0.01);
+  EXPECT_GT(estimate_step_time(m, off, g, default_overheads()), base);
+  fit_options none;
+  EXPECT_THROW(fit_search(m, r, none), vramkit::usage_error);
+}
