@@ -43,7 +43,7 @@ inline std::vector<std::pair<std::string, std::string>> gpu_keys_table() {
       {"gpu{N}.latency.sweep", "curve: dependent-load latency over working-set size"},
       {"gpu{N}.latency.l1", "load latency with the working set in L1"},
       {"gpu{N}.latency.l2", "load latency with the working set in L2"},
-      {"gpu{N}.latency.hbm", "load latency with the working set in device memory, within TLB reach"},
+      {"gpu{N}.latency.hbm", "load latency with the working set in device memory (first set >= 4x L2)"},
       {"gpu{N}.latency.zerocopy", "load latency from the GPU to mapped pinned host memory"},
       {"gpu{N}.alloc.cuda_malloc", "cudaMalloc per call over a random size trace"},
       {"gpu{N}.alloc.cuda_free", "cudaFree per call over the same trace"},
