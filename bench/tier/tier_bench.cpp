@@ -148,7 +148,11 @@ struct device_sum {
   unsigned long long* ptr = nullptr;
   device_sum() { VRAMKIT_CUDA_TRY(cudaMalloc(&ptr, sizeof *ptr)); }
   ~device_sum() { VRAMKIT_CUDA_ASSERT(cudaFree(ptr)); }
-  void reset() { VRAMKIT_CUDA_TRY(cudaMemset(ptr, 0, sizeof *ptr)); }
+  // The library's streams are non-blocking: finish the reset before any of them runs a kernel.
+  void reset() {
+    VRAMKIT_CUDA_TRY(cudaMemset(ptr, 0, sizeof *ptr));
+    VRAMKIT_CUDA_TRY(cudaDeviceSynchronize());
+  }
   std::uint64_t read() {
     unsigned long long v = 0;
     VRAMKIT_CUDA_TRY(cudaMemcpy(&v, ptr, sizeof v, cudaMemcpyDeviceToHost));
@@ -346,7 +350,7 @@ int main(int argc, char** argv) try {
   // dev_b holds the second GiB of the dataset; D2H of it runs while H2D of the first runs.
   VRAMKIT_CUDA_TRY(cudaMemcpy(dev_b, data + copy_bytes / 4, copy_bytes, cudaMemcpyHostToDevice));
   for (int r = 0; r < cfg.reps + 1; ++r) {
-    VRAMKIT_CUDA_TRY(cudaMemset(back, 0, copy_bytes));
+    std::memset(back, 0, copy_bytes);
     cudaEvent_t go = nullptr, d2h_end = nullptr;
     VRAMKIT_CUDA_TRY(cudaEventCreateWithFlags(&go, cudaEventDisableTiming));
     VRAMKIT_CUDA_TRY(cudaEventCreateWithFlags(&d2h_end, cudaEventDisableTiming));
