@@ -1,0 +1,61 @@
+// kube-scheduler extender verbs (k8s.io/kube-scheduler/extender/v1) as pure functions: a request
+// body in, a status and a response body out. Node states come through a lookup the caller provides
+// (the HTTP server passes its exporter scraper; tests pass fixtures). Thread-safe when the lookup is.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vramkit/cluster/gpu_state.hpp"
+#include "vramkit/cluster/placement.hpp"
+#include "vramkit/core/result.hpp"
+
+namespace vramkit::cluster {
+
+/// Names the extender reads from pods.
+struct extender_config {
+  placement_options placement{};
+  std::string resource_name = "vramkit.io/gpu-memory";  ///< extended resource, a quantity
+  std::string plan_annotation = "vramkit.io/plan";      ///< annotation holding planner JSON
+};
+
+/// Node name -> its live state, or why it has none (exporter unreachable, not configured).
+using node_states = std::map<std::string, result<node_state>>;
+
+/// Returns the states of the named nodes; called once per request with every node it names.
+using node_lookup = std::function<node_states(const std::vector<std::string>& names)>;
+
+/// An HTTP answer: 200 with a JSON body, or 400 with a one-line plain-text message.
+struct extender_response {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+};
+
+/// The pod's per-GPU memory request in bytes: the sum over containers of `resource_name` in
+/// limits (or requests), at least the largest init container's, else the plan annotation's
+/// device_peak_bytes; nullopt when the pod asks for neither. Throws usage_error on a malformed
+/// quantity or plan.
+[[nodiscard]] std::optional<std::uint64_t> pod_memory_request(std::string_view pod_json,
+                                                              const extender_config& config);
+
+/// POST filter: ExtenderArgs in, ExtenderFilterResult out. Keeps the nodes where one GPU can hold
+/// the request now; a node whose GPUs are all too small goes to FailedAndUnresolvableNodes, one
+/// that is full now or unreachable to FailedNodes, with the reason. Answers with NodeNames when the
+/// request carried NodeNames (nodeCacheCapable), else with Nodes (the NodeList items as received).
+/// A pod without a request passes every node. Malformed input -> status 400, never a throw.
+[[nodiscard]] extender_response extender_filter(std::string_view body, const node_lookup& lookup,
+                                                const extender_config& config);
+
+/// POST prioritize: ExtenderArgs in, HostPriorityList ([{"Host","Score"}], 0..10) out, one entry
+/// per node sent, in the order sent; nodes that cannot hold the request score 0.
+[[nodiscard]] extender_response extender_prioritize(std::string_view body,
+                                                    const node_lookup& lookup,
+                                                    const extender_config& config);
+
+}  // namespace vramkit::cluster
