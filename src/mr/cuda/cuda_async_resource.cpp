@@ -1,7 +1,7 @@
 // cuda_async_resource over a cudaMemPool_t of its own. Compiled only in CUDA builds.
 #include "vramkit/mr/cuda_async_resource.hpp"
 
-#include <cuda.h>  // cuuint64_t (memory pool attributes)
+#include <cuda.h>  // unsigned long long (memory pool attributes)
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.hpp"
@@ -39,7 +39,7 @@ cuda_async_resource::cuda_async_resource(cuda_async_options options)
   props.location.id = device;
   VRAMKIT_CUDA_TRY(cudaMemPoolCreate(&impl_->pool, &props));
   impl_->device = device;
-  cuuint64_t threshold = options.release_threshold;
+  unsigned long long threshold = options.release_threshold;
   VRAMKIT_CUDA_TRY(
       cudaMemPoolSetAttribute(impl_->pool, cudaMemPoolAttrReleaseThreshold, &threshold));
   if (options.initial_pool_size > 0) {
@@ -64,7 +64,7 @@ void cuda_async_resource::trim_to(std::size_t keep_bytes) {
 }
 
 std::size_t cuda_async_resource::reserved_bytes() const {
-  cuuint64_t v = 0;
+  unsigned long long v = 0;
   VRAMKIT_CUDA_TRY(cudaMemPoolGetAttribute(impl_->pool, cudaMemPoolAttrReservedMemCurrent, &v));
   return static_cast<std::size_t>(v);
 }
@@ -96,8 +96,8 @@ void cuda_async_resource::do_deallocate(void* ptr, std::size_t, std::size_t,
 
 void cuda_async_resource::describe(summary_builder& builder) const {
   builder.add_layer("cuda_async");
-  cuuint64_t reserved = 0;
-  cuuint64_t used = 0;
+  unsigned long long reserved = 0;
+  unsigned long long used = 0;
   if (cudaMemPoolGetAttribute(impl_->pool, cudaMemPoolAttrReservedMemCurrent, &reserved) ==
           cudaSuccess &&
       cudaMemPoolGetAttribute(impl_->pool, cudaMemPoolAttrUsedMemCurrent, &used) == cudaSuccess) {
