@@ -160,6 +160,7 @@ int main(int argc, char** argv) {
   auto timed_gets = [&](const char* path, int n) {
     httplib::Client cli("127.0.0.1", port);
     cli.set_keep_alive(true);
+    cli.set_tcp_nodelay(true);
     std::vector<double> t;
     for (int i = 0; i < n; ++i) {
       auto a = std::chrono::steady_clock::now();
@@ -186,6 +187,7 @@ int main(int argc, char** argv) {
       pool.emplace_back([&] {
         httplib::Client cli("127.0.0.1", port);
         cli.set_keep_alive(true);
+        cli.set_tcp_nodelay(true);
         cli.set_read_timeout(10, 0);
         std::vector<double> mine;
         for (int i = 0; i < per_thread && std::chrono::steady_clock::now() < deadline; ++i) {

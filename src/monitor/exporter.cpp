@@ -132,9 +132,13 @@ int exporter::start() {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
-  http.new_task_queue = [] { return new httplib::ThreadPool(16); };
-  http.set_keep_alive_max_count(1000);
-  http.set_keep_alive_timeout(2);
+  // Without TCP_NODELAY a response written in two parts waits for the peer's delayed ACK (40 ms).
+  http.set_tcp_nodelay(true);
+  // One thread serves one connection while it is kept alive: a bounded pool, and connections that
+  // close after a few requests, keep many concurrent scrapers from starving each other.
+  http.new_task_queue = [] { return new httplib::ThreadPool(64); };
+  http.set_keep_alive_max_count(20);
+  http.set_keep_alive_timeout(1);
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { res.set_content(metrics(), exposition_content_type); });
   http.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
     auto latest = history_.latest();

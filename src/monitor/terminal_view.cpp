@@ -124,9 +124,12 @@ void draw(const sample& s, view_state& st, const terminal_view_options& opt) {
   int host_rows = 2 + static_cast<int>(std::min<std::size_t>(s.host.numa.size(), 4)) + (s.host.cgroup ? 1 : 0);
   int avail = LINES - y - host_rows - 1;
   int gpus = static_cast<int>(s.gpus.size());
-  int proc_min = 4;
-  int per_gpu = gpus == 0 ? 0 : std::max(1, (avail - proc_min) / gpus);
-  int graph_h = per_gpu >= 7 ? std::min(4, per_gpu - 3) : 0;
+  std::size_t proc_count = 0;
+  for (const auto& g : s.gpus) proc_count += g.processes.size();
+  // The process table gets what it needs up to half the space; graphs share the rest.
+  int proc_rows = std::min(static_cast<int>(proc_count) + 2, std::max(4, avail / 2));
+  int per_gpu = gpus == 0 ? 0 : std::max(1, (avail - proc_rows) / gpus);
+  int graph_h = per_gpu >= 5 ? std::min(8, per_gpu - 2) : 0;
   for (const auto& g : s.gpus) {
     if (y >= LINES - host_rows - 2) break;
     bool sel = st.selected == static_cast<int>(g.index);
