@@ -155,6 +155,23 @@ void* pinned_host_pool::do_allocate(std::size_t bytes, std::size_t alignment, st
     }
   }
   auto evicted = s.evict_for(cls);
+  if (s.held + cls > s.opt.byte_cap && s.api) {
+    // Cached blocks whose copies are still running would make room once done: wait for them
+    // (without the lock), then evict again.
+    std::vector<event_view> pending;
+    for (auto& [c, list] : s.cache) {
+      for (auto& b : list) {
+        if (b.event.handle != nullptr) pending.push_back(b.event);
+      }
+    }
+    if (!pending.empty()) {
+      lock.unlock();
+      for (event_view e : pending) s.api->synchronize_event(e);
+      lock.lock();
+      auto more = s.evict_for(cls);
+      evicted.insert(evicted.end(), more.begin(), more.end());
+    }
+  }
   if (s.held + cls > s.opt.byte_cap) {
     ++s.stats.out_of_memory_errors;
     lock.unlock();

@@ -150,15 +150,18 @@ struct pool_resource::impl {
     auto it = list.lower_bound(&key);
     if (it == list.end()) return nullptr;
     block* b = *it;
-    if (size < opt.max_split && b->size >= opt.max_split) return nullptr;  // keep oversize whole
-    if (size >= opt.max_split && b->size - size >= opt.max_oversize_waste) return nullptr;
+    if (!small) {
+      // Oversize blocks (>= max_split) serve only oversize requests that waste little of them.
+      if (size < opt.max_split && b->size >= opt.max_split) return nullptr;
+      if (size >= opt.max_split && b->size - size >= opt.max_oversize_waste) return nullptr;
+    }
     return b;
   }
 
   bool should_split(const block* b, std::size_t size) const {
-    if (b->size >= opt.max_split) return false;
     const std::size_t rest = b->size - size;
     if (b->owner->small) return rest >= opt.rounding;
+    if (b->size >= opt.max_split) return false;
     return rest >= std::max(opt.large_min_split_remainder, opt.rounding);
   }
 
@@ -251,8 +254,16 @@ struct pool_resource::impl {
   // --- chunks (lock held) --------------------------------------------------------------------
   std::size_t chunk_size_for(bool small, std::size_t size) {
     if (small) return opt.small_chunk_size;
-    if (size >= opt.large_exact_size) return align_up(size, opt.chunk_rounding);
-    const std::size_t chosen = std::max(next_large_chunk, align_up(size, opt.chunk_rounding));
+    if (size >= opt.large_exact_size || size >= opt.max_split) {
+      return align_up(size, opt.chunk_rounding);
+    }
+    std::size_t chosen = std::max(next_large_chunk, align_up(size, opt.chunk_rounding));
+    // A chunk for a request below max_split must stay below it too, or none of it could serve
+    // such requests after the first.
+    if (chosen >= opt.max_split) {
+      const std::size_t cap = (opt.max_split - 1) / opt.chunk_rounding * opt.chunk_rounding;
+      chosen = cap >= size ? cap : align_up(size, opt.rounding);
+    }
     const double grown = static_cast<double>(next_large_chunk) * opt.large_chunk_growth;
     next_large_chunk = std::min(
         opt.large_chunk_max,
@@ -261,7 +272,7 @@ struct pool_resource::impl {
     return chosen;
   }
 
-  void add_chunk(stream_state* st, void* p, std::size_t size, bool small) {
+  block* add_chunk(stream_state* st, void* p, std::size_t size, bool small) {
     auto* c = new chunk;
     c->base = reinterpret_cast<std::uintptr_t>(p);
     c->size = size;
@@ -278,6 +289,7 @@ struct pool_resource::impl {
     stats.reserved_bytes.add(small, static_cast<std::int64_t>(size));
     stats.chunks.add(small, 1);
     ++stats.upstream_allocations;
+    return b;
   }
 
   void remove_chunk(chunk* c) {
@@ -291,19 +303,30 @@ struct pool_resource::impl {
     delete c;
   }
 
-  // Unlinks every wholly free chunk whose frees are known complete; lock held.
+  // Unlinks every chunk whose blocks are all free with their frees known complete (whichever
+  // streams' lists hold them); lock held.
   std::vector<released_chunk> take_releasable() {
     std::vector<released_chunk> out;
     for (std::size_t i = 0; i < chunks.size();) {
       chunk* c = chunks[i];
-      block* b = c->first;
-      if (b->free && b->next == nullptr && b->size == c->size && b->seq <= b->stream->synced_seq) {
-        out.push_back({reinterpret_cast<void*>(c->base), c->size, b->stream->stream});
-        list_erase(b);
-        remove_chunk(c);  // moves the last chunk to index i
-      } else {
-        ++i;
+      bool releasable = true;
+      for (block* b = c->first; b != nullptr && releasable; b = b->next) {
+        releasable = b->free && b->seq <= b->stream->synced_seq;
       }
+      if (!releasable) {
+        ++i;
+        continue;
+      }
+      // Synchronized already: the default stream orders the upstream free.
+      out.push_back({reinterpret_cast<void*>(c->base), c->size, stream_view{}});
+      block* b = c->first;
+      while (b != nullptr) {
+        block* n = b->next;
+        list_erase(b);
+        if (b != c->first) recycle(b);
+        b = n;
+      }
+      remove_chunk(c);  // recycles c->first and moves the last chunk to index i
     }
     return out;
   }
@@ -317,26 +340,20 @@ struct pool_resource::impl {
     return bytes;
   }
 
-  // Makes every free so far known complete: records each stream's event under the lock, waits on
-  // the host without it. Returns with the lock held.
+  // Makes every free so far known complete by synchronizing the device without the lock (not a
+  // per-stream event: a stream passed to deallocate may have been destroyed since). Returns with
+  // the lock held.
   void sync_frees(std::unique_lock<std::mutex>& lock) {
     std::vector<std::pair<stream_state*, std::uint64_t>> pending;
     for (auto& st : streams) {
-      if (st->free_seq <= st->synced_seq) continue;
-      if (st->dirty || !api) record(st.get());
-      pending.emplace_back(st.get(), st->recorded_seq);
+      if (st->free_seq > st->synced_seq) pending.emplace_back(st.get(), st->free_seq);
     }
-    if (!api) {
-      for (auto& [st, seq] : pending) st->synced_seq = std::max(st->synced_seq, seq);
-      return;
+    if (pending.empty()) return;
+    if (api) {
+      lock.unlock();
+      api->synchronize_device();
+      lock.lock();
     }
-    std::vector<event_view> events;
-    events.reserve(pending.size());
-    for (auto& [st, seq] : pending) events.push_back(st->event);
-    lock.unlock();
-    // A concurrent re-record only moves an event later, so waiting on it still covers `seq`.
-    for (event_view e : events) api->synchronize_event(e);
-    lock.lock();
     for (auto& [st, seq] : pending) st->synced_seq = std::max(st->synced_seq, seq);
   }
 
@@ -392,7 +409,6 @@ pool_resource::~pool_resource() {
   impl& s = *impl_;
   std::unique_lock lock(s.m);
   try {
-    for (auto& st : s.streams) st->dirty = st->dirty || st->free_seq > st->synced_seq;
     s.sync_frees(lock);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vramkit %s: synchronizing frees at destruction failed: %s\n",
@@ -400,9 +416,7 @@ pool_resource::~pool_resource() {
   }
   std::vector<released_chunk> all;
   for (chunk* c : s.chunks) {
-    all.push_back({reinterpret_cast<void*>(c->base), c->size, c->first->stream != nullptr
-                                                                  ? c->first->stream->stream
-                                                                  : stream_view{}});
+    all.push_back({reinterpret_cast<void*>(c->base), c->size, stream_view{}});
     for (block* b = c->first; b != nullptr;) {
       block* n = b->next;
       delete b;
@@ -475,10 +489,7 @@ void* pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, strea
     } else {
       upstream_error = "pool maximum_size " + std::to_string(s.opt.maximum_size) + " bytes reached";
     }
-    if (p != nullptr) {
-      s.add_chunk(st, p, want, small);
-      continue;
-    }
+    if (p != nullptr) return s.hand_out(st, s.add_chunk(st, p, want, small), size, bytes);
     ++s.stats.upstream_failures;
     if (!trimmed) {
       // OOM ladder: return cached chunks to the upstream, then try once more.

@@ -71,8 +71,8 @@ class pool_resource final : public memory_resource {
  public:
   pool_resource(std::shared_ptr<memory_resource> upstream, std::shared_ptr<device_api> api,
                 pool_options options = {});
-  /// Returns every chunk to the upstream (after the streams' pending frees have completed); blocks
-  /// still allocated are lost.
+  /// Synchronizes the device and returns every chunk to the upstream; blocks still allocated are
+  /// lost.
   ~pool_resource() override;
   pool_resource(const pool_resource&) = delete;
   pool_resource& operator=(const pool_resource&) = delete;
@@ -83,8 +83,8 @@ class pool_resource final : public memory_resource {
   void describe(summary_builder& builder) const override;
   void reset_peak() const noexcept override;
 
-  /// Returns every wholly free chunk to the upstream once the frees in it have completed
-  /// (synchronizes the streams' free events on the host). Returns the bytes released.
+  /// Returns every chunk with no allocated block to the upstream, after synchronizing the device
+  /// (so pending frees on every stream have completed). Returns the bytes released.
   std::size_t trim();
   /// The pool's figures (a consistent snapshot).
   [[nodiscard]] pool_report report() const;

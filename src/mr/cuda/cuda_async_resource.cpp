@@ -1,7 +1,6 @@
 // cuda_async_resource over a cudaMemPool_t of its own. Compiled only in CUDA builds.
 #include "vramkit/mr/cuda_async_resource.hpp"
 
-#include <cuda.h>  // unsigned long long (memory pool attributes)
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.hpp"

@@ -1,0 +1,112 @@
+"""Use vramkit's stream-ordered caching pool as PyTorch's CUDA allocator.
+
+    import vramkit_torch
+    vramkit_torch.use_vramkit_allocator()          # before the first CUDA tensor
+    ...
+    print(vramkit_torch.memory_summary())          # torch.cuda.memory_summary() does not work
+    stats = vramkit_torch.memory_stats()           # with a pluggable allocator; these do
+
+The shared library is found at `path`, else $VRAMKIT_TORCH_LIB, else next to this file or in a
+build folder of the repository (build*/libvramkit_torch.so). Pool options come from environment
+variables read at the first allocation on each device (docs/torch-allocator.md).
+"""
+
+import ctypes
+import glob
+import json
+import os
+
+_LIB = None
+_LIB_PATH = None
+
+
+def find_library(path=None):
+    """Returns the path of libvramkit_torch.so; raises FileNotFoundError naming where it looked."""
+    candidates = []
+    if path:
+        candidates.append(path)
+    if os.environ.get("VRAMKIT_TORCH_LIB"):
+        candidates.append(os.environ["VRAMKIT_TORCH_LIB"])
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates.append(os.path.join(here, "libvramkit_torch.so"))
+    root = os.path.dirname(here)
+    candidates.extend(sorted(glob.glob(os.path.join(root, "build*", "libvramkit_torch.so"))))
+    for c in candidates:
+        if os.path.isfile(c):
+            return os.path.abspath(c)
+    raise FileNotFoundError(
+        "libvramkit_torch.so not found (looked at: %s); build vramkit with CUDA or set "
+        "VRAMKIT_TORCH_LIB" % ", ".join(candidates))
+
+
+def _load(path=None):
+    global _LIB, _LIB_PATH
+    if _LIB is None:
+        _LIB_PATH = find_library(path)
+        lib = ctypes.CDLL(_LIB_PATH)
+        lib.vramkit_memory_summary.restype = ctypes.c_size_t
+        lib.vramkit_memory_summary.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+        lib.vramkit_memory_stats_json.restype = ctypes.c_size_t
+        lib.vramkit_memory_stats_json.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+        lib.vramkit_reset_peak.restype = None
+        lib.vramkit_reset_peak.argtypes = [ctypes.c_int]
+        lib.vramkit_trim.restype = ctypes.c_int
+        lib.vramkit_trim.argtypes = [ctypes.c_int]
+        _LIB = lib
+    return _LIB
+
+
+def use_vramkit_allocator(path=None):
+    """Makes vramkit's pool PyTorch's CUDA allocator; must run before any CUDA allocation.
+
+    Returns the torch.cuda.memory.CUDAPluggableAllocator. Raises RuntimeError (from PyTorch) when
+    the native allocator was already used in this process.
+    """
+    import torch
+
+    lib_path = find_library(path)
+    _load(lib_path)
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(lib_path, "vramkit_malloc", "vramkit_free")
+    torch.cuda.memory.change_current_allocator(allocator)
+    return allocator
+
+
+def _read(fn, device):
+    n = fn(device, None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    fn(device, buf, n + 1)
+    return buf.value.decode()
+
+
+def _device_index(device):
+    if device is None:
+        import torch
+
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    index = getattr(device, "index", None)
+    return 0 if index is None else index
+
+
+def memory_summary(device=None):
+    """The 75-column summary table of the device's vramkit pool."""
+    return _read(_load().vramkit_memory_summary, _device_index(device))
+
+
+def memory_stats(device=None):
+    """The pool's figures as a dict with torch.cuda.memory_stats()-style keys
+    ("allocated_bytes.all.peak", "reserved_bytes.all.current", ...)."""
+    return json.loads(_read(_load().vramkit_memory_stats_json, _device_index(device)))
+
+
+def reset_peak_memory_stats(device=None):
+    """Sets the pool's peak figures to their current values."""
+    _load().vramkit_reset_peak(_device_index(device))
+
+
+def empty_cache(device=None):
+    """Returns the pool's wholly free cached chunks to the driver (torch.cuda.empty_cache() does
+    not reach a pluggable allocator)."""
+    if _load().vramkit_trim(_device_index(device)) != 0:
+        raise RuntimeError("vramkit_trim failed (see stderr)")
