@@ -73,8 +73,8 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
   }
   p.allocated_peak_bytes = alloc.peak_allocated_bytes();
   p.reserved_peak_bytes = alloc.peak_reserved_bytes();
-  p.context_bytes = o.context_bytes;
-  p.device_peak_bytes = p.reserved_peak_bytes + o.context_bytes;
+  p.context_bytes = o.context_bytes + (r.mode == run_mode::train ? o.train_modules_bytes : o.infer_modules_bytes);
+  p.device_peak_bytes = p.reserved_peak_bytes + p.context_bytes;
   if (!s.events.empty()) {
     const auto& t = s.tensors[s.events[peak_event].tensor];
     p.peak_phase = to_string(t.ph);
@@ -92,7 +92,7 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
     p.components.push_back({"allocator block rounding", p.allocated_peak_bytes - sum, memory_where::device});
   p.components.push_back({"allocator cache (reserved, not allocated)", p.reserved_peak_bytes - p.allocated_peak_bytes,
                           memory_where::device});
-  p.components.push_back({"CUDA context and libraries", o.context_bytes, memory_where::device});
+  p.components.push_back({"CUDA context and loaded kernels", p.context_bytes, memory_where::device});
   p.host_peak_bytes = host_offload_bytes(m, r, p.parameters);
   if (p.host_peak_bytes > 0)
     p.components.push_back({"offloaded optimizer states, fp32 master and gradients (pinned, per node)",

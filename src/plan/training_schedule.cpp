@@ -51,6 +51,16 @@ using i64 = std::int64_t;
 using u64 = std::uint64_t;
 constexpr int k_none = -1;
 
+/// cuBLAS workspace per (handle, stream), taken from PyTorch's caching allocator at the first
+/// GEMM of a thread: 32 MiB on Hopper and newer (aten/src/ATen/cuda/CublasHandlePool.cpp,
+/// 4096 * 8 * 1024 bytes). The H200 ground-truth allocation trace shows exactly two persistent
+/// 32 MiB blocks in a training step (forward thread, autograd thread).
+constexpr u64 k_cublas_workspace = 32ull << 20;
+
+/// cuDNN convolution backward workspace, as a multiple of the convolution's input plus output
+/// bytes (docs/plan.md, "Where it is off").
+constexpr double k_conv_workspace = 1.0;
+
 /// Byte widths of the precision regime.
 struct dtypes {
   int param = 4;     ///< stored parameters (and their gradients, optimizer states follow them)
@@ -221,6 +231,7 @@ class walker {
   int step_ = 0;
   bool grad_on_ = true;
   bool recomputing_ = false;
+  bool backward_workspace_ = false;
   layer_fn layer_forward_ = nullptr;
 };
 
@@ -263,7 +274,9 @@ void walker::run_nodes_backward(std::size_t first) {
         for (int t : n.saved) unref(t);
         continue;
       }
-      if (n.workspace) transient(n.workspace, component::activation_gradients, "backward workspace");
+      // Kernel workspace (flash dq accumulator, cuDNN algorithm workspace) lives while the
+      // input and weight gradients are produced.
+      const int ws = n.workspace ? alloc(n.workspace, component::workspace, "backward workspace") : k_none;
       for (const auto& e : n.edges) {
         const int t = e.tensor;
         if (e.passthrough) {
@@ -291,6 +304,7 @@ void walker::run_nodes_backward(std::size_t first) {
         }
       }
       for (std::size_t k = 0; k < n.params.size(); ++k) param_grad(n.params[k], n.param_bytes[k], n.param_cast[k]);
+      if (ws != k_none) unref(ws);
       grad_[n.out] = k_none;
       unref(g_out);
     }
@@ -300,6 +314,12 @@ void walker::run_nodes_backward(std::size_t first) {
 
 void walker::backward(const std::vector<int>& losses) {
   phase_ = phase::backward;
+  if (!backward_workspace_) {
+    // The autograd engine runs backward on its own thread, which gets its own cuBLAS handle and
+    // so its own workspace (see the forward one in build_schedule).
+    backward_workspace_ = true;
+    alloc(k_cublas_workspace, component::workspace, "cuBLAS workspace (autograd thread)");
+  }
   for (int loss : losses) grad_[loss] = alloc(4, component::activation_gradients, "loss gradient");
   run_nodes_backward(0);
   // Gradients of tensors without a producer node (inputs) are never created; any left are freed.
@@ -440,13 +460,10 @@ int attention(walker& w, const dims& D, int q, int k, int v, int qkv_bytes, bool
     masked = w.op(n_s * low, "masked scores", {edge{scaled, n_s * low, true}}, {});
     w.unref(scaled);
   }
-  int sm_in = masked;
-  if (w.dt_.amp) {
-    sm_in = w.op(n_s * 4, "scores fp32", {edge{masked, n_s * low}}, {});
-    w.unref(masked);
-  }
+  // softmax under autocast runs with dtype=float32 (reads 16-bit, writes fp32, no input copy).
+  const int sm_in = masked;
   const int sm_b = w.dt_.amp ? 4 : low;
-  const int probs = w.op(n_s * sm_b, "softmax", {edge{sm_in, n_s * sm_b}}, {});
+  const int probs = w.op(n_s * sm_b, "softmax", {edge{sm_in, n_s * low}}, {});
   if (w.producer_[probs] != k_none) {
     w.ref(probs);
     w.nodes_[w.producer_[probs]].saved.push_back(probs);
@@ -720,10 +737,23 @@ int run_layer(walker& w, int x, int l) {
 
 /// Cross-entropy over (rows, V) logits as transformers' loss functions compute it: fp32 upcast,
 /// log_softmax (saved), nll_loss. Returns the scalar loss.
-int lm_loss(walker& w, int logits, u64 rows, i64 V) {
+int lm_loss(walker& w, int logits, u64 rows, i64 V, bool explicit_upcast) {
   w.phase_ = phase::loss;
   const u64 n = rows * static_cast<u64>(V);
   const int low = w.s_.tensors[logits].bytes / n == 4 ? 4 : w.dt_.low;
+  if (low != 4 && !explicit_upcast) {
+    // CrossEntropyLoss on 16-bit logits under autocast: log_softmax is on autocast's
+    // "fp32 with dtype argument" list, so it reads the 16-bit logits and writes fp32
+    // (half_to_float, no input copy); its backward returns a 16-bit gradient.
+    const int lsm = w.op(n * 4, "log_softmax", {edge{logits, n * low}}, {}, {}, 0, component::logits_and_loss);
+    if (w.producer_[lsm] != k_none) {
+      w.ref(lsm);
+      w.nodes_[w.producer_[lsm]].saved.push_back(lsm);
+    }
+    const int loss = w.op(4, "loss", {edge{lsm, n * 4}}, {}, {}, 0, component::logits_and_loss);
+    w.unref(lsm);
+    return loss;
+  }
   int l32 = logits;
   if (low != 4) {
     l32 = w.op(n * 4, "logits fp32", {edge{logits, n * low}}, {}, {}, 0, component::logits_and_loss);
@@ -841,7 +871,9 @@ int lm_forward_loss(walker& w) {
   const int logits = w.linear(hidden, D.tok(), D.h, D.V / w.r_.tp, head, hb, "logits");
   w.s_.tensors[logits].comp = component::logits_and_loss;
   w.unref(hidden);
-  const int loss = lm_loss(w, logits, rows, D.V / w.r_.tp);
+  // transformers' ForCausalLMLoss calls logits.float(); BertForMaskedLM hands 16-bit logits to
+  // CrossEntropyLoss.
+  const int loss = lm_loss(w, logits, rows, D.V / w.r_.tp, w.m_.family != model_family::bert);
   // The model output (holding the logits) dies when the statement returns the loss.
   w.unref(logits);
   w.clear_autocast_cache();
@@ -873,8 +905,9 @@ flow conv_bn(walker& w, cnn_ctx& c, flow x, int x_bytes, i64 in_elems, i64 out_e
   int xedge = x.grad;
   if (xin != x.store) xedge = xin;  // autocast made a copy: gradients reach x through the cast node
   const int wt = w.weight(c.pidx);
+  const u64 ws = static_cast<u64>(k_conv_workspace * static_cast<double>(in_elems + out_elems) * low);
   const int conv = w.op(static_cast<u64>(out_elems) * low, "conv output",
-                        {edge{xedge, static_cast<u64>(in_elems) * (xin != x.store ? low : x_bytes)}}, {xin, wt}, {c.pidx});
+                        {edge{xedge, static_cast<u64>(in_elems) * (xin != x.store ? low : x_bytes)}}, {xin, wt}, {c.pidx}, ws);
   w.unref(xin);
   ++c.pidx;
   const int stats = w.alloc(4096, component::activations, "batchnorm statistics");
@@ -957,7 +990,7 @@ int resnet_forward_loss(walker& w) {
   w.unref(x.store);
   const int logits = w.linear(pooled, c.b, in, rs.num_classes, c.pidx, low, "logits");
   w.unref(pooled);
-  const int loss = lm_loss(w, logits, static_cast<u64>(c.b), rs.num_classes);
+  const int loss = lm_loss(w, logits, static_cast<u64>(c.b), rs.num_classes, false);
   w.unref(logits);
   w.clear_autocast_cache();
   w.unref(img), w.unref(tgt);
@@ -1027,7 +1060,7 @@ int vit_forward_loss(walker& w) {
   w.unref(n);
   const int logits = w.linear(cls, b, v.hidden, v.num_classes, pe + 1, w.dt_.amp ? 4 : eb, "logits");
   w.unref(cls);
-  const int loss = lm_loss(w, logits, static_cast<u64>(b), v.num_classes);
+  const int loss = lm_loss(w, logits, static_cast<u64>(b), v.num_classes, false);
   w.unref(logits);
   w.clear_autocast_cache();
   w.unref(img), w.unref(tgt);
@@ -1061,6 +1094,7 @@ void optimizer_step(walker& w) {
   const bool one_state = r.optimizer == optimizer_kind::sgd_momentum;
   // Lazy state creation at the first step (zeros_like per parameter, or clone of the gradient
   // for SGD momentum).
+  // Adam's _init_group creates exp_avg and exp_avg_sq per parameter, in parameter order.
   for (int i = 0; i < n; ++i) {
     if ((two_states || one_state) && w.state_a_[i] == k_none)
       w.state_a_[i] = w.alloc(sharded(i, sb), component::optimizer_states, "optimizer state (first moment)");
@@ -1249,6 +1283,7 @@ schedule build_schedule(const model_description& m, const plan_request& r) {
     w.param_tensor_[i] = w.alloc(bytes, component::weights, "weights");
   }
   if (const u64 buf = buffer_bytes(m)) w.alloc(buf, component::weights, "buffers");
+  w.alloc(k_cublas_workspace, component::workspace, "cuBLAS workspace");
   if (r.mode == run_mode::infer) {
     if (m.is_vision()) {
       // Vision inference: the forward without saving, batch as given.

@@ -10,9 +10,12 @@ namespace vramkit::plan {
 
 /// Per-GPU overheads added to the allocator's reserved bytes for the device figure.
 struct device_overheads {
-  /// CUDA context plus the kernels PyTorch's lazy module loading brings in during a step,
-  /// as nvidia-smi counts them (default documented in docs/plan.md).
+  /// CUDA context of a PyTorch process after initialisation (nvidia-smi, before any kernel ran).
   std::uint64_t context_bytes = 0;
+  /// Device memory of the kernel modules lazy loading brings in during a training step /
+  /// a generate() call (cuBLAS, cuDNN, ATen kernels), on top of context_bytes.
+  std::uint64_t train_modules_bytes = 0;
+  std::uint64_t infer_modules_bytes = 0;
   /// Host-to-device bandwidth of pinned memory, bytes/s (offload cost in the fit search).
   double h2d_bytes_per_s = 0;
   std::string source;  ///< "default" or the probe file it came from
