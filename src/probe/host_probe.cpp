@@ -272,7 +272,7 @@ void run_latency(const host_topology& topo, const probe_options& options, probe_
   const auto sizes = detail::latency_sizes(4 * KiB, max_bytes, !options.quick);
   const int reps = options.host_repetitions > 0 ? options.host_repetitions : 3;
   const double target_s = options.quick ? 0.010 : 0.020;
-  const std::size_t min_loads = options.quick ? 250'000 : 1'000'000;
+  const std::size_t min_loads = options.quick ? 100'000 : 1'000'000;
 
   const std::size_t huge = 2 * MiB;
   const std::size_t map_bytes = align_up(max_bytes, huge) + huge;
@@ -311,7 +311,7 @@ void run_latency(const host_topology& topo, const probe_options& options, probe_
         *reinterpret_cast<char**>(buf + i * 64) = buf + static_cast<std::size_t>(next[i]) * 64;
       }
       // Calibrate the number of loads from a first (warm-up) chase.
-      std::size_t loads = std::max<std::size_t>(lines, 1 << 16);
+      std::size_t loads = std::size_t{1} << 18;
       auto t0 = steady::now();
       const void* end = detail::kernel_chase(buf, loads);
       const double est_ns = seconds_since(t0) * 1e9 / static_cast<double>(loads);

@@ -1,0 +1,116 @@
+// The probe report's JSON form round-trips and rejects what is not a report.
+#include "vramkit/probe/report_json.hpp"
+
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "vramkit/core/error.hpp"
+
+namespace vramkit::probe {
+namespace {
+
+probe_report sample_report() {
+  probe_report r;
+  r.header["hostname"] = "node-7";
+  r.header["gpu.0.name"] = "NVIDIA H200";
+  measurement m;
+  m.key = "gpu0.h2d.pinned";
+  m.section = "h2d";
+  m.title = "pinned H2D, 1 GiB";
+  m.device = "gpu0";
+  m.unit = "GB/s";
+  m.convention = byte_convention::copied_once;
+  m.size_bytes = 1ull << 30;
+  m.repetitions = 3;
+  m.samples = {55.1, 55.4, 54.9};
+  m.stats = sample_stats::of(m.samples);
+  m.peak = 63.0;
+  m.peak_basis = "PCIe gen 5 x16";
+  m.verified = true;
+  m.note = "checksum ok";
+  m.verdict = verdict_kind::normal;
+  m.verdict_reason = "within range";
+  m.extra["host_numa_node"] = 1;
+  r.results.push_back(m);
+  measurement h;
+  h.key = "host.latency.l1d";
+  h.section = "latency";
+  h.unit = "ns";
+  h.samples = {1.1};
+  h.stats = sample_stats::of(h.samples);
+  r.results.push_back(h);
+  curve c;
+  c.key = "host.latency";
+  c.section = "latency";
+  c.title = "latency";
+  c.x_label = "bytes";
+  c.y_unit = "ns";
+  c.points.push_back({4096, {1, 1.1, 1.2}, {1, 1.1, 1.2}});
+  c.points.push_back({8192, {1, 1.2, 1.3}, {1.3, 1.2, 1}});
+  r.curves.push_back(c);
+  r.levels.push_back({"L1d", "host", 1.1, 32768, 32768});
+  r.levels.push_back({"DRAM", "host", 90, 0, std::nullopt});
+  r.skips.push_back({"gpu", "no CUDA driver", false});
+  r.skips.push_back({"host.bw.copy.one_thread", "checksum mismatch", true});
+  return r;
+}
+
+TEST(ReportJson, RoundTripsEveryField) {
+  const auto r = sample_report();
+  const auto j = to_json(r);
+  EXPECT_EQ(j.at("schema_version"), schema_version);
+  const auto back = report_from_json(nlohmann::json::parse(j.dump()));
+  EXPECT_EQ(to_json(back), j);
+  ASSERT_EQ(back.results.size(), 2u);
+  EXPECT_EQ(back.results[0].convention, byte_convention::copied_once);
+  EXPECT_EQ(back.results[0].peak, 63.0);
+  EXPECT_EQ(back.results[0].samples, r.results[0].samples);
+  EXPECT_FALSE(back.results[1].peak.has_value());
+  EXPECT_EQ(back.levels[0].reported_size_bytes, 32768u);
+  EXPECT_FALSE(back.levels[1].reported_size_bytes.has_value());
+  EXPECT_TRUE(back.skips[1].failed);
+  EXPECT_EQ(back.header.at("gpu.0.name"), "NVIDIA H200");
+}
+
+TEST(ReportJson, EveryResultCarriesUnitConventionAndSpread) {
+  const auto j = to_json(sample_report());
+  for (const auto& r : j.at("results")) {
+    for (const char* f : {"key", "unit", "convention", "size_bytes", "repetitions", "samples",
+                          "stats", "percent_of_peak", "verdict", "verified"}) {
+      EXPECT_TRUE(r.contains(f)) << f;
+    }
+    EXPECT_TRUE(r.at("stats").contains("median"));
+  }
+  EXPECT_DOUBLE_EQ(j.at("results")[0].at("percent_of_peak").get<double>(), 100.0 * 55.1 / 63.0);
+}
+
+TEST(ReportJson, NonFiniteNumbersBecomeNull) {
+  auto r = sample_report();
+  r.results[0].samples.push_back(std::numeric_limits<double>::infinity());
+  const auto j = to_json(r);
+  EXPECT_TRUE(j.at("results")[0].at("samples")[3].is_null());
+  EXPECT_NO_THROW(report_from_json(nlohmann::json::parse(j.dump())));
+}
+
+TEST(ReportJson, RejectsWhatIsNotAReport) {
+  EXPECT_THROW(report_from_json(nlohmann::json::array()), usage_error);
+  EXPECT_THROW(report_from_json(nlohmann::json{{"results", nlohmann::json::array()}}), usage_error);
+  auto j = to_json(sample_report());
+  j["schema_version"] = schema_version + 1;
+  EXPECT_THROW(report_from_json(j), usage_error);
+  j = to_json(sample_report());
+  j["results"][0]["convention"] = "twice";
+  EXPECT_THROW(report_from_json(j), usage_error);
+  j = to_json(sample_report());
+  j["results"][0].erase("unit");
+  try {
+    report_from_json(j);
+    FAIL();
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("unit"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace vramkit::probe
