@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Replays a compact allocation trace (tests/data/mr/llama_step.trace) with torch.empty under
+PyTorch's own CUDA caching allocator and under vramkit's pool as a pluggable allocator, each in a
+fresh process, and compares them: median allocate and free time per op (host clock around the
+torch call, Python overhead included and equal for both), peak reserved and peak allocated.
+
+Each run first replays the trace once filling every tensor with a byte of its own and checking it
+on the GPU at its free (one synchronization at the end): a mismatch fails the run before any
+timing is reported. Then it replays `--repeats` more times, timed.
+
+    python3 bench/mr/torch_replay.py --trace FILE [--lib libvramkit_torch.so] [--json OUT]
+    python3 bench/mr/torch_replay.py --trace FILE --run torch|vramkit   # one process, JSON on stdout
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+
+def read_trace(path):
+    events = []
+    with open(path) as f:
+        first = f.readline().strip()
+        if first != "# vramkit-trace v1":
+            raise SystemExit("%s: line 1: expected '# vramkit-trace v1'" % path)
+        for n, line in enumerate(f, 2):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split()
+            if len(parts) != 5 or parts[0] not in ("a", "f"):
+                raise SystemExit("%s:%d: expected 'a|f id bytes stream time_ns'" % (path, n))
+            events.append((parts[0] == "a", int(parts[1]), int(parts[2]), int(parts[3])))
+    return events
+
+
+def run_one(kind, trace_path, lib, repeats):
+    if kind == "vramkit":
+        import vramkit_torch
+        vramkit_torch.use_vramkit_allocator(lib)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("no CUDA device visible to PyTorch")
+    events = read_trace(trace_path)
+    streams = {}
+
+    def stream_for(k):
+        if k == 0:
+            return None
+        if k not in streams:
+            streams[k] = torch.cuda.Stream()
+        return streams[k]
+
+    def replay(check, times):
+        live = {}
+        bad = torch.zeros((), dtype=torch.int64, device="cuda") if check else None
+        for is_alloc, ident, size, st in events:
+            s = stream_for(st)
+            ctx = torch.cuda.stream(s) if s is not None else None
+            if ctx is not None:
+                ctx.__enter__()
+            if is_alloc:
+                t0 = time.perf_counter_ns()
+                t = torch.empty(size, dtype=torch.uint8, device="cuda")
+                t1 = time.perf_counter_ns()
+                if times is not None:
+                    times[0].append(t1 - t0)
+                if check and size > 0:
+                    t[: min(size, 256)].fill_(1 + ident % 251)
+                live[ident] = t
+            else:
+                t = live.pop(ident)
+                if check and size > 0:
+                    bad += (t[: min(size, 256)] != (1 + ident % 251)).sum()
+                t0 = time.perf_counter_ns()
+                del t
+                t1 = time.perf_counter_ns()
+                if times is not None:
+                    times[1].append(t1 - t0)
+            if ctx is not None:
+                ctx.__exit__(None, None, None)
+        live.clear()
+        if check:
+            torch.cuda.synchronize()
+            return int(bad.item())
+        return 0
+
+    mismatches = replay(True, None)
+    if mismatches:
+        raise SystemExit("verification failed: %d bytes changed while their tensor was live" % mismatches)
+    torch.cuda.synchronize()
+    if kind == "torch":
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        import vramkit_torch
+        vramkit_torch.reset_peak_memory_stats()
+    times = ([], [])
+    start = time.perf_counter()
+    for _ in range(repeats):
+        replay(False, times)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - start
+    peak_live = 0
+    live_bytes = 0
+    sizes = {}
+    for is_alloc, ident, size, _ in events:
+        if is_alloc:
+            sizes[ident] = size
+            live_bytes += size
+            peak_live = max(peak_live, live_bytes)
+        else:
+            live_bytes -= sizes.pop(ident)
+    out = {
+        "allocator": kind,
+        "events": len(events),
+        "repeats": repeats,
+        "alloc_median_ns": statistics.median(times[0]),
+        "free_median_ns": statistics.median(times[1]) if times[1] else 0.0,
+        "wall_s": wall,
+        "peak_requested_bytes": peak_live,
+        "verified": True,
+    }
+    if kind == "torch":
+        out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+        out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    else:
+        import vramkit_torch
+        st = vramkit_torch.memory_stats()
+        out["peak_reserved_bytes"] = st["reserved_bytes.all.peak"]
+        out["peak_allocated_bytes"] = st["allocated_bytes.all.peak"]
+        out["peak_requested_pool_bytes"] = st["requested_bytes.all.peak"]
+    out["peak_reserved_over_peak_allocated"] = out["peak_reserved_bytes"] / max(1, out["peak_allocated_bytes"])
+    out["peak_reserved_over_peak_requested"] = out["peak_reserved_bytes"] / max(1, peak_live)
+    out["alloc_free_median_ns"] = out["alloc_median_ns"] + out["free_median_ns"]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", default=os.path.join(ROOT, "tests/data/mr/llama_step.trace"))
+    ap.add_argument("--lib", default=None, help="path of libvramkit_torch.so")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--run", choices=["torch", "vramkit"])
+    ap.add_argument("--json", help="write the comparison here")
+    args = ap.parse_args()
+    if not os.path.isfile(args.trace):
+        print("trace %s not found" % args.trace, file=sys.stderr)
+        return 2
+    if args.run:
+        print(json.dumps(run_one(args.run, args.trace, args.lib, args.repeats)))
+        return 0
+    results = {}
+    for kind in ("torch", "vramkit"):
+        cmd = [sys.executable, os.path.abspath(__file__), "--trace", args.trace, "--run", kind,
+               "--repeats", str(args.repeats)]
+        if args.lib:
+            cmd += ["--lib", args.lib]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            print("%s run failed:\n%s" % (kind, p.stderr[-3000:]), file=sys.stderr)
+            return 1
+        results[kind] = json.loads(p.stdout.strip().splitlines()[-1])
+    t, v = results["torch"], results["vramkit"]
+    results["ratios"] = {
+        "alloc_free_median_vramkit_over_torch": v["alloc_free_median_ns"] / max(1e-9, t["alloc_free_median_ns"]),
+        "peak_reserved_vramkit_over_torch": v["peak_reserved_bytes"] / max(1, t["peak_reserved_bytes"]),
+    }
+    for kind in ("torch", "vramkit"):
+        r = results[kind]
+        print("%-8s alloc %7.0f ns  free %7.0f ns  peak reserved %8.1f MiB  peak allocated %8.1f MiB  "
+              "reserved/allocated %.3f  reserved/requested %.3f" % (
+                  kind, r["alloc_median_ns"], r["free_median_ns"], r["peak_reserved_bytes"] / 2**20,
+                  r["peak_allocated_bytes"] / 2**20, r["peak_reserved_over_peak_allocated"],
+                  r["peak_reserved_over_peak_requested"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

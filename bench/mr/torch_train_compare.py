@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Runs the same LLaMA-shaped training steps (amp bf16 autocast, AdamW, fixed seed, deterministic
+algorithms) under PyTorch's own CUDA allocator and under vramkit's pool as a pluggable allocator,
+each in a fresh process, and compares: the loss of every step (must be identical: this is the
+correctness check of the pluggable allocator), median step time, peak reserved and peak allocated
+(vramkit's from its own statistics, since torch.cuda's do not work with a pluggable allocator).
+
+    python3 bench/mr/torch_train_compare.py [--config FILE] [--steps N] [--json OUT]
+    python3 bench/mr/torch_train_compare.py --run torch|vramkit ...    # one process, JSON on stdout
+
+--config is a Hugging Face LlamaConfig JSON (default tests/data/plan/configs/tinyllama-1.1b.json);
+--layers overrides num_hidden_layers (e.g. 2 for a small model). Exit status 1 when the losses
+differ, 77 when torch or a GPU is missing (so a test can skip), 2 for bad arguments.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+SKIP = 77
+
+
+def run_one(args):
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if args.run == "vramkit":
+        import vramkit_torch
+        vramkit_torch.use_vramkit_allocator(args.lib)
+    import torch
+    import transformers
+
+    with open(args.config) as f:
+        cfg = json.load(f)
+    if args.layers:
+        cfg["num_hidden_layers"] = args.layers
+    cfg.pop("architectures", None)
+    config = transformers.LlamaConfig(**cfg)
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    model = transformers.LlamaForCausalLM(config).cuda()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=False, foreach=True)
+    gen = torch.Generator(device="cpu").manual_seed(args.seed + 1)
+    batches = [torch.randint(0, config.vocab_size, (args.batch, args.seq), generator=gen)
+               for _ in range(args.steps)]
+    losses, times = [], []
+    for step in range(args.steps):
+        ids = batches[step].cuda(non_blocking=False)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(input_ids=ids, labels=ids)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        losses.append(out.loss.item())
+        del out, ids
+    res = {"allocator": args.run, "losses": losses, "step_s": times,
+           "median_step_s": statistics.median(times[args.warmup:] or times),
+           "params": sum(p.numel() for p in model.parameters()),
+           "layers": config.num_hidden_layers, "batch": args.batch, "seq": args.seq}
+    if args.run == "torch":
+        res["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+        res["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    else:
+        import vramkit_torch
+        st = vramkit_torch.memory_stats()
+        res["peak_reserved_bytes"] = st["reserved_bytes.all.peak"]
+        res["peak_allocated_bytes"] = st["allocated_bytes.all.peak"]
+        res["peak_requested_bytes"] = st["requested_bytes.all.peak"]
+        res["cross_stream_waits"] = st["num_cross_stream_waits"]
+        res["misuse_reports"] = st["num_misuse_reports"]
+    res["peak_reserved_over_peak_allocated"] = res["peak_reserved_bytes"] / max(1, res["peak_allocated_bytes"])
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=os.path.join(ROOT, "tests/data/plan/configs/tinyllama-1.1b.json"))
+    ap.add_argument("--layers", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--lib", default=None)
+    ap.add_argument("--run", choices=["torch", "vramkit"])
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if args.steps <= args.warmup:
+        print("--steps must exceed --warmup", file=sys.stderr)
+        return 2
+    if not os.path.isfile(args.config):
+        print("config %s not found" % args.config, file=sys.stderr)
+        return 2
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        print("skipped: %s" % e, file=sys.stderr)
+        return SKIP
+    if args.run:
+        print(json.dumps(run_one(args)))
+        return 0
+    if not torch.cuda.is_available():
+        print("skipped: PyTorch sees no CUDA device", file=sys.stderr)
+        return SKIP
+    results = {}
+    for kind in ("torch", "vramkit"):
+        cmd = [sys.executable, os.path.abspath(__file__), "--run", kind]
+        for k in ("config", "layers", "steps", "warmup", "batch", "seq", "seed", "lib"):
+            v = getattr(args, k)
+            if v not in (None, ""):
+                cmd += ["--" + k, str(v)]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            print("%s run failed (exit %d):\n%s" % (kind, p.returncode, p.stderr[-4000:]), file=sys.stderr)
+            return 1
+        results[kind] = json.loads(p.stdout.strip().splitlines()[-1])
+    t, v = results["torch"], results["vramkit"]
+    identical = t["losses"] == v["losses"]
+    results["losses_identical"] = identical
+    results["max_loss_diff"] = max(abs(a - b) for a, b in zip(t["losses"], v["losses"]))
+    results["ratios"] = {
+        "step_time_vramkit_over_torch": v["median_step_s"] / t["median_step_s"],
+        "peak_reserved_vramkit_over_torch": v["peak_reserved_bytes"] / max(1, t["peak_reserved_bytes"]),
+    }
+    for kind in ("torch", "vramkit"):
+        r = results[kind]
+        print("%-8s median step %.4f s  peak reserved %8.1f MiB  peak allocated %8.1f MiB  "
+              "reserved/allocated %.3f  losses %s" % (
+                  kind, r["median_step_s"], r["peak_reserved_bytes"] / 2**20,
+                  r["peak_allocated_bytes"] / 2**20, r["peak_reserved_over_peak_allocated"],
+                  " ".join("%.6f" % x for x in r["losses"])))
+    print("losses identical: %s (max difference %.3g)" % (identical, results["max_loss_diff"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0 if identical else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
