@@ -92,6 +92,16 @@ void gpu_family(writer& w, const sample& s, const char* name, const char* help, 
   }
 }
 
+// Command lines can be kilobytes long: the label keeps the first 128 bytes (not splitting a UTF-8
+// sequence) to bound the size of every series.
+std::string command_label(const std::string& command) {
+  constexpr std::size_t k_max = 128;
+  if (command.size() <= k_max) return command;
+  std::size_t cut = k_max;
+  while (cut > 0 && (static_cast<unsigned char>(command[cut]) & 0xC0) == 0x80) --cut;
+  return command.substr(0, cut);
+}
+
 }  // namespace
 
 std::string render_metrics(const sample& s, const exporter_stats& stats) {
@@ -127,7 +137,7 @@ std::string render_metrics(const sample& s, const exporter_stats& stats) {
     for (const auto& g : s.gpus) {
       for (const auto& p : g.processes) {
         if (!p.used_bytes) continue;
-        w.value({{"gpu", std::to_string(g.index)}, {"uuid", g.uuid}, {"name", g.name}, {"pid", std::to_string(p.pid)}, {"command", p.command}},
+        w.value({{"gpu", std::to_string(g.index)}, {"uuid", g.uuid}, {"name", g.name}, {"pid", std::to_string(p.pid)}, {"command", command_label(p.command)}},
                 static_cast<double>(*p.used_bytes));
       }
     }
@@ -175,7 +185,7 @@ std::string render_metrics(const sample& s, const exporter_stats& stats) {
   if (any_rss) {
     w.family("vramkit_process_resident_memory_bytes", "gauge", "Host resident memory (VmRSS) of a process that uses a GPU, in bytes.");
     for (const auto& p : s.host.processes) {
-      if (p.rss_bytes) w.value({{"pid", std::to_string(p.pid)}, {"command", p.command}}, static_cast<double>(*p.rss_bytes));
+      if (p.rss_bytes) w.value({{"pid", std::to_string(p.pid)}, {"command", command_label(p.command)}}, static_cast<double>(*p.rss_bytes));
     }
   }
   w.family("vramkit_exporter_scrapes_total", "counter", "Scrapes of /metrics served since start.");

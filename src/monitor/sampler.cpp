@@ -216,6 +216,18 @@ sample sampler::take() {
         }
         s.gpus.push_back(read_gpu(i, s.timestamp_ms));
       }
+      // A lost device no longer answers its name or uuid: keep the last known ones so that its
+      // series (vramkit_gpu_up{uuid=...} 0) stay the same series.
+      for (auto& g : s.gpus) {
+        if (g.state == device_state::ok && !g.uuid.empty()) {
+          known_[g.index] = {g.uuid, g.name};
+        } else if (g.uuid.empty()) {
+          if (auto it = known_.find(g.index); it != known_.end()) {
+            g.uuid = it->second.first;
+            if (g.name.empty()) g.name = it->second.second;
+          }
+        }
+      }
     }
   }
   if (options_.read_host) {

@@ -53,7 +53,8 @@ class sampler {
     std::int64_t at_ms = 0;
     std::uint64_t rx = 0, tx = 0;
   };
-  std::map<std::string, nvlink_prev> nvlink_prev_;  // by uuid, so renumbering cannot mix devices
+  std::map<std::string, nvlink_prev> nvlink_prev_;
+  std::map<unsigned, std::pair<std::string, std::string>> known_;  // index -> last uuid, name  // by uuid, so renumbering cannot mix devices
 };
 
 /// Current wall-clock time in milliseconds since the epoch.

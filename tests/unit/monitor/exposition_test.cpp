@@ -111,6 +111,17 @@ TEST(Exposition, ALostDeviceIsDownWithoutMemorySeries) {
   sampler s(std::shared_ptr<nvml_api>(fake), o);
   std::string text = render_metrics(s.take(), {});
   EXPECT_NE(text.find("vramkit_gpu_up{gpu=\"0\",uuid=\"\",name=\"\"} 0"), std::string::npos) << text;
+}
+
+TEST(Exposition, ADeviceLostLaterKeepsItsUuidLabel) {
+  auto fake = std::make_shared<fake_nvml>(fake_nvml::parse(R"({"gpus":[{"name":"N","uuid":"GPU-x","memory_total_bytes":10}]})"));
+  sampler_options o;
+  o.read_host = false;
+  sampler s(std::shared_ptr<nvml_api>(fake), o);
+  s.take();
+  fake->edit_gpu(0, [](fake_gpu& g) { g.lost = true; });
+  std::string text = render_metrics(s.take(), {});
+  EXPECT_NE(text.find("vramkit_gpu_up{gpu=\"0\",uuid=\"GPU-x\",name=\"N\"} 0"), std::string::npos) << text;
   EXPECT_EQ(text.find("vramkit_gpu_memory_used_bytes"), std::string::npos);
 }
 
