@@ -21,6 +21,8 @@ const char* cache_name(cache_hint h) {
   switch (h) {
     case cache_hint::streaming: return ", streaming (evict-first) accesses";
     case cache_hint::prefetch: return ", read-only loads with 256-byte L2 prefetch";
+    case cache_hint::prefetch_streaming:
+      return ", read-only loads with 256-byte L2 prefetch, evict-first stores";
     default: return "";
   }
 }
@@ -41,15 +43,16 @@ void put_cfg(measurement& m, const launch_config& c) {
 
 // Launch shapes worth trying for a bandwidth kernel on this device: occupancy, unroll, cache hint
 // and layout (grid-stride, per-block chunks, one pass) all move the last few percent of device
-// bandwidth. `loads` says whether the kernel loads (the prefetch hint only applies to loads).
+// bandwidth. `kind` says which hints apply: 0 read, 1 write, 2 copy.
 std::vector<launch_config> candidates(const gpu_context& ctx, std::size_t n_vec, bool vary_unroll,
-                                      bool loads) {
+                                      int kind) {
   std::vector<launch_config> out;
   const int full256 = std::max(1, ctx.max_threads_per_sm / 256);
   const int full512 = std::max(1, ctx.max_threads_per_sm / 512);
   const std::pair<int, int> shapes[] = {{256, full256}, {512, full512}, {256, std::max(1, full256 / 2)}};
   std::vector<cache_hint> hints = {cache_hint::normal, cache_hint::streaming};
-  if (loads) hints.push_back(cache_hint::prefetch);
+  if (kind != 1) hints.push_back(cache_hint::prefetch);
+  if (kind == 2) hints.push_back(cache_hint::prefetch_streaming);
   const std::vector<int> unrolls = vary_unroll ? std::vector<int>{4, 8} : std::vector<int>{4};
   for (cache_hint hint : hints) {
     for (int unroll : unrolls) {
@@ -58,7 +61,7 @@ std::vector<launch_config> candidates(const gpu_context& ctx, std::size_t n_vec,
           out.push_back({ctx.sm_count * per_sm, threads, hint, chunked, unroll});
         }
       }
-      for (int threads : {256, 512}) {  // one pass: as many blocks as the data needs
+      for (int threads : {256, 512, 1024}) {  // one pass: as many blocks as the data needs
         const std::size_t per_block = static_cast<std::size_t>(threads) * unroll;
         const std::size_t blocks = (n_vec + per_block - 1) / per_block;
         if (blocks < static_cast<std::size_t>(1) << 30) {
@@ -72,11 +75,11 @@ std::vector<launch_config> candidates(const gpu_context& ctx, std::size_t n_vec,
 
 // Picks the fastest candidate by a short event-timed trial (3 runs after one warm-up each).
 launch_config tune(const gpu_context& ctx, cudaStream_t stream, std::size_t n_vec, bool vary_unroll,
-                   bool loads, const std::function<void(const launch_config&)>& run) {
+                   int kind, const std::function<void(const launch_config&)>& run) {
   owned_cuda_event a, b;
   launch_config best;
   double best_ms = 1e30;
-  for (const auto& c : candidates(ctx, n_vec, vary_unroll, loads)) {
+  for (const auto& c : candidates(ctx, n_vec, vary_unroll, kind)) {
     run(c);
     VRAMKIT_CUDA_TRY(cudaEventRecord(a.get(), stream));
     for (int i = 0; i < 3; ++i) run(c);
@@ -125,7 +128,7 @@ void run_device_section(gpu_context& ctx) {
   auto* sum_p = static_cast<std::uint32_t*>(sum.get());
 
   // Read: the kernel sums every word; the sum must match the pattern's closed form.
-  const launch_config rc = tune(ctx, s, words / 4, true, true, [&](const launch_config& c) {
+  const launch_config rc = tune(ctx, s, words / 4, true, 0, [&](const launch_config& c) {
     VRAMKIT_CUDA_TRY(launch_read(a.words(), words, sum_p, c, s));
   });
   VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
@@ -151,7 +154,7 @@ void run_device_section(gpu_context& ctx) {
 
   // Write: the kernel writes pattern seed_a + 1 over b (which held seed_b).
   const std::uint32_t seed_w = seed_a + 1;
-  const launch_config wc = tune(ctx, s, words / 4, false, false, [&](const launch_config& c) {
+  const launch_config wc = tune(ctx, s, words / 4, false, 1, [&](const launch_config& c) {
     VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_w, c, s));
   });
   VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_b, def, s));
@@ -172,7 +175,7 @@ void run_device_section(gpu_context& ctx) {
   }
 
   // Copy kernel a -> b (b holds seed_w, a holds seed_a).
-  const launch_config cc = tune(ctx, s, words / 4, false, true, [&](const launch_config& c) {
+  const launch_config cc = tune(ctx, s, words / 4, true, 2, [&](const launch_config& c) {
     VRAMKIT_CUDA_TRY(launch_copy(b.words(), a.words(), words, c, s));
   });
   VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_b, def, s));

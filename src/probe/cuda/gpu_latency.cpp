@@ -47,20 +47,26 @@ struct chase_result {
   bool ok = true;
 };
 
-// Chases `steps` loads (after `warm` untimed ones) from line visit(0) of `base` (an address the
-// device can load from), `samples` times; checks each run ends on the right line.
+// Chases `steps` loads per sample, `samples` times, through the chain of `base` (an address the
+// device can load from): the first sample starts at line visit(0) after `warm` untimed loads,
+// each later one where the previous ended, so no sample re-walks lines an earlier one brought
+// into the caches (while the chain is longer than all the loads). Checks every run ends on the
+// right line.
 chase_result chase(std::uint64_t* base, const layout_tables& t, std::uint64_t warm,
                    std::uint64_t steps, int samples, cudaStream_t s) {
   const chase_layout hv = t.host_view();
   const std::uint64_t n = hv.chunks * hv.lines;
   const std::uint64_t stride_words = line_bytes / 8;
-  const std::uint64_t* start = base + chase_visit(hv, 0) * stride_words;
-  const std::uint64_t* want = base + chase_visit(hv, (warm + steps) % n) * stride_words;
   device_buffer out(3 * sizeof(std::uint64_t));
   chase_result r;
   std::vector<double> cycles;
+  std::uint64_t at = 0;  // visits made so far
   for (int i = 0; i < samples; ++i) {
-    VRAMKIT_CUDA_TRY(launch_chase(start, warm, steps, static_cast<std::uint64_t*>(out.get()), s));
+    const std::uint64_t* start = base + chase_visit(hv, at % n) * stride_words;
+    const std::uint64_t w = i == 0 ? warm : 0;
+    at += w + steps;
+    const std::uint64_t* want = base + chase_visit(hv, at % n) * stride_words;
+    VRAMKIT_CUDA_TRY(launch_chase(start, w, steps, static_cast<std::uint64_t*>(out.get()), s));
     std::uint64_t h[3];
     VRAMKIT_CUDA_TRY(cudaMemcpyAsync(h, out.get(), sizeof h, cudaMemcpyDeviceToHost, s));
     VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s));

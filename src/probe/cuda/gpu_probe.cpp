@@ -291,6 +291,9 @@ gpu_context describe_device(int ordinal, const probe_options& options, probe_rep
   if (bus_bits <= 0 && nv.bus_width_bits) bus_bits = static_cast<int>(*nv.bus_width_bits);
   if (mem_khz > 0) h[p + "memory_clock_khz"] = std::to_string(mem_khz);
   if (bus_bits > 0) h[p + "bus_width_bits"] = std::to_string(bus_bits);
+  if (nv.bus_width_bits && static_cast<int>(*nv.bus_width_bits) != bus_bits) {
+    h[p + "nvml.bus_width_bits"] = std::to_string(*nv.bus_width_bits);
+  }
   if (mem_khz > 0 && bus_bits > 0) {
     // HBM and GDDR move data on both clock edges: 2 transfers per memory clock per pin.
     const double peak = 2.0 * mem_khz * 1000.0 * bus_bits / 8.0 / 1e9;

@@ -20,7 +20,7 @@ template <int Cache>
 __device__ __forceinline__ uint4 load16(const uint4* p) {
   if constexpr (Cache == 1) {
     return __ldcs(p);
-  } else if constexpr (Cache == 2) {
+  } else if constexpr (Cache == 2 || Cache == 3) {
     uint4 v;
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -33,7 +33,7 @@ __device__ __forceinline__ uint4 load16(const uint4* p) {
 
 template <int Cache>
 __device__ __forceinline__ void store16(uint4* p, uint4 v) {
-  if constexpr (Cache == 1) __stcs(p, v);
+  if constexpr (Cache == 1 || Cache == 3) __stcs(p, v);
   else *p = v;
 }
 
@@ -95,17 +95,17 @@ __global__ void fill_kernel(uint4* __restrict__ p, std::size_t n_vec, bool chunk
   }
 }
 
-template <int Cache>
+template <int Cache, int Unroll>
 __global__ void copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src,
                             std::size_t n_vec, bool chunked) {
   const span16 s = thread_span(n_vec, chunked);
   std::size_t i = s.begin;
-  for (; i + 3 * s.step < s.end; i += 4 * s.step) {
-    uint4 v[4];
+  for (; i + (Unroll - 1) * s.step < s.end; i += Unroll * s.step) {
+    uint4 v[Unroll];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = load16<Cache>(src + i + u * s.step);
+    for (int u = 0; u < Unroll; ++u) v[u] = load16<Cache>(src + i + u * s.step);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) store16<Cache>(dst + i + u * s.step, v[u]);
+    for (int u = 0; u < Unroll; ++u) store16<Cache>(dst + i + u * s.step, v[u]);
   }
   for (; i < s.end; i += s.step) store16<Cache>(dst + i, load16<Cache>(src + i));
 }
@@ -208,6 +208,7 @@ cudaError_t launch_read(const std::uint32_t* p, std::size_t n_words, std::uint32
         else read_kernel<1, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
         break;
       case cache_hint::prefetch:
+      case cache_hint::prefetch_streaming:
         if (u8) read_kernel<2, 8><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
         else read_kernel<2, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
         break;
@@ -229,15 +230,24 @@ cudaError_t launch_copy(std::uint32_t* dst, const std::uint32_t* src, std::size_
   const auto* s = reinterpret_cast<const uint4*>(src);
   if (n_vec > 0) {
     const int g = grid_for(cfg);
+    const bool u8 = cfg.unroll >= 8;
+    const bool c = cfg.chunked;
     switch (cfg.cache) {
       case cache_hint::streaming:
-        copy_kernel<1><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, cfg.chunked);
+        if (u8) copy_kernel<1, 8><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
+        else copy_kernel<1, 4><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
         break;
       case cache_hint::prefetch:
-        copy_kernel<2><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, cfg.chunked);
+        if (u8) copy_kernel<2, 8><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
+        else copy_kernel<2, 4><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
+        break;
+      case cache_hint::prefetch_streaming:
+        if (u8) copy_kernel<3, 8><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
+        else copy_kernel<3, 4><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
         break;
       default:
-        copy_kernel<0><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, cfg.chunked);
+        if (u8) copy_kernel<0, 8><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
+        else copy_kernel<0, 4><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
         break;
     }
   }

@@ -18,12 +18,13 @@ enum class cache_hint : int {
   normal = 0,     ///< plain loads (read-only path) and stores
   streaming = 1,  ///< evict-first loads and stores (ld.global.cs / st.global.cs)
   prefetch = 2,   ///< read-only loads that skip L1 and prefetch 256 bytes into L2; plain stores
+  prefetch_streaming = 3,  ///< the prefetching loads with evict-first stores
 };
 
 /// How a bandwidth kernel is launched: `blocks` x `threads`; `chunked` gives every block one
 /// contiguous range instead of a grid-wide stride (with blocks = vectors / (threads x unroll)
 /// that is one pass: every thread makes exactly `unroll` accesses); `unroll` is 4 or 8
-/// independent 16-byte accesses in flight per thread (reads; writes and copies use 4).
+/// independent 16-byte accesses in flight per thread (reads and copies; writes use 4).
 struct launch_config {
   int blocks = 0;
   int threads = 256;
