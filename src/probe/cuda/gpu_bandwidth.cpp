@@ -28,6 +28,10 @@ const char* cache_name(cache_hint h) {
 }
 
 std::string cfg_note(const launch_config& c) {
+  if (c.bulk_bytes > 0) {
+    return std::to_string(c.blocks) + " blocks, each moving " + std::to_string(c.bulk_bytes / 1024) +
+           " KiB at a time by bulk asynchronous copies through shared memory";
+  }
   return std::to_string(c.blocks) + " blocks x " + std::to_string(c.threads) + " threads, unroll " +
          std::to_string(c.unroll) + cache_name(c.cache) +
          (c.chunked ? ", one contiguous chunk per block" : ", grid-stride");
@@ -39,6 +43,7 @@ void put_cfg(measurement& m, const launch_config& c) {
   m.extra["unroll"] = c.unroll;
   m.extra["cache_hint"] = static_cast<int>(c.cache);
   m.extra["chunked"] = c.chunked ? 1 : 0;
+  m.extra["bulk_bytes"] = c.bulk_bytes;
 }
 
 // Launch shapes worth trying for a bandwidth kernel on this device: occupancy, unroll, cache hint
@@ -70,21 +75,51 @@ std::vector<launch_config> candidates(const gpu_context& ctx, std::size_t n_vec,
       }
     }
   }
+  if (kind == 2 && ctx.cc_major >= 9) {
+    for (int chunk_kib : {16, 32}) {
+      for (int per_sm : {4, 6, 8}) {
+        launch_config c;
+        c.blocks = ctx.sm_count * per_sm;
+        c.threads = 32;
+        c.chunked = true;
+        c.bulk_bytes = chunk_kib * 1024;
+        out.push_back(c);
+      }
+    }
+  }
   return out;
 }
 
-// Picks the fastest candidate by a short event-timed trial (3 runs after one warm-up each).
+// Picks the fastest candidate by a short event-timed trial (3 runs after one warm-up each). Before
+// each candidate `prepare` resets the output, after it `check` must confirm the result: a shape
+// that fails to launch or to produce the right data is never chosen.
 launch_config tune(const gpu_context& ctx, cudaStream_t stream, std::size_t n_vec, bool vary_unroll,
-                   int kind, const std::function<void(const launch_config&)>& run) {
+                   int kind, const std::function<void()>& prepare,
+                   const std::function<void(const launch_config&)>& run,
+                   const std::function<bool(int runs)>& check) {
   owned_cuda_event a, b;
-  launch_config best;
+  launch_config best = ctx.default_launch();
   double best_ms = 1e30;
+  bool bulk_ok = true;
   for (const auto& c : candidates(ctx, n_vec, vary_unroll, kind)) {
-    run(c);
-    VRAMKIT_CUDA_TRY(cudaEventRecord(a.get(), stream));
-    for (int i = 0; i < 3; ++i) run(c);
-    VRAMKIT_CUDA_TRY(cudaEventRecord(b.get(), stream));
-    VRAMKIT_CUDA_TRY(cudaEventSynchronize(b.get()));
+    if (c.bulk_bytes > 0 && !bulk_ok) continue;
+    prepare();
+    try {
+      run(c);
+      VRAMKIT_CUDA_TRY(cudaEventRecord(a.get(), stream));
+      for (int i = 0; i < 3; ++i) run(c);
+      VRAMKIT_CUDA_TRY(cudaEventRecord(b.get(), stream));
+      VRAMKIT_CUDA_TRY(cudaEventSynchronize(b.get()));
+    } catch (const cuda_error&) {
+      // A shape this device cannot launch (the error is not sticky: the context stays usable).
+      (void)cudaGetLastError();
+      VRAMKIT_CUDA_TRY(cudaStreamSynchronize(stream));
+      continue;
+    }
+    if (!check(4)) {
+      if (c.bulk_bytes > 0) bulk_ok = false;  // one broken bulk shape: do not wait on the others
+      continue;
+    }
     const double ms = elapsed_ms(a.get(), b.get());
     if (ms < best_ms) {
       best_ms = ms;
@@ -128,9 +163,17 @@ void run_device_section(gpu_context& ctx) {
   auto* sum_p = static_cast<std::uint32_t*>(sum.get());
 
   // Read: the kernel sums every word; the sum must match the pattern's closed form.
-  const launch_config rc = tune(ctx, s, words / 4, true, 0, [&](const launch_config& c) {
-    VRAMKIT_CUDA_TRY(launch_read(a.words(), words, sum_p, c, s));
-  });
+  auto read_sum = [&] {
+    std::uint32_t v = 0;
+    VRAMKIT_CUDA_TRY(cudaMemcpyAsync(&v, sum_p, sizeof v, cudaMemcpyDeviceToHost, s));
+    VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s));
+    return v;
+  };
+  const launch_config rc = tune(
+      ctx, s, words / 4, true, 0,
+      [&] { VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s)); },
+      [&](const launch_config& c) { VRAMKIT_CUDA_TRY(launch_read(a.words(), words, sum_p, c, s)); },
+      [&](int runs) { return read_sum() == pattern_sum(words, seed_a) * static_cast<std::uint32_t>(runs); });
   VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
   auto secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
     VRAMKIT_CUDA_TRY(launch_read(a.words(), words, sum_p, rc, s));
@@ -154,9 +197,11 @@ void run_device_section(gpu_context& ctx) {
 
   // Write: the kernel writes pattern seed_a + 1 over b (which held seed_b).
   const std::uint32_t seed_w = seed_a + 1;
-  const launch_config wc = tune(ctx, s, words / 4, false, 1, [&](const launch_config& c) {
-    VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_w, c, s));
-  });
+  auto clear_b = [&] { VRAMKIT_CUDA_TRY(cudaMemsetAsync(b.get(), 0, bytes, s)); };
+  const launch_config wc = tune(
+      ctx, s, words / 4, false, 1, clear_b,
+      [&](const launch_config& c) { VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_w, c, s)); },
+      [&](int) { return device_mismatches(b.words(), words, seed_w, s) == 0; });
   VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_b, def, s));
   secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
     VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_w, wc, s));
@@ -175,9 +220,10 @@ void run_device_section(gpu_context& ctx) {
   }
 
   // Copy kernel a -> b (b holds seed_w, a holds seed_a).
-  const launch_config cc = tune(ctx, s, words / 4, true, 2, [&](const launch_config& c) {
-    VRAMKIT_CUDA_TRY(launch_copy(b.words(), a.words(), words, c, s));
-  });
+  const launch_config cc = tune(
+      ctx, s, words / 4, true, 2, clear_b,
+      [&](const launch_config& c) { VRAMKIT_CUDA_TRY(launch_copy(b.words(), a.words(), words, c, s)); },
+      [&](int) { return device_mismatches(b.words(), words, seed_a, s) == 0; });
   VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_b, def, s));
   secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
     VRAMKIT_CUDA_TRY(launch_copy(b.words(), a.words(), words, cc, s));

@@ -257,6 +257,7 @@ gpu_context describe_device(int ordinal, const probe_options& options, probe_rep
   VRAMKIT_CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal));
   ctx.name = prop.name;
   ctx.sm_count = attribute(cudaDevAttrMultiProcessorCount, ordinal);
+  ctx.cc_major = prop.major;
   ctx.max_threads_per_sm = std::max(256, attribute(cudaDevAttrMaxThreadsPerMultiProcessor, ordinal));
   ctx.l2_bytes = static_cast<std::size_t>(attribute(cudaDevAttrL2CacheSize, ordinal));
   ctx.total_bytes = prop.totalGlobalMem;

@@ -99,6 +99,7 @@ struct gpu_context {
   std::string tag;  ///< "gpu0"
   std::string name;
   int sm_count = 0;
+  int cc_major = 0;
   int max_threads_per_sm = 2048;
   std::size_t l2_bytes = 0;
   std::size_t total_bytes = 0;

@@ -110,6 +110,54 @@ __global__ void copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ s
   for (; i < s.end; i += s.step) store16<Cache>(dst + i, load16<Cache>(src + i));
 }
 
+// Bulk copy (sm_90+): one thread per block moves `chunk` bytes at a time from global memory into
+// shared memory with cp.async.bulk (completion counted on an mbarrier), then back out to global
+// memory with a bulk store, waiting only until the shared buffer has been read. A wait that
+// exceeds `timeout_ns` gives up (the copy then fails its verification instead of hanging).
+__global__ void bulk_copy_kernel(char* dst, const char* src, std::size_t n_bytes, unsigned chunk,
+                                 std::uint64_t timeout_ns) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char bulk_buf[];
+  __shared__ __align__(8) std::uint64_t bulk_bar;
+  if (threadIdx.x != 0) return;
+  const auto bar = static_cast<unsigned>(__cvta_generic_to_shared(&bulk_bar));
+  const auto buf = static_cast<unsigned>(__cvta_generic_to_shared(bulk_buf));
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  unsigned phase = 0;
+  const std::uint64_t t0 = global_ns();
+  for (std::size_t off = blockIdx.x * static_cast<std::size_t>(chunk); off < n_bytes;
+       off += static_cast<std::size_t>(gridDim.x) * chunk) {
+    const auto bytes = static_cast<unsigned>(min(static_cast<std::size_t>(chunk), n_bytes - off));
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+            "r"(buf), "l"(src + off), "r"(bytes), "r"(bar)
+        : "memory");
+    unsigned done = 0;
+    while (true) {
+      asm volatile(
+          "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+          " selp.u32 %0, 1, 0, p;\n}"
+          : "=r"(done)
+          : "r"(bar), "r"(phase)
+          : "memory");
+      if (done != 0) break;
+      if (global_ns() - t0 > timeout_ns) return;
+    }
+    phase ^= 1u;
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst + off),
+                 "r"(buf), "r"(bytes)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  }
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
+}
+
 // Words past the last whole 16-byte vector, handled by one thread.
 __global__ void tail_kernel(std::uint32_t* dst, const std::uint32_t* src, std::size_t first,
                             std::size_t n, std::uint32_t seed, int op, std::uint32_t* sum) {
@@ -228,7 +276,15 @@ cudaError_t launch_copy(std::uint32_t* dst, const std::uint32_t* src, std::size_
   const std::size_t n_vec = n_words / 4;
   auto* d = reinterpret_cast<uint4*>(dst);
   const auto* s = reinterpret_cast<const uint4*>(src);
-  if (n_vec > 0) {
+  if (n_vec > 0 && cfg.bulk_bytes > 0) {
+    // Shared memory is what bounds the blocks per SM here: ask for the largest carveout.
+    const cudaError_t st = cudaFuncSetAttribute(
+        bulk_copy_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (st != cudaSuccess) return st;
+    bulk_copy_kernel<<<grid_for(cfg), 32, cfg.bulk_bytes, stream>>>(
+        reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), n_vec * 16,
+        static_cast<unsigned>(cfg.bulk_bytes), 200'000'000ull);
+  } else if (n_vec > 0) {
     const int g = grid_for(cfg);
     const bool u8 = cfg.unroll >= 8;
     const bool c = cfg.chunked;

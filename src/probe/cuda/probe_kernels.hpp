@@ -31,6 +31,10 @@ struct launch_config {
   cache_hint cache = cache_hint::normal;
   bool chunked = false;
   int unroll = 4;
+  /// Copies only, compute capability 9.0 and later: when non-zero, every block moves chunks of
+  /// this many bytes with bulk asynchronous copies (global -> shared -> global, the tensor memory
+  /// accelerator) instead of 16-byte loads and stores; `threads` is then 32.
+  int bulk_bytes = 0;
 };
 
 /// Writes the pattern into `p` (device or mapped host memory); also the "write" bandwidth kernel.
