@@ -135,7 +135,9 @@ def run_one(kind, trace_path, lib, repeats):
     else:
         import vramkit_torch
         st = vramkit_torch.memory_stats()
-        out["peak_reserved_bytes"] = st["reserved_bytes.all.peak"]
+        # The pool's peak, or the CUDA pool's below it when higher (chunks the pool returned).
+        out["peak_reserved_bytes"] = max(st["reserved_bytes.all.peak"], st.get("device_reserved_bytes.peak", 0))
+        out["pool_peak_reserved_bytes"] = st["reserved_bytes.all.peak"]
         out["peak_allocated_bytes"] = st["allocated_bytes.all.peak"]
         out["peak_requested_pool_bytes"] = st["requested_bytes.all.peak"]
     out["peak_reserved_over_peak_allocated"] = out["peak_reserved_bytes"] / max(1, out["peak_allocated_bytes"])

@@ -74,7 +74,9 @@ def run_one(args):
     else:
         import vramkit_torch
         st = vramkit_torch.memory_stats()
-        res["peak_reserved_bytes"] = st["reserved_bytes.all.peak"]
+        # The pool's peak, or the CUDA pool's below it when higher (chunks the pool returned).
+        res["peak_reserved_bytes"] = max(st["reserved_bytes.all.peak"], st.get("device_reserved_bytes.peak", 0))
+        res["pool_peak_reserved_bytes"] = st["reserved_bytes.all.peak"]
         res["peak_allocated_bytes"] = st["allocated_bytes.all.peak"]
         res["peak_requested_bytes"] = st["requested_bytes.all.peak"]
         res["cross_stream_waits"] = st["num_cross_stream_waits"]

@@ -133,6 +133,17 @@ device_stack* make_stack(int device) {
   o.large_exact_size = env_bytes("VRAMKIT_POOL_LARGE_EXACT", o.large_exact_size);
   o.large_min_split_remainder = env_bytes("VRAMKIT_POOL_MIN_SPLIT_REMAINDER", o.large_min_split_remainder);
   o.maximum_size = env_bytes("VRAMKIT_POOL_MAXIMUM", o.maximum_size);
+  // Returning idle chunks before growing suits a stream-ordered upstream only (no host sync).
+  const char* growth = env("VRAMKIT_POOL_GROWTH");
+  const std::string g_policy = growth != nullptr ? growth : (d->async_upstream ? "release" : "keep");
+  if (g_policy == "release") {
+    if (!d->async_upstream && !g.override_api) {
+      throw usage_error("VRAMKIT_POOL_GROWTH=release needs VRAMKIT_POOL_UPSTREAM=async");
+    }
+    o.growth = pool_options::growth_policy::release_on_grow;
+  } else if (g_policy != "keep") {
+    throw usage_error("VRAMKIT_POOL_GROWTH must be 'keep' or 'release' (got '" + g_policy + "')");
+  }
   d->pool = std::make_shared<pool_resource>(upstream, d->api, o);
   d->top = d->pool.get();
   const char* trace_file = env("VRAMKIT_TRACE_FILE");

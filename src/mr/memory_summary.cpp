@@ -239,6 +239,14 @@ std::string memory_summary(const memory_resource& top, const std::string& title)
   for (const auto& l : b.limits()) out += render_limit(l);
   for (const auto& s : b.statistics()) out += render_statistics(s);
   for (const auto& p : b.pools()) out += render_pool(p);
+  for (const auto& u : b.upstreams()) {
+    out += centered(u.resource);
+    out += rule('-');
+    out += two_columns("reserved: " + fmt_bytes(u.reserved_bytes),
+                       "peak reserved: " + fmt_bytes(u.reserved_peak_bytes));
+    out += two_columns("in use: " + fmt_bytes(u.used_bytes), "");
+    out += rule('=');
+  }
   for (const auto& n : b.notes()) out += text_line(n);
   if (!b.notes().empty()) out += rule('=');
   return out;
@@ -276,6 +284,22 @@ std::string memory_stats_json(const memory_resource& top) {
                       {"rejections", l.rejections}});
   }
   j["limits"] = limits;
+  nlohmann::json ups = nlohmann::json::array();
+  std::size_t device_peak = 0;
+  for (const auto& p : b.pools()) {
+    device_peak = std::max(device_peak, static_cast<std::size_t>(std::max<std::int64_t>(0, p.reserved_bytes.all.peak)));
+  }
+  for (const auto& u : b.upstreams()) {
+    ups.push_back({{"resource", u.resource},
+                   {"reserved_bytes", u.reserved_bytes},
+                   {"reserved_peak_bytes", u.reserved_peak_bytes},
+                   {"used_bytes", u.used_bytes}});
+    device_peak = std::max(device_peak, u.reserved_peak_bytes);
+  }
+  j["upstreams"] = ups;
+  // What the stack held from the device at most: the pool's peak, or an upstream cache's peak when
+  // that is higher (memory the pool returned may stay cached below it).
+  j["device_reserved_bytes.peak"] = device_peak;
   return j.dump();
 }
 

@@ -16,5 +16,6 @@ std::size_t cuda_async_resource::reserved_bytes() const { return 0; }
 void* cuda_async_resource::do_allocate(std::size_t, std::size_t, stream_view) { return nullptr; }
 void cuda_async_resource::do_deallocate(void*, std::size_t, std::size_t, stream_view) noexcept {}
 void cuda_async_resource::describe(summary_builder&) const {}
+void cuda_async_resource::reset_peak() const noexcept {}
 
 }  // namespace vramkit::mr

@@ -331,6 +331,27 @@ struct pool_resource::impl {
     return out;
   }
 
+  // Unlinks wholly free chunks of one class (largest first) until `bytes` are gathered, each to
+  // be freed on the stream whose list holds it (stream-ordered upstreams only); lock held.
+  std::vector<released_chunk> take_idle_chunks(bool small, std::size_t bytes) {
+    std::vector<chunk*> idle;
+    for (chunk* c : chunks) {
+      block* b = c->first;
+      if (c->small == small && b->free && b->next == nullptr) idle.push_back(c);
+    }
+    std::sort(idle.begin(), idle.end(), [](chunk* a, chunk* b) { return a->size > b->size; });
+    std::vector<released_chunk> out;
+    std::size_t gathered = 0;
+    for (chunk* c : idle) {
+      if (gathered >= bytes) break;
+      out.push_back({reinterpret_cast<void*>(c->base), c->size, c->first->stream->stream});
+      gathered += c->size;
+      list_erase(c->first);
+      remove_chunk(c);
+    }
+    return out;
+  }
+
   std::size_t release(std::vector<released_chunk>& chunks_out) {
     std::size_t bytes = 0;
     for (const auto& c : chunks_out) {
@@ -471,7 +492,12 @@ void* pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, strea
     if (want > room) want = minimum;
     void* p = nullptr;
     if (want <= room) {
+      std::vector<released_chunk> given_back;
+      if (s.opt.growth == pool_options::growth_policy::release_on_grow) {
+        given_back = s.take_idle_chunks(small, want);
+      }
       lock.unlock();
+      s.release(given_back);
       try {
         p = s.upstream->allocate(want, default_alignment, stream);
       } catch (const std::bad_alloc& e) {

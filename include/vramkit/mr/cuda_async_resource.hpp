@@ -40,12 +40,15 @@ class cuda_async_resource final : public memory_resource {
   void trim_to(std::size_t keep_bytes);
   /// Bytes the CUDA pool holds (cudaMemPoolAttrReservedMemCurrent).
   [[nodiscard]] std::size_t reserved_bytes() const;
+  /// Adds the CUDA pool's reserved (current, high-water) and used bytes to a summary.
+  void describe(summary_builder& builder) const override;
+  /// Resets the CUDA pool's reserved high-water mark.
+  void reset_peak() const noexcept override;
 
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment, stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, std::size_t alignment,
                      stream_view stream) noexcept override;
-  void describe(summary_builder& builder) const override;
 
   struct impl;
   std::unique_ptr<impl> impl_;

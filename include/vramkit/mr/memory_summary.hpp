@@ -91,12 +91,21 @@ struct limit_report {
   std::uint64_t rejections = 0;
 };
 
+/// What an upstream with a cache of its own reports (cuda_async_resource: the CUDA pool).
+struct upstream_report {
+  std::string resource;
+  std::size_t reserved_bytes = 0;       ///< held from the device now
+  std::size_t reserved_peak_bytes = 0;  ///< high-water mark
+  std::size_t used_bytes = 0;           ///< handed out now
+};
+
 /// Collects the figures of each resource of a stack, top first.
 class summary_builder {
  public:
   void add(pool_report report) { pools_.push_back(std::move(report)); }
   void add(statistics_report report) { statistics_.push_back(std::move(report)); }
   void add(limit_report report) { limits_.push_back(std::move(report)); }
+  void add(upstream_report report) { upstreams_.push_back(std::move(report)); }
   /// A free-form line under the resource's name (e.g. a tracing adaptor's event count).
   void add_note(std::string resource, std::string line) {
     notes_.push_back(std::move(resource) + ": " + std::move(line));
@@ -106,6 +115,7 @@ class summary_builder {
   [[nodiscard]] const std::vector<pool_report>& pools() const { return pools_; }
   [[nodiscard]] const std::vector<statistics_report>& statistics() const { return statistics_; }
   [[nodiscard]] const std::vector<limit_report>& limits() const { return limits_; }
+  [[nodiscard]] const std::vector<upstream_report>& upstreams() const { return upstreams_; }
   [[nodiscard]] const std::vector<std::string>& notes() const { return notes_; }
   [[nodiscard]] const std::vector<std::string>& layers() const { return layers_; }
 
@@ -113,6 +123,7 @@ class summary_builder {
   std::vector<pool_report> pools_;
   std::vector<statistics_report> statistics_;
   std::vector<limit_report> limits_;
+  std::vector<upstream_report> upstreams_;
   std::vector<std::string> notes_;
   std::vector<std::string> layers_;
 };

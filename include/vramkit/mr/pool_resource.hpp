@@ -53,6 +53,11 @@ struct pool_options {
   /// that waste less than max_oversize_waste (PyTorch's max_split_size_mb).
   std::size_t max_split = std::numeric_limits<std::size_t>::max();
   std::size_t max_oversize_waste = 20 * MiB;
+  /// Before taking a new chunk, return wholly free chunks of the same class to the upstream,
+  /// each freed on the stream whose list holds it: up to the new chunk's size (`release_on_grow`),
+  /// or none. Only for stream-ordered upstreams (cudaMallocAsync), whose free needs no host
+  /// synchronization and whose own pool hands the memory out again.
+  enum class growth_policy { keep_cached, release_on_grow } growth = growth_policy::keep_cached;
   /// Taken from the upstream at construction (one large chunk), 0 = none.
   std::size_t initial_size = 0;
   /// Upper bound on the bytes held from the upstream.

@@ -96,13 +96,26 @@ void cuda_async_resource::do_deallocate(void* ptr, std::size_t, std::size_t,
 void cuda_async_resource::describe(summary_builder& builder) const {
   builder.add_layer("cuda_async");
   unsigned long long reserved = 0;
+  unsigned long long high = 0;
   unsigned long long used = 0;
   if (cudaMemPoolGetAttribute(impl_->pool, cudaMemPoolAttrReservedMemCurrent, &reserved) ==
           cudaSuccess &&
+      cudaMemPoolGetAttribute(impl_->pool, cudaMemPoolAttrReservedMemHigh, &high) == cudaSuccess &&
       cudaMemPoolGetAttribute(impl_->pool, cudaMemPoolAttrUsedMemCurrent, &used) == cudaSuccess) {
-    builder.add_note("cuda_async", "CUDA pool reserved " + std::to_string(reserved) +
-                                       " bytes, in use " + std::to_string(used) + " bytes");
+    upstream_report r;
+    r.resource = "cuda_async (CUDA memory pool)";
+    r.reserved_bytes = reserved;
+    r.reserved_peak_bytes = high;
+    r.used_bytes = used;
+    builder.add(r);
   } else {
+    (void)cudaGetLastError();
+  }
+}
+
+void cuda_async_resource::reset_peak() const noexcept {
+  unsigned long long zero = 0;  // resets the high-water mark to the current value
+  if (cudaMemPoolSetAttribute(impl_->pool, cudaMemPoolAttrReservedMemHigh, &zero) != cudaSuccess) {
     (void)cudaGetLastError();
   }
 }

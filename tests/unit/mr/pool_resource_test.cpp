@@ -147,6 +147,27 @@ TEST(PoolResource, TrimsCachedChunksAndRetriesWhenTheUpstreamIsFull) {
   s.pool->deallocate(q, 50 * MiB, 256, s.a);
 }
 
+TEST(PoolResource, ReleaseOnGrowGivesIdleChunksBackBeforeTakingANewOne) {
+  pool_options o;
+  o.growth = pool_options::growth_policy::release_on_grow;
+  auto dev = std::make_shared<host_sim_device>();
+  owned_stream s(*dev);
+  auto upstream = std::make_shared<device_api_resource>(dev, memory_kind::device,
+                                                        allocation_mode::stream_ordered);
+  pool_resource pool(upstream, dev, o);
+  void* small = pool.allocate(1000, 256, s);
+  void* p = pool.allocate(40 * MiB, 256, s);
+  pool.deallocate(p, 40 * MiB, 256, s);
+  void* q = pool.allocate(50 * MiB, 256, s);
+  const pool_report r = pool.report();
+  EXPECT_EQ(r.upstream_frees, 1u);  // the idle 40 MiB chunk, freed on s
+  EXPECT_EQ(r.reserved_bytes.large.current, static_cast<std::int64_t>(50 * MiB));
+  EXPECT_EQ(r.reserved_bytes.small.current, static_cast<std::int64_t>(2 * MiB));  // other class
+  pool.deallocate(q, 50 * MiB, 256, s);
+  pool.deallocate(small, 1000, 256, s);
+  dev->synchronize(s);
+}
+
 TEST(PoolResource, OutOfMemoryCarriesTheSummary) {
   host_sim_options d;
   d.device_memory_bytes = 32 * MiB;
