@@ -226,6 +226,9 @@ void residency_section(vramkit::device_api& api, const settings& cfg, nlohmann::
       bench::launch_touch_u32(p, words, add, spin_us, s);
       writes[use.buffer] += add;
       m.release(handles[use.buffer], s);
+      // The host consumes each step's result before it issues the next (as a training loop that
+      // reads its loss does), so without a hint the next copy cannot start before this point.
+      api.synchronize(s);
     }
     api.synchronize(s);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();

@@ -20,7 +20,9 @@ done
   echo "# tier: out-of-core streaming and residency"
   echo
   echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
-  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (uncommitted changes)')"
+  commit=$(git rev-parse --short HEAD 2>/dev/null || true)
+  [ -n "$commit" ] || commit=$(awk -F': ' '/^commit:/ {print $2; exit}' "$RESULTS_DIR/machine.txt" 2>/dev/null)
+  echo "- commit: ${commit:-unknown}"
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "- host: $(lscpu 2>/dev/null | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}'), ${avail_gib} GiB available"
   echo "- dataset ${dataset_gib} GiB in pinned host memory; pipeline depth 4 x 128 MiB chunks = 512 MiB device budget"
@@ -34,7 +36,7 @@ if [ ! -x "$bench" ]; then
 fi
 
 echo "running tier_bench (dataset ${dataset_gib} GiB)"
-if timeout 200 "$bench" --dataset "${dataset_gib}GiB" --chunk 128MiB --depth 4 --reps 3 \
+if timeout 170 "$bench" --dataset "${dataset_gib}GiB" --chunk 128MiB --depth 4 --reps 3 \
     --summary "$RESULTS_DIR/tier-bench-table.md" --json "$RESULTS_DIR/tier-bench.json" \
     --trace "$RESULTS_DIR/tier-residency-trace.json" > "$RESULTS_DIR/tier-bench.txt" 2>&1; then
   cat "$RESULTS_DIR/tier-bench-table.md" >> "$summary"
@@ -52,25 +54,28 @@ echo >> "$summary"
 echo "## vramkit probe --only h2d --quick (same run)" >> "$summary"
 if timeout 60 "$BUILD_DIR/vramkit" probe --only h2d --quick --json "$RESULTS_DIR/tier-probe-h2d.json" \
     > "$RESULTS_DIR/tier-probe-h2d.txt" 2>&1; then
-  python3 - "$RESULTS_DIR/tier-probe-h2d.json" >> "$summary" 2>/dev/null <<'PY' || echo "(probe JSON not parsed)" >> "$summary"
+  python3 - "$RESULTS_DIR/tier-probe-h2d.json" "$RESULTS_DIR/tier-bench.json" >> "$summary" 2>/dev/null <<'PY' || echo "(probe JSON not parsed)" >> "$summary"
 import json, sys
-doc = json.load(open(sys.argv[1]))
-found = []
-def walk(x, path):
-    if isinstance(x, dict):
-        for k, v in x.items():
-            walk(v, path + [str(k)])
-    elif isinstance(x, list):
-        for i, v in enumerate(x):
-            walk(v, path + [str(i)])
-    elif isinstance(x, (int, float)) and not isinstance(x, bool):
-        p = "/".join(path).lower()
-        if ("h2d" in p or "host_to_device" in p) and ("gb" in p or "bandwidth" in p or "median" in p):
-            found.append(("/".join(path), x))
-for p, v in found[:12]:
-    print(f"- `{p}`: {v}")
-if not found:
-    print("- no h2d figure found in the probe JSON")
+probe = json.load(open(sys.argv[1]))
+try:
+    bench = json.load(open(sys.argv[2]))
+except Exception:
+    bench = {}
+med = {r.get("key"): r.get("stats", {}).get("median") for r in probe.get("results", [])}
+print("| probe key | median GB/s | pipeline figure (same run) | ratio |")
+print("|---|---|---|---|")
+pairs = [("gpu0.h2d.pinned", "pipeline_reduction_gbps", "reduction"),
+         ("gpu0.bidir.pinned", "pipeline_transform_gbps_read_plus_written", "transform (read + written)"),
+         ("gpu0.h2d.pageable", "pageable_pipeline_gbps", "pageable source through the pipeline")]
+for key, bkey, label in pairs:
+    p = med.get(key)
+    b = bench.get(bkey, {}).get("median")
+    if p is None:
+        print(f"| {key} | not measured | | |")
+    elif b is None:
+        print(f"| {key} | {p:.2f} | | |")
+    else:
+        print(f"| {key} | {p:.2f} | {label} {b:.2f} GB/s | {b / p:.2f} |")
 PY
   echo '```' >> "$summary"
   grep -iE "h2d|host.?to.?device" "$RESULTS_DIR/tier-probe-h2d.txt" | head -8 >> "$summary"
