@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "common/cuda_check.hpp"
@@ -30,7 +33,8 @@ const char* cache_name(cache_hint h) {
 std::string cfg_note(const launch_config& c) {
   if (c.bulk_bytes > 0) {
     return std::to_string(c.blocks) + " blocks, each moving " + std::to_string(c.bulk_bytes / 1024) +
-           " KiB at a time by bulk asynchronous copies through shared memory";
+           " KiB at a time by bulk asynchronous copies through " + std::to_string(c.unroll) +
+           " shared-memory buffer(s)";
   }
   return std::to_string(c.blocks) + " blocks x " + std::to_string(c.threads) + " threads, unroll " +
          std::to_string(c.unroll) + cache_name(c.cache) +
@@ -76,57 +80,100 @@ std::vector<launch_config> candidates(const gpu_context& ctx, std::size_t n_vec,
     }
   }
   if (kind == 2 && ctx.cc_major >= 9) {
-    for (int chunk_kib : {16, 32}) {
-      for (int per_sm : {4, 6, 8}) {
-        launch_config c;
-        c.blocks = ctx.sm_count * per_sm;
-        c.threads = 32;
-        c.chunked = true;
-        c.bulk_bytes = chunk_kib * 1024;
-        out.push_back(c);
+    for (int stages : {1, 2}) {
+      for (int chunk_kib : {16, 32}) {
+        for (int per_sm : {4, 8}) {
+          launch_config c;
+          c.blocks = ctx.sm_count * per_sm;
+          c.threads = 32;
+          c.chunked = true;
+          c.unroll = stages;
+          c.bulk_bytes = chunk_kib * 1024;
+          out.push_back(c);
+        }
       }
     }
   }
   return out;
 }
 
-// Picks the fastest candidate by a short event-timed trial (3 runs after one warm-up each). Before
-// each candidate `prepare` resets the output, after it `check` must confirm the result: a shape
-// that fails to launch or to produce the right data is never chosen.
-launch_config tune(const gpu_context& ctx, cudaStream_t stream, std::size_t n_vec, bool vary_unroll,
-                   int kind, const std::function<void()>& prepare,
-                   const std::function<void(const launch_config&)>& run,
-                   const std::function<bool(int runs)>& check) {
+// What a launch-shape trial found, for the record: the chosen shape and the best rate each family
+// of shapes reached (so a report shows how far the alternatives were).
+struct tune_result {
+  launch_config best;
+  int tried = 0, rejected = 0;
+  std::map<std::string, double> family_best_ms;
+};
+
+std::string family(const launch_config& c) {
+  if (c.bulk_bytes > 0) return c.unroll >= 2 ? "bulk2" : "bulk1";
+  switch (c.cache) {
+    case cache_hint::streaming: return "streaming";
+    case cache_hint::prefetch: return "prefetch";
+    case cache_hint::prefetch_streaming: return "prefetch_streaming";
+    default: return "normal";
+  }
+}
+
+// Picks the fastest candidate: a short event-timed trial of every shape (3 runs after one
+// warm-up), then the five fastest again with 10 runs each. Before each candidate `prepare` resets
+// the output, after it `check` must confirm the result: a shape that fails to launch or to
+// produce the right data is never chosen.
+tune_result tune(const gpu_context& ctx, cudaStream_t stream, std::size_t n_vec, bool vary_unroll,
+                 int kind, const std::function<void()>& prepare,
+                 const std::function<void(const launch_config&)>& run,
+                 const std::function<bool(int runs)>& check) {
   owned_cuda_event a, b;
-  launch_config best = ctx.default_launch();
-  double best_ms = 1e30;
-  bool bulk_ok = true;
-  for (const auto& c : candidates(ctx, n_vec, vary_unroll, kind)) {
-    if (c.bulk_bytes > 0 && !bulk_ok) continue;
+  tune_result r;
+  r.best = ctx.default_launch();
+  std::set<std::string> broken;  // bulk families that failed once: do not wait on their others
+  auto trial = [&](const launch_config& c, int runs) -> std::optional<double> {
     prepare();
     try {
       run(c);
       VRAMKIT_CUDA_TRY(cudaEventRecord(a.get(), stream));
-      for (int i = 0; i < 3; ++i) run(c);
+      for (int i = 0; i < runs; ++i) run(c);
       VRAMKIT_CUDA_TRY(cudaEventRecord(b.get(), stream));
       VRAMKIT_CUDA_TRY(cudaEventSynchronize(b.get()));
     } catch (const cuda_error&) {
       // A shape this device cannot launch (the error is not sticky: the context stays usable).
       (void)cudaGetLastError();
       VRAMKIT_CUDA_TRY(cudaStreamSynchronize(stream));
+      return std::nullopt;
+    }
+    if (!check(runs + 1)) return std::nullopt;
+    return elapsed_ms(a.get(), b.get()) / runs;
+  };
+  std::vector<std::pair<double, launch_config>> timed;
+  for (const auto& c : candidates(ctx, n_vec, vary_unroll, kind)) {
+    if (broken.count(family(c))) continue;
+    ++r.tried;
+    const auto ms = trial(c, 3);
+    if (!ms) {
+      ++r.rejected;
+      if (c.bulk_bytes > 0) broken.insert(family(c));
       continue;
     }
-    if (!check(4)) {
-      if (c.bulk_bytes > 0) bulk_ok = false;  // one broken bulk shape: do not wait on the others
-      continue;
-    }
-    const double ms = elapsed_ms(a.get(), b.get());
-    if (ms < best_ms) {
-      best_ms = ms;
-      best = c;
+    timed.emplace_back(*ms, c);
+    auto& fb = r.family_best_ms[family(c)];
+    if (fb == 0 || *ms < fb) fb = *ms;
+  }
+  std::sort(timed.begin(), timed.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  double best_ms = 1e30;
+  for (std::size_t i = 0; i < std::min<std::size_t>(5, timed.size()); ++i) {
+    const auto ms = trial(timed[i].second, 10);
+    if (ms && *ms < best_ms) {
+      best_ms = *ms;
+      r.best = timed[i].second;
     }
   }
-  return best;
+  return r;
+}
+
+void put_trial(measurement& m, const tune_result& t, double bytes_per_op) {
+  m.extra["trial_shapes"] = t.tried;
+  m.extra["trial_rejected"] = t.rejected;
+  for (const auto& [fam, ms] : t.family_best_ms) m.extra["trial_best_gbps_" + fam] = gbps(bytes_per_op, ms / 1e3);
 }
 
 std::string mismatch_text(std::uint64_t bad, std::size_t words) {
@@ -169,11 +216,12 @@ void run_device_section(gpu_context& ctx) {
     VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s));
     return v;
   };
-  const launch_config rc = tune(
+  const tune_result rt = tune(
       ctx, s, words / 4, true, 0,
       [&] { VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s)); },
       [&](const launch_config& c) { VRAMKIT_CUDA_TRY(launch_read(a.words(), words, sum_p, c, s)); },
       [&](int runs) { return read_sum() == pattern_sum(words, seed_a) * static_cast<std::uint32_t>(runs); });
+  const launch_config& rc = rt.best;
   VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
   auto secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
     VRAMKIT_CUDA_TRY(launch_read(a.words(), words, sum_p, rc, s));
@@ -191,6 +239,7 @@ void run_device_section(gpu_context& ctx) {
     m.note = "sum of all words checked against the pattern; " + cfg_note(rc) +
              " (fastest of a short trial of launch shapes)";
     put_cfg(m, rc);
+    put_trial(m, rt, double(bytes));
     m.extra["ops_per_sample"] = loops;
     add_verified(ctx, std::move(m), got == want, "read sum " + std::to_string(got) + " != " + std::to_string(want));
   }
@@ -198,10 +247,11 @@ void run_device_section(gpu_context& ctx) {
   // Write: the kernel writes pattern seed_a + 1 over b (which held seed_b).
   const std::uint32_t seed_w = seed_a + 1;
   auto clear_b = [&] { VRAMKIT_CUDA_TRY(cudaMemsetAsync(b.get(), 0, bytes, s)); };
-  const launch_config wc = tune(
+  const tune_result wt = tune(
       ctx, s, words / 4, false, 1, clear_b,
       [&](const launch_config& c) { VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_w, c, s)); },
       [&](int) { return device_mismatches(b.words(), words, seed_w, s) == 0; });
+  const launch_config& wc = wt.best;
   VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_b, def, s));
   secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
     VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_w, wc, s));
@@ -215,15 +265,17 @@ void run_device_section(gpu_context& ctx) {
     m.peak_basis = ctx.hbm_peak_basis;
     m.note = "every word checked against the pattern; " + cfg_note(wc);
     put_cfg(m, wc);
+    put_trial(m, wt, double(bytes));
     m.extra["ops_per_sample"] = loops;
     add_verified(ctx, std::move(m), bad == 0, mismatch_text(bad, words));
   }
 
   // Copy kernel a -> b (b holds seed_w, a holds seed_a).
-  const launch_config cc = tune(
+  const tune_result ct = tune(
       ctx, s, words / 4, true, 2, clear_b,
       [&](const launch_config& c) { VRAMKIT_CUDA_TRY(launch_copy(b.words(), a.words(), words, c, s)); },
       [&](int) { return device_mismatches(b.words(), words, seed_a, s) == 0; });
+  const launch_config& cc = ct.best;
   VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_b, def, s));
   secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
     VRAMKIT_CUDA_TRY(launch_copy(b.words(), a.words(), words, cc, s));
@@ -239,6 +291,7 @@ void run_device_section(gpu_context& ctx) {
     m.note = "read + written (copied once = half, in extra copied_once_gbps, comparable with "
              "cudaMemcpy); destination checked word by word; " + cfg_note(cc);
     put_cfg(m, cc);
+    put_trial(m, ct, 2.0 * double(bytes));
     m.extra["ops_per_sample"] = loops;
     add_verified(ctx, std::move(m), bad == 0, mismatch_text(bad, words));
   }

@@ -112,47 +112,73 @@ __global__ void copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ s
 
 // Bulk copy (sm_90+): one thread per block moves `chunk` bytes at a time from global memory into
 // shared memory with cp.async.bulk (completion counted on an mbarrier), then back out to global
-// memory with a bulk store, waiting only until the shared buffer has been read. A wait that
-// exceeds `timeout_ns` gives up (the copy then fails its verification instead of hanging).
+// memory with a bulk store. With Stages = 2 the load of the next chunk runs while the current one
+// is stored (two buffers, two barriers). A wait that exceeds `timeout_ns` gives up (the copy then
+// fails its verification instead of hanging).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void bulk_load(unsigned buf, const char* src, unsigned bytes, unsigned bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(buf),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ bool bulk_wait(unsigned bar, unsigned phase, std::uint64_t deadline) {
+  while (true) {
+    unsigned done = 0;
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(bar), "r"(phase)
+        : "memory");
+    if (done != 0) return true;
+    if (global_ns() > deadline) return false;
+  }
+}
+#endif
+
+template <int Stages>
 __global__ void bulk_copy_kernel(char* dst, const char* src, std::size_t n_bytes, unsigned chunk,
                                  std::uint64_t timeout_ns) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char bulk_buf[];
-  __shared__ __align__(8) std::uint64_t bulk_bar;
+  __shared__ __align__(8) std::uint64_t bulk_bar[Stages];
   if (threadIdx.x != 0) return;
-  const auto bar = static_cast<unsigned>(__cvta_generic_to_shared(&bulk_bar));
-  const auto buf = static_cast<unsigned>(__cvta_generic_to_shared(bulk_buf));
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+  unsigned bar[Stages], buf[Stages], phase[Stages];
+  for (int i = 0; i < Stages; ++i) {
+    bar[i] = static_cast<unsigned>(__cvta_generic_to_shared(&bulk_bar[i]));
+    buf[i] = static_cast<unsigned>(__cvta_generic_to_shared(bulk_buf + i * chunk));
+    phase[i] = 0;
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar[i]) : "memory");
+  }
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  unsigned phase = 0;
-  const std::uint64_t t0 = global_ns();
-  for (std::size_t off = blockIdx.x * static_cast<std::size_t>(chunk); off < n_bytes;
-       off += static_cast<std::size_t>(gridDim.x) * chunk) {
-    const auto bytes = static_cast<unsigned>(min(static_cast<std::size_t>(chunk), n_bytes - off));
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-            "r"(buf), "l"(src + off), "r"(bytes), "r"(bar)
-        : "memory");
-    unsigned done = 0;
-    while (true) {
-      asm volatile(
-          "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-          " selp.u32 %0, 1, 0, p;\n}"
-          : "=r"(done)
-          : "r"(bar), "r"(phase)
-          : "memory");
-      if (done != 0) break;
-      if (global_ns() - t0 > timeout_ns) return;
+  const std::uint64_t deadline = global_ns() + timeout_ns;
+  const std::size_t step = static_cast<std::size_t>(gridDim.x) * chunk;
+  std::size_t off = blockIdx.x * static_cast<std::size_t>(chunk);
+  auto size_at = [&](std::size_t o) {
+    return static_cast<unsigned>(min(static_cast<std::size_t>(chunk), n_bytes - o));
+  };
+  if (off < n_bytes) bulk_load(buf[0], src + off, size_at(off), bar[0]);
+  for (int k = 0; off < n_bytes; off += step, ++k) {
+    const int cur = Stages == 1 ? 0 : (k & 1);
+    if (Stages == 2 && off + step < n_bytes) {
+      // The other buffer is free once the previous store has read it.
+      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      bulk_load(buf[cur ^ 1], src + off + step, size_at(off + step), bar[cur ^ 1]);
     }
-    phase ^= 1u;
+    if (!bulk_wait(bar[cur], phase[cur], deadline)) return;
+    phase[cur] ^= 1u;
     asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst + off),
-                 "r"(buf), "r"(bytes)
+                 "r"(buf[cur]), "r"(size_at(off))
                  : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    if (Stages == 1) {
+      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      if (off + step < n_bytes) bulk_load(buf[0], src + off + step, size_at(off + step), bar[0]);
+    }
   }
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif
@@ -278,10 +304,14 @@ cudaError_t launch_copy(std::uint32_t* dst, const std::uint32_t* src, std::size_
   const auto* s = reinterpret_cast<const uint4*>(src);
   if (n_vec > 0 && cfg.bulk_bytes > 0) {
     // Shared memory is what bounds the blocks per SM here: ask for the largest carveout.
-    const cudaError_t st = cudaFuncSetAttribute(
-        bulk_copy_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    const bool two = cfg.unroll >= 2;
+    auto* kernel = two ? bulk_copy_kernel<2> : bulk_copy_kernel<1>;
+    const int smem = cfg.bulk_bytes * (two ? 2 : 1);
+    cudaError_t st = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                          cudaSharedmemCarveoutMaxShared);
+    if (st == cudaSuccess) st = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (st != cudaSuccess) return st;
-    bulk_copy_kernel<<<grid_for(cfg), 32, cfg.bulk_bytes, stream>>>(
+    kernel<<<grid_for(cfg), 32, smem, stream>>>(
         reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), n_vec * 16,
         static_cast<unsigned>(cfg.bulk_bytes), 200'000'000ull);
   } else if (n_vec > 0) {

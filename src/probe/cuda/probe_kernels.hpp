@@ -33,7 +33,8 @@ struct launch_config {
   int unroll = 4;
   /// Copies only, compute capability 9.0 and later: when non-zero, every block moves chunks of
   /// this many bytes with bulk asynchronous copies (global -> shared -> global, the tensor memory
-  /// accelerator) instead of 16-byte loads and stores; `threads` is then 32.
+  /// accelerator) instead of 16-byte loads and stores; `threads` is then 32 and `unroll` the
+  /// number of shared-memory buffers (1, or 2 to load the next chunk while storing this one).
   int bulk_bytes = 0;
 };
 
