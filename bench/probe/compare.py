@@ -165,6 +165,13 @@ def main():
     if rd and rd.get("peak"):
         md.append(f"Device read: {rd['stats']['median']:.1f} GB/s = {100 * rd['stats']['median'] / rd['peak']:.1f}% "
                   f"of {rd['peak']:.1f} GB/s ({rd.get('peak_basis', '')}).")
+    for key in ("gpu0.device.read", "gpu0.device.copy"):
+        r = res.get(key)
+        if r:
+            fams = ", ".join(f"{k[len('trial_best_gbps_'):]} {v:.0f}" for k, v in sorted(r.get("extra", {}).items())
+                             if k.startswith("trial_best_gbps_"))
+            md.append(f"{key}: {r.get('note', '')}. Best trial rate per family of launch shapes (GB/s): "
+                      f"{fams or 'n/a'}.")
     md.append("")
     md.append("All probe figures of this run (median, min, max):")
     md.append("")
