@@ -79,7 +79,7 @@ sys.exit(1 if bad else 0)
 PY
 
 # 3. the GPU tests of this module (also run by the gpu stage; here with their output kept)
-( cd "$BUILD_DIR" && VRAMKIT_REQUIRE_GPU=1 ctest -R 'RealNvml' --no-tests=error --output-on-failure --timeout 120 ) > "$OUT/gpu-tests.log" 2>&1
+( cd "$BUILD_DIR" && VRAMKIT_REQUIRE_GPU=1 ctest -R RealNvml --no-tests=error -V --timeout 120 ) > "$OUT/gpu-tests.log" 2>&1
 gpu_rc=$?
 [ $gpu_rc -eq 0 ] || status=1
 {

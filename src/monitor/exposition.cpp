@@ -111,9 +111,9 @@ std::string render_metrics(const sample& s, const exporter_stats& stats) {
     w.value({{"gpu", std::to_string(g.index)}, {"uuid", g.uuid}, {"name", g.name}}, g.state == device_state::ok ? 1 : 0);
   }
   gpu_family(w, s, "vramkit_gpu_memory_total_bytes", "Total device memory in bytes.", [](const gpu_sample& g) { return g.memory_total_bytes; });
-  gpu_family(w, s, "vramkit_gpu_memory_used_bytes", "Device memory in use in bytes, including driver-reserved memory.", [](const gpu_sample& g) { return g.memory_used_bytes; });
+  gpu_family(w, s, "vramkit_gpu_memory_used_bytes", "Device memory allocated on the GPU in bytes; driver-reserved memory is reported separately where the driver gives it (total = used + reserved + free).", [](const gpu_sample& g) { return g.memory_used_bytes; });
   gpu_family(w, s, "vramkit_gpu_memory_free_bytes", "Device memory free in bytes.", [](const gpu_sample& g) { return g.memory_free_bytes; });
-  gpu_family(w, s, "vramkit_gpu_memory_reserved_bytes", "Device memory reserved by the driver and firmware in bytes (counted in used).", [](const gpu_sample& g) { return g.memory_reserved_bytes; });
+  gpu_family(w, s, "vramkit_gpu_memory_reserved_bytes", "Device memory reserved by the driver and firmware in bytes.", [](const gpu_sample& g) { return g.memory_reserved_bytes; });
   gpu_family(w, s, "vramkit_gpu_utilization_ratio", "Fraction of the last sample period during which a kernel ran (0-1).", [](const gpu_sample& g) { return g.utilization_gpu_percent; }, 0.01);
   gpu_family(w, s, "vramkit_gpu_memory_utilization_ratio", "Fraction of the last sample period during which device memory was read or written (0-1).", [](const gpu_sample& g) { return g.utilization_memory_percent; }, 0.01);
   gpu_family(w, s, "vramkit_gpu_pcie_rx_bytes_per_second", "PCIe receive throughput in bytes per second, over the driver's short window.", [](const gpu_sample& g) { return g.pcie_rx_bytes_per_second; });

@@ -60,10 +60,10 @@ std::vector<fake_gpu> fake_nvml::parse(const std::string& json_text) {
       gpu.uuid = g.value("uuid", "GPU-fake-" + std::to_string(i));
       gpu.memory_total_bytes = g.at("memory_total_bytes").get<std::uint64_t>();
       gpu.memory_used_bytes = g.value("memory_used_bytes", std::uint64_t{0});
-      if (gpu.memory_used_bytes > gpu.memory_total_bytes) {
-        throw usage_error("memory_used_bytes exceeds memory_total_bytes");
-      }
       gpu.memory_reserved_bytes = opt<std::uint64_t>(g, "memory_reserved_bytes");
+      if (gpu.memory_used_bytes + gpu.memory_reserved_bytes.value_or(0) > gpu.memory_total_bytes) {
+        throw usage_error("memory_used_bytes + memory_reserved_bytes exceed memory_total_bytes");
+      }
       gpu.utilization_gpu = opt<unsigned>(g, "utilization_gpu");
       gpu.utilization_memory = opt<unsigned>(g, "utilization_memory");
       gpu.temperature_celsius = opt<double>(g, "temperature_celsius");
@@ -198,8 +198,10 @@ nvml_value<nvml_memory> fake_nvml::memory(unsigned index) {
   nvml_memory m;
   m.total = g->memory_total_bytes;
   m.used = g->memory_used_bytes;
-  m.free = m.total - m.used;
   m.reserved = g->memory_reserved_bytes;
+  // As the driver's v2 query: total = used + reserved + free.
+  std::uint64_t taken = m.used + m.reserved.value_or(0);
+  m.free = taken < m.total ? m.total - taken : 0;
   return nvml_value<nvml_memory>::success(m);
 }
 
@@ -220,6 +222,12 @@ nvml_value<nvml_pcie> fake_nvml::pcie_throughput(unsigned index) {
     return nvml_value<nvml_pcie>::failure(nvml_status::not_supported, "fake: no PCIe counters");
   }
   return nvml_value<nvml_pcie>::success({g->pcie_rx_bytes_per_second.value_or(0), g->pcie_tx_bytes_per_second.value_or(0)});
+}
+
+nvml_value<nvml_pcie_counters> fake_nvml::pcie_counters(unsigned index) {
+  VRAMKIT_FAKE_QUERY(nvml_pcie_counters, "pcie")
+  // The fake gives rates directly (pcie_throughput), as older drivers do.
+  return nvml_value<nvml_pcie_counters>::failure(nvml_status::not_supported, "fake: no PCIe counters");
 }
 
 nvml_value<nvml_nvlink> fake_nvml::nvlink_counters(unsigned index) {

@@ -86,6 +86,8 @@ struct nvml_temperature_v1 {
   int temperature;
 };
 constexpr unsigned k_fi_nvlink_link_count = 91;
+constexpr unsigned k_fi_pcie_count_tx_bytes = 197;  // cumulative bytes
+constexpr unsigned k_fi_pcie_count_rx_bytes = 198;
 constexpr unsigned k_fi_nvlink_data_tx = 138;  // KiB counters
 constexpr unsigned k_fi_nvlink_data_rx = 139;
 constexpr int k_value_type_ull = 3;
@@ -252,6 +254,21 @@ class dl_nvml final : public nvml_api {
     if (r != k_success) return fail<nvml_pcie>(r);
     // NVML reports KB/s; nvtop and nvidia-smi dmon treat the unit as 1024 bytes.
     return nvml_value<nvml_pcie>::success({std::uint64_t{rx_kb} * 1024, std::uint64_t{tx_kb} * 1024});
+  }
+
+  nvml_value<nvml_pcie_counters> pcie_counters(unsigned index) override {
+    if (fields_ == nullptr) return missing<nvml_pcie_counters>("nvmlDeviceGetFieldValues");
+    nvml_device d = nullptr;
+    if (auto st = get_handle(index, &d)) return fail<nvml_pcie_counters>(*st);
+    std::array<nvml_field_value, 2> f{};
+    f[0].field_id = k_fi_pcie_count_tx_bytes;
+    f[1].field_id = k_fi_pcie_count_rx_bytes;
+    nvml_return r = fields_(d, static_cast<int>(f.size()), f.data());
+    if (r != k_success) return fail<nvml_pcie_counters>(r);
+    for (const auto& v : f) {
+      if (v.nvml_return_code != k_success) return fail<nvml_pcie_counters>(v.nvml_return_code);
+    }
+    return nvml_value<nvml_pcie_counters>::success({field_as_u64(f[1]), field_as_u64(f[0])});
   }
 
   nvml_value<nvml_nvlink> nvlink_counters(unsigned index) override {

@@ -118,11 +118,26 @@ gpu_sample sampler::read_gpu(unsigned index, std::int64_t now) {
   } else {
     note(g, "utilization", u);
   }
-  if (auto p = gpus_->pcie_throughput(index); p.ok()) {
-    g.pcie_rx_bytes_per_second = static_cast<double>(p.value.rx_bytes_per_second);
-    g.pcie_tx_bytes_per_second = static_cast<double>(p.value.tx_bytes_per_second);
-  } else {
-    note(g, "pcie", p);
+  // PCIe: cumulative counters differentiated between samples where the driver has them (free);
+  // else, and for the first sample, the driver's windowed rate (blocks 2 x 20 ms).
+  bool pcie_done = false;
+  if (auto c = gpus_->pcie_counters(index); c.ok()) {
+    auto& prev = pcie_prev_[g.uuid];
+    if (prev.at_ms != 0 && now > prev.at_ms && c.value.rx_bytes >= prev.rx && c.value.tx_bytes >= prev.tx) {
+      double secs = static_cast<double>(now - prev.at_ms) / 1000.0;
+      g.pcie_rx_bytes_per_second = static_cast<double>(c.value.rx_bytes - prev.rx) / secs;
+      g.pcie_tx_bytes_per_second = static_cast<double>(c.value.tx_bytes - prev.tx) / secs;
+      pcie_done = true;
+    }
+    prev = {now, c.value.rx_bytes, c.value.tx_bytes};
+  }
+  if (!pcie_done) {
+    if (auto p = gpus_->pcie_throughput(index); p.ok()) {
+      g.pcie_rx_bytes_per_second = static_cast<double>(p.value.rx_bytes_per_second);
+      g.pcie_tx_bytes_per_second = static_cast<double>(p.value.tx_bytes_per_second);
+    } else {
+      note(g, "pcie", p);
+    }
   }
   if (auto n = gpus_->nvlink_counters(index); n.ok()) {
     auto& prev = nvlink_prev_[g.uuid];

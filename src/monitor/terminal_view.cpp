@@ -55,7 +55,7 @@ struct view_state {
   bool utf8 = false;
 };
 
-std::string key_of(const gpu_sample& g) { return g.uuid.empty() ? "#" + std::to_string(g.index) : g.uuid; }
+std::string key_of(const gpu_sample& g) { return g.uuid.empty() ? fmt::format("#{}", g.index) : g.uuid; }
 
 std::string fit(const std::string& s, int width) {
   if (width <= 0) return {};
@@ -280,6 +280,8 @@ void run_terminal_view(const sample_source& source, const terminal_view_options&
         next_due = std::chrono::steady_clock::time_point::max();
         if (current) {
           draw(*current, st, options);
+          move(LINES - 1, 0);
+          clrtoeol();
           put(LINES - 1, 0, "end of recording: q to quit", A_BOLD);
           refresh();
         } else {
@@ -323,6 +325,8 @@ void run_terminal_view(const sample_source& source, const terminal_view_options&
     if (dirty && current) {
       draw(*current, st, options);
       if (next_due == std::chrono::steady_clock::time_point::max()) {
+        move(LINES - 1, 0);
+        clrtoeol();
         put(LINES - 1, 0, "end of recording: q to quit", A_BOLD);
         refresh();
       }

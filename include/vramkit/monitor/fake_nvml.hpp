@@ -82,6 +82,7 @@ class fake_nvml final : public nvml_api {
   nvml_value<std::vector<nvml_process>> processes(unsigned index) override;
   nvml_value<nvml_utilization> utilization(unsigned index) override;
   nvml_value<nvml_pcie> pcie_throughput(unsigned index) override;
+  nvml_value<nvml_pcie_counters> pcie_counters(unsigned index) override;
   nvml_value<nvml_nvlink> nvlink_counters(unsigned index) override;
   nvml_value<nvml_clocks> clocks(unsigned index) override;
   nvml_value<double> temperature_celsius(unsigned index) override;

@@ -51,7 +51,7 @@ struct gpu_sample {
   std::optional<std::uint64_t> memory_total_bytes;
   std::optional<std::uint64_t> memory_used_bytes;
   std::optional<std::uint64_t> memory_free_bytes;
-  std::optional<std::uint64_t> memory_reserved_bytes;  ///< v2 query only; included in used
+  std::optional<std::uint64_t> memory_reserved_bytes;  ///< v2 query only; not part of used
   std::optional<double> utilization_gpu_percent;
   std::optional<double> utilization_memory_percent;
   std::optional<double> pcie_rx_bytes_per_second;

@@ -1,5 +1,5 @@
 // sampler: takes one `sample` (every GPU through an nvml_api, plus the host) per call. It keeps the
-// previous NVLink counters to turn them into rates. Not thread-safe: one thread samples (the
+// previous NVLink and PCIe counters to turn them into rates. Not thread-safe: one thread samples (the
 // exporter's background thread or the terminal view's loop) and hands copies to others.
 #pragma once
 
@@ -49,12 +49,14 @@ class sampler {
   std::shared_ptr<nvml_api> gpus_;
   std::string reason_;
   sampler_options options_;
-  struct nvlink_prev {
+  // Previous cumulative counters by uuid, so renumbering cannot mix devices.
+  struct counter_prev {
     std::int64_t at_ms = 0;
     std::uint64_t rx = 0, tx = 0;
   };
-  std::map<std::string, nvlink_prev> nvlink_prev_;
-  std::map<unsigned, std::pair<std::string, std::string>> known_;  // index -> last uuid, name  // by uuid, so renumbering cannot mix devices
+  std::map<std::string, counter_prev> nvlink_prev_;
+  std::map<std::string, counter_prev> pcie_prev_;
+  std::map<unsigned, std::pair<std::string, std::string>> known_;  // index -> last uuid, name
 };
 
 /// Current wall-clock time in milliseconds since the epoch.

@@ -60,7 +60,8 @@ try:
     reserved = by_gpu(query("vramkit_gpu_memory_reserved_bytes"))
     check(reserved["1"] == expected["gpus"][1]["memory_reserved_bytes"], "reserved bytes match")
     free = by_gpu(query("vramkit_gpu_memory_free_bytes"))
-    check(free["0"] == expected["gpus"][0]["memory_total_bytes"] - expected["gpus"][0]["memory_used_bytes"], "free = total - used")
+    g0 = expected["gpus"][0]
+    check(free["0"] == g0["memory_total_bytes"] - g0["memory_used_bytes"] - g0["memory_reserved_bytes"], "free = total - used - reserved")
     util = by_gpu(query("vramkit_gpu_utilization_ratio"))
     check(abs(util["0"] - 0.87) < 1e-9, "utilization as a 0-1 ratio")
     procs = query('vramkit_gpu_process_memory_used_bytes{pid="4343"}')

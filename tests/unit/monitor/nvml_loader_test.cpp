@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "vramkit/monitor/nvml_api.hpp"
+#include "vramkit/monitor/sampler.hpp"
 
 namespace vramkit::monitor {
 namespace {
@@ -91,7 +92,7 @@ TEST_P(StubNvml, ReadsTheOtherCounters) {
   auto c = api_->clocks(0);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c.value.sm_mhz, 1980U);
-  // Symbols the stub does not export are "not supported", not a crash.
+  // No NVLink links, and symbols the stub does not export, are "not supported", not a crash.
   EXPECT_EQ(api_->nvlink_counters(0).status, nvml_status::not_supported);
   EXPECT_EQ(api_->ecc(0).status, nvml_status::not_supported);
   auto mig = api_->mig_instances(0);
@@ -99,6 +100,24 @@ TEST_P(StubNvml, ReadsTheOtherCounters) {
   EXPECT_TRUE(mig.value.empty());
   EXPECT_EQ(api_->device_count().value, 3U);
   EXPECT_EQ(api_->driver_version().value, "580.00.stub");
+}
+
+TEST_P(StubNvml, PcieRatesComeFromCountersAfterTheFirstSample) {
+  sampler_options o;
+  o.read_host = false;
+  std::int64_t t = 1'000'000;
+  o.clock_ms = [&t] { return t += 1000; };
+  sampler s(api_, o);
+  auto first = s.take();
+  // First sample: no previous counters, so the driver's windowed rate (stub: 2000 / 1000 KB/s).
+  EXPECT_EQ(first.gpus[0].pcie_rx_bytes_per_second, 2000.0 * 1024);
+  auto second = s.take();
+  // The stub's counters grow by 2 MB (rx) and 1 MB (tx) per read, one second apart.
+  EXPECT_EQ(second.gpus[0].pcie_rx_bytes_per_second, 2e6);
+  EXPECT_EQ(second.gpus[0].pcie_tx_bytes_per_second, 1e6);
+  // Device 1 has no counters: it keeps using the windowed rate.
+  EXPECT_EQ(second.gpus[1].pcie_tx_bytes_per_second, 1000.0 * 1024);
+  EXPECT_EQ(second.gpus[2].state, device_state::lost);
 }
 
 INSTANTIATE_TEST_SUITE_P(RecordLayouts, StubNvml, ::testing::Values(false, true),

@@ -115,3 +115,30 @@ EXPORT int nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned* mw) {
 EXPORT int nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned* cur, unsigned* pending) { if (d->index == 2) return 15; *cur = 0; *pending = 0; return 0; }
 EXPORT int nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned* n) { *n = 0; return 0; }
 EXPORT int nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned i, nvmlDevice_t* m) { return 6; }
+typedef struct {
+  unsigned int fieldId, scopeId;
+  long long timestamp, latencyUsec;
+  int valueType, nvmlReturn;
+  union { double d; unsigned int ui; unsigned long long ull; } value;
+} field_value;
+static unsigned long long pcie_calls = 0;
+/* Field 91 (NVLink link count) = 0; 197/198 (PCIe tx/rx cumulative bytes) grow by 1 MB / 2 MB per
+ * call on device 0 and are not supported elsewhere; anything else: NOT_SUPPORTED per field. */
+EXPORT int nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, field_value* values) {
+  if (d->index == 2) return 15;
+  int any = 0;
+  for (int i = 0; i < count; ++i) {
+    field_value* v = &values[i];
+    v->nvmlReturn = 3;
+    if (v->fieldId == 91) {
+      v->valueType = 1; v->value.ui = 0; v->nvmlReturn = 0; any = 1;
+    } else if (d->index == 0 && (v->fieldId == 197 || v->fieldId == 198)) {
+      if (v->fieldId == 197) ++pcie_calls;
+      v->valueType = 3;
+      v->value.ull = pcie_calls * (v->fieldId == 197 ? 1000000ull : 2000000ull);
+      v->nvmlReturn = 0;
+      any = 1;
+    }
+  }
+  return any ? 0 : 3;
+}
