@@ -483,8 +483,8 @@ void run_host_probe(const probe_options& options, probe_report& report) {
       if (options.quick) bytes = std::min<std::uint64_t>(bytes, GiB);
       std::uint64_t mem = 0;
       for (const auto& nd : topo.numa_nodes()) mem += nd.memory_bytes;
-      // Three arrays; leave most of the memory to everyone else.
-      while (mem > 0 && bytes > 16 * MiB && 3 * bytes > mem / 4) bytes /= 2;
+      // Three arrays in at most half the memory.
+      while (mem > 0 && bytes > 16 * MiB && 3 * bytes > mem / 2) bytes /= 2;
       sizing = llc > 0 ? fmt::format("auto: >= 4 x last-level cache ({})", format_bytes(static_cast<double>(llc)))
                        : "auto: last-level cache unknown";
     }

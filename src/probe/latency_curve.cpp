@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 namespace vramkit::probe::detail {
@@ -84,90 +85,73 @@ std::vector<memory_level> find_levels(const std::vector<curve::point>& points,
   if (points.empty()) return levels;
   auto y = [&](std::size_t i) { return points[i].y.median; };
 
-  // The last point at or after `first` before the curve climbs past `limit`.
-  auto step_after = [&](std::size_t first, double limit) -> std::uint64_t {
-    std::size_t last = first;
-    for (std::size_t i = first; i < points.size(); ++i) {
-      if (y(i) > limit) break;
-      last = i;
-    }
-    return static_cast<std::uint64_t>(points[last].x);
-  };
-
-  if (!caches.empty()) {
-    std::uint64_t below = 0;
-    for (const auto& c : caches) {
-      std::vector<double> plateau;
-      std::size_t first = points.size();
-      // Points that fit this level with room to spare, then (if none) any that fit it at all.
-      for (int pass = 0; pass < 2 && plateau.empty(); ++pass) {
-        const double upper = pass == 0 ? static_cast<double>(c.size_bytes) / 2 : c.size_bytes;
-        for (std::size_t i = 0; i < points.size(); ++i) {
-          if (points[i].x > static_cast<double>(below) && points[i].x <= upper) {
-            plateau.push_back(y(i));
-            first = std::min(first, i);
-          }
-        }
-      }
-      below = c.size_bytes;
-      if (plateau.empty()) continue;
-      memory_level l;
-      l.name = c.name;
-      l.device = device;
-      l.latency_ns = median_of(plateau);
-      l.measured_size_bytes = step_after(first, 1.5 * l.latency_ns);
-      l.reported_size_bytes = c.size_bytes;
-      levels.push_back(l);
-    }
-    std::vector<double> far;
-    std::size_t first = points.size();
-    for (std::size_t i = 0; i < points.size(); ++i) {
-      if (points[i].x >= 4.0 * static_cast<double>(below)) {
-        far.push_back(y(i));
-        first = std::min(first, i);
-      }
-    }
-    if (!far.empty()) {
-      memory_level l;
-      l.name = "DRAM";
-      l.device = device;
-      l.latency_ns = median_of(far);
-      l.measured_size_bytes = 0;
-      levels.push_back(l);
-    }
-    return levels;
-  }
-
-  // No topology: split the curve where the latency jumps by more than 1.4x over the plateau so far.
-  struct run {
+  // Plateaus: a new one starts where the latency exceeds 1.4x the lowest of the current one.
+  struct plateau {
     std::size_t first, last;
     std::vector<double> ys;
+    double low;
   };
-  std::vector<run> runs;
-  run cur{0, 0, {y(0)}};
+  std::vector<plateau> runs;
+  plateau cur{0, 0, {y(0)}, y(0)};
   for (std::size_t i = 1; i < points.size(); ++i) {
-    if (y(i) > 1.4 * median_of(cur.ys)) {
+    if (y(i) > 1.4 * cur.low) {
       runs.push_back(cur);
-      cur = run{i, i, {y(i)}};
+      cur = plateau{i, i, {y(i)}, y(i)};
     } else {
       cur.last = i;
       cur.ys.push_back(y(i));
+      cur.low = std::min(cur.low, y(i));
     }
   }
   runs.push_back(cur);
-  // A single point between two plateaus is a transition, not a level.
-  std::vector<run> kept;
+  // A single point between two plateaus is a transition (the working set partly fits), not a level.
+  std::vector<plateau> kept;
   for (std::size_t r = 0; r < runs.size(); ++r) {
-    if (runs[r].ys.size() == 1 && r + 1 < runs.size() && r > 0) continue;
+    if (runs[r].ys.size() == 1 && r > 0 && r + 1 < runs.size()) continue;
     kept.push_back(runs[r]);
   }
+
+  // Names: the reported caches in order when the curve shows one plateau per cache (plus memory);
+  // otherwise each plateau takes the cache nearest (log scale) to where it ends.
+  std::vector<std::string> names(kept.size());
+  std::vector<std::optional<std::uint64_t>> reported(kept.size());
+  const bool last_is_memory =
+      kept.size() > 1 && (caches.empty() || kept.size() > caches.size());
+  const std::size_t cache_runs = last_is_memory ? kept.size() - 1 : kept.size();
+  if (!caches.empty() && cache_runs == caches.size()) {
+    for (std::size_t r = 0; r < cache_runs; ++r) {
+      names[r] = caches[r].name;
+      reported[r] = caches[r].size_bytes;
+    }
+  } else if (!caches.empty()) {
+    std::vector<bool> used(caches.size(), false);
+    for (std::size_t r = 0; r < cache_runs; ++r) {
+      const double end = std::log2(std::max(points[kept[r].last].x, 1.0));
+      std::size_t best = caches.size();
+      for (std::size_t c = 0; c < caches.size(); ++c) {
+        if (used[c]) continue;
+        const double d = std::abs(std::log2(static_cast<double>(caches[c].size_bytes)) - end);
+        if (best == caches.size() ||
+            d < std::abs(std::log2(static_cast<double>(caches[best].size_bytes)) - end)) {
+          best = c;
+        }
+      }
+      if (best < caches.size()) {
+        used[best] = true;
+        names[r] = caches[best].name;
+        reported[r] = caches[best].size_bytes;
+      }
+    }
+  }
   for (std::size_t r = 0; r < kept.size(); ++r) {
+    const bool memory = last_is_memory && r + 1 == kept.size();
     memory_level l;
-    const bool last = r + 1 == kept.size();
-    l.name = last && kept.size() > 1 ? "DRAM" : "L" + std::to_string(r + 1);
+    l.name = memory ? "DRAM" : !names[r].empty() ? names[r] : "L" + std::to_string(r + 1) + "?";
+    if (caches.empty() && !memory) l.name = "L" + std::to_string(r + 1);
     l.device = device;
     l.latency_ns = median_of(kept[r].ys);
-    l.measured_size_bytes = last ? 0 : static_cast<std::uint64_t>(points[kept[r].last].x);
+    l.measured_size_bytes = memory ? 0 : static_cast<std::uint64_t>(points[kept[r].last].x);
+    l.reported_size_bytes = reported[r];
     levels.push_back(l);
   }
   return levels;

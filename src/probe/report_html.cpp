@@ -30,10 +30,12 @@ std::string svg_chart(const curve& c, const std::vector<memory_level>& levels, i
   std::string s;
   if (c.points.empty()) return s;
   double xmin = c.points.front().x, xmax = c.points.front().x, ymax = 0;
+  double ymin = c.points.front().y.min;
   for (const auto& p : c.points) {
     xmin = std::min(xmin, p.x);
     xmax = std::max(xmax, p.x);
     ymax = std::max({ymax, p.y.max, p.y.median});
+    ymin = std::min({ymin, p.y.min, p.y.median});
   }
   const bool logx = c.log_x && xmin > 0;
   auto fx = [&](double x) {
@@ -43,8 +45,31 @@ std::string svg_chart(const curve& c, const std::vector<memory_level>& levels, i
     return pad_l + t * (chart_w - pad_l - pad_r);
   };
   if (ymax <= 0) ymax = 1;
-  ymax *= 1.1;
-  auto fy = [&](double y) { return chart_h - pad_b - y / ymax * (chart_h - pad_t - pad_b); };
+  // Latencies span orders of magnitude (L1 to DRAM): a log y axis keeps every level visible.
+  const bool logy = c.y_unit == "ns" && ymin > 0 && ymax / ymin > 20;
+  std::vector<double> yticks;
+  double ylo = 0, yhi = ymax;
+  if (logy) {
+    ylo = std::pow(10.0, std::floor(std::log10(ymin)));
+    yhi = std::pow(10.0, std::ceil(std::log10(ymax)));
+    for (double d = ylo; d <= yhi * 1.0001; d *= 10) {
+      for (double m : {1.0, 2.0, 5.0}) {
+        if (d * m <= yhi * 1.0001) yticks.push_back(d * m);
+      }
+    }
+  } else {
+    // Ticks at 1, 2 or 5 x a power of ten, about five of them.
+    const double raw = ymax / 5;
+    const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+    const double step = raw <= mag ? mag : raw <= 2 * mag ? 2 * mag : raw <= 5 * mag ? 5 * mag : 10 * mag;
+    yhi = std::ceil(ymax * 1.02 / step) * step;
+    for (double t = 0; t <= yhi * 1.0001; t += step) yticks.push_back(t);
+  }
+  auto fy = [&](double y) {
+    const double t = logy ? (std::log10(std::max(y, ylo)) - std::log10(ylo)) / (std::log10(yhi) - std::log10(ylo))
+                          : y / yhi;
+    return chart_h - pad_b - t * (chart_h - pad_t - pad_b);
+  };
 
   s += fmt::format("<svg class=\"chart\" id=\"chart{}\" viewBox=\"0 0 {} {}\" role=\"img\">\n", id,
                    chart_w, chart_h);
@@ -54,8 +79,7 @@ std::string svg_chart(const curve& c, const std::vector<memory_level>& levels, i
                    chart_h - pad_b, chart_w - pad_r);
   s += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"axis\"/>\n", pad_l,
                    pad_t, chart_h - pad_b);
-  for (int i = 0; i <= 5; ++i) {
-    const double y = ymax / 1.1 * i / 5;
+  for (double y : yticks) {
     s += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" class=\"grid\"/>"
                      "<text x=\"{3}\" y=\"{4:.1f}\" class=\"yl\">{5}</text>\n",
                      pad_l, fy(y), chart_w - pad_r, pad_l - 6, fy(y) + 4, format_figure(y));
@@ -64,7 +88,7 @@ std::string svg_chart(const curve& c, const std::vector<memory_level>& levels, i
     // Ticks at powers of two, thinned to at most ~10 labels.
     const int lo = static_cast<int>(std::ceil(std::log2(xmin)));
     const int hi = static_cast<int>(std::floor(std::log2(xmax)));
-    const int step = std::max(1, (hi - lo + 1) / 10);
+    const int step = std::max(1, (hi - lo + 8) / 8);
     for (int e = lo; e <= hi; e += step) {
       const double x = std::ldexp(1.0, e);
       s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" class=\"grid\"/>"
@@ -81,12 +105,12 @@ std::string svg_chart(const curve& c, const std::vector<memory_level>& levels, i
   }
   s += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xl\">{}{}</text>\n",
                    (chart_w + pad_l) / 2, chart_h - 8, html_escape(c.x_label), logx ? " (log scale)" : "");
-  s += fmt::format("<text x=\"14\" y=\"{}\" class=\"yl\" transform=\"rotate(-90 14 {})\">{}</text>\n",
-                   chart_h / 2, chart_h / 2, html_escape(c.y_unit));
+  s += fmt::format("<text x=\"14\" y=\"{}\" class=\"yl\" transform=\"rotate(-90 14 {})\">{}{}</text>\n",
+                   chart_h / 2, chart_h / 2, html_escape(c.y_unit), logy ? " (log scale)" : "");
   // Levels: a dashed line at each level's latency and at the size where the curve steps past it.
   if (c.y_unit == "ns") {
     for (const auto& l : levels) {
-      if (c.key.rfind(l.device, 0) != 0 || l.latency_ns > ymax) continue;
+      if (c.key.rfind(l.device + ".", 0) != 0 || l.latency_ns > yhi || l.latency_ns <= 0) continue;
       s += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" class=\"lvl\"/>"
                        "<text x=\"{3}\" y=\"{4:.1f}\" class=\"lt\">{5} {6} ns</text>\n",
                        pad_l, fy(l.latency_ns), chart_w - pad_r, pad_l + 4, fy(l.latency_ns) - 3,

@@ -111,6 +111,44 @@ TEST(FindLevels, FindsPlateausWithoutTopology) {
   EXPECT_FALSE(levels[3].reported_size_bytes.has_value());
 }
 
+TEST(FindLevels, TrustsTheCurveOverAnInflatedReportedCache) {
+  // A virtual machine that reports the host's 300 MiB L3 while a thread sees an L3 step at 8 MiB
+  // (figures from a probe run on such a machine).
+  const double ns[] = {1.68, 1.69, 1.71, 1.74, 5.39, 5.37, 5.40, 5.39, 5.40, 7.40, 46.5,
+                       51.7, 78.6, 113.5, 119.4, 119.6, 126.2, 128.2, 122.6, 132.8};
+  std::vector<curve::point> pts;
+  std::uint64_t size = 4096;
+  for (double v : ns) {
+    pts.push_back({static_cast<double>(size), {v, v, v}, {v}});
+    size *= 2;
+  }
+  const auto levels =
+      find_levels(pts, {{"L1d", 48 << 10}, {"L2", 2 << 20}, {"L3", 300ull << 20}}, "host");
+  ASSERT_EQ(levels.size(), 4u);
+  EXPECT_EQ(levels[0].name, "L1d");
+  EXPECT_EQ(levels[0].measured_size_bytes, 32u << 10);
+  EXPECT_EQ(levels[1].name, "L2");
+  EXPECT_EQ(levels[1].measured_size_bytes, 2u << 20);  // 7.4 ns at 2 MiB is still near L2
+  EXPECT_EQ(levels[2].name, "L3");
+  EXPECT_NEAR(levels[2].latency_ns, 49.1, 0.1);
+  EXPECT_EQ(levels[2].measured_size_bytes, 8u << 20);
+  EXPECT_EQ(levels[2].reported_size_bytes, 300ull << 20);
+  EXPECT_EQ(levels[3].name, "DRAM");
+  EXPECT_GT(levels[3].latency_ns, 110);
+}
+
+TEST(FindLevels, SweepThatStopsInsideTheCachesHasNoDram) {
+  std::vector<curve::point> pts;
+  for (std::uint64_t s = 4096; s <= (1 << 20); s *= 2) {
+    const double v = s <= (32 << 10) ? 1.0 : 4.0;
+    pts.push_back({static_cast<double>(s), {v, v, v}, {v}});
+  }
+  const auto levels = find_levels(pts, {{"L1d", 32 << 10}, {"L2", 2 << 20}, {"L3", 32 << 20}}, "host");
+  ASSERT_EQ(levels.size(), 2u);
+  EXPECT_EQ(levels[0].name, "L1d");
+  EXPECT_EQ(levels[1].name, "L2");
+}
+
 TEST(FindLevels, EmptyCurveGivesNoLevels) { EXPECT_TRUE(find_levels({}, {}, "host").empty()); }
 
 }  // namespace

@@ -28,10 +28,12 @@ struct reported_cache {
 };
 
 /// Reads memory levels off a latency curve (points in ascending x = working-set bytes, y = ns per
-/// load). With `caches` (ascending sizes) each cache level's latency is the median over the points
-/// that fit it but not the level below; its measured size is the last point before the latency
-/// climbs past 1.5x that level; the last entry is "DRAM" from points past 4x the largest cache.
-/// Without `caches`, plateaus are found by jumps of more than 1.4x and named L1, L2, ..., DRAM.
+/// load): a plateau ends where the latency climbs past 1.4x its lowest point (a lone point between
+/// two plateaus is a transition, not a level). Each level's latency is the median of its plateau,
+/// its measured size the last working set on it. With `caches` (ascending sizes, as the topology
+/// reports them) the plateaus take the caches' names in order when there is one per cache (the
+/// last plateau past them is "DRAM"), else the name of the cache nearest to where they end;
+/// without, they are L1, L2, ... and DRAM.
 std::vector<memory_level> find_levels(const std::vector<curve::point>& points,
                                       const std::vector<reported_cache>& caches,
                                       const std::string& device);
