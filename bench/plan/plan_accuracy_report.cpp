@@ -1,6 +1,7 @@
 // Prints predicted vs measured peaks for every case of tests/data/plan/ground_truth.json as a
 // markdown table (the table in docs/plan.md is made with it).
-// Usage: plan_accuracy_report [ground_truth.json]
+// Usage: plan_accuracy_report [ground_truth.json [DATA_DIR]]   (DATA_DIR holds configs/, default:
+// the directory of the JSON file). Exit 1 when a case is outside the accuracy tolerances.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -24,7 +25,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto doc = nlohmann::json::parse(in);
-  const std::string dir = path.substr(0, path.find_last_of('/') + 1);
+  const std::string dir = argc > 2 ? std::string(argv[2]) + "/" : path.substr(0, path.find_last_of('/') + 1);
+  bool outside = false;
   std::printf("Measured on %s, driver %s, torch %s, transformers %s (%s).\n\n", doc.value("gpu", "?").c_str(),
               doc.value("driver", "?").c_str(), doc.value("torch", "?").c_str(), doc.value("transformers", "?").c_str(),
               doc.value("date", "?").c_str());
@@ -59,6 +61,7 @@ int main(int argc, char** argv) {
     const double ea = (static_cast<double>(p.allocated_peak_bytes) - ma) / ma * 100;
     const double er = (static_cast<double>(p.reserved_peak_bytes) - mr) / mr * 100;
     errs.push_back(std::fabs(ea));
+    if (std::fabs(ea) > 10 || std::fabs(er) > 15) outside = true;
     std::string smi = "n/a";
     if (!c.at("nvidia_smi_used_bytes").is_null()) {
       const double ms = c.at("nvidia_smi_used_bytes").get<double>();
@@ -74,6 +77,9 @@ int main(int argc, char** argv) {
   if (!errs.empty()) {
     std::sort(errs.begin(), errs.end());
     std::printf("\nmedian |allocated error| %.1f%%, max %.1f%% over %zu cases\n", errs[errs.size() / 2], errs.back(), errs.size());
+    if (errs[errs.size() / 2] > 5) outside = true;
   }
-  return 0;
+  std::printf("%s\n", outside ? "OUTSIDE the tolerances (allocated +-10%, median 5%; reserved +-15%)"
+                               : "within the tolerances (allocated +-10%, median 5%; reserved +-15%)");
+  return outside ? 1 : 0;
 }

@@ -33,12 +33,17 @@ std::int32_t caching_allocator_model::new_block() {
 void caching_allocator_model::insert_free(std::int32_t b) {
   auto& bl = blocks_[b];
   bl.free = true;
-  (bl.small ? small_pool_ : large_pool_).insert({{bl.size, bl.addr}, b});
+  auto& pool = bl.small ? small_pool_ : large_pool_;
+  const entry e{bl.size, bl.addr, b};
+  pool.insert(std::lower_bound(pool.begin(), pool.end(), e), e);
 }
 
 void caching_allocator_model::erase_free(std::int32_t b) {
   auto& bl = blocks_[b];
-  (bl.small ? small_pool_ : large_pool_).erase({{bl.size, bl.addr}, b});
+  auto& pool = bl.small ? small_pool_ : large_pool_;
+  const entry e{bl.size, bl.addr, b};
+  const auto it = std::lower_bound(pool.begin(), pool.end(), e);
+  if (it != pool.end() && it->block == b) pool.erase(it);
   bl.free = false;
 }
 
@@ -52,9 +57,9 @@ std::uint32_t caching_allocator_model::malloc(std::uint64_t bytes) {
   const bool small = size <= small_size;
   auto& pool = small ? small_pool_ : large_pool_;
   std::int32_t b;
-  auto it = pool.lower_bound({{size, 0}, -1});
+  const auto it = std::lower_bound(pool.begin(), pool.end(), entry{size, 0, -1});
   if (it != pool.end()) {
-    b = it->second;
+    b = it->block;
     pool.erase(it);
     blocks_[b].free = false;
   } else {

@@ -89,12 +89,15 @@ fit_result fit_search(const model_description& m, const plan_request& base_in, c
   }
   std::vector<checkpointing> ckpts{checkpointing::none};
   if (base.mode == run_mode::train && !m.is_vision()) ckpts = {checkpointing::none, checkpointing::selective, checkpointing::full};
+  // ZeRO-1 and ZeRO-2 cost the same communication as plain data parallel in the cost model and
+  // never need more memory, so among stages 0-2 only ZeRO-2 can rank first; ZeRO-3 trades 1.5x
+  // communication for sharded parameters.
   std::vector<int> zeros{0};
   std::vector<offload_kind> offloads{offload_kind::none};
   if (base.mode == run_mode::train) {
     offloads = {offload_kind::none, offload_kind::optimizer};
     if (base.gpus > 1) {
-      zeros = {0, 1, 2, 3};
+      zeros = {2, 3};
       offloads.push_back(offload_kind::params);
     }
   }
@@ -103,21 +106,38 @@ fit_result fit_search(const model_description& m, const plan_request& base_in, c
     layouts.clear();
     for (int tp = 1; tp <= std::min(base.gpus, 8); tp *= 2) {
       if (base.gpus % tp || m.t.heads % tp) continue;
-      for (int pp = 1; pp <= 8; pp *= 2) {
+      for (int pp = 1; pp <= 4; pp *= 2) {
         if ((base.gpus / tp) % pp || pp > m.t.layers) continue;
         if ((base.batch % (base.gpus / tp / pp)) != 0) continue;
         layouts.push_back({tp, pp});
       }
     }
   }
-  std::vector<std::int64_t> mb_options;
+  // Memory grows with the micro-batch, so per configuration the largest fitting divisor of the
+  // per-GPU batch is found by bisection after checking that micro-batch 1 fits at all. A
+  // configuration that already fits the whole per-GPU batch makes costlier variants of it
+  // (more recompute, more offload) pointless: they are skipped.
+  const std::int64_t base_per_gpu = base.mode == run_mode::train ? 0 : base.batch;
+  // Tensor and pipeline parallelism only add communication and bubbles in the cost model: wider
+  // layouts are tried only while no narrower one fits the whole per-GPU batch.
+  std::stable_sort(layouts.begin(), layouts.end(),
+                   [](const auto& a, const auto& b) { return a.first * a.second < b.first * b.second; });
+  bool layout_done = false;
+  int done_width = 0;
   for (const auto& [tp, pp] : layouts) {
+    if (layout_done && tp * pp > done_width) break;
     for (auto prec : precs) {
-      for (auto ck : ckpts) {
-        for (int z : zeros) {
-          for (auto off : offloads) {
-            if (off == offload_kind::params && z != 3) continue;
-            if (off != offload_kind::none && z == 0 && base.gpus > 1) continue;
+      for (int z : zeros) {
+        bool whole_fits = false;
+        bool fits_without_offload = false;
+        for (auto off : offloads) {
+          if (whole_fits) break;
+          // Offload only where nothing fits without it: it costs PCIe traffic every step.
+          if (off != offload_kind::none && fits_without_offload) break;
+          if (off == offload_kind::params && z != 3) continue;
+          if (off != offload_kind::none && z == 0 && base.gpus > 1) continue;
+          for (auto ck : ckpts) {
+            if (whole_fits) break;
             if (z > 0 && base.gpus / (tp * pp) < 2) continue;
             plan_request r = base;
             r.prec = prec;
@@ -126,56 +146,78 @@ fit_result fit_search(const model_description& m, const plan_request& base_in, c
             r.offload = off;
             r.tp = tp;
             r.pp = pp;
-            r.micro_batch = 0;
             r.steps = 2;
-            // Largest micro-batch (a divisor of the per-GPU batch) that fits, trying from the top.
-            const std::int64_t per_gpu = base.mode == run_mode::train ? base.batch / r.data_parallel() : base.batch;
-            mb_options.clear();
-            for (std::int64_t mb = per_gpu; mb >= 1; --mb)
-              if (per_gpu % mb == 0) mb_options.push_back(mb);
-            if (base.mode == run_mode::infer) mb_options = {per_gpu};
-            for (auto mb : mb_options) {
+            const int dp = base.gpus / (tp * pp);
+            if (base.mode == run_mode::train && base.batch % dp != 0) continue;
+            const std::int64_t per_gpu = base.mode == run_mode::train ? base.batch / dp : base_per_gpu;
+            std::vector<std::int64_t> divisors;
+            for (std::int64_t mb = 1; mb <= per_gpu; ++mb)
+              if (per_gpu % mb == 0) divisors.push_back(mb);
+            if (base.mode == run_mode::infer) divisors = {per_gpu};
+            auto try_plan = [&](std::int64_t mb, plan_result& p) {
               r.micro_batch = base.mode == run_mode::train ? mb : 0;
-              plan_result p;
               try {
                 p = make_plan(m, r, o);
               } catch (const usage_error&) {
-                break;
+                return false;
               }
               ++out.planned;
-              if (p.device_peak_bytes > limit) continue;
-              fit_candidate c;
-              c.request = p.request;
-              c.device_peak_bytes = p.device_peak_bytes;
-              c.allocated_peak_bytes = p.allocated_peak_bytes;
-              c.host_peak_bytes = p.host_peak_bytes;
-              c.step_time_s = estimate_step_time(m, p.request, gpu, o);
-              const auto& q = p.request;
-              const std::int64_t accum = per_gpu / std::max<std::int64_t>(1, q.micro_batch);
-              if (q.mode == run_mode::train) {
-                c.reasons.push_back(mb == per_gpu ? fmt::format("micro-batch {}: the whole per-GPU batch fits", mb)
-                                                  : fmt::format("micro-batch {} x {} accumulation steps: the largest divisor of {} that fits", mb, accum, per_gpu));
-                c.reasons.push_back(q.ckpt == checkpointing::none ? "checkpointing none: no recompute"
-                                    : q.ckpt == checkpointing::selective ? "checkpointing selective: attention core recomputed (a few % more compute)"
-                                                                         : "checkpointing full: one extra forward per step (about +33% compute) to keep only layer inputs");
-                c.reasons.push_back(fmt::format("precision {}{}", to_string(q.prec),
-                                                q.prec == base.prec ? " (as asked)" : q.prec == precision::bf16 ? ": 16-bit weights and states halve model memory" : ": autocast halves activations, keeps fp32 master weights"));
+              return p.device_peak_bytes <= limit;
+            };
+            plan_result best, probe;
+            if (!try_plan(divisors.front(), best)) continue;
+            std::size_t lo = 0, hi = divisors.size() - 1;
+            std::int64_t best_mb = divisors.front();
+            while (lo < hi) {
+              const std::size_t mid = (lo + hi + 1) / 2;
+              if (try_plan(divisors[mid], probe)) {
+                lo = mid;
+                best = probe;
+                best_mb = divisors[mid];
+              } else {
+                hi = mid - 1;
               }
-              if (q.gpus > 1)
-                c.reasons.push_back(q.zero == 0 ? "ZeRO 0: plain data parallel (replicated states, fastest communication)"
-                                                : fmt::format("ZeRO {}: shards {} over {} data-parallel ranks", q.zero,
-                                                              q.zero == 1 ? "optimizer states" : q.zero == 2 ? "optimizer states and gradients" : "states, gradients and parameters",
-                                                              q.data_parallel()));
-              if (q.offload != offload_kind::none)
-                c.reasons.push_back(fmt::format("offload {}: moves them to pinned host memory ({} per node) at PCIe cost", to_string(q.offload),
-                                                format_bytes(static_cast<double>(p.host_peak_bytes))));
-              if (q.tp > 1 || q.pp > 1)
-                c.reasons.push_back(fmt::format("tensor {} x pipeline {}: splits layers and weights across GPUs", q.tp, q.pp));
-              c.reasons.push_back(fmt::format("device peak {} of {} ({} margin kept)", format_bytes(static_cast<double>(p.device_peak_bytes)),
-                                              format_bytes(static_cast<double>(opt.capacity_bytes)), fmt::format("{:.0f}%", opt.margin * 100)));
-              out.fits.push_back(std::move(c));
-              break;  // smaller micro-batches of this configuration only cost more
             }
+            const std::int64_t mb = best_mb;
+            if (mb == per_gpu) whole_fits = true;
+            if (off == offload_kind::none) fits_without_offload = true;
+            if (mb == per_gpu && ck == checkpointing::none && off == offload_kind::none && !layout_done) {
+              layout_done = true;
+              done_width = tp * pp;
+            }
+            const plan_result& p = best;
+            fit_candidate c;
+            c.request = p.request;
+            c.device_peak_bytes = p.device_peak_bytes;
+            c.allocated_peak_bytes = p.allocated_peak_bytes;
+            c.host_peak_bytes = p.host_peak_bytes;
+            c.step_time_s = estimate_step_time(m, p.request, gpu, o);
+            const auto& q = p.request;
+            const std::int64_t accum = per_gpu / std::max<std::int64_t>(1, mb);
+            if (q.mode == run_mode::train) {
+              c.reasons.push_back(mb == per_gpu ? fmt::format("micro-batch {}: the whole per-GPU batch fits", mb)
+                                                : fmt::format("micro-batch {} x {} accumulation steps: the largest divisor of {} that fits", mb, accum, per_gpu));
+              c.reasons.push_back(q.ckpt == checkpointing::none ? "checkpointing none: no recompute"
+                                  : q.ckpt == checkpointing::selective ? "checkpointing selective: attention core recomputed (a few % more compute)"
+                                                                       : "checkpointing full: one extra forward per step (about +33% compute) to keep only layer inputs");
+              c.reasons.push_back(fmt::format("precision {}{}", to_string(q.prec),
+                                              q.prec == base.prec ? " (as asked)"
+                                              : q.prec == precision::bf16 ? ": 16-bit weights and states halve model memory"
+                                                                          : ": autocast runs GEMMs in 16 bits, keeps fp32 master weights"));
+            }
+            if (q.gpus > 1)
+              c.reasons.push_back(q.zero == 0 ? "ZeRO 0: plain data parallel (replicated states, least communication)"
+                                              : fmt::format("ZeRO {}: shards {} over {} data-parallel ranks", q.zero,
+                                                            q.zero == 1 ? "optimizer states" : q.zero == 2 ? "optimizer states and gradients" : "states, gradients and parameters",
+                                                            q.data_parallel()));
+            if (q.offload != offload_kind::none)
+              c.reasons.push_back(fmt::format("offload {}: moves them to pinned host memory ({} per node) at PCIe cost", to_string(q.offload),
+                                              format_bytes(static_cast<double>(p.host_peak_bytes))));
+            if (q.tp > 1 || q.pp > 1)
+              c.reasons.push_back(fmt::format("tensor {} x pipeline {}: splits layers and weights across GPUs", q.tp, q.pp));
+            c.reasons.push_back(fmt::format("device peak {} of {} ({:.0f}% margin kept)", format_bytes(static_cast<double>(p.device_peak_bytes)),
+                                            format_bytes(static_cast<double>(opt.capacity_bytes)), opt.margin * 100));
+            out.fits.push_back(std::move(c));
           }
         }
       }

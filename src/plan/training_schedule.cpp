@@ -7,6 +7,7 @@
 #include "vramkit/plan/training_schedule.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "vramkit/core/error.hpp"
@@ -77,14 +78,34 @@ struct edge {
   bool passthrough = false;  ///< the node forwards its output gradient unchanged (add, views)
 };
 
+/// A fixed-capacity vector: nodes hold a handful of edges and saved tensors, and a plan records
+/// thousands of nodes, so they must not allocate.
+template <typename T, std::size_t N>
+class small_vec {
+ public:
+  void push_back(const T& v) {
+    if (n_ == N) throw logic_error("plan walker: node capacity exceeded");
+    a_[n_++] = v;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+  [[nodiscard]] bool empty() const noexcept { return n_ == 0; }
+  const T& operator[](std::size_t i) const noexcept { return a_[i]; }
+  const T* begin() const noexcept { return a_.data(); }
+  const T* end() const noexcept { return a_.data() + n_; }
+
+ private:
+  std::array<T, N> a_{};
+  std::size_t n_ = 0;
+};
+
 /// A recorded autograd node.
 struct node {
   int out = k_none;
-  std::vector<edge> edges;
-  std::vector<int> saved;
-  std::vector<int> params;        ///< parameter indices receiving gradients here
-  std::vector<u64> param_bytes;   ///< elements of each parameter gradient
-  std::vector<bool> param_cast;   ///< gradient computed for an autocast copy (low precision first)
+  small_vec<edge, 4> edges;
+  small_vec<int, 8> saved;
+  small_vec<int, 2> params;        ///< parameter indices receiving gradients here
+  small_vec<u64, 2> param_bytes;   ///< elements of each parameter gradient
+  small_vec<bool, 2> param_cast;   ///< gradient computed for an autocast copy (low precision first)
   u64 workspace = 0;              ///< transient bytes inside this node's backward
   int ckpt_layer = -1;            ///< >= 0: a checkpointed layer re-run in backward
   int ckpt_input = k_none;
@@ -250,7 +271,7 @@ void walker::param_grad(int p, u64 elems, bool cast) {
 
 void walker::run_nodes_backward(std::size_t first) {
   for (std::size_t i = nodes_.size(); i-- > first;) {
-    node n = std::move(nodes_[i]);
+    const node n = nodes_[i];
     nodes_.pop_back();
     const int g_out = grad_[n.out];
     if (g_out != k_none) {
@@ -1259,7 +1280,15 @@ void generate(walker& w) {
 
 schedule build_schedule(const model_description& m, const plan_request& r) {
   schedule s;
+  // About 60 tensors per transformer layer and step; reserving avoids regrowth.
+  const std::size_t guess = 64 * static_cast<std::size_t>(m.is_vision() ? 64 : m.t.layers + 4) * (r.steps + 1);
+  s.tensors.reserve(guess);
+  s.events.reserve(2 * guess);
   walker w(m, r, s);
+  w.refs_.reserve(guess);
+  w.grad_.reserve(guess);
+  w.producer_.reserve(guess);
+  w.nodes_.reserve(guess / 2);
   setup_params(w);
   const auto params = parameter_tensors(m);
   const int n = static_cast<int>(params.size());

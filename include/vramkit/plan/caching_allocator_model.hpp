@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -50,7 +49,13 @@ class caching_allocator_model {
     std::int32_t prev = -1, next = -1;
     bool free = false, small = false, live = false;
   };
-  using key = std::pair<std::uint64_t, std::uint64_t>;  // (size, addr) like BlockComparatorSize
+  /// Free block ordered by (size, address) like PyTorch's BlockComparatorSize. Pools are sorted
+  /// vectors: they hold at most a few hundred free blocks, where a vector beats a tree.
+  struct entry {
+    std::uint64_t size, addr;
+    std::int32_t block;
+    bool operator<(const entry& o) const noexcept { return size != o.size ? size < o.size : addr < o.addr; }
+  };
   std::int32_t new_block();
   void insert_free(std::int32_t b);
   void erase_free(std::int32_t b);
@@ -58,7 +63,7 @@ class caching_allocator_model {
   std::vector<block> blocks_;
   std::vector<std::int32_t> spare_;
   std::vector<std::int32_t> handle_block_;
-  std::set<std::pair<key, std::int32_t>> small_pool_, large_pool_;
+  std::vector<entry> small_pool_, large_pool_;
   std::uint64_t next_addr_ = 0;
   std::uint64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
   std::size_t segments_ = 0;

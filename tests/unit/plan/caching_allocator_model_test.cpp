@@ -2,6 +2,13 @@
 // splitting and the absence of cross-segment coalescing.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/units.hpp"
 #include "vramkit/plan/caching_allocator_model.hpp"
@@ -84,4 +91,38 @@ TEST(CachingAllocatorModel, PeaksAndDoubleFree) {
   EXPECT_EQ(a.peak_allocated_bytes(), 0u);
   EXPECT_EQ(a.peak_reserved_bytes(), 64 * MiB);
   EXPECT_THROW(a.free(h), vramkit::logic_error);
+}
+
+TEST(CachingAllocatorModel, ReplaysARecordedPyTorchTrainingStep) {
+  // A TinyLlama-shaped training step recorded from PyTorch's allocator on an H200
+  // (tests/data/mr/llama_step.trace, statistics in llama_step.json): the model must reproduce
+  // max_memory_allocated exactly and max_memory_reserved closely.
+  const std::string dir = std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/mr/";
+  std::ifstream trace(dir + "llama_step.trace");
+  std::ifstream stats(dir + "llama_step.json");
+  if (!trace || !stats) GTEST_SKIP() << "tests/data/mr/llama_step.trace not present";
+  const auto j = nlohmann::json::parse(stats);
+  caching_allocator_model a;
+  std::unordered_map<long, std::uint32_t> live;
+  std::string line;
+  while (std::getline(trace, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ss(line);
+    char op = 0;
+    long id = 0;
+    unsigned long long bytes = 0;
+    ss >> op >> id >> bytes;
+    if (op == 'a') {
+      live[id] = a.malloc(bytes);
+    } else if (op == 'f') {
+      const auto it = live.find(id);
+      if (it != live.end()) {
+        a.free(it->second);
+        live.erase(it);
+      }
+    }
+  }
+  EXPECT_EQ(a.peak_allocated_bytes(), j.at("max_allocated_bytes").get<std::uint64_t>());
+  const double reserved = j.at("max_reserved_bytes").get<double>();
+  EXPECT_NEAR(static_cast<double>(a.peak_reserved_bytes()), reserved, 0.03 * reserved);
 }

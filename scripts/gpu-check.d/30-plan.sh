@@ -1,0 +1,49 @@
+# Plan stage: measures a few planner cases afresh with PyTorch on this GPU (the ground-truth
+# script, fresh processes) and prints the planner's predictions beside them; also the committed
+# ground truth and the planner's speed benchmark. Writes RESULTS_DIR/plan-summary.md.
+set -uo pipefail
+: "${BUILD_DIR:?}" "${RESULTS_DIR:?}"
+summary="$RESULTS_DIR/plan-summary.md"
+report="$BUILD_DIR/bench/plan/plan_accuracy_report"
+bench="$BUILD_DIR/bench/plan/plan_bench"
+status=0
+{
+  echo "# plan: predicted vs measured peak memory"
+  echo
+  echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (uncommitted changes)')"
+  echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "- torch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo 'not importable')"
+  echo
+} > "$summary"
+
+if python3 -c 'import torch, transformers, torchvision' 2>/dev/null; then
+  # Fresh measurements of five representative cases, then the planner on them.
+  timeout 420 python3 bench/plan/measure_ground_truth.py --out "$RESULTS_DIR/plan-fresh.json" \
+    --log-dir "$RESULTS_DIR/plan-fresh-logs" --jobs 3 \
+    --only gpt2-train-fp32-adamw-b8 --only tinyllama-1.1b-train-amp-bf16-adamw-b8 \
+    --only resnet-50-train-fp32 --only bert-base-train-amp-fp16 --only qwen2-0.5b-infer \
+    > "$RESULTS_DIR/plan-fresh.txt" 2>&1 || status=1
+  {
+    echo "## Cases measured in this run (max allocated / reserved / nvidia-smi, measured / predicted / error)"
+    echo
+    "$report" "$RESULTS_DIR/plan-fresh.json" tests/data/plan 2>&1 || status=1
+    echo
+  } >> "$summary"
+else
+  echo "PyTorch, transformers or torchvision not importable here: no fresh measurement." >> "$summary"
+  status=1
+fi
+{
+  echo "## Committed ground truth (tests/data/plan/ground_truth.json)"
+  echo
+  "$report" tests/data/plan/ground_truth.json 2>&1 || status=1
+  echo
+  echo "## Planner speed (targets: one plan < 1 ms, a full --fit search < 1000 ms)"
+  echo
+  echo '```'
+  "$bench" --benchmark_min_time=0.2 2>&1 | tail -12 || status=1
+  echo '```'
+} >> "$summary"
+cat "$summary"
+exit $status
