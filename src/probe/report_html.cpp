@@ -155,6 +155,7 @@ tr.samples td{color:#555;font-size:0.9em}tr.samples{display:none}tr.samples.open
 .lt{fill:#c0392b;font-size:11px}.xl{font-size:11px;text-anchor:middle;fill:#333}
 .yl{font-size:11px;text-anchor:end;fill:#333}.ct{font-size:13px;font-weight:600}
 .skip{color:#7a5b00}.fail{color:#b00020;font-weight:600}
+td.w{min-width:16em;max-width:32em;font-size:0.9em;color:#444}
 )";
 
 constexpr const char* script = R"(
@@ -233,8 +234,8 @@ std::string to_html(const probe_report& report) {
     h += std::string("<td>") + to_string(m.convention) + "</td>";
     h += "<td class=\"n\">" + (pct ? fmt::format("{:.1f}", *pct) : std::string("-")) + "</td>";
     h += std::string("<td class=\"v\">") + to_string(m.verdict) + "</td>";
-    h += "<td>" + html_escape(m.verdict_reason) + "</td>";
-    h += "<td>" + html_escape(m.note) + (m.verified ? "" : " (not verified)") + "</td></tr>\n";
+    h += "<td class=\"w\">" + html_escape(m.verdict_reason) + "</td>";
+    h += "<td class=\"w\">" + html_escape(m.note) + (m.verified ? "" : " (not verified)") + "</td></tr>\n";
     std::string samples;
     for (double v : m.samples) samples += (samples.empty() ? "" : ", ") + format_figure(v);
     h += fmt::format("<tr class=\"samples\" id=\"s{}\"><td colspan=\"12\">{} samples ({}): {}{}</td></tr>\n",
