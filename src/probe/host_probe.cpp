@@ -262,8 +262,8 @@ void run_latency(const host_topology& topo, const probe_options& options, probe_
   std::uint64_t max_bytes = options.max_latency_bytes;
   if (max_bytes == 0) {
     max_bytes = options.quick ? 256 * MiB : GiB;
-    // Reach well past the last-level cache, as far as a quarter of the memory allows.
-    while (max_bytes < 4 * llc) max_bytes *= 2;
+    // A full run reaches well past the last-level cache, as far as a quarter of the memory allows.
+    while (!options.quick && max_bytes < 4 * llc) max_bytes *= 2;
     std::uint64_t mem = 0;
     for (const auto& nd : topo.numa_nodes()) mem += nd.memory_bytes;
     while (mem > 0 && max_bytes > 64 * MiB && max_bytes > mem / 4) max_bytes /= 2;
