@@ -41,6 +41,9 @@ def run_one(args):
         cfg["num_hidden_layers"] = args.layers
     cfg.pop("architectures", None)
     config = transformers.LlamaConfig(**cfg)
+    # Eager attention: SDPA/flash backward kernels are not deterministic, and the loss comparison
+    # needs bitwise-repeatable runs.
+    config._attn_implementation = "eager"
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.benchmark = False
@@ -117,7 +120,8 @@ def main():
         print("skipped: PyTorch sees no CUDA device", file=sys.stderr)
         return SKIP
     results = {}
-    for kind in ("torch", "vramkit"):
+    # A second PyTorch-allocator run shows whether the runs are repeatable at all.
+    for label, kind in (("torch", "torch"), ("vramkit", "vramkit"), ("torch_repeat", "torch")):
         cmd = [sys.executable, os.path.abspath(__file__), "--run", kind]
         for k in ("config", "layers", "steps", "warmup", "batch", "seq", "seed", "lib"):
             v = getattr(args, k)
@@ -125,15 +129,18 @@ def main():
                 cmd += ["--" + k, str(v)]
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
-            print("%s run failed (exit %d):\n%s" % (kind, p.returncode, p.stderr[-4000:]), file=sys.stderr)
+            print("%s run failed (exit %d):\n%s" % (label, p.returncode, p.stderr[-4000:]), file=sys.stderr)
             return 1
-        results[kind] = json.loads(p.stdout.strip().splitlines()[-1])
-    t, v = results["torch"], results["vramkit"]
+        results[label] = json.loads(p.stdout.strip().splitlines()[-1])
+    t, v, t2 = results["torch"], results["vramkit"], results["torch_repeat"]
     identical = t["losses"] == v["losses"]
     results["losses_identical"] = identical
     results["max_loss_diff"] = max(abs(a - b) for a, b in zip(t["losses"], v["losses"]))
+    results["torch_repeatable"] = t["losses"] == t2["losses"]
+    results["max_loss_diff_torch_repeat"] = max(abs(a - b) for a, b in zip(t["losses"], t2["losses"]))
     results["ratios"] = {
         "step_time_vramkit_over_torch": v["median_step_s"] / t["median_step_s"],
+        "step_time_torch_repeat_over_torch": t2["median_step_s"] / t["median_step_s"],
         "peak_reserved_vramkit_over_torch": v["peak_reserved_bytes"] / max(1, t["peak_reserved_bytes"]),
     }
     for kind in ("torch", "vramkit"):
@@ -143,7 +150,8 @@ def main():
                   kind, r["median_step_s"], r["peak_reserved_bytes"] / 2**20,
                   r["peak_allocated_bytes"] / 2**20, r["peak_reserved_over_peak_allocated"],
                   " ".join("%.6f" % x for x in r["losses"])))
-    print("losses identical: %s (max difference %.3g)" % (identical, results["max_loss_diff"]))
+    print("losses identical: %s (max difference %.3g); PyTorch run twice: identical %s (max difference %.3g)" % (
+        identical, results["max_loss_diff"], results["torch_repeatable"], results["max_loss_diff_torch_repeat"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

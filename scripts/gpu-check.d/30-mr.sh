@@ -51,7 +51,7 @@ def sh(cmd):
         return "unknown"
 lines = ["# mr: allocator results", "",
          "- GPU / driver: " + sh("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1"),
-         "- commit: " + sh("git rev-parse --short HEAD"),
+         "- commit: " + (sh("git rev-parse --short HEAD") or "unknown (no git here)"),
          "- date: " + datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), ""]
 bench = load("pool_bench.json")
 if bench:
@@ -96,11 +96,12 @@ if tr:
     lines += ["## training step (LLaMA-shaped, %d layers, batch %d x %d, amp bf16, AdamW)" % (t["layers"], t["batch"], t["seq"]), "",
               "| allocator | median step s | peak reserved MiB | peak allocated MiB | reserved/allocated |",
               "|---|---|---|---|---|"]
-    for r in (t, v):
+    for r in (t, v) + ((tr["torch_repeat"],) if "torch_repeat" in tr else ()):
         lines.append("| %s | %.4f | %.1f | %.1f | %.3f |" % (r["allocator"], r["median_step_s"],
                      r["peak_reserved_bytes"] / 2**20, r["peak_allocated_bytes"] / 2**20, r["peak_reserved_over_peak_allocated"]))
-    lines += ["", "losses identical: %s (max difference %.3g); step time vramkit / PyTorch %.4f (target <= 1.02); peak reserved vramkit / PyTorch %.3f" % (
-        tr["losses_identical"], tr["max_loss_diff"], tr["ratios"]["step_time_vramkit_over_torch"],
+    lines += ["", "losses identical: %s (max difference %.3g); PyTorch vs PyTorch again: identical %s; step time vramkit / PyTorch %.4f (target <= 1.02; PyTorch again / PyTorch %.4f); peak reserved vramkit / PyTorch %.3f" % (
+        tr["losses_identical"], tr["max_loss_diff"], tr.get("torch_repeatable"), tr["ratios"]["step_time_vramkit_over_torch"],
+        tr["ratios"].get("step_time_torch_repeat_over_torch", float("nan")),
         tr["ratios"]["peak_reserved_vramkit_over_torch"]), ""]
 with open(md, "w") as f:
     f.write("\n".join(lines) + "\n")

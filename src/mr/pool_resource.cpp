@@ -7,7 +7,9 @@
 #include <cinttypes>
 #include <cstdio>
 #include <mutex>
-#include <set>
+#include <array>
+#include <bit>
+#include <memory_resource>
 #include <unordered_map>
 #include <vector>
 
@@ -25,18 +27,117 @@ struct block {
   std::size_t requested = 0;  // bytes the caller asked for (allocated blocks)
   block* prev = nullptr;      // address neighbours inside the chunk
   block* next = nullptr;
+  block* free_prev = nullptr;  // neighbours in a free_index bin (free blocks)
+  block* free_next = nullptr;
   chunk* owner = nullptr;
   stream_state* stream = nullptr;  // free list holding the block (free) or allocating stream
   std::uint64_t seq = 0;           // the owning stream's free sequence number at the free
+  std::uint32_t bin = 0;
   bool free = false;
 };
 
-struct by_size {
-  bool operator()(const block* a, const block* b) const noexcept {
-    return a->size != b->size ? a->size < b->size : a->ptr < b->ptr;
+// Free blocks of one stream and class, in size bins (64 per power of two, as TLSF) with a bitmap of
+// the non-empty ones: insert and erase are O(1) without allocation, find scans at most two bins.
+// find returns the smallest block that fits (among equal sizes the most recently freed).
+class free_index {
+ public:
+  static constexpr int sub_bits = 6;
+  static constexpr int bins = 64 << sub_bits;
+
+  static std::uint32_t bin_of(std::size_t s) noexcept {
+    const int fl = 63 - std::countl_zero(static_cast<std::uint64_t>(s | 1));
+    if (fl < sub_bits) return static_cast<std::uint32_t>(s);
+    const auto sl = static_cast<std::uint32_t>((s >> (fl - sub_bits)) & ((1u << sub_bits) - 1));
+    return static_cast<std::uint32_t>((fl - sub_bits + 1) << sub_bits) + sl;
   }
+
+  void insert(block* b) noexcept {
+    const std::uint32_t i = bin_of(b->size);
+    b->bin = i;
+    b->free_prev = nullptr;
+    b->free_next = heads_[i];
+    if (heads_[i] != nullptr) heads_[i]->free_prev = b;
+    heads_[i] = b;
+    bits_[i / 64] |= std::uint64_t{1} << (i % 64);
+    ++count_;
+  }
+
+  void erase(block* b) noexcept {
+    if (b->free_prev != nullptr) {
+      b->free_prev->free_next = b->free_next;
+    } else {
+      heads_[b->bin] = b->free_next;
+      if (b->free_next == nullptr) bits_[b->bin / 64] &= ~(std::uint64_t{1} << (b->bin % 64));
+    }
+    if (b->free_next != nullptr) b->free_next->free_prev = b->free_prev;
+    b->free_prev = b->free_next = nullptr;
+    --count_;
+  }
+
+  block* find(std::size_t size) const noexcept {
+    const std::uint32_t i = bin_of(size);
+    block* best = nullptr;
+    for (block* b = heads_[i]; b != nullptr; b = b->free_next) {
+      if (b->size < size) continue;
+      if (best == nullptr || b->size < best->size) {
+        best = b;
+        if (b->size == size) return b;  // nothing fits better
+      }
+    }
+    if (best != nullptr) return best;
+    const int j = next_bin(i + 1);
+    if (j < 0) return nullptr;
+    for (block* b = heads_[j]; b != nullptr; b = b->free_next) {
+      if (best == nullptr || b->size < best->size) best = b;
+    }
+    return best;
+  }
+
+  [[nodiscard]] std::size_t largest() const noexcept {
+    for (int w = bins / 64 - 1; w >= 0; --w) {
+      if (bits_[w] == 0) continue;
+      const int j = w * 64 + 63 - std::countl_zero(bits_[w]);
+      std::size_t m = 0;
+      for (block* b = heads_[j]; b != nullptr; b = b->free_next) m = std::max(m, b->size);
+      return m;
+    }
+    return 0;
+  }
+
+  // Removes and returns every block.
+  std::vector<block*> take_all() {
+    std::vector<block*> out;
+    out.reserve(count_);
+    for (int w = 0; w < bins / 64; ++w) {
+      for (std::uint64_t bits = bits_[w]; bits != 0; bits &= bits - 1) {
+        const int j = w * 64 + std::countr_zero(bits);
+        for (block* b = heads_[j]; b != nullptr; b = b->free_next) out.push_back(b);
+        heads_[j] = nullptr;
+      }
+      bits_[w] = 0;
+    }
+    count_ = 0;
+    return out;
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return count_; }
+
+ private:
+  int next_bin(std::uint32_t from) const noexcept {
+    if (from >= static_cast<std::uint32_t>(bins)) return -1;
+    std::uint32_t w = from / 64;
+    std::uint64_t bits = bits_[w] & (~std::uint64_t{0} << (from % 64));
+    for (;;) {
+      if (bits != 0) return static_cast<int>(w * 64 + std::countr_zero(bits));
+      if (++w >= static_cast<std::uint32_t>(bins / 64)) return -1;
+      bits = bits_[w];
+    }
+  }
+
+  std::array<block*, bins> heads_{};
+  std::array<std::uint64_t, bins / 64> bits_{};
+  std::size_t count_ = 0;
 };
-using free_set = std::set<block*, by_size>;
 
 struct chunk {
   std::uintptr_t base = 0;
@@ -54,9 +155,9 @@ struct stream_state {
   std::uint64_t free_seq = 0;     // frees so far
   std::uint64_t recorded_seq = 0; // free_seq covered by the last record
   std::uint64_t synced_seq = 0;   // free_seq known complete on the device
-  free_set free_small;
-  free_set free_large;
-  free_set& list(bool small) { return small ? free_small : free_large; }
+  free_index free_small;
+  free_index free_large;
+  free_index& list(bool small) { return small ? free_small : free_large; }
 };
 
 struct released_chunk {
@@ -92,7 +193,8 @@ struct pool_resource::impl {
   mutable std::mutex m;
   std::vector<std::unique_ptr<stream_state>> streams;
   stream_state* last_stream = nullptr;
-  std::unordered_map<std::uintptr_t, block*> live;
+  std::pmr::unsynchronized_pool_resource node_pool;  // nodes of `live`, guarded by m
+  std::pmr::unordered_map<std::uintptr_t, block*> live{&node_pool};
   std::vector<chunk*> chunks;
   std::vector<block*> spare;
   std::size_t next_large_chunk = 0;
@@ -143,13 +245,8 @@ struct pool_resource::impl {
   }
 
   block* find_fit(stream_state* st, bool small, std::size_t size) {
-    free_set& list = st->list(small);
-    block key;
-    key.size = size;
-    key.ptr = 0;
-    auto it = list.lower_bound(&key);
-    if (it == list.end()) return nullptr;
-    block* b = *it;
+    block* b = st->list(small).find(size);
+    if (b == nullptr) return nullptr;
     if (!small) {
       // Oversize blocks (>= max_split) serve only oversize requests that waste little of them.
       if (size < opt.max_split && b->size >= opt.max_split) return nullptr;
@@ -232,11 +329,10 @@ struct pool_resource::impl {
       record(other);
       if (api) api->stream_wait_event(st->stream, other->event);
       ++stats.cross_stream_waits;
-      std::vector<block*> moved(other->free_small.begin(), other->free_small.end());
-      moved.insert(moved.end(), other->free_large.begin(), other->free_large.end());
+      std::vector<block*> moved = other->free_small.take_all();
+      std::vector<block*> large = other->free_large.take_all();
+      moved.insert(moved.end(), large.begin(), large.end());
       free_block_count -= moved.size();
-      other->free_small.clear();
-      other->free_large.clear();
       // The moved blocks count as freed on st now: st's next event covers them, since st waits
       // for `other`.
       ++st->free_seq;
@@ -386,8 +482,7 @@ struct pool_resource::impl {
     r.free_blocks = free_block_count;
     std::size_t largest = 0;
     for (const auto& st : streams) {
-      if (!st->free_small.empty()) largest = std::max(largest, (*st->free_small.rbegin())->size);
-      if (!st->free_large.empty()) largest = std::max(largest, (*st->free_large.rbegin())->size);
+      largest = std::max({largest, st->free_small.largest(), st->free_large.largest()});
     }
     r.largest_free_block = largest;
     return r;

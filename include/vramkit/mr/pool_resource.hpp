@@ -1,5 +1,6 @@
 // pool_resource: a stream-ordered caching pool over an upstream resource (after RMM's pool and
-// PyTorch's caching allocator). Best fit over free blocks ordered by (size, address), splitting and
+// PyTorch's caching allocator). Best fit over free blocks (the smallest that fits; among equal sizes
+// the most recently freed), kept in TLSF-style size bins with O(1) insert and erase, splitting and
 // coalescing of neighbours inside a chunk, a small class (requests <= 1 MiB packed into 2 MiB
 // chunks) and a large class, chunks taken from the upstream as needed and given back by trim().
 // One free list per stream: a block freed on stream S is reusable on S at once; another stream
