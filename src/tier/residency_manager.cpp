@@ -86,11 +86,17 @@ struct residency_manager::impl {
 
   // --- helpers, all called with `mutex` held ----------------------------------------------------
 
+  // Only an event whose last record has completed is reused: a wait already enqueued on it then
+  // stays satisfied whichever stream records it next (an event recorded again on another stream
+  // must not stand in for its earlier record).
   event_view take_event() {
-    if (!event_pool.empty()) {
-      event_view e = event_pool.back();
-      event_pool.pop_back();
-      return e;
+    for (std::size_t i = event_pool.size(); i-- > 0;) {
+      if (api.event_done(event_pool[i])) {
+        event_view e = event_pool[i];
+        event_pool[i] = event_pool.back();
+        event_pool.pop_back();
+        return e;
+      }
     }
     return api.create_event();
   }

@@ -43,7 +43,9 @@ TEST(TextureStreaming, BudgetHoldsNearestItemGetsLevelZeroAndContentsStayIntact)
       EXPECT_GE(r.finest_level[i], r.wanted_level[i]) << "never finer than wanted";
     }
     // Items very close to the camera want level 0 and the budget has room for a few of them.
-    if (r.wanted_level[nearest] == 0) EXPECT_EQ(r.finest_level[nearest], 0);
+    if (r.wanted_level[nearest] == 0) {
+      EXPECT_EQ(r.finest_level[nearest], 0);
+    }
   }
   sim.device->synchronize(stream);
   EXPECT_EQ(bad, 0u) << "a level's device copy did not match its checksum";
