@@ -22,6 +22,7 @@ done
   echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
   commit=$(git rev-parse --short HEAD 2>/dev/null || true)
   [ -n "$commit" ] || commit=$(awk -F': ' '/^commit:/ {print $2; exit}' "$RESULTS_DIR/machine.txt" 2>/dev/null)
+  [ "$commit" = "HEAD" ] && commit=""
   echo "- commit: ${commit:-unknown}"
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "- host: $(lscpu 2>/dev/null | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}'), ${avail_gib} GiB available"
