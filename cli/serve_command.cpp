@@ -28,8 +28,10 @@ struct serve_args {
 };
 
 void run_serve(const serve_args& a) {
-  if (!mon::exporter_built()) throw error("built without cpp-httplib: vramkit serve is not available in this build");
-  if (a.port < 0 || a.port > 65535) throw usage_error("--port " + std::to_string(a.port) + " is not a TCP port (0-65535)");
+  if (!mon::exporter_built())
+    throw error("built without cpp-httplib: vramkit serve is not available in this build");
+  if (a.port < 0 || a.port > 65535)
+    throw usage_error("--port " + std::to_string(a.port) + " is not a TCP port (0-65535)");
   auto interval = mon::parse_interval(a.interval);
   result<std::shared_ptr<mon::nvml_api>> gpus = unavailable{};
   if (!a.fake_gpus.empty()) {
@@ -37,7 +39,9 @@ void run_serve(const serve_args& a) {
   } else {
     const char* lib = std::getenv("VRAMKIT_NVML_LIBRARY");
     gpus = mon::load_nvml(lib != nullptr && *lib != '\0' ? lib : "libnvidia-ml.so.1");
-    if (!gpus) std::fprintf(stderr, "vramkit: %s: exporting host memory only\n", gpus.error().reason.c_str());
+    if (!gpus)
+      std::fprintf(stderr, "vramkit: %s: exporting host memory only\n",
+                   gpus.error().reason.c_str());
   }
   mon::sampler_options so;
   so.host_root = a.host_root;
@@ -57,7 +61,8 @@ void run_serve(const serve_args& a) {
   eo.history_samples = a.history;
   mon::exporter server(std::make_unique<mon::sampler>(std::move(gpus), so), eo);
   int port = server.start();
-  std::printf("vramkit serve: listening on http://%s:%d/ (metrics at /metrics)\n", a.bind.c_str(), port);
+  std::printf("vramkit serve: listening on http://%s:%d/ (metrics at /metrics)\n", a.bind.c_str(),
+              port);
   std::fflush(stdout);
   int sig = 0;
   sigwait(&stop_signals, &sig);
@@ -68,14 +73,23 @@ void run_serve(const serve_args& a) {
 
 void add_serve_command(CLI::App& app, command_context& ctx) {
   auto args = std::make_shared<serve_args>();
-  auto* serve_subcommand = app.add_subcommand("serve", "Prometheus exporter and live web page of GPU and host memory");
+  auto* serve_subcommand =
+      app.add_subcommand("serve", "Prometheus exporter and live web page of GPU and host memory");
   auto run_extender = add_extender_options(*serve_subcommand, ctx);
-  serve_subcommand->add_option("--port", args->port, "TCP port (0 picks a free one and prints it)")->capture_default_str();
+  serve_subcommand->add_option("--port", args->port, "TCP port (0 picks a free one and prints it)")
+      ->capture_default_str();
   serve_subcommand->add_option("--bind", args->bind, "Address to listen on")->capture_default_str();
-  serve_subcommand->add_option("--interval", args->interval, "Sampling interval (1s, 500ms)")->capture_default_str();
-  serve_subcommand->add_option("--fake-gpus", args->fake_gpus, "Read GPUs from a JSON fixture instead of the driver (reloaded when it changes)");
-  serve_subcommand->add_option("--history", args->history, "Samples kept for the live page")->capture_default_str();
-  serve_subcommand->add_option("--host-root", args->host_root, "Read /proc and /sys under this directory (tests)")->group("");
+  serve_subcommand->add_option("--interval", args->interval, "Sampling interval (1s, 500ms)")
+      ->capture_default_str();
+  serve_subcommand->add_option(
+      "--fake-gpus", args->fake_gpus,
+      "Read GPUs from a JSON fixture instead of the driver (reloaded when it changes)");
+  serve_subcommand->add_option("--history", args->history, "Samples kept for the live page")
+      ->capture_default_str();
+  serve_subcommand
+      ->add_option("--host-root", args->host_root,
+                   "Read /proc and /sys under this directory (tests)")
+      ->group("");
   serve_subcommand->callback([args, run_extender] {
     if (run_extender()) return;
     run_serve(*args);

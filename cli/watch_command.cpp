@@ -1,5 +1,6 @@
 // `vramkit watch`: the live terminal view of GPU and host memory, a one-shot table (--once), and
 // recording (--json to stdout, --csv FILE) or replay (--replay FILE) of samples.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -9,8 +10,6 @@
 #include <fstream>
 #include <optional>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "commands.hpp"
 #include "vramkit/core/error.hpp"
@@ -44,7 +43,8 @@ void on_stop(int) { g_stop = 1; }
 // The GPU source: the fake fixture when given, else the driver's NVML (VRAMKIT_NVML_LIBRARY
 // overrides the library name, for tests).
 result<std::shared_ptr<mon::nvml_api>> open_gpus(const std::string& fake_gpus) {
-  if (!fake_gpus.empty()) return std::shared_ptr<mon::nvml_api>(mon::fake_nvml::from_file(fake_gpus));
+  if (!fake_gpus.empty())
+    return std::shared_ptr<mon::nvml_api>(mon::fake_nvml::from_file(fake_gpus));
   const char* lib = std::getenv("VRAMKIT_NVML_LIBRARY");
   return mon::load_nvml(lib != nullptr && *lib != '\0' ? lib : "libnvidia-ml.so.1");
 }
@@ -81,7 +81,9 @@ class csv_sink {
 
 void run_replay(const watch_args& a) {
   auto rec = mon::read_recording(a.replay);
-  for (const auto& e : rec.errors) std::fprintf(stderr, "vramkit: %s:%zu: %s (line skipped)\n", a.replay.c_str(), e.line, e.message.c_str());
+  for (const auto& e : rec.errors)
+    std::fprintf(stderr, "vramkit: %s:%zu: %s (line skipped)\n", a.replay.c_str(), e.line,
+                 e.message.c_str());
   if (rec.samples.empty()) throw usage_error("recording " + a.replay + " holds no readable sample");
   if (!(a.speed > 0)) throw usage_error("--speed must be greater than 0");
   if (a.once) {
@@ -130,8 +132,10 @@ void run_watch(const watch_args& a, command_context& ctx) {
     if (!notice.empty()) std::fprintf(stderr, "vramkit: %s\n", notice.c_str());
     auto s = sampler.take();
     if (csv) csv->write(s);
-    if (a.json) std::printf("%s\n", mon::to_json_line(s).c_str());
-    else std::fputs(mon::format_snapshot(s).c_str(), stdout);
+    if (a.json)
+      std::printf("%s\n", mon::to_json_line(s).c_str());
+    else
+      std::fputs(mon::format_snapshot(s).c_str(), stdout);
     return;
   }
 
@@ -145,7 +149,8 @@ void run_watch(const watch_args& a, command_context& ctx) {
       if (n > 0) {
         next += interval;
         while (g_stop == 0 && std::chrono::steady_clock::now() < next) {
-          std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(next - std::chrono::steady_clock::now(), std::chrono::milliseconds(50)));
+          std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+              next - std::chrono::steady_clock::now(), std::chrono::milliseconds(50)));
         }
         if (g_stop != 0) break;
       }
@@ -179,17 +184,25 @@ void run_watch(const watch_args& a, command_context& ctx) {
 
 void add_watch_command(CLI::App& app, command_context& ctx) {
   auto args = std::make_shared<watch_args>();
-  auto* sub = app.add_subcommand("watch", "Live view of GPU and host memory; --once, --json, --csv FILE, --replay FILE");
-  sub->add_option("--interval", args->interval, "Sampling interval (1s, 500ms, 2m)")->capture_default_str();
+  auto* sub = app.add_subcommand(
+      "watch", "Live view of GPU and host memory; --once, --json, --csv FILE, --replay FILE");
+  sub->add_option("--interval", args->interval, "Sampling interval (1s, 500ms, 2m)")
+      ->capture_default_str();
   sub->add_option("--device", args->devices, "GPU index to show (repeatable); default all");
-  sub->add_flag("--once", args->once, "Print one snapshot as a table (or one JSON line with --json) and exit");
-  sub->add_flag("--json", args->json, "Print one JSON object per sample per line (JSON Lines) on stdout");
+  sub->add_flag("--once", args->once,
+                "Print one snapshot as a table (or one JSON line with --json) and exit");
+  sub->add_flag("--json", args->json,
+                "Print one JSON object per sample per line (JSON Lines) on stdout");
   sub->add_option("--csv", args->csv, "Append one CSV line per device per sample to FILE");
   sub->add_option("--count", args->count, "Stop after N samples (0 = until interrupted)");
   sub->add_option("--replay", args->replay, "Show a JSON Lines or CSV recording again");
-  sub->add_option("--speed", args->speed, "Replay speed factor (2 = twice as fast)")->capture_default_str();
-  sub->add_option("--fake-gpus", args->fake_gpus, "Read GPUs from a JSON fixture instead of the driver (reloaded when it changes)");
-  sub->add_option("--host-root", args->host_root, "Read /proc and /sys under this directory (tests)")->group("");
+  sub->add_option("--speed", args->speed, "Replay speed factor (2 = twice as fast)")
+      ->capture_default_str();
+  sub->add_option("--fake-gpus", args->fake_gpus,
+                  "Read GPUs from a JSON fixture instead of the driver (reloaded when it changes)");
+  sub->add_option("--host-root", args->host_root,
+                  "Read /proc and /sys under this directory (tests)")
+      ->group("");
   sub->callback([args, &ctx] { run_watch(*args, ctx); });
 }
 

@@ -4,16 +4,15 @@
 // target and its baseline from the same run. Not a test: it never fails on a slow figure.
 #include <sys/resource.h>
 #include <time.h>
-
-#include <algorithm>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,7 +46,9 @@ stats summarize(std::vector<double> v) {
   stats s;
   if (v.empty()) return s;
   std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))]; };
+  auto at = [&](double q) {
+    return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
+  };
   s.min = v.front();
   s.p50 = at(0.5);
   s.p90 = at(0.9);
@@ -79,7 +80,8 @@ std::vector<mon::fake_gpu> eight_gpus() {
     g.sm_clock_mhz = 1980;
     for (int p = 0; p < 4; ++p) {
       // Real pids of this process so the host join reads /proc as it would for real processes.
-      g.processes.push_back({static_cast<std::uint32_t>(getpid()), (1ULL + p) << 30, mon::nvml_process_kind::compute, "bench"});
+      g.processes.push_back({static_cast<std::uint32_t>(getpid()), (1ULL + p) << 30,
+                             mon::nvml_process_kind::compute, "bench"});
     }
     gpus.push_back(std::move(g));
   }
@@ -99,19 +101,23 @@ stats sample_cost(mon::sampler& s, int n) {
 }
 
 void print_cost(const char* what, const stats& s) {
-  std::printf("%-44s CPU per sample: median %.3f ms (min %.3f, max %.3f, n=%zu) -> %.4f %% of one core at 1 Hz (target < 1 %%)\n", what,
-              s.p50 * 1e3, s.min * 1e3, s.max * 1e3, s.n, s.p50 * 100.0);
+  std::printf(
+      "%-44s CPU per sample: median %.3f ms (min %.3f, max %.3f, n=%zu) -> %.4f %% of one core at "
+      "1 Hz (target < 1 %%)\n",
+      what, s.p50 * 1e3, s.min * 1e3, s.max * 1e3, s.n, s.p50 * 100.0);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   bool real = argc > 1 && std::strcmp(argv[1], "--real-nvml") == 0;
-  std::printf("vramkit monitor overhead (host: %u hardware threads)\n\n", std::thread::hardware_concurrency());
+  std::printf("vramkit monitor overhead (host: %u hardware threads)\n\n",
+              std::thread::hardware_concurrency());
 
   // Baseline: the host side alone (meminfo, NUMA, cgroup), which every sample pays.
   {
-    mon::sampler host_only(vramkit::unavailable{vramkit::unavailable_kind::no_driver, "bench"}, mon::sampler_options{});
+    mon::sampler host_only(vramkit::unavailable{vramkit::unavailable_kind::no_driver, "bench"},
+                           mon::sampler_options{});
     print_cost("baseline: host readers only", sample_cost(host_only, 200));
   }
   auto fake = std::make_shared<mon::fake_nvml>(eight_gpus());
@@ -126,7 +132,8 @@ int main(int argc, char** argv) {
       // Wall time too: NVML calls block in the driver, which CPU time of this process misses.
       auto t0 = std::chrono::steady_clock::now();
       auto st = sample_cost(real_sampler, 50);
-      double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 51;
+      double wall =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 51;
       print_cost("real NVML, all GPUs + host", st);
       std::printf("%-44s wall time per sample: %.3f ms\n", "real NVML", wall * 1e3);
       mon::sampler_options gpu_opts;
@@ -147,15 +154,18 @@ int main(int argc, char** argv) {
       t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
     }
     auto s = summarize(t);
-    std::printf("\nrender /metrics (8 GPUs, %zu bytes): median %.3f ms, p99 %.3f ms, max %.3f ms (n=%zu)\n", bytes, s.p50 * 1e3, s.p99 * 1e3,
-                s.max * 1e3, s.n);
+    std::printf(
+        "\nrender /metrics (8 GPUs, %zu bytes): median %.3f ms, p99 %.3f ms, max %.3f ms (n=%zu)\n",
+        bytes, s.p50 * 1e3, s.p99 * 1e3, s.max * 1e3, s.n);
   }
 
 #if defined(VRAMKIT_BENCH_HTTP)
   mon::exporter_options eo;
   eo.port = 0;
   eo.interval = std::chrono::milliseconds(1000);
-  mon::exporter ex(std::make_unique<mon::sampler>(std::shared_ptr<mon::nvml_api>(fake), mon::sampler_options{}), eo);
+  mon::exporter ex(
+      std::make_unique<mon::sampler>(std::shared_ptr<mon::nvml_api>(fake), mon::sampler_options{}),
+      eo);
   int port = ex.start();
   auto timed_gets = [&](const char* path, int n) {
     httplib::Client cli("127.0.0.1", port);
@@ -172,11 +182,16 @@ int main(int argc, char** argv) {
   };
   auto base = timed_gets("/healthz", 300);
   auto scrape = timed_gets("/metrics", 300);
-  std::printf("baseline GET /healthz over loopback: median %.3f ms, p99 %.3f ms (n=%zu)\n", base.p50 * 1e3, base.p99 * 1e3, base.n);
-  std::printf("scrape GET /metrics over loopback:   median %.3f ms, p99 %.3f ms, max %.3f ms (n=%zu; target < 5 ms; %.2fx the baseline)\n",
-              scrape.p50 * 1e3, scrape.p99 * 1e3, scrape.max * 1e3, scrape.n, base.p50 > 0 ? scrape.p50 / base.p50 : 0.0);
+  std::printf("baseline GET /healthz over loopback: median %.3f ms, p99 %.3f ms (n=%zu)\n",
+              base.p50 * 1e3, base.p99 * 1e3, base.n);
+  std::printf(
+      "scrape GET /metrics over loopback:   median %.3f ms, p99 %.3f ms, max %.3f ms (n=%zu; "
+      "target < 5 ms; %.2fx the baseline)\n",
+      scrape.p50 * 1e3, scrape.p99 * 1e3, scrape.max * 1e3, scrape.n,
+      base.p50 > 0 ? scrape.p50 / base.p50 : 0.0);
 
-  // Load: 100 concurrent scrapers x 50 requests per round. Bounded: every thread stops at a deadline.
+  // Load: 100 concurrent scrapers x 50 requests per round. Bounded: every thread stops at a
+  // deadline.
   const int threads = 100, per_thread = 50;
   auto round = [&](std::vector<double>& lat, std::atomic<int>& errors) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -196,7 +211,8 @@ int main(int argc, char** argv) {
             ++errors;
             continue;
           }
-          mine.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+          mine.push_back(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
         }
         std::lock_guard lock(m);
         lat.insert(lat.end(), mine.begin(), mine.end());
@@ -216,13 +232,16 @@ int main(int argc, char** argv) {
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   auto s = summarize(lat);
-  std::printf("\nload: %d scrapers x %d requests, 3 rounds in %.1f s; failed requests %d of %d\n", threads, per_thread, secs, errors.load(),
-              3 * threads * per_thread);
-  std::printf("load latency (last round): p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms (n=%zu)\n", s.p50 * 1e3, s.p90 * 1e3, s.p99 * 1e3,
-              s.max * 1e3, s.n);
-  std::printf("RSS: start %.1f MiB, after rounds 1/2/3: %.1f / %.1f / %.1f MiB (growth over rounds 2-3: %+.1f MiB; target: flat)\n",
-              rss[0] / 1048576.0, rss[1] / 1048576.0, rss[2] / 1048576.0, rss[3] / 1048576.0,
-              (static_cast<double>(rss[3]) - static_cast<double>(rss[1])) / 1048576.0);
+  std::printf("\nload: %d scrapers x %d requests, 3 rounds in %.1f s; failed requests %d of %d\n",
+              threads, per_thread, secs, errors.load(), 3 * threads * per_thread);
+  std::printf(
+      "load latency (last round): p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms (n=%zu)\n",
+      s.p50 * 1e3, s.p90 * 1e3, s.p99 * 1e3, s.max * 1e3, s.n);
+  std::printf(
+      "RSS: start %.1f MiB, after rounds 1/2/3: %.1f / %.1f / %.1f MiB (growth over rounds 2-3: "
+      "%+.1f MiB; target: flat)\n",
+      rss[0] / 1048576.0, rss[1] / 1048576.0, rss[2] / 1048576.0, rss[3] / 1048576.0,
+      (static_cast<double>(rss[3]) - static_cast<double>(rss[1])) / 1048576.0);
   ex.stop();
 #else
   std::printf("\nHTTP scrape and load figures: not built (cpp-httplib was not found)\n");

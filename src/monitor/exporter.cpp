@@ -8,7 +8,6 @@
 
 #include <cerrno>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "vramkit/core/error.hpp"
@@ -36,7 +35,10 @@ struct exporter::server {
 };
 
 exporter::exporter(std::unique_ptr<sampler> source, exporter_options options)
-    : source_(std::move(source)), options_(std::move(options)), history_(options_.history_samples), server_(std::make_unique<server>()) {}
+    : source_(std::move(source)),
+      options_(std::move(options)),
+      history_(options_.history_samples),
+      server_(std::make_unique<server>()) {}
 
 exporter::~exporter() { stop(); }
 
@@ -57,7 +59,8 @@ std::string exporter::samples_json(std::int64_t since_ms) const {
     j["t"] = s.timestamp_ms;
     json gpus = json::array();
     for (const auto& g : s.gpus) {
-      json gj{{"index", g.index}, {"uuid", g.uuid}, {"name", g.name}, {"state", to_string(g.state)}};
+      json gj{
+          {"index", g.index}, {"uuid", g.uuid}, {"name", g.name}, {"state", to_string(g.state)}};
       if (!g.state_reason.empty()) gj["state_reason"] = g.state_reason;
       if (g.memory_used_bytes) gj["used"] = *g.memory_used_bytes;
       if (g.memory_total_bytes) gj["total"] = *g.memory_total_bytes;
@@ -107,7 +110,8 @@ bool port_in_use(const std::string& host, int port) {
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return false;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr)
+    return false;
   int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
   bool in_use = false;
   if (fd >= 0) {
@@ -139,13 +143,16 @@ int exporter::start() {
   http.new_task_queue = [] { return new httplib::ThreadPool(64); };
   http.set_keep_alive_max_count(20);
   http.set_keep_alive_timeout(1);
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { res.set_content(metrics(), exposition_content_type); });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics(), exposition_content_type);
+  });
   http.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
     auto latest = history_.latest();
     auto age_ms = latest ? now_ms() - latest->timestamp_ms : -1;
     bool fresh = latest && age_ms <= 3 * options_.interval.count() + 1000;
     res.status = fresh ? 200 : 503;
-    res.set_content(fresh ? "ok\n" : "stale: no sample for " + std::to_string(age_ms) + " ms\n", "text/plain; charset=utf-8");
+    res.set_content(fresh ? "ok\n" : "stale: no sample for " + std::to_string(age_ms) + " ms\n",
+                    "text/plain; charset=utf-8");
   });
   http.Get("/api/samples", [this](const httplib::Request& req, httplib::Response& res) {
     std::int64_t since = 0;
@@ -154,7 +161,8 @@ int exporter::start() {
         since = std::stoll(req.get_param_value("since"));
       } catch (const std::exception&) {
         res.status = 400;
-        res.set_content("since must be milliseconds since the epoch\n", "text/plain; charset=utf-8");
+        res.set_content("since must be milliseconds since the epoch\n",
+                        "text/plain; charset=utf-8");
         return;
       }
     }
@@ -180,23 +188,24 @@ int exporter::start() {
   int port = options_.port;
   if (port == 0) {
     port = http.bind_to_any_port(options_.bind_address);
-    if (port < 0) throw error("cannot listen on " + options_.bind_address + ": " + std::strerror(errno));
+    if (port < 0)
+      throw error("cannot listen on " + options_.bind_address + ": " + std::strerror(errno));
   } else if (!http.bind_to_port(options_.bind_address, port)) {
     throw error("cannot listen on " + options_.bind_address + ":" + std::to_string(port) + ": " +
-                (port_in_use(options_.bind_address, port) ? "address already in use" : "cannot bind that address"));
+                (port_in_use(options_.bind_address, port) ? "address already in use"
+                                                          : "cannot bind that address"));
   }
   serve_thread_ = std::thread([this] { server_->http.listen_after_bind(); });
   // stop() only reaches a server that is running: wait for it so an early stop cannot hang.
-  for (int i = 0; i < 2000 && !server_->http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 2000 && !server_->http.is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   sample_thread_ = std::thread([this] { sample_loop(); });
   return port;
 }
 
 void exporter::stop() noexcept {
   if (stopping_.exchange(true)) return;
-  {
-    std::lock_guard lock(wake_mutex_);
-  }
+  { std::lock_guard lock(wake_mutex_); }
   wake_.notify_all();
   if (sample_thread_.joinable()) sample_thread_.join();
   server_->http.stop();
@@ -205,7 +214,9 @@ void exporter::stop() noexcept {
 
 #else
 
-int exporter::start() { throw error("built without cpp-httplib: vramkit serve is not available in this build"); }
+int exporter::start() {
+  throw error("built without cpp-httplib: vramkit serve is not available in this build");
+}
 
 void exporter::stop() noexcept {
   stopping_ = true;

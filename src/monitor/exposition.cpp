@@ -2,10 +2,10 @@
 // samples) in a fixed order; values in base units.
 #include "vramkit/monitor/exposition.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <functional>
-
-#include <fmt/format.h>
 
 namespace vramkit::monitor {
 
@@ -13,10 +13,14 @@ std::string escape_label_value(std::string_view value) {
   std::string out;
   out.reserve(value.size());
   for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -24,9 +28,12 @@ std::string escape_label_value(std::string_view value) {
 std::string escape_help(std::string_view text) {
   std::string out;
   for (char c : text) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -50,7 +57,8 @@ class writer {
   // Starts a family; its samples must follow before the next family starts.
   void family(const char* name, const char* type, const char* help) {
     name_ = name;
-    fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name, escape_help(help), name, type);
+    fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name,
+                   escape_help(help), name, type);
   }
   void value(std::initializer_list<label> labels, double v) {
     out_ += name_;
@@ -77,7 +85,8 @@ class writer {
 
 // Writes one per-GPU gauge family when at least one device has the value.
 template <typename Get>
-void gpu_family(writer& w, const sample& s, const char* name, const char* help, Get get, double scale = 1.0) {
+void gpu_family(writer& w, const sample& s, const char* name, const char* help, Get get,
+                double scale = 1.0) {
   bool any = false;
   for (const auto& g : s.gpus) {
     if (get(g)) {
@@ -88,7 +97,9 @@ void gpu_family(writer& w, const sample& s, const char* name, const char* help, 
   if (!any) return;
   w.family(name, "gauge", help);
   for (const auto& g : s.gpus) {
-    if (auto v = get(g)) w.value({{"gpu", std::to_string(g.index)}, {"uuid", g.uuid}, {"name", g.name}}, static_cast<double>(*v) * scale);
+    if (auto v = get(g))
+      w.value({{"gpu", std::to_string(g.index)}, {"uuid", g.uuid}, {"name", g.name}},
+              static_cast<double>(*v) * scale);
   }
 }
 
@@ -106,38 +117,79 @@ std::string command_label(const std::string& command) {
 
 std::string render_metrics(const sample& s, const exporter_stats& stats) {
   writer w;
-  w.family("vramkit_gpu_up", "gauge", "1 when the GPU answered its memory query in the latest sample, 0 when it is lost or in error.");
+  w.family("vramkit_gpu_up", "gauge",
+           "1 when the GPU answered its memory query in the latest sample, 0 when it is lost or in "
+           "error.");
   for (const auto& g : s.gpus) {
-    w.value({{"gpu", std::to_string(g.index)}, {"uuid", g.uuid}, {"name", g.name}}, g.state == device_state::ok ? 1 : 0);
+    w.value({{"gpu", std::to_string(g.index)}, {"uuid", g.uuid}, {"name", g.name}},
+            g.state == device_state::ok ? 1 : 0);
   }
-  gpu_family(w, s, "vramkit_gpu_memory_total_bytes", "Total device memory in bytes.", [](const gpu_sample& g) { return g.memory_total_bytes; });
-  gpu_family(w, s, "vramkit_gpu_memory_used_bytes", "Device memory allocated on the GPU in bytes; driver-reserved memory is reported separately where the driver gives it (total = used + reserved + free).", [](const gpu_sample& g) { return g.memory_used_bytes; });
-  gpu_family(w, s, "vramkit_gpu_memory_free_bytes", "Device memory free in bytes.", [](const gpu_sample& g) { return g.memory_free_bytes; });
-  gpu_family(w, s, "vramkit_gpu_memory_reserved_bytes", "Device memory reserved by the driver and firmware in bytes.", [](const gpu_sample& g) { return g.memory_reserved_bytes; });
-  gpu_family(w, s, "vramkit_gpu_utilization_ratio", "Fraction of the last sample period during which a kernel ran (0-1).", [](const gpu_sample& g) { return g.utilization_gpu_percent; }, 0.01);
-  gpu_family(w, s, "vramkit_gpu_memory_utilization_ratio", "Fraction of the last sample period during which device memory was read or written (0-1).", [](const gpu_sample& g) { return g.utilization_memory_percent; }, 0.01);
-  gpu_family(w, s, "vramkit_gpu_pcie_rx_bytes_per_second", "PCIe receive throughput in bytes per second, over the driver's short window.", [](const gpu_sample& g) { return g.pcie_rx_bytes_per_second; });
-  gpu_family(w, s, "vramkit_gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput in bytes per second, over the driver's short window.", [](const gpu_sample& g) { return g.pcie_tx_bytes_per_second; });
-  gpu_family(w, s, "vramkit_gpu_nvlink_rx_bytes_per_second", "NVLink receive throughput summed over links, in bytes per second between samples.", [](const gpu_sample& g) { return g.nvlink_rx_bytes_per_second; });
-  gpu_family(w, s, "vramkit_gpu_nvlink_tx_bytes_per_second", "NVLink transmit throughput summed over links, in bytes per second between samples.", [](const gpu_sample& g) { return g.nvlink_tx_bytes_per_second; });
-  gpu_family(w, s, "vramkit_gpu_sm_clock_hertz", "SM clock in hertz.", [](const gpu_sample& g) { return g.sm_clock_mhz; }, 1e6);
-  gpu_family(w, s, "vramkit_gpu_memory_clock_hertz", "Memory clock in hertz.", [](const gpu_sample& g) { return g.memory_clock_mhz; }, 1e6);
-  gpu_family(w, s, "vramkit_gpu_temperature_celsius", "GPU die temperature in degrees Celsius.", [](const gpu_sample& g) { return g.temperature_celsius; });
-  gpu_family(w, s, "vramkit_gpu_power_watts", "Power draw in watts.", [](const gpu_sample& g) { return g.power_watts; });
-  gpu_family(w, s, "vramkit_gpu_ecc_corrected_errors", "Corrected ECC errors since the counters were last cleared (aggregate).", [](const gpu_sample& g) { return g.ecc_corrected_errors; });
-  gpu_family(w, s, "vramkit_gpu_ecc_uncorrected_errors", "Uncorrected ECC errors since the counters were last cleared (aggregate).", [](const gpu_sample& g) { return g.ecc_uncorrected_errors; });
-  gpu_family(w, s, "vramkit_gpu_retired_pages", "Retired pages, or remapped rows on GPUs that remap rows.", [](const gpu_sample& g) { return g.retired_pages; });
+  gpu_family(w, s, "vramkit_gpu_memory_total_bytes", "Total device memory in bytes.",
+             [](const gpu_sample& g) { return g.memory_total_bytes; });
+  gpu_family(w, s, "vramkit_gpu_memory_used_bytes",
+             "Device memory allocated on the GPU in bytes; driver-reserved memory is reported "
+             "separately where the driver gives it (total = used + reserved + free).",
+             [](const gpu_sample& g) { return g.memory_used_bytes; });
+  gpu_family(w, s, "vramkit_gpu_memory_free_bytes", "Device memory free in bytes.",
+             [](const gpu_sample& g) { return g.memory_free_bytes; });
+  gpu_family(w, s, "vramkit_gpu_memory_reserved_bytes",
+             "Device memory reserved by the driver and firmware in bytes.",
+             [](const gpu_sample& g) { return g.memory_reserved_bytes; });
+  gpu_family(
+      w, s, "vramkit_gpu_utilization_ratio",
+      "Fraction of the last sample period during which a kernel ran (0-1).",
+      [](const gpu_sample& g) { return g.utilization_gpu_percent; }, 0.01);
+  gpu_family(
+      w, s, "vramkit_gpu_memory_utilization_ratio",
+      "Fraction of the last sample period during which device memory was read or written (0-1).",
+      [](const gpu_sample& g) { return g.utilization_memory_percent; }, 0.01);
+  gpu_family(w, s, "vramkit_gpu_pcie_rx_bytes_per_second",
+             "PCIe receive throughput in bytes per second, over the driver's short window.",
+             [](const gpu_sample& g) { return g.pcie_rx_bytes_per_second; });
+  gpu_family(w, s, "vramkit_gpu_pcie_tx_bytes_per_second",
+             "PCIe transmit throughput in bytes per second, over the driver's short window.",
+             [](const gpu_sample& g) { return g.pcie_tx_bytes_per_second; });
+  gpu_family(w, s, "vramkit_gpu_nvlink_rx_bytes_per_second",
+             "NVLink receive throughput summed over links, in bytes per second between samples.",
+             [](const gpu_sample& g) { return g.nvlink_rx_bytes_per_second; });
+  gpu_family(w, s, "vramkit_gpu_nvlink_tx_bytes_per_second",
+             "NVLink transmit throughput summed over links, in bytes per second between samples.",
+             [](const gpu_sample& g) { return g.nvlink_tx_bytes_per_second; });
+  gpu_family(
+      w, s, "vramkit_gpu_sm_clock_hertz", "SM clock in hertz.",
+      [](const gpu_sample& g) { return g.sm_clock_mhz; }, 1e6);
+  gpu_family(
+      w, s, "vramkit_gpu_memory_clock_hertz", "Memory clock in hertz.",
+      [](const gpu_sample& g) { return g.memory_clock_mhz; }, 1e6);
+  gpu_family(w, s, "vramkit_gpu_temperature_celsius", "GPU die temperature in degrees Celsius.",
+             [](const gpu_sample& g) { return g.temperature_celsius; });
+  gpu_family(w, s, "vramkit_gpu_power_watts", "Power draw in watts.",
+             [](const gpu_sample& g) { return g.power_watts; });
+  gpu_family(w, s, "vramkit_gpu_ecc_corrected_errors",
+             "Corrected ECC errors since the counters were last cleared (aggregate).",
+             [](const gpu_sample& g) { return g.ecc_corrected_errors; });
+  gpu_family(w, s, "vramkit_gpu_ecc_uncorrected_errors",
+             "Uncorrected ECC errors since the counters were last cleared (aggregate).",
+             [](const gpu_sample& g) { return g.ecc_uncorrected_errors; });
+  gpu_family(w, s, "vramkit_gpu_retired_pages",
+             "Retired pages, or remapped rows on GPUs that remap rows.",
+             [](const gpu_sample& g) { return g.retired_pages; });
 
   bool any_proc = false;
   for (const auto& g : s.gpus) {
     for (const auto& p : g.processes) any_proc = any_proc || p.used_bytes.has_value();
   }
   if (any_proc) {
-    w.family("vramkit_gpu_process_memory_used_bytes", "gauge", "Device memory used by one process in bytes.");
+    w.family("vramkit_gpu_process_memory_used_bytes", "gauge",
+             "Device memory used by one process in bytes.");
     for (const auto& g : s.gpus) {
       for (const auto& p : g.processes) {
         if (!p.used_bytes) continue;
-        w.value({{"gpu", std::to_string(g.index)}, {"uuid", g.uuid}, {"name", g.name}, {"pid", std::to_string(p.pid)}, {"command", command_label(p.command)}},
+        w.value({{"gpu", std::to_string(g.index)},
+                 {"uuid", g.uuid},
+                 {"name", g.name},
+                 {"pid", std::to_string(p.pid)},
+                 {"command", command_label(p.command)}},
                 static_cast<double>(*p.used_bytes));
       }
     }
@@ -148,7 +200,8 @@ std::string render_metrics(const sample& s, const exporter_stats& stats) {
     w.family("vramkit_host_memory_total_bytes", "gauge", "Host memory total in bytes (MemTotal).");
     w.value({}, static_cast<double>(m.total_bytes));
     if (m.available_bytes) {
-      w.family("vramkit_host_memory_available_bytes", "gauge", "Host memory available for new allocations in bytes (MemAvailable).");
+      w.family("vramkit_host_memory_available_bytes", "gauge",
+               "Host memory available for new allocations in bytes (MemAvailable).");
       w.value({}, static_cast<double>(*m.available_bytes));
     }
     if (m.cached_bytes) {
@@ -156,45 +209,58 @@ std::string render_metrics(const sample& s, const exporter_stats& stats) {
       w.value({}, static_cast<double>(*m.cached_bytes));
     }
     if (m.mlocked_bytes) {
-      w.family("vramkit_host_memory_mlocked_bytes", "gauge", "Host memory locked with mlock in bytes (Mlocked), including pinned buffers.");
+      w.family("vramkit_host_memory_mlocked_bytes", "gauge",
+               "Host memory locked with mlock in bytes (Mlocked), including pinned buffers.");
       w.value({}, static_cast<double>(*m.mlocked_bytes));
     }
     if (m.hugepages_total && m.hugepage_size_bytes) {
-      w.family("vramkit_host_hugepages_total_bytes", "gauge", "Host huge pages configured, in bytes.");
+      w.family("vramkit_host_hugepages_total_bytes", "gauge",
+               "Host huge pages configured, in bytes.");
       w.value({}, static_cast<double>(*m.hugepages_total * *m.hugepage_size_bytes));
     }
   }
   if (!s.host.numa.empty()) {
     w.family("vramkit_host_numa_memory_total_bytes", "gauge", "Memory of one NUMA node in bytes.");
-    for (const auto& n : s.host.numa) w.value({{"node", std::to_string(n.node)}}, static_cast<double>(n.total_bytes));
-    w.family("vramkit_host_numa_memory_free_bytes", "gauge", "Free memory of one NUMA node in bytes.");
-    for (const auto& n : s.host.numa) w.value({{"node", std::to_string(n.node)}}, static_cast<double>(n.free_bytes));
+    for (const auto& n : s.host.numa)
+      w.value({{"node", std::to_string(n.node)}}, static_cast<double>(n.total_bytes));
+    w.family("vramkit_host_numa_memory_free_bytes", "gauge",
+             "Free memory of one NUMA node in bytes.");
+    for (const auto& n : s.host.numa)
+      w.value({{"node", std::to_string(n.node)}}, static_cast<double>(n.free_bytes));
   }
   if (s.host.cgroup) {
     if (s.host.cgroup->limit_bytes) {
-      w.family("vramkit_cgroup_memory_limit_bytes", "gauge", "Memory limit of this process's cgroup in bytes (absent when unlimited).");
+      w.family("vramkit_cgroup_memory_limit_bytes", "gauge",
+               "Memory limit of this process's cgroup in bytes (absent when unlimited).");
       w.value({}, static_cast<double>(*s.host.cgroup->limit_bytes));
     }
     if (s.host.cgroup->usage_bytes) {
-      w.family("vramkit_cgroup_memory_usage_bytes", "gauge", "Memory charged to this process's cgroup in bytes.");
+      w.family("vramkit_cgroup_memory_usage_bytes", "gauge",
+               "Memory charged to this process's cgroup in bytes.");
       w.value({}, static_cast<double>(*s.host.cgroup->usage_bytes));
     }
   }
   bool any_rss = false;
   for (const auto& p : s.host.processes) any_rss = any_rss || p.rss_bytes.has_value();
   if (any_rss) {
-    w.family("vramkit_process_resident_memory_bytes", "gauge", "Host resident memory (VmRSS) of a process that uses a GPU, in bytes.");
+    w.family("vramkit_process_resident_memory_bytes", "gauge",
+             "Host resident memory (VmRSS) of a process that uses a GPU, in bytes.");
     for (const auto& p : s.host.processes) {
-      if (p.rss_bytes) w.value({{"pid", std::to_string(p.pid)}, {"command", command_label(p.command)}}, static_cast<double>(*p.rss_bytes));
+      if (p.rss_bytes)
+        w.value({{"pid", std::to_string(p.pid)}, {"command", command_label(p.command)}},
+                static_cast<double>(*p.rss_bytes));
     }
   }
   w.family("vramkit_exporter_scrapes_total", "counter", "Scrapes of /metrics served since start.");
   w.value({}, static_cast<double>(stats.scrapes_total));
-  w.family("vramkit_exporter_samples_total", "counter", "Samples taken by the background sampler since start.");
+  w.family("vramkit_exporter_samples_total", "counter",
+           "Samples taken by the background sampler since start.");
   w.value({}, static_cast<double>(stats.samples_total));
-  w.family("vramkit_exporter_sample_duration_seconds", "gauge", "Time the latest sample took to read every GPU and the host, in seconds.");
+  w.family("vramkit_exporter_sample_duration_seconds", "gauge",
+           "Time the latest sample took to read every GPU and the host, in seconds.");
   w.value({}, s.sample_duration_seconds);
-  w.family("vramkit_exporter_last_sample_timestamp_seconds", "gauge", "Unix time of the latest sample in seconds.");
+  w.family("vramkit_exporter_last_sample_timestamp_seconds", "gauge",
+           "Unix time of the latest sample in seconds.");
   w.value({}, static_cast<double>(s.timestamp_ms) / 1000.0);
   return w.take();
 }

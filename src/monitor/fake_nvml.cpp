@@ -4,9 +4,8 @@
 
 #include <cstdio>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "vramkit/core/error.hpp"
 
@@ -15,12 +14,14 @@ namespace vramkit::monitor {
 namespace {
 
 nvml_status status_from_string(const std::string& s) {
-  for (auto st : {nvml_status::ok, nvml_status::not_supported, nvml_status::no_permission, nvml_status::gpu_lost,
-                  nvml_status::not_found, nvml_status::uninitialized, nvml_status::error}) {
+  for (auto st : {nvml_status::ok, nvml_status::not_supported, nvml_status::no_permission,
+                  nvml_status::gpu_lost, nvml_status::not_found, nvml_status::uninitialized,
+                  nvml_status::error}) {
     if (s == to_string(st)) return st;
   }
-  throw usage_error("unknown NVML status '" + s +
-                    "' (expected not_supported, no_permission, gpu_lost, not_found, uninitialized or error)");
+  throw usage_error(
+      "unknown NVML status '" + s +
+      "' (expected not_supported, no_permission, gpu_lost, not_found, uninitialized or error)");
 }
 
 template <typename T>
@@ -80,14 +81,15 @@ std::vector<fake_gpu> fake_nvml::parse(const std::string& json_text) {
           proc.used_bytes = opt<std::uint64_t>(p, "used_bytes");
           proc.name = p.value("name", std::string());
           std::string kind = p.value("kind", std::string("compute"));
-          proc.kind = kind == "graphics" ? nvml_process_kind::graphics
+          proc.kind = kind == "graphics"           ? nvml_process_kind::graphics
                       : kind == "compute+graphics" ? nvml_process_kind::compute_and_graphics
                                                    : nvml_process_kind::compute;
           gpu.processes.push_back(std::move(proc));
         }
       }
       if (g.contains("fail")) {
-        for (const auto& [query, status] : g.at("fail").items()) gpu.failures[query] = status_from_string(status.get<std::string>());
+        for (const auto& [query, status] : g.at("fail").items())
+          gpu.failures[query] = status_from_string(status.get<std::string>());
       }
       out.push_back(std::move(gpu));
     } catch (const nlohmann::json::exception& e) {
@@ -151,7 +153,8 @@ std::size_t fake_nvml::calls() const {
   return calls_;
 }
 
-std::optional<nvml_status> fake_nvml::check(unsigned index, const char* query, const fake_gpu** gpu) {
+std::optional<nvml_status> fake_nvml::check(unsigned index, const char* query,
+                                            const fake_gpu** gpu) {
   ++calls_;
   if (fail_all_) return fail_all_;
   if (index >= gpus_.size()) return nvml_status::not_found;
@@ -212,8 +215,11 @@ nvml_value<std::vector<nvml_process>> fake_nvml::processes(unsigned index) {
 
 nvml_value<nvml_utilization> fake_nvml::utilization(unsigned index) {
   VRAMKIT_FAKE_QUERY(nvml_utilization, "utilization")
-  if (!g->utilization_gpu) return nvml_value<nvml_utilization>::failure(nvml_status::not_supported, "fake: no utilization");
-  return nvml_value<nvml_utilization>::success({*g->utilization_gpu, g->utilization_memory.value_or(0)});
+  if (!g->utilization_gpu)
+    return nvml_value<nvml_utilization>::failure(nvml_status::not_supported,
+                                                 "fake: no utilization");
+  return nvml_value<nvml_utilization>::success(
+      {*g->utilization_gpu, g->utilization_memory.value_or(0)});
 }
 
 nvml_value<nvml_pcie> fake_nvml::pcie_throughput(unsigned index) {
@@ -221,13 +227,15 @@ nvml_value<nvml_pcie> fake_nvml::pcie_throughput(unsigned index) {
   if (!g->pcie_rx_bytes_per_second && !g->pcie_tx_bytes_per_second) {
     return nvml_value<nvml_pcie>::failure(nvml_status::not_supported, "fake: no PCIe counters");
   }
-  return nvml_value<nvml_pcie>::success({g->pcie_rx_bytes_per_second.value_or(0), g->pcie_tx_bytes_per_second.value_or(0)});
+  return nvml_value<nvml_pcie>::success(
+      {g->pcie_rx_bytes_per_second.value_or(0), g->pcie_tx_bytes_per_second.value_or(0)});
 }
 
 nvml_value<nvml_pcie_counters> fake_nvml::pcie_counters(unsigned index) {
   VRAMKIT_FAKE_QUERY(nvml_pcie_counters, "pcie")
   // The fake gives rates directly (pcie_throughput), as older drivers do.
-  return nvml_value<nvml_pcie_counters>::failure(nvml_status::not_supported, "fake: no PCIe counters");
+  return nvml_value<nvml_pcie_counters>::failure(nvml_status::not_supported,
+                                                 "fake: no PCIe counters");
 }
 
 nvml_value<nvml_nvlink> fake_nvml::nvlink_counters(unsigned index) {
@@ -237,19 +245,22 @@ nvml_value<nvml_nvlink> fake_nvml::nvlink_counters(unsigned index) {
 
 nvml_value<nvml_clocks> fake_nvml::clocks(unsigned index) {
   VRAMKIT_FAKE_QUERY(nvml_clocks, "clocks")
-  if (!g->sm_clock_mhz) return nvml_value<nvml_clocks>::failure(nvml_status::not_supported, "fake: no clocks");
+  if (!g->sm_clock_mhz)
+    return nvml_value<nvml_clocks>::failure(nvml_status::not_supported, "fake: no clocks");
   return nvml_value<nvml_clocks>::success({*g->sm_clock_mhz, g->memory_clock_mhz.value_or(0)});
 }
 
 nvml_value<double> fake_nvml::temperature_celsius(unsigned index) {
   VRAMKIT_FAKE_QUERY(double, "temperature")
-  if (!g->temperature_celsius) return nvml_value<double>::failure(nvml_status::not_supported, "fake: no sensor");
+  if (!g->temperature_celsius)
+    return nvml_value<double>::failure(nvml_status::not_supported, "fake: no sensor");
   return nvml_value<double>::success(*g->temperature_celsius);
 }
 
 nvml_value<double> fake_nvml::power_watts(unsigned index) {
   VRAMKIT_FAKE_QUERY(double, "power")
-  if (!g->power_watts) return nvml_value<double>::failure(nvml_status::not_supported, "fake: no power sensor");
+  if (!g->power_watts)
+    return nvml_value<double>::failure(nvml_status::not_supported, "fake: no power sensor");
   return nvml_value<double>::success(*g->power_watts);
 }
 

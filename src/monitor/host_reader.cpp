@@ -29,7 +29,9 @@ std::filesystem::path under(const std::filesystem::path& root, const std::string
 
 std::optional<std::uint64_t> to_u64(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\n' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   std::uint64_t v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc{} || p != s.data() + s.size()) return std::nullopt;
@@ -75,7 +77,8 @@ std::string user_name(const std::filesystem::path& root, unsigned uid) {
     struct passwd pw {};
     struct passwd* found = nullptr;
     std::string buf(4096, '\0');
-    if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) return found->pw_name;
+    if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr)
+      return found->pw_name;
     return std::to_string(uid);
   }
   if (auto text = slurp(under(root, "/etc/passwd"))) {
@@ -146,7 +149,8 @@ std::vector<numa_node_memory> read_numa_memory(const std::filesystem::path& root
   return out;
 }
 
-std::optional<host_process> read_host_process(const std::filesystem::path& root, std::uint32_t pid) {
+std::optional<host_process> read_host_process(const std::filesystem::path& root,
+                                              std::uint32_t pid) {
   auto base = under(root, "/proc/" + std::to_string(pid));
   auto status = slurp(base / "status");
   if (!status) return std::nullopt;
@@ -211,7 +215,8 @@ std::optional<cgroup_memory> read_cgroup_memory(const std::filesystem::path& roo
       }
     }
   }
-  auto try_dir = [&](const std::filesystem::path& dir, const char* limit_file, const char* usage_file) -> std::optional<cgroup_memory> {
+  auto try_dir = [&](const std::filesystem::path& dir, const char* limit_file,
+                     const char* usage_file) -> std::optional<cgroup_memory> {
     auto usage = slurp(dir / usage_file);
     if (!usage) return std::nullopt;
     cgroup_memory m;
@@ -220,8 +225,9 @@ std::optional<cgroup_memory> read_cgroup_memory(const std::filesystem::path& roo
     return m;
   };
   if (v1_path) {
-    for (auto dir : {under(root, "/sys/fs/cgroup/memory") / std::filesystem::path(*v1_path).relative_path(),
-                     under(root, "/sys/fs/cgroup/memory")}) {
+    for (auto dir :
+         {under(root, "/sys/fs/cgroup/memory") / std::filesystem::path(*v1_path).relative_path(),
+          under(root, "/sys/fs/cgroup/memory")}) {
       if (auto m = try_dir(dir, "memory.limit_in_bytes", "memory.usage_in_bytes")) {
         m->version = 1;
         m->path = *v1_path;
@@ -231,7 +237,9 @@ std::optional<cgroup_memory> read_cgroup_memory(const std::filesystem::path& roo
   }
   if (v2_path) {
     // Inside a container's cgroup namespace the path is "/" and the mount root is the cgroup.
-    for (auto dir : {under(root, "/sys/fs/cgroup") / std::filesystem::path(*v2_path).relative_path(), under(root, "/sys/fs/cgroup")}) {
+    for (auto dir :
+         {under(root, "/sys/fs/cgroup") / std::filesystem::path(*v2_path).relative_path(),
+          under(root, "/sys/fs/cgroup")}) {
       if (auto m = try_dir(dir, "memory.max", "memory.current")) {
         m->version = 2;
         m->path = *v2_path;

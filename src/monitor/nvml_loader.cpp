@@ -17,13 +17,20 @@ namespace vramkit::monitor {
 
 const char* to_string(nvml_status s) noexcept {
   switch (s) {
-    case nvml_status::ok: return "ok";
-    case nvml_status::not_supported: return "not_supported";
-    case nvml_status::no_permission: return "no_permission";
-    case nvml_status::gpu_lost: return "gpu_lost";
-    case nvml_status::not_found: return "not_found";
-    case nvml_status::uninitialized: return "uninitialized";
-    case nvml_status::error: return "error";
+    case nvml_status::ok:
+      return "ok";
+    case nvml_status::not_supported:
+      return "not_supported";
+    case nvml_status::no_permission:
+      return "no_permission";
+    case nvml_status::gpu_lost:
+      return "gpu_lost";
+    case nvml_status::not_found:
+      return "not_found";
+    case nvml_status::uninitialized:
+      return "uninitialized";
+    case nvml_status::error:
+      return "error";
   }
   return "error";
 }
@@ -121,14 +128,21 @@ F resolve(void* lib, std::initializer_list<const char*> names) {
 
 nvml_status map_status(nvml_return r) {
   switch (r) {
-    case k_success: return nvml_status::ok;
-    case k_not_supported: return nvml_status::not_supported;
-    case k_no_permission: return nvml_status::no_permission;
-    case k_gpu_is_lost: return nvml_status::gpu_lost;
+    case k_success:
+      return nvml_status::ok;
+    case k_not_supported:
+      return nvml_status::not_supported;
+    case k_no_permission:
+      return nvml_status::no_permission;
+    case k_gpu_is_lost:
+      return nvml_status::gpu_lost;
     case k_not_found:
-    case k_gpu_not_found: return nvml_status::not_found;
-    case k_uninitialized: return nvml_status::uninitialized;
-    default: return nvml_status::error;
+    case k_gpu_not_found:
+      return nvml_status::not_found;
+    case k_uninitialized:
+      return nvml_status::uninitialized;
+    default:
+      return nvml_status::error;
   }
 }
 
@@ -139,7 +153,8 @@ class dl_nvml final : public nvml_api {
     shutdown_ = resolve<fn_void>(lib, {"nvmlShutdown"});
     driver_version_ = resolve<fn_str>(lib, {"nvmlSystemGetDriverVersion"});
     count_ = resolve<fn_uint_ptr>(lib, {"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"});
-    handle_ = resolve<fn_handle>(lib, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"});
+    handle_ =
+        resolve<fn_handle>(lib, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"});
     name_ = resolve<fn_dev_str>(lib, {"nvmlDeviceGetName"});
     uuid_ = resolve<fn_dev_str>(lib, {"nvmlDeviceGetUUID"});
     memory_v2_ = resolve<fn_dev_ptr>(lib, {"nvmlDeviceGetMemoryInfo_v2"});
@@ -199,8 +214,12 @@ class dl_nvml final : public nvml_api {
     return nvml_value<unsigned>::success(n);
   }
 
-  nvml_value<std::string> device_name(unsigned index) override { return dev_string(index, name_, "nvmlDeviceGetName"); }
-  nvml_value<std::string> device_uuid(unsigned index) override { return dev_string(index, uuid_, "nvmlDeviceGetUUID"); }
+  nvml_value<std::string> device_name(unsigned index) override {
+    return dev_string(index, name_, "nvmlDeviceGetName");
+  }
+  nvml_value<std::string> device_uuid(unsigned index) override {
+    return dev_string(index, uuid_, "nvmlDeviceGetUUID");
+  }
 
   nvml_value<nvml_memory> memory(unsigned index) override {
     nvml_device d = nullptr;
@@ -219,7 +238,8 @@ class dl_nvml final : public nvml_api {
     if (compute.ok()) merged = compute.value;
     if (graphics.ok()) {
       for (auto p : graphics.value) {
-        auto it = std::find_if(merged.begin(), merged.end(), [&](const nvml_process& q) { return q.pid == p.pid; });
+        auto it = std::find_if(merged.begin(), merged.end(),
+                               [&](const nvml_process& q) { return q.pid == p.pid; });
         if (it == merged.end()) {
           p.kind = nvml_process_kind::graphics;
           merged.push_back(p);
@@ -253,7 +273,8 @@ class dl_nvml final : public nvml_api {
     r = pcie_(d, 1 /*RX*/, &rx_kb);
     if (r != k_success) return fail<nvml_pcie>(r);
     // NVML reports KB/s; nvtop and nvidia-smi dmon treat the unit as 1024 bytes.
-    return nvml_value<nvml_pcie>::success({std::uint64_t{rx_kb} * 1024, std::uint64_t{tx_kb} * 1024});
+    return nvml_value<nvml_pcie>::success(
+        {std::uint64_t{rx_kb} * 1024, std::uint64_t{tx_kb} * 1024});
   }
 
   nvml_value<nvml_pcie_counters> pcie_counters(unsigned index) override {
@@ -289,7 +310,8 @@ class dl_nvml final : public nvml_api {
     }
     nvml_nvlink out;
     out.link_count = static_cast<unsigned>(field_as_u64(f[0]));
-    if (out.link_count == 0) return nvml_value<nvml_nvlink>::failure(nvml_status::not_supported, "no NVLink links");
+    if (out.link_count == 0)
+      return nvml_value<nvml_nvlink>::failure(nvml_status::not_supported, "no NVLink links");
     out.tx_bytes = field_as_u64(f[1]) * 1024;
     out.rx_bytes = field_as_u64(f[2]) * 1024;
     return nvml_value<nvml_nvlink>::success(out);
@@ -346,7 +368,8 @@ class dl_nvml final : public nvml_api {
     }
     if (remapped_ != nullptr) {
       unsigned corr = 0, unc = 0, pending = 0, failure = 0;
-      if ((last = remapped_(d, &corr, &unc, &pending, &failure)) == k_success) e.retired_pages = std::uint64_t{corr} + unc;
+      if ((last = remapped_(d, &corr, &unc, &pending, &failure)) == k_success)
+        e.retired_pages = std::uint64_t{corr} + unc;
     }
     if (!e.retired_pages && retired_ != nullptr) {
       std::uint64_t total = 0;
@@ -369,7 +392,8 @@ class dl_nvml final : public nvml_api {
 
   nvml_value<std::vector<nvml_mig_instance>> mig_instances(unsigned index) override {
     using out_t = std::vector<nvml_mig_instance>;
-    if (mig_mode_ == nullptr || mig_max_ == nullptr || mig_handle_ == nullptr) return missing<out_t>("nvmlDeviceGetMigMode");
+    if (mig_mode_ == nullptr || mig_max_ == nullptr || mig_handle_ == nullptr)
+      return missing<out_t>("nvmlDeviceGetMigMode");
     nvml_device d = nullptr;
     if (auto st = get_handle(index, &d)) return fail<out_t>(*st);
     unsigned current = 0, pending = 0;
@@ -399,7 +423,8 @@ class dl_nvml final : public nvml_api {
  private:
   std::string describe(nvml_return r) const {
     const char* s = error_string_ != nullptr ? error_string_(r) : nullptr;
-    return (s != nullptr ? std::string(s) : std::string("NVML error")) + " (" + std::to_string(r) + ")";
+    return (s != nullptr ? std::string(s) : std::string("NVML error")) + " (" + std::to_string(r) +
+           ")";
   }
   template <typename T>
   nvml_value<T> fail(nvml_return r) const {
@@ -411,15 +436,20 @@ class dl_nvml final : public nvml_api {
   }
   template <typename T>
   static nvml_value<T> missing(const char* symbol) {
-    return nvml_value<T>::failure(nvml_status::not_supported, std::string(symbol) + " not exported by this driver");
+    return nvml_value<T>::failure(nvml_status::not_supported,
+                                  std::string(symbol) + " not exported by this driver");
   }
 
   static std::uint64_t field_as_u64(const nvml_field_value& v) {
     switch (v.value_type) {
-      case k_value_type_ull: return v.value.ull;
-      case k_value_type_ui: return v.value.ui;
-      case k_value_type_ul: return v.value.ul;
-      default: return v.value.ull;
+      case k_value_type_ull:
+        return v.value.ull;
+      case k_value_type_ui:
+        return v.value.ui;
+      case k_value_type_ul:
+        return v.value.ul;
+      default:
+        return v.value.ull;
     }
   }
 
@@ -447,7 +477,8 @@ class dl_nvml final : public nvml_api {
       nvml_memory_v2 m{};
       m.version = struct_version(sizeof(nvml_memory_v2), 2);
       nvml_return r = memory_v2_(d, &m);
-      if (r == k_success) return nvml_value<nvml_memory>::success({m.total, m.used, m.free, m.reserved});
+      if (r == k_success)
+        return nvml_value<nvml_memory>::success({m.total, m.used, m.free, m.reserved});
       if (r == k_gpu_is_lost || memory_v1_ == nullptr) return fail<nvml_memory>(r);
     }
     nvml_memory_v1 m{};
@@ -458,7 +489,8 @@ class dl_nvml final : public nvml_api {
 
   // Reads one process list with the newest entry point exported; grows the buffer while the
   // driver answers INSUFFICIENT_SIZE (the list changes between calls).
-  nvml_value<std::vector<nvml_process>> list_processes(nvml_device d, const std::array<fn_dev_procs, 4>& fns) {
+  nvml_value<std::vector<nvml_process>> list_processes(nvml_device d,
+                                                       const std::array<fn_dev_procs, 4>& fns) {
     int gen = fns[3] != nullptr ? 3 : fns[2] != nullptr ? 2 : fns[1] != nullptr ? 1 : 0;
     if (gen == 0) return missing<std::vector<nvml_process>>("nvmlDevice*RunningProcesses");
     fn_dev_procs fn = fns[gen];
@@ -488,7 +520,8 @@ class dl_nvml final : public nvml_api {
       }
       return nvml_value<std::vector<nvml_process>>::success(std::move(out));
     }
-    return nvml_value<std::vector<nvml_process>>::failure(nvml_status::error, "process list kept growing");
+    return nvml_value<std::vector<nvml_process>>::failure(nvml_status::error,
+                                                          "process list kept growing");
   }
 
   // With `count` records written into a buffer pre-filled with 0xA5, a 24-byte record layout
@@ -496,7 +529,8 @@ class dl_nvml final : public nvml_api {
   // 8-byte tail there. Checked once per call: cheap, and a driver update cannot fool a cache.
   static std::size_t probe_stride(const std::vector<unsigned char>& buf, unsigned count) {
     if (count == 0) return k_process_v2_size;
-    for (std::size_t i = std::size_t{count} * k_process_v2_size; i < std::size_t{count} * k_process_wide_size; ++i) {
+    for (std::size_t i = std::size_t{count} * k_process_v2_size;
+         i < std::size_t{count} * k_process_wide_size; ++i) {
       if (buf[i] != 0xA5) return k_process_wide_size;
     }
     return k_process_v2_size;
@@ -552,7 +586,8 @@ result<std::shared_ptr<nvml_api>> load_nvml(const std::string& library) {
     auto err = resolve<fn_error_string>(lib, {"nvmlErrorString"});
     std::string why = err != nullptr && err(r) != nullptr ? err(r) : "error";
     dlclose(lib);
-    return unavailable{unavailable_kind::no_driver, "nvmlInit failed: " + why + " (" + std::to_string(r) + ")"};
+    return unavailable{unavailable_kind::no_driver,
+                       "nvmlInit failed: " + why + " (" + std::to_string(r) + ")"};
   }
   auto api = std::make_shared<dl_nvml>(lib);
   if (auto m = api->missing_required(); !m.empty()) {

@@ -1,14 +1,14 @@
 // JSON Lines and CSV recording of samples, and the tolerant reader used by --replay.
 #include "vramkit/monitor/recording.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <ctime>
 #include <fstream>
 #include <map>
-#include <sstream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "vramkit/core/error.hpp"
 
@@ -54,7 +54,9 @@ json gpu_to_json(const gpu_sample& g) {
   if (!g.mig.empty()) {
     json mig = json::array();
     for (const auto& m : g.mig) {
-      json mj{{"gpu_instance_id", m.gpu_instance_id}, {"compute_instance_id", m.compute_instance_id}, {"uuid", m.uuid}};
+      json mj{{"gpu_instance_id", m.gpu_instance_id},
+              {"compute_instance_id", m.compute_instance_id},
+              {"uuid", m.uuid}};
       put(mj, "memory_total_bytes", m.memory_total_bytes);
       put(mj, "memory_used_bytes", m.memory_used_bytes);
       mig.push_back(std::move(mj));
@@ -120,7 +122,8 @@ gpu_sample gpu_from_json(const json& j) {
       g.processes.push_back(std::move(p));
     }
   }
-  if (auto it = j.find("unavailable"); it != j.end()) g.unavailable = it->get<std::map<std::string, std::string>>();
+  if (auto it = j.find("unavailable"); it != j.end())
+    g.unavailable = it->get<std::map<std::string, std::string>>();
   return g;
 }
 
@@ -231,8 +234,10 @@ std::string csv_quote(const std::string& s) {
 template <typename T>
 std::string csv_num(const std::optional<T>& v) {
   if (!v) return {};
-  if constexpr (std::is_floating_point_v<T>) return fmt::format("{:.6g}", *v);
-  else return std::to_string(*v);
+  if constexpr (std::is_floating_point_v<T>)
+    return fmt::format("{:.6g}", *v);
+  else
+    return std::to_string(*v);
 }
 
 // Splits one CSV line (RFC 4180 quoting); throws usage_error on an unterminated quote.
@@ -268,13 +273,27 @@ std::vector<std::string> csv_split(const std::string& line) {
 }
 
 const std::vector<std::string>& csv_columns() {
-  static const std::vector<std::string> cols = {
-      "timestamp", "epoch_ms", "device", "uuid", "name", "state",
-      "memory_used_bytes", "memory_total_bytes", "memory_free_bytes", "memory_reserved_bytes",
-      "utilization_gpu_percent", "utilization_memory_percent",
-      "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second",
-      "temperature_celsius", "power_watts", "sm_clock_mhz", "memory_clock_mhz", "process_count",
-      "host_memory_total_bytes", "host_memory_available_bytes"};
+  static const std::vector<std::string> cols = {"timestamp",
+                                                "epoch_ms",
+                                                "device",
+                                                "uuid",
+                                                "name",
+                                                "state",
+                                                "memory_used_bytes",
+                                                "memory_total_bytes",
+                                                "memory_free_bytes",
+                                                "memory_reserved_bytes",
+                                                "utilization_gpu_percent",
+                                                "utilization_memory_percent",
+                                                "pcie_rx_bytes_per_second",
+                                                "pcie_tx_bytes_per_second",
+                                                "temperature_celsius",
+                                                "power_watts",
+                                                "sm_clock_mhz",
+                                                "memory_clock_mhz",
+                                                "process_count",
+                                                "host_memory_total_bytes",
+                                                "host_memory_available_bytes"};
   return cols;
 }
 
@@ -284,8 +303,10 @@ std::optional<T> csv_parse(const std::string& field, const char* column) {
   try {
     std::size_t used = 0;
     T v{};
-    if constexpr (std::is_floating_point_v<T>) v = static_cast<T>(std::stod(field, &used));
-    else v = static_cast<T>(std::stoull(field, &used));
+    if constexpr (std::is_floating_point_v<T>)
+      v = static_cast<T>(std::stod(field, &used));
+    else
+      v = static_cast<T>(std::stoull(field, &used));
     if (used != field.size()) throw std::invalid_argument(field);
     return v;
   } catch (const std::exception&) {
@@ -327,7 +348,8 @@ sample sample_from_json(const std::string& line) {
     if (!j.is_object()) throw usage_error("not a JSON object");
     int version = j.value("schema_version", 0);
     if (version != sample_schema_version) {
-      throw usage_error("schema_version " + std::to_string(version) + " (this vramkit reads " + std::to_string(sample_schema_version) + ")");
+      throw usage_error("schema_version " + std::to_string(version) + " (this vramkit reads " +
+                        std::to_string(sample_schema_version) + ")");
     }
     sample s;
     s.timestamp_ms = j.at("timestamp_ms").get<std::int64_t>();
@@ -426,7 +448,8 @@ recording parse_recording(const std::string& text) {
         continue;
       }
       if (fields.size() != col.size()) {
-        throw usage_error(std::to_string(fields.size()) + " fields, header has " + std::to_string(col.size()));
+        throw usage_error(std::to_string(fields.size()) + " fields, header has " +
+                          std::to_string(col.size()));
       }
       auto field = [&](const char* name) -> std::string {
         auto it = col.find(name);
@@ -441,10 +464,12 @@ recording parse_recording(const std::string& text) {
         rec.samples.push_back(std::move(s));
       }
       sample& s = rec.samples.back();
-      if (auto total = csv_parse<std::uint64_t>(field("host_memory_total_bytes"), "host_memory_total_bytes")) {
+      if (auto total = csv_parse<std::uint64_t>(field("host_memory_total_bytes"),
+                                                "host_memory_total_bytes")) {
         host_memory m;
         m.total_bytes = *total;
-        m.available_bytes = csv_parse<std::uint64_t>(field("host_memory_available_bytes"), "host_memory_available_bytes");
+        m.available_bytes = csv_parse<std::uint64_t>(field("host_memory_available_bytes"),
+                                                     "host_memory_available_bytes");
         s.host.memory = m;
       }
       if (field("device") == "-") continue;
@@ -456,15 +481,24 @@ recording parse_recording(const std::string& text) {
       g.name = field("name");
       std::string state = field("state");
       g.state = state.empty() ? device_state::ok : device_state_from_string(state);
-      g.memory_used_bytes = csv_parse<std::uint64_t>(field("memory_used_bytes"), "memory_used_bytes");
-      g.memory_total_bytes = csv_parse<std::uint64_t>(field("memory_total_bytes"), "memory_total_bytes");
-      g.memory_free_bytes = csv_parse<std::uint64_t>(field("memory_free_bytes"), "memory_free_bytes");
-      g.memory_reserved_bytes = csv_parse<std::uint64_t>(field("memory_reserved_bytes"), "memory_reserved_bytes");
-      g.utilization_gpu_percent = csv_parse<double>(field("utilization_gpu_percent"), "utilization_gpu_percent");
-      g.utilization_memory_percent = csv_parse<double>(field("utilization_memory_percent"), "utilization_memory_percent");
-      g.pcie_rx_bytes_per_second = csv_parse<double>(field("pcie_rx_bytes_per_second"), "pcie_rx_bytes_per_second");
-      g.pcie_tx_bytes_per_second = csv_parse<double>(field("pcie_tx_bytes_per_second"), "pcie_tx_bytes_per_second");
-      g.temperature_celsius = csv_parse<double>(field("temperature_celsius"), "temperature_celsius");
+      g.memory_used_bytes =
+          csv_parse<std::uint64_t>(field("memory_used_bytes"), "memory_used_bytes");
+      g.memory_total_bytes =
+          csv_parse<std::uint64_t>(field("memory_total_bytes"), "memory_total_bytes");
+      g.memory_free_bytes =
+          csv_parse<std::uint64_t>(field("memory_free_bytes"), "memory_free_bytes");
+      g.memory_reserved_bytes =
+          csv_parse<std::uint64_t>(field("memory_reserved_bytes"), "memory_reserved_bytes");
+      g.utilization_gpu_percent =
+          csv_parse<double>(field("utilization_gpu_percent"), "utilization_gpu_percent");
+      g.utilization_memory_percent =
+          csv_parse<double>(field("utilization_memory_percent"), "utilization_memory_percent");
+      g.pcie_rx_bytes_per_second =
+          csv_parse<double>(field("pcie_rx_bytes_per_second"), "pcie_rx_bytes_per_second");
+      g.pcie_tx_bytes_per_second =
+          csv_parse<double>(field("pcie_tx_bytes_per_second"), "pcie_tx_bytes_per_second");
+      g.temperature_celsius =
+          csv_parse<double>(field("temperature_celsius"), "temperature_celsius");
       g.power_watts = csv_parse<double>(field("power_watts"), "power_watts");
       g.sm_clock_mhz = csv_parse<unsigned>(field("sm_clock_mhz"), "sm_clock_mhz");
       g.memory_clock_mhz = csv_parse<unsigned>(field("memory_clock_mhz"), "memory_clock_mhz");
@@ -478,7 +512,8 @@ recording parse_recording(const std::string& text) {
 
 recording read_recording(const std::filesystem::path& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw usage_error("recording " + path.string() + " is a directory");
+  if (std::filesystem::is_directory(path, ec))
+    throw usage_error("recording " + path.string() + " is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw usage_error("cannot read recording " + path.string());
   std::ostringstream ss;

@@ -5,7 +5,8 @@
 
 namespace vramkit::monitor {
 
-sample_history::sample_history(std::size_t capacity) : capacity_(std::max<std::size_t>(capacity, 1)) {}
+sample_history::sample_history(std::size_t capacity)
+    : capacity_(std::max<std::size_t>(capacity, 1)) {}
 
 void sample_history::push(sample s) {
   std::lock_guard lock(mutex_);

@@ -12,9 +12,12 @@ namespace vramkit::monitor {
 
 const char* to_string(device_state s) noexcept {
   switch (s) {
-    case device_state::ok: return "ok";
-    case device_state::lost: return "lost";
-    case device_state::error: return "error";
+    case device_state::ok:
+      return "ok";
+    case device_state::lost:
+      return "lost";
+    case device_state::error:
+      return "error";
   }
   return "error";
 }
@@ -27,7 +30,9 @@ device_state device_state_from_string(const std::string& text) {
 }
 
 std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 std::chrono::milliseconds parse_interval(const std::string& text) {
@@ -40,11 +45,17 @@ std::chrono::milliseconds parse_interval(const std::string& text) {
   }
   std::string unit = text.substr(used);
   double ms = 0;
-  if (unit.empty() || unit == "s") ms = value * 1000;
-  else if (unit == "ms") ms = value;
-  else if (unit == "m" || unit == "min") ms = value * 60000;
-  else throw usage_error("interval '" + text + "' has an unknown unit '" + unit + "' (use ms, s or m)");
-  if (!(ms >= 10 && ms <= 3600000)) throw usage_error("interval '" + text + "' must be between 10ms and 1h");
+  if (unit.empty() || unit == "s")
+    ms = value * 1000;
+  else if (unit == "ms")
+    ms = value;
+  else if (unit == "m" || unit == "min")
+    ms = value * 60000;
+  else
+    throw usage_error("interval '" + text + "' has an unknown unit '" + unit +
+                      "' (use ms, s or m)");
+  if (!(ms >= 10 && ms <= 3600000))
+    throw usage_error("interval '" + text + "' must be between 10ms and 1h");
   return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
 }
 
@@ -52,9 +63,12 @@ namespace {
 
 const char* kind_name(nvml_process_kind k) {
   switch (k) {
-    case nvml_process_kind::compute: return "compute";
-    case nvml_process_kind::graphics: return "graphics";
-    case nvml_process_kind::compute_and_graphics: return "compute+graphics";
+    case nvml_process_kind::compute:
+      return "compute";
+    case nvml_process_kind::graphics:
+      return "graphics";
+    case nvml_process_kind::compute_and_graphics:
+      return "compute+graphics";
   }
   return "compute";
 }
@@ -66,7 +80,8 @@ void note(gpu_sample& g, const char* query, const nvml_value<T>& v) {
 
 }  // namespace
 
-sampler::sampler(result<std::shared_ptr<nvml_api>> gpus, sampler_options options) : options_(std::move(options)) {
+sampler::sampler(result<std::shared_ptr<nvml_api>> gpus, sampler_options options)
+    : options_(std::move(options)) {
   if (gpus) {
     gpus_ = *gpus;
   } else {
@@ -102,7 +117,9 @@ gpu_sample sampler::read_gpu(unsigned index, std::int64_t now) {
   if (!mem.ok()) {
     // Memory is what this monitor is about: without it the device is lost or in error, and the
     // other queries are not worth their latency.
-    g.state = (mem.status == nvml_status::gpu_lost || mem.status == nvml_status::not_found) ? device_state::lost : device_state::error;
+    g.state = (mem.status == nvml_status::gpu_lost || mem.status == nvml_status::not_found)
+                  ? device_state::lost
+                  : device_state::error;
     g.state_reason = "memory: " + mem.detail;
     note(g, "memory", mem);
     return g;
@@ -123,7 +140,8 @@ gpu_sample sampler::read_gpu(unsigned index, std::int64_t now) {
   bool pcie_done = false;
   if (auto c = gpus_->pcie_counters(index); c.ok()) {
     auto& prev = pcie_prev_[g.uuid];
-    if (prev.at_ms != 0 && now > prev.at_ms && c.value.rx_bytes >= prev.rx && c.value.tx_bytes >= prev.tx) {
+    if (prev.at_ms != 0 && now > prev.at_ms && c.value.rx_bytes >= prev.rx &&
+        c.value.tx_bytes >= prev.tx) {
       double secs = static_cast<double>(now - prev.at_ms) / 1000.0;
       g.pcie_rx_bytes_per_second = static_cast<double>(c.value.rx_bytes - prev.rx) / secs;
       g.pcie_tx_bytes_per_second = static_cast<double>(c.value.tx_bytes - prev.tx) / secs;
@@ -141,7 +159,8 @@ gpu_sample sampler::read_gpu(unsigned index, std::int64_t now) {
   }
   if (auto n = gpus_->nvlink_counters(index); n.ok()) {
     auto& prev = nvlink_prev_[g.uuid];
-    if (prev.at_ms != 0 && now > prev.at_ms && n.value.rx_bytes >= prev.rx && n.value.tx_bytes >= prev.tx) {
+    if (prev.at_ms != 0 && now > prev.at_ms && n.value.rx_bytes >= prev.rx &&
+        n.value.tx_bytes >= prev.tx) {
       double secs = static_cast<double>(now - prev.at_ms) / 1000.0;
       g.nvlink_rx_bytes_per_second = static_cast<double>(n.value.rx_bytes - prev.rx) / secs;
       g.nvlink_tx_bytes_per_second = static_cast<double>(n.value.tx_bytes - prev.tx) / secs;
@@ -156,8 +175,14 @@ gpu_sample sampler::read_gpu(unsigned index, std::int64_t now) {
   } else {
     note(g, "clocks", c);
   }
-  if (auto t = gpus_->temperature_celsius(index); t.ok()) g.temperature_celsius = t.value; else note(g, "temperature", t);
-  if (auto p = gpus_->power_watts(index); p.ok()) g.power_watts = p.value; else note(g, "power", p);
+  if (auto t = gpus_->temperature_celsius(index); t.ok())
+    g.temperature_celsius = t.value;
+  else
+    note(g, "temperature", t);
+  if (auto p = gpus_->power_watts(index); p.ok())
+    g.power_watts = p.value;
+  else
+    note(g, "power", p);
   if (auto e = gpus_->ecc(index); e.ok()) {
     g.ecc_corrected_errors = e.value.corrected;
     g.ecc_uncorrected_errors = e.value.uncorrected;
@@ -254,11 +279,13 @@ sample sampler::take() {
       for (const auto& p : g.processes) pids.insert(p.pid);
     }
     for (auto pid : pids) {
-      if (auto hp = read_host_process(options_.host_root, pid)) s.host.processes.push_back(std::move(*hp));
+      if (auto hp = read_host_process(options_.host_root, pid))
+        s.host.processes.push_back(std::move(*hp));
     }
     for (auto& g : s.gpus) {
       for (auto& p : g.processes) {
-        auto it = std::find_if(s.host.processes.begin(), s.host.processes.end(), [&](const host_process& h) { return h.pid == p.pid; });
+        auto it = std::find_if(s.host.processes.begin(), s.host.processes.end(),
+                               [&](const host_process& h) { return h.pid == p.pid; });
         if (it == s.host.processes.end()) continue;
         if (!it->command.empty()) p.command = it->command;
         p.user = it->user;
@@ -266,7 +293,8 @@ sample sampler::take() {
       }
     }
   }
-  s.sample_duration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  s.sample_duration_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return s;
 }
 

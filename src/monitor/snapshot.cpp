@@ -1,7 +1,7 @@
 // The plain-text snapshot of `vramkit watch --once`: GPUs, processes, host memory.
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "vramkit/core/units.hpp"
 #include "vramkit/monitor/recording.hpp"
@@ -28,23 +28,28 @@ std::string format_snapshot(const sample& s) {
   add(fmt::format("vramkit watch  {}  source: {}{}", format_iso8601_ms(s.timestamp_ms),
                   s.gpu_source.empty() ? "none" : s.gpu_source,
                   s.driver_version.empty() ? "" : "  driver " + s.driver_version));
-  if (!s.gpu_unavailable_reason.empty()) add(s.gpu_unavailable_reason + ": showing host memory only");
+  if (!s.gpu_unavailable_reason.empty())
+    add(s.gpu_unavailable_reason + ": showing host memory only");
   if (!s.gpus.empty()) {
     add("");
-    add(fmt::format("{:>3} {:<24} {:<6} {:>11} {:>11} {:>11} {:>11} {:>5} {:>5} {:>7} {:>12} {:>12}", "GPU", "NAME", "STATE", "USED",
-                    "RESERVED", "FREE", "TOTAL", "UTIL%", "TEMP", "POWER", "PCIE RX", "PCIE TX"));
+    add(fmt::format(
+        "{:>3} {:<24} {:<6} {:>11} {:>11} {:>11} {:>11} {:>5} {:>5} {:>7} {:>12} {:>12}", "GPU",
+        "NAME", "STATE", "USED", "RESERVED", "FREE", "TOTAL", "UTIL%", "TEMP", "POWER", "PCIE RX",
+        "PCIE TX"));
     for (const auto& g : s.gpus) {
-      add(fmt::format("{:>3} {:<24} {:<6} {:>11} {:>11} {:>11} {:>11} {:>5} {:>5} {:>7} {:>12} {:>12}", g.index, g.name.substr(0, 24),
-                      to_string(g.state), bytes_or_dash(g.memory_used_bytes), bytes_or_dash(g.memory_reserved_bytes),
-                      bytes_or_dash(g.memory_free_bytes), bytes_or_dash(g.memory_total_bytes),
-                      num_or_dash(g.utilization_gpu_percent, "{:.0f}"), num_or_dash(g.temperature_celsius, "{:.0f}C"),
-                      num_or_dash(g.power_watts, "{:.1f}W"),
-                      g.pcie_rx_bytes_per_second ? format_bandwidth(*g.pcie_rx_bytes_per_second) : "-",
-                      g.pcie_tx_bytes_per_second ? format_bandwidth(*g.pcie_tx_bytes_per_second) : "-"));
+      add(fmt::format(
+          "{:>3} {:<24} {:<6} {:>11} {:>11} {:>11} {:>11} {:>5} {:>5} {:>7} {:>12} {:>12}", g.index,
+          g.name.substr(0, 24), to_string(g.state), bytes_or_dash(g.memory_used_bytes),
+          bytes_or_dash(g.memory_reserved_bytes), bytes_or_dash(g.memory_free_bytes),
+          bytes_or_dash(g.memory_total_bytes), num_or_dash(g.utilization_gpu_percent, "{:.0f}"),
+          num_or_dash(g.temperature_celsius, "{:.0f}C"), num_or_dash(g.power_watts, "{:.1f}W"),
+          g.pcie_rx_bytes_per_second ? format_bandwidth(*g.pcie_rx_bytes_per_second) : "-",
+          g.pcie_tx_bytes_per_second ? format_bandwidth(*g.pcie_tx_bytes_per_second) : "-"));
       if (g.state != device_state::ok) add(fmt::format("    {}", g.state_reason));
       for (const auto& m : g.mig) {
-        add(fmt::format("    MIG gi {} ci {} {}  used {} of {}", m.gpu_instance_id, m.compute_instance_id, m.uuid,
-                        bytes_or_dash(m.memory_used_bytes), bytes_or_dash(m.memory_total_bytes)));
+        add(fmt::format("    MIG gi {} ci {} {}  used {} of {}", m.gpu_instance_id,
+                        m.compute_instance_id, m.uuid, bytes_or_dash(m.memory_used_bytes),
+                        bytes_or_dash(m.memory_total_bytes)));
       }
     }
     std::vector<std::pair<unsigned, const gpu_process*>> procs;
@@ -56,32 +61,42 @@ std::string format_snapshot(const sample& s) {
     });
     add("");
     if (procs.empty()) {
-      bool hidden = std::any_of(s.gpus.begin(), s.gpus.end(), [](const gpu_sample& g) { return g.unavailable.count("processes") != 0; });
+      bool hidden = std::any_of(s.gpus.begin(), s.gpus.end(), [](const gpu_sample& g) {
+        return g.unavailable.count("processes") != 0;
+      });
       add(hidden ? "processes: not reported by the driver" : "no GPU processes");
     } else {
-      add(fmt::format("{:>8} {:<10} {:>3} {:>11} {:>11}  {}", "PID", "USER", "GPU", "GPU MEM", "HOST RSS", "COMMAND"));
+      add(fmt::format("{:>8} {:<10} {:>3} {:>11} {:>11}  {}", "PID", "USER", "GPU", "GPU MEM",
+                      "HOST RSS", "COMMAND"));
       for (const auto& [dev, p] : procs) {
         add(fmt::format("{:>8} {:<10} {:>3} {:>11} {:>11}  {}", p->pid, p->user.substr(0, 10), dev,
-                        p->used_bytes ? format_bytes(static_cast<double>(*p->used_bytes)) : "n/a", bytes_or_dash(p->host_rss_bytes),
-                        p->command.substr(0, 80)));
+                        p->used_bytes ? format_bytes(static_cast<double>(*p->used_bytes)) : "n/a",
+                        bytes_or_dash(p->host_rss_bytes), p->command.substr(0, 80)));
       }
     }
   }
   add("");
   if (s.host.memory) {
     const auto& m = *s.host.memory;
-    add(fmt::format("host memory: total {}  available {}  cached {}  mlocked {}  hugepages {}/{}", format_bytes(static_cast<double>(m.total_bytes)),
-                    bytes_or_dash(m.available_bytes), bytes_or_dash(m.cached_bytes), bytes_or_dash(m.mlocked_bytes),
-                    num_or_dash(m.hugepages_free, "{}"), num_or_dash(m.hugepages_total, "{}")));
+    add(fmt::format("host memory: total {}  available {}  cached {}  mlocked {}  hugepages {}/{}",
+                    format_bytes(static_cast<double>(m.total_bytes)),
+                    bytes_or_dash(m.available_bytes), bytes_or_dash(m.cached_bytes),
+                    bytes_or_dash(m.mlocked_bytes), num_or_dash(m.hugepages_free, "{}"),
+                    num_or_dash(m.hugepages_total, "{}")));
   } else {
     add("host memory: /proc/meminfo not readable");
   }
   for (const auto& n : s.host.numa) {
-    add(fmt::format("  NUMA node {}: free {} of {}", n.node, format_bytes(static_cast<double>(n.free_bytes)), format_bytes(static_cast<double>(n.total_bytes))));
+    add(fmt::format("  NUMA node {}: free {} of {}", n.node,
+                    format_bytes(static_cast<double>(n.free_bytes)),
+                    format_bytes(static_cast<double>(n.total_bytes))));
   }
   if (s.host.cgroup) {
-    add(fmt::format("  cgroup v{} {}: usage {}, limit {}", s.host.cgroup->version, s.host.cgroup->path, bytes_or_dash(s.host.cgroup->usage_bytes),
-                    s.host.cgroup->limit_bytes ? format_bytes(static_cast<double>(*s.host.cgroup->limit_bytes)) : "none"));
+    add(fmt::format("  cgroup v{} {}: usage {}, limit {}", s.host.cgroup->version,
+                    s.host.cgroup->path, bytes_or_dash(s.host.cgroup->usage_bytes),
+                    s.host.cgroup->limit_bytes
+                        ? format_bytes(static_cast<double>(*s.host.cgroup->limit_bytes))
+                        : "none"));
   }
   return out;
 }

@@ -7,9 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -21,9 +21,9 @@ namespace vramkit::monitor {
 
 struct exporter_options {
   std::string bind_address = "127.0.0.1";
-  int port = 9464;                                  ///< 0 picks a free port
+  int port = 9464;  ///< 0 picks a free port
   std::chrono::milliseconds interval{1000};
-  std::size_t history_samples = 600;                ///< ten minutes at 1 s
+  std::size_t history_samples = 600;  ///< ten minutes at 1 s
 };
 
 /// True when this build contains the HTTP server (cpp-httplib was found).

@@ -18,12 +18,12 @@ namespace vramkit::monitor {
 /// Outcome of one NVML query, mapped from nvmlReturn_t.
 enum class nvml_status {
   ok,
-  not_supported,   ///< NVML_ERROR_NOT_SUPPORTED: the device or driver has no such counter
-  no_permission,   ///< NVML_ERROR_NO_PERMISSION
-  gpu_lost,        ///< NVML_ERROR_GPU_IS_LOST: the device fell off the bus
-  not_found,       ///< NVML_ERROR_NOT_FOUND / GPU_NOT_FOUND: no such device (any more)
-  uninitialized,   ///< the library is not (or no longer) initialised
-  error,           ///< any other failure
+  not_supported,  ///< NVML_ERROR_NOT_SUPPORTED: the device or driver has no such counter
+  no_permission,  ///< NVML_ERROR_NO_PERMISSION
+  gpu_lost,       ///< NVML_ERROR_GPU_IS_LOST: the device fell off the bus
+  not_found,      ///< NVML_ERROR_NOT_FOUND / GPU_NOT_FOUND: no such device (any more)
+  uninitialized,  ///< the library is not (or no longer) initialised
+  error,          ///< any other failure
 };
 const char* to_string(nvml_status s) noexcept;
 
@@ -36,7 +36,9 @@ struct nvml_value {
 
   [[nodiscard]] bool ok() const noexcept { return status == nvml_status::ok; }
   static nvml_value success(T v) { return nvml_value{std::move(v), nvml_status::ok, {}}; }
-  static nvml_value failure(nvml_status s, std::string why) { return nvml_value{T{}, s, std::move(why)}; }
+  static nvml_value failure(nvml_status s, std::string why) {
+    return nvml_value{T{}, s, std::move(why)};
+  }
 };
 
 /// Device memory in bytes. With the v2 query `reserved` is known and total = used + reserved + free
@@ -94,7 +96,7 @@ struct nvml_clocks {
 struct nvml_ecc {
   std::optional<std::uint64_t> corrected;
   std::optional<std::uint64_t> uncorrected;
-  std::optional<std::uint64_t> retired_pages;   ///< retired pages, or remapped rows on newer GPUs
+  std::optional<std::uint64_t> retired_pages;  ///< retired pages, or remapped rows on newer GPUs
 };
 
 /// One MIG device (GPU instance + compute instance) of a parent GPU.

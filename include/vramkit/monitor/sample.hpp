@@ -26,10 +26,10 @@ device_state device_state_from_string(const std::string& text);  ///< throws usa
 /// A process using a GPU, joined with what the host knows about it.
 struct gpu_process {
   std::uint32_t pid = 0;
-  std::optional<std::uint64_t> used_bytes;  ///< device memory; empty when the driver hides it
-  std::string kind;                         ///< "compute", "graphics" or "compute+graphics"
-  std::string command;                      ///< command line from /proc, else the driver's name
-  std::string user;                         ///< owner from /proc status Uid; empty when unknown
+  std::optional<std::uint64_t> used_bytes;      ///< device memory; empty when the driver hides it
+  std::string kind;                             ///< "compute", "graphics" or "compute+graphics"
+  std::string command;                          ///< command line from /proc, else the driver's name
+  std::string user;                             ///< owner from /proc status Uid; empty when unknown
   std::optional<std::uint64_t> host_rss_bytes;  ///< VmRSS; empty when the pid is not visible
 };
 
@@ -96,8 +96,8 @@ struct host_memory {
 
 /// The memory controller of this process's cgroup. No limit set -> limit_bytes empty.
 struct cgroup_memory {
-  int version = 2;                    ///< 1 or 2
-  std::string path;                   ///< the cgroup path from /proc/self/cgroup
+  int version = 2;   ///< 1 or 2
+  std::string path;  ///< the cgroup path from /proc/self/cgroup
   std::optional<std::uint64_t> limit_bytes;
   std::optional<std::uint64_t> usage_bytes;
 };
@@ -121,10 +121,10 @@ struct host_sample {
 
 /// Everything read at one moment.
 struct sample {
-  std::int64_t timestamp_ms = 0;         ///< milliseconds since the Unix epoch (UTC)
-  double sample_duration_seconds = 0;    ///< how long taking this sample took
-  std::string gpu_source;                ///< "nvml", "fake", or "" when no GPU source
-  std::string gpu_unavailable_reason;    ///< why there are no GPUs, when there are none
+  std::int64_t timestamp_ms = 0;       ///< milliseconds since the Unix epoch (UTC)
+  double sample_duration_seconds = 0;  ///< how long taking this sample took
+  std::string gpu_source;              ///< "nvml", "fake", or "" when no GPU source
+  std::string gpu_unavailable_reason;  ///< why there are no GPUs, when there are none
   std::string driver_version;
   std::vector<gpu_sample> gpus;
   host_sample host;

@@ -1,6 +1,6 @@
 // sampler: takes one `sample` (every GPU through an nvml_api, plus the host) per call. It keeps the
-// previous NVLink and PCIe counters to turn them into rates. Not thread-safe: one thread samples (the
-// exporter's background thread or the terminal view's loop) and hands copies to others.
+// previous NVLink and PCIe counters to turn them into rates. Not thread-safe: one thread samples
+// (the exporter's background thread or the terminal view's loop) and hands copies to others.
 #pragma once
 
 #include <chrono>

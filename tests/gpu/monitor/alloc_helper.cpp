@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
     // Check the fill at a few places spread over the buffer.
     std::vector<unsigned char> probe(4096);
     for (std::size_t off : {std::size_t{0}, bytes / 2, bytes - probe.size()}) {
-      dev.copy_async(probe.data(), static_cast<char*>(p) + off, probe.size(), vramkit::copy_kind::device_to_host, vramkit::stream_view{});
+      dev.copy_async(probe.data(), static_cast<char*>(p) + off, probe.size(),
+                     vramkit::copy_kind::device_to_host, vramkit::stream_view{});
       dev.synchronize_device();
       for (unsigned char c : probe) {
         if (c != 0x5A) {

@@ -27,13 +27,13 @@ bool require_gpu() {
   return v != nullptr && std::string(v) == "1";
 }
 
-#define VRAMKIT_NEED_GPU()                                                                 \
-  do {                                                                                     \
-    auto st = cuda_runtime_status();                                                       \
-    if (!st) {                                                                             \
-      if (require_gpu()) FAIL() << "VRAMKIT_REQUIRE_GPU=1 but: " << st.error().reason;     \
-      GTEST_SKIP() << "no GPU: " << st.error().reason;                                     \
-    }                                                                                      \
+#define VRAMKIT_NEED_GPU()                                                             \
+  do {                                                                                 \
+    auto st = cuda_runtime_status();                                                   \
+    if (!st) {                                                                         \
+      if (require_gpu()) FAIL() << "VRAMKIT_REQUIRE_GPU=1 but: " << st.error().reason; \
+      GTEST_SKIP() << "no GPU: " << st.error().reason;                                 \
+    }                                                                                  \
   } while (0)
 
 std::string run_capture(const std::string& cmd) {
@@ -50,7 +50,9 @@ TEST(RealNvml, MemoryMatchesNvidiaSmiWithinOnePercent) {
   VRAMKIT_NEED_GPU();
   auto api = load_nvml();
   ASSERT_TRUE(api) << api.error().reason;
-  std::string smi = run_capture("nvidia-smi --query-gpu=memory.used,memory.total,memory.reserved --format=csv,noheader,nounits 2>&1");
+  std::string smi = run_capture(
+      "nvidia-smi --query-gpu=memory.used,memory.total,memory.reserved "
+      "--format=csv,noheader,nounits 2>&1");
   auto m0 = (*api)->memory(0);  // read right after nvidia-smi so nothing else ran in between
   ASSERT_TRUE(m0.ok()) << m0.detail;
   std::istringstream in(smi);
@@ -65,16 +67,20 @@ TEST(RealNvml, MemoryMatchesNvidiaSmiWithinOnePercent) {
     double used = static_cast<double>(m.value.used) / MiB;
     double total = static_cast<double>(m.value.total) / MiB;
     double reserved = m.value.reserved ? static_cast<double>(*m.value.reserved) / MiB : 0;
-    std::printf("gpu %u: vramkit used %.0f MiB total %.0f MiB reserved %.0f MiB | nvidia-smi used %.0f total %.0f reserved %.0f\n", index, used,
-                total, reserved, used_mib, total_mib, reserved_mib);
+    std::printf(
+        "gpu %u: vramkit used %.0f MiB total %.0f MiB reserved %.0f MiB | nvidia-smi used %.0f "
+        "total %.0f reserved %.0f\n",
+        index, used, total, reserved, used_mib, total_mib, reserved_mib);
     EXPECT_NEAR(total, total_mib, total_mib * 0.01) << "total memory differs by more than 1%";
     // Tolerance: 1% of the device's memory (used changes between the two reads when anything
     // else runs). nvidia-smi shows "used" without the reserved part where it reports reserved.
     double tol = total_mib * 0.01;
     bool same = std::fabs(used - used_mib) <= tol;
     bool without_reserved = std::fabs(used - reserved - used_mib) <= tol;
-    EXPECT_TRUE(same || without_reserved) << "used " << used << " MiB vs nvidia-smi " << used_mib << " MiB (reserved " << reserved << " MiB)";
-    std::printf("gpu %u: used convention: %s\n", index, same ? "same as nvidia-smi" : "nvidia-smi excludes reserved");
+    EXPECT_TRUE(same || without_reserved) << "used " << used << " MiB vs nvidia-smi " << used_mib
+                                          << " MiB (reserved " << reserved << " MiB)";
+    std::printf("gpu %u: used convention: %s\n", index,
+                same ? "same as nvidia-smi" : "nvidia-smi excludes reserved");
     ++index;
   }
   auto count = (*api)->device_count();
@@ -88,7 +94,8 @@ TEST(RealNvml, AProcessAllocatingOneGibAppearsWithAboutOneGib) {
   ASSERT_TRUE(api) << api.error().reason;
   auto before = (*api)->processes(0);
   if (!before.ok()) {
-    GTEST_SKIP() << "the driver does not report per-process memory on this GPU (" << to_string(before.status) << ": " << before.detail
+    GTEST_SKIP() << "the driver does not report per-process memory on this GPU ("
+                 << to_string(before.status) << ": " << before.detail
                  << "); virtualised GPUs often hide it";
   }
   std::set<std::uint32_t> old_pids;
@@ -112,7 +119,8 @@ TEST(RealNvml, AProcessAllocatingOneGibAppearsWithAboutOneGib) {
   close(from_child[1]);
   FILE* out = fdopen(from_child[0], "r");
   char line[128] = {0};
-  bool ready = std::fgets(line, sizeof line, out) != nullptr && std::string(line).rfind("ready", 0) == 0;
+  bool ready =
+      std::fgets(line, sizeof line, out) != nullptr && std::string(line).rfind("ready", 0) == 0;
   auto finish = [&] {
     close(to_child[1]);
     int status = 0;
@@ -155,9 +163,11 @@ TEST(RealNvml, AProcessAllocatingOneGibAppearsWithAboutOneGib) {
   ASSERT_TRUE(found.has_value()) << "no new process with device memory appeared on GPU 0";
   std::printf("helper pid %d, NVML pid %u (%s), used %s\n", static_cast<int>(child), found->pid,
               pid_matched ? "same pid namespace" : "host pid: this test runs in a PID namespace",
-              found->used_bytes ? format_bytes(static_cast<double>(*found->used_bytes)).c_str() : "not reported");
+              found->used_bytes ? format_bytes(static_cast<double>(*found->used_bytes)).c_str()
+                                : "not reported");
   if (!found->used_bytes) {
-    GTEST_SKIP() << "the driver lists the process but hides its memory (NVML_VALUE_NOT_AVAILABLE), as virtualised GPUs do";
+    GTEST_SKIP() << "the driver lists the process but hides its memory (NVML_VALUE_NOT_AVAILABLE), "
+                    "as virtualised GPUs do";
   }
   // 1 GiB of data plus the CUDA context (a few hundred MiB on current drivers).
   EXPECT_GE(*found->used_bytes, GiB);

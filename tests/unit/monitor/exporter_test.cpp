@@ -1,11 +1,12 @@
 // The exporter in-process: endpoints, scrapes that never sample, a busy port, and the snapshot
 // table of `watch --once`.
+#include "vramkit/monitor/exporter.hpp"
+
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "vramkit/core/error.hpp"
-#include "vramkit/monitor/exporter.hpp"
 #include "vramkit/monitor/fake_nvml.hpp"
 #include "vramkit/monitor/terminal_view.hpp"
 
@@ -41,7 +42,8 @@ TEST(Snapshot, SaysWhyThereAreNoGpus) {
   o.host_root = data / "host";
   sampler s(unavailable{unavailable_kind::no_driver, "no NVIDIA driver found (x)"}, o);
   std::string text = format_snapshot(s.take());
-  EXPECT_NE(text.find("no NVIDIA driver found (x): showing host memory only"), std::string::npos) << text;
+  EXPECT_NE(text.find("no NVIDIA driver found (x): showing host memory only"), std::string::npos)
+      << text;
 }
 
 TEST(Exporter, MetricsAndHistoryComeFromTheBackgroundSampler) {
@@ -62,7 +64,8 @@ TEST(Exporter, MetricsAndHistoryComeFromTheBackgroundSampler) {
   std::string m1 = ex0.metrics();
   EXPECT_NE(m1.find("vramkit_gpu_memory_used_bytes{gpu=\"0\""), std::string::npos);
   // Wait (bounded) for the sampler to add samples to the history.
-  for (int i = 0; i < 200 && ex0.history().size() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 200 && ex0.history().size() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_GE(ex0.history().size(), 3U);
   EXPECT_GT(fake->calls(), calls_before);
   std::string j = ex0.samples_json(0);

@@ -1,5 +1,7 @@
 // Prometheus exposition checked line by line: HELP/TYPE per family, contiguous families, base
 // units, label escaping, and the agreed metric names.
+#include "vramkit/monitor/exposition.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <set>
 #include <sstream>
 
-#include "vramkit/monitor/exposition.hpp"
 #include "vramkit/monitor/fake_nvml.hpp"
 #include "vramkit/monitor/sampler.hpp"
 
@@ -48,7 +49,8 @@ TEST(Exposition, EveryLineIsWellFormedAndFamiliesAreContiguous) {
   EXPECT_EQ(text.back(), '\n');
   const std::regex help(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .+)");
   const std::regex type(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (gauge|counter))");
-  const std::regex sample_line(R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\.)*",?)*\})? (-?[0-9.e+]+|NaN|[+-]Inf))");
+  const std::regex sample_line(
+      R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\.)*",?)*\})? (-?[0-9.e+]+|NaN|[+-]Inf))");
   std::set<std::string> seen_families;
   std::string current;
   bool expect_type = false;
@@ -63,7 +65,8 @@ TEST(Exposition, EveryLineIsWellFormedAndFamiliesAreContiguous) {
       EXPECT_TRUE(expect_type) << "TYPE without HELP: " << l;
       EXPECT_EQ(m[1], current);
       if (m[2] == "counter") {
-        EXPECT_TRUE(current.size() > 6 && current.compare(current.size() - 6, 6, "_total") == 0) << current;
+        EXPECT_TRUE(current.size() > 6 && current.compare(current.size() - 6, 6, "_total") == 0)
+            << current;
       }
       expect_type = false;
     } else {
@@ -72,10 +75,13 @@ TEST(Exposition, EveryLineIsWellFormedAndFamiliesAreContiguous) {
     }
   }
   for (const char* name :
-       {"vramkit_gpu_memory_total_bytes", "vramkit_gpu_memory_used_bytes", "vramkit_gpu_memory_free_bytes", "vramkit_gpu_memory_reserved_bytes",
-        "vramkit_gpu_up", "vramkit_gpu_process_memory_used_bytes", "vramkit_gpu_utilization_ratio", "vramkit_gpu_pcie_rx_bytes_per_second",
-        "vramkit_gpu_pcie_tx_bytes_per_second", "vramkit_gpu_temperature_celsius", "vramkit_gpu_power_watts", "vramkit_host_memory_total_bytes",
-        "vramkit_host_memory_available_bytes", "vramkit_host_numa_memory_free_bytes", "vramkit_process_resident_memory_bytes",
+       {"vramkit_gpu_memory_total_bytes", "vramkit_gpu_memory_used_bytes",
+        "vramkit_gpu_memory_free_bytes", "vramkit_gpu_memory_reserved_bytes", "vramkit_gpu_up",
+        "vramkit_gpu_process_memory_used_bytes", "vramkit_gpu_utilization_ratio",
+        "vramkit_gpu_pcie_rx_bytes_per_second", "vramkit_gpu_pcie_tx_bytes_per_second",
+        "vramkit_gpu_temperature_celsius", "vramkit_gpu_power_watts",
+        "vramkit_host_memory_total_bytes", "vramkit_host_memory_available_bytes",
+        "vramkit_host_numa_memory_free_bytes", "vramkit_process_resident_memory_bytes",
         "vramkit_exporter_scrapes_total", "vramkit_exporter_sample_duration_seconds"}) {
     EXPECT_TRUE(seen_families.count(name)) << "missing family " << name;
   }
@@ -87,17 +93,22 @@ TEST(Exposition, ValuesAreInBaseUnitsWithTheAgreedLabels) {
     auto ls = lines_of(text);
     return std::find(ls.begin(), ls.end(), line) != ls.end();
   };
-  const std::string gpu0 = R"(gpu="0",uuid="GPU-00000000-1111-2222-3333-444444444444",name="NVIDIA H200")";
+  const std::string gpu0 =
+      R"(gpu="0",uuid="GPU-00000000-1111-2222-3333-444444444444",name="NVIDIA H200")";
   EXPECT_TRUE(has("vramkit_gpu_memory_total_bytes{" + gpu0 + "} 150754820096")) << text;
   EXPECT_TRUE(has("vramkit_gpu_memory_used_bytes{" + gpu0 + "} 40802189312"));
-  EXPECT_TRUE(has("vramkit_gpu_memory_free_bytes{" + gpu0 + "} 109354942464"));  // total - used - reserved
+  EXPECT_TRUE(
+      has("vramkit_gpu_memory_free_bytes{" + gpu0 + "} 109354942464"));  // total - used - reserved
   EXPECT_TRUE(has("vramkit_gpu_memory_reserved_bytes{" + gpu0 + "} 597688320"));
   EXPECT_TRUE(has("vramkit_gpu_utilization_ratio{" + gpu0 + "} 0.87"));
   EXPECT_TRUE(has("vramkit_gpu_up{" + gpu0 + "} 1"));
   EXPECT_TRUE(has("vramkit_gpu_power_watts{" + gpu0 + "} 412.5"));
   EXPECT_TRUE(has("vramkit_gpu_sm_clock_hertz{" + gpu0 + "} 1980000000"));
-  EXPECT_TRUE(has("vramkit_gpu_process_memory_used_bytes{" + gpu0 + R"(,pid="4343",command="vllm serve model,\"x\""} 34359738368)")) << text;
-  EXPECT_TRUE(has(R"(vramkit_process_resident_memory_bytes{pid="4242",command="python3 train.py --batch-size 8"} 8589934592)"));
+  EXPECT_TRUE(has("vramkit_gpu_process_memory_used_bytes{" + gpu0 +
+                  R"(,pid="4343",command="vllm serve model,\"x\""} 34359738368)"))
+      << text;
+  EXPECT_TRUE(has(
+      R"(vramkit_process_resident_memory_bytes{pid="4242",command="python3 train.py --batch-size 8"} 8589934592)"));
   EXPECT_TRUE(has(R"(vramkit_host_numa_memory_free_bytes{node="1"} 962560000000)"));
   EXPECT_TRUE(has("vramkit_host_memory_total_bytes 2164117798912"));
   EXPECT_TRUE(has("vramkit_cgroup_memory_limit_bytes 68719476736"));
@@ -105,23 +116,27 @@ TEST(Exposition, ValuesAreInBaseUnitsWithTheAgreedLabels) {
 }
 
 TEST(Exposition, ALostDeviceIsDownWithoutMemorySeries) {
-  auto fake = std::make_shared<fake_nvml>(fake_nvml::parse(R"({"gpus":[{"uuid":"GPU-x","memory_total_bytes":10,"lost":true}]})"));
+  auto fake = std::make_shared<fake_nvml>(
+      fake_nvml::parse(R"({"gpus":[{"uuid":"GPU-x","memory_total_bytes":10,"lost":true}]})"));
   sampler_options o;
   o.read_host = false;
   sampler s(std::shared_ptr<nvml_api>(fake), o);
   std::string text = render_metrics(s.take(), {});
-  EXPECT_NE(text.find("vramkit_gpu_up{gpu=\"0\",uuid=\"\",name=\"\"} 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("vramkit_gpu_up{gpu=\"0\",uuid=\"\",name=\"\"} 0"), std::string::npos)
+      << text;
 }
 
 TEST(Exposition, ADeviceLostLaterKeepsItsUuidLabel) {
-  auto fake = std::make_shared<fake_nvml>(fake_nvml::parse(R"({"gpus":[{"name":"N","uuid":"GPU-x","memory_total_bytes":10}]})"));
+  auto fake = std::make_shared<fake_nvml>(
+      fake_nvml::parse(R"({"gpus":[{"name":"N","uuid":"GPU-x","memory_total_bytes":10}]})"));
   sampler_options o;
   o.read_host = false;
   sampler s(std::shared_ptr<nvml_api>(fake), o);
   s.take();
   fake->edit_gpu(0, [](fake_gpu& g) { g.lost = true; });
   std::string text = render_metrics(s.take(), {});
-  EXPECT_NE(text.find("vramkit_gpu_up{gpu=\"0\",uuid=\"GPU-x\",name=\"N\"} 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("vramkit_gpu_up{gpu=\"0\",uuid=\"GPU-x\",name=\"N\"} 0"), std::string::npos)
+      << text;
   EXPECT_EQ(text.find("vramkit_gpu_memory_used_bytes"), std::string::npos);
 }
 

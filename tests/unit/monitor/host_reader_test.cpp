@@ -1,8 +1,8 @@
 // Host readers on the fixture trees in tests/data/monitor.
+#include "vramkit/monitor/host_reader.hpp"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
-
-#include "vramkit/monitor/host_reader.hpp"
 
 namespace vramkit::monitor {
 namespace {

@@ -14,8 +14,10 @@ TEST(NvmlLoader, MissingLibraryIsUnavailableWithReason) {
   auto api = load_nvml("libvramkit-no-such-nvml.so.1");
   ASSERT_FALSE(api);
   EXPECT_EQ(api.error().kind, unavailable_kind::no_driver);
-  EXPECT_NE(api.error().reason.find("no NVIDIA driver found"), std::string::npos) << api.error().reason;
-  EXPECT_NE(api.error().reason.find("libvramkit-no-such-nvml.so.1"), std::string::npos) << api.error().reason;
+  EXPECT_NE(api.error().reason.find("no NVIDIA driver found"), std::string::npos)
+      << api.error().reason;
+  EXPECT_NE(api.error().reason.find("libvramkit-no-such-nvml.so.1"), std::string::npos)
+      << api.error().reason;
 }
 
 TEST(NvmlLoader, FailingInitIsUnavailableWithDriverMessage) {
@@ -64,7 +66,8 @@ TEST_P(StubNvml, ReadsProcessesWithEitherRecordStride) {
   EXPECT_EQ(*p.value[0].used_bytes, 3ULL << 30);
   EXPECT_EQ(p.value[0].kind, nvml_process_kind::compute_and_graphics);
   EXPECT_EQ(p.value[1].pid, 1001U);
-  EXPECT_FALSE(p.value[1].used_bytes.has_value()) << "NVML_VALUE_NOT_AVAILABLE must read as unknown";
+  EXPECT_FALSE(p.value[1].used_bytes.has_value())
+      << "NVML_VALUE_NOT_AVAILABLE must read as unknown";
 }
 
 TEST_P(StubNvml, MapsNotSupportedAndLostToStatuses) {
@@ -121,7 +124,9 @@ TEST_P(StubNvml, PcieRatesComeFromCountersAfterTheFirstSample) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RecordLayouts, StubNvml, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? std::string("Wide32") : std::string("V3_24"); });
+                         [](const auto& info) {
+                           return info.param ? std::string("Wide32") : std::string("V3_24");
+                         });
 
 }  // namespace
 }  // namespace vramkit::monitor

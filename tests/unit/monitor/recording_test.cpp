@@ -1,9 +1,10 @@
 // JSON Lines and CSV round trips, and the reader's handling of damaged recordings.
+#include "vramkit/monitor/recording.hpp"
+
 #include <gtest/gtest.h>
 
 #include "vramkit/core/error.hpp"
 #include "vramkit/monitor/fake_nvml.hpp"
-#include "vramkit/monitor/recording.hpp"
 #include "vramkit/monitor/sampler.hpp"
 
 namespace vramkit::monitor {
@@ -30,7 +31,8 @@ TEST(Recording, JsonLineRoundTripsEveryField) {
   ASSERT_EQ(back.gpus.size(), 2U);
   EXPECT_EQ(back.gpus[0].memory_reserved_bytes, 597688320U);
   EXPECT_EQ(back.gpus[0].processes[1].command, "vllm serve model,\"x\"");
-  EXPECT_NE(line.find("\"timestamp\":\"2023-11-14T22:13:20.123Z\""), std::string::npos) << line.substr(0, 200);
+  EXPECT_NE(line.find("\"timestamp\":\"2023-11-14T22:13:20.123Z\""), std::string::npos)
+      << line.substr(0, 200);
 }
 
 TEST(Recording, CsvRoundTripsTheDeviceColumns) {
@@ -65,19 +67,22 @@ TEST(Recording, CsvQuotesNamesWithCommasAndQuotes) {
 TEST(Recording, MalformedJsonLinesAreReportedByLineAndSkipped) {
   std::string good1 = to_json_line(fixture_sample(1000));
   std::string good2 = to_json_line(fixture_sample(2000));
-  auto rec = parse_recording(good1 + "\n{\"schema_version\":1,\"timestamp_ms\":\n\n" + good2 + "\n{\"schema_version\":99}\n");
+  auto rec = parse_recording(good1 + "\n{\"schema_version\":1,\"timestamp_ms\":\n\n" + good2 +
+                             "\n{\"schema_version\":99}\n");
   ASSERT_EQ(rec.samples.size(), 2U);
   EXPECT_EQ(rec.samples[1].timestamp_ms, 2000);
   ASSERT_EQ(rec.errors.size(), 2U);
   EXPECT_EQ(rec.errors[0].line, 2U);
   EXPECT_EQ(rec.errors[1].line, 5U);
-  EXPECT_NE(rec.errors[1].message.find("schema_version 99"), std::string::npos) << rec.errors[1].message;
+  EXPECT_NE(rec.errors[1].message.find("schema_version 99"), std::string::npos)
+      << rec.errors[1].message;
 }
 
 TEST(Recording, MalformedCsvLinesAreReportedByLineAndSkipped) {
   sample s = fixture_sample(1000);
   auto lines = to_csv_lines(s);
-  std::string text = csv_header() + "\n" + lines[0] + "\n" + "2023-01-01T00:00:00.000Z,notanumber,0\n" + lines[1] + "\n" +
+  std::string text = csv_header() + "\n" + lines[0] + "\n" +
+                     "2023-01-01T00:00:00.000Z,notanumber,0\n" + lines[1] + "\n" +
                      "\"unterminated\n";
   auto rec = parse_recording(text);
   ASSERT_EQ(rec.samples.size(), 1U);

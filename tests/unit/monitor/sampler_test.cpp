@@ -1,5 +1,7 @@
 // The sampler over fake_nvml: devices that fail, disappear or come back, and the join with host
 // processes from a fixture tree.
+#include "vramkit/monitor/sampler.hpp"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,7 +10,6 @@
 
 #include "vramkit/core/error.hpp"
 #include "vramkit/monitor/fake_nvml.hpp"
-#include "vramkit/monitor/sampler.hpp"
 
 namespace vramkit::monitor {
 namespace {
@@ -59,7 +60,8 @@ TEST(Sampler, ReadsEveryDeviceAndJoinsHostProcesses) {
 }
 
 TEST(Sampler, MarksAFailingDeviceAndKeepsReadingTheOthers) {
-  auto fake = std::make_shared<fake_nvml>(std::vector<fake_gpu>{gpu("GPU-0", 1), gpu("GPU-1", 2), gpu("GPU-2", 3)});
+  auto fake = std::make_shared<fake_nvml>(
+      std::vector<fake_gpu>{gpu("GPU-0", 1), gpu("GPU-1", 2), gpu("GPU-2", 3)});
   fake->edit_gpu(1, [](fake_gpu& g) { g.failures["memory"] = nvml_status::no_permission; });
   fake->edit_gpu(2, [](fake_gpu& g) { g.failures["temperature"] = nvml_status::error; });
   sampler s(std::shared_ptr<nvml_api>(fake), fixture_host());
@@ -67,9 +69,11 @@ TEST(Sampler, MarksAFailingDeviceAndKeepsReadingTheOthers) {
   ASSERT_EQ(smp.gpus.size(), 3U);
   EXPECT_EQ(smp.gpus[0].state, device_state::ok);
   EXPECT_EQ(smp.gpus[1].state, device_state::error);
-  EXPECT_NE(smp.gpus[1].state_reason.find("no_permission"), std::string::npos) << smp.gpus[1].state_reason;
+  EXPECT_NE(smp.gpus[1].state_reason.find("no_permission"), std::string::npos)
+      << smp.gpus[1].state_reason;
   EXPECT_FALSE(smp.gpus[1].memory_used_bytes);
-  EXPECT_EQ(smp.gpus[2].state, device_state::ok) << "a failing optional query only marks that field";
+  EXPECT_EQ(smp.gpus[2].state, device_state::ok)
+      << "a failing optional query only marks that field";
   EXPECT_EQ(smp.gpus[2].unavailable.at("temperature"), "error");
   EXPECT_EQ(smp.gpus[2].memory_used_bytes, 3U);
 }
@@ -112,7 +116,8 @@ TEST(Sampler, NvmlFailingEntirelyStillGivesHostFigures) {
 }
 
 TEST(Sampler, NoDriverRecordsTheReasonAndReadsTheHost) {
-  sampler s(unavailable{unavailable_kind::no_driver, "no NVIDIA driver found (test)"}, fixture_host());
+  sampler s(unavailable{unavailable_kind::no_driver, "no NVIDIA driver found (test)"},
+            fixture_host());
   EXPECT_FALSE(s.has_gpus());
   auto smp = s.take();
   EXPECT_EQ(smp.gpu_unavailable_reason, "no NVIDIA driver found (test)");
@@ -142,22 +147,23 @@ TEST(Sampler, TimestampsComeFromTheInjectedClock) {
 }
 
 TEST(FakeNvml, ReloadsItsFileWhenItChanges) {
-  auto path = std::filesystem::temp_directory_path() / ("vramkit_fake_" + std::to_string(getpid()) + ".json");
+  auto path = std::filesystem::temp_directory_path() /
+              ("vramkit_fake_" + std::to_string(getpid()) + ".json");
   {
-    std::ofstream(path) << R"({"gpus":[{"name":"A","uuid":"GPU-a","memory_total_bytes":100,"memory_used_bytes":10}]})";
+    std::ofstream(path)
+        << R"({"gpus":[{"name":"A","uuid":"GPU-a","memory_total_bytes":100,"memory_used_bytes":10}]})";
   }
   auto fake = fake_nvml::from_file(path);
   EXPECT_EQ(fake->memory(0).value.used, 10U);
   {
-    std::ofstream(path) << R"({"gpus":[{"name":"A","uuid":"GPU-a","memory_total_bytes":100,"memory_used_bytes":77},
+    std::ofstream(path)
+        << R"({"gpus":[{"name":"A","uuid":"GPU-a","memory_total_bytes":100,"memory_used_bytes":77},
                                        {"name":"B","uuid":"GPU-b","memory_total_bytes":100,"memory_used_bytes":1}]})";
   }
   // The size changed, so the reload does not depend on the file system's time resolution.
   EXPECT_EQ(fake->device_count().value, 2U);
   EXPECT_EQ(fake->memory(0).value.used, 77U);
-  {
-    std::ofstream(path) << "{ not json";
-  }
+  { std::ofstream(path) << "{ not json"; }
   EXPECT_EQ(fake->device_count().value, 2U) << "a broken edit keeps the previous figures";
   std::filesystem::remove(path);
 }
@@ -165,9 +171,11 @@ TEST(FakeNvml, ReloadsItsFileWhenItChanges) {
 TEST(FakeNvml, RejectsBadFixturesWithAClearMessage) {
   EXPECT_THROW(fake_nvml::parse("[]"), usage_error);
   EXPECT_THROW(fake_nvml::parse(R"({"gpus":[{"name":"x"}]})"), usage_error);
-  EXPECT_THROW(fake_nvml::parse(R"({"gpus":[{"memory_total_bytes":1,"memory_used_bytes":2}]})"), usage_error);
+  EXPECT_THROW(fake_nvml::parse(R"({"gpus":[{"memory_total_bytes":1,"memory_used_bytes":2}]})"),
+               usage_error);
   EXPECT_THROW(fake_nvml::from_file("/no/such/fixture.json"), usage_error);
-  auto gpus = fake_nvml::parse(R"({"gpus":[{"memory_total_bytes":5,"fail":{"power":"no_permission"}}]})");
+  auto gpus =
+      fake_nvml::parse(R"({"gpus":[{"memory_total_bytes":5,"fail":{"power":"no_permission"}}]})");
   EXPECT_EQ(gpus[0].failures.at("power"), nvml_status::no_permission);
 }
 
