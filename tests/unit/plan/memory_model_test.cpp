@@ -49,7 +49,7 @@ TEST(MemoryModel, ScheduleFreesEverythingButPersistentState) {
       const auto c = s.tensors[t].comp;
       EXPECT_TRUE(c == component::weights || c == component::optimizer_states || c == component::workspace)
           << "left alive: " << s.tensors[t].label;
-      left += s.tensors[t].bytes;
+      if (c != component::workspace) left += s.tensors[t].bytes;
     }
   }
   // Weights (4 B) + AdamW's two states (8 B) per parameter remain after the step.
@@ -147,15 +147,17 @@ TEST(MemoryModel, GenerateKvCacheGrowsToTheLastToken) {
   plan_request r;
   r.mode = run_mode::infer;
   r.batch = 8;
-  r.prompt = 512;
-  r.new_tokens = 128;
+  r.prompt = 16;
+  r.new_tokens = 2000;
   r.prec = precision::bf16;
   const auto p = make_plan(m, r);
   // 24 layers x 2 KV heads x 64 dims x 2 x 2 bytes = 12 KiB per token; the cache holds
-  // prompt + new - 1 tokens at the last decode step.
-  const double expect = 8.0 * (512 + 127) * 24 * 2 * 64 * 2 * 2;
-  EXPECT_NEAR(static_cast<double>(component_bytes(p, "KV cache")), expect, expect * 0.02);
-  EXPECT_EQ(p.peak_phase.empty(), false);
+  // prompt + new - 1 tokens at the last decode step, where the peak is, plus the old copy of the
+  // one K or V that torch.cat is growing at that moment (at most 1/48 of the cache).
+  EXPECT_EQ(p.peak_phase, "decode");
+  const double expect = 8.0 * (16 + 1999) * 24 * 2 * 64 * 2 * 2;
+  EXPECT_GE(static_cast<double>(component_bytes(p, "KV cache")), expect);
+  EXPECT_LE(static_cast<double>(component_bytes(p, "KV cache")), expect * (1 + 1.0 / 48 + 0.001));
 }
 
 TEST(MemoryModel, QuantisedWeightsShrink) {
