@@ -69,6 +69,7 @@ struct dtypes {
   int act = 4;       ///< ops autocast keeps in fp32 (layer/RMS norm, softmax, pow, embedding) or,
                      ///< without autocast, the model dtype
   bool amp = false;  ///< autocast on: weight casts cached, fp32-list ops upcast
+  int cast = 4;      ///< width of the weight and GEMM-input casts (1 for fp8, else = low)
 };
 
 /// One gradient edge of a node: the input tensor and how its gradient appears.
@@ -118,14 +119,15 @@ class walker {
  public:
   walker(const model_description& m, const plan_request& r, schedule& s) : m_(m), r_(r), s_(s) {
     switch (r.prec) {
-      case precision::fp32: dt_ = {4, 4, 4, false}; break;
+      case precision::fp32: dt_ = {4, 4, 4, false, 4}; break;
       case precision::amp_bf16:
-      case precision::amp_fp16: dt_ = {4, 2, 4, true}; break;
-      case precision::fp8: dt_ = {4, 1, 4, true}; break;  // approximate: see docs/plan.md
-      case precision::bf16: dt_ = {2, 2, 2, false}; break;
+      case precision::amp_fp16: dt_ = {4, 2, 4, true, 2}; break;
+      // Approximate (docs/plan.md): as amp-bf16, with the weight and GEMM-input casts in 1 byte.
+      case precision::fp8: dt_ = {4, 2, 4, true, 1}; break;
+      case precision::bf16: dt_ = {2, 2, 2, false, 2}; break;
     }
-    if (r.mode == run_mode::infer) dt_ = {2, 2, 2, false};
-    if (r.mode == run_mode::infer && r.prec == precision::fp32) dt_ = {4, 4, 4, false};
+    if (r.mode == run_mode::infer) dt_ = {2, 2, 2, false, 2};
+    if (r.mode == run_mode::infer && r.prec == precision::fp32) dt_ = {4, 4, 4, false, 4};
   }
 
   // ---- tensors -------------------------------------------------------------------------------
@@ -197,7 +199,7 @@ class walker {
   int weight(int p) {
     if (!dt_.amp) return param_tensor_[p];
     if (cast_of_[p] == k_none) {
-      cast_of_[p] = alloc(param_elems_[p] * static_cast<u64>(dt_.low), component::autocast_weight_cache, "weight cast");
+      cast_of_[p] = alloc(param_elems_[p] * static_cast<u64>(dt_.cast), component::autocast_weight_cache, "weight cast");
       cache_.push_back(p);
     }
     return cast_of_[p];
@@ -214,7 +216,7 @@ class walker {
   /// copy each call, saved by the op); others are used as they are.
   int gemm_input(int x, i64 elems, int elem_bytes) {
     if (dt_.amp && elem_bytes == 4) {
-      const int c = alloc(static_cast<u64>(elems) * dt_.low, component::activations, "autocast input cast");
+      const int c = alloc(static_cast<u64>(elems) * dt_.cast, component::activations, "autocast input cast");
       record(c, {edge{x, static_cast<u64>(elems) * 4}}, {}, {}, 0);
       return c;
     }
