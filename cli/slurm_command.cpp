@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "vramkit/cluster/slurm_gres.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/units.hpp"
+#include "vramkit/monitor/nvml_api.hpp"
 
 namespace vramkit::cli {
 namespace {
@@ -43,10 +45,36 @@ std::string short_hostname() {
   return name;
 }
 
-// The local GPUs: a fixture when given, else the driver through NVML.
+// The local GPUs: a fixture when given, else the driver through NVML (loaded at run time).
 std::vector<cluster::gpu_state> local_gpus(const std::string& fixture) {
   if (!fixture.empty()) return cluster::gpus_from_fixture_json(read_file(fixture, "fixture"), fixture);
-  throw error("no GPU figures: reading the driver needs the monitor module; pass --fake-gpus FILE");
+  const char* lib = std::getenv("VRAMKIT_NVML_LIBRARY");
+  auto nvml = monitor::load_nvml(lib != nullptr && *lib != '\0' ? lib : "libnvidia-ml.so.1");
+  if (!nvml) {
+    throw error(fmt::format("cannot read the GPUs: {} (on a machine without the NVIDIA driver, pass --fake-gpus FILE)",
+                            nvml.error().reason));
+  }
+  auto& api = **nvml;
+  const auto count = api.device_count();
+  if (!count.ok()) throw error(fmt::format("cannot count the GPUs: {} ({})", monitor::to_string(count.status), count.detail));
+  std::vector<cluster::gpu_state> gpus;
+  for (unsigned i = 0; i < count.value; ++i) {
+    const auto memory = api.memory(i);
+    if (!memory.ok()) {
+      throw error(fmt::format("GPU {}: cannot read its memory: {} ({})", i, monitor::to_string(memory.status), memory.detail));
+    }
+    cluster::gpu_state g;
+    g.index = static_cast<int>(i);
+    if (auto name = api.device_name(i); name.ok()) g.name = name.value;
+    if (auto uuid = api.device_uuid(i); uuid.ok()) g.uuid = uuid.value;
+    g.total_bytes = memory.value.total;
+    g.used_bytes = memory.value.used;
+    g.reserved_bytes = memory.value.reserved.value_or(0);
+    g.free_bytes = memory.value.free;
+    gpus.push_back(std::move(g));
+  }
+  if (gpus.empty()) throw error("the NVIDIA driver reports no GPUs");
+  return gpus;
 }
 
 struct gres_args {

@@ -135,7 +135,7 @@ node_states exporter_scraper::states(const std::vector<std::string>& names) {
   if (stale.empty()) return out;
 
   // Scrape outside the lock: a slow exporter must not hold up requests for other nodes.
-  std::vector<std::optional<result<node_state>>> fetched(stale.size());
+  std::vector<std::optional<result<node_state_ptr>>> fetched(stale.size());
   std::atomic<std::size_t> next{0};
   auto worker = [&] {
     for (std::size_t i = next++; i < stale.size(); i = next++) {
@@ -151,7 +151,7 @@ node_states exporter_scraper::states(const std::vector<std::string>& names) {
           fetched[i].emplace(unavailable{unavailable_kind::no_device,
                                          fmt::format("{} reports no GPU metrics", urls_.at(name))});
         } else {
-          fetched[i].emplace(std::move(state));
+          fetched[i].emplace(std::make_shared<const node_state>(std::move(state)));
         }
       } catch (const std::exception& e) {
         fetched[i].emplace(unavailable{unavailable_kind::failed, fmt::format("{}: {}", urls_.at(name), e.what())});

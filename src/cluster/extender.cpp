@@ -87,14 +87,14 @@ std::optional<std::uint64_t> request_of(const json& pod, const extender_config& 
 }
 
 struct parsed_args {
-  json pod;
+  const json* pod = nullptr;       // into the parsed document
   std::vector<std::string> names;
   bool node_cache_capable = false;
-  json node_list;                // the NodeList as sent, when !node_cache_capable
-  std::vector<const json*> items; // node objects, parallel to names
+  const json* node_list = nullptr;  // the NodeList as sent, when !node_cache_capable
+  std::vector<const json*> items;   // node objects, parallel to names
 };
 
-// Throws usage_error on anything kube-scheduler would never send.
+// Throws usage_error on anything kube-scheduler would never send. Pointers refer into `doc`.
 parsed_args parse_args(std::string_view body, json& doc) {
   try {
     doc = json::parse(body);
@@ -105,11 +105,12 @@ parsed_args parse_args(std::string_view body, json& doc) {
   parsed_args args;
   const json* pod = find_field(doc, "Pod");
   if (pod == nullptr || !pod->is_object()) throw usage_error("ExtenderArgs has no Pod object");
-  args.pod = *pod;
+  args.pod = pod;
   const json* names = find_field(doc, "NodeNames");
   const json* nodes = find_field(doc, "Nodes");
   if (names != nullptr && !names->is_null()) {
     if (!names->is_array()) throw usage_error("ExtenderArgs.NodeNames must be an array of strings");
+    args.names.reserve(names->size());
     for (const json& n : *names) {
       if (!n.is_string()) throw usage_error("ExtenderArgs.NodeNames must be an array of strings");
       args.names.push_back(n.get<std::string>());
@@ -119,8 +120,8 @@ parsed_args parse_args(std::string_view body, json& doc) {
   }
   if (nodes != nullptr && !nodes->is_null()) {
     if (!nodes->is_object()) throw usage_error("ExtenderArgs.Nodes must be a NodeList object");
-    args.node_list = *nodes;
-    const json* items = path(args.node_list, {"items"});
+    args.node_list = nodes;
+    const json* items = path(*nodes, {"items"});
     if (items != nullptr && !items->is_null()) {
       if (!items->is_array()) throw usage_error("ExtenderArgs.Nodes.items must be an array");
       for (const json& item : *items) {
@@ -137,23 +138,69 @@ parsed_args parse_args(std::string_view body, json& doc) {
   throw usage_error("ExtenderArgs has neither NodeNames nor Nodes");
 }
 
+// One line of printable ASCII: parse errors may quote the offending bytes, which need not be text.
 extender_response bad_request(const std::string& message) {
-  return extender_response{400, message + "\n", "text/plain; charset=utf-8"};
+  std::string line;
+  for (const char c : message) {
+    const auto u = static_cast<unsigned char>(c);
+    line.push_back(u >= 0x20 && u < 0x7f ? c : '?');
+  }
+  return extender_response{400, line + "\n", "text/plain; charset=utf-8"};
 }
 
-json filter_result(const parsed_args& args, const std::vector<bool>& keep, json failed, json unresolvable,
-                   const std::string& error) {
-  json out = json::object();
-  if (args.node_cache_capable) {
-    json names = json::array();
-    for (std::size_t i = 0; i < args.names.size(); ++i) {
-      if (keep[i]) names.push_back(args.names[i]);
+// Responses are written by hand: with 1,000 nodes a DOM of small objects costs more than the
+// placement itself.
+void append_string(std::string& out, std::string_view text) {
+  out.push_back('"');
+  for (const char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
+        } else {
+          out.push_back(c);  // UTF-8 passes through unchanged
+        }
     }
-    out["Nodes"] = nullptr;
-    out["NodeNames"] = std::move(names);
+  }
+  out.push_back('"');
+}
+
+void append_map(std::string& out, const std::map<std::string, std::string>& m) {
+  out.push_back('{');
+  bool first = true;
+  for (const auto& [k, v] : m) {
+    if (!first) out.push_back(',');
+    first = false;
+    append_string(out, k);
+    out.push_back(':');
+    append_string(out, v);
+  }
+  out.push_back('}');
+}
+
+std::string filter_result(const parsed_args& args, const std::vector<bool>& keep,
+                          const std::map<std::string, std::string>& failed,
+                          const std::map<std::string, std::string>& unresolvable, const std::string& error) {
+  std::string out;
+  out.reserve(64 + 24 * args.names.size());
+  if (args.node_cache_capable) {
+    out += "{\"Nodes\":null,\"NodeNames\":[";
+    bool first = true;
+    for (std::size_t i = 0; i < args.names.size(); ++i) {
+      if (!keep[i]) continue;
+      if (!first) out.push_back(',');
+      first = false;
+      append_string(out, args.names[i]);
+    }
+    out += "]";
   } else {
     json list = json::object();
-    for (auto it = args.node_list.begin(); it != args.node_list.end(); ++it) {
+    for (auto it = args.node_list->begin(); it != args.node_list->end(); ++it) {
       if (it.key() != "items") list[it.key()] = it.value();
     }
     if (!list.contains("metadata")) list["metadata"] = json::object();
@@ -162,12 +209,17 @@ json filter_result(const parsed_args& args, const std::vector<bool>& keep, json 
       if (keep[i]) items.push_back(*args.items[i]);
     }
     list["items"] = std::move(items);
-    out["Nodes"] = std::move(list);
-    out["NodeNames"] = nullptr;
+    out += "{\"Nodes\":";
+    out += list.dump();
+    out += ",\"NodeNames\":null";
   }
-  out["FailedNodes"] = std::move(failed);
-  out["FailedAndUnresolvableNodes"] = std::move(unresolvable);
-  out["Error"] = error;
+  out += ",\"FailedNodes\":";
+  append_map(out, failed);
+  out += ",\"FailedAndUnresolvableNodes\":";
+  append_map(out, unresolvable);
+  out += ",\"Error\":";
+  append_string(out, error);
+  out += "}";
   return out;
 }
 
@@ -193,15 +245,15 @@ extender_response extender_filter(std::string_view body, const node_lookup& look
     return bad_request(e.what());
   }
   std::vector<bool> keep(args.names.size(), true);
-  json failed = json::object();
-  json unresolvable = json::object();
+  std::map<std::string, std::string> failed;
+  std::map<std::string, std::string> unresolvable;
   std::optional<std::uint64_t> request;
   try {
-    request = request_of(args.pod, config);
+    request = request_of(*args.pod, config);
   } catch (const usage_error& e) {
     // The pod, not the protocol, is wrong: fail this scheduling attempt with the reason.
     std::fill(keep.begin(), keep.end(), false);
-    return {200, filter_result(args, keep, failed, unresolvable, fmt::format("vramkit: {}", e.what())).dump()};
+    return {200, filter_result(args, keep, failed, unresolvable, fmt::format("vramkit: {}", e.what()))};
   }
   if (request && !args.names.empty()) {
     const node_states states = lookup(args.names);
@@ -214,15 +266,16 @@ extender_response extender_filter(std::string_view body, const node_lookup& look
                                    it == states.end() ? "node not looked up" : it->second.error().reason);
         continue;
       }
-      const placement p = place_on_node(*request, *it->second, config.placement);
+      const node_state& node = **it->second;
+      const placement p = place_on_node(*request, node, config.placement);
       if (p.fits) continue;
       keep[i] = false;
-      const std::string reason = "vramkit: " + describe_misfit(*request, *it->second, config.placement);
-      if (p.why == misfit::too_large) unresolvable[name] = reason;
-      else failed[name] = reason;
+      std::string reason = "vramkit: " + describe_misfit(*request, node, config.placement);
+      if (p.why == misfit::too_large) unresolvable[name] = std::move(reason);
+      else failed[name] = std::move(reason);
     }
   }
-  return {200, filter_result(args, keep, std::move(failed), std::move(unresolvable), "").dump()};
+  return {200, filter_result(args, keep, failed, unresolvable, "")};
 }
 
 extender_response extender_prioritize(std::string_view body, const node_lookup& lookup,
@@ -232,24 +285,33 @@ extender_response extender_prioritize(std::string_view body, const node_lookup& 
   std::optional<std::uint64_t> request;
   try {
     args = parse_args(body, doc);
-    request = request_of(args.pod, config);
+    request = request_of(*args.pod, config);
   } catch (const usage_error& e) {
     return bad_request(e.what());
   }
-  json out = json::array();
   node_states states;
   if (request && !args.names.empty()) states = lookup(args.names);
-  for (const std::string& name : args.names) {
+  std::string out;
+  out.reserve(2 + 32 * args.names.size());
+  out.push_back('[');
+  for (std::size_t i = 0; i < args.names.size(); ++i) {
+    const std::string& name = args.names[i];
     std::int64_t score = 0;
     if (request) {
       auto it = states.find(name);
       if (it != states.end() && it->second) {
-        score = extender_priority(place_on_node(*request, *it->second, config.placement));
+        score = extender_priority(place_on_node(*request, **it->second, config.placement));
       }
     }
-    out.push_back(json{{"Host", name}, {"Score", score}});
+    if (i > 0) out.push_back(',');
+    out += "{\"Host\":";
+    append_string(out, name);
+    out += ",\"Score\":";
+    out += std::to_string(score);
+    out.push_back('}');
   }
-  return {200, out.dump()};
+  out.push_back(']');
+  return {200, std::move(out)};
 }
 
 }  // namespace vramkit::cluster

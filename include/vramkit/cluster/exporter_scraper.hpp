@@ -54,7 +54,7 @@ class exporter_scraper {
  private:
   struct entry {
     std::chrono::steady_clock::time_point at;
-    result<node_state> state;
+    result<node_state_ptr> state;
   };
 
   std::map<std::string, std::string> urls_;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,8 +25,12 @@ struct extender_config {
   std::string plan_annotation = "vramkit.io/plan";      ///< annotation holding planner JSON
 };
 
+/// A node's live state, shared rather than copied: the scraper's cache and every request in
+/// flight point at the same immutable snapshot.
+using node_state_ptr = std::shared_ptr<const node_state>;
+
 /// Node name -> its live state, or why it has none (exporter unreachable, not configured).
-using node_states = std::map<std::string, result<node_state>>;
+using node_states = std::map<std::string, result<node_state_ptr>>;
 
 /// Returns the states of the named nodes; called once per request with every node it names.
 using node_lookup = std::function<node_states(const std::vector<std::string>& names)>;

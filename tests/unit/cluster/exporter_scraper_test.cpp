@@ -58,13 +58,13 @@ TEST(ExporterScraper, CachesForTheTtlThenScrapesAgain) {
                      clock.fn());
   auto first = s.states({"a"});
   ASSERT_TRUE(first.at("a"));
-  EXPECT_EQ(first.at("a")->gpus.at(0).free_bytes, 70 * GiB);
+  EXPECT_EQ((*first.at("a"))->gpus.at(0).free_bytes, 70 * GiB);
   used = 50 * GiB;
   clock.now += 1999ms;
-  EXPECT_EQ(s.states({"a"}).at("a")->gpus.at(0).free_bytes, 70 * GiB);  // still cached
+  EXPECT_EQ((*s.states({"a"}).at("a"))->gpus.at(0).free_bytes, 70 * GiB);  // still cached
   EXPECT_EQ(fetches.load(), 1);
   clock.now += 1ms;
-  EXPECT_EQ(s.states({"a"}).at("a")->gpus.at(0).free_bytes, 30 * GiB);
+  EXPECT_EQ((*s.states({"a"}).at("a"))->gpus.at(0).free_bytes, 30 * GiB);
   EXPECT_EQ(fetches.load(), 2);
   EXPECT_EQ(s.fetch_count(), 2u);
 }

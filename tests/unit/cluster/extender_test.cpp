@@ -33,7 +33,7 @@ node_lookup fixture_lookup(int* calls = nullptr) {
     node_states out;
     for (const std::string& n : names) {
       if (nodes.contains(n)) {
-        out.emplace(n, node_state{n, gpus_from_fixture_json(nodes[n].dump(), n)});
+        out.emplace(n, std::make_shared<const node_state>(node_state{n, gpus_from_fixture_json(nodes[n].dump(), n)}));
       } else {
         out.emplace(n, unavailable{unavailable_kind::failed, n + ": connection refused"});
       }
