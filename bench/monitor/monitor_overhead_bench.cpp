@@ -100,11 +100,14 @@ stats sample_cost(mon::sampler& s, int n) {
   return summarize(cpu);
 }
 
+double g_baseline_cpu = 0;  // host readers alone, median CPU seconds per sample
+
 void print_cost(const char* what, const stats& s) {
   std::printf(
       "%-44s CPU per sample: median %.3f ms (min %.3f, max %.3f, n=%zu) -> %.4f %% of one core at "
-      "1 Hz (target < 1 %%)\n",
-      what, s.p50 * 1e3, s.min * 1e3, s.max * 1e3, s.n, s.p50 * 100.0);
+      "1 Hz (target < 1 %%); %.1fx the host-only baseline\n",
+      what, s.p50 * 1e3, s.min * 1e3, s.max * 1e3, s.n, s.p50 * 100.0,
+      g_baseline_cpu > 0 ? s.p50 / g_baseline_cpu : 1.0);
 }
 
 }  // namespace
@@ -118,7 +121,9 @@ int main(int argc, char** argv) {
   {
     mon::sampler host_only(vramkit::unavailable{vramkit::unavailable_kind::no_driver, "bench"},
                            mon::sampler_options{});
-    print_cost("baseline: host readers only", sample_cost(host_only, 200));
+    auto base = sample_cost(host_only, 200);
+    g_baseline_cpu = base.p50;
+    print_cost("baseline: host readers only", base);
   }
   auto fake = std::make_shared<mon::fake_nvml>(eight_gpus());
   mon::sampler fake_sampler(std::shared_ptr<mon::nvml_api>(fake), mon::sampler_options{});
