@@ -357,10 +357,9 @@ void host_sim_device::record_event(event_view event, stream_view stream) {
     gen = ++e->recorded;
   }
   impl_->enqueue(stream, [e, gen] {
-    {
-      std::lock_guard lock(e->m);
-      if (e->completed < gen) e->completed = gen;
-    }
+    // Notify under the lock: destroy_event may delete the event as soon as it sees completion.
+    std::lock_guard lock(e->m);
+    if (e->completed < gen) e->completed = gen;
     e->cv.notify_all();
   });
 }
