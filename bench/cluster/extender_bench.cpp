@@ -46,10 +46,11 @@ std::string args_body(int nodes) {
 }
 
 node_lookup cached_lookup(const std::vector<node_state>& cluster) {
-  auto by_name = std::make_shared<std::map<std::string, node_state_ptr>>();
+  auto by_name = std::make_shared<std::unordered_map<std::string, node_state_ptr>>();
   for (const auto& n : cluster) by_name->emplace(n.name, std::make_shared<const node_state>(n));
   return [by_name](const std::vector<std::string>& names) {
     node_states out;
+    out.reserve(names.size());
     for (const auto& n : names) out.emplace(n, by_name->at(n));
     return out;
   };

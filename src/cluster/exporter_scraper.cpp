@@ -115,6 +115,7 @@ std::size_t exporter_scraper::fetch_count() const {
 
 node_states exporter_scraper::states(const std::vector<std::string>& names) {
   node_states out;
+  out.reserve(names.size());
   std::vector<std::string> stale;
   const auto now = now_();
   {

@@ -23,6 +23,7 @@ std::string_view to_string(placement_policy policy) noexcept {
 }
 
 std::uint64_t headroom::for_total(std::uint64_t total_bytes) const noexcept {
+  if (fraction <= 0.0) return bytes;
   const auto by_fraction =
       static_cast<std::uint64_t>(std::ceil(static_cast<double>(total_bytes) * fraction));
   return std::max(bytes, by_fraction);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "vramkit/cluster/extender.hpp"
@@ -62,7 +63,7 @@ class exporter_scraper {
   fetch_function fetch_;
   clock_function now_;
   mutable std::mutex mutex_;
-  std::map<std::string, entry> cache_;
+  std::unordered_map<std::string, entry> cache_;
   std::size_t fetches_ = 0;
 };
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "vramkit/cluster/gpu_state.hpp"
@@ -30,7 +31,7 @@ struct extender_config {
 using node_state_ptr = std::shared_ptr<const node_state>;
 
 /// Node name -> its live state, or why it has none (exporter unreachable, not configured).
-using node_states = std::map<std::string, result<node_state_ptr>>;
+using node_states = std::unordered_map<std::string, result<node_state_ptr>>;
 
 /// Returns the states of the named nodes; called once per request with every node it names.
 using node_lookup = std::function<node_states(const std::vector<std::string>& names)>;
