@@ -696,16 +696,19 @@ void run_p2p_section(const probe_options& options, probe_report& report, int dev
       ca.sm_count = sms;
       ca.max_threads_per_sm = tps;
       const launch_config cfg = ca.default_launch();
+      // Buffers first, so they outlive every stream, event and the blocker (which releases a held
+      // stream when an exception unwinds); an event is recorded on streams of the device that was
+      // current at its creation: end_b belongs to device b.
       device_buffer src_a(bytes), dst_a(bytes);
-      owned_cuda_stream sa;
-      stream_blocker blocker;
-      owned_cuda_event go, end_a, start;
       VRAMKIT_CUDA_TRY(cudaSetDevice(bdev));
       device_buffer src_b(bytes), dst_b(bytes);
       owned_cuda_stream sb;
-      // An event is recorded on streams of the device that was current at its creation: end_b
-      // belongs to device b.
       owned_cuda_event end_b;
+      VRAMKIT_CUDA_TRY(cudaSetDevice(a));
+      owned_cuda_stream sa;
+      owned_cuda_event go, end_a, start;
+      stream_blocker blocker;
+      VRAMKIT_CUDA_TRY(cudaSetDevice(bdev));
       const std::uint32_t seed_a = 0xA0A0A0A0u, seed_b = 0x0B0B0B0Bu;
       VRAMKIT_CUDA_TRY(launch_fill(src_b.words(), words, seed_b, cfg, sb.get()));
       VRAMKIT_CUDA_TRY(cudaMemsetAsync(dst_b.get(), 0, bytes, sb.get()));

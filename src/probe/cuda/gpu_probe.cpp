@@ -66,6 +66,8 @@ stream_blocker::stream_blocker() : flags_(2 * sizeof(int), pinned_buffer::mappin
   static_cast<volatile int*>(flags_.get())[1] = 0;
 }
 
+stream_blocker::~stream_blocker() { release(); }
+
 void stream_blocker::block(cudaStream_t stream) {
   auto* h = static_cast<volatile int*>(flags_.get());
   h[0] = 0;

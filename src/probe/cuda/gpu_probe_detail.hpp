@@ -85,6 +85,10 @@ double elapsed_ms(cudaEvent_t from, cudaEvent_t to);
 class stream_blocker {
  public:
   stream_blocker();
+  /// Releases a stream still held (after an exception), so queued work can drain.
+  ~stream_blocker();
+  stream_blocker(const stream_blocker&) = delete;
+  stream_blocker& operator=(const stream_blocker&) = delete;
   void block(cudaStream_t stream);
   void release();
   void check();
