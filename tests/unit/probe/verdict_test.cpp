@@ -81,7 +81,7 @@ TEST(Verdict, FarNumaBufferAndClocksAreNamed) {
 
 TEST(Verdict, PercentOfPeakAndHigh) {
   auto r = h200(5, 16);
-  auto read = gpu_figure("gpu0.device.read", 4100);
+  auto read = gpu_figure("gpu0.device.read", 4600);  // 93.6 % of peak: inside the measured H200 range
   read.peak = 4915;  // from memory clock x bus width
   r.results.push_back(read);
   auto write = gpu_figure("gpu0.device.write", 4950);  // no peak: datasheet 4800 GB/s is used
@@ -172,6 +172,22 @@ TEST(KeyMatches, Placeholders) {
   EXPECT_TRUE(key_matches("gpu{A}->gpu{B}.p2p.ce.unidir", "gpu0->gpu3.p2p.ce.unidir"));
   EXPECT_FALSE(key_matches("gpu{N}.h2d.pinned", "gpuX.h2d.pinned"));
   EXPECT_TRUE(key_matches("gpu{N}.h2d.*", "gpu1.h2d.pageable"));
+}
+
+}  // namespace
+}  // namespace vramkit::probe
+
+namespace vramkit::probe {
+namespace {
+
+// Regression: the H200 ranges are our own measurements; a read at 83 % of peak is below them.
+TEST(Verdict, H200ReadFarBelowMeasuredRangeIsLow) {
+  auto r = h200(5, 16);
+  auto read = gpu_figure("gpu0.device.read", 4100);
+  read.peak = 4915;
+  r.results.push_back(read);
+  apply_verdicts(r);
+  EXPECT_EQ(r.results[0].verdict, verdict_kind::low) << r.results[0].verdict_reason;
 }
 
 }  // namespace
