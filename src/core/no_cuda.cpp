@@ -5,10 +5,6 @@ namespace vramkit {
 
 bool built_with_cuda() noexcept { return false; }
 
-std::string format_cuda_version(int version) {
-  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
-}
-
 result<cuda_runtime_info> cuda_runtime_status() {
   return unavailable{unavailable_kind::not_built, "this vramkit was built without CUDA"};
 }

@@ -10,6 +10,10 @@ namespace vramkit {
 
 std::string version() { return VRAMKIT_VERSION_STRING; }
 
+std::string format_cuda_version(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
+}
+
 std::string build_summary() {
 #if defined(__clang__)
   const std::string compiler = fmt::format("clang {}.{}", __clang_major__, __clang_minor__);

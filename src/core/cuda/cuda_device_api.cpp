@@ -236,10 +236,6 @@ class cuda_api final : public device_api {
 
 bool built_with_cuda() noexcept { return true; }
 
-std::string format_cuda_version(int version) {
-  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
-}
-
 result<cuda_runtime_info> cuda_runtime_status() {
   cuda_runtime_info info;
   (void)cudaRuntimeGetVersion(&info.runtime_version);
