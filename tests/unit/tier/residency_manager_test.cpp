@@ -284,7 +284,8 @@ TEST(ResidencyManager, PrefetchedBufferHitsAndDoesNotMakeTheStreamWait) {
   auto st = m.stats();
   EXPECT_EQ(st.misses, 1u);
   EXPECT_EQ(st.stream_waits, 1u);
-  EXPECT_GT(st.stream_wait.count(), 50'000) << "ns the stream waited for a 256 KiB copy at 2 GB/s";
+  // How long it waited depends on when the stream's worker reached the wait (wall clock under
+  // load): the count, not the duration, is the behaviour under test.
   m.prefetch(b, s);
   m.synchronize();  // the prefetch completes before the acquire
   (void)m.acquire(b, s, access_mode::read);
