@@ -1,6 +1,7 @@
 # mr stage: allocator benchmarks (vramkit pool vs cudaMallocAsync warm vs cudaMalloc, random and
 # replayed PyTorch traces), the replayed trace under PyTorch's allocator vs the pluggable vramkit
-# allocator, and a LLaMA-shaped training step under both. Writes RESULTS_DIR/mr-summary.md.
+# allocator (through torch.empty, and from C++ in one process: bench/mr/torch_alloc_compare.cpp),
+# and a LLaMA-shaped training step under both. Writes RESULTS_DIR/mr-summary.md.
 set -uo pipefail
 : "${BUILD_DIR:?}" "${RESULTS_DIR:?}"
 ROOT=$(pwd)
@@ -26,6 +27,46 @@ if [ -f "$TRACE" ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 else
   echo "no $TRACE yet: replay comparison skipped"
+fi
+
+echo "== replayed trace, allocator calls from C++: PyTorch caching allocator vs vramkit, one process"
+# torch_replay.py times torch.empty from Python, whose dispatch noise (2.4-4.1 us per call between
+# passes for one allocator) dwarfs the allocators; this times raw_alloc_with_stream / raw_delete
+# against vramkit_malloc / vramkit_free directly. Compiled here against the installed PyTorch (not
+# part of the CMake build). A failed compile fails the stage but not the other steps.
+rm -f "$OUT/torch_alloc_compare.json" "$OUT/torch_alloc_compare.txt"
+if [ ! -f "$TRACE" ]; then
+  echo "no $TRACE yet: C++ allocator comparison skipped"
+elif [ ! -f "$LIB" ]; then
+  echo "$LIB not built: C++ allocator comparison skipped"; status=1
+elif ! TORCH_INFO=$(python3 -c 'import os, torch
+d = os.path.dirname(torch.__file__)
+v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+print(os.path.join(d, "include"), os.path.join(d, "lib"), int(torch.compiled_with_cxx11_abi()),
+      "c++20" if v >= (2, 12) else "c++17", torch.__version__)' 2>&1); then
+  echo "torch_alloc_compare: cannot locate PyTorch: $TORCH_INFO"; status=1
+else
+  read -r TI TL ABI STD TV <<< "$TORCH_INFO"
+  CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+  # Run on the CUDA runtime that libc10_cuda.so itself loads (as a Python process would), else on
+  # the toolkit's; both are the same soname, so the process holds one runtime either way.
+  CUDART_DIR=$(ldd "$TL/libc10_cuda.so" 2>/dev/null | awk '/libcudart\.so/ && $3 ~ /^\// {print $3; exit}')
+  CUDART_DIR=${CUDART_DIR:+$(dirname "$CUDART_DIR")}
+  TAC=$BUILD_DIR/torch_alloc_compare
+  cmd=(g++ -O2 "-std=$STD" "-D_GLIBCXX_USE_CXX11_ABI=$ABI" -I"$TI" -I"$TI/torch/csrc/api/include"
+       -I"$CUDA_HOME/include" bench/mr/torch_alloc_compare.cpp -L"$TL" -lc10_cuda -lc10
+       -L"$CUDA_HOME/lib64" -lcudart -ldl -Wl,-rpath,"$TL" ${CUDART_DIR:+-Wl,-rpath,"$CUDART_DIR"}
+       -Wl,-rpath,"$CUDA_HOME/lib64" -o "$TAC")
+  echo "${cmd[*]}" | tee "$OUT/torch_alloc_compare.build.log"
+  if timeout 300 "${cmd[@]}" >> "$OUT/torch_alloc_compare.build.log" 2>&1; then
+    timeout 120 "$TAC" --trace "$TRACE" --lib "$LIB" --repeats 5 --torch-version "$TV" \
+      --json "$OUT/torch_alloc_compare.json" 2>&1 | tee "$OUT/torch_alloc_compare.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "torch_alloc_compare FAILED"; status=1; }
+  else
+    echo "torch_alloc_compare: compile FAILED (log: $OUT/torch_alloc_compare.build.log)"
+    grep -E "error|Error" "$OUT/torch_alloc_compare.build.log" | head -30
+    status=1
+  fi
 fi
 
 echo "== training step: PyTorch allocator vs vramkit pluggable allocator"
@@ -90,6 +131,35 @@ if rep:
             r["peak_allocated_bytes"] / 2**20, r["peak_reserved_over_peak_allocated"], r["peak_reserved_over_peak_requested"]))
     lines += ["", "vramkit / PyTorch: alloc+free time %.3f, peak reserved %.3f (targets: <= 1, reserved/allocated <= 1.05)" % (
         rep["ratios"]["alloc_free_median_vramkit_over_torch"], rep["ratios"]["peak_reserved_vramkit_over_torch"]), ""]
+cc = load("torch_alloc_compare.json")
+lines += ["## replayed trace, allocator calls from C++ (PyTorch caching allocator vs vramkit, one process, alternating passes)", ""]
+if cc:
+    t, v, r = cc["torch"], cc["vramkit"], cc["ratios"]
+    lines += ["%d timed passes per allocator (alternating, after one verification pass each: %s); %d allocations and %d frees per pass; "
+              "%d zero-size allocations skipped for both; PyTorch %s, allocator backend %s; steady_clock read %.0f ns (included once per call)" % (
+                  cc["repeats"], "passed" if cc["verification"]["passed"] else "FAILED", cc["trace"]["allocs"], cc["trace"]["frees"],
+                  cc["trace"]["zero_size_skipped"], cc.get("torch_version") or "?", cc.get("torch_allocator_backend", "?"),
+                  cc["clock"]["read_median_ns"]), "",
+              "| allocator | alloc median ns (p10-p90) | free median ns (p10-p90) | alloc+free median ns | alloc mean ns | free mean ns | alloc+free mean ns | peak reserved MiB | peak allocated MiB | reserved/allocated | reserved/requested |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for a in (t, v):
+        lines.append("| %s | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f |" % (
+            a["allocator"], a["alloc_median_ns"], a["alloc"]["p10_ns"], a["alloc"]["p90_ns"], a["free_median_ns"],
+            a["free"]["p10_ns"], a["free"]["p90_ns"], a["alloc_free_median_ns"], a["alloc_mean_ns"], a["free_mean_ns"],
+            a["alloc_free_mean_ns"], a["peak_reserved_bytes"] / 2**20, a["peak_allocated_bytes"] / 2**20,
+            a["peak_reserved_over_peak_allocated"] or float("nan"), a["peak_reserved_over_peak_requested"] or float("nan")))
+    def f3(x):
+        return "-" if x is None else "%.3f" % x
+    lines.append("| vramkit / PyTorch | %s | %s | %s | %s | %s | %s | %s | | | |" % (
+        f3(r["alloc_median_vramkit_over_torch"]), f3(r["free_median_vramkit_over_torch"]),
+        f3(r["alloc_free_median_vramkit_over_torch"]), f3(r["alloc_mean_vramkit_over_torch"]),
+        f3(r["free_mean_vramkit_over_torch"]), f3(r["alloc_free_mean_vramkit_over_torch"]),
+        f3(r["peak_reserved_vramkit_over_torch"])))
+    lines += ["", "per pass, alloc / free median ns: " + "; ".join(
+        "torch %.0f / %.0f, vramkit %.0f / %.0f" % (pt["alloc_median_ns"], pt["free_median_ns"], pv["alloc_median_ns"], pv["free_median_ns"])
+        for pt, pv in zip(t["passes"], v["passes"])), ""]
+else:
+    lines += ["no result (not built, failed, or skipped: see 30-mr.log and mr/torch_alloc_compare.build.log)", ""]
 tr = load("torch_train.json")
 if tr:
     t, v = tr["torch"], tr["vramkit"]
