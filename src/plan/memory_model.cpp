@@ -38,6 +38,67 @@ std::uint64_t host_offload_bytes(const model_description& m, const plan_request&
 
 }  // namespace
 
+namespace {
+
+/// Replays the schedule through the caching-allocator model while the walker builds it, keeping
+/// the per-component live bytes at the allocated peak, and lets the walker skip units that
+/// return the allocator to the state they started from (schedule_observer).
+class replay final : public schedule_observer {
+ public:
+  void run_to_end(const schedule& s) {
+    handle_.resize(s.tensors.size(), 0);
+    for (; next_ < s.events.size(); ++next_) {
+      const auto& e = s.events[next_];
+      const auto& t = s.tensors[e.tensor];
+      const auto c = static_cast<std::size_t>(t.comp);
+      if (e.alloc && next_ + 1 < s.events.size() && !s.events[next_ + 1].alloc &&
+          s.events[next_ + 1].tensor == e.tensor) {
+        // Freed right away: only the peak can change.
+        const std::uint64_t now = alloc.allocated_bytes() + alloc.transient(t.bytes);
+        if (now > best_) {
+          best_ = now;
+          at_peak = live_;
+          at_peak[c] += t.bytes == 0 ? 0 : caching_allocator_model::round_size(t.bytes);
+          peak_event = next_;
+        }
+        ++next_;
+      } else if (e.alloc) {
+        handle_[e.tensor] = alloc.malloc(t.bytes);
+        live_[c] += t.bytes == 0 ? 0 : caching_allocator_model::round_size(t.bytes);
+        if (alloc.allocated_bytes() > best_) {
+          best_ = alloc.allocated_bytes();
+          at_peak = live_;
+          peak_event = next_;
+        }
+      } else {
+        alloc.free(handle_[e.tensor]);
+        live_[c] -= t.bytes == 0 ? 0 : caching_allocator_model::round_size(t.bytes);
+      }
+    }
+  }
+  bool repeat_point(const schedule& s, int level, bool comparable) override {
+    run_to_end(s);
+    auto now = alloc.state();
+    auto& prev = state_[level != 0 ? 1 : 0];
+    const bool same = comparable && now == prev;
+    prev = std::move(now);
+    return same;
+  }
+
+  caching_allocator_model alloc;
+  std::array<std::uint64_t, component_count> at_peak{};
+  std::size_t peak_event = 0;
+
+ private:
+  std::vector<std::uint32_t> handle_;
+  std::array<std::uint64_t, component_count> live_{};
+  std::uint64_t best_ = 0;
+  std::size_t next_ = 0;
+  std::vector<std::uint64_t> state_[2];
+};
+
+}  // namespace
+
 plan_result make_plan(const model_description& m, plan_request r, const device_overheads& o) {
   r.validate(m);
   plan_result p;
@@ -45,32 +106,15 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
   p.request = r;
   p.parameters = parameter_count(m);
   p.overheads = o;
-  const schedule s = build_schedule(m, r);
+  // One schedule buffer per thread, reused: a plan records tens of thousands of events.
+  thread_local schedule s;
+  replay rp;
+  build_schedule(m, r, s, &rp);
+  rp.run_to_end(s);
   p.events = s.events.size();
-
-  caching_allocator_model alloc;
-  std::vector<std::uint32_t> handle(s.tensors.size(), 0);
-  std::array<std::uint64_t, component_count> live{};
-  std::array<std::uint64_t, component_count> at_peak{};
-  std::uint64_t best = 0;
-  std::size_t peak_event = 0;
-  for (std::size_t i = 0; i < s.events.size(); ++i) {
-    const auto& e = s.events[i];
-    const auto& t = s.tensors[e.tensor];
-    const auto c = static_cast<std::size_t>(t.comp);
-    if (e.alloc) {
-      handle[e.tensor] = alloc.malloc(t.bytes);
-      live[c] += t.bytes == 0 ? 0 : caching_allocator_model::round_size(t.bytes);
-      if (alloc.allocated_bytes() > best) {
-        best = alloc.allocated_bytes();
-        at_peak = live;
-        peak_event = i;
-      }
-    } else {
-      alloc.free(handle[e.tensor]);
-      live[c] -= t.bytes == 0 ? 0 : caching_allocator_model::round_size(t.bytes);
-    }
-  }
+  const auto& alloc = rp.alloc;
+  const auto& at_peak = rp.at_peak;
+  const std::size_t peak_event = rp.peak_event;
   p.allocated_peak_bytes = alloc.peak_allocated_bytes();
   p.reserved_peak_bytes = alloc.peak_reserved_bytes();
   p.context_bytes = o.context_bytes + (r.mode == run_mode::train ? o.train_modules_bytes : o.infer_modules_bytes);

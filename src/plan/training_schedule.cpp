@@ -115,9 +115,29 @@ struct node {
 class walker;
 using layer_fn = int (*)(walker&, int x, int layer);
 
+/// Bookkeeping a walker hands back to its thread for the next plan: a plan fills megabytes of it,
+/// and fresh pages each time cost more than the bookkeeping itself.
+struct walker_storage {
+  std::vector<int> refs, grad, producer;
+  std::vector<node> nodes;
+};
+walker_storage& thread_storage() {
+  thread_local walker_storage st;
+  return st;
+}
+
 class walker {
  public:
   walker(const model_description& m, const plan_request& r, schedule& s) : m_(m), r_(r), s_(s) {
+    auto& st = thread_storage();
+    refs_.swap(st.refs);
+    grad_.swap(st.grad);
+    producer_.swap(st.producer);
+    nodes_.swap(st.nodes);
+    refs_.clear();
+    grad_.clear();
+    producer_.clear();
+    nodes_.clear();
     switch (r.prec) {
       case precision::fp32: dt_ = {4, 4, 4, false, 4}; break;
       case precision::amp_bf16:
@@ -129,6 +149,16 @@ class walker {
     if (r.mode == run_mode::infer) dt_ = {2, 2, 2, false, 2};
     if (r.mode == run_mode::infer && r.prec == precision::fp32) dt_ = {4, 4, 4, false, 4};
   }
+
+  ~walker() {
+    auto& st = thread_storage();
+    refs_.swap(st.refs);
+    grad_.swap(st.grad);
+    producer_.swap(st.producer);
+    nodes_.swap(st.nodes);
+  }
+  walker(const walker&) = delete;
+  walker& operator=(const walker&) = delete;
 
   // ---- tensors -------------------------------------------------------------------------------
   int alloc(u64 bytes, component c, const char* label) {
@@ -1280,8 +1310,10 @@ void generate(walker& w) {
 
 }  // namespace
 
-schedule build_schedule(const model_description& m, const plan_request& r) {
-  schedule s;
+void build_schedule(const model_description& m, const plan_request& r, schedule& s, schedule_observer* observer) {
+  s.tensors.clear();
+  s.events.clear();
+  s.steps = 0;
   // About 60 tensors per transformer layer and step; reserving avoids regrowth.
   const std::size_t guess = 64 * static_cast<std::size_t>(m.is_vision() ? 64 : m.t.layers + 4) * (r.steps + 1);
   s.tensors.reserve(guess);
@@ -1329,7 +1361,7 @@ schedule build_schedule(const model_description& m, const plan_request& r) {
       generate(w);
     }
     s.steps = 1;
-    return s;
+    return;
   }
   w.layer_forward_ = &transformer_block;
   const i64 accum = (r.batch / r.data_parallel()) / r.micro_batch;
@@ -1354,9 +1386,12 @@ schedule build_schedule(const model_description& m, const plan_request& r) {
   int ddp_bucket_tensor = k_none;
   // 1F1B pipeline: the first stage holds min(pp, micro-batches) forwards before their backwards.
   const i64 inflight = std::max<i64>(1, std::min<i64>(r.pp, accum));
+  const i64 groups = (accum + inflight - 1) / inflight;
+  const bool partial_last = accum % inflight != 0;
   for (int step = 0; step < r.steps; ++step) {
     w.step_ = step;
-    for (i64 mb = 0; mb < accum; mb += inflight) {
+    for (i64 g = 0; g < groups; ++g) {
+      const i64 mb = g * inflight;
       std::vector<int> losses;
       const int gathered = zero3_gather ? w.alloc(zero3_gather, component::weights, "ZeRO-3 gathered layers") : k_none;
       for (i64 k = 0; k < inflight && mb + k < accum; ++k) {
@@ -1376,6 +1411,12 @@ schedule build_schedule(const model_description& m, const plan_request& r) {
       if (bucket != k_none) w.unref(bucket);
       if (gathered != k_none) w.unref(gathered);
       for (int loss : losses) w.unref(loss);
+      // Groups after the first repeat the same events (gradients exist and accumulate) unless
+      // the last one is partial.
+      const bool full = !(partial_last && g == groups - 1);
+      if (observer != nullptr && g + 1 < groups && observer->repeat_point(s, 1, g >= 1 && full)) {
+        g = partial_last ? groups - 2 : groups - 1;  // on to the partial group, or done
+      }
     }
     // ZeRO-2/3: gradients are reduce-scattered; each rank keeps its shard (modelled as the
     // full gradients shrinking to the shard after backward).
@@ -1387,8 +1428,15 @@ schedule build_schedule(const model_description& m, const plan_request& r) {
         w.param_grad_[i] = k_none;
       }
     }
+    // Steps after the first repeat the same events (optimizer states exist).
+    if (observer != nullptr && step + 1 < r.steps && observer->repeat_point(s, 0, step >= 1)) break;
   }
   s.steps = r.steps;
+}
+
+schedule build_schedule(const model_description& m, const plan_request& r) {
+  schedule s;
+  build_schedule(m, r, s, nullptr);
   return s;
 }
 

@@ -59,8 +59,26 @@ struct schedule {
   int steps = 0;
 };
 
+/// Watches the schedule while it is built. At the end of each unit of a repeated sequence (level
+/// 0: a training step; level 1: a group of micro-batches inside a step) the walker asks whether
+/// the rest may be skipped. The observer replays the events so far and compares its state with
+/// the state at its previous call of the same level, i.e. just before the unit began. With
+/// `comparable` true the unit's events are exactly those of every later unit of its level; a
+/// deterministic replay that came back to the same state will then repeat the same states and
+/// peaks for each of them, so skipping them changes no figure.
+class schedule_observer {
+ public:
+  virtual ~schedule_observer() = default;
+  /// Returns true to skip the remaining units identical to the one just finished.
+  virtual bool repeat_point(const schedule& s, int level, bool comparable) = 0;
+};
+
 /// Builds the schedule for one GPU (the most loaded rank) of the request. The request must be
-/// validated. Throws logic_error for combinations the walker does not model.
+/// validated. Throws logic_error for combinations the walker does not model. `out` is cleared
+/// first (its capacity is reused). With an observer, repeated units may be left out (above).
+void build_schedule(const model_description& m, const plan_request& r, schedule& out,
+                    schedule_observer* observer = nullptr);
+/// The whole schedule, every unit included.
 schedule build_schedule(const model_description& m, const plan_request& r);
 
 }  // namespace vramkit::plan
