@@ -8,7 +8,9 @@
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/units.hpp"
 #include "vramkit/plan/config_loader.hpp"
+#include "vramkit/plan/caching_allocator_model.hpp"
 #include "vramkit/plan/memory_model.hpp"
+#include "vramkit/plan/training_schedule.hpp"
 
 using namespace vramkit::plan;
 using vramkit::MiB;
@@ -219,4 +221,45 @@ TEST(MemoryModel, RefusesBadRequestsWithReasons) {
   r = train(8, 128);
   r.quant = quant_kind::int4;
   expect_msg(r, "--quant");
+}
+
+// make_plan skips micro-batch groups and steps that bring the allocator back to the state they
+// began from; every figure must equal a replay of the whole schedule.
+TEST(MemoryModel, SkippingRepeatedWorkChangesNoFigure) {
+  struct tcase {
+    const char* model;
+    std::int64_t batch, micro, seq;
+    int gpus, zero, pp;
+  };
+  const tcase cases[] = {{"gpt2", 16, 1, 256, 1, 0, 1},       {"gpt2", 24, 2, 128, 1, 0, 1},
+                         {"gpt2-medium", 32, 1, 128, 8, 3, 1}, {"gpt2", 32, 1, 128, 8, 0, 2},
+                         {"bert-base", 12, 3, 128, 1, 0, 1},   {"gpt2", 8, 8, 128, 1, 0, 1}};
+  for (const auto& c : cases) {
+    const auto m = preset_model(c.model);
+    auto r = train(c.batch, c.seq, precision::amp_bf16);
+    r.micro_batch = c.micro;
+    r.gpus = c.gpus;
+    r.zero = c.zero;
+    r.pp = c.pp;
+    r.steps = 4;
+    const auto p = make_plan(m, r);
+    r.validate(m);
+    const auto s = build_schedule(m, r);  // every unit
+    caching_allocator_model a;
+    std::vector<std::uint32_t> h(s.tensors.size());
+    for (const auto& e : s.events) {
+      if (e.alloc) h[e.tensor] = a.malloc(s.tensors[e.tensor].bytes);
+      else a.free(h[e.tensor]);
+    }
+    EXPECT_EQ(p.allocated_peak_bytes, a.peak_allocated_bytes()) << c.model << " micro " << c.micro;
+    EXPECT_EQ(p.reserved_peak_bytes, a.peak_reserved_bytes()) << c.model << " micro " << c.micro;
+    EXPECT_LE(p.events, s.events.size());
+  }
+  // Accumulation over many micro-batches must not replay them all.
+  const auto m = preset_model("gpt2");
+  auto r = train(64, 128, precision::amp_bf16);
+  r.micro_batch = 1;
+  auto few = r;
+  few.batch = 4;
+  EXPECT_LT(make_plan(m, r).events, 2 * make_plan(m, few).events);
 }
