@@ -2,7 +2,10 @@
 #include "vramkit/plan/fit_search.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -122,106 +125,146 @@ fit_result fit_search(const model_description& m, const plan_request& base_in, c
   // layouts are tried only while no narrower one fits the whole per-GPU batch.
   std::stable_sort(layouts.begin(), layouts.end(),
                    [](const auto& a, const auto& b) { return a.first * a.second < b.first * b.second; });
-  bool layout_done = false;
-  int done_width = 0;
-  for (const auto& [tp, pp] : layouts) {
-    if (layout_done && tp * pp > done_width) break;
-    for (auto prec : precs) {
-      for (int z : zeros) {
-        bool whole_fits = false;
-        bool fits_without_offload = false;
-        for (auto off : offloads) {
-          if (whole_fits) break;
-          // Offload only where nothing fits without it: it costs PCIe traffic every step.
-          if (off != offload_kind::none && fits_without_offload) break;
-          if (off == offload_kind::params && z != 3) continue;
-          if (off != offload_kind::none && z == 0 && base.gpus > 1) continue;
-          for (auto ck : ckpts) {
-            if (whole_fits) break;
-            if (z > 0 && base.gpus / (tp * pp) < 2) continue;
-            plan_request r = base;
-            r.prec = prec;
-            r.ckpt = ck;
-            r.zero = z;
-            r.offload = off;
-            r.tp = tp;
-            r.pp = pp;
-            r.steps = 2;
-            const int dp = base.gpus / (tp * pp);
-            if (base.mode == run_mode::train && base.batch % dp != 0) continue;
-            const std::int64_t per_gpu = base.mode == run_mode::train ? base.batch / dp : base_per_gpu;
-            std::vector<std::int64_t> divisors;
-            for (std::int64_t mb = 1; mb <= per_gpu; ++mb)
-              if (per_gpu % mb == 0) divisors.push_back(mb);
-            if (base.mode == run_mode::infer) divisors = {per_gpu};
-            auto try_plan = [&](std::int64_t mb, plan_result& p) {
-              r.micro_batch = base.mode == run_mode::train ? mb : 0;
-              try {
-                p = make_plan(m, r, o);
-              } catch (const usage_error&) {
-                return false;
-              }
-              ++out.planned;
-              return p.device_peak_bytes <= limit;
-            };
-            plan_result best, probe;
-            if (!try_plan(divisors.front(), best)) continue;
-            std::size_t lo = 0, hi = divisors.size() - 1;
-            std::int64_t best_mb = divisors.front();
-            while (lo < hi) {
-              const std::size_t mid = (lo + hi + 1) / 2;
-              if (try_plan(divisors[mid], probe)) {
-                lo = mid;
-                best = probe;
-                best_mb = divisors[mid];
-              } else {
-                hi = mid - 1;
-              }
-            }
-            const std::int64_t mb = best_mb;
-            if (mb == per_gpu) whole_fits = true;
-            if (off == offload_kind::none) fits_without_offload = true;
-            if (mb == per_gpu && ck == checkpointing::none && off == offload_kind::none && !layout_done) {
-              layout_done = true;
-              done_width = tp * pp;
-            }
-            const plan_result& p = best;
-            fit_candidate c;
-            c.request = p.request;
-            c.device_peak_bytes = p.device_peak_bytes;
-            c.allocated_peak_bytes = p.allocated_peak_bytes;
-            c.host_peak_bytes = p.host_peak_bytes;
-            c.step_time_s = estimate_step_time(m, p.request, gpu, o);
-            const auto& q = p.request;
-            const std::int64_t accum = per_gpu / std::max<std::int64_t>(1, mb);
-            if (q.mode == run_mode::train) {
-              c.reasons.push_back(mb == per_gpu ? fmt::format("micro-batch {}: the whole per-GPU batch fits", mb)
-                                                : fmt::format("micro-batch {} x {} accumulation steps: the largest divisor of {} that fits", mb, accum, per_gpu));
-              c.reasons.push_back(q.ckpt == checkpointing::none ? "checkpointing none: no recompute"
-                                  : q.ckpt == checkpointing::selective ? "checkpointing selective: attention core recomputed (a few % more compute)"
-                                                                       : "checkpointing full: one extra forward per step (about +33% compute) to keep only layer inputs");
-              c.reasons.push_back(fmt::format("precision {}{}", to_string(q.prec),
-                                              q.prec == base.prec ? " (as asked)"
-                                              : q.prec == precision::bf16 ? ": 16-bit weights and states halve model memory"
-                                                                          : ": autocast runs GEMMs in 16 bits, keeps fp32 master weights"));
-            }
-            if (q.gpus > 1)
-              c.reasons.push_back(q.zero == 0 ? "ZeRO 0: plain data parallel (replicated states, least communication)"
-                                              : fmt::format("ZeRO {}: shards {} over {} data-parallel ranks", q.zero,
-                                                            q.zero == 1 ? "optimizer states" : q.zero == 2 ? "optimizer states and gradients" : "states, gradients and parameters",
-                                                            q.data_parallel()));
-            if (q.offload != offload_kind::none)
-              c.reasons.push_back(fmt::format("offload {}: moves them to pinned host memory ({} per node) at PCIe cost", to_string(q.offload),
-                                              format_bytes(static_cast<double>(p.host_peak_bytes))));
-            if (q.tp > 1 || q.pp > 1)
-              c.reasons.push_back(fmt::format("tensor {} x pipeline {}: splits layers and weights across GPUs", q.tp, q.pp));
-            c.reasons.push_back(fmt::format("device peak {} of {} ({:.0f}% margin kept)", format_bytes(static_cast<double>(p.device_peak_bytes)),
-                                            format_bytes(static_cast<double>(opt.capacity_bytes)), opt.margin * 100));
-            out.fits.push_back(std::move(c));
+
+  // One group: a layout, a precision and a ZeRO stage; its offload and checkpointing variants are
+  // searched in order, each pruning the next. Groups are independent of each other.
+  struct group {
+    int tp, pp;
+    precision prec;
+    int z;
+    std::vector<fit_candidate> fits;
+    std::size_t planned = 0;
+    bool whole_plain = false;  ///< the whole per-GPU batch fits without recompute or offload
+    std::exception_ptr error;
+  };
+  auto search_group = [&](group& gr) {
+    const int tp = gr.tp, pp = gr.pp, z = gr.z;
+    const precision prec = gr.prec;
+    bool whole_fits = false;
+    bool fits_without_offload = false;
+    for (auto off : offloads) {
+      if (whole_fits) break;
+      // Offload only where nothing fits without it: it costs PCIe traffic every step.
+      if (off != offload_kind::none && fits_without_offload) break;
+      if (off == offload_kind::params && z != 3) continue;
+      if (off != offload_kind::none && z == 0 && base.gpus > 1) continue;
+      for (auto ck : ckpts) {
+        if (whole_fits) break;
+        if (z > 0 && base.gpus / (tp * pp) < 2) continue;
+        plan_request r = base;
+        r.prec = prec;
+        r.ckpt = ck;
+        r.zero = z;
+        r.offload = off;
+        r.tp = tp;
+        r.pp = pp;
+        r.steps = 2;
+        const int dp = base.gpus / (tp * pp);
+        if (base.mode == run_mode::train && base.batch % dp != 0) continue;
+        const std::int64_t per_gpu = base.mode == run_mode::train ? base.batch / dp : base_per_gpu;
+        std::vector<std::int64_t> divisors;
+        for (std::int64_t mb = 1; mb <= per_gpu; ++mb)
+          if (per_gpu % mb == 0) divisors.push_back(mb);
+        if (base.mode == run_mode::infer) divisors = {per_gpu};
+        auto try_plan = [&](std::int64_t mb, plan_result& p) {
+          r.micro_batch = base.mode == run_mode::train ? mb : 0;
+          try {
+            p = make_plan(m, r, o);
+          } catch (const usage_error&) {
+            return false;
+          }
+          ++gr.planned;
+          return p.device_peak_bytes <= limit;
+        };
+        plan_result best, probe;
+        if (!try_plan(divisors.front(), best)) continue;
+        std::size_t lo = 0, hi = divisors.size() - 1;
+        std::int64_t best_mb = divisors.front();
+        while (lo < hi) {
+          const std::size_t mid = (lo + hi + 1) / 2;
+          if (try_plan(divisors[mid], probe)) {
+            lo = mid;
+            best = probe;
+            best_mb = divisors[mid];
+          } else {
+            hi = mid - 1;
           }
         }
+        const std::int64_t mb = best_mb;
+        if (mb == per_gpu) whole_fits = true;
+        if (off == offload_kind::none) fits_without_offload = true;
+        if (mb == per_gpu && ck == checkpointing::none && off == offload_kind::none) gr.whole_plain = true;
+        const plan_result& p = best;
+        fit_candidate c;
+        c.request = p.request;
+        c.device_peak_bytes = p.device_peak_bytes;
+        c.allocated_peak_bytes = p.allocated_peak_bytes;
+        c.host_peak_bytes = p.host_peak_bytes;
+        c.step_time_s = estimate_step_time(m, p.request, gpu, o);
+        const auto& q = p.request;
+        const std::int64_t accum = per_gpu / std::max<std::int64_t>(1, mb);
+        if (q.mode == run_mode::train) {
+          c.reasons.push_back(mb == per_gpu ? fmt::format("micro-batch {}: the whole per-GPU batch fits", mb)
+                                            : fmt::format("micro-batch {} x {} accumulation steps: the largest divisor of {} that fits", mb, accum, per_gpu));
+          c.reasons.push_back(q.ckpt == checkpointing::none ? "checkpointing none: no recompute"
+                              : q.ckpt == checkpointing::selective ? "checkpointing selective: attention core recomputed (a few % more compute)"
+                                                                   : "checkpointing full: one extra forward per step (about +33% compute) to keep only layer inputs");
+          c.reasons.push_back(fmt::format("precision {}{}", to_string(q.prec),
+                                          q.prec == base.prec ? " (as asked)"
+                                          : q.prec == precision::bf16 ? ": 16-bit weights and states halve model memory"
+                                                                      : ": autocast runs GEMMs in 16 bits, keeps fp32 master weights"));
+        }
+        if (q.gpus > 1)
+          c.reasons.push_back(q.zero == 0 ? "ZeRO 0: plain data parallel (replicated states, least communication)"
+                                          : fmt::format("ZeRO {}: shards {} over {} data-parallel ranks", q.zero,
+                                                        q.zero == 1 ? "optimizer states" : q.zero == 2 ? "optimizer states and gradients" : "states, gradients and parameters",
+                                                        q.data_parallel()));
+        if (q.offload != offload_kind::none)
+          c.reasons.push_back(fmt::format("offload {}: moves them to pinned host memory ({} per node) at PCIe cost", to_string(q.offload),
+                                          format_bytes(static_cast<double>(p.host_peak_bytes))));
+        if (q.tp > 1 || q.pp > 1)
+          c.reasons.push_back(fmt::format("tensor {} x pipeline {}: splits layers and weights across GPUs", q.tp, q.pp));
+        c.reasons.push_back(fmt::format("device peak {} of {} ({:.0f}% margin kept)", format_bytes(static_cast<double>(p.device_peak_bytes)),
+                                        format_bytes(static_cast<double>(opt.capacity_bytes)), opt.margin * 100));
+        gr.fits.push_back(std::move(c));
       }
     }
+  };
+
+  // Groups of one layout width run in parallel (plans are independent and make_plan keeps its
+  // buffers per thread); results are merged in the sequential order, so the ranking is the same
+  // on any number of threads.
+  const unsigned threads = std::max(1u, std::min(opt.threads > 0 ? opt.threads : std::thread::hardware_concurrency(), 64u));
+  std::size_t li = 0;
+  while (li < layouts.size()) {
+    const int width = layouts[li].first * layouts[li].second;
+    std::vector<group> groups;
+    for (; li < layouts.size() && layouts[li].first * layouts[li].second == width; ++li)
+      for (auto prec : precs)
+        for (int z : zeros) groups.push_back(group{layouts[li].first, layouts[li].second, prec, z, {}, 0, false, nullptr});
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+      for (std::size_t i; (i = next.fetch_add(1)) < groups.size();) {
+        try {
+          search_group(groups[i]);
+        } catch (...) {
+          groups[i].error = std::current_exception();
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    const unsigned n = std::min<unsigned>(threads, static_cast<unsigned>(groups.size()));
+    for (unsigned t = 1; t < n; ++t) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+    bool layout_done = false;
+    for (auto& gr : groups) {
+      if (gr.error) std::rethrow_exception(gr.error);
+      out.planned += gr.planned;
+      for (auto& c : gr.fits) out.fits.push_back(std::move(c));
+      layout_done = layout_done || gr.whole_plain;
+    }
+    if (layout_done) break;
   }
   std::stable_sort(out.fits.begin(), out.fits.end(),
                    [](const fit_candidate& a, const fit_candidate& b) { return a.step_time_s < b.step_time_s; });

@@ -23,6 +23,7 @@ struct fit_options {
   double margin = 0.05;              ///< fraction of capacity kept free
   bool vary_precision = true;        ///< may move fp32 to amp-bf16 / bf16
   std::size_t max_results = 10;
+  unsigned threads = 0;              ///< configurations planned in parallel; 0 = hardware threads
 };
 
 /// One configuration that fits, with its cost and the reason for each choice.

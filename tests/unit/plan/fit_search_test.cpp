@@ -40,7 +40,9 @@ TEST(FitSearch, ReturnsConfigurationsThatFitRankedByCost) {
     EXPECT_FALSE(c.reasons.empty());
     // Each candidate, re-planned, really fits.
     EXPECT_EQ(make_plan(m, c.request).device_peak_bytes, c.device_peak_bytes);
-    if (i > 0) EXPECT_LE(res.fits[i - 1].step_time_s, c.step_time_s);
+    if (i > 0) {
+      EXPECT_LE(res.fits[i - 1].step_time_s, c.step_time_s);
+    }
   }
   // The whole batch of 32 x 1024 tokens cannot run at once on 24 GB in fp32 without help.
   const auto& best = res.fits.front().request;
@@ -91,4 +93,27 @@ TEST(FitSearch, CostModelChargesRecomputeAndOffload) {
   EXPECT_GT(estimate_step_time(m, off, g, default_overheads()), base);
   fit_options none;
   EXPECT_THROW(fit_search(m, r, none), vramkit::usage_error);
+}
+
+// Configurations are planned on several threads; the answer must not depend on how many.
+TEST(FitSearch, SameAnswerOnAnyNumberOfThreads) {
+  const auto m = preset_model("gpt2-medium");
+  plan_request r;
+  r.batch = 32;
+  r.seq = 512;
+  r.gpus = 4;
+  fit_options opt;
+  opt.gpu = find_gpu("a100-40gb");
+  opt.capacity_bytes = 12 * GiB;
+  opt.threads = 1;
+  const auto one = fit_search(m, r, opt);
+  opt.threads = 5;
+  const auto many = fit_search(m, r, opt);
+  ASSERT_FALSE(one.fits.empty());
+  EXPECT_EQ(one.planned, many.planned);
+  ASSERT_EQ(one.fits.size(), many.fits.size());
+  for (std::size_t i = 0; i < one.fits.size(); ++i) {
+    EXPECT_EQ(one.fits[i].device_peak_bytes, many.fits[i].device_peak_bytes) << i;
+    EXPECT_EQ(one.fits[i].reasons, many.fits[i].reasons) << i;
+  }
 }
