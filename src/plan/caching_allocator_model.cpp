@@ -3,7 +3,6 @@
 #include "vramkit/plan/caching_allocator_model.hpp"
 
 #include <algorithm>
-#include <functional>
 
 #include "vramkit/core/error.hpp"
 
@@ -31,72 +30,99 @@ std::int32_t caching_allocator_model::new_block() {
   return static_cast<std::int32_t>(blocks_.size() - 1);
 }
 
-std::vector<caching_allocator_model::free_pool::bucket>::iterator caching_allocator_model::free_pool::find(
-    std::uint64_t size) {
-  // Requests repeat sizes in runs (the same shapes layer after layer): try the last answer first.
-  if (hint_ < buckets_.size() && buckets_[hint_].size >= size && (hint_ == 0 || buckets_[hint_ - 1].size < size))
-    return buckets_.begin() + static_cast<std::ptrdiff_t>(hint_);
-  const auto it = std::lower_bound(buckets_.begin(), buckets_.end(), size,
-                                   [](const bucket& b, std::uint64_t s) { return b.size < s; });
-  hint_ = static_cast<std::size_t>(it - buckets_.begin());
-  return it;
+unsigned caching_allocator_model::free_pool::bin_of(std::uint64_t size) noexcept {
+  // Sizes are multiples of 512 (>= 2^9), so the level always has sub_bits bits below its top bit.
+  const int level = 63 - __builtin_clzll(size);
+  const auto sub = static_cast<unsigned>((size >> (level - sub_bits)) & ((1u << sub_bits) - 1));
+  return (static_cast<unsigned>(level) << sub_bits) | sub;
 }
 
-void caching_allocator_model::free_pool::drop(std::vector<bucket>::iterator it) {
-  heaps_[it->heap].clear();
-  spare_heaps_.push_back(it->heap);
-  buckets_.erase(it);
-}
-
-template <typename Valid>
-std::int32_t caching_allocator_model::free_pool::peek_best(std::uint64_t size, Valid&& valid) {
-  const auto it = find(size);
-  if (it == buckets_.end()) return -1;
-  auto& heap = heaps_[it->heap];
-  // count > 0 guarantees a valid entry in the heap: drop the stale ones above it.
-  while (!valid(heap.front().block, it->size, heap.front().addr)) {
-    std::pop_heap(heap.begin(), heap.end(), std::greater<>{});
-    heap.pop_back();
+void caching_allocator_model::free_pool::mark(unsigned bin, bool on) noexcept {
+  const unsigned level = bin >> sub_bits;
+  const std::uint64_t bit = std::uint64_t{1} << (bin & ((1u << sub_bits) - 1));
+  if (on) {
+    bin_bits_[level] |= bit;
+    level_bits_ |= std::uint64_t{1} << level;
+  } else {
+    bin_bits_[level] &= ~bit;
+    if (bin_bits_[level] == 0) level_bits_ &= ~(std::uint64_t{1} << level);
   }
-  return heap.front().block;
 }
 
-template <typename Valid>
-std::int32_t caching_allocator_model::free_pool::take_best(std::uint64_t size, Valid&& valid) {
-  const std::int32_t b = peek_best(size, valid);
-  if (b < 0) return b;
-  const auto it = find(size);
-  auto& heap = heaps_[it->heap];
-  std::pop_heap(heap.begin(), heap.end(), std::greater<>{});
-  heap.pop_back();
-  if (--it->count == 0) drop(it);
+std::pair<unsigned, std::size_t> caching_allocator_model::free_pool::locate(std::uint64_t size) const {
+  const unsigned bin = bin_of(size);
+  const auto& own = bins_[bin];
+  if (!own.empty() && own.back().size >= size) {
+    const auto it = std::lower_bound(own.begin(), own.end(), size,
+                                     [](const item& i, std::uint64_t s) { return i.size < s; });
+    return {bin, static_cast<std::size_t>(it - own.begin())};
+  }
+  // The next non-empty bin above: same level first, then higher levels.
+  const unsigned level = bin >> sub_bits;
+  const unsigned sub = bin & ((1u << sub_bits) - 1);
+  const std::uint64_t above = sub + 1 < 64 ? bin_bits_[level] & (~std::uint64_t{0} << (sub + 1)) : 0;
+  if (above != 0) return {(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(above)), 0};
+  const std::uint64_t higher = level + 1 < 64 ? level_bits_ & (~std::uint64_t{0} << (level + 1)) : 0;
+  if (higher == 0) return {static_cast<unsigned>(bins_.size()), 0};
+  const auto l = static_cast<unsigned>(__builtin_ctzll(higher));
+  return {(l << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bin_bits_[l])), 0};
+}
+
+std::int32_t caching_allocator_model::free_pool::peek_best(std::uint64_t size) const {
+  const auto [bin, pos] = locate(size);
+  if (bin >= bins_.size()) return -1;
+  return bins_[bin][pos].block;
+}
+
+std::int32_t caching_allocator_model::free_pool::take_best(std::uint64_t size) {
+  const auto [bin, pos] = locate(size);
+  if (bin >= bins_.size()) return -1;
+  auto& v = bins_[bin];
+  const std::int32_t b = v[pos].block;
+  v.erase(v.begin() + static_cast<std::ptrdiff_t>(pos));
+  if (v.empty()) mark(bin, false);
   return b;
 }
 
 void caching_allocator_model::free_pool::insert(std::uint64_t size, std::uint64_t addr, std::int32_t b) {
-  auto it = find(size);
-  if (it == buckets_.end() || it->size != size) {
-    std::uint32_t h;
-    if (!spare_heaps_.empty()) {
-      h = spare_heaps_.back();
-      spare_heaps_.pop_back();
-    } else {
-      h = static_cast<std::uint32_t>(heaps_.size());
-      heaps_.emplace_back();
-    }
-    it = buckets_.insert(it, bucket{size, h, 0});
-  }
-  auto& heap = heaps_[it->heap];
-  heap.push_back(item{addr, b});
-  std::push_heap(heap.begin(), heap.end(), std::greater<>{});
-  ++it->count;
+  const unsigned bin = bin_of(size);
+  auto& v = bins_[bin];
+  const auto less = [](const item& i, const item& k) { return i.size != k.size ? i.size < k.size : i.addr < k.addr; };
+  const item it{size, addr, b};
+  if (v.empty()) mark(bin, true);
+  v.insert(std::upper_bound(v.begin(), v.end(), it, less), it);
 }
 
-void caching_allocator_model::free_pool::erase(std::uint64_t size) {
-  const auto it = find(size);
-  if (it == buckets_.end() || it->size != size || it->count == 0)
+void caching_allocator_model::free_pool::erase(std::uint64_t size, std::uint64_t addr) {
+  const unsigned bin = bin_of(size);
+  auto& v = bins_[bin];
+  const auto less = [](const item& i, const item& k) { return i.size != k.size ? i.size < k.size : i.addr < k.addr; };
+  const auto pos = std::lower_bound(v.begin(), v.end(), item{size, addr, -1}, less);
+  if (pos == v.end() || pos->size != size || pos->addr != addr)
     throw logic_error("caching_allocator_model: free block not in its pool");
-  if (--it->count == 0) drop(it);
+  v.erase(pos);
+  if (v.empty()) mark(bin, false);
+}
+
+void caching_allocator_model::free_pool::clear() noexcept {
+  for (unsigned level = 0; level < levels; ++level) {
+    for (std::uint64_t bits = bin_bits_[level]; bits != 0; bits &= bits - 1)
+      bins_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bits))].clear();
+    bin_bits_[level] = 0;
+  }
+  level_bits_ = 0;
+}
+
+void caching_allocator_model::clear() noexcept {
+  blocks_.clear();
+  segment_heads_.clear();
+  spare_.clear();
+  handle_block_.clear();
+  small_pool_.clear();
+  large_pool_.clear();
+  next_addr_ = 0;
+  allocated_ = reserved_ = peak_allocated_ = peak_reserved_ = 0;
+  segments_ = 0;
 }
 
 void caching_allocator_model::insert_free(std::int32_t b) {
@@ -107,7 +133,7 @@ void caching_allocator_model::insert_free(std::int32_t b) {
 
 void caching_allocator_model::erase_free(std::int32_t b) {
   auto& bl = blocks_[b];
-  (bl.small ? small_pool_ : large_pool_).erase(bl.size);
+  (bl.small ? small_pool_ : large_pool_).erase(bl.size, bl.addr);
   bl.free = false;
 }
 
@@ -123,11 +149,6 @@ std::vector<std::uint64_t> caching_allocator_model::state() const {
     }
   }
   return out;
-}
-
-bool caching_allocator_model::is_free_block(std::int32_t i, std::uint64_t size, std::uint64_t addr) const noexcept {
-  const auto& c = blocks_[i];
-  return c.free && c.size == size && c.addr == addr;
 }
 
 std::int32_t caching_allocator_model::new_segment(std::uint64_t size, bool small) {
@@ -155,8 +176,7 @@ std::uint64_t caching_allocator_model::transient(std::uint64_t bytes) {
   const std::uint64_t size = round_size(bytes);
   const bool small = size <= small_size;
   auto& pool = small ? small_pool_ : large_pool_;
-  const auto valid = [this](std::int32_t i, std::uint64_t sz, std::uint64_t addr) { return is_free_block(i, sz, addr); };
-  std::int32_t b = pool.peek_best(size, valid);
+  std::int32_t b = pool.peek_best(size);
   if (b < 0) {
     // malloc would cut the block from a new segment and free would merge it back whole.
     b = new_segment(size, small);
@@ -177,8 +197,7 @@ std::uint32_t caching_allocator_model::malloc(std::uint64_t bytes) {
   const std::uint64_t size = round_size(bytes);
   const bool small = size <= small_size;
   auto& pool = small ? small_pool_ : large_pool_;
-  std::int32_t b = pool.take_best(
-      size, [this](std::int32_t i, std::uint64_t sz, std::uint64_t addr) { return is_free_block(i, sz, addr); });
+  std::int32_t b = pool.take_best(size);
   if (b >= 0) {
     blocks_[b].free = false;
   } else {

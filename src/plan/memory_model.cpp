@@ -85,7 +85,9 @@ class replay final : public schedule_observer {
     return same;
   }
 
-  caching_allocator_model alloc;
+  explicit replay(caching_allocator_model& a) : alloc(a) { alloc.clear(); }
+
+  caching_allocator_model& alloc;
   std::array<std::uint64_t, component_count> at_peak{};
   std::size_t peak_event = 0;
 
@@ -108,7 +110,8 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
   p.overheads = o;
   // One schedule buffer per thread, reused: a plan records tens of thousands of events.
   thread_local schedule s;
-  replay rp;
+  thread_local caching_allocator_model model;
+  replay rp(model);
   build_schedule(m, r, s, &rp);
   rp.run_to_end(s);
   p.events = s.events.size();

@@ -45,6 +45,8 @@ class caching_allocator_model {
   /// of the allocation in it) plus the counters. Two equal states evolve identically under equal
   /// malloc/free sequences, which lets a caller skip repeated identical work.
   [[nodiscard]] std::vector<std::uint64_t> state() const;
+  /// Back to the state of a new model, keeping the memory of its containers for the next replay.
+  void clear() noexcept;
   /// Restarts the peaks at the current figures (torch.cuda.reset_peak_memory_stats).
   void reset_peaks() noexcept {
     peak_allocated_ = allocated_;
@@ -58,46 +60,40 @@ class caching_allocator_model {
     std::uint32_t owner = 0;  ///< handle of the live allocation in it
     bool free = false, small = false, live = false;
   };
-  /// Free blocks of one pool ordered by (size, address) like PyTorch's BlockComparatorSize.
-  /// Blocks of one size share a bucket; a plan has few distinct sizes (tens) and up to a hundred
-  /// blocks of each, so buckets sit in a vector sorted by size and each holds a min-heap of
-  /// addresses. Removing a block that merged with a neighbour only lowers its bucket's count: its
-  /// heap entry goes stale and is dropped when it surfaces (entries are checked against the block).
+  /// Free blocks of one pool, searched in PyTorch's order: smallest size >= the request, then
+  /// lowest address (BlockComparatorSize). Sizes map to 64 bins per power of two (two-level
+  /// segregated fit: the bin index is monotone in size); each bin keeps its blocks sorted by
+  /// (size, address), and a two-level bitmap finds the next non-empty bin in constant time. The
+  /// best fit is the first block >= the request in its own bin, else the first block of the next
+  /// non-empty bin.
   class free_pool {
    public:
-    /// The lowest-address block of the smallest size >= `size`, left in place; -1 if none.
-    /// `valid(block, size, addr)` says whether a heap entry still describes a free block.
-    template <typename Valid>
-    std::int32_t peek_best(std::uint64_t size, Valid&& valid);
+    /// The best-fitting block for `size`, left in place; -1 if none.
+    [[nodiscard]] std::int32_t peek_best(std::uint64_t size) const;
     /// As peek_best, and removed from the pool.
-    template <typename Valid>
-    std::int32_t take_best(std::uint64_t size, Valid&& valid);
+    std::int32_t take_best(std::uint64_t size);
     void insert(std::uint64_t size, std::uint64_t addr, std::int32_t b);
-    /// Forgets one free block of `size` (its heap entry is left to go stale).
-    void erase(std::uint64_t size);
+    void erase(std::uint64_t size, std::uint64_t addr);
+    void clear() noexcept;
 
    private:
+    static constexpr int sub_bits = 6;  ///< 64 bins per power of two
+    static constexpr int levels = 64;
     struct item {
-      std::uint64_t addr;
+      std::uint64_t size, addr;
       std::int32_t block;
-      bool operator>(const item& o) const noexcept { return addr > o.addr; }
     };
-    struct bucket {
-      std::uint64_t size;
-      std::uint32_t heap;   ///< index into heaps_
-      std::uint32_t count;  ///< free blocks of this size (heap entries may be more: stale ones)
-    };
-    std::vector<bucket>::iterator find(std::uint64_t size);
-    void drop(std::vector<bucket>::iterator it);
-    std::vector<bucket> buckets_;            ///< ascending size, none empty
-    std::vector<std::vector<item>> heaps_;   ///< per bucket, min-heap on address
-    std::vector<std::uint32_t> spare_heaps_;
-    std::size_t hint_ = 0;  ///< position find() returned last
+    static unsigned bin_of(std::uint64_t size) noexcept;
+    /// Position of the first block >= (size, addr) in the best candidate bin, or bins_ size.
+    [[nodiscard]] std::pair<unsigned, std::size_t> locate(std::uint64_t size) const;
+    void mark(unsigned bin, bool on) noexcept;
+    std::vector<std::vector<item>> bins_ = std::vector<std::vector<item>>(levels << sub_bits);
+    std::uint64_t level_bits_ = 0;                  ///< bit l: some bin of level l is non-empty
+    std::uint64_t bin_bits_[levels] = {};           ///< per level, bit k: bin (l, k) non-empty
   };
   std::int32_t new_block();
   std::int32_t new_segment(std::uint64_t size, bool small);
   static bool splits(bool small, std::uint64_t remaining) noexcept;
-  [[nodiscard]] bool is_free_block(std::int32_t i, std::uint64_t size, std::uint64_t addr) const noexcept;
   void insert_free(std::int32_t b);
   void erase_free(std::int32_t b);
 
