@@ -37,6 +37,14 @@ rc=$?
 cat "$RESULTS_DIR/probe-compare.txt"
 [ $rc -eq 0 ] || { status=1; tail -30 "$RESULTS_DIR/probe-compare.err"; }
 
+echo "== copy kernel shapes beside cudaMemcpy D2D (bench/probe/copy_shapes.cu)"
+if nvcc -O3 -std=c++17 -arch=sm_90 -o "$BUILD_DIR/copy_shapes" bench/probe/copy_shapes.cu > "$RESULTS_DIR/copy-shapes-build.log" 2>&1; then
+  timeout 120 "$BUILD_DIR/copy_shapes" > "$RESULTS_DIR/copy-shapes.md" 2> "$RESULTS_DIR/copy-shapes.err" || { status=1; tail -5 "$RESULTS_DIR/copy-shapes.err"; }
+  cat "$RESULTS_DIR/copy-shapes.md"
+else
+  echo "copy_shapes did not compile"; tail -20 "$RESULTS_DIR/copy-shapes-build.log"; status=1
+fi
+
 if [ -f "$RESULTS_DIR/probe-summary.md" ]; then
   {
     echo
