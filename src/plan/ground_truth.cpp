@@ -1,0 +1,82 @@
+// Reads ground-truth files into plan requests (one parser for the test and the report).
+#include "vramkit/plan/ground_truth.hpp"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "vramkit/core/error.hpp"
+#include "vramkit/plan/config_loader.hpp"
+
+namespace vramkit::plan {
+
+namespace {
+
+using json = nlohmann::json;
+
+bool has(const json& c, const char* key) { return c.contains(key) && !c.at(key).is_null(); }
+
+std::string text(const json& c, const char* key) { return c.at(key).get<std::string>(); }
+
+plan_request request_of(const json& c) {
+  plan_request r;
+  r.mode = parse_mode(text(c, "mode"));
+  r.batch = c.at("batch").get<std::int64_t>();
+  if (has(c, "seq")) r.seq = c.at("seq").get<std::int64_t>();
+  if (has(c, "image_size")) r.image_size = c.at("image_size").get<std::int64_t>();
+  if (has(c, "prompt")) r.prompt = c.at("prompt").get<std::int64_t>();
+  if (has(c, "new_tokens")) r.new_tokens = c.at("new_tokens").get<std::int64_t>();
+  r.prec = parse_precision(text(c, "precision"));
+  if (has(c, "optimizer")) r.optimizer = parse_optimizer(text(c, "optimizer"));
+  r.ckpt = parse_checkpointing(text(c, "checkpointing"));
+  r.attention = parse_attention(text(c, "attention"));
+  if (has(c, "quant")) r.quant = parse_quant(text(c, "quant"));
+  if (has(c, "steps")) r.steps = c.at("steps").get<int>();
+  return r;
+}
+
+}  // namespace
+
+ground_truth load_ground_truth(const std::string& path, const std::string& config_dir) {
+  std::ifstream in(path);
+  if (!in) throw usage_error(path + ": cannot be read");
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::exception& e) {
+    throw usage_error(path + ": not valid JSON (" + e.what() + ")");
+  }
+  const std::string dir = !config_dir.empty() ? config_dir + "/" : path.substr(0, path.find_last_of('/') + 1);
+  ground_truth g;
+  g.gpu = doc.value("gpu", "?");
+  g.driver = doc.value("driver", "?");
+  g.torch = doc.value("torch", "?");
+  g.transformers = doc.value("transformers", "?");
+  g.date = doc.value("date", "?");
+  if (!doc.contains("cases") || !doc.at("cases").is_array()) throw usage_error(path + ": no \"cases\" array");
+  for (const auto& c : doc.at("cases")) {
+    ground_truth_case k;
+    try {
+      k.name = text(c, "name");
+      if (has(c, "error")) {
+        k.error = text(c, "error");
+        g.cases.push_back(std::move(k));
+        continue;
+      }
+      k.model = has(c, "config") ? load_model_config(dir + text(c, "config")) : preset_model(text(c, "model"));
+      k.request = request_of(c);
+      if (has(c, "params")) k.params = c.at("params").get<std::uint64_t>();
+      k.max_allocated_bytes = c.at("max_allocated_bytes").get<double>();
+      k.max_reserved_bytes = c.at("max_reserved_bytes").get<double>();
+      if (has(c, "nvidia_smi_used_bytes")) k.nvidia_smi_used_bytes = c.at("nvidia_smi_used_bytes").get<double>();
+    } catch (const json::exception& e) {
+      throw usage_error(path + ": case '" + (k.name.empty() ? "?" : k.name) + "': " + e.what());
+    } catch (const usage_error& e) {
+      throw usage_error(path + ": case '" + (k.name.empty() ? "?" : k.name) + "': " + e.what());
+    }
+    g.cases.push_back(std::move(k));
+  }
+  return g;
+}
+
+}  // namespace vramkit::plan
