@@ -65,22 +65,30 @@ void run_plan(const plan_args& a, command_context& ctx) {
   r.pp = a.pp;
   const auto overheads = a.probe.empty() ? plan::default_overheads() : plan::overheads_from_probe(a.probe);
 
+  // --gpu NAME|BYTES: the catalogue's GPU, or a capacity.
+  plan::fit_options opt;
+  if (!a.gpu.empty()) {
+    if (std::isdigit(static_cast<unsigned char>(a.gpu[0]))) {
+      opt.capacity_bytes = parse_bytes(a.gpu);
+      if (opt.capacity_bytes < 256 * MiB) throw usage_error(fmt::format("--gpu {} is below 256 MiB: not a GPU capacity", a.gpu));
+    } else {
+      opt.gpu = plan::find_gpu(a.gpu);
+      opt.capacity_bytes = opt.gpu->memory_bytes;
+    }
+  }
   if (!a.fit) {
-    if (!a.gpu.empty()) throw usage_error("--gpu is used with --fit");
+    // With --gpu the allocator is modelled under that capacity and the plan says whether it fits.
+    r.device_capacity_bytes = opt.capacity_bytes;
     const auto p = plan::make_plan(model, r, overheads);
     std::printf("%s\n", a.json ? plan::to_json(p).c_str() : plan::to_table(p).c_str());
+    if (!p.fits()) {
+      std::fprintf(stderr, "vramkit plan: does NOT fit in %s (%zu allocations fail even after the allocator frees its cache)\n",
+                   format_bytes(static_cast<double>(r.device_capacity_bytes)).c_str(), p.out_of_memory);
+      ctx.exit_code = 1;
+    }
     return;
   }
   if (a.gpu.empty()) throw usage_error("--fit needs --gpu NAME or --gpu BYTES (e.g. --gpu h100 or --gpu 24GiB)");
-  plan::fit_options opt;
-  const bool numeric = !a.gpu.empty() && std::isdigit(static_cast<unsigned char>(a.gpu[0]));
-  if (numeric) {
-    opt.capacity_bytes = parse_bytes(a.gpu);
-    if (opt.capacity_bytes < 256 * MiB) throw usage_error(fmt::format("--gpu {} is below 256 MiB: not a GPU capacity", a.gpu));
-  } else {
-    opt.gpu = plan::find_gpu(a.gpu);
-    opt.capacity_bytes = opt.gpu->memory_bytes;
-  }
   const auto res = plan::fit_search(model, r, opt, overheads);
   if (a.json) {
     nlohmann::ordered_json j;
@@ -146,7 +154,9 @@ void add_plan_command(CLI::App& app, command_context& ctx) {
   sub->add_option("--quant", a->quant, "inference weights: none, int8 or int4")->capture_default_str();
   sub->add_option("--serving", a->serving, "inference engine: generate (transformers) or paged (paged KV cache)")->capture_default_str();
   sub->add_option("--probe", a->probe, "vramkit probe --json file with measured context and PCIe figures");
-  sub->add_option("--gpu", a->gpu, "with --fit: GPU name from the catalogue or a capacity (e.g. 24GiB)");
+  sub->add_option("--gpu", a->gpu,
+                  "GPU name from the catalogue or a capacity (e.g. 24GiB): models the allocator under that memory and says "
+                  "whether the run fits (exit 1 when not); with --fit, the GPU to search for");
   sub->add_flag("--fit", a->fit, "search the configurations that fit --gpu and rank them by estimated step time");
   sub->add_flag("--json", a->json, "print one JSON object");
   sub->callback([a, &ctx] { run_plan(*a, ctx); });

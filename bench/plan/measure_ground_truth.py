@@ -261,6 +261,9 @@ CASES = [
     _infer("qwen2-0.5b", 8, 512, 128, "bf16", 8),
     _infer("gpt2", 8, 512, 128, "fp32", 6),
     _infer("llama-3-8b", 1, 8000, 1, "bf16", 28),  # prefill-only, long context (within 8192 positions)
+    # Long generations: the peak moves into decode and the growing KV cache fragments the cache.
+    _infer("qwen2-0.5b", 32, 128, 1024, "bf16", 8),
+    _infer("tinyllama-1.1b", 16, 256, 1536, "bf16", 14),
 ]
 
 OUTPUT_KEYS = [

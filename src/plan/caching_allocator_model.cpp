@@ -123,6 +123,8 @@ void caching_allocator_model::clear() noexcept {
   next_addr_ = 0;
   allocated_ = reserved_ = peak_allocated_ = peak_reserved_ = 0;
   segments_ = 0;
+  capacity_ = 0;
+  flushes_ = ooms_ = 0;
 }
 
 void caching_allocator_model::insert_free(std::int32_t b) {
@@ -151,8 +153,29 @@ std::vector<std::uint64_t> caching_allocator_model::state() const {
   return out;
 }
 
+void caching_allocator_model::release_cached() {
+  ++flushes_;
+  std::size_t kept = 0;
+  for (const std::int32_t head : segment_heads_) {
+    auto& bl = blocks_[head];
+    if (bl.free && bl.next < 0) {  // the segment is one free block
+      erase_free(head);
+      reserved_ -= bl.size;
+      --segments_;
+      spare_.push_back(head);
+    } else {
+      segment_heads_[kept++] = head;
+    }
+  }
+  segment_heads_.resize(kept);
+}
+
 std::int32_t caching_allocator_model::new_segment(std::uint64_t size, bool small) {
   const std::uint64_t seg = segment_size(size);
+  if (capacity_ != 0 && reserved_ + seg > capacity_) {
+    release_cached();
+    if (reserved_ + seg > capacity_) ++ooms_;
+  }
   const std::int32_t b = new_block();
   auto& bl = blocks_[b];
   bl.addr = next_addr_;

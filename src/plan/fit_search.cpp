@@ -159,6 +159,9 @@ fit_result fit_search(const model_description& m, const plan_request& base_in, c
         r.tp = tp;
         r.pp = pp;
         r.steps = 2;
+        // The allocator works under the memory left after the margin: it flushes its cache
+        // before it fails, as PyTorch's does.
+        r.device_capacity_bytes = limit;
         const int dp = base.gpus / (tp * pp);
         if (base.mode == run_mode::train && base.batch % dp != 0) continue;
         const std::int64_t per_gpu = base.mode == run_mode::train ? base.batch / dp : base_per_gpu;
@@ -174,7 +177,7 @@ fit_result fit_search(const model_description& m, const plan_request& base_in, c
             return false;
           }
           ++gr.planned;
-          return p.device_peak_bytes <= limit;
+          return p.fits() && p.device_peak_bytes <= limit;
         };
         plan_result best, probe;
         if (!try_plan(divisors.front(), best)) continue;
@@ -224,6 +227,9 @@ fit_result fit_search(const model_description& m, const plan_request& base_in, c
                                           format_bytes(static_cast<double>(p.host_peak_bytes))));
         if (q.tp > 1 || q.pp > 1)
           c.reasons.push_back(fmt::format("tensor {} x pipeline {}: splits layers and weights across GPUs", q.tp, q.pp));
+        if (p.cache_flushes > 0)
+          c.reasons.push_back(fmt::format("fits only by flushing the allocator's cache {} time(s) in the replayed run (slow)",
+                                          p.cache_flushes));
         c.reasons.push_back(fmt::format("device peak {} of {} ({:.0f}% margin kept)", format_bytes(static_cast<double>(p.device_peak_bytes)),
                                         format_bytes(static_cast<double>(opt.capacity_bytes)), opt.margin * 100));
         gr.fits.push_back(std::move(c));

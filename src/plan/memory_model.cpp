@@ -109,9 +109,15 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
   p.parameters = parameter_count(m);
   p.overheads = o;
   // One schedule buffer per thread, reused: a plan records tens of thousands of events.
+  p.context_bytes = o.context_bytes + (r.mode == run_mode::train ? o.train_modules_bytes : o.infer_modules_bytes);
   thread_local schedule s;
   thread_local caching_allocator_model model;
   replay rp(model);
+  if (r.device_capacity_bytes != 0) {
+    // What the caching allocator can get: the GPU's memory less the context (at least a byte,
+    // so that a GPU smaller than the context makes every allocation fail).
+    model.set_capacity(r.device_capacity_bytes > p.context_bytes ? r.device_capacity_bytes - p.context_bytes : 1);
+  }
   build_schedule(m, r, s, &rp);
   rp.run_to_end(s);
   p.events = s.events.size();
@@ -120,7 +126,8 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
   const std::size_t peak_event = rp.peak_event;
   p.allocated_peak_bytes = alloc.peak_allocated_bytes();
   p.reserved_peak_bytes = alloc.peak_reserved_bytes();
-  p.context_bytes = o.context_bytes + (r.mode == run_mode::train ? o.train_modules_bytes : o.infer_modules_bytes);
+  p.cache_flushes = alloc.cache_flushes();
+  p.out_of_memory = alloc.out_of_memory_count();
   p.device_peak_bytes = p.reserved_peak_bytes + p.context_bytes;
   if (!s.events.empty()) {
     const auto& t = s.tensors[s.events[peak_event].tensor];
@@ -163,6 +170,12 @@ std::string to_json(const plan_result& p) {
   j["peak_step"] = p.peak_step;
   j["peak_layer"] = p.peak_layer;
   j["peak_tensor"] = p.peak_tensor;
+  if (r.device_capacity_bytes != 0) {
+    j["device_capacity_bytes"] = r.device_capacity_bytes;
+    j["fits"] = p.fits();
+    j["cache_flushes"] = p.cache_flushes;
+    j["out_of_memory_allocations"] = p.out_of_memory;
+  }
   auto comps = nlohmann::ordered_json::array();
   for (const auto& c : p.components)
     comps.push_back({{"name", c.name}, {"bytes", c.bytes}, {"where", c.where == memory_where::device ? "device" : "host"}});
@@ -225,6 +238,18 @@ std::string to_table(const plan_result& p) {
                      format_bytes(static_cast<double>(p.reserved_peak_bytes)));
   out += fmt::format("  {:<58} {:>12}\n", "device peak (nvidia-smi used)", format_bytes(static_cast<double>(p.device_peak_bytes)));
   out += fmt::format("  {:<58} {:>12}\n", "host peak per node (pinned)", format_bytes(static_cast<double>(p.host_peak_bytes)));
+  if (r.device_capacity_bytes != 0) {
+    const std::string cap = format_bytes(static_cast<double>(r.device_capacity_bytes));
+    if (!p.fits()) {
+      out += fmt::format("\n  does NOT fit in {}: {} allocation(s) fail even after the allocator frees its cache\n", cap,
+                         p.out_of_memory);
+    } else if (p.cache_flushes > 0) {
+      out += fmt::format("\n  fits in {}, but only by flushing the allocator's cache {} time(s) (each synchronizes the "
+                         "device and returns memory with cudaFree: slow)\n", cap, p.cache_flushes);
+    } else {
+      out += fmt::format("\n  fits in {}\n", cap);
+    }
+  }
   return out;
 }
 

@@ -3,7 +3,9 @@
 // larger ones from segments rounded up to 2 MiB; best fit by (size, address) among cached free
 // blocks of the same pool; a block is split when the remainder is >= 512 B (small pool) or
 // > 1 MiB (large pool); freed blocks merge only with free neighbours of the same segment; segments
-// are never released (no memory pressure modelled). Not thread-safe.
+// are released only under memory pressure: with a capacity set, a segment that would not fit
+// makes the model free every cached segment that is wholly free first (release_cached_blocks,
+// which PyTorch runs before it reports out of memory). Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +43,14 @@ class caching_allocator_model {
   [[nodiscard]] std::uint64_t peak_allocated_bytes() const noexcept { return peak_allocated_; }
   [[nodiscard]] std::uint64_t peak_reserved_bytes() const noexcept { return peak_reserved_; }
   [[nodiscard]] std::size_t segment_count() const noexcept { return segments_; }
+
+  /// Bytes the allocator may hold in segments (the GPU's memory less the CUDA context); 0 means
+  /// no limit. A segment that would go past it first flushes the cache (every wholly free
+  /// segment is released); if it still does not fit, the request counts as out of memory and is
+  /// served anyway so that the rest of the step can still be measured.
+  void set_capacity(std::uint64_t bytes) noexcept { capacity_ = bytes; }
+  [[nodiscard]] std::size_t cache_flushes() const noexcept { return flushes_; }
+  [[nodiscard]] std::size_t out_of_memory_count() const noexcept { return ooms_; }
   /// The allocator's state: every block of every segment (address, size, and free or the handle
   /// of the allocation in it) plus the counters. Two equal states evolve identically under equal
   /// malloc/free sequences, which lets a caller skip repeated identical work.
@@ -105,6 +115,9 @@ class caching_allocator_model {
   std::uint64_t next_addr_ = 0;
   std::uint64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
   std::size_t segments_ = 0;
+  std::uint64_t capacity_ = 0;
+  std::size_t flushes_ = 0, ooms_ = 0;
+  void release_cached();
 };
 
 }  // namespace vramkit::plan

@@ -45,6 +45,12 @@ struct plan_result {
   device_overheads overheads;
   std::uint64_t context_bytes = 0;
   std::size_t events = 0;                  ///< allocation events replayed
+  /// With request.device_capacity_bytes: times the allocator had to flush its cache to find
+  /// room (each one synchronizes the device), and allocations that failed even then.
+  std::size_t cache_flushes = 0;
+  std::size_t out_of_memory = 0;
+  /// True when no capacity was given, or the run fits it (no allocation failed).
+  [[nodiscard]] bool fits() const noexcept { return out_of_memory == 0; }
 };
 
 /// Plans one request (validated here; throws usage_error for bad requests).

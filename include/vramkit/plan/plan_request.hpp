@@ -65,6 +65,10 @@ struct plan_request {
   quant_kind quant = quant_kind::none;
   serving_kind serving = serving_kind::generate;
   int steps = 3;                 ///< training steps replayed (>= 2 to include the optimizer states)
+  /// Memory of each GPU in bytes; 0 = unlimited. With a capacity the caching allocator is
+  /// modelled under memory pressure (cache flushes before out of memory) and the plan says
+  /// whether the run fits.
+  std::uint64_t device_capacity_bytes = 0;
 
   /// Data-parallel degree = gpus / (tp * pp).
   [[nodiscard]] int data_parallel() const noexcept { return gpus / (tp * pp); }

@@ -182,3 +182,28 @@ TEST(CachingAllocatorModel, StateTellsEqualHistoriesApart) {
   a.free(a.malloc(30 * MiB));  // needs a new segment
   EXPECT_NE(a.state(), b.state());
 }
+
+// Under a capacity the model flushes wholly free cached segments before it gives up, as
+// PyTorch's allocator does (release_cached_blocks), and counts what still does not fit.
+TEST(CachingAllocatorModel, CapacityFlushesTheCacheBeforeFailing) {
+  caching_allocator_model a;
+  a.set_capacity(100 * MiB);
+  const auto x = a.malloc(60 * MiB);
+  a.free(x);  // cached: 60 MiB reserved, nothing allocated
+  EXPECT_EQ(a.reserved_bytes(), 60 * MiB);
+  const auto y = a.malloc(70 * MiB);  // 60 + 70 > 100: the free 60 MiB segment goes first
+  EXPECT_EQ(a.cache_flushes(), 1u);
+  EXPECT_EQ(a.out_of_memory_count(), 0u);
+  EXPECT_EQ(a.reserved_bytes(), 70 * MiB);
+  EXPECT_EQ(a.segment_count(), 1u);
+  const auto z = a.malloc(40 * MiB);  // 70 live + 40 > 100 and nothing free to release
+  EXPECT_EQ(a.out_of_memory_count(), 1u);
+  a.free(y);
+  a.free(z);
+  // Without a capacity nothing is ever released.
+  caching_allocator_model b;
+  b.free(b.malloc(60 * MiB));
+  (void)b.malloc(70 * MiB);
+  EXPECT_EQ(b.reserved_bytes(), 130 * MiB);
+  EXPECT_EQ(b.cache_flushes(), 0u);
+}

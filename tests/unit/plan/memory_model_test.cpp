@@ -263,3 +263,28 @@ TEST(MemoryModel, SkippingRepeatedWorkChangesNoFigure) {
   few.batch = 4;
   EXPECT_LT(make_plan(m, r).events, 2 * make_plan(m, few).events);
 }
+
+// A generate() call whose growing KV cache leaves the cache full of outgrown blocks: unlimited,
+// the reserved peak runs far past the allocated one; on a GPU the allocator flushes its cache
+// and the run fits; on a too small GPU it does not.
+TEST(MemoryModel, GpuCapacityModelsMemoryPressure) {
+  const auto m = preset_model("llama-3-8b");
+  plan_request r;
+  r.mode = run_mode::infer;
+  r.batch = 16;
+  r.prompt = 512;
+  r.new_tokens = 2048;
+  const auto free_run = make_plan(m, r);
+  EXPECT_TRUE(free_run.fits());
+  r.device_capacity_bytes = 80ull << 30;
+  const auto on_80 = make_plan(m, r);
+  EXPECT_TRUE(on_80.fits());
+  EXPECT_GT(on_80.cache_flushes, 0u);
+  EXPECT_EQ(on_80.allocated_peak_bytes, free_run.allocated_peak_bytes);
+  EXPECT_LE(on_80.device_peak_bytes, r.device_capacity_bytes);
+  EXPECT_LT(on_80.reserved_peak_bytes, free_run.reserved_peak_bytes);
+  r.device_capacity_bytes = 24ull << 30;
+  const auto on_24 = make_plan(m, r);
+  EXPECT_FALSE(on_24.fits());
+  EXPECT_NE(to_json(on_24).find("\"fits\": false"), std::string::npos);
+}
