@@ -264,6 +264,8 @@ CASES = [
     # Long generations: the peak moves into decode and the growing KV cache fragments the cache.
     _infer("qwen2-0.5b", 32, 128, 1024, "bf16", 8),
     _infer("tinyllama-1.1b", 16, 256, 1536, "bf16", 14),
+    # KV tensors past 10 MiB: each layer's cache lives in a segment of its own size.
+    _infer("tinyllama-1.1b", 64, 256, 2048, "bf16", 40),
 ]
 
 OUTPUT_KEYS = [

@@ -1295,13 +1295,20 @@ void generate(walker& w) {
   w.phase_ = phase::prefill;
   forward(p, 0);
   w.phase_ = phase::decode;
-  // Decode steps differ only in the cache length. Up to 32 steps are replayed one by one; longer
-  // generations replay 32 steps spread evenly, the last one at the final length, so one plan
-  // stays fast while the cache's growth pattern (and the allocator's reuse of it) is kept.
+  // Decode steps differ only in the cache length. Long generations replay a sample of them,
+  // evenly spread, the last one at the final length. The spacing matters once each layer's cache
+  // outgrows its block every few steps (the allocator rounds large segments to 2 MiB): with each
+  // K or V tensor growing by at most 512 KiB between replayed steps, the reserved peak of a
+  // measured 2048-token run (tinyllama-1.1b, batch 64, 32 KiB per step) is predicted within 0.5%,
+  // as close as replaying every step; 4x wider spacing misses it by 4%, 8x by 45%. At least 32
+  // steps are replayed, at most 4096.
   const i64 steps = n - 1;
-  const i64 replay = std::min<i64>(steps, 32);
+  const u64 growth = r.serving == serving_kind::paged ? 0 : kv_tok * static_cast<u64>(b);
+  constexpr u64 k_spacing = 512ull << 10;
+  const auto wanted = static_cast<i64>((static_cast<u64>(std::max<i64>(steps, 0)) * growth + k_spacing - 1) / k_spacing);
+  const i64 replay = std::min<i64>(steps, std::clamp<i64>(wanted, 32, 4096));
   for (i64 k = 1; k <= replay; ++k) {
-    const i64 i = steps <= 32 ? k : (k * steps + replay - 1) / replay;
+    const i64 i = replay == steps ? k : (k * steps + replay - 1) / replay;
     w.step_ = static_cast<int>(std::min<i64>(i, 32000));
     forward(1, p + i - 1);
   }
