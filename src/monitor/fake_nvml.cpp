@@ -2,6 +2,7 @@
 // when the file changes. One mutex guards the device list.
 #include "vramkit/monitor/fake_nvml.hpp"
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -28,6 +29,27 @@ template <typename T>
 std::optional<T> opt(const nlohmann::json& j, const char* key) {
   if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
   return j.at(key).get<T>();
+}
+
+// A link from two optional fixture keys; none when either is absent.
+std::optional<nvml_pcie_link> link(const nlohmann::json& j, const char* generation,
+                                   const char* width) {
+  auto g = opt<unsigned>(j, generation);
+  auto w = opt<unsigned>(j, width);
+  if (!g || !w) return std::nullopt;
+  return nvml_pcie_link{*g, *w};
+}
+
+// The scripted value, or not_supported when the fixture has none.
+template <typename T>
+nvml_value<T> scripted(const std::optional<T>& v, const char* missing) {
+  if (!v) return nvml_value<T>::failure(nvml_status::not_supported, missing);
+  return nvml_value<T>::success(*v);
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
 std::string read_file_text(const std::filesystem::path& path) {
@@ -73,6 +95,12 @@ std::vector<fake_gpu> fake_nvml::parse(const std::string& json_text) {
       gpu.pcie_tx_bytes_per_second = opt<std::uint64_t>(g, "pcie_tx_bytes_per_second");
       gpu.sm_clock_mhz = opt<unsigned>(g, "sm_clock_mhz");
       gpu.memory_clock_mhz = opt<unsigned>(g, "memory_clock_mhz");
+      gpu.sm_clock_max_mhz = opt<unsigned>(g, "sm_clock_max_mhz");
+      gpu.memory_clock_max_mhz = opt<unsigned>(g, "memory_clock_max_mhz");
+      gpu.memory_bus_width_bits = opt<unsigned>(g, "memory_bus_width_bits");
+      gpu.pci_bus_id = g.value("pci_bus_id", std::string());
+      gpu.pcie_link = link(g, "pcie_link_generation", "pcie_link_width");
+      gpu.max_pcie_link = link(g, "pcie_link_generation_max", "pcie_link_width_max");
       gpu.lost = g.value("lost", false);
       if (g.contains("processes")) {
         for (const auto& p : g.at("processes")) {
@@ -186,6 +214,18 @@ nvml_value<unsigned> fake_nvml::device_count() {
   return nvml_value<unsigned>::success(static_cast<unsigned>(gpus_.size()));
 }
 
+nvml_value<unsigned> fake_nvml::device_index_by_pci_bus_id(const std::string& pci_bus_id) {
+  std::lock_guard lock(mutex_);
+  ++calls_;
+  if (fail_all_) return nvml_value<unsigned>::failure(*fail_all_, "fake: driver unavailable");
+  for (std::size_t i = 0; i < gpus_.size(); ++i) {
+    if (!gpus_[i].pci_bus_id.empty() && lower(gpus_[i].pci_bus_id) == lower(pci_bus_id)) {
+      return nvml_value<unsigned>::success(static_cast<unsigned>(i));
+    }
+  }
+  return nvml_value<unsigned>::failure(nvml_status::not_found, "fake: no GPU at " + pci_bus_id);
+}
+
 nvml_value<std::string> fake_nvml::device_name(unsigned index) {
   VRAMKIT_FAKE_QUERY(std::string, "name")
   return nvml_value<std::string>::success(g->name);
@@ -248,6 +288,28 @@ nvml_value<nvml_clocks> fake_nvml::clocks(unsigned index) {
   if (!g->sm_clock_mhz)
     return nvml_value<nvml_clocks>::failure(nvml_status::not_supported, "fake: no clocks");
   return nvml_value<nvml_clocks>::success({*g->sm_clock_mhz, g->memory_clock_mhz.value_or(0)});
+}
+
+nvml_value<nvml_clocks> fake_nvml::max_clocks(unsigned index) {
+  VRAMKIT_FAKE_QUERY(nvml_clocks, "max_clocks")
+  if (!g->sm_clock_max_mhz || !g->memory_clock_max_mhz)
+    return nvml_value<nvml_clocks>::failure(nvml_status::not_supported, "fake: no max clocks");
+  return nvml_value<nvml_clocks>::success({*g->sm_clock_max_mhz, *g->memory_clock_max_mhz});
+}
+
+nvml_value<unsigned> fake_nvml::memory_bus_width_bits(unsigned index) {
+  VRAMKIT_FAKE_QUERY(unsigned, "bus_width")
+  return scripted(g->memory_bus_width_bits, "fake: no bus width");
+}
+
+nvml_value<nvml_pcie_link> fake_nvml::pcie_link(unsigned index) {
+  VRAMKIT_FAKE_QUERY(nvml_pcie_link, "pcie_link")
+  return scripted(g->pcie_link, "fake: no PCIe link");
+}
+
+nvml_value<nvml_pcie_link> fake_nvml::max_pcie_link(unsigned index) {
+  VRAMKIT_FAKE_QUERY(nvml_pcie_link, "max_pcie_link")
+  return scripted(g->max_pcie_link, "fake: no maximum PCIe link");
 }
 
 nvml_value<double> fake_nvml::temperature_celsius(unsigned index) {

@@ -9,7 +9,9 @@
 //              "processes": [{"pid": N, "used_bytes": N, "name": "python3"}]}, ...]}
 // Optional per-GPU keys beyond the agreed ones: utilization_memory, temperature_celsius,
 // power_watts, pcie_rx_bytes_per_second, pcie_tx_bytes_per_second, sm_clock_mhz,
-// memory_clock_mhz, "lost": true, "fail": {"memory": "not_supported", ...}.
+// memory_clock_mhz, sm_clock_max_mhz, memory_clock_max_mhz, memory_bus_width_bits, pci_bus_id,
+// pcie_link_generation, pcie_link_width, pcie_link_generation_max, pcie_link_width_max,
+// "lost": true, "fail": {"memory": "not_supported", ...}.
 #pragma once
 
 #include <chrono>
@@ -40,10 +42,17 @@ struct fake_gpu {
   std::optional<std::uint64_t> pcie_tx_bytes_per_second;
   std::optional<unsigned> sm_clock_mhz;
   std::optional<unsigned> memory_clock_mhz;
+  std::optional<unsigned> sm_clock_max_mhz;
+  std::optional<unsigned> memory_clock_max_mhz;
+  std::optional<unsigned> memory_bus_width_bits;
+  std::string pci_bus_id;  ///< "0000:65:00.0"; matched without regard to case
+  std::optional<nvml_pcie_link> pcie_link;
+  std::optional<nvml_pcie_link> max_pcie_link;
   std::vector<nvml_process> processes;
   bool lost = false;  ///< every query answers gpu_lost, as a GPU that fell off the bus
   /// Query name ("name", "uuid", "memory", "processes", "utilization", "pcie", "nvlink",
-  /// "clocks", "temperature", "power", "ecc", "mig") -> the status it fails with.
+  /// "clocks", "max_clocks", "bus_width", "pcie_link", "max_pcie_link", "temperature", "power",
+  /// "ecc", "mig") -> the status it fails with.
   std::map<std::string, nvml_status> failures;
 };
 
@@ -76,6 +85,7 @@ class fake_nvml final : public nvml_api {
   [[nodiscard]] std::string name() const override { return "fake"; }
   nvml_value<std::string> driver_version() override;
   nvml_value<unsigned> device_count() override;
+  nvml_value<unsigned> device_index_by_pci_bus_id(const std::string& pci_bus_id) override;
   nvml_value<std::string> device_name(unsigned index) override;
   nvml_value<std::string> device_uuid(unsigned index) override;
   nvml_value<nvml_memory> memory(unsigned index) override;
@@ -85,6 +95,10 @@ class fake_nvml final : public nvml_api {
   nvml_value<nvml_pcie_counters> pcie_counters(unsigned index) override;
   nvml_value<nvml_nvlink> nvlink_counters(unsigned index) override;
   nvml_value<nvml_clocks> clocks(unsigned index) override;
+  nvml_value<nvml_clocks> max_clocks(unsigned index) override;
+  nvml_value<unsigned> memory_bus_width_bits(unsigned index) override;
+  nvml_value<nvml_pcie_link> pcie_link(unsigned index) override;
+  nvml_value<nvml_pcie_link> max_pcie_link(unsigned index) override;
   nvml_value<double> temperature_celsius(unsigned index) override;
   nvml_value<double> power_watts(unsigned index) override;
   nvml_value<nvml_ecc> ecc(unsigned index) override;

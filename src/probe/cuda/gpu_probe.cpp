@@ -14,9 +14,9 @@
 #include "common/cuda_check.hpp"
 #include "gpu_probe_detail.hpp"
 #include "gpu_probe_keys.hpp"
-#include "nvml_loader.hpp"
 #include "vramkit/core/cuda_device_api.hpp"
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/nvml_api.hpp"
 #include "vramkit/probe/gpu_probe.hpp"
 
 namespace vramkit::probe {
@@ -246,7 +246,39 @@ std::string lower(std::string s) {
   return s;
 }
 
-gpu_context describe_device(int ordinal, const probe_options& options, probe_report& report) {
+// What NVML adds to the CUDA attributes of one GPU; each field is empty where NVML has no answer.
+struct nvml_facts {
+  std::optional<std::string> uuid;
+  std::optional<nvml_pcie_link> link, max_link;
+  std::optional<nvml_clocks> clocks, max_clocks;
+  std::optional<unsigned> bus_width_bits;
+};
+
+// NVML's view of the GPU at `bus_id`, found by bus id because NVML's device order need not be
+// CUDA's; or why there is none.
+result<nvml_facts> read_nvml(const result<std::shared_ptr<nvml_api>>& nvml,
+                             const std::string& bus_id) {
+  if (!nvml) return unavailable{nvml.error().kind, "NVML unavailable: " + nvml.error().reason};
+  if (bus_id.empty()) return unavailable{unavailable_kind::failed, "CUDA gave no PCI bus id"};
+  auto index = (*nvml)->device_index_by_pci_bus_id(bus_id);
+  if (!index.ok()) {
+    return unavailable{unavailable_kind::failed, "NVML has no device at " + bus_id + ": " +
+                                                     to_string(index.status) + " (" + index.detail +
+                                                     ")"};
+  }
+  nvml_api& api = **nvml;
+  nvml_facts f;
+  f.uuid = api.device_uuid(index.value).to_optional();
+  f.link = api.pcie_link(index.value).to_optional();
+  f.max_link = api.max_pcie_link(index.value).to_optional();
+  f.clocks = api.clocks(index.value).to_optional();
+  f.max_clocks = api.max_clocks(index.value).to_optional();
+  f.bus_width_bits = api.memory_bus_width_bits(index.value).to_optional();
+  return f;
+}
+
+gpu_context describe_device(int ordinal, const probe_options& options, probe_report& report,
+                            const result<std::shared_ptr<nvml_api>>& nvml) {
   gpu_context ctx;
   ctx.ordinal = ordinal;
   ctx.tag = "gpu" + std::to_string(ordinal);
@@ -282,14 +314,14 @@ gpu_context describe_device(int ordinal, const probe_options& options, probe_rep
   h[p + "cc"] = std::to_string(prop.major) + "." + std::to_string(prop.minor);
   h[p + "l2_bytes"] = std::to_string(ctx.l2_bytes);
 
-  detail::nvml_gpu_info nv;
-  if (!bus_id.empty()) {
-    auto q = nvml_query(bus_id);
-    if (q) nv = *q;
-    else h[p + "nvml"] = q.error().reason;
+  nvml_facts nv;
+  if (auto q = read_nvml(nvml, bus_id)) {
+    nv = *q;
+  } else {
+    h[p + "nvml"] = q.error().reason;
   }
   int mem_khz = attribute(cudaDevAttrMemoryClockRate, ordinal);
-  if (mem_khz <= 0 && nv.memory_clock_max_mhz) mem_khz = static_cast<int>(*nv.memory_clock_max_mhz * 1000);
+  if (mem_khz <= 0 && nv.max_clocks) mem_khz = static_cast<int>(nv.max_clocks->memory_mhz * 1000);
   int bus_bits = attribute(cudaDevAttrGlobalMemoryBusWidth, ordinal);
   if (bus_bits <= 0 && nv.bus_width_bits) bus_bits = static_cast<int>(*nv.bus_width_bits);
   if (mem_khz > 0) h[p + "memory_clock_khz"] = std::to_string(mem_khz);
@@ -315,33 +347,34 @@ gpu_context describe_device(int ordinal, const probe_options& options, probe_rep
                   b[13], b[14], b[15]);
     h[p + "uuid"] = u;
   }
-  auto put = [&](const char* key, const std::optional<unsigned>& v) {
-    if (v) h[p + key] = std::to_string(*v);
+  // One header key per field of a reading NVML gave.
+  auto put = [&](const char* key, const auto& reading, auto field) {
+    if (reading) h[p + key] = std::to_string((*reading).*field);
   };
-  put("pcie.gen.current", nv.pcie_gen_current);
-  put("pcie.gen.max", nv.pcie_gen_max);
-  put("pcie.width.current", nv.pcie_width_current);
-  put("pcie.width.max", nv.pcie_width_max);
-  put("clock.sm.current", nv.sm_clock_mhz);
-  put("clock.sm.max", nv.sm_clock_max_mhz);
-  put("clock.memory.current", nv.memory_clock_mhz);
-  put("clock.memory.max", nv.memory_clock_max_mhz);
+  put("pcie.gen.current", nv.link, &nvml_pcie_link::generation);
+  put("pcie.gen.max", nv.max_link, &nvml_pcie_link::generation);
+  put("pcie.width.current", nv.link, &nvml_pcie_link::width);
+  put("pcie.width.max", nv.max_link, &nvml_pcie_link::width);
+  put("clock.sm.current", nv.clocks, &nvml_clocks::sm_mhz);
+  put("clock.sm.max", nv.max_clocks, &nvml_clocks::sm_mhz);
+  put("clock.memory.current", nv.clocks, &nvml_clocks::memory_mhz);
+  put("clock.memory.max", nv.max_clocks, &nvml_clocks::memory_mhz);
 
   // The link's rate: at idle a link may train down to save power, so the theoretical rate uses
   // the maximum generation and width the device and slot support.
-  const auto gen = nv.pcie_gen_max ? nv.pcie_gen_max : nv.pcie_gen_current;
-  const auto width = nv.pcie_width_max ? nv.pcie_width_max : nv.pcie_width_current;
-  if (gen && width) {
+  if (const auto link = nv.max_link ? nv.max_link : nv.link) {
+    const unsigned gen = link->generation;
+    const unsigned width = link->width;
     std::string enc;
-    if (auto lane = pcie_lane_gbps(*gen, enc)) {
-      ctx.pcie_peak_gbps = *lane * *width;
-      ctx.pcie_peak_basis = "PCIe gen" + std::to_string(*gen) + " x" + std::to_string(*width) +
-                            " (max link): " + enc + " x " + std::to_string(*width) +
+    if (auto lane = pcie_lane_gbps(gen, enc)) {
+      ctx.pcie_peak_gbps = *lane * width;
+      ctx.pcie_peak_basis = "PCIe gen" + std::to_string(gen) + " x" + std::to_string(width) +
+                            " (max link): " + enc + " x " + std::to_string(width) +
                             " lanes / 8 = " + format_gbps(*ctx.pcie_peak_gbps) +
                             " GB/s per direction";
-      if (nv.pcie_gen_current && nv.pcie_width_current) {
-        ctx.pcie_peak_basis += "; link now gen" + std::to_string(*nv.pcie_gen_current) + " x" +
-                               std::to_string(*nv.pcie_width_current);
+      if (nv.link) {
+        ctx.pcie_peak_basis += "; link now gen" + std::to_string(nv.link->generation) + " x" +
+                               std::to_string(nv.link->width);
       }
     }
   }
@@ -381,11 +414,15 @@ void run_gpu_probe(const probe_options& options, probe_report& report) {
   h["gpu.count"] = std::to_string(status->device_count);
   h["gpu.cuda_driver_version"] = format_cuda_version(status->driver_version);
   h["gpu.cuda_runtime_version"] = format_cuda_version(status->runtime_version);
-  if (auto v = nvml_driver_version()) h["gpu.driver_version"] = *v;
+  // One NVML session for the whole run; without the library every device says why in gpu.N.nvml.
+  const auto nvml = load_nvml();
+  if (nvml) {
+    if (auto v = (*nvml)->driver_version(); v.ok()) h["gpu.driver_version"] = v.value;
+  }
 
   for (int d = 0; d < status->device_count; ++d) {
     VRAMKIT_CUDA_TRY(cudaSetDevice(d));
-    gpu_context ctx = describe_device(d, options, report);
+    gpu_context ctx = describe_device(d, options, report, nvml);
     ctx.progress(ctx.name);
     run_section(ctx, "device", run_device_section);
     run_section(ctx, "h2d", run_h2d_section);

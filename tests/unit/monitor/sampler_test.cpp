@@ -1,5 +1,5 @@
 // The sampler over fake_nvml: devices that fail, disappear or come back, and the join with host
-// processes from a fixture tree.
+// processes from a fixture tree; and over the stand-in NVML library, the PCIe counters.
 #include "vramkit/monitor/sampler.hpp"
 
 #include <gtest/gtest.h>
@@ -177,6 +177,27 @@ TEST(FakeNvml, RejectsBadFixturesWithAClearMessage) {
   auto gpus =
       fake_nvml::parse(R"({"gpus":[{"memory_total_bytes":5,"fail":{"power":"no_permission"}}]})");
   EXPECT_EQ(gpus[0].failures.at("power"), nvml_status::no_permission);
+}
+
+// Over the stand-in NVML library (tests/unit/core/stub_nvml.c), the real loader's counters.
+TEST(SamplerOverStubNvml, PcieRatesComeFromCountersAfterTheFirstSample) {
+  auto api = load_nvml(VRAMKIT_STUB_NVML);
+  ASSERT_TRUE(api) << api.error().reason;
+  sampler_options o;
+  o.read_host = false;
+  std::int64_t t = 1'000'000;
+  o.clock_ms = [&t] { return t += 1000; };
+  sampler s(api, o);
+  auto first = s.take();
+  // First sample: no previous counters, so the driver's windowed rate (stub: 2000 / 1000 KB/s).
+  EXPECT_EQ(first.gpus[0].pcie_rx_bytes_per_second, 2000.0 * 1024);
+  auto second = s.take();
+  // The stub's counters grow by 2 MB (rx) and 1 MB (tx) per read, one second apart.
+  EXPECT_EQ(second.gpus[0].pcie_rx_bytes_per_second, 2e6);
+  EXPECT_EQ(second.gpus[0].pcie_tx_bytes_per_second, 1e6);
+  // Device 1 has no counters: it keeps using the windowed rate.
+  EXPECT_EQ(second.gpus[1].pcie_tx_bytes_per_second, 1000.0 * 1024);
+  EXPECT_EQ(second.gpus[2].state, device_state::lost);
 }
 
 TEST(ParseInterval, AcceptsUnitsAndRejectsNonsense) {

@@ -4,7 +4,9 @@
  *   STUB_NVML_INIT_FAIL=N   nvmlInit_v2 returns N
  *   STUB_NVML_WIDE=1        process records are 32 bytes (the R535 layout) instead of 24
  * Device 0 is healthy with two compute processes; device 1 answers NOT_SUPPORTED for memory v2 (so
- * the loader falls back to v1) and for power; device 2 is lost (GPU_IS_LOST). */
+ * the loader falls back to v1), for power, for its maximum PCIe link width and for its memory bus
+ * width; device 2 is lost (GPU_IS_LOST). Devices 0, 1 and 2 sit at PCI bus ids 0000:3b:00.0,
+ * 0000:5b:00.0 and 0000:1b:00.0: NVML's index order need not be the bus order. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +14,7 @@ typedef struct stub_device {
   int index;
 } * nvmlDevice_t;
 static struct stub_device devices[3] = {{0}, {1}, {2}};
+static const char* bus_ids[3] = {"0000:3b:00.0", "0000:5b:00.0", "0000:1b:00.0"};
 static int wide = 0;
 static int initialized = 0;
 
@@ -55,6 +58,20 @@ EXPORT int nvmlDeviceGetCount_v2(unsigned* n) {
 EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t* d) {
   if (i >= 3) return 2;
   *d = &devices[i];
+  return 0;
+}
+EXPORT int nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, nvmlDevice_t* d) {
+  if (!initialized) return 1;
+  for (int i = 0; i < 3; ++i) {
+    if (strcmp(bus_id, bus_ids[i]) == 0) {
+      *d = &devices[i];
+      return 0;
+    }
+  }
+  return 6; /* NOT_FOUND */
+}
+EXPORT int nvmlDeviceGetIndex(nvmlDevice_t d, unsigned* i) {
+  *i = (unsigned)d->index;
   return 0;
 }
 EXPORT int nvmlDeviceGetName(nvmlDevice_t d, char* buf, unsigned len) {
@@ -171,6 +188,39 @@ EXPORT int nvmlDeviceGetPcieThroughput(nvmlDevice_t d, int counter, unsigned* kb
 EXPORT int nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned* mhz) {
   if (d->index == 2) return 15;
   *mhz = type == 1 ? 1980 : 2619;
+  return 0;
+}
+EXPORT int nvmlDeviceGetMaxClockInfo(nvmlDevice_t d, int type, unsigned* mhz) {
+  if (d->index == 2) return 15;
+  *mhz = type == 1 ? 1980 : 3201;
+  return 0;
+}
+EXPORT int nvmlDeviceGetMemoryBusWidth(nvmlDevice_t d, unsigned* bits) {
+  if (d->index == 2) return 15;
+  if (d->index == 1) return 3;
+  *bits = 5120;
+  return 0;
+}
+/* Device 0's link idles at gen 1 x16 and can train to gen 5 x16. */
+EXPORT int nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t d, unsigned* gen) {
+  if (d->index == 2) return 15;
+  *gen = 1;
+  return 0;
+}
+EXPORT int nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t d, unsigned* width) {
+  if (d->index == 2) return 15;
+  *width = 16;
+  return 0;
+}
+EXPORT int nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t d, unsigned* gen) {
+  if (d->index == 2) return 15;
+  *gen = 5;
+  return 0;
+}
+EXPORT int nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t d, unsigned* width) {
+  if (d->index == 2) return 15;
+  if (d->index == 1) return 3;
+  *width = 16;
   return 0;
 }
 EXPORT int nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned* t) {

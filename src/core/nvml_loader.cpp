@@ -1,19 +1,17 @@
 // The real nvml_api: libnvidia-ml.so.1 opened with dlopen, entry points resolved with dlsym
 // (newest versioned symbol first), every return code checked and mapped to nvml_status. The ABI
 // declarations below are written from the public NVML documentation; no NVML header is used.
-// Thread-safe: NVML itself is thread-safe and the handle cache is guarded by a mutex.
+// Thread-safe: NVML itself is thread-safe and dl_nvml changes nothing after construction.
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <array>
 #include <climits>
 #include <cstring>
-#include <map>
-#include <mutex>
 
-#include "vramkit/monitor/nvml_api.hpp"
+#include "vramkit/core/nvml_api.hpp"
 
-namespace vramkit::monitor {
+namespace vramkit {
 
 const char* to_string(nvml_status s) noexcept {
   switch (s) {
@@ -100,12 +98,15 @@ constexpr unsigned k_fi_nvlink_data_rx = 139;
 constexpr int k_value_type_ull = 3;
 constexpr int k_value_type_ui = 1;
 constexpr int k_value_type_ul = 2;
+constexpr int k_clock_sm = 1;  // nvmlClockType_t
+constexpr int k_clock_mem = 2;
 
 using fn_void = nvml_return (*)();
 using fn_error_string = const char* (*)(nvml_return);
 using fn_str = nvml_return (*)(char*, unsigned);
 using fn_uint_ptr = nvml_return (*)(unsigned*);
 using fn_handle = nvml_return (*)(unsigned, nvml_device*);
+using fn_handle_by_bus_id = nvml_return (*)(const char*, nvml_device*);
 using fn_dev_str = nvml_return (*)(nvml_device, char*, unsigned);
 using fn_dev_ptr = nvml_return (*)(nvml_device, void*);
 using fn_dev_procs = nvml_return (*)(nvml_device, unsigned*, void*);
@@ -155,6 +156,9 @@ class dl_nvml final : public nvml_api {
     count_ = resolve<fn_uint_ptr>(lib, {"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"});
     handle_ =
         resolve<fn_handle>(lib, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"});
+    handle_by_bus_id_ = resolve<fn_handle_by_bus_id>(
+        lib, {"nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetHandleByPciBusId"});
+    index_ = resolve<fn_dev_uint>(lib, {"nvmlDeviceGetIndex"});
     name_ = resolve<fn_dev_str>(lib, {"nvmlDeviceGetName"});
     uuid_ = resolve<fn_dev_str>(lib, {"nvmlDeviceGetUUID"});
     memory_v2_ = resolve<fn_dev_ptr>(lib, {"nvmlDeviceGetMemoryInfo_v2"});
@@ -171,6 +175,12 @@ class dl_nvml final : public nvml_api {
     pcie_ = resolve<fn_dev_enum_uint>(lib, {"nvmlDeviceGetPcieThroughput"});
     fields_ = resolve<fn_dev_fields>(lib, {"nvmlDeviceGetFieldValues"});
     clock_ = resolve<fn_dev_enum_uint>(lib, {"nvmlDeviceGetClockInfo"});
+    max_clock_ = resolve<fn_dev_enum_uint>(lib, {"nvmlDeviceGetMaxClockInfo"});
+    bus_width_ = resolve<fn_dev_uint>(lib, {"nvmlDeviceGetMemoryBusWidth"});
+    link_gen_ = resolve<fn_dev_uint>(lib, {"nvmlDeviceGetCurrPcieLinkGeneration"});
+    link_width_ = resolve<fn_dev_uint>(lib, {"nvmlDeviceGetCurrPcieLinkWidth"});
+    max_link_gen_ = resolve<fn_dev_uint>(lib, {"nvmlDeviceGetMaxPcieLinkGeneration"});
+    max_link_width_ = resolve<fn_dev_uint>(lib, {"nvmlDeviceGetMaxPcieLinkWidth"});
     temperature_v_ = resolve<fn_dev_ptr>(lib, {"nvmlDeviceGetTemperatureV"});
     temperature_ = resolve<fn_dev_enum_uint>(lib, {"nvmlDeviceGetTemperature"});
     power_ = resolve<fn_dev_uint>(lib, {"nvmlDeviceGetPowerUsage"});
@@ -212,6 +222,18 @@ class dl_nvml final : public nvml_api {
     nvml_return r = count_(&n);
     if (r != k_success) return fail<unsigned>(r);
     return nvml_value<unsigned>::success(n);
+  }
+
+  nvml_value<unsigned> device_index_by_pci_bus_id(const std::string& pci_bus_id) override {
+    if (handle_by_bus_id_ == nullptr || index_ == nullptr)
+      return missing<unsigned>("nvmlDeviceGetHandleByPciBusId_v2 or nvmlDeviceGetIndex");
+    nvml_device d = nullptr;
+    nvml_return r = handle_by_bus_id_(pci_bus_id.c_str(), &d);
+    if (r != k_success) return fail<unsigned>(r);
+    unsigned index = 0;
+    r = index_(d, &index);
+    if (r != k_success) return fail<unsigned>(r);
+    return nvml_value<unsigned>::success(index);
   }
 
   nvml_value<std::string> device_name(unsigned index) override {
@@ -318,15 +340,27 @@ class dl_nvml final : public nvml_api {
   }
 
   nvml_value<nvml_clocks> clocks(unsigned index) override {
-    if (clock_ == nullptr) return missing<nvml_clocks>("nvmlDeviceGetClockInfo");
+    return clocks_of(index, clock_, "nvmlDeviceGetClockInfo");
+  }
+  nvml_value<nvml_clocks> max_clocks(unsigned index) override {
+    return clocks_of(index, max_clock_, "nvmlDeviceGetMaxClockInfo");
+  }
+
+  nvml_value<unsigned> memory_bus_width_bits(unsigned index) override {
+    if (bus_width_ == nullptr) return missing<unsigned>("nvmlDeviceGetMemoryBusWidth");
     nvml_device d = nullptr;
-    if (auto st = get_handle(index, &d)) return fail<nvml_clocks>(*st);
-    nvml_clocks c;
-    nvml_return r = clock_(d, 1 /*SM*/, &c.sm_mhz);
-    if (r != k_success) return fail<nvml_clocks>(r);
-    r = clock_(d, 2 /*MEM*/, &c.memory_mhz);
-    if (r != k_success) return fail<nvml_clocks>(r);
-    return nvml_value<nvml_clocks>::success(c);
+    if (auto st = get_handle(index, &d)) return fail<unsigned>(*st);
+    unsigned bits = 0;
+    nvml_return r = bus_width_(d, &bits);
+    if (r != k_success) return fail<unsigned>(r);
+    return nvml_value<unsigned>::success(bits);
+  }
+
+  nvml_value<nvml_pcie_link> pcie_link(unsigned index) override {
+    return link_of(index, link_gen_, link_width_, "nvmlDeviceGetCurrPcieLink*");
+  }
+  nvml_value<nvml_pcie_link> max_pcie_link(unsigned index) override {
+    return link_of(index, max_link_gen_, max_link_width_, "nvmlDeviceGetMaxPcieLink*");
   }
 
   nvml_value<double> temperature_celsius(unsigned index) override {
@@ -472,6 +506,31 @@ class dl_nvml final : public nvml_api {
     return nvml_value<std::string>::success(buf.data());
   }
 
+  nvml_value<nvml_clocks> clocks_of(unsigned index, fn_dev_enum_uint fn, const char* symbol) {
+    if (fn == nullptr) return missing<nvml_clocks>(symbol);
+    nvml_device d = nullptr;
+    if (auto st = get_handle(index, &d)) return fail<nvml_clocks>(*st);
+    nvml_clocks c;
+    nvml_return r = fn(d, k_clock_sm, &c.sm_mhz);
+    if (r != k_success) return fail<nvml_clocks>(r);
+    r = fn(d, k_clock_mem, &c.memory_mhz);
+    if (r != k_success) return fail<nvml_clocks>(r);
+    return nvml_value<nvml_clocks>::success(c);
+  }
+
+  nvml_value<nvml_pcie_link> link_of(unsigned index, fn_dev_uint generation, fn_dev_uint width,
+                                     const char* symbol) {
+    if (generation == nullptr || width == nullptr) return missing<nvml_pcie_link>(symbol);
+    nvml_device d = nullptr;
+    if (auto st = get_handle(index, &d)) return fail<nvml_pcie_link>(*st);
+    nvml_pcie_link link;
+    nvml_return r = generation(d, &link.generation);
+    if (r != k_success) return fail<nvml_pcie_link>(r);
+    r = width(d, &link.width);
+    if (r != k_success) return fail<nvml_pcie_link>(r);
+    return nvml_value<nvml_pcie_link>::success(link);
+  }
+
   nvml_value<nvml_memory> memory_of(nvml_device d) {
     if (memory_v2_ != nullptr) {
       nvml_memory_v2 m{};
@@ -542,6 +601,8 @@ class dl_nvml final : public nvml_api {
   fn_str driver_version_ = nullptr;
   fn_uint_ptr count_ = nullptr;
   fn_handle handle_ = nullptr;
+  fn_handle_by_bus_id handle_by_bus_id_ = nullptr;
+  fn_dev_uint index_ = nullptr;
   fn_dev_str name_ = nullptr;
   fn_dev_str uuid_ = nullptr;
   fn_dev_ptr memory_v2_ = nullptr;
@@ -552,6 +613,12 @@ class dl_nvml final : public nvml_api {
   fn_dev_enum_uint pcie_ = nullptr;
   fn_dev_fields fields_ = nullptr;
   fn_dev_enum_uint clock_ = nullptr;
+  fn_dev_enum_uint max_clock_ = nullptr;
+  fn_dev_uint bus_width_ = nullptr;
+  fn_dev_uint link_gen_ = nullptr;
+  fn_dev_uint link_width_ = nullptr;
+  fn_dev_uint max_link_gen_ = nullptr;
+  fn_dev_uint max_link_width_ = nullptr;
   fn_dev_ptr temperature_v_ = nullptr;
   fn_dev_enum_uint temperature_ = nullptr;
   fn_dev_uint power_ = nullptr;
@@ -596,4 +663,4 @@ result<std::shared_ptr<nvml_api>> load_nvml(const std::string& library) {
   return std::shared_ptr<nvml_api>(std::move(api));
 }
 
-}  // namespace vramkit::monitor
+}  // namespace vramkit

@@ -1,13 +1,13 @@
 // The dlopen NVML loader: a missing library, a failing init, and the real ABI paths (struct
-// versions, 24- and 32-byte process records, per-call failures) against a stand-in library.
+// versions, 24- and 32-byte process records, lookup by PCI bus id, per-call failures) against a
+// stand-in library.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
-#include "vramkit/monitor/nvml_api.hpp"
-#include "vramkit/monitor/sampler.hpp"
+#include "vramkit/core/nvml_api.hpp"
 
-namespace vramkit::monitor {
+namespace vramkit {
 namespace {
 
 TEST(NvmlLoader, MissingLibraryIsUnavailableWithReason) {
@@ -105,22 +105,51 @@ TEST_P(StubNvml, ReadsTheOtherCounters) {
   EXPECT_EQ(api_->driver_version().value, "580.00.stub");
 }
 
-TEST_P(StubNvml, PcieRatesComeFromCountersAfterTheFirstSample) {
-  sampler_options o;
-  o.read_host = false;
-  std::int64_t t = 1'000'000;
-  o.clock_ms = [&t] { return t += 1000; };
-  sampler s(api_, o);
-  auto first = s.take();
-  // First sample: no previous counters, so the driver's windowed rate (stub: 2000 / 1000 KB/s).
-  EXPECT_EQ(first.gpus[0].pcie_rx_bytes_per_second, 2000.0 * 1024);
-  auto second = s.take();
-  // The stub's counters grow by 2 MB (rx) and 1 MB (tx) per read, one second apart.
-  EXPECT_EQ(second.gpus[0].pcie_rx_bytes_per_second, 2e6);
-  EXPECT_EQ(second.gpus[0].pcie_tx_bytes_per_second, 1e6);
-  // Device 1 has no counters: it keeps using the windowed rate.
-  EXPECT_EQ(second.gpus[1].pcie_tx_bytes_per_second, 1000.0 * 1024);
-  EXPECT_EQ(second.gpus[2].state, device_state::lost);
+TEST_P(StubNvml, FindsDevicesByPciBusIdWhateverTheIndexOrder) {
+  auto first = api_->device_index_by_pci_bus_id("0000:1b:00.0");
+  ASSERT_TRUE(first.ok()) << first.detail;
+  EXPECT_EQ(first.value, 2U);
+  auto second = api_->device_index_by_pci_bus_id("0000:3b:00.0");
+  ASSERT_TRUE(second.ok()) << second.detail;
+  EXPECT_EQ(second.value, 0U);
+  auto none = api_->device_index_by_pci_bus_id("0000:ff:00.0");
+  EXPECT_EQ(none.status, nvml_status::not_found);
+  EXPECT_FALSE(none.to_optional().has_value());
+}
+
+TEST_P(StubNvml, ReadsTheLinkClocksAndBusWidthTheProbeNeeds) {
+  auto link = api_->pcie_link(0);
+  ASSERT_TRUE(link.ok()) << link.detail;
+  EXPECT_EQ(link.value.generation, 1U);
+  EXPECT_EQ(link.value.width, 16U);
+  auto max_link = api_->max_pcie_link(0);
+  ASSERT_TRUE(max_link.ok()) << max_link.detail;
+  EXPECT_EQ(max_link.value.generation, 5U);
+  EXPECT_EQ(max_link.value.width, 16U);
+  auto max_clocks = api_->max_clocks(0);
+  ASSERT_TRUE(max_clocks.ok()) << max_clocks.detail;
+  EXPECT_EQ(max_clocks.value.sm_mhz, 1980U);
+  EXPECT_EQ(max_clocks.value.memory_mhz, 3201U);
+  auto bus = api_->memory_bus_width_bits(0);
+  ASSERT_TRUE(bus.ok()) << bus.detail;
+  EXPECT_EQ(bus.value, 5120U);
+}
+
+TEST_P(StubNvml, AnswersEachProbeQueryWithItsOwnStatus) {
+  // Device 1: the current link reads, the maximum width does not, so the maximum link is
+  // not_supported as a whole while the current one stays usable.
+  EXPECT_TRUE(api_->pcie_link(1).ok());
+  EXPECT_EQ(api_->max_pcie_link(1).status, nvml_status::not_supported);
+  EXPECT_EQ(api_->memory_bus_width_bits(1).status, nvml_status::not_supported);
+  EXPECT_TRUE(api_->max_clocks(1).ok());
+  // Device 2 is lost: every query says so, with the driver's words.
+  for (const auto& st : {api_->pcie_link(2).status, api_->max_pcie_link(2).status,
+                         api_->max_clocks(2).status, api_->memory_bus_width_bits(2).status}) {
+    EXPECT_EQ(st, nvml_status::gpu_lost);
+  }
+  EXPECT_NE(api_->max_clocks(2).detail.find("GPU is lost"), std::string::npos);
+  // An index NVML does not have: the handle lookup's INVALID_ARGUMENT, not a crash.
+  EXPECT_EQ(api_->max_pcie_link(7).status, nvml_status::error);
 }
 
 INSTANTIATE_TEST_SUITE_P(RecordLayouts, StubNvml, ::testing::Values(false, true),
@@ -129,4 +158,4 @@ INSTANTIATE_TEST_SUITE_P(RecordLayouts, StubNvml, ::testing::Values(false, true)
                          });
 
 }  // namespace
-}  // namespace vramkit::monitor
+}  // namespace vramkit
