@@ -85,12 +85,10 @@ class free_index {
       }
     }
     if (best != nullptr) return best;
+    // Every block of a higher bin fits, and they differ by less than 1/64 of their size: the
+    // most recently freed one (the head) is as good as the smallest and costs no scan.
     const int j = next_bin(i + 1);
-    if (j < 0) return nullptr;
-    for (block* b = heads_[j]; b != nullptr; b = b->free_next) {
-      if (best == nullptr || b->size < best->size) best = b;
-    }
-    return best;
+    return j < 0 ? nullptr : heads_[j];
   }
 
   [[nodiscard]] std::size_t largest() const noexcept {
