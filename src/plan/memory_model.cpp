@@ -108,8 +108,9 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
   p.request = r;
   p.parameters = parameter_count(m);
   p.overheads = o;
-  // One schedule buffer per thread, reused: a plan records tens of thousands of events.
   p.context_bytes = o.context_bytes + (r.mode == run_mode::train ? o.train_modules_bytes : o.infer_modules_bytes);
+  // One schedule and one allocator model per thread, reused: a plan records tens of thousands of
+  // events.
   thread_local schedule s;
   thread_local caching_allocator_model model;
   replay rp(model);
