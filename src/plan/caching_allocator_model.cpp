@@ -30,6 +30,10 @@ std::int32_t caching_allocator_model::new_block() {
   return static_cast<std::int32_t>(blocks_.size() - 1);
 }
 
+bool caching_allocator_model::free_pool::descending(const item& a, const item& b) noexcept {
+  return a.size != b.size ? a.size > b.size : a.addr > b.addr;
+}
+
 unsigned caching_allocator_model::free_pool::bin_of(std::uint64_t size) noexcept {
   // Sizes are multiples of 512 (>= 2^9), so the level always has sub_bits bits below its top bit.
   const int level = 63 - __builtin_clzll(size);
@@ -52,20 +56,26 @@ void caching_allocator_model::free_pool::mark(unsigned bin, bool on) noexcept {
 std::pair<unsigned, std::size_t> caching_allocator_model::free_pool::locate(std::uint64_t size) const {
   const unsigned bin = bin_of(size);
   const auto& own = bins_[bin];
-  if (!own.empty() && own.back().size >= size) {
-    const auto it = std::lower_bound(own.begin(), own.end(), size,
-                                     [](const item& i, std::uint64_t s) { return i.size < s; });
-    return {bin, static_cast<std::size_t>(it - own.begin())};
+  if (!own.empty() && own.front().size >= size) {
+    // Descending order: the blocks that fit are a prefix; its last one is the best.
+    const auto it = std::partition_point(own.begin(), own.end(), [size](const item& i) { return i.size >= size; });
+    return {bin, static_cast<std::size_t>(it - own.begin()) - 1};
   }
   // The next non-empty bin above: same level first, then higher levels.
   const unsigned level = bin >> sub_bits;
   const unsigned sub = bin & ((1u << sub_bits) - 1);
   const std::uint64_t above = sub + 1 < 64 ? bin_bits_[level] & (~std::uint64_t{0} << (sub + 1)) : 0;
-  if (above != 0) return {(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(above)), 0};
-  const std::uint64_t higher = level + 1 < 64 ? level_bits_ & (~std::uint64_t{0} << (level + 1)) : 0;
-  if (higher == 0) return {static_cast<unsigned>(bins_.size()), 0};
-  const auto l = static_cast<unsigned>(__builtin_ctzll(higher));
-  return {(l << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bin_bits_[l])), 0};
+  unsigned next;
+  if (above != 0) {
+    next = (level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(above));
+  } else {
+    const std::uint64_t higher = level + 1 < 64 ? level_bits_ & (~std::uint64_t{0} << (level + 1)) : 0;
+    if (higher == 0) return {static_cast<unsigned>(bins_.size()), 0};
+    const auto l = static_cast<unsigned>(__builtin_ctzll(higher));
+    next = (l << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bin_bits_[l]));
+  }
+  // Everything there fits; the best is the smallest, the last in descending order.
+  return {next, bins_[next].size() - 1};
 }
 
 std::int32_t caching_allocator_model::free_pool::peek_best(std::uint64_t size) const {
@@ -87,17 +97,15 @@ std::int32_t caching_allocator_model::free_pool::take_best(std::uint64_t size) {
 void caching_allocator_model::free_pool::insert(std::uint64_t size, std::uint64_t addr, std::int32_t b) {
   const unsigned bin = bin_of(size);
   auto& v = bins_[bin];
-  const auto less = [](const item& i, const item& k) { return i.size != k.size ? i.size < k.size : i.addr < k.addr; };
   const item it{size, addr, b};
   if (v.empty()) mark(bin, true);
-  v.insert(std::upper_bound(v.begin(), v.end(), it, less), it);
+  v.insert(std::upper_bound(v.begin(), v.end(), it, descending), it);
 }
 
 void caching_allocator_model::free_pool::erase(std::uint64_t size, std::uint64_t addr) {
   const unsigned bin = bin_of(size);
   auto& v = bins_[bin];
-  const auto less = [](const item& i, const item& k) { return i.size != k.size ? i.size < k.size : i.addr < k.addr; };
-  const auto pos = std::lower_bound(v.begin(), v.end(), item{size, addr, -1}, less);
+  const auto pos = std::lower_bound(v.begin(), v.end(), item{size, addr, -1}, descending);
   if (pos == v.end() || pos->size != size || pos->addr != addr)
     throw logic_error("caching_allocator_model: free block not in its pool");
   v.erase(pos);

@@ -73,7 +73,7 @@ class caching_allocator_model {
   /// Free blocks of one pool, searched in PyTorch's order: smallest size >= the request, then
   /// lowest address (BlockComparatorSize). Sizes map to 64 bins per power of two (two-level
   /// segregated fit: the bin index is monotone in size); each bin keeps its blocks sorted by
-  /// (size, address), and a two-level bitmap finds the next non-empty bin in constant time. The
+  /// (size, address) descending, and a two-level bitmap finds the next non-empty bin in constant time. The
   /// best fit is the first block >= the request in its own bin, else the first block of the next
   /// non-empty bin.
   class free_pool {
@@ -94,6 +94,9 @@ class caching_allocator_model {
       std::int32_t block;
     };
     static unsigned bin_of(std::uint64_t size) noexcept;
+    /// Bin order: size, then address, both descending, so that the best block of a bin (the
+    /// smallest, lowest) is its last: carving a large free block takes and returns at the back.
+    static bool descending(const item& a, const item& b) noexcept;
     /// Position of the first block >= (size, addr) in the best candidate bin, or bins_ size.
     [[nodiscard]] std::pair<unsigned, std::size_t> locate(std::uint64_t size) const;
     void mark(unsigned bin, bool on) noexcept;
