@@ -45,7 +45,7 @@ fi
   echo "## Planner speed (targets: one plan < 1 ms, a full --fit search < 1000 ms)"
   echo
   echo '```'
-  "$bench" --benchmark_min_time=0.5 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>&1 | grep -E "Benchmark|----|_median|_min|targets" || status=1
+  "$bench" --benchmark_min_time=0.5s --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>&1 | grep -E "Benchmark|----|_median|_min|targets" || status=1
   echo '```'
 } >> "$summary"
 cat "$summary"
