@@ -311,12 +311,7 @@ void pinned_host_pool::describe(summary_builder& builder) const {
 
 void pinned_host_pool::reset_peak() const noexcept {
   std::lock_guard lock(impl_->m);
-  auto& st = impl_->stats;
-  st.allocated_bytes.reset_peak();
-  st.requested_bytes.reset_peak();
-  st.allocations.reset_peak();
-  st.reserved_bytes.reset_peak();
-  st.chunks.reset_peak();
+  impl_->stats.reset_peaks();
 }
 
 }  // namespace vramkit::mr

@@ -690,12 +690,7 @@ void pool_resource::describe(summary_builder& builder) const {
 
 void pool_resource::reset_peak() const noexcept {
   std::lock_guard lock(impl_->m);
-  auto& st = impl_->stats;
-  st.allocated_bytes.reset_peak();
-  st.requested_bytes.reset_peak();
-  st.allocations.reset_peak();
-  st.reserved_bytes.reset_peak();
-  st.chunks.reset_peak();
+  impl_->stats.reset_peaks();
 }
 
 std::size_t pool_resource::reserved_bytes() const {

@@ -80,6 +80,17 @@ constexpr std::int64_t k_max_layers = 1024;
 constexpr std::int64_t k_max_vocab = 1 << 24;
 constexpr std::int64_t k_max_positions = 1 << 24;
 
+// The shape fields Hugging Face configs of the LLaMA, GPT-NeoX and BERT families share. Key and
+// value heads default to the attention heads (no grouped-query attention).
+void read_hf_shape(const fields& f, transformer_shape& t) {
+  t.hidden = f.integer("hidden_size", 1, k_max_hidden);
+  t.layers = f.integer("num_hidden_layers", 1, k_max_layers);
+  t.heads = f.integer("num_attention_heads", 1, 4096);
+  t.kv_heads = t.heads;
+  t.intermediate = f.integer("intermediate_size", 1, 64 * k_max_hidden);
+  t.vocab = f.integer("vocab_size", 1, k_max_vocab);
+}
+
 void check_heads(const fields& f, transformer_shape& t, const char* heads_key) {
   if (t.hidden % t.heads != 0 && t.head_dim == 0)
     f.fail(fmt::format("hidden size {} is not divisible by {} = {}", t.hidden, heads_key, t.heads));
@@ -118,13 +129,9 @@ model_description parse_llama_like(const fields& f, const std::string& type) {
   model_description m;
   m.family = model_family::llama;
   auto& t = m.t;
-  t.hidden = f.integer("hidden_size", 1, k_max_hidden);
-  t.layers = f.integer("num_hidden_layers", 1, k_max_layers);
-  t.heads = f.integer("num_attention_heads", 1, 4096);
+  read_hf_shape(f, t);
   t.kv_heads = f.integer_or("num_key_value_heads", t.heads, 1, 4096);
   t.head_dim = f.integer_or("head_dim", 0, 1, 4096);
-  t.intermediate = f.integer("intermediate_size", 1, 64 * k_max_hidden);
-  t.vocab = f.integer("vocab_size", 1, k_max_vocab);
   t.max_positions = 0;
   t.rotary_fraction = 1.0;
   t.mlp = mlp_kind::swiglu;
@@ -146,12 +153,7 @@ model_description parse_neox(const fields& f) {
   model_description m;
   m.family = model_family::gpt_neox;
   auto& t = m.t;
-  t.hidden = f.integer("hidden_size", 1, k_max_hidden);
-  t.layers = f.integer("num_hidden_layers", 1, k_max_layers);
-  t.heads = f.integer("num_attention_heads", 1, 4096);
-  t.kv_heads = t.heads;
-  t.intermediate = f.integer("intermediate_size", 1, 64 * k_max_hidden);
-  t.vocab = f.integer("vocab_size", 1, k_max_vocab);
+  read_hf_shape(f, t);
   t.rotary_fraction = f.number_or("rotary_pct", 0.25, 0, 1);
   t.parallel_residual = f.boolean_or("use_parallel_residual", true);
   t.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
@@ -169,12 +171,7 @@ model_description parse_bert(const fields& f) {
   model_description m;
   m.family = model_family::bert;
   auto& t = m.t;
-  t.hidden = f.integer("hidden_size", 1, k_max_hidden);
-  t.layers = f.integer("num_hidden_layers", 1, k_max_layers);
-  t.heads = f.integer("num_attention_heads", 1, 4096);
-  t.kv_heads = t.heads;
-  t.intermediate = f.integer("intermediate_size", 1, 64 * k_max_hidden);
-  t.vocab = f.integer("vocab_size", 1, k_max_vocab);
+  read_hf_shape(f, t);
   t.max_positions = f.integer_or("max_position_embeddings", 512, 1, k_max_positions);
   t.type_vocab = f.integer_or("type_vocab_size", 2, 0, 1 << 16);
   t.tied_embeddings = f.boolean_or("tie_word_embeddings", true);

@@ -72,6 +72,15 @@ struct pool_report {
   std::uint64_t trims = 0;
   std::uint64_t misuse_reports = 0;     ///< foreign pointers and wrong sizes seen by deallocate
   std::size_t streams = 0;
+
+  /// Restarts every peak at its current value (the counters of reset_peak_stats).
+  void reset_peaks() noexcept {
+    allocated_bytes.reset_peak();
+    requested_bytes.reset_peak();
+    allocations.reset_peak();
+    reserved_bytes.reset_peak();
+    chunks.reset_peak();
+  }
 };
 
 /// What statistics_adaptor reports.
