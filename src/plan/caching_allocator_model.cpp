@@ -1,5 +1,5 @@
-// Caching-allocator model: block pools keyed by (size, address), split and merge rules as in
-// c10/cuda/CUDACachingAllocator.cpp (single stream, no memory pressure, default configuration).
+// Caching-allocator model: free blocks in (size, address) order per size bin, split and merge rules as in
+// c10/cuda/CUDACachingAllocator.cpp (single stream, default configuration).
 #include "vramkit/plan/caching_allocator_model.hpp"
 
 #include <algorithm>
@@ -7,17 +7,6 @@
 #include "vramkit/core/error.hpp"
 
 namespace vramkit::plan {
-
-std::uint64_t caching_allocator_model::round_size(std::uint64_t bytes) noexcept {
-  if (bytes < min_block) return min_block;
-  return (bytes + min_block - 1) / min_block * min_block;
-}
-
-std::uint64_t caching_allocator_model::segment_size(std::uint64_t rounded) noexcept {
-  if (rounded <= small_size) return small_buffer;
-  if (rounded < min_large_alloc) return large_buffer;
-  return (rounded + round_large - 1) / round_large * round_large;
-}
 
 std::int32_t caching_allocator_model::new_block() {
   if (!spare_.empty()) {
@@ -30,10 +19,6 @@ std::int32_t caching_allocator_model::new_block() {
   return static_cast<std::int32_t>(blocks_.size() - 1);
 }
 
-bool caching_allocator_model::free_pool::descending(const item& a, const item& b) noexcept {
-  return a.size != b.size ? a.size > b.size : a.addr > b.addr;
-}
-
 unsigned caching_allocator_model::free_pool::bin_of(std::uint64_t size) noexcept {
   // Sizes are multiples of 512 (>= 2^9), so the level always has sub_bits bits below its top bit.
   const int level = 63 - __builtin_clzll(size);
@@ -41,7 +26,7 @@ unsigned caching_allocator_model::free_pool::bin_of(std::uint64_t size) noexcept
   return (static_cast<unsigned>(level) << sub_bits) | sub;
 }
 
-void caching_allocator_model::free_pool::mark(unsigned bin, bool on) noexcept {
+inline void caching_allocator_model::free_pool::mark(unsigned bin, bool on) noexcept {
   const unsigned level = bin >> sub_bits;
   const std::uint64_t bit = std::uint64_t{1} << (bin & ((1u << sub_bits) - 1));
   if (on) {
@@ -53,69 +38,63 @@ void caching_allocator_model::free_pool::mark(unsigned bin, bool on) noexcept {
   }
 }
 
-std::pair<unsigned, std::size_t> caching_allocator_model::free_pool::locate(std::uint64_t size) const {
+std::int32_t caching_allocator_model::free_pool::peek_best(const std::vector<block>& blocks, std::uint64_t size) const {
   const unsigned bin = bin_of(size);
-  const auto& own = bins_[bin];
-  if (!own.empty() && own.front().size >= size) {
-    // Descending order: the blocks that fit are a prefix; its last one is the best.
-    const auto it = std::partition_point(own.begin(), own.end(), [size](const item& i) { return i.size >= size; });
-    return {bin, static_cast<std::size_t>(it - own.begin()) - 1};
-  }
-  // The next non-empty bin above: same level first, then higher levels.
+  // Ascending order: the first block that fits is the best of its bin.
+  for (std::int32_t i = head_[bin]; i >= 0; i = blocks[i].fnext)
+    if (blocks[i].size >= size) return i;
+  // The next non-empty bin above: same level first, then higher levels. Everything there fits;
+  // its head is the best.
   const unsigned level = bin >> sub_bits;
   const unsigned sub = bin & ((1u << sub_bits) - 1);
   const std::uint64_t above = sub + 1 < 64 ? bin_bits_[level] & (~std::uint64_t{0} << (sub + 1)) : 0;
-  unsigned next;
-  if (above != 0) {
-    next = (level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(above));
-  } else {
-    const std::uint64_t higher = level + 1 < 64 ? level_bits_ & (~std::uint64_t{0} << (level + 1)) : 0;
-    if (higher == 0) return {static_cast<unsigned>(bins_.size()), 0};
-    const auto l = static_cast<unsigned>(__builtin_ctzll(higher));
-    next = (l << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bin_bits_[l]));
-  }
-  // Everything there fits; the best is the smallest, the last in descending order.
-  return {next, bins_[next].size() - 1};
+  if (above != 0) return head_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(above))];
+  const std::uint64_t higher = level + 1 < 64 ? level_bits_ & (~std::uint64_t{0} << (level + 1)) : 0;
+  if (higher == 0) return -1;
+  const auto l = static_cast<unsigned>(__builtin_ctzll(higher));
+  return head_[(l << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bin_bits_[l]))];
 }
 
-std::int32_t caching_allocator_model::free_pool::peek_best(std::uint64_t size) const {
-  const auto [bin, pos] = locate(size);
-  if (bin >= bins_.size()) return -1;
-  return bins_[bin][pos].block;
-}
-
-std::int32_t caching_allocator_model::free_pool::take_best(std::uint64_t size) {
-  const auto [bin, pos] = locate(size);
-  if (bin >= bins_.size()) return -1;
-  auto& v = bins_[bin];
-  const std::int32_t b = v[pos].block;
-  v.erase(v.begin() + static_cast<std::ptrdiff_t>(pos));
-  if (v.empty()) mark(bin, false);
+std::int32_t caching_allocator_model::free_pool::take_best(std::vector<block>& blocks, std::uint64_t size) {
+  const std::int32_t b = peek_best(blocks, size);
+  if (b >= 0) erase(blocks, b);
   return b;
 }
 
-void caching_allocator_model::free_pool::insert(std::uint64_t size, std::uint64_t addr, std::int32_t b) {
-  const unsigned bin = bin_of(size);
-  auto& v = bins_[bin];
-  const item it{size, addr, b};
-  if (v.empty()) mark(bin, true);
-  v.insert(std::upper_bound(v.begin(), v.end(), it, descending), it);
+void caching_allocator_model::free_pool::insert(std::vector<block>& blocks, std::int32_t b) {
+  auto& nb = blocks[b];
+  const unsigned bin = bin_of(nb.size);
+  nb.bin = static_cast<std::uint16_t>(bin);
+  std::int32_t prev = -1, cur = head_[bin];
+  if (cur < 0) mark(bin, true);
+  for (; cur >= 0; prev = cur, cur = blocks[cur].fnext) {
+    const auto& c = blocks[cur];
+    if (c.size > nb.size || (c.size == nb.size && c.addr > nb.addr)) break;
+  }
+  nb.fprev = prev;
+  nb.fnext = cur;
+  if (cur >= 0) blocks[cur].fprev = b;
+  if (prev >= 0) blocks[prev].fnext = b;
+  else head_[bin] = b;
 }
 
-void caching_allocator_model::free_pool::erase(std::uint64_t size, std::uint64_t addr) {
-  const unsigned bin = bin_of(size);
-  auto& v = bins_[bin];
-  const auto pos = std::lower_bound(v.begin(), v.end(), item{size, addr, -1}, descending);
-  if (pos == v.end() || pos->size != size || pos->addr != addr)
-    throw logic_error("caching_allocator_model: free block not in its pool");
-  v.erase(pos);
-  if (v.empty()) mark(bin, false);
+void caching_allocator_model::free_pool::erase(std::vector<block>& blocks, std::int32_t b) {
+  auto& ob = blocks[b];
+  if (ob.fprev >= 0) {
+    blocks[ob.fprev].fnext = ob.fnext;
+  } else {
+    if (head_[ob.bin] != b) throw logic_error("caching_allocator_model: free block not in its pool");
+    head_[ob.bin] = ob.fnext;
+    if (ob.fnext < 0) mark(ob.bin, false);
+  }
+  if (ob.fnext >= 0) blocks[ob.fnext].fprev = ob.fprev;
+  ob.fprev = ob.fnext = -1;
 }
 
 void caching_allocator_model::free_pool::clear() noexcept {
   for (unsigned level = 0; level < levels; ++level) {
     for (std::uint64_t bits = bin_bits_[level]; bits != 0; bits &= bits - 1)
-      bins_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bits))].clear();
+      head_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bits))] = -1;
     bin_bits_[level] = 0;
   }
   level_bits_ = 0;
@@ -138,12 +117,12 @@ void caching_allocator_model::clear() noexcept {
 void caching_allocator_model::insert_free(std::int32_t b) {
   auto& bl = blocks_[b];
   bl.free = true;
-  (bl.small ? small_pool_ : large_pool_).insert(bl.size, bl.addr, b);
+  (bl.small ? small_pool_ : large_pool_).insert(blocks_, b);
 }
 
 void caching_allocator_model::erase_free(std::int32_t b) {
   auto& bl = blocks_[b];
-  (bl.small ? small_pool_ : large_pool_).erase(bl.size, bl.addr);
+  (bl.small ? small_pool_ : large_pool_).erase(blocks_, b);
   bl.free = false;
 }
 
@@ -207,7 +186,7 @@ std::uint64_t caching_allocator_model::transient(std::uint64_t bytes) {
   const std::uint64_t size = round_size(bytes);
   const bool small = size <= small_size;
   auto& pool = small ? small_pool_ : large_pool_;
-  std::int32_t b = pool.peek_best(size);
+  std::int32_t b = pool.peek_best(blocks_, size);
   if (b < 0) {
     // malloc would cut the block from a new segment and free would merge it back whole.
     b = new_segment(size, small);
@@ -228,7 +207,7 @@ std::uint32_t caching_allocator_model::malloc(std::uint64_t bytes) {
   const std::uint64_t size = round_size(bytes);
   const bool small = size <= small_size;
   auto& pool = small ? small_pool_ : large_pool_;
-  std::int32_t b = pool.take_best(size);
+  std::int32_t b = pool.take_best(blocks_, size);
   if (b >= 0) {
     blocks_[b].free = false;
   } else {

@@ -25,9 +25,15 @@ class caching_allocator_model {
   static constexpr std::uint64_t round_large = 2u << 20;
 
   /// Size a request is rounded to (multiple of 512, at least 512).
-  static std::uint64_t round_size(std::uint64_t bytes) noexcept;
+  static constexpr std::uint64_t round_size(std::uint64_t bytes) noexcept {
+    return bytes < min_block ? min_block : (bytes + min_block - 1) / min_block * min_block;
+  }
   /// Size of the segment cudaMalloc'd for a request of `rounded` bytes when no cached block fits.
-  static std::uint64_t segment_size(std::uint64_t rounded) noexcept;
+  static constexpr std::uint64_t segment_size(std::uint64_t rounded) noexcept {
+    if (rounded <= small_size) return small_buffer;
+    if (rounded < min_large_alloc) return large_buffer;
+    return (rounded + round_large - 1) / round_large * round_large;
+  }
 
   /// Allocates `bytes`; returns a handle for free(). Zero-byte requests get a handle and no block.
   std::uint32_t malloc(std::uint64_t bytes);
@@ -66,43 +72,44 @@ class caching_allocator_model {
  private:
   struct block {
     std::uint64_t addr = 0, size = 0;
-    std::int32_t prev = -1, next = -1;
-    std::uint32_t owner = 0;  ///< handle of the live allocation in it
+    std::int32_t prev = -1, next = -1;    ///< neighbours in the segment, by address
+    std::int32_t fprev = -1, fnext = -1;  ///< neighbours in the free pool's bin list
+    std::uint32_t owner = 0;              ///< handle of the live allocation in it
+    std::uint16_t bin = 0;                ///< the free pool bin it is listed in
     bool free = false, small = false, live = false;
   };
   /// Free blocks of one pool, searched in PyTorch's order: smallest size >= the request, then
   /// lowest address (BlockComparatorSize). Sizes map to 64 bins per power of two (two-level
-  /// segregated fit: the bin index is monotone in size); each bin keeps its blocks sorted by
-  /// (size, address) descending, and a two-level bitmap finds the next non-empty bin in constant time. The
-  /// best fit is the first block >= the request in its own bin, else the first block of the next
-  /// non-empty bin.
+  /// segregated fit: the bin index is monotone in size); each bin is a list of blocks linked
+  /// through the blocks themselves and kept in ascending (size, address) order, and a two-level
+  /// bitmap finds the next non-empty bin in constant time. The best fit is the first block >= the
+  /// request in its own bin, else the head of the next non-empty bin. Bins hold few blocks, so
+  /// the short walk of a sorted insert costs less than the search and move of an array; removal
+  /// needs no search.
   class free_pool {
    public:
+    free_pool() noexcept {
+      for (auto& h : head_) h = -1;
+    }
     /// The best-fitting block for `size`, left in place; -1 if none.
-    [[nodiscard]] std::int32_t peek_best(std::uint64_t size) const;
+    [[nodiscard]] std::int32_t peek_best(const std::vector<block>& blocks, std::uint64_t size) const;
     /// As peek_best, and removed from the pool.
-    std::int32_t take_best(std::uint64_t size);
-    void insert(std::uint64_t size, std::uint64_t addr, std::int32_t b);
-    void erase(std::uint64_t size, std::uint64_t addr);
+    std::int32_t take_best(std::vector<block>& blocks, std::uint64_t size);
+    /// Lists block `b` (its size and address set).
+    void insert(std::vector<block>& blocks, std::int32_t b);
+    /// Unlists block `b`, which must be listed.
+    void erase(std::vector<block>& blocks, std::int32_t b);
     void clear() noexcept;
 
    private:
     static constexpr int sub_bits = 6;  ///< 64 bins per power of two
     static constexpr int levels = 64;
-    struct item {
-      std::uint64_t size, addr;
-      std::int32_t block;
-    };
+    static constexpr unsigned bin_count = levels << sub_bits;
     static unsigned bin_of(std::uint64_t size) noexcept;
-    /// Bin order: size, then address, both descending, so that the best block of a bin (the
-    /// smallest, lowest) is its last: carving a large free block takes and returns at the back.
-    static bool descending(const item& a, const item& b) noexcept;
-    /// Position of the first block >= (size, addr) in the best candidate bin, or bins_ size.
-    [[nodiscard]] std::pair<unsigned, std::size_t> locate(std::uint64_t size) const;
     void mark(unsigned bin, bool on) noexcept;
-    std::vector<std::vector<item>> bins_ = std::vector<std::vector<item>>(levels << sub_bits);
-    std::uint64_t level_bits_ = 0;                  ///< bit l: some bin of level l is non-empty
-    std::uint64_t bin_bits_[levels] = {};           ///< per level, bit k: bin (l, k) non-empty
+    std::int32_t head_[bin_count];               ///< first (smallest) block of each bin, or -1
+    std::uint64_t level_bits_ = 0;               ///< bit l: some bin of level l is non-empty
+    std::uint64_t bin_bits_[levels] = {};        ///< per level, bit k: bin (l, k) non-empty
   };
   std::int32_t new_block();
   std::int32_t new_segment(std::uint64_t size, bool small);
