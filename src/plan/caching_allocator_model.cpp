@@ -65,17 +65,36 @@ void caching_allocator_model::free_pool::insert(std::vector<block>& blocks, std:
   auto& nb = blocks[b];
   const unsigned bin = bin_of(nb.size);
   nb.bin = static_cast<std::uint16_t>(bin);
-  std::int32_t prev = -1, cur = head_[bin];
-  if (cur < 0) mark(bin, true);
-  for (; cur >= 0; prev = cur, cur = blocks[cur].fnext) {
-    const auto& c = blocks[cur];
-    if (c.size > nb.size || (c.size == nb.size && c.addr > nb.addr)) break;
+  const auto before = [&](std::int32_t i) {  // is block i ahead of b in (size, address) order?
+    const auto& c = blocks[i];
+    return c.size < nb.size || (c.size == nb.size && c.addr < nb.addr);
+  };
+  std::int32_t prev = -1, next = -1;
+  if (const std::int32_t h = hint_[bin]; h < 0) {
+    mark(bin, true);
+  } else if (before(h)) {
+    // The walk starts at the block listed last: a bin can hold dozens of equal-size blocks
+    // (one per layer), and frees and splits tend to land next to the previous one.
+    prev = h;
+    next = blocks[h].fnext;
+    while (next >= 0 && before(next)) {
+      prev = next;
+      next = blocks[next].fnext;
+    }
+  } else {
+    next = h;
+    prev = blocks[h].fprev;
+    while (prev >= 0 && !before(prev)) {
+      next = prev;
+      prev = blocks[prev].fprev;
+    }
   }
   nb.fprev = prev;
-  nb.fnext = cur;
-  if (cur >= 0) blocks[cur].fprev = b;
+  nb.fnext = next;
+  if (next >= 0) blocks[next].fprev = b;
   if (prev >= 0) blocks[prev].fnext = b;
   else head_[bin] = b;
+  hint_[bin] = b;
 }
 
 void caching_allocator_model::free_pool::erase(std::vector<block>& blocks, std::int32_t b) {
@@ -88,13 +107,15 @@ void caching_allocator_model::free_pool::erase(std::vector<block>& blocks, std::
     if (ob.fnext < 0) mark(ob.bin, false);
   }
   if (ob.fnext >= 0) blocks[ob.fnext].fprev = ob.fprev;
+  if (hint_[ob.bin] == b) hint_[ob.bin] = ob.fnext >= 0 ? ob.fnext : ob.fprev;
   ob.fprev = ob.fnext = -1;
 }
 
 void caching_allocator_model::free_pool::clear() noexcept {
   for (unsigned level = 0; level < levels; ++level) {
     for (std::uint64_t bits = bin_bits_[level]; bits != 0; bits &= bits - 1)
-      head_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bits))] = -1;
+      head_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bits))] =
+          hint_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bits))] = -1;
     bin_bits_[level] = 0;
   }
   level_bits_ = 0;

@@ -255,12 +255,13 @@ class walker {
   }
 
   /// F.linear / addmm: y = x W^T (+ b). Saves the (cast) input and weight.
-  int linear(int x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes, const char* label) {
+  int linear(int x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes, const char* label,
+             component c = component::activations) {
     const int xin = gemm_input(x, rows * in, x_elem_bytes);
     const int w = weight(p);
     const int y = op(static_cast<u64>(rows * out) * dt_.low, label,
                      {edge{xin, static_cast<u64>(rows * in) * (dt_.amp ? dt_.low : x_elem_bytes)}},
-                     {xin, w}, {p});
+                     {xin, w}, {p}, 0, c);
     unref(xin);
     return y;
   }
@@ -921,8 +922,7 @@ int lm_forward_loss(walker& w) {
   w.unref(x);
   const int head = g_lm.head >= 0 ? g_lm.head : g_lm.embed;
   const int hb = w.dt_.amp ? 4 : w.dt_.act;
-  const int logits = w.linear(hidden, D.tok(), D.h, D.V / w.r_.tp, head, hb, "logits");
-  w.s_.tensors[logits].comp = component::logits_and_loss;
+  const int logits = w.linear(hidden, D.tok(), D.h, D.V / w.r_.tp, head, hb, "logits", component::logits_and_loss);
   w.unref(hidden);
   // transformers' ForCausalLMLoss calls logits.float(); BertForMaskedLM hands 16-bit logits to
   // CrossEntropyLoss.

@@ -83,13 +83,14 @@ class caching_allocator_model {
   /// segregated fit: the bin index is monotone in size); each bin is a list of blocks linked
   /// through the blocks themselves and kept in ascending (size, address) order, and a two-level
   /// bitmap finds the next non-empty bin in constant time. The best fit is the first block >= the
-  /// request in its own bin, else the head of the next non-empty bin. Bins hold few blocks, so
-  /// the short walk of a sorted insert costs less than the search and move of an array; removal
-  /// needs no search.
+  /// request in its own bin, else the head of the next non-empty bin. Removal needs no search; a
+  /// sorted insert walks from the block the bin listed last, since a bin can hold dozens of
+  /// equal-size blocks (one per layer) and consecutive frees and splits land close together.
   class free_pool {
    public:
     free_pool() noexcept {
       for (auto& h : head_) h = -1;
+      for (auto& h : hint_) h = -1;
     }
     /// The best-fitting block for `size`, left in place; -1 if none.
     [[nodiscard]] std::int32_t peek_best(const std::vector<block>& blocks, std::uint64_t size) const;
@@ -108,6 +109,7 @@ class caching_allocator_model {
     static unsigned bin_of(std::uint64_t size) noexcept;
     void mark(unsigned bin, bool on) noexcept;
     std::int32_t head_[bin_count];               ///< first (smallest) block of each bin, or -1
+    std::int32_t hint_[bin_count];               ///< the block of each bin listed last, or -1
     std::uint64_t level_bits_ = 0;               ///< bit l: some bin of level l is non-empty
     std::uint64_t bin_bits_[levels] = {};        ///< per level, bit k: bin (l, k) non-empty
   };

@@ -14,7 +14,7 @@
 namespace vramkit::plan {
 
 /// What a tensor is, for the breakdown at the peak.
-enum class component {
+enum class component : std::uint8_t {
   weights,
   gradients,
   optimizer_states,
@@ -32,7 +32,7 @@ const char* to_string(component c) noexcept;
 inline constexpr int component_count = static_cast<int>(component::count_);
 
 /// Phase of the step an event belongs to.
-enum class phase { setup, forward, loss, backward, optimizer, prefill, decode, count_ };
+enum class phase : std::uint8_t { setup, forward, loss, backward, optimizer, prefill, decode, count_ };
 const char* to_string(phase p) noexcept;
 
 /// One allocation or free. `tensor` indexes schedule::tensors.
