@@ -72,9 +72,11 @@ void caching_allocator_model::free_pool::insert(std::vector<block>& blocks, std:
   std::int32_t prev = -1, next = -1;
   if (const std::int32_t h = hint_[bin]; h < 0) {
     mark(bin, true);
+  } else if (!before(head_[bin])) {
+    next = head_[bin];  // the most common place: a new smallest or lowest block
   } else if (before(h)) {
-    // The walk starts at the block listed last: a bin can hold dozens of equal-size blocks
-    // (one per layer), and frees and splits tend to land next to the previous one.
+    // Else the walk starts at the block listed last: a bin can hold dozens of equal-size
+    // blocks (one per layer), and frees and splits tend to land next to the previous one.
     prev = h;
     next = blocks[h].fnext;
     while (next >= 0 && before(next)) {
