@@ -45,26 +45,30 @@ namespace {
 /// return the allocator to the state they started from (schedule_observer).
 class replay final : public schedule_observer {
  public:
+  explicit replay(caching_allocator_model& a) : alloc(a) { alloc.clear(); }
+
   void run_to_end(const schedule& s) {
     handle_.resize(s.tensors.size(), 0);
-    for (; next_ < s.events.size(); ++next_) {
-      const auto& e = s.events[next_];
-      const auto& t = s.tensors[e.tensor];
-      const auto c = static_cast<std::size_t>(t.comp);
-      if (e.alloc && next_ + 1 < s.events.size() && !s.events[next_ + 1].alloc &&
-          s.events[next_ + 1].tensor == e.tensor) {
+    // The events carry size and component: the loop reads them alone, in order.
+    const tensor_event* ev = s.events.data();
+    const std::size_t end = s.events.size();
+    for (; next_ < end; ++next_) {
+      const auto& e = ev[next_];
+      const auto c = static_cast<std::size_t>(e.comp);
+      const std::uint64_t rounded = e.bytes == 0 ? 0 : caching_allocator_model::round_size(e.bytes);
+      if (e.alloc && next_ + 1 < end && !ev[next_ + 1].alloc && ev[next_ + 1].tensor == e.tensor) {
         // Freed right away: only the peak can change.
-        const std::uint64_t now = alloc.allocated_bytes() + alloc.transient(t.bytes);
+        const std::uint64_t now = alloc.allocated_bytes() + alloc.transient(e.bytes);
         if (now > best_) {
           best_ = now;
           at_peak = live_;
-          at_peak[c] += t.bytes == 0 ? 0 : caching_allocator_model::round_size(t.bytes);
+          at_peak[c] += rounded;
           peak_event = next_;
         }
         ++next_;
       } else if (e.alloc) {
-        handle_[e.tensor] = alloc.malloc(t.bytes);
-        live_[c] += t.bytes == 0 ? 0 : caching_allocator_model::round_size(t.bytes);
+        handle_[e.tensor] = alloc.malloc(e.bytes);
+        live_[c] += rounded;
         if (alloc.allocated_bytes() > best_) {
           best_ = alloc.allocated_bytes();
           at_peak = live_;
@@ -72,7 +76,7 @@ class replay final : public schedule_observer {
         }
       } else {
         alloc.free(handle_[e.tensor]);
-        live_[c] -= t.bytes == 0 ? 0 : caching_allocator_model::round_size(t.bytes);
+        live_[c] -= rounded;
       }
     }
   }
@@ -84,8 +88,6 @@ class replay final : public schedule_observer {
     prev = std::move(now);
     return same;
   }
-
-  explicit replay(caching_allocator_model& a) : alloc(a) { alloc.clear(); }
 
   caching_allocator_model& alloc;
   std::array<std::uint64_t, component_count> at_peak{};

@@ -174,8 +174,11 @@ class walker {
     refs_.push_back(1);
     grad_.push_back(k_none);
     producer_.push_back(k_none);
-    s_.events.push_back({true, static_cast<std::uint32_t>(id)});
+    push_event(bytes, id, c, true);
     return id;
+  }
+  void push_event(u64 bytes, int t, component c, bool is_alloc) {
+    s_.events.push_back({bytes, static_cast<std::uint32_t>(t), c, is_alloc});
   }
   void ref(int t) {
     if (t >= 0) ++refs_[t];
@@ -183,7 +186,7 @@ class walker {
   void unref(int t) {
     if (t < 0) return;
     if (refs_[t] <= 0) throw logic_error("plan walker: tensor freed twice");
-    if (--refs_[t] == 0) s_.events.push_back({false, static_cast<std::uint32_t>(t)});
+    if (--refs_[t] == 0) push_event(s_.tensors[t].bytes, t, s_.tensors[t].comp, false);
   }
   void transient(u64 bytes, component c, const char* label) {
     if (bytes == 0) return;
@@ -547,7 +550,7 @@ struct lm_params {
   int per_layer = 6;
 };
 
-lm_params g_lm;  // indices are recomputed per walker; only read while building (single-threaded use)
+thread_local lm_params g_lm;  // indices are recomputed per walker; one per planning thread
 
 dims lm_dims(const walker& w) {
   const auto& t = w.m_.t;

@@ -35,10 +35,13 @@ inline constexpr int component_count = static_cast<int>(component::count_);
 enum class phase : std::uint8_t { setup, forward, loss, backward, optimizer, prefill, decode, count_ };
 const char* to_string(phase p) noexcept;
 
-/// One allocation or free. `tensor` indexes schedule::tensors.
+/// One allocation or free. `tensor` indexes schedule::tensors; the tensor's size and component
+/// are repeated here so that a replay reads the events alone.
 struct tensor_event {
-  bool alloc = true;
+  std::uint64_t bytes = 0;
   std::uint32_t tensor = 0;
+  component comp = component::activations;
+  bool alloc = true;
 };
 
 /// A tensor's size and what it is. Sizes are bytes as requested from the allocator.
