@@ -117,8 +117,14 @@ using layer_fn = int (*)(walker&, int x, int layer);
 
 /// Bookkeeping a walker hands back to its thread for the next plan: a plan fills megabytes of it,
 /// and fresh pages each time cost more than the bookkeeping itself.
+/// What the walker keeps per tensor: references held (Python and autograd), its gradient tensor
+/// and the autograd node that made it.
+struct tensor_meta {
+  int refs, grad, producer;
+};
+
 struct walker_storage {
-  std::vector<int> refs, grad, producer;
+  std::vector<tensor_meta> meta;
   std::vector<node> nodes;
 };
 walker_storage& thread_storage() {
@@ -130,13 +136,9 @@ class walker {
  public:
   walker(const model_description& m, const plan_request& r, schedule& s) : m_(m), r_(r), s_(s) {
     auto& st = thread_storage();
-    refs_.swap(st.refs);
-    grad_.swap(st.grad);
-    producer_.swap(st.producer);
+    tensor_meta_.swap(st.meta);
     nodes_.swap(st.nodes);
-    refs_.clear();
-    grad_.clear();
-    producer_.clear();
+    tensor_meta_.clear();
     nodes_.clear();
     switch (r.prec) {
       case precision::fp32: dt_ = {4, 4, 4, false, 4}; break;
@@ -152,9 +154,7 @@ class walker {
 
   ~walker() {
     auto& st = thread_storage();
-    refs_.swap(st.refs);
-    grad_.swap(st.grad);
-    producer_.swap(st.producer);
+    tensor_meta_.swap(st.meta);
     nodes_.swap(st.nodes);
   }
   walker(const walker&) = delete;
@@ -171,9 +171,7 @@ class walker {
     ti.step = static_cast<std::int16_t>(step_);
     ti.label = label;
     s_.tensors.push_back(ti);
-    refs_.push_back(1);
-    grad_.push_back(k_none);
-    producer_.push_back(k_none);
+    tensor_meta_.push_back({1, k_none, k_none});
     push_event(bytes, id, c, true);
     return id;
   }
@@ -181,19 +179,19 @@ class walker {
     s_.events.push_back({bytes, static_cast<std::uint32_t>(t), c, is_alloc});
   }
   void ref(int t) {
-    if (t >= 0) ++refs_[t];
+    if (t >= 0) ++tensor_meta_[t].refs;
   }
   void unref(int t) {
     if (t < 0) return;
-    if (refs_[t] <= 0) throw logic_error("plan walker: tensor freed twice");
-    if (--refs_[t] == 0) push_event(s_.tensors[t].bytes, t, s_.tensors[t].comp, false);
+    if (tensor_meta_[t].refs <= 0) throw logic_error("plan walker: tensor freed twice");
+    if (--tensor_meta_[t].refs == 0) push_event(s_.tensors[t].bytes, t, s_.tensors[t].comp, false);
   }
   void transient(u64 bytes, component c, const char* label) {
     if (bytes == 0) return;
     unref(alloc(bytes, c, label));
   }
   [[nodiscard]] u64 bytes(int t) const { return s_.tensors[t].bytes; }
-  [[nodiscard]] bool requires_grad(int t) const { return t >= 0 && producer_[t] != k_none; }
+  [[nodiscard]] bool requires_grad(int t) const { return t >= 0 && tensor_meta_[t].producer != k_none; }
 
   // ---- autograd ------------------------------------------------------------------------------
   /// Records an op: allocates its output and, with grad on and any input needing a gradient, a
@@ -223,7 +221,7 @@ class walker {
       n.saved.push_back(t);
     }
     n.workspace = workspace;
-    producer_[out] = static_cast<int>(nodes_.size());
+    tensor_meta_[out].producer = static_cast<int>(nodes_.size());
     nodes_.push_back(std::move(n));
   }
 
@@ -278,7 +276,7 @@ class walker {
   const plan_request& r_;
   schedule& s_;
   dtypes dt_;
-  std::vector<int> refs_, grad_, producer_;
+  std::vector<tensor_meta> tensor_meta_;
   std::vector<node> nodes_;
   std::vector<int> param_tensor_, cast_of_, param_grad_, cache_;
   std::vector<u64> param_elems_;
@@ -309,7 +307,7 @@ void walker::run_nodes_backward(std::size_t first) {
   for (std::size_t i = nodes_.size(); i-- > first;) {
     const node n = nodes_[i];
     nodes_.pop_back();
-    const int g_out = grad_[n.out];
+    const int g_out = tensor_meta_[n.out].grad;
     if (g_out != k_none) {
       if (n.ckpt_layer >= 0) {
         // Non-reentrant checkpoint: re-run the layer's forward with grad on, hand the layer
@@ -323,8 +321,8 @@ void walker::run_nodes_backward(std::size_t first) {
         clear_autocast_cache();
         recomputing_ = false;
         phase_ = saved_phase;
-        grad_[y] = g_out;
-        grad_[n.out] = k_none;
+        tensor_meta_[y].grad = g_out;
+        tensor_meta_[n.out].grad = k_none;
         unref(y);
         run_nodes_backward(mark);
         layer_ = saved_layer;
@@ -337,32 +335,32 @@ void walker::run_nodes_backward(std::size_t first) {
       for (const auto& e : n.edges) {
         const int t = e.tensor;
         if (e.passthrough) {
-          if (grad_[t] == k_none) {
+          if (tensor_meta_[t].grad == k_none) {
             ref(g_out);
-            grad_[t] = g_out;
+            tensor_meta_[t].grad = g_out;
           } else {
             // InputBuffer accumulation: the stored gradient is shared, so the sum is a new tensor.
             const int sum = alloc(e.grad_bytes, component::activation_gradients, "activation gradient");
-            unref(grad_[t]);
-            grad_[t] = sum;
+            unref(tensor_meta_[t].grad);
+            tensor_meta_[t].grad = sum;
           }
           continue;
         }
         const int g = alloc(e.grad_bytes, component::activation_gradients, "activation gradient");
-        if (grad_[t] == k_none) {
-          grad_[t] = g;
-        } else if (refs_[grad_[t]] == 1) {
+        if (tensor_meta_[t].grad == k_none) {
+          tensor_meta_[t].grad = g;
+        } else if (tensor_meta_[tensor_meta_[t].grad].refs == 1) {
           unref(g);  // accumulated in place into the stored gradient
         } else {
           const int sum = alloc(e.grad_bytes, component::activation_gradients, "activation gradient");
           unref(g);
-          unref(grad_[t]);
-          grad_[t] = sum;
+          unref(tensor_meta_[t].grad);
+          tensor_meta_[t].grad = sum;
         }
       }
       for (std::size_t k = 0; k < n.params.size(); ++k) param_grad(n.params[k], n.param_bytes[k], n.param_cast[k]);
       if (ws != k_none) unref(ws);
-      grad_[n.out] = k_none;
+      tensor_meta_[n.out].grad = k_none;
       unref(g_out);
     }
     for (int t : n.saved) unref(t);
@@ -377,13 +375,13 @@ void walker::backward(const std::vector<int>& losses) {
     backward_workspace_ = true;
     alloc(k_cublas_workspace, component::workspace, "cuBLAS workspace (autograd thread)");
   }
-  for (int loss : losses) grad_[loss] = alloc(4, component::activation_gradients, "loss gradient");
+  for (int loss : losses) tensor_meta_[loss].grad = alloc(4, component::activation_gradients, "loss gradient");
   run_nodes_backward(0);
   // Gradients of tensors without a producer node (inputs) are never created; any left are freed.
-  for (std::size_t t = 0; t < grad_.size(); ++t) {
-    if (grad_[t] != k_none) {
-      unref(grad_[t]);
-      grad_[t] = k_none;
+  for (std::size_t t = 0; t < tensor_meta_.size(); ++t) {
+    if (tensor_meta_[t].grad != k_none) {
+      unref(tensor_meta_[t].grad);
+      tensor_meta_[t].grad = k_none;
     }
   }
   layer_ = -1;
@@ -493,9 +491,9 @@ int attention(walker& w, const dims& D, int q, int k, int v, int qkv_bytes, bool
                  {qc, kc, vc, lse}, {}, ws);
     }
     // The output itself is saved too.
-    if (w.grad_on_ && w.producer_[out] != k_none) {
+    if (w.grad_on_ && w.tensor_meta_[out].producer != k_none) {
       w.ref(out);
-      w.nodes_[w.producer_[out]].saved.push_back(out);
+      w.nodes_[w.tensor_meta_[out].producer].saved.push_back(out);
     }
     w.unref(lse);
     if (!packed) {
@@ -521,9 +519,9 @@ int attention(walker& w, const dims& D, int q, int k, int v, int qkv_bytes, bool
   const int sm_in = masked;
   const int sm_b = w.dt_.amp ? 4 : low;
   const int probs = w.op(n_s * sm_b, "softmax", {edge{sm_in, n_s * low}}, {});
-  if (w.producer_[probs] != k_none) {
+  if (w.tensor_meta_[probs].producer != k_none) {
     w.ref(probs);
-    w.nodes_[w.producer_[probs]].saved.push_back(probs);
+    w.nodes_[w.tensor_meta_[probs].producer].saved.push_back(probs);
   }
   w.unref(sm_in);
   int pl = probs;
@@ -623,9 +621,9 @@ int transformer_block(walker& w, int x, int l) {
       const int s2 = w.op(nf * eb, "gelu scaled", {edge{s1, nf * eb, true}}, {});
       w.unref(s1);
       const int th = w.op(nf * eb, "gelu tanh", {edge{s2, nf * eb}}, {});
-      if (w.producer_[th] != k_none) {
+      if (w.tensor_meta_[th].producer != k_none) {
         w.ref(th);
-        w.nodes_[w.producer_[th]].saved.push_back(th);
+        w.nodes_[w.tensor_meta_[th].producer].saved.push_back(th);
       }
       w.unref(s2);
       const int t3 = w.op(nf * eb, "gelu 1+tanh", {edge{th, nf * eb, true}}, {});
@@ -787,7 +785,7 @@ int run_layer(walker& w, int x, int l) {
   n.saved.push_back(x);
   n.ckpt_layer = l;
   n.ckpt_input = x;
-  w.producer_[y] = static_cast<int>(w.nodes_.size());
+  w.tensor_meta_[y].producer = static_cast<int>(w.nodes_.size());
   w.nodes_.push_back(std::move(n));
   return y;
 }
@@ -803,9 +801,9 @@ int lm_loss(walker& w, int logits, u64 rows, i64 V, bool explicit_upcast) {
     // "fp32 with dtype argument" list, so it reads the 16-bit logits and writes fp32
     // (half_to_float, no input copy); its backward returns a 16-bit gradient.
     const int lsm = w.op(n * 4, "log_softmax", {edge{logits, n * low}}, {}, {}, 0, component::logits_and_loss);
-    if (w.producer_[lsm] != k_none) {
+    if (w.tensor_meta_[lsm].producer != k_none) {
       w.ref(lsm);
-      w.nodes_[w.producer_[lsm]].saved.push_back(lsm);
+      w.nodes_[w.tensor_meta_[lsm].producer].saved.push_back(lsm);
     }
     const int loss = w.op(4, "loss", {edge{lsm, n * 4}}, {}, {}, 0, component::logits_and_loss);
     w.unref(lsm);
@@ -818,9 +816,9 @@ int lm_loss(walker& w, int logits, u64 rows, i64 V, bool explicit_upcast) {
     w.ref(logits);
   }
   const int lsm = w.op(n * 4, "log_softmax", {edge{l32, n * 4}}, {}, {}, 0, component::logits_and_loss);
-  if (w.producer_[lsm] != k_none) {
+  if (w.tensor_meta_[lsm].producer != k_none) {
     w.ref(lsm);
-    w.nodes_[w.producer_[lsm]].saved.push_back(lsm);
+    w.nodes_[w.tensor_meta_[lsm].producer].saved.push_back(lsm);
   }
   const int loss = w.op(4, "loss", {edge{lsm, n * 4}}, {}, {}, 0, component::logits_and_loss);
   w.unref(lsm);
@@ -1334,9 +1332,7 @@ void build_schedule(const model_description& m, const plan_request& r, schedule&
   s.tensors.reserve(guess);
   s.events.reserve(2 * guess);
   walker w(m, r, s);
-  w.refs_.reserve(guess);
-  w.grad_.reserve(guess);
-  w.producer_.reserve(guess);
+  w.tensor_meta_.reserve(guess);
   w.nodes_.reserve(guess / 2);
   setup_params(w);
   const auto params = parameter_tensors(m);
