@@ -74,8 +74,10 @@ struct dtypes {
 
 /// One gradient edge of a node: the input tensor and how its gradient appears.
 struct edge {
+  edge() = default;
+  edge(int t, u64 g, bool p = false) : grad_bytes(g), tensor(t), passthrough(p) {}
+  u64 grad_bytes = 0;        ///< bytes of the gradient the node allocates for this input
   int tensor = k_none;
-  u64 grad_bytes = 0;   ///< bytes of the gradient the node allocates for this input
   bool passthrough = false;  ///< the node forwards its output gradient unchanged (add, views)
 };
 
@@ -96,7 +98,7 @@ class small_vec {
 
  private:
   std::array<T, N> a_{};
-  std::size_t n_ = 0;
+  std::uint8_t n_ = 0;
 };
 
 /// A recorded autograd node.
