@@ -1,6 +1,7 @@
 # Plan stage: measures a few planner cases afresh with PyTorch on this GPU (the ground-truth
 # script, fresh processes) and prints the planner's predictions beside them; also the committed
-# ground truth and the planner's speed benchmark. Writes RESULTS_DIR/plan-summary.md.
+# ground truth and the planner's speed benchmark. On a machine with two or more GPUs it also
+# measures the data-parallel cases (bench/plan/measure_ddp.py). Writes RESULTS_DIR/plan-summary.md.
 # PLAN_FRESH=0 skips the fresh measurements (several minutes of GPU time).
 set -uo pipefail
 : "${BUILD_DIR:?}" "${RESULTS_DIR:?}"
@@ -37,10 +38,30 @@ else
   echo "PyTorch, transformers or torchvision not importable here: no fresh measurement." >> "$summary"
   status=1
 fi
+gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
+if [ "${PLAN_FRESH:-1}" != 0 ] && [ "$gpus" -ge 2 ] && python3 -c 'import torch, transformers' 2>/dev/null; then
+  # Data-parallel cases afresh (DistributedDataParallel over every GPU of this machine).
+  {
+    echo "## DDP cases measured in this run ($gpus GPUs)"
+    echo
+    if timeout 300 python3 bench/plan/measure_ddp.py --out "$RESULTS_DIR/plan-ddp-fresh.json" \
+        > "$RESULTS_DIR/plan-ddp-fresh.txt" 2>&1; then
+      "$report" "$RESULTS_DIR/plan-ddp-fresh.json" tests/data/plan 2>&1 || status=1
+    else
+      echo "measure_ddp.py failed: see plan-ddp-fresh.txt"
+      status=1
+    fi
+    echo
+  } >> "$summary"
+fi
 {
   echo "## Committed ground truth (tests/data/plan/ground_truth.json)"
   echo
   "$report" tests/data/plan/ground_truth.json 2>&1 || status=1
+  echo
+  echo "## Committed data-parallel ground truth (tests/data/plan/ground_truth_ddp.json)"
+  echo
+  "$report" tests/data/plan/ground_truth_ddp.json 2>&1 || status=1
   echo
   echo "## Planner speed (targets: one plan < 1 ms, a full --fit search < 1000 ms)"
   echo

@@ -22,6 +22,12 @@ device_overheads default_overheads() {
   o.context_bytes = 612 * MiB;
   o.train_modules_bytes = 140 * MiB;
   o.infer_modules_bytes = 80 * MiB;
+  // DDP on 2 H200s over NVLink (tests/data/plan/ground_truth_ddp.json, NCCL as PyTorch 2.11
+  // ships it): the context is 978 MiB once the process group is up, and nvidia-smi minus
+  // max_memory_reserved after three steps is 1588-1606 MiB in every case, 836-854 MiB more than
+  // one GPU's 752 MiB. NCCL sizes its buffers by channels and peers (NCCL_BUFFSIZE, 4 MiB per
+  // channel and peer by default), so other topologies differ.
+  o.collective_bytes = 850 * MiB;
   // PCIe Gen5 x16 pinned host-to-device copies reach about 50 GB/s (H100/H200 class hosts).
   o.h2d_bytes_per_s = 50e9;
   o.source = "default";

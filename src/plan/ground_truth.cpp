@@ -32,6 +32,9 @@ plan_request request_of(const json& c) {
   r.attention = parse_attention(text(c, "attention"));
   if (has(c, "quant")) r.quant = parse_quant(text(c, "quant"));
   if (has(c, "steps")) r.steps = c.at("steps").get<int>();
+  // Multi-GPU cases (measure_ddp.py): all GPUs, the ZeRO stage; `batch` is the global batch.
+  if (has(c, "gpus")) r.gpus = c.at("gpus").get<int>();
+  if (has(c, "zero")) r.zero = c.at("zero").get<int>();
   return r;
 }
 

@@ -16,6 +16,9 @@ struct device_overheads {
   /// a generate() call (cuBLAS, cuDNN, ATen kernels), on top of context_bytes.
   std::uint64_t train_modules_bytes = 0;
   std::uint64_t infer_modules_bytes = 0;
+  /// Per GPU of a multi-GPU run: NCCL's communicator and channel buffers (outside PyTorch's
+  /// allocator), counted when the request uses more than one GPU.
+  std::uint64_t collective_bytes = 0;
   /// Host-to-device bandwidth of pinned memory, bytes/s (offload cost in the fit search).
   double h2d_bytes_per_s = 0;
   std::string source;  ///< "default" or the probe file it came from

@@ -1,6 +1,7 @@
-// Accuracy against real PyTorch: every committed case of tests/data/plan/ground_truth.json
-// without an error must be predicted within +-10% (allocated; median |error| <= 5%), +-15%
-// (reserved) and +-15% (nvidia-smi used, where measured). Skips only while the file is absent.
+// Accuracy against real PyTorch: every committed case of tests/data/plan/ground_truth.json (one
+// GPU) and ground_truth_ddp.json (DistributedDataParallel, most loaded rank) without an error
+// must be predicted within +-10% (allocated; median |error| <= 5%), +-15% (reserved) and +-15%
+// (nvidia-smi used, where measured). Skips only while a file is absent.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,9 +16,11 @@
 
 using namespace vramkit::plan;
 
-TEST(PlanAccuracy, EveryGroundTruthCaseWithinTolerance) {
-  const std::string path = std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/plan/ground_truth.json";
-  if (!std::ifstream(path)) GTEST_SKIP() << "tests/data/plan/ground_truth.json does not exist yet (bench/plan/measure_ground_truth.py writes it)";
+namespace {
+
+void expect_within_tolerance(const std::string& file) {
+  const std::string path = std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/plan/" + file;
+  if (!std::ifstream(path)) GTEST_SKIP() << "tests/data/plan/" << file << " does not exist yet (bench/plan/measure_*.py write it)";
   const auto doc = load_ground_truth(path);
   std::vector<double> alloc_err;
   int checked = 0;
@@ -43,11 +46,17 @@ TEST(PlanAccuracy, EveryGroundTruthCaseWithinTolerance) {
     alloc_err.push_back(std::fabs(ea));
     ++checked;
   }
-  ASSERT_GT(checked, 0) << "no case without an error in ground_truth.json";
+  ASSERT_GT(checked, 0) << "no case without an error in " << file;
   std::sort(alloc_err.begin(), alloc_err.end());
   const double median = alloc_err[alloc_err.size() / 2];
   EXPECT_LE(median, 0.05) << "median |allocated error| over " << checked << " cases";
 }
+
+}  // namespace
+
+TEST(PlanAccuracy, EveryGroundTruthCaseWithinTolerance) { expect_within_tolerance("ground_truth.json"); }
+
+TEST(PlanAccuracy, EveryDataParallelCaseWithinTolerance) { expect_within_tolerance("ground_truth_ddp.json"); }
 
 TEST(PlanAccuracy, MalformedGroundTruthNamesFileAndCase) {
   const std::string path = testing::TempDir() + "/vramkit_bad_ground_truth.json";
