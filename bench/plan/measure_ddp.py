@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
-"""Measures real PyTorch peak memory of data-parallel training (DistributedDataParallel) on 2+ GPUs.
+"""Measures real PyTorch peak memory of multi-GPU training (DDP or FSDP2) on 2+ GPUs.
 
-The planner models the most loaded rank of `--gpus N --zero 0`: DDP keeps a full copy of the
-model, its gradients and optimizer states on every GPU, plus gradient buckets covering all
-parameters (gradient_as_bucket_view=False, PyTorch's default). This script runs the same cases as
-measure_ground_truth.py does on one GPU, but on every visible GPU at once under DDP (one process
-per GPU, NCCL), and records per case the largest max_memory_allocated / max_memory_reserved and
-nvidia-smi used memory over the ranks. `batch` in the output is the global batch (the planner's
---batch); each rank runs batch / ranks.
+The planner models the most loaded rank of `--gpus N --zero 0` (DDP: a full copy of the model,
+its gradients and optimizer states on every GPU, plus gradient buckets covering all parameters,
+gradient_as_bucket_view=False as PyTorch defaults) and of `--zero 3` (fully sharded: parameters,
+gradients and optimizer states split over the ranks, each layer gathered while it runs). This
+script runs the same cases as measure_ground_truth.py does on one GPU, on every visible GPU at
+once: `--wrap ddp` under DistributedDataParallel, `--wrap fsdp` under FSDP2 (`fully_shard` on
+each transformer block, then on the model, default reshard after forward). One process per GPU,
+NCCL. Per case it records the largest max_memory_allocated / max_memory_reserved and nvidia-smi
+used memory over the ranks. `batch` in the output is the global batch (the planner's --batch);
+each rank runs batch / ranks.
 
 Every case starts fresh worker processes (spawn), so contexts and allocator statistics start
 clean. Models, inputs, optimizers and the step loop are measure_ground_truth.py's.
 
 Usage:
-  python3 bench/plan/measure_ddp.py [--out FILE] [--only SUBSTR] [--list]
+  python3 bench/plan/measure_ddp.py [--wrap ddp|fsdp] [--out FILE] [--only SUBSTR] [--list]
 """
 
 import argparse
@@ -27,10 +30,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import measure_ground_truth as gt  # noqa: E402
 
-DEFAULT_OUT = os.path.join(gt.DATA_DIR, "ground_truth_ddp.json")
-
-
-def cases(ranks):
+def cases(ranks, wrap):
     """Per-rank shapes as the single-GPU ground truth uses them; global batch = ranks x per rank."""
     out = []
     for model, per_rank, seq, precision, optimizer in (
@@ -40,8 +40,9 @@ def cases(ranks):
         ("bert-base", 16, 512, "amp-fp16", "adam"),
     ):
         c = gt._train(model, per_rank * ranks, seq, precision, optimizer, est_gib=0)
-        c["name"] = "%s-ddp%d" % (c["name"], ranks)
+        c["name"] = "%s-%s%d" % (c["name"], wrap, ranks)
         c["per_rank_batch"] = per_rank
+        c["wrap"] = wrap
         out.append(c)
     return out
 
@@ -71,7 +72,17 @@ def worker(rank, ranks, case, port, result_dir):
         model = gt.build_model(torch, local, device)
         result["params"] = sum(p.numel() for p in model.parameters())
         model.train()
-        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+        if case["wrap"] == "fsdp":
+            # FSDP2 as users apply it to a transformer: each block a unit, then the root
+            # (parameters sharded, all-gathered per unit and freed after its forward: ZeRO-3).
+            from torch.distributed.fsdp import fully_shard
+
+            blocks = max((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)), key=len)
+            for block in blocks:
+                fully_shard(block)
+            ddp = fully_shard(model)
+        else:
+            ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
         opt = gt.make_optimizer(torch, case["optimizer"], ddp.parameters())
         amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(case["precision"])
         scaler = torch.amp.GradScaler("cuda") if case["precision"] == "amp-fp16" else None
@@ -132,14 +143,17 @@ def run_case(case, ranks):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--out", default=None, help="default tests/data/plan/ground_truth_<wrap>.json")
+    ap.add_argument("--wrap", choices=("ddp", "fsdp"), default="ddp",
+                    help="DistributedDataParallel, or FSDP2 fully_shard per block (ZeRO-3)")
     ap.add_argument("--only", action="append", default=[], help="run cases whose name contains this (repeatable)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     args = ap.parse_args(argv)
     import torch
 
     ranks = torch.cuda.device_count()
-    todo = [c for c in cases(max(ranks, 2)) if not args.only or any(s in c["name"] for s in args.only)]
+    todo = [c for c in cases(max(ranks, 2), args.wrap) if not args.only or any(s in c["name"] for s in args.only)]
+    out_path = args.out or os.path.join(gt.DATA_DIR, "ground_truth_%s.json" % args.wrap)
     if args.list:
         for c in todo:
             print(c["name"])
@@ -155,14 +169,14 @@ def main(argv=None):
         result = run_case(case, ranks)
         rec = gt.case_record(case, result)
         rec["gpus"] = ranks
-        rec["zero"] = 0
+        rec["zero"] = 3 if case["wrap"] == "fsdp" else 0
         rec["per_rank_batch"] = case["per_rank_batch"]
         rec["per_rank_allocated_bytes"] = result.get("per_rank_allocated_bytes")
         doc["cases"].append(rec)
         gib = (rec["max_allocated_bytes"] or 0) / gt.GIB
         print("%-48s %6.2f GiB allocated  %s  (%.0f s)" % (case["name"], gib, rec["error"] or "ok", time.time() - t0),
               flush=True)
-    with open(args.out, "w") as f:
+    with open(out_path, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
     return 0 if all(c["error"] is None for c in doc["cases"]) else 1

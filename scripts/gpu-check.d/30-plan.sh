@@ -1,7 +1,7 @@
 # Plan stage: measures a few planner cases afresh with PyTorch on this GPU (the ground-truth
 # script, fresh processes) and prints the planner's predictions beside them; also the committed
 # ground truth and the planner's speed benchmark. On a machine with two or more GPUs it also
-# measures the data-parallel cases (bench/plan/measure_ddp.py). Writes RESULTS_DIR/plan-summary.md.
+# measures the DDP and FSDP cases (bench/plan/measure_ddp.py). Writes RESULTS_DIR/plan-summary.md.
 # PLAN_FRESH=0 skips the fresh measurements (several minutes of GPU time).
 set -uo pipefail
 : "${BUILD_DIR:?}" "${RESULTS_DIR:?}"
@@ -42,15 +42,18 @@ gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
 if [ "${PLAN_FRESH:-1}" != 0 ] && [ "$gpus" -ge 2 ] && python3 -c 'import torch, transformers' 2>/dev/null; then
   # Data-parallel cases afresh (DistributedDataParallel over every GPU of this machine).
   {
-    echo "## DDP cases measured in this run ($gpus GPUs)"
+    echo "## DDP and FSDP cases measured in this run ($gpus GPUs)"
     echo
-    if timeout 300 python3 bench/plan/measure_ddp.py --out "$RESULTS_DIR/plan-ddp-fresh.json" \
-        > "$RESULTS_DIR/plan-ddp-fresh.txt" 2>&1; then
-      "$report" "$RESULTS_DIR/plan-ddp-fresh.json" tests/data/plan 2>&1 || status=1
-    else
-      echo "measure_ddp.py failed: see plan-ddp-fresh.txt"
-      status=1
-    fi
+    for wrap in ddp fsdp; do
+      if timeout 300 python3 bench/plan/measure_ddp.py --wrap "$wrap" --out "$RESULTS_DIR/plan-$wrap-fresh.json" \
+          > "$RESULTS_DIR/plan-$wrap-fresh.txt" 2>&1; then
+        "$report" "$RESULTS_DIR/plan-$wrap-fresh.json" tests/data/plan 2>&1 || status=1
+      else
+        echo "measure_ddp.py --wrap $wrap failed: see plan-$wrap-fresh.txt"
+        status=1
+      fi
+      echo
+    done
     echo
   } >> "$summary"
 fi
@@ -59,10 +62,12 @@ fi
   echo
   "$report" tests/data/plan/ground_truth.json 2>&1 || status=1
   echo
-  echo "## Committed data-parallel ground truth (tests/data/plan/ground_truth_ddp.json)"
-  echo
-  "$report" tests/data/plan/ground_truth_ddp.json 2>&1 || status=1
-  echo
+  for wrap in ddp fsdp; do
+    echo "## Committed multi-GPU ground truth (tests/data/plan/ground_truth_$wrap.json)"
+    echo
+    "$report" "tests/data/plan/ground_truth_$wrap.json" tests/data/plan 2>&1 || status=1
+    echo
+  done
   echo "## Planner speed (targets: one plan < 1 ms, a full --fit search < 1000 ms)"
   echo
   echo '```'

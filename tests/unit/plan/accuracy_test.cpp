@@ -1,5 +1,6 @@
 // Accuracy against real PyTorch: every committed case of tests/data/plan/ground_truth.json (one
-// GPU) and ground_truth_ddp.json (DistributedDataParallel, most loaded rank) without an error
+// GPU), ground_truth_ddp.json (DistributedDataParallel) and ground_truth_fsdp.json (FSDP2 full
+// shard, as --zero 3; both the most loaded of 2 ranks) without an error
 // must be predicted within +-10% (allocated; median |error| <= 5%), +-15% (reserved) and +-15%
 // (nvidia-smi used, where measured). Skips only while a file is absent.
 #include <gtest/gtest.h>
@@ -57,6 +58,8 @@ void expect_within_tolerance(const std::string& file) {
 TEST(PlanAccuracy, EveryGroundTruthCaseWithinTolerance) { expect_within_tolerance("ground_truth.json"); }
 
 TEST(PlanAccuracy, EveryDataParallelCaseWithinTolerance) { expect_within_tolerance("ground_truth_ddp.json"); }
+
+TEST(PlanAccuracy, EveryFullyShardedCaseWithinTolerance) { expect_within_tolerance("ground_truth_fsdp.json"); }
 
 TEST(PlanAccuracy, MalformedGroundTruthNamesFileAndCase) {
   const std::string path = testing::TempDir() + "/vramkit_bad_ground_truth.json";
