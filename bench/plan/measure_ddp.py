@@ -91,18 +91,7 @@ def worker(rank, ranks, case, port, result_dir):
         torch.cuda.reset_peak_memory_stats()
         loss_value = None
         for _ in range(case.get("steps", 3)):
-            with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
-                loss = ddp(**batch).loss
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-            else:
-                loss.backward()
-                opt.step()
-            opt.zero_grad(set_to_none=True)
-            loss_value = float(loss.detach().float().item())
-            del loss
+            loss_value = gt.train_step(torch, ddp, opt, scaler, amp, batch, cnn=False)
         torch.cuda.synchronize()
         result["loss"] = loss_value
         result["max_allocated_bytes"] = int(torch.cuda.max_memory_allocated())

@@ -481,6 +481,25 @@ def make_batch(torch, case, model, device):
     return {"input_ids": ids, "labels": ids}
 
 
+def train_step(torch, model, opt, scaler, amp, batch, cnn):
+    """One optimizer step (forward under autocast when `amp` is a dtype, backward through the
+    GradScaler when there is one, zero_grad(set_to_none=True)); returns the loss as a float."""
+    with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
+        if cnn:
+            loss = torch.nn.functional.cross_entropy(model(batch["images"]), batch["targets"])
+        else:
+            loss = model(**batch).loss
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    else:
+        loss.backward()
+        opt.step()
+    opt.zero_grad(set_to_none=True)
+    return float(loss.detach().float().item())
+
+
 def run_train(torch, case, model, device, steps):
     model.train()
     if case["checkpointing"] == "full":
@@ -497,23 +516,9 @@ def run_train(torch, case, model, device, steps):
     times, loss_value = [], None
     for _ in range(steps):
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
-            if cnn:
-                loss = torch.nn.functional.cross_entropy(model(batch["images"]), batch["targets"])
-            else:
-                loss = model(**batch).loss
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss_value = train_step(torch, model, opt, scaler, amp, batch, cnn)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-        loss_value = float(loss.detach().float().item())
-        del loss
     # Steps after the first (which creates the optimizer states) give the steady-state time.
     step_time = statistics.median(times[1:]) if len(times) > 1 else times[0]
     return loss_value, step_time
