@@ -1,5 +1,5 @@
-// Caching-allocator model: free blocks in (size, address) order per size bin, split and merge rules as in
-// c10/cuda/CUDACachingAllocator.cpp (single stream, default configuration).
+// Caching-allocator model: free blocks in (size, address) order per size bin, split and merge rules
+// as in c10/cuda/CUDACachingAllocator.cpp (single stream, default configuration).
 #include "vramkit/plan/caching_allocator_model.hpp"
 
 #include <algorithm>
@@ -38,7 +38,8 @@ inline void caching_allocator_model::free_pool::mark(unsigned bin, bool on) noex
   }
 }
 
-std::int32_t caching_allocator_model::free_pool::peek_best(const std::vector<block>& blocks, std::uint64_t size) const {
+std::int32_t caching_allocator_model::free_pool::peek_best(const std::vector<block>& blocks,
+                                                           std::uint64_t size) const {
   const unsigned bin = bin_of(size);
   // Ascending order: the first block that fits is the best of its bin.
   for (std::int32_t i = head_[bin]; i >= 0; i = blocks[i].fnext)
@@ -49,13 +50,15 @@ std::int32_t caching_allocator_model::free_pool::peek_best(const std::vector<blo
   const unsigned sub = bin & ((1u << sub_bits) - 1);
   const std::uint64_t above = sub + 1 < 64 ? bin_bits_[level] & (~std::uint64_t{0} << (sub + 1)) : 0;
   if (above != 0) return head_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(above))];
-  const std::uint64_t higher = level + 1 < 64 ? level_bits_ & (~std::uint64_t{0} << (level + 1)) : 0;
+  const std::uint64_t higher =
+      level + 1 < 64 ? level_bits_ & (~std::uint64_t{0} << (level + 1)) : 0;
   if (higher == 0) return -1;
   const auto l = static_cast<unsigned>(__builtin_ctzll(higher));
   return head_[(l << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bin_bits_[l]))];
 }
 
-std::int32_t caching_allocator_model::free_pool::take_best(std::vector<block>& blocks, std::uint64_t size) {
+std::int32_t caching_allocator_model::free_pool::take_best(std::vector<block>& blocks,
+                                                           std::uint64_t size) {
   const std::int32_t b = peek_best(blocks, size);
   if (b >= 0) erase(blocks, b);
   return b;
@@ -94,8 +97,10 @@ void caching_allocator_model::free_pool::insert(std::vector<block>& blocks, std:
   nb.fprev = prev;
   nb.fnext = next;
   if (next >= 0) blocks[next].fprev = b;
-  if (prev >= 0) blocks[prev].fnext = b;
-  else head_[bin] = b;
+  if (prev >= 0)
+    blocks[prev].fnext = b;
+  else
+    head_[bin] = b;
   hint_[bin] = b;
 }
 
@@ -104,7 +109,8 @@ void caching_allocator_model::free_pool::erase(std::vector<block>& blocks, std::
   if (ob.fprev >= 0) {
     blocks[ob.fprev].fnext = ob.fnext;
   } else {
-    if (head_[ob.bin] != b) throw logic_error("caching_allocator_model: free block not in its pool");
+    if (head_[ob.bin] != b)
+      throw logic_error("caching_allocator_model: free block not in its pool");
     head_[ob.bin] = ob.fnext;
     if (ob.fnext < 0) mark(ob.bin, false);
   }

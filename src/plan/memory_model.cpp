@@ -111,7 +111,9 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
   p.parameters = parameter_count(m);
   p.overheads = o;
   const std::uint64_t collective = r.gpus > 1 ? o.collective_bytes : 0;
-  p.context_bytes = o.context_bytes + (r.mode == run_mode::train ? o.train_modules_bytes : o.infer_modules_bytes) + collective;
+  p.context_bytes = o.context_bytes +
+                    (r.mode == run_mode::train ? o.train_modules_bytes : o.infer_modules_bytes) +
+                    collective;
   // One schedule and one allocator model per thread, reused: a plan records tens of thousands of
   // events.
   thread_local schedule s;
@@ -150,8 +152,10 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
     p.components.push_back({"allocator block rounding", p.allocated_peak_bytes - sum, memory_where::device});
   p.components.push_back({"allocator cache (reserved, not allocated)", p.reserved_peak_bytes - p.allocated_peak_bytes,
                           memory_where::device});
-  p.components.push_back({"CUDA context and loaded kernels", p.context_bytes - collective, memory_where::device});
-  if (collective != 0) p.components.push_back({"NCCL communicator buffers", collective, memory_where::device});
+  p.components.push_back(
+      {"CUDA context and loaded kernels", p.context_bytes - collective, memory_where::device});
+  if (collective != 0)
+    p.components.push_back({"NCCL communicator buffers", collective, memory_where::device});
   p.host_peak_bytes = host_offload_bytes(m, r, p.parameters);
   if (p.host_peak_bytes > 0)
     p.components.push_back({"offloaded optimizer states, fp32 master and gradients (pinned, per node)",

@@ -76,7 +76,7 @@ struct dtypes {
 struct edge {
   edge() = default;
   edge(int t, u64 g, bool p = false) : grad_bytes(g), tensor(t), passthrough(p) {}
-  u64 grad_bytes = 0;        ///< bytes of the gradient the node allocates for this input
+  u64 grad_bytes = 0;  ///< bytes of the gradient the node allocates for this input
   int tensor = k_none;
   bool passthrough = false;  ///< the node forwards its output gradient unchanged (add, views)
 };
@@ -193,7 +193,9 @@ class walker {
     unref(alloc(bytes, c, label));
   }
   [[nodiscard]] u64 bytes(int t) const { return s_.tensors[t].bytes; }
-  [[nodiscard]] bool requires_grad(int t) const { return t >= 0 && tensor_meta_[t].producer != k_none; }
+  [[nodiscard]] bool requires_grad(int t) const {
+    return t >= 0 && tensor_meta_[t].producer != k_none;
+  }
 
   // ---- autograd ------------------------------------------------------------------------------
   /// Records an op: allocates its output and, with grad on and any input needing a gradient, a
@@ -377,7 +379,8 @@ void walker::backward(const std::vector<int>& losses) {
     backward_workspace_ = true;
     alloc(k_cublas_workspace, component::workspace, "cuBLAS workspace (autograd thread)");
   }
-  for (int loss : losses) tensor_meta_[loss].grad = alloc(4, component::activation_gradients, "loss gradient");
+  for (int loss : losses)
+    tensor_meta_[loss].grad = alloc(4, component::activation_gradients, "loss gradient");
   run_nodes_backward(0);
   // Gradients of tensors without a producer node (inputs) are never created; any left are freed.
   for (std::size_t t = 0; t < tensor_meta_.size(); ++t) {
@@ -925,7 +928,8 @@ int lm_forward_loss(walker& w) {
   w.unref(x);
   const int head = g_lm.head >= 0 ? g_lm.head : g_lm.embed;
   const int hb = w.dt_.amp ? 4 : w.dt_.act;
-  const int logits = w.linear(hidden, D.tok(), D.h, D.V / w.r_.tp, head, hb, "logits", component::logits_and_loss);
+  const int logits =
+      w.linear(hidden, D.tok(), D.h, D.V / w.r_.tp, head, hb, "logits", component::logits_and_loss);
   w.unref(hidden);
   // transformers' ForCausalLMLoss calls logits.float(); BertForMaskedLM hands 16-bit logits to
   // CrossEntropyLoss.

@@ -93,7 +93,8 @@ class caching_allocator_model {
       for (auto& h : hint_) h = -1;
     }
     /// The best-fitting block for `size`, left in place; -1 if none.
-    [[nodiscard]] std::int32_t peek_best(const std::vector<block>& blocks, std::uint64_t size) const;
+    [[nodiscard]] std::int32_t peek_best(const std::vector<block>& blocks,
+                                         std::uint64_t size) const;
     /// As peek_best, and removed from the pool.
     std::int32_t take_best(std::vector<block>& blocks, std::uint64_t size);
     /// Lists block `b` (its size and address set).
@@ -108,10 +109,10 @@ class caching_allocator_model {
     static constexpr unsigned bin_count = levels << sub_bits;
     static unsigned bin_of(std::uint64_t size) noexcept;
     void mark(unsigned bin, bool on) noexcept;
-    std::int32_t head_[bin_count];               ///< first (smallest) block of each bin, or -1
-    std::int32_t hint_[bin_count];               ///< the block of each bin listed last, or -1
-    std::uint64_t level_bits_ = 0;               ///< bit l: some bin of level l is non-empty
-    std::uint64_t bin_bits_[levels] = {};        ///< per level, bit k: bin (l, k) non-empty
+    std::int32_t head_[bin_count];         ///< first (smallest) block of each bin, or -1
+    std::int32_t hint_[bin_count];         ///< the block of each bin listed last, or -1
+    std::uint64_t level_bits_ = 0;         ///< bit l: some bin of level l is non-empty
+    std::uint64_t bin_bits_[levels] = {};  ///< per level, bit k: bin (l, k) non-empty
   };
   std::int32_t new_block();
   std::int32_t new_segment(std::uint64_t size, bool small);

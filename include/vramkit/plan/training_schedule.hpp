@@ -25,14 +25,23 @@ enum class component : std::uint8_t {
   temporaries,            ///< short-lived forward/optimizer intermediates
   kv_cache,
   inputs,
-  workspace,              ///< library workspaces taken from the caching allocator (cuBLAS)
+  workspace,  ///< library workspaces taken from the caching allocator (cuBLAS)
   count_
 };
 const char* to_string(component c) noexcept;
 inline constexpr int component_count = static_cast<int>(component::count_);
 
 /// Phase of the step an event belongs to.
-enum class phase : std::uint8_t { setup, forward, loss, backward, optimizer, prefill, decode, count_ };
+enum class phase : std::uint8_t {
+  setup,
+  forward,
+  loss,
+  backward,
+  optimizer,
+  prefill,
+  decode,
+  count_
+};
 const char* to_string(phase p) noexcept;
 
 /// One allocation or free. `tensor` indexes schedule::tensors; the tensor's size and component

@@ -21,7 +21,9 @@ namespace {
 
 void expect_within_tolerance(const std::string& file) {
   const std::string path = std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/plan/" + file;
-  if (!std::ifstream(path)) GTEST_SKIP() << "tests/data/plan/" << file << " does not exist yet (bench/plan/measure_*.py write it)";
+  if (!std::ifstream(path))
+    GTEST_SKIP() << "tests/data/plan/" << file
+                 << " does not exist yet (bench/plan/measure_*.py write it)";
   const auto doc = load_ground_truth(path);
   std::vector<double> alloc_err;
   int checked = 0;
@@ -55,11 +57,17 @@ void expect_within_tolerance(const std::string& file) {
 
 }  // namespace
 
-TEST(PlanAccuracy, EveryGroundTruthCaseWithinTolerance) { expect_within_tolerance("ground_truth.json"); }
+TEST(PlanAccuracy, EveryGroundTruthCaseWithinTolerance) {
+  expect_within_tolerance("ground_truth.json");
+}
 
-TEST(PlanAccuracy, EveryDataParallelCaseWithinTolerance) { expect_within_tolerance("ground_truth_ddp.json"); }
+TEST(PlanAccuracy, EveryDataParallelCaseWithinTolerance) {
+  expect_within_tolerance("ground_truth_ddp.json");
+}
 
-TEST(PlanAccuracy, EveryFullyShardedCaseWithinTolerance) { expect_within_tolerance("ground_truth_fsdp.json"); }
+TEST(PlanAccuracy, EveryFullyShardedCaseWithinTolerance) {
+  expect_within_tolerance("ground_truth_fsdp.json");
+}
 
 TEST(PlanAccuracy, MalformedGroundTruthNamesFileAndCase) {
   const std::string path = testing::TempDir() + "/vramkit_bad_ground_truth.json";
