@@ -114,6 +114,15 @@ struct node {
   int ckpt_input = k_none;
 };
 
+/// Where a transformer's parameters sit in parameter_tensors(): the embeddings, norms and head,
+/// and the first layer's first parameter (each layer has per_layer of them).
+struct lm_params {
+  int embed = k_none, pos = k_none, types = k_none, embed_norm = k_none, final_norm = k_none,
+      head = k_none, head_transform = k_none, head_bias = k_none;
+  int first_layer_param = 0;
+  int per_layer = 6;
+};
+
 class walker;
 using layer_fn = int (*)(walker&, int x, int layer);
 
@@ -193,6 +202,10 @@ class walker {
     unref(alloc(bytes, c, label));
   }
   [[nodiscard]] u64 bytes(int t) const { return s_.tensors[t].bytes; }
+  /// Index of parameter `k` of transformer layer `layer`.
+  [[nodiscard]] int layer_param(int layer, int k) const {
+    return lm_.first_layer_param + layer * lm_.per_layer + k;
+  }
   [[nodiscard]] bool requires_grad(int t) const {
     return t >= 0 && tensor_meta_[t].producer != k_none;
   }
@@ -281,6 +294,7 @@ class walker {
   schedule& s_;
   dtypes dt_;
   std::vector<tensor_meta> tensor_meta_;
+  lm_params lm_;
   std::vector<node> nodes_;
   std::vector<int> param_tensor_, cast_of_, param_grad_, cache_;
   std::vector<u64> param_elems_;
@@ -546,15 +560,6 @@ int attention(walker& w, const dims& D, int q, int k, int v, int qkv_bytes, bool
 
 // ---- transformer families --------------------------------------------------------------------
 
-struct lm_params {
-  int embed = k_none, pos = k_none, types = k_none, embed_norm = k_none, final_norm = k_none, head = k_none,
-      head_transform = k_none, head_bias = k_none;
-  int first_layer_param = 0;
-  int per_layer = 6;
-};
-
-thread_local lm_params g_lm;  // indices are recomputed per walker; one per planning thread
-
 dims lm_dims(const walker& w) {
   const auto& t = w.m_.t;
   dims D;
@@ -577,7 +582,6 @@ dims lm_dims(const walker& w) {
   return D;
 }
 
-int layer_param(int layer, int k) { return g_lm.first_layer_param + layer * g_lm.per_layer + k; }
 
 /// One decoder/encoder block of the HF transformer families. `x` is the block input (fp32 under
 /// autocast, the model dtype otherwise). Returns the block output with one reference.
@@ -597,19 +601,19 @@ int transformer_block(walker& w, int x, int l) {
 
   auto mlp = [&](int in, int in_bytes) {
     if (t.mlp == mlp_kind::swiglu) {
-      const int g = w.linear(in, rows, D.h, D.f, layer_param(l, 4), in_bytes, "mlp gate");
+      const int g = w.linear(in, rows, D.h, D.f, w.layer_param(l, 4), in_bytes, "mlp gate");
       const u64 nf = static_cast<u64>(rows * D.f);
       const int a = w.op(nf * low, "mlp silu", {edge{g, nf * low}}, {g});
       w.unref(g);
-      const int u = w.linear(in, rows, D.h, D.f, layer_param(l, 4), in_bytes, "mlp up");
+      const int u = w.linear(in, rows, D.h, D.f, w.layer_param(l, 4), in_bytes, "mlp up");
       const int m = w.op(nf * low, "mlp product", {edge{a, nf * low}, edge{u, nf * low}}, {a, u});
       w.unref(a), w.unref(u);
-      const int d = w.linear(m, rows, D.f, D.h, layer_param(l, 5), low, "mlp down");
+      const int d = w.linear(m, rows, D.f, D.h, w.layer_param(l, 5), low, "mlp down");
       w.unref(m);
       return d;
     }
     const u64 nf = static_cast<u64>(rows * D.f);
-    const int u = w.linear(in, rows, D.h, D.f, layer_param(l, 4), in_bytes, "mlp up");
+    const int u = w.linear(in, rows, D.h, D.f, w.layer_param(l, 4), in_bytes, "mlp up");
     int a;
     if (t.mlp == mlp_kind::gelu_python) {
       // NewGELUActivation: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3))). pow is on autocast's
@@ -637,13 +641,13 @@ int transformer_block(walker& w, int x, int l) {
       a = w.op(nf * eb, "gelu output", {edge{hu, nf * low}, edge{t3, nf * eb}}, {hu, t3});
       w.unref(hu), w.unref(t3), w.unref(u32);
       w.unref(u);
-      const int d = w.linear(a, rows, D.f, D.h, layer_param(l, 5), eb, "mlp down");
+      const int d = w.linear(a, rows, D.f, D.h, w.layer_param(l, 5), eb, "mlp down");
       w.unref(a);
       return d;
     }
     a = w.op(nf * low, "mlp gelu", {edge{u, nf * low}}, {u});
     w.unref(u);
-    const int d = w.linear(a, rows, D.f, D.h, layer_param(l, 5), low, "mlp down");
+    const int d = w.linear(a, rows, D.f, D.h, w.layer_param(l, 5), low, "mlp down");
     w.unref(a);
     return d;
   };
@@ -651,15 +655,15 @@ int transformer_block(walker& w, int x, int l) {
   auto self_attention = [&](int in, int in_bytes) {
     if (fam == model_family::bert) {
       // Separate query/key/value Linear modules, each casting the fp32 input under autocast.
-      const int q = w.linear(in, rows, D.h, D.heads * D.d, layer_param(l, 1), in_bytes, "query");
-      const int k = w.linear(in, rows, D.h, D.kv * D.d, layer_param(l, 1), in_bytes, "key");
-      const int v = w.linear(in, rows, D.h, D.kv * D.d, layer_param(l, 1), in_bytes, "value");
+      const int q = w.linear(in, rows, D.h, D.heads * D.d, w.layer_param(l, 1), in_bytes, "query");
+      const int k = w.linear(in, rows, D.h, D.kv * D.d, w.layer_param(l, 1), in_bytes, "key");
+      const int v = w.linear(in, rows, D.h, D.kv * D.d, w.layer_param(l, 1), in_bytes, "value");
       const int o = attention(w, D, q, k, v, low, false, t.attention_dropout, false);
       w.unref(q), w.unref(k), w.unref(v);
       return o;
     }
     if (fam == model_family::gpt2) {
-      const int qkv = w.linear(in, rows, D.h, 3 * D.h, layer_param(l, 1), in_bytes, "qkv");
+      const int qkv = w.linear(in, rows, D.h, 3 * D.h, w.layer_param(l, 1), in_bytes, "qkv");
       const int o = attention(w, D, qkv, qkv, qkv, low, true, t.attention_dropout, true);
       w.unref(qkv);
       return o;
@@ -667,7 +671,7 @@ int transformer_block(walker& w, int x, int l) {
     if (fam == model_family::gpt_neox) {
       // Packed qkv; partial rotary on q and k: cat(rotated fp32 part, pass part) promotes q and
       // k to fp32 under autocast; v stays a view of qkv.
-      const int qkv = w.linear(in, rows, D.h, 3 * D.h, layer_param(l, 1), in_bytes, "qkv");
+      const int qkv = w.linear(in, rows, D.h, 3 * D.h, w.layer_param(l, 1), in_bytes, "qkv");
       const int rb = w.dt_.amp ? 4 : low;
       const u64 nrot = static_cast<u64>(static_cast<double>(nq) * t.rotary_fraction);
       auto rope = [&](const char* label) {
@@ -698,9 +702,9 @@ int transformer_block(walker& w, int x, int l) {
     // LLaMA / Mistral / Qwen2: q, k, v projections (each casting the fp32 norm output under
     // autocast), RoPE (q*cos + rotate_half(q)*sin; cos/sin are fp32 under autocast, promoting
     // q and k to fp32), SDPA with grouped-query heads.
-    const int q = w.linear(in, rows, D.h, D.heads * D.d, layer_param(l, 1), in_bytes, "query");
-    const int k = w.linear(in, rows, D.h, D.kv * D.d, layer_param(l, 1), in_bytes, "key");
-    const int v = w.linear(in, rows, D.h, D.kv * D.d, layer_param(l, 1), in_bytes, "value");
+    const int q = w.linear(in, rows, D.h, D.heads * D.d, w.layer_param(l, 1), in_bytes, "query");
+    const int k = w.linear(in, rows, D.h, D.kv * D.d, w.layer_param(l, 1), in_bytes, "key");
+    const int v = w.linear(in, rows, D.h, D.kv * D.d, w.layer_param(l, 1), in_bytes, "value");
     const int rb = w.dt_.amp ? 4 : low;
     auto rope = [&](int src, u64 n, const char* label) {
       const int a = w.op(n * rb, "rope q*cos", {edge{src, n * low}}, {});
@@ -724,31 +728,31 @@ int transformer_block(walker& w, int x, int l) {
   if (fam == model_family::bert) {
     // Post-LN: attention -> dense -> dropout -> LayerNorm(x + .) -> intermediate -> output.
     const int a = self_attention(x, xb);
-    const int o = w.linear(a, rows, D.h, D.h, layer_param(l, 2), low, "attention dense");
+    const int o = w.linear(a, rows, D.h, D.h, w.layer_param(l, 2), low, "attention dense");
     w.unref(a);
     const int od = dropout(w, o, nh, low, t.hidden_dropout, "hidden dropout");
     w.unref(o);
     const int s1 = add(w, od, low, x, xb, nh, "residual");
     w.unref(od);
-    const int h1 = layer_norm(w, s1, rows, D.h, std::max(low, xb), layer_param(l, 0));
+    const int h1 = layer_norm(w, s1, rows, D.h, std::max(low, xb), w.layer_param(l, 0));
     w.unref(s1);
     const int m = mlp(h1, nb);
     const int md = dropout(w, m, nh, low, t.hidden_dropout, "hidden dropout");
     w.unref(m);
     const int s2 = add(w, md, low, h1, nb, nh, "residual");
     w.unref(md), w.unref(h1);
-    const int y = layer_norm(w, s2, rows, D.h, std::max(low, nb), layer_param(l, 3));
+    const int y = layer_norm(w, s2, rows, D.h, std::max(low, nb), w.layer_param(l, 3));
     w.unref(s2);
     return y;
   }
-  const int n1 = norm(w, x, rows, D.h, xb, layer_param(l, 0));
+  const int n1 = norm(w, x, rows, D.h, xb, w.layer_param(l, 0));
   const int a = self_attention(n1, nb);
-  const int o = w.linear(a, rows, D.heads * D.d, D.h, layer_param(l, 2), low, "attention output projection");
+  const int o = w.linear(a, rows, D.heads * D.d, D.h, w.layer_param(l, 2), low, "attention output projection");
   w.unref(a);
   const int od = dropout(w, o, nh, low, t.hidden_dropout, "residual dropout");
   w.unref(o);
   if (t.parallel_residual) {
-    const int n2 = norm(w, x, rows, D.h, xb, layer_param(l, 3));
+    const int n2 = norm(w, x, rows, D.h, xb, w.layer_param(l, 3));
     w.unref(n1);
     const int m = mlp(n2, nb);
     w.unref(n2);
@@ -764,7 +768,7 @@ int transformer_block(walker& w, int x, int l) {
   const int h1 = add(w, od, low, x, xb, nh, "residual");
   w.unref(od);
   const int h1b = std::max(low, xb);
-  const int n2 = norm(w, h1, rows, D.h, h1b, layer_param(l, 3));
+  const int n2 = norm(w, h1, rows, D.h, h1b, w.layer_param(l, 3));
   const int m = mlp(n2, nb);
   w.unref(n2);
   const int md = dropout(w, m, nh, low, t.hidden_dropout, "residual dropout");
@@ -850,19 +854,19 @@ void setup_params(walker& w) {
     w.param_elems_[i] = static_cast<u64>(e);
     if (params[i].layer == 0 && first_layer < 0) first_layer = i;
   }
-  g_lm = lm_params{};
-  g_lm.first_layer_param = first_layer < 0 ? 0 : first_layer;
+  w.lm_ = lm_params{};
+  w.lm_.first_layer_param = first_layer < 0 ? 0 : first_layer;
   for (int i = 0; i < n; ++i) {
     const auto& nm = params[i].name;
     if (params[i].layer >= 0) continue;
-    if (nm == "embed_tokens") g_lm.embed = i;
-    else if (nm == "embed_positions") g_lm.pos = i;
-    else if (nm == "embed_token_types") g_lm.types = i;
-    else if (nm == "embed_norm") g_lm.embed_norm = i;
-    else if (nm == "final_norm") g_lm.final_norm = i;
-    else if (nm == "lm_head") g_lm.head = i;
-    else if (nm == "head_transform") g_lm.head_transform = i;
-    else if (nm == "head_bias") g_lm.head_bias = i;
+    if (nm == "embed_tokens") w.lm_.embed = i;
+    else if (nm == "embed_positions") w.lm_.pos = i;
+    else if (nm == "embed_token_types") w.lm_.types = i;
+    else if (nm == "embed_norm") w.lm_.embed_norm = i;
+    else if (nm == "final_norm") w.lm_.final_norm = i;
+    else if (nm == "lm_head") w.lm_.head = i;
+    else if (nm == "head_transform") w.lm_.head_transform = i;
+    else if (nm == "head_bias") w.lm_.head_bias = i;
   }
 }
 
@@ -879,26 +883,26 @@ int lm_forward_loss(walker& w) {
   w.layer_ = -1;
   const int ids = w.alloc(rows * 8, component::inputs, "input ids");
   const int labels = w.alloc(rows * 8, component::inputs, "labels");
-  int x = w.op(nh * eb, "token embeddings", {}, {ids}, {g_lm.embed});
-  if (g_lm.pos >= 0) {
-    const int pe = w.op(static_cast<u64>(D.s * D.h) * eb, "position embeddings", {}, {}, {g_lm.pos});
+  int x = w.op(nh * eb, "token embeddings", {}, {ids}, {w.lm_.embed});
+  if (w.lm_.pos >= 0) {
+    const int pe = w.op(static_cast<u64>(D.s * D.h) * eb, "position embeddings", {}, {}, {w.lm_.pos});
     const int s = add(w, x, eb, pe, eb, nh, "embeddings sum");
     w.unref(x), w.unref(pe);
     x = s;
   }
-  if (g_lm.types >= 0) {
-    const int te = w.op(nh * eb, "token type embeddings", {}, {}, {g_lm.types});
+  if (w.lm_.types >= 0) {
+    const int te = w.op(nh * eb, "token type embeddings", {}, {}, {w.lm_.types});
     const int s = add(w, x, eb, te, eb, nh, "embeddings sum");
     w.unref(x), w.unref(te);
     x = s;
   }
-  if (g_lm.embed_norm >= 0) {
-    const int y = layer_norm(w, x, D.tok(), D.h, eb, g_lm.embed_norm);
+  if (w.lm_.embed_norm >= 0) {
+    const int y = layer_norm(w, x, D.tok(), D.h, eb, w.lm_.embed_norm);
     w.unref(x);
     x = y;
   }
   if (t.embedding_dropout > 0) {
-    const int y = dropout(w, x, nh, w.dt_.amp && g_lm.embed_norm >= 0 ? 4 : eb, t.embedding_dropout, "embedding dropout");
+    const int y = dropout(w, x, nh, w.dt_.amp && w.lm_.embed_norm >= 0 ? 4 : eb, t.embedding_dropout, "embedding dropout");
     w.unref(x);
     x = y;
   }
@@ -917,16 +921,16 @@ int lm_forward_loss(walker& w) {
   w.layer_ = -1;
   int hidden;
   if (w.m_.family == model_family::bert) {
-    const int d = w.linear(x, D.tok(), D.h, D.h, g_lm.head_transform, xb, "head transform");
+    const int d = w.linear(x, D.tok(), D.h, D.h, w.lm_.head_transform, xb, "head transform");
     const int g = w.op(nh * w.dt_.low, "head gelu", {edge{d, nh * w.dt_.low}}, {d});
     w.unref(d);
-    hidden = layer_norm(w, g, D.tok(), D.h, w.dt_.low, g_lm.head_transform);
+    hidden = layer_norm(w, g, D.tok(), D.h, w.dt_.low, w.lm_.head_transform);
     w.unref(g);
   } else {
-    hidden = norm(w, x, D.tok(), D.h, xb, g_lm.final_norm);
+    hidden = norm(w, x, D.tok(), D.h, xb, w.lm_.final_norm);
   }
   w.unref(x);
-  const int head = g_lm.head >= 0 ? g_lm.head : g_lm.embed;
+  const int head = w.lm_.head >= 0 ? w.lm_.head : w.lm_.embed;
   const int hb = w.dt_.amp ? 4 : w.dt_.act;
   const int logits =
       w.linear(hidden, D.tok(), D.h, D.V / w.r_.tp, head, hb, "logits", component::logits_and_loss);
