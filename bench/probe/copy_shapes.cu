@@ -1,9 +1,11 @@
 // Device-to-device copy kernels of other shapes than the probe tries, beside cudaMemcpyAsync D2D,
 // measured interleaved on the same buffers: grid-stride loops, one-pass grids (one tile per
 // block, the hardware scheduler balancing the blocks), work stealing (blocks take tiles from a
-// ticket counter, which evens out the last wave) and exact waves (contiguous equal ranges, a
-// block count that fills every SM evenly). It records why the probe's copy kernel stops just
-// short of cudaMemcpy. Every variant is verified word by word before it is timed.
+// ticket counter, which evens out the last wave), exact waves (contiguous equal ranges, a
+// block count that fills every SM evenly) and one pass with one block per SM at a time (a shared-
+// memory reservation caps the occupancy, and with it the bytes in flight per SM). It records which
+// shapes reach cudaMemcpy and which stop short. Every variant is verified word by word before it
+// is timed.
 //
 // Not part of the CMake build (it is a study, not a tool): scripts/gpu-check.d/20-probe.sh
 // compiles it with nvcc and runs it.
@@ -154,6 +156,9 @@ int main(int argc, char** argv) {
   CHECK(cudaGetDevice(&dev));
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   CHECK(cudaDeviceGetAttribute(&max_threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
+  int smem_per_sm = 0;
+  CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  const int one_block = smem_per_sm / 2 + 1024;  // a second block's reservation does not fit
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, dev));
   const std::size_t n_words = bytes / 4, n = bytes / 16;
@@ -182,12 +187,15 @@ int main(int argc, char** argv) {
                   },
                   {}});
   };
-  auto onepass = [&](const char* name, auto kernel, int threads, int per_thread) {
+  auto onepass = [&](const char* name, auto kernel, int threads, int per_thread, int smem = 0) {
     const std::size_t tile = static_cast<std::size_t>(threads) * per_thread;
     const auto blocks = static_cast<unsigned>((n + tile - 1) / tile);
-    vs.push_back({std::string(name) + ", " + std::to_string(threads) + " threads x " + std::to_string(blocks) + " blocks",
+    if (smem > 0)
+      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    vs.push_back({std::string(name) + ", " + std::to_string(threads) + " threads x " +
+                      std::to_string(blocks) + " blocks" + (smem > 0 ? ", one block per SM" : ""),
                   [=](cudaStream_t st) {
-                    kernel<<<blocks, threads, 0, st>>>(d, src, n);
+                    kernel<<<blocks, threads, smem, st>>>(d, src, n);
                     CHECK(cudaGetLastError());
                   },
                   {}});
@@ -221,6 +229,13 @@ int main(int argc, char** argv) {
   onepass("one pass 4 x 16 B", onepass_copy<4, 0>, 1024, 4);
   onepass("one pass 8 x 16 B", onepass_copy<8, 0>, 512, 8);
   onepass("one pass 16 x 16 B streaming", onepass_copy<16, 2>, 256, 16);
+  onepass("one pass 2 x 16 B streaming", onepass_copy<2, 2>, 1024, 2, one_block);
+  onepass("one pass 3 x 16 B streaming", onepass_copy<3, 2>, 1024, 3, one_block);
+  onepass("one pass 3 x 16 B", onepass_copy<3, 0>, 1024, 3, one_block);
+  onepass("one pass 4 x 16 B streaming", onepass_copy<4, 2>, 768, 4, one_block);
+  onepass("one pass 4 x 16 B streaming", onepass_copy<4, 2>, 1024, 4, one_block);
+  onepass("one pass 6 x 16 B streaming", onepass_copy<6, 2>, 512, 6, one_block);
+  onepass("one pass 8 x 16 B streaming", onepass_copy<8, 2>, 1024, 8, one_block);
   steal("work stealing 2 x 16 B", steal_copy<2, 0>, 512, 2);
   steal("work stealing 2 x 16 B streaming", steal_copy<2, 2>, 512, 2);
   steal("work stealing 4 x 16 B streaming", steal_copy<4, 2>, 1024, 4);

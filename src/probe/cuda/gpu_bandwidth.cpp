@@ -38,7 +38,8 @@ std::string cfg_note(const launch_config& c) {
   }
   return std::to_string(c.blocks) + " blocks x " + std::to_string(c.threads) + " threads, unroll " +
          std::to_string(c.unroll) + cache_name(c.cache) +
-         (c.chunked ? ", one contiguous chunk per block" : ", grid-stride");
+         (c.chunked ? ", one contiguous chunk per block" : ", grid-stride") +
+         (c.smem_reserve > 0 ? ", one block per multiprocessor at a time" : "");
 }
 
 void put_cfg(measurement& m, const launch_config& c) {
@@ -48,6 +49,7 @@ void put_cfg(measurement& m, const launch_config& c) {
   m.extra["cache_hint"] = static_cast<int>(c.cache);
   m.extra["chunked"] = c.chunked ? 1 : 0;
   m.extra["bulk_bytes"] = c.bulk_bytes;
+  m.extra["smem_reserve"] = c.smem_reserve;
 }
 
 // Launch shapes worth trying for a bandwidth kernel on this device: occupancy, unroll, cache hint
@@ -79,6 +81,22 @@ std::vector<launch_config> candidates(const gpu_context& ctx, std::size_t n_vec,
       }
     }
   }
+  // Copies, one pass with one block per multiprocessor at a time: 48 KiB in flight per
+  // multiprocessor (1024 x 3 or 768 x 4 vectors) beat every fuller occupancy on the H200, which
+  // sees fewer interleaved read and write streams (docs/probe.md); 64 KiB for a neighbour.
+  const int reserve = ctx.smem_per_sm / 2 + 1024;  // two blocks' reservations no longer fit
+  if (kind == 2 && ctx.smem_per_sm > 0 && reserve <= ctx.smem_per_block_optin) {
+    for (cache_hint hint : {cache_hint::streaming, cache_hint::normal}) {
+      for (auto [threads, unroll] : {std::pair{1024, 3}, std::pair{768, 4}, std::pair{1024, 4}}) {
+        const std::size_t per_block = static_cast<std::size_t>(threads) * unroll;
+        const std::size_t blocks = (n_vec + per_block - 1) / per_block;
+        if (blocks >= static_cast<std::size_t>(1) << 30) continue;
+        launch_config c{static_cast<int>(blocks), threads, hint, true, unroll};
+        c.smem_reserve = reserve;
+        out.push_back(c);
+      }
+    }
+  }
   if (kind == 2 && ctx.cc_major >= 9) {
     for (int stages : {1, 2}) {
       for (int chunk_kib : {16, 32}) {
@@ -107,6 +125,8 @@ struct tune_result {
 
 std::string family(const launch_config& c) {
   if (c.bulk_bytes > 0) return c.unroll >= 2 ? "bulk2" : "bulk1";
+  if (c.smem_reserve > 0)
+    return c.cache == cache_hint::streaming ? "one_block_streaming" : "one_block";
   switch (c.cache) {
     case cache_hint::streaming: return "streaming";
     case cache_hint::prefetch: return "prefetch";

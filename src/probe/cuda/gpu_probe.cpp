@@ -294,6 +294,8 @@ gpu_context describe_device(int ordinal, const probe_options& options, probe_rep
   ctx.cc_major = prop.major;
   ctx.max_threads_per_sm = std::max(256, attribute(cudaDevAttrMaxThreadsPerMultiProcessor, ordinal));
   ctx.l2_bytes = static_cast<std::size_t>(attribute(cudaDevAttrL2CacheSize, ordinal));
+  ctx.smem_per_sm = attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, ordinal);
+  ctx.smem_per_block_optin = attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal);
   ctx.total_bytes = prop.totalGlobalMem;
   ctx.concurrent_managed = attribute(cudaDevAttrConcurrentManagedAccess, ordinal) != 0;
   ctx.can_map_host = attribute(cudaDevAttrCanMapHostMemory, ordinal) != 0;

@@ -105,6 +105,8 @@ struct gpu_context {
   int sm_count = 0;
   int cc_major = 0;
   int max_threads_per_sm = 2048;
+  int smem_per_sm = 0;           ///< shared memory per multiprocessor, bytes
+  int smem_per_block_optin = 0;  ///< the most one block may ask for (after opting in)
   std::size_t l2_bytes = 0;
   std::size_t total_bytes = 0;
   std::size_t free_bytes = 0;

@@ -251,6 +251,28 @@ __global__ void chase_kernel(const std::uint64_t* start, std::uint64_t warm, std
 
 int grid_for(const launch_config& cfg) { return cfg.blocks > 0 ? cfg.blocks : 1; }
 
+template <int Cache, int Unroll>
+cudaError_t launch_copy_unrolled(uint4* d, const uint4* s, std::size_t n_vec,
+                                 const launch_config& cfg, cudaStream_t stream) {
+  auto* kernel = copy_kernel<Cache, Unroll>;
+  if (cfg.smem_reserve > 48 * 1024) {  // above the default limit a kernel must opt in
+    const cudaError_t st =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, cfg.smem_reserve);
+    if (st != cudaSuccess) return st;
+  }
+  kernel<<<grid_for(cfg), cfg.threads, static_cast<std::size_t>(cfg.smem_reserve), stream>>>(
+      d, s, n_vec, cfg.chunked);
+  return cudaSuccess;
+}
+
+template <int Cache>
+cudaError_t launch_copy_as(uint4* d, const uint4* s, std::size_t n_vec, const launch_config& cfg,
+                           cudaStream_t stream) {
+  if (cfg.unroll >= 8) return launch_copy_unrolled<Cache, 8>(d, s, n_vec, cfg, stream);
+  if (cfg.unroll == 3) return launch_copy_unrolled<Cache, 3>(d, s, n_vec, cfg, stream);
+  return launch_copy_unrolled<Cache, 4>(d, s, n_vec, cfg, stream);
+}
+
 }  // namespace
 
 cudaError_t launch_fill(std::uint32_t* p, std::size_t n_words, std::uint32_t seed,
@@ -315,27 +337,22 @@ cudaError_t launch_copy(std::uint32_t* dst, const std::uint32_t* src, std::size_
         reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), n_vec * 16,
         static_cast<unsigned>(cfg.bulk_bytes), 200'000'000ull);
   } else if (n_vec > 0) {
-    const int g = grid_for(cfg);
-    const bool u8 = cfg.unroll >= 8;
-    const bool c = cfg.chunked;
+    cudaError_t st = cudaSuccess;
     switch (cfg.cache) {
       case cache_hint::streaming:
-        if (u8) copy_kernel<1, 8><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
-        else copy_kernel<1, 4><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
+        st = launch_copy_as<1>(d, s, n_vec, cfg, stream);
         break;
       case cache_hint::prefetch:
-        if (u8) copy_kernel<2, 8><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
-        else copy_kernel<2, 4><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
+        st = launch_copy_as<2>(d, s, n_vec, cfg, stream);
         break;
       case cache_hint::prefetch_streaming:
-        if (u8) copy_kernel<3, 8><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
-        else copy_kernel<3, 4><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
+        st = launch_copy_as<3>(d, s, n_vec, cfg, stream);
         break;
       default:
-        if (u8) copy_kernel<0, 8><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
-        else copy_kernel<0, 4><<<g, cfg.threads, 0, stream>>>(d, s, n_vec, c);
+        st = launch_copy_as<0>(d, s, n_vec, cfg, stream);
         break;
     }
+    if (st != cudaSuccess) return st;
   }
   if (n_words % 4 != 0)
     tail_kernel<<<1, 1, 0, stream>>>(dst, src, n_vec * 4, n_words, 0, 2, nullptr);

@@ -24,7 +24,8 @@ enum class cache_hint : int {
 /// How a bandwidth kernel is launched: `blocks` x `threads`; `chunked` gives every block one
 /// contiguous range instead of a grid-wide stride (with blocks = vectors / (threads x unroll)
 /// that is one pass: every thread makes exactly `unroll` accesses); `unroll` is 4 or 8
-/// independent 16-byte accesses in flight per thread (reads and copies; writes use 4).
+/// independent 16-byte accesses in flight per thread (reads and copies; writes use 4; copies
+/// also take 3).
 struct launch_config {
   int blocks = 0;
   int threads = 256;
@@ -36,6 +37,11 @@ struct launch_config {
   /// accelerator) instead of 16-byte loads and stores; `threads` is then 32 and `unroll` the
   /// number of shared-memory buffers (1, or 2 to load the next chunk while storing this one).
   int bulk_bytes = 0;
+  /// Copies only: bytes of dynamic shared memory every block reserves and never touches. It caps
+  /// how many blocks share one multiprocessor (more than half its shared memory: one block), and
+  /// with it the bytes in flight per multiprocessor and the number of address streams the memory
+  /// controllers see at once.
+  int smem_reserve = 0;
 };
 
 /// Writes the pattern into `p` (device or mapped host memory); also the "write" bandwidth kernel.
