@@ -67,7 +67,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   std::uint64_t size = 0;
-  int threads = 0, rounds = 2;
+  int threads = 0, rounds = 3;
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
