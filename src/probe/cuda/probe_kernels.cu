@@ -255,9 +255,14 @@ template <int Cache, int Unroll>
 cudaError_t launch_copy_unrolled(uint4* d, const uint4* s, std::size_t n_vec,
                                  const launch_config& cfg, cudaStream_t stream) {
   auto* kernel = copy_kernel<Cache, Unroll>;
-  if (cfg.smem_reserve > 48 * 1024) {  // above the default limit a kernel must opt in
-    const cudaError_t st =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, cfg.smem_reserve);
+  if (cfg.smem_reserve > 48 * 1024) {  // above the default limit a kernel must opt in, once
+    // Read first: setting the attribute on every launch could make each launch carry a state
+    // change, which a timed loop must not pay for.
+    cudaFuncAttributes attr{};
+    cudaError_t st = cudaFuncGetAttributes(&attr, kernel);
+    if (st == cudaSuccess && attr.maxDynamicSharedSizeBytes < cfg.smem_reserve)
+      st = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                cfg.smem_reserve);
     if (st != cudaSuccess) return st;
   }
   kernel<<<grid_for(cfg), cfg.threads, static_cast<std::size_t>(cfg.smem_reserve), stream>>>(
