@@ -14,6 +14,8 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <iterator>
+#include <stdexcept>
 #include <thread>
 
 #include <fmt/format.h>
@@ -494,10 +496,21 @@ void run_host_probe(const probe_options& options, probe_report& report) {
       report.header["host.bw.warning"] = "arrays smaller than 4x the last-level cache: figures may include cache hits";
     }
     const int threads = options.host_threads > 0 ? std::min(options.host_threads, topo.pu_count()) : topo.pu_count();
-    const std::vector<bw_kind> all_kinds = {bw_kind::read, bw_kind::write, bw_kind::copy, bw_kind::triad};
+    std::vector<bw_kind> all_kinds;
+    for (const auto& spec : bw_specs) {
+      if (options.host_kernels.empty() || options.host_kernels.count(spec.name))
+        all_kinds.push_back(spec.kind);
+    }
+    for (const auto& name : options.host_kernels) {
+      if (std::none_of(std::begin(bw_specs), std::end(bw_specs),
+                       [&](const bw_spec& sp) { return name == sp.name; }))
+        throw std::invalid_argument("unknown host bandwidth kernel '" + name +
+                                    "' (read, write, copy, triad)");
+    }
 
     std::vector<placement> placements;
-    placements.push_back({"host.bw", "host", "host", topo.spread(topo.pus(), threads), -1, true, all_kinds});
+    placements.push_back({"host.bw", "host", "host", topo.spread(topo.pus(), threads), -1,
+                          options.host_one_thread, all_kinds});
     const auto& nodes = topo.numa_nodes();
     if (nodes.size() > 1) {
       for (const auto& nd : nodes) {

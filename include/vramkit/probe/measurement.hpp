@@ -123,6 +123,9 @@ struct probe_options {
   std::uint64_t host_buffer_bytes = 0;  ///< 0 = auto (well past the last-level cache)
   std::uint64_t max_latency_bytes = 0;  ///< 0 = auto (>= 1 GiB full, smaller quick)
   int host_repetitions = 0;          ///< timed samples per host figure; 0 = auto (full 10, quick 3)
+  /// Host bandwidth kernels to time ("read", "write", "copy", "triad"); empty = all four.
+  std::set<std::string> host_kernels;
+  bool host_one_thread = true;       ///< also time each host kernel on a single thread
   std::string command_line;          ///< recorded in the report header
   /// Progress lines for stderr; may be empty.
   std::function<void(const std::string&)> progress;

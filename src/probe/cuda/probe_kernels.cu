@@ -110,6 +110,26 @@ __global__ void copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ s
   for (; i < s.end; i += s.step) store16<Cache>(dst + i, load16<Cache>(src + i));
 }
 
+// One pass: block b copies the tile [b x T x Unroll, (b + 1) x T x Unroll) of T = blockDim.x
+// threads, each thread Unroll vectors T apart (the layout copy_kernel gives a chunked grid of that
+// many blocks), with no division and no loop: at one block per multiprocessor a block lives a few
+// microseconds, and its index arithmetic delays the first load.
+template <int Cache, int Unroll>
+__global__ void copy_tile_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src,
+                                 std::size_t n_vec) {
+  const std::size_t T = blockDim.x;
+  const std::size_t i = blockIdx.x * T * Unroll + threadIdx.x;
+  if (i + (Unroll - 1) * T < n_vec) {
+    uint4 v[Unroll];
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) v[u] = load16<Cache>(src + i + u * T);
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) store16<Cache>(dst + i + u * T, v[u]);
+  } else {
+    for (std::size_t j = i; j < n_vec; j += T) store16<Cache>(dst + j, load16<Cache>(src + j));
+  }
+}
+
 // Bulk copy (sm_90+): one thread per block moves `chunk` bytes at a time from global memory into
 // shared memory with cp.async.bulk (completion counted on an mbarrier), then back out to global
 // memory with a bulk store. With Stages = 2 the load of the next chunk runs while the current one
@@ -254,7 +274,11 @@ int grid_for(const launch_config& cfg) { return cfg.blocks > 0 ? cfg.blocks : 1;
 template <int Cache, int Unroll>
 cudaError_t launch_copy_unrolled(uint4* d, const uint4* s, std::size_t n_vec,
                                  const launch_config& cfg, cudaStream_t stream) {
-  auto* kernel = copy_kernel<Cache, Unroll>;
+  const std::size_t tile = static_cast<std::size_t>(cfg.threads) * Unroll;
+  const bool one_pass =
+      cfg.chunked && (n_vec + tile - 1) / tile == static_cast<std::size_t>(grid_for(cfg));
+  const void* kernel = one_pass ? reinterpret_cast<const void*>(copy_tile_kernel<Cache, Unroll>)
+                                : reinterpret_cast<const void*>(copy_kernel<Cache, Unroll>);
   if (cfg.smem_reserve > 48 * 1024) {  // above the default limit a kernel must opt in, once
     // Read first: setting the attribute on every launch could make each launch carry a state
     // change, which a timed loop must not pay for.
@@ -265,8 +289,12 @@ cudaError_t launch_copy_unrolled(uint4* d, const uint4* s, std::size_t n_vec,
                                 cfg.smem_reserve);
     if (st != cudaSuccess) return st;
   }
-  kernel<<<grid_for(cfg), cfg.threads, static_cast<std::size_t>(cfg.smem_reserve), stream>>>(
-      d, s, n_vec, cfg.chunked);
+  const auto smem = static_cast<std::size_t>(cfg.smem_reserve);
+  if (one_pass)
+    copy_tile_kernel<Cache, Unroll><<<grid_for(cfg), cfg.threads, smem, stream>>>(d, s, n_vec);
+  else
+    copy_kernel<Cache, Unroll>
+        <<<grid_for(cfg), cfg.threads, smem, stream>>>(d, s, n_vec, cfg.chunked);
   return cudaSuccess;
 }
 

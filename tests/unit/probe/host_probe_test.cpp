@@ -4,6 +4,9 @@
 #include "vramkit/probe/host_probe.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -50,6 +53,35 @@ TEST(HostProbe, BandwidthFiguresAreVerifiedAndSane) {
   EXPECT_EQ(find(r, "host.bw.read.all_threads")->convention, byte_convention::read);
   EXPECT_EQ(find(r, "host.bw.write.one_thread")->convention, byte_convention::written);
   EXPECT_TRUE(r.curves.empty()) << "latency was not asked for";
+}
+
+TEST(HostProbe, HostKernelsAndOneThreadNarrowTheBandwidthRun) {
+  probe_options o;
+  o.only = {"host"};
+  o.host_buffer_bytes = 4 * MiB;
+  o.host_threads = 2;
+  o.host_repetitions = 2;
+  o.host_kernels = {"copy", "triad"};
+  o.host_one_thread = false;
+  probe_report r;
+  run_host_probe(o, r);
+  std::vector<std::string> keys;
+  for (const auto& m : r.results) {
+    if (m.section == "host") keys.push_back(m.key);
+  }
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"host.bw.copy.all_threads", "host.bw.triad.all_threads"}));
+  EXPECT_TRUE(find(r, "host.bw.copy.all_threads")->verified);
+
+  o.host_kernels = {"copy", "memset"};
+  probe_report bad;
+  try {
+    run_host_probe(o, bad);
+    FAIL() << "an unknown host kernel was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'memset'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(HostProbe, LatencyRisesFromL1ToPastL2) {
