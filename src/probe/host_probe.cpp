@@ -512,14 +512,21 @@ void run_host_probe(const probe_options& options, probe_report& report) {
     placements.push_back({"host.bw", "host", "host", topo.spread(topo.pus(), threads), -1,
                           options.host_one_thread, all_kinds});
     const auto& nodes = topo.numa_nodes();
+    // Per node, a quick run and the far-memory comparison time the copy only, when it is wanted.
+    const bool copy_asked =
+        std::find(all_kinds.begin(), all_kinds.end(), bw_kind::copy) != all_kinds.end();
     if (nodes.size() > 1) {
       for (const auto& nd : nodes) {
         if (nd.pus.empty()) continue;
         const std::string name = fmt::format("numa{}", nd.os_index);
-        placements.push_back({"host." + name + ".bw", name, "NUMA node " + std::to_string(nd.os_index),
-                              topo.spread(nd.pus, 0), nd.os_index, false,
-                              options.quick ? std::vector<bw_kind>{bw_kind::copy} : all_kinds});
+        if (!options.quick || copy_asked) {
+          placements.push_back({"host." + name + ".bw", name,
+                                "NUMA node " + std::to_string(nd.os_index), topo.spread(nd.pus, 0),
+                                nd.os_index, false,
+                                options.quick ? std::vector<bw_kind>{bw_kind::copy} : all_kinds});
+        }
         for (const auto& far : nodes) {
+          if (!copy_asked) break;
           if (far.os_index == nd.os_index || far.memory_bytes == 0) continue;
           placements.push_back({fmt::format("host.{}->numa{}.bw", name, far.os_index), name,
                                 fmt::format("threads on NUMA {}, memory on NUMA {}", nd.os_index, far.os_index),
