@@ -16,12 +16,14 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "vramkit/core/units.hpp"
 #include "vramkit/probe/host_probe.hpp"
+#include "vramkit/probe/measurement.hpp"
 
 namespace {
 
@@ -60,9 +62,7 @@ stream_result stream_copy(std::size_t bytes, int threads, int ntimes) {
 }
 
 double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  if (v.empty()) return 0;
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  return vramkit::probe::sample_stats::of(std::move(v)).median;
 }
 
 }  // namespace

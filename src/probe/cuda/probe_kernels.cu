@@ -95,18 +95,24 @@ __global__ void fill_kernel(uint4* __restrict__ p, std::size_t n_vec, bool chunk
   }
 }
 
+// Unroll vectors `step` apart from `i`: every load issued before the first store.
+template <int Cache, int Unroll>
+__device__ __forceinline__ void copy_group(uint4* __restrict__ dst, const uint4* __restrict__ src,
+                                           std::size_t i, std::size_t step) {
+  uint4 v[Unroll];
+#pragma unroll
+  for (int u = 0; u < Unroll; ++u) v[u] = load16<Cache>(src + i + u * step);
+#pragma unroll
+  for (int u = 0; u < Unroll; ++u) store16<Cache>(dst + i + u * step, v[u]);
+}
+
 template <int Cache, int Unroll>
 __global__ void copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src,
                             std::size_t n_vec, bool chunked) {
   const span16 s = thread_span(n_vec, chunked);
   std::size_t i = s.begin;
-  for (; i + (Unroll - 1) * s.step < s.end; i += Unroll * s.step) {
-    uint4 v[Unroll];
-#pragma unroll
-    for (int u = 0; u < Unroll; ++u) v[u] = load16<Cache>(src + i + u * s.step);
-#pragma unroll
-    for (int u = 0; u < Unroll; ++u) store16<Cache>(dst + i + u * s.step, v[u]);
-  }
+  for (; i + (Unroll - 1) * s.step < s.end; i += Unroll * s.step)
+    copy_group<Cache, Unroll>(dst, src, i, s.step);
   for (; i < s.end; i += s.step) store16<Cache>(dst + i, load16<Cache>(src + i));
 }
 
@@ -120,11 +126,7 @@ __global__ void copy_tile_kernel(uint4* __restrict__ dst, const uint4* __restric
   const std::size_t T = blockDim.x;
   const std::size_t i = blockIdx.x * T * Unroll + threadIdx.x;
   if (i + (Unroll - 1) * T < n_vec) {
-    uint4 v[Unroll];
-#pragma unroll
-    for (int u = 0; u < Unroll; ++u) v[u] = load16<Cache>(src + i + u * T);
-#pragma unroll
-    for (int u = 0; u < Unroll; ++u) store16<Cache>(dst + i + u * T, v[u]);
+    copy_group<Cache, Unroll>(dst, src, i, T);
   } else {
     for (std::size_t j = i; j < n_vec; j += T) store16<Cache>(dst + j, load16<Cache>(src + j));
   }
