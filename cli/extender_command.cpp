@@ -57,7 +57,8 @@ std::string read_text(const std::string& path) {
 }
 
 void run_extender(const extender_args& a, CLI::App& serve) {
-  if (a.nodes.empty()) throw usage_error("--extender needs --nodes FILE (node name -> exporter URL)");
+  if (a.nodes.empty())
+    throw usage_error("--extender needs --nodes FILE (node name -> exporter URL)");
   cluster::extender_config config;
   config.placement.policy = cluster::parse_placement_policy(a.policy);
   config.placement.safety = cluster::parse_headroom(a.headroom);
@@ -70,19 +71,25 @@ void run_extender(const extender_args& a, CLI::App& serve) {
   auto urls = cluster::parse_node_map(read_text(a.nodes), a.nodes);
   const std::size_t node_count = urls.size();
   if (!cluster::extender_server_available()) {
-    throw error("built without cpp-httplib: vramkit serve --extender is not available in this build");
+    throw error(
+        "built without cpp-httplib: vramkit serve --extender is not available in this build");
   }
 
   // serve's --port and --bind are the monitor's options; the extender listens on them, with its own
   // default port so it can share a host with an exporter.
   int port = 9411;
   std::string bind = "127.0.0.1";
-  if (auto* o = serve.get_option_no_throw("--port"); o != nullptr && o->count() > 0) port = o->as<int>();
-  if (auto* o = serve.get_option_no_throw("--bind"); o != nullptr && o->count() > 0) bind = o->as<std::string>();
-  if (port < 0 || port > 65535) throw usage_error(fmt::format("--port {} is not a TCP port (0-65535)", port));
+  if (auto* o = serve.get_option_no_throw("--port"); o != nullptr && o->count() > 0)
+    port = o->as<int>();
+  if (auto* o = serve.get_option_no_throw("--bind"); o != nullptr && o->count() > 0)
+    bind = o->as<std::string>();
+  if (port < 0 || port > 65535)
+    throw usage_error(fmt::format("--port {} is not a TCP port (0-65535)", port));
 
   auto scraper = std::make_shared<cluster::exporter_scraper>(std::move(urls), so);
-  cluster::node_lookup lookup = [scraper](const std::vector<std::string>& names) { return scraper->states(names); };
+  cluster::node_lookup lookup = [scraper](const std::vector<std::string>& names) {
+    return scraper->states(names);
+  };
 
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -92,8 +99,10 @@ void run_extender(const extender_args& a, CLI::App& serve) {
 
   cluster::extender_server server(std::move(lookup), config, bind, port);
   const int bound = server.bind();
-  std::printf("vramkit serve --extender: listening on http://%s:%d/ (POST /filter, /prioritize), %zu nodes, policy %s\n",
-              bind.c_str(), bound, node_count, a.policy.c_str());
+  std::printf(
+      "vramkit serve --extender: listening on http://%s:%d/ (POST /filter, /prioritize), %zu "
+      "nodes, policy %s\n",
+      bind.c_str(), bound, node_count, a.policy.c_str());
   std::fflush(stdout);
   std::thread serving([&server] { server.run(); });
   int sig = 0;
@@ -107,15 +116,28 @@ void run_extender(const extender_args& a, CLI::App& serve) {
 std::function<bool()> add_extender_options(CLI::App& serve, command_context& ctx) {
   auto a = std::make_shared<extender_args>();
   const char* group = "Scheduler extender";
-  serve.add_flag("--extender", a->enabled, "serve kube-scheduler's extender verbs (filter, prioritize) instead of metrics")
+  serve
+      .add_flag("--extender", a->enabled,
+                "serve kube-scheduler's extender verbs (filter, prioritize) instead of metrics")
       ->group(group);
-  serve.add_option("--nodes", a->nodes, "node name -> exporter URL map (JSON object, or 'NODE URL' lines)")->group(group);
-  serve.add_option("--policy", a->policy, "pack (best fit) or spread")->capture_default_str()->group(group);
-  serve.add_option("--headroom", a->headroom, "memory kept free on every GPU: bytes (2GiB) or percent (5%)")
+  serve
+      .add_option("--nodes", a->nodes,
+                  "node name -> exporter URL map (JSON object, or 'NODE URL' lines)")
+      ->group(group);
+  serve.add_option("--policy", a->policy, "pack (best fit) or spread")
       ->capture_default_str()
       ->group(group);
-  serve.add_option("--scrape-ttl", a->ttl, "how long a node's figures stay fresh")->capture_default_str()->group(group);
-  serve.add_option("--scrape-timeout", a->timeout, "per-node scrape timeout")->capture_default_str()->group(group);
+  serve
+      .add_option("--headroom", a->headroom,
+                  "memory kept free on every GPU: bytes (2GiB) or percent (5%)")
+      ->capture_default_str()
+      ->group(group);
+  serve.add_option("--scrape-ttl", a->ttl, "how long a node's figures stay fresh")
+      ->capture_default_str()
+      ->group(group);
+  serve.add_option("--scrape-timeout", a->timeout, "per-node scrape timeout")
+      ->capture_default_str()
+      ->group(group);
   serve.add_option("--resource-name", a->resource, "extended resource carrying the pod's request")
       ->capture_default_str()
       ->group(group);

@@ -4,8 +4,8 @@
 #include <exception>
 #include <new>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "commands.hpp"
 #include "vramkit/core/error.hpp"
@@ -48,7 +48,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (app.get_subcommands().empty()) {
-    std::fprintf(stderr, "vramkit: a subcommand is required: probe, plan, watch, serve or slurm (see vramkit --help)\n");
+    std::fprintf(stderr,
+                 "vramkit: a subcommand is required: probe, plan, watch, serve or slurm (see "
+                 "vramkit --help)\n");
     return 2;
   }
   return ctx.exit_code;

@@ -45,7 +45,8 @@ void write_file(const std::string& path, const std::string& text, const char* wh
 
 void run(probe_args& a, command_context& ctx) {
   if (a.list) {
-    for (const auto& [key, text] : probe::probe_keys()) std::printf("%-46s %s\n", key.c_str(), text.c_str());
+    for (const auto& [key, text] : probe::probe_keys())
+      std::printf("%-46s %s\n", key.c_str(), text.c_str());
     return;
   }
   probe::probe_options o;
@@ -55,7 +56,8 @@ void run(probe_args& a, command_context& ctx) {
     o.only.insert(s);
   }
   probe::check_sections(o.only);
-  if (a.threads < 0) throw usage_error("--threads: must be >= 1 (got " + std::to_string(a.threads) + ")");
+  if (a.threads < 0)
+    throw usage_error("--threads: must be >= 1 (got " + std::to_string(a.threads) + ")");
   o.host_threads = a.threads;
   if (!a.size.empty()) {
     o.host_buffer_bytes = parse_bytes(a.size);
@@ -77,7 +79,9 @@ void run(probe_args& a, command_context& ctx) {
   for (const auto* f : {&a.json_file, &a.html_file}) {
     if (f->empty() || *f == "-") continue;
     std::ofstream probe_open(*f, std::ios::app);
-    if (!probe_open) throw usage_error(fmt::format("{}: cannot write '{}'", f == &a.json_file ? "--json" : "--html", *f));
+    if (!probe_open)
+      throw usage_error(
+          fmt::format("{}: cannot write '{}'", f == &a.json_file ? "--json" : "--html", *f));
   }
 
   const probe::probe_report report = probe::run_probe(o);
@@ -91,7 +95,8 @@ void run(probe_args& a, command_context& ctx) {
     const std::string table = probe::to_table(report);
     std::fwrite(table.data(), 1, table.size(), stderr);
   }
-  if (!a.json_file.empty()) write_file(a.json_file, probe::to_json(report).dump(2) + "\n", "--json");
+  if (!a.json_file.empty())
+    write_file(a.json_file, probe::to_json(report).dump(2) + "\n", "--json");
   if (!a.html_file.empty()) write_file(a.html_file, probe::to_html(report), "--html");
   if (probe::has_failures(report)) {
     std::fprintf(stderr, "vramkit: probe: a result failed its verification (see FAILED above)\n");
@@ -103,17 +108,24 @@ void run(probe_args& a, command_context& ctx) {
 
 void add_probe_command(CLI::App& app, command_context& ctx) {
   auto args = std::make_shared<probe_args>();
-  auto* sub = app.add_subcommand("probe", "measure the host and GPU memory hierarchy of this machine");
-  sub->add_flag("--quick", args->quick, "shorter run (a few seconds on the host, <= 15 s with one H200)");
-  sub->add_option("--only", args->only,
-                  "sections to run, comma list or repeated: host, latency, gpu, device, h2d, zerocopy, "
-                  "managed, p2p, gpu-latency, alloc, overlap")
+  auto* sub =
+      app.add_subcommand("probe", "measure the host and GPU memory hierarchy of this machine");
+  sub->add_flag("--quick", args->quick,
+                "shorter run (a few seconds on the host, <= 15 s with one H200)");
+  sub->add_option(
+         "--only", args->only,
+         "sections to run, comma list or repeated: host, latency, gpu, device, h2d, zerocopy, "
+         "managed, p2p, gpu-latency, alloc, overlap")
       ->delimiter(',');
-  sub->add_flag("--list", args->list, "print the stable key of every test with its description, then exit");
+  sub->add_flag("--list", args->list,
+                "print the stable key of every test with its description, then exit");
   sub->add_option("--json", args->json_file, "write the report as JSON to FILE ('-' = stdout)");
-  sub->add_option("--html", args->html_file, "write a self-contained HTML report to FILE ('-' = stdout)");
-  sub->add_option("--threads", args->threads, "host threads for the all-thread figures (default: all)");
-  sub->add_option("--size", args->size, "host bandwidth array size, e.g. 512MiB (default: >= 4x last-level cache)");
+  sub->add_option("--html", args->html_file,
+                  "write a self-contained HTML report to FILE ('-' = stdout)");
+  sub->add_option("--threads", args->threads,
+                  "host threads for the all-thread figures (default: all)");
+  sub->add_option("--size", args->size,
+                  "host bandwidth array size, e.g. 512MiB (default: >= 4x last-level cache)");
   sub->add_option("--latency-size", args->latency_size,
                   "largest host latency working set, e.g. 64MiB (default: 1 GiB, quick 256 MiB)");
   sub->callback([args, &ctx] { run(*args, ctx); });

@@ -47,21 +47,26 @@ std::string short_hostname() {
 
 // The local GPUs: a fixture when given, else the driver through NVML (loaded at run time).
 std::vector<cluster::gpu_state> local_gpus(const std::string& fixture) {
-  if (!fixture.empty()) return cluster::gpus_from_fixture_json(read_file(fixture, "fixture"), fixture);
+  if (!fixture.empty())
+    return cluster::gpus_from_fixture_json(read_file(fixture, "fixture"), fixture);
   const char* lib = std::getenv("VRAMKIT_NVML_LIBRARY");
   auto nvml = monitor::load_nvml(lib != nullptr && *lib != '\0' ? lib : "libnvidia-ml.so.1");
   if (!nvml) {
-    throw error(fmt::format("cannot read the GPUs: {} (on a machine without the NVIDIA driver, pass --fake-gpus FILE)",
-                            nvml.error().reason));
+    throw error(fmt::format(
+        "cannot read the GPUs: {} (on a machine without the NVIDIA driver, pass --fake-gpus FILE)",
+        nvml.error().reason));
   }
   auto& api = **nvml;
   const auto count = api.device_count();
-  if (!count.ok()) throw error(fmt::format("cannot count the GPUs: {} ({})", monitor::to_string(count.status), count.detail));
+  if (!count.ok())
+    throw error(fmt::format("cannot count the GPUs: {} ({})", monitor::to_string(count.status),
+                            count.detail));
   std::vector<cluster::gpu_state> gpus;
   for (unsigned i = 0; i < count.value; ++i) {
     const auto memory = api.memory(i);
     if (!memory.ok()) {
-      throw error(fmt::format("GPU {}: cannot read its memory: {} ({})", i, monitor::to_string(memory.status), memory.detail));
+      throw error(fmt::format("GPU {}: cannot read its memory: {} ({})", i,
+                              monitor::to_string(memory.status), memory.detail));
     }
     cluster::gpu_state g;
     g.index = static_cast<int>(i);
@@ -139,15 +144,18 @@ void run_gres(const gres_args& a, command_context& ctx) {
     std::fputs("\n# vramkit-slurm.conf (next to job_submit.lua)\n", stdout);
     std::fputs(config.submit_config.c_str(), stdout);
   } else {
-    std::printf("wrote gres.conf, slurm-node.conf and vramkit-slurm.conf in %s (%zu GPUs, %llu shards of %s at most per GPU)\n",
-                a.output_dir.c_str(), gpus.size(), static_cast<unsigned long long>(config.max_gpu_shards),
-                format_bytes(static_cast<double>(options.shard_bytes)).c_str());
+    std::printf(
+        "wrote gres.conf, slurm-node.conf and vramkit-slurm.conf in %s (%zu GPUs, %llu shards of "
+        "%s at most per GPU)\n",
+        a.output_dir.c_str(), gpus.size(), static_cast<unsigned long long>(config.max_gpu_shards),
+        format_bytes(static_cast<double>(options.shard_bytes)).c_str());
   }
   ctx.exit_code = 0;
 }
 
 // key=value settings written by `slurm gres` (vramkit-slurm.conf).
-std::optional<std::uint64_t> config_value(const std::string& text, const std::string& key, const std::string& origin) {
+std::optional<std::uint64_t> config_value(const std::string& text, const std::string& key,
+                                          const std::string& origin) {
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
@@ -162,10 +170,11 @@ std::optional<std::uint64_t> config_value(const std::string& text, const std::st
 }
 
 void run_shards(const shards_args& a, command_context& ctx) {
-  if (a.request.empty() == a.plan.empty()) throw usage_error("give exactly one of --request SIZE or --plan FILE");
-  const std::uint64_t request = !a.request.empty()
-                                    ? cluster::parse_memory_request(a.request)
-                                    : cluster::request_from_plan_json(read_file(a.plan, "plan"), a.plan);
+  if (a.request.empty() == a.plan.empty())
+    throw usage_error("give exactly one of --request SIZE or --plan FILE");
+  const std::uint64_t request =
+      !a.request.empty() ? cluster::parse_memory_request(a.request)
+                         : cluster::request_from_plan_json(read_file(a.plan, "plan"), a.plan);
   std::uint64_t shard_bytes = parse_bytes(a.shard_size);
   std::optional<std::uint64_t> max_shards;
   if (!a.config.empty()) {
@@ -177,16 +186,24 @@ void run_shards(const shards_args& a, command_context& ctx) {
   const std::uint64_t shards = cluster::shards_for_request(request, shard_bytes);
   const bool fits = !max_shards || shards <= *max_shards;
   if (a.json) {
-    nlohmann::json out{{"schema_version", 1},      {"request_bytes", request}, {"shard_bytes", shard_bytes},
-                       {"shards", shards},         {"fits", fits},
+    nlohmann::json out{{"schema_version", 1},
+                       {"request_bytes", request},
+                       {"shard_bytes", shard_bytes},
+                       {"shards", shards},
+                       {"fits", fits},
                        {"gres", fmt::format("gres:shard:{}", shards)}};
     if (max_shards) out["max_gpu_shards"] = *max_shards;
     std::puts(out.dump(2).c_str());
   } else {
-    std::printf("%llu shards of %s for %s: sbatch --gres=shard:%llu%s\n", static_cast<unsigned long long>(shards),
-                format_bytes(static_cast<double>(shard_bytes)).c_str(),
-                format_bytes(static_cast<double>(request)).c_str(), static_cast<unsigned long long>(shards),
-                fits ? "" : fmt::format(" (more than the {} shards of the largest GPU: no GPU can hold it)", *max_shards).c_str());
+    std::printf(
+        "%llu shards of %s for %s: sbatch --gres=shard:%llu%s\n",
+        static_cast<unsigned long long>(shards),
+        format_bytes(static_cast<double>(shard_bytes)).c_str(),
+        format_bytes(static_cast<double>(request)).c_str(), static_cast<unsigned long long>(shards),
+        fits ? ""
+             : fmt::format(" (more than the {} shards of the largest GPU: no GPU can hold it)",
+                           *max_shards)
+                   .c_str());
   }
   ctx.exit_code = fits ? 0 : 1;
 }
@@ -198,22 +215,32 @@ void add_slurm_command(CLI::App& app, command_context& ctx) {
   slurm->require_subcommand(1);
 
   auto g = std::make_shared<gres_args>();
-  auto* gres = slurm->add_subcommand("gres", "write gres.conf and slurm.conf node lines that expose each GPU as shards of a fixed size");
-  gres->add_option("--shard-size", g->shard_size, "bytes per shard, one size for the whole cluster (default 1GiB)");
-  gres->add_option("--fake-gpus", g->fixture, "read GPUs from a fixture JSON instead of the driver");
+  auto* gres = slurm->add_subcommand(
+      "gres",
+      "write gres.conf and slurm.conf node lines that expose each GPU as shards of a fixed size");
+  gres->add_option("--shard-size", g->shard_size,
+                   "bytes per shard, one size for the whole cluster (default 1GiB)");
+  gres->add_option("--fake-gpus", g->fixture,
+                   "read GPUs from a fixture JSON instead of the driver");
   gres->add_option("--node", g->node, "NodeName to write (default: this host's short name)");
-  gres->add_option("--headroom", g->headroom, "memory kept out of the shards per GPU: bytes or a percentage (default 0)");
-  gres->add_option("--device-prefix", g->device_prefix, "device file prefix for File= (default /dev/nvidia)");
-  gres->add_option("--output-dir", g->output_dir, "write gres.conf, slurm-node.conf and vramkit-slurm.conf here");
+  gres->add_option("--headroom", g->headroom,
+                   "memory kept out of the shards per GPU: bytes or a percentage (default 0)");
+  gres->add_option("--device-prefix", g->device_prefix,
+                   "device file prefix for File= (default /dev/nvidia)");
+  gres->add_option("--output-dir", g->output_dir,
+                   "write gres.conf, slurm-node.conf and vramkit-slurm.conf here");
   gres->add_flag("--json", g->json, "print the configuration as JSON");
   gres->callback([g, &ctx] { run_gres(*g, ctx); });
 
   auto s = std::make_shared<shards_args>();
-  auto* shards = slurm->add_subcommand("shards", "shards a memory request needs (what job_submit.lua computes)");
+  auto* shards = slurm->add_subcommand(
+      "shards", "shards a memory request needs (what job_submit.lua computes)");
   shards->add_option("--request", s->request, "per-GPU memory, e.g. 24GiB");
-  shards->add_option("--plan", s->plan, "a vramkit plan --json file; its device_peak_bytes is the request");
+  shards->add_option("--plan", s->plan,
+                     "a vramkit plan --json file; its device_peak_bytes is the request");
   shards->add_option("--shard-size", s->shard_size, "bytes per shard (default 1GiB)");
-  shards->add_option("--config", s->config, "vramkit-slurm.conf written by slurm gres (shard size and largest GPU)");
+  shards->add_option("--config", s->config,
+                     "vramkit-slurm.conf written by slurm gres (shard size and largest GPU)");
   shards->add_flag("--json", s->json, "print as JSON");
   shards->callback([s, &ctx] { run_shards(*s, ctx); });
 }

@@ -14,9 +14,10 @@ using namespace vramkit;
 using namespace vramkit::cluster;
 
 std::vector<node_state> make_cluster(int nodes) {
-  static constexpr std::uint64_t totals[] = {150754820096ULL, 85520809984ULL, 85899345920ULL, 42949672960ULL};
-  static constexpr const char* names[] = {"NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB",
-                                          "NVIDIA A100-SXM4-40GB"};
+  static constexpr std::uint64_t totals[] = {150754820096ULL, 85520809984ULL, 85899345920ULL,
+                                             42949672960ULL};
+  static constexpr const char* names[] = {"NVIDIA H200", "NVIDIA H100 80GB HBM3",
+                                          "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB"};
   std::vector<node_state> out;
   std::uint64_t seed = 42;
   for (int n = 0; n < nodes; ++n) {
@@ -38,8 +39,11 @@ std::vector<node_state> make_cluster(int nodes) {
 }
 
 std::string args_body(int nodes) {
-  nlohmann::json pod = {{"metadata", {{"name", "p"}}},
-                        {"spec", {{"containers", {{{"name", "c"}, {"resources", {{"limits", {{"vramkit.io/gpu-memory", "24Gi"}}}}}}}}}}};
+  nlohmann::json pod = {
+      {"metadata", {{"name", "p"}}},
+      {"spec",
+       {{"containers",
+         {{{"name", "c"}, {"resources", {{"limits", {{"vramkit.io/gpu-memory", "24Gi"}}}}}}}}}}};
   nlohmann::json names = nlohmann::json::array();
   for (int n = 0; n < nodes; ++n) names.push_back("node-" + std::to_string(n));
   return nlohmann::json{{"Pod", pod}, {"NodeNames", names}}.dump();

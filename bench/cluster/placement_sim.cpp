@@ -2,8 +2,8 @@
 // A100 80 GB and 40 GB), a stream of jobs whose per-GPU sizes come from the planner for common
 // models, Poisson arrivals and exponential run times. Every decision is the extender's: filter +
 // score every node with place_on_node, take the best. Policies: pack and spread, against
-// whole-GPU allocation (what GPU-count scheduling does) as the baseline, all on the same job stream.
-// Usage: cluster_placement_sim [--nodes N] [--jobs N] [--load F] [--seed N]
+// whole-GPU allocation (what GPU-count scheduling does) as the baseline, all on the same job
+// stream. Usage: cluster_placement_sim [--nodes N] [--jobs N] [--load F] [--seed N]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -62,15 +62,33 @@ std::vector<workload> workloads() {
   // Inference at two batch sizes for every language model; fine-tuning (bf16, AdamW) of the small
   // and mid-size ones; full fine-tuning of 7-8B models, which no single GPU holds (refused).
   const spec specs[] = {
-      {"gpt2", "infer", 1, false},          {"gpt2", "infer", 32, false},          {"gpt2-medium", "infer", 16, false},
-      {"gpt2-large", "infer", 16, false},   {"gpt2-xl", "infer", 8, false},        {"bert-base", "infer", 64, false, 384},
-      {"bert-large", "infer", 32, false, 384},   {"pythia-410m", "infer", 16, false},   {"qwen2-0.5b", "infer", 16, false},
-      {"tinyllama-1.1b", "infer", 8, false}, {"llama-2-7b", "infer", 1, false},    {"llama-2-7b", "infer", 16, false},
-      {"llama-3-8b", "infer", 1, false},    {"llama-3-8b", "infer", 8, false},     {"mistral-7b", "infer", 4, false},
-      {"qwen2-7b", "infer", 4, false},      {"gpt2", "train", 8, false},           {"gpt2-medium", "train", 8, false},
-      {"gpt2-large", "train", 4, true},     {"bert-base", "train", 32, false},     {"bert-large", "train", 16, false},
-      {"pythia-410m", "train", 8, false},   {"qwen2-0.5b", "train", 8, true},      {"tinyllama-1.1b", "train", 4, true},
-      {"resnet-50", "train", 64, false},    {"vit-b-16", "train", 64, false},      {"llama-3-8b", "train", 1, true},
+      {"gpt2", "infer", 1, false},
+      {"gpt2", "infer", 32, false},
+      {"gpt2-medium", "infer", 16, false},
+      {"gpt2-large", "infer", 16, false},
+      {"gpt2-xl", "infer", 8, false},
+      {"bert-base", "infer", 64, false, 384},
+      {"bert-large", "infer", 32, false, 384},
+      {"pythia-410m", "infer", 16, false},
+      {"qwen2-0.5b", "infer", 16, false},
+      {"tinyllama-1.1b", "infer", 8, false},
+      {"llama-2-7b", "infer", 1, false},
+      {"llama-2-7b", "infer", 16, false},
+      {"llama-3-8b", "infer", 1, false},
+      {"llama-3-8b", "infer", 8, false},
+      {"mistral-7b", "infer", 4, false},
+      {"qwen2-7b", "infer", 4, false},
+      {"gpt2", "train", 8, false},
+      {"gpt2-medium", "train", 8, false},
+      {"gpt2-large", "train", 4, true},
+      {"bert-base", "train", 32, false},
+      {"bert-large", "train", 16, false},
+      {"pythia-410m", "train", 8, false},
+      {"qwen2-0.5b", "train", 8, true},
+      {"tinyllama-1.1b", "train", 4, true},
+      {"resnet-50", "train", 64, false},
+      {"vit-b-16", "train", 64, false},
+      {"llama-3-8b", "train", 1, true},
       {"mistral-7b", "train", 1, true},
   };
   for (const spec& s : specs) {
@@ -80,9 +98,11 @@ std::vector<workload> workloads() {
       r.prec = plan::parse_precision("bf16");
       r.batch = s.batch;
       r.ckpt = s.ckpt ? plan::checkpointing::full : plan::checkpointing::none;
-      if (s.prompt > 0) r.prompt = s.prompt;  // encoders have 512 positions: prompt + new tokens must fit
+      if (s.prompt > 0)
+        r.prompt = s.prompt;  // encoders have 512 positions: prompt + new tokens must fit
       const plan::plan_result p = plan::make_plan(plan::preset_model(s.model), r);
-      out.push_back({fmt::format("{} {} b{}{}", s.model, s.mode, s.batch, s.ckpt ? " ckpt" : ""), p.device_peak_bytes});
+      out.push_back({fmt::format("{} {} b{}{}", s.model, s.mode, s.batch, s.ckpt ? " ckpt" : ""),
+                     p.device_peak_bytes});
     } catch (const std::exception& e) {
       std::fprintf(stderr, "skipping %s %s: %s\n", s.model, s.mode, e.what());
     }
@@ -91,10 +111,12 @@ std::vector<workload> workloads() {
   if (out.empty()) {
     // Without the planner: weights + KV cache + activations + CUDA context, rounded, for the same
     // kinds of job (bf16). These are estimates, not measurements.
-    out = {{"gpt2 infer", 1 * GiB},         {"gpt2-large infer", 3 * GiB},   {"bert-large infer", 2 * GiB},
-           {"tinyllama-1.1b infer", 4 * GiB}, {"llama-2-7b infer b1", 15 * GiB}, {"llama-2-7b infer b16", 26 * GiB},
-           {"llama-3-8b infer b8", 22 * GiB}, {"mistral-7b infer b4", 18 * GiB}, {"gpt2 train", 4 * GiB},
-           {"gpt2-medium train", 9 * GiB},   {"bert-large train", 12 * GiB},  {"tinyllama-1.1b train", 24 * GiB},
+    out = {{"gpt2 infer", 1 * GiB},           {"gpt2-large infer", 3 * GiB},
+           {"bert-large infer", 2 * GiB},     {"tinyllama-1.1b infer", 4 * GiB},
+           {"llama-2-7b infer b1", 15 * GiB}, {"llama-2-7b infer b16", 26 * GiB},
+           {"llama-3-8b infer b8", 22 * GiB}, {"mistral-7b infer b4", 18 * GiB},
+           {"gpt2 train", 4 * GiB},           {"gpt2-medium train", 9 * GiB},
+           {"bert-large train", 12 * GiB},    {"tinyllama-1.1b train", 24 * GiB},
            {"llama-3-8b train", 140 * GiB}};
   }
   return out;
@@ -102,7 +124,9 @@ std::vector<workload> workloads() {
 
 enum class policy { pack, spread, whole_gpu };
 const char* name_of(policy p) {
-  return p == policy::pack ? "pack (vramkit)" : p == policy::spread ? "spread (vramkit)" : "whole GPU (baseline)";
+  return p == policy::pack     ? "pack (vramkit)"
+         : p == policy::spread ? "spread (vramkit)"
+                               : "whole GPU (baseline)";
 }
 
 struct job {
@@ -123,7 +147,8 @@ struct outcome {
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
-  const std::size_t k = std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())));
+  const std::size_t k =
+      std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())));
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
   return v[k];
 }
@@ -141,7 +166,8 @@ outcome simulate(policy pol, const std::vector<job>& stream, std::vector<node_st
       ++gpu_count;
     }
   std::vector<std::vector<bool>> busy(cluster.size(), std::vector<bool>(8, false));
-  const placement_options opts{pol == policy::spread ? placement_policy::spread : placement_policy::pack, {}};
+  const placement_options opts{
+      pol == policy::spread ? placement_policy::spread : placement_policy::pack, {}};
 
   struct departure {
     double t;
@@ -189,7 +215,8 @@ outcome simulate(policy pol, const std::vector<job>& stream, std::vector<node_st
         }
       }
     }
-    o.latency_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    o.latency_us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     if (best_node == SIZE_MAX) return false;
     gpu_state& g = cluster[best_node].gpus[static_cast<std::size_t>(best_gpu)];
     g.free_bytes -= jobs[j].bytes;
@@ -201,7 +228,8 @@ outcome simulate(policy pol, const std::vector<job>& stream, std::vector<node_st
       ++busy_gpus;
     }
     used_bytes += jobs[j].bytes;
-    o.peak_mem_util = std::max(o.peak_mem_util, static_cast<double>(used_bytes) / static_cast<double>(total_bytes));
+    o.peak_mem_util = std::max(o.peak_mem_util,
+                               static_cast<double>(used_bytes) / static_cast<double>(total_bytes));
     jobs[j].start = now;
     ++o.started;
     running.push({now + jobs[j].duration, best_node, best_gpu, jobs[j].bytes});
@@ -236,7 +264,8 @@ outcome simulate(policy pol, const std::vector<job>& stream, std::vector<node_st
 
   std::size_t next = 0;
   while (next < jobs.size() || !running.empty()) {
-    const bool arrival_first = next < jobs.size() && (running.empty() || jobs[next].arrival <= running.top().t);
+    const bool arrival_first =
+        next < jobs.size() && (running.empty() || jobs[next].arrival <= running.top().t);
     if (arrival_first) {
       advance(jobs[next].arrival);
       if (jobs[next].bytes > max_capacity) {
@@ -287,12 +316,17 @@ int main(int argc, char** argv) {
   double load = 0.85;
   unsigned seed = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--nodes")) nodes = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--jobs")) job_count = static_cast<std::size_t>(std::atol(argv[i + 1]));
-    else if (!std::strcmp(argv[i], "--load")) load = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--seed")) seed = static_cast<unsigned>(std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--nodes"))
+      nodes = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--jobs"))
+      job_count = static_cast<std::size_t>(std::atol(argv[i + 1]));
+    else if (!std::strcmp(argv[i], "--load"))
+      load = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--seed"))
+      seed = static_cast<unsigned>(std::atoi(argv[i + 1]));
     else {
-      std::fprintf(stderr, "usage: cluster_placement_sim [--nodes N] [--jobs N] [--load F] [--seed N]\n");
+      std::fprintf(stderr,
+                   "usage: cluster_placement_sim [--nodes N] [--jobs N] [--load F] [--seed N]\n");
       return 2;
     }
   }
@@ -354,23 +388,31 @@ int main(int argc, char** argv) {
 
   std::printf("# vramkit cluster placement simulation\n\n");
   std::printf("%s\n\n", build_summary().c_str());
-  std::printf("- cluster: %d nodes x 8 GPUs = %d GPUs, %s of GPU memory (25%% H200 141 GB, 35%% H100 80 GB, "
-              "20%% A100 80 GB, 20%% A100 40 GB)\n",
-              nodes, nodes * 8, format_bytes(static_cast<double>(total_bytes)).c_str());
-  std::printf("- jobs: %zu, Poisson arrivals, exponential run time (mean 1.0), offered memory load %.2f; "
-              "per-GPU sizes from %s, drawn uniformly:\n\n",
-              job_count, load,
+  std::printf(
+      "- cluster: %d nodes x 8 GPUs = %d GPUs, %s of GPU memory (25%% H200 141 GB, 35%% H100 80 "
+      "GB, "
+      "20%% A100 80 GB, 20%% A100 40 GB)\n",
+      nodes, nodes * 8, format_bytes(static_cast<double>(total_bytes)).c_str());
+  std::printf(
+      "- jobs: %zu, Poisson arrivals, exponential run time (mean 1.0), offered memory load %.2f; "
+      "per-GPU sizes from %s, drawn uniformly:\n\n",
+      job_count, load,
 #if VRAMKIT_SIM_WITH_PLAN
-              "the planner (make_plan, bf16, device_peak_bytes)"
+      "the planner (make_plan, bf16, device_peak_bytes)"
 #else
-              "a fixed table (no planner in this build)"
+      "a fixed table (no planner in this build)"
 #endif
   );
   std::printf("| workload | device peak per GPU |\n| --- | ---: |\n");
-  for (const auto& w : mix) std::printf("| %s | %s%s |\n", w.name.c_str(), format_bytes(static_cast<double>(w.bytes)).c_str(),
-                                        w.bytes > max_capacity ? " (larger than any GPU)" : "");
-  std::printf("\nEvery placement decision scans all %d nodes (the extender's filter + prioritize over a full "
-              "node list); latency is one decision, wall clock on this host.\n\n", nodes);
+  for (const auto& w : mix)
+    std::printf("| %s | %s%s |\n", w.name.c_str(),
+                format_bytes(static_cast<double>(w.bytes)).c_str(),
+                w.bytes > max_capacity ? " (larger than any GPU)" : "");
+  std::printf(
+      "\nEvery placement decision scans all %d nodes (the extender's filter + prioritize over a "
+      "full "
+      "node list); latency is one decision, wall clock on this host.\n\n",
+      nodes);
 
   std::vector<outcome> results;
   for (policy p : {policy::whole_gpu, policy::pack, policy::spread}) {
@@ -380,18 +422,29 @@ int main(int argc, char** argv) {
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   const outcome& base = results[0];
-  std::printf("| policy | decisions | latency median | p99 | max | memory used (avg) | vs baseline | peak | GPUs busy | "
-              "refused | queued | mean wait | p95 wait | makespan | vs baseline |\n");
-  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf(
+      "| policy | decisions | latency median | p99 | max | memory used (avg) | vs baseline | peak "
+      "| GPUs busy | "
+      "refused | queued | mean wait | p95 wait | makespan | vs baseline |\n");
+  std::printf(
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+      "---: | ---: |\n");
   for (const outcome& o : results) {
-    std::printf("| %s | %zu | %.1f us | %.1f us | %.1f us | %.1f%% | %.2fx | %.1f%% | %.1f%% | %zu | %zu | %.3f | %.3f | %.2f | %.2fx |\n",
-                name_of(o.pol), o.latency_us.size(), percentile(o.latency_us, 0.5), percentile(o.latency_us, 0.99),
-                percentile(o.latency_us, 1.0), 100 * o.mem_util, o.mem_util / base.mem_util, 100 * o.peak_mem_util,
-                100 * o.gpu_busy, o.refused, o.queued, o.mean_wait, o.p95_wait, o.makespan, o.makespan / base.makespan);
+    std::printf(
+        "| %s | %zu | %.1f us | %.1f us | %.1f us | %.1f%% | %.2fx | %.1f%% | %.1f%% | %zu | %zu | "
+        "%.3f | %.3f | %.2f | %.2fx |\n",
+        name_of(o.pol), o.latency_us.size(), percentile(o.latency_us, 0.5),
+        percentile(o.latency_us, 0.99), percentile(o.latency_us, 1.0), 100 * o.mem_util,
+        o.mem_util / base.mem_util, 100 * o.peak_mem_util, 100 * o.gpu_busy, o.refused, o.queued,
+        o.mean_wait, o.p95_wait, o.makespan, o.makespan / base.makespan);
   }
-  std::printf("\nmemory used: time average of job bytes / all GPU memory, from 20%% of the arrivals to the last "
-              "arrival. Waits and makespan in units of the mean run time. A refused job is larger than every GPU. "
-              "Queued jobs wait in arrival order; each departure retries them, skipping at most 32 that still do "
-              "not fit.\n");
+  std::printf(
+      "\nmemory used: time average of job bytes / all GPU memory, from 20%% of the arrivals to the "
+      "last "
+      "arrival. Waits and makespan in units of the mean run time. A refused job is larger than "
+      "every GPU. "
+      "Queued jobs wait in arrival order; each departure retries them, skipping at most 32 that "
+      "still do "
+      "not fit.\n");
   return 0;
 }

@@ -239,8 +239,9 @@ int main(int argc, char** argv) {
     for (const auto& [rname, make] : resources) {
       const trace* tp = &t;
       factory f = make;
-      auto* b = benchmark::RegisterBenchmark(("BM_Replay/" + tname + "/" + rname).c_str(),
-                                             [tp, f](benchmark::State& st) { run_replay(st, *tp, f); });
+      auto* b =
+          benchmark::RegisterBenchmark(("BM_Replay/" + tname + "/" + rname).c_str(),
+                                       [tp, f](benchmark::State& st) { run_replay(st, *tp, f); });
       b->Unit(benchmark::kMillisecond)->Iterations(rname == "cuda_malloc" ? 2 : 5);
     }
   }

@@ -15,7 +15,8 @@
 using namespace vramkit::plan;
 
 int main(int argc, char** argv) {
-  const std::string path = argc > 1 ? argv[1] : std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/plan/ground_truth.json";
+  const std::string path =
+      argc > 1 ? argv[1] : std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/plan/ground_truth.json";
   ground_truth doc;
   try {
     doc = load_ground_truth(path, argc > 2 ? argv[2] : "");
@@ -24,9 +25,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   bool outside = false;
-  std::printf("Measured on %s, driver %s, torch %s, transformers %s (%s).\n\n", doc.gpu.c_str(), doc.driver.c_str(),
-              doc.torch.c_str(), doc.transformers.c_str(), doc.date.c_str());
-  std::printf("| case | allocated GiB (measured / predicted / error) | reserved GiB | nvidia-smi GiB | peak phase |\n");
+  std::printf("Measured on %s, driver %s, torch %s, transformers %s (%s).\n\n", doc.gpu.c_str(),
+              doc.driver.c_str(), doc.torch.c_str(), doc.transformers.c_str(), doc.date.c_str());
+  std::printf(
+      "| case | allocated GiB (measured / predicted / error) | reserved GiB | nvidia-smi GiB | "
+      "peak phase |\n");
   std::printf("| --- | --- | --- | --- | --- |\n");
   std::vector<double> errs;
   auto gib = [](double b) { return b / (1024.0 * 1024 * 1024); };
@@ -50,20 +53,24 @@ int main(int argc, char** argv) {
     if (c.nvidia_smi_used_bytes) {
       const double ms = *c.nvidia_smi_used_bytes;
       char buf[128];
-      std::snprintf(buf, sizeof buf, "%.2f / %.2f / %+.1f%%", gib(ms), gib(static_cast<double>(p.device_peak_bytes)),
+      std::snprintf(buf, sizeof buf, "%.2f / %.2f / %+.1f%%", gib(ms),
+                    gib(static_cast<double>(p.device_peak_bytes)),
                     (static_cast<double>(p.device_peak_bytes) - ms) / ms * 100);
       smi = buf;
     }
-    std::printf("| %s | %.2f / %.2f / %+.1f%% | %.2f / %.2f / %+.1f%% | %s | %s |\n", name.c_str(), gib(ma),
-                gib(static_cast<double>(p.allocated_peak_bytes)), ea, gib(mr), gib(static_cast<double>(p.reserved_peak_bytes)),
-                er, smi.c_str(), p.peak_phase.c_str());
+    std::printf("| %s | %.2f / %.2f / %+.1f%% | %.2f / %.2f / %+.1f%% | %s | %s |\n", name.c_str(),
+                gib(ma), gib(static_cast<double>(p.allocated_peak_bytes)), ea, gib(mr),
+                gib(static_cast<double>(p.reserved_peak_bytes)), er, smi.c_str(),
+                p.peak_phase.c_str());
   }
   if (!errs.empty()) {
     std::sort(errs.begin(), errs.end());
-    std::printf("\nmedian |allocated error| %.1f%%, max %.1f%% over %zu cases\n", errs[errs.size() / 2], errs.back(), errs.size());
+    std::printf("\nmedian |allocated error| %.1f%%, max %.1f%% over %zu cases\n",
+                errs[errs.size() / 2], errs.back(), errs.size());
     if (errs[errs.size() / 2] > 5) outside = true;
   }
-  std::printf("%s\n", outside ? "OUTSIDE the tolerances (allocated +-10%, median 5%; reserved +-15%)"
-                               : "within the tolerances (allocated +-10%, median 5%; reserved +-15%)");
+  std::printf("%s\n", outside
+                          ? "OUTSIDE the tolerances (allocated +-10%, median 5%; reserved +-15%)"
+                          : "within the tolerances (allocated +-10%, median 5%; reserved +-15%)");
   return outside ? 1 : 0;
 }

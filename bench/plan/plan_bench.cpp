@@ -47,14 +47,20 @@ void BM_FitSearch(benchmark::State& state, const char* model, int gpus, const ch
 }  // namespace
 
 BENCHMARK_CAPTURE(BM_PlanOne, gpt2_train, "gpt2", run_mode::train)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_PlanOne, llama3_8b_train, "llama-3-8b", run_mode::train)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_PlanOne, resnet50_train, "resnet-50", run_mode::train)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_PlanOne, llama3_8b_generate, "llama-3-8b", run_mode::infer)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_FitSearch, gpt2_1gpu_rtx4090, "gpt2", 1, "rtx4090")->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_FitSearch, llama2_7b_8gpu_a100_40gb, "llama-2-7b", 8, "a100-40gb")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_PlanOne, llama3_8b_train, "llama-3-8b", run_mode::train)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_PlanOne, resnet50_train, "resnet-50", run_mode::train)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_PlanOne, llama3_8b_generate, "llama-3-8b", run_mode::infer)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_FitSearch, gpt2_1gpu_rtx4090, "gpt2", 1, "rtx4090")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_FitSearch, llama2_7b_8gpu_a100_40gb, "llama-2-7b", 8, "a100-40gb")
+    ->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
-  std::printf("targets: one plan < 1 ms; a full --fit search < 1000 ms (compare the Time column)\n");
+  std::printf(
+      "targets: one plan < 1 ms; a full --fit search < 1000 ms (compare the Time column)\n");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

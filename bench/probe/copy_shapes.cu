@@ -20,13 +20,13 @@
 #include <string>
 #include <vector>
 
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    cudaError_t e_ = (call);                                                          \
-    if (e_ != cudaSuccess) {                                                          \
+#define CHECK(call)                                                                        \
+  do {                                                                                     \
+    cudaError_t e_ = (call);                                                               \
+    if (e_ != cudaSuccess) {                                                               \
       std::fprintf(stderr, "copy_shapes: %s failed: %s\n", #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
+      std::exit(1);                                                                        \
+    }                                                                                      \
   } while (0)
 
 namespace {
@@ -57,7 +57,8 @@ __device__ __forceinline__ void store(uint4* p, uint4 v) {
 
 // U 16-byte elements per thread, all loads issued before the stores, from index `i` with stride T.
 template <int U, int Hint>
-__device__ __forceinline__ void copy_group(uint4* dst, const uint4* src, std::size_t i, std::size_t T) {
+__device__ __forceinline__ void copy_group(uint4* dst, const uint4* src, std::size_t i,
+                                           std::size_t T) {
   uint4 v[U];
 #pragma unroll
   for (int u = 0; u < U; ++u) v[u] = load<Hint>(src + i + u * T);
@@ -75,7 +76,8 @@ __global__ void stride_copy(uint4* __restrict__ dst, const uint4* __restrict__ s
 
 // A tile is blockDim.x * U elements starting at `base`.
 template <int U, int Hint>
-__device__ __forceinline__ void copy_tile(uint4* dst, const uint4* src, std::size_t base, std::size_t n) {
+__device__ __forceinline__ void copy_tile(uint4* dst, const uint4* src, std::size_t base,
+                                          std::size_t n) {
   const std::size_t T = blockDim.x;
   if (base + T * U <= n) {
     copy_group<U, Hint>(dst, src, base + threadIdx.x, T);
@@ -85,7 +87,8 @@ __device__ __forceinline__ void copy_tile(uint4* dst, const uint4* src, std::siz
 }
 
 template <int U, int Hint>
-__global__ void onepass_copy(uint4* __restrict__ dst, const uint4* __restrict__ src, std::size_t n) {
+__global__ void onepass_copy(uint4* __restrict__ dst, const uint4* __restrict__ src,
+                             std::size_t n) {
   copy_tile<U, Hint>(dst, src, blockIdx.x * static_cast<std::size_t>(blockDim.x) * U, n);
 }
 
@@ -148,7 +151,8 @@ int main(int argc, char** argv) {
   const std::size_t bytes = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : (2ull << 30);
   const int samples = argc > 2 ? std::atoi(argv[2]) : 9;
   if (bytes < (1u << 20) || bytes % 16 != 0 || samples < 1) {
-    std::fprintf(stderr, "copy_shapes: bytes must be a multiple of 16 and >= 1 MiB, samples >= 1\n");
+    std::fprintf(stderr,
+                 "copy_shapes: bytes must be a multiple of 16 and >= 1 MiB, samples >= 1\n");
     return 2;
   }
   constexpr int loops = 10;
@@ -178,9 +182,13 @@ int main(int argc, char** argv) {
   const auto* src = reinterpret_cast<const uint4*>(a);
 
   std::vector<variant> vs;
-  vs.push_back({"cudaMemcpyAsync D2D", [&](cudaStream_t st) { CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st)); }, {}});
+  vs.push_back(
+      {"cudaMemcpyAsync D2D",
+       [&](cudaStream_t st) { CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st)); },
+       {}});
   auto grid = [&](const char* name, auto kernel, int threads, int per_sm) {
-    vs.push_back({std::string(name) + ", " + std::to_string(threads) + " threads x " + std::to_string(sms * per_sm) + " blocks",
+    vs.push_back({std::string(name) + ", " + std::to_string(threads) + " threads x " +
+                      std::to_string(sms * per_sm) + " blocks",
                   [=](cudaStream_t st) {
                     kernel<<<sms * per_sm, threads, 0, st>>>(d, src, n);
                     CHECK(cudaGetLastError());
@@ -204,7 +212,8 @@ int main(int argc, char** argv) {
     const std::size_t tile = static_cast<std::size_t>(threads) * per_thread;
     const std::size_t n_tiles = (n + tile - 1) / tile;
     const int blocks = sms * (max_threads / threads);
-    vs.push_back({std::string(name) + ", " + std::to_string(threads) + " threads x " + std::to_string(blocks) + " blocks",
+    vs.push_back({std::string(name) + ", " + std::to_string(threads) + " threads x " +
+                      std::to_string(blocks) + " blocks",
                   [=, &base](cudaStream_t st) {
                     kernel<<<blocks, threads, 0, st>>>(d, src, n, counter, base);
                     CHECK(cudaGetLastError());
@@ -214,7 +223,8 @@ int main(int argc, char** argv) {
   };
   auto waves = [&](const char* name, auto kernel, int threads, int count) {
     const int blocks = sms * (max_threads / threads) * count;
-    vs.push_back({std::string(name) + ", " + std::to_string(count) + " full waves of " + std::to_string(threads) + " threads",
+    vs.push_back({std::string(name) + ", " + std::to_string(count) + " full waves of " +
+                      std::to_string(threads) + " threads",
                   [=](cudaStream_t st) {
                     kernel<<<blocks, threads, 0, st>>>(d, src, n);
                     CHECK(cudaGetLastError());
@@ -274,12 +284,16 @@ int main(int argc, char** argv) {
     }
   }
   const double ref = median(vs.front().gbps);
-  std::printf("%s, %d SMs; %zu bytes copied, %d samples of %d copies; GB/s copied once (median, min, max), verified\n\n",
-              prop.name, sms, bytes, samples, loops);
-  std::printf("| copy | GB/s | min | max | vs cudaMemcpyAsync |\n| --- | ---: | ---: | ---: | ---: |\n");
+  std::printf(
+      "%s, %d SMs; %zu bytes copied, %d samples of %d copies; GB/s copied once (median, min, max), "
+      "verified\n\n",
+      prop.name, sms, bytes, samples, loops);
+  std::printf(
+      "| copy | GB/s | min | max | vs cudaMemcpyAsync |\n| --- | ---: | ---: | ---: | ---: |\n");
   for (const auto& v : vs) {
     const auto [lo, hi] = std::minmax_element(v.gbps.begin(), v.gbps.end());
-    std::printf("| %s | %.1f | %.1f | %.1f | %.3f |\n", v.name.c_str(), median(v.gbps), *lo, *hi, median(v.gbps) / ref);
+    std::printf("| %s | %.1f | %.1f | %.1f | %.3f |\n", v.name.c_str(), median(v.gbps), *lo, *hi,
+                median(v.gbps) / ref);
   }
   CHECK(cudaFree(a));
   CHECK(cudaFree(b));

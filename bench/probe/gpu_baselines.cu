@@ -13,13 +13,13 @@
 
 namespace {
 
-#define CHECK(call)                                                                      \
-  do {                                                                                   \
-    cudaError_t e_ = (call);                                                             \
-    if (e_ != cudaSuccess) {                                                             \
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess) {                                                                       \
       std::fprintf(stderr, "probe_gpu_baselines: %s failed: %s\n", #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
+      std::exit(1);                                                                                \
+    }                                                                                              \
   } while (0)
 
 __global__ void read_float4(const float4* __restrict__ p, std::size_t n, float* out) {
@@ -92,10 +92,14 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--h2d-bytes") h2d_bytes = std::stoull(next());
-    else if (a == "--device-bytes") dev_bytes = std::stoull(next());
-    else if (a == "--samples") samples = std::stoi(next());
-    else if (a == "--json") json_file = next();
+    if (a == "--h2d-bytes")
+      h2d_bytes = std::stoull(next());
+    else if (a == "--device-bytes")
+      dev_bytes = std::stoull(next());
+    else if (a == "--samples")
+      samples = std::stoi(next());
+    else if (a == "--json")
+      json_file = next();
     else {
       std::fprintf(stderr, "probe_gpu_baselines: unknown argument %s\n", a.c_str());
       return 2;
@@ -115,12 +119,14 @@ int main(int argc, char** argv) {
   CHECK(cudaHostAlloc(&h, h2d_bytes, cudaHostAllocDefault));
   CHECK(cudaMalloc(&d, h2d_bytes));
   std::memset(h, 0x5A, h2d_bytes);
-  const int loops = static_cast<int>(std::max<std::size_t>(1, (std::size_t{256} << 20) / h2d_bytes));
+  const int loops =
+      static_cast<int>(std::max<std::size_t>(1, (std::size_t{256} << 20) / h2d_bytes));
   auto up = time_loop(samples, loops, double(h2d_bytes),
                       [&] { CHECK(cudaMemcpyAsync(d, h, h2d_bytes, cudaMemcpyHostToDevice, 0)); });
   CHECK(cudaMemset(d, 0x3C, h2d_bytes));
-  auto down = time_loop(samples, loops, double(h2d_bytes),
-                        [&] { CHECK(cudaMemcpyAsync(h, d, h2d_bytes, cudaMemcpyDeviceToHost, 0)); });
+  auto down = time_loop(samples, loops, double(h2d_bytes), [&] {
+    CHECK(cudaMemcpyAsync(h, d, h2d_bytes, cudaMemcpyDeviceToHost, 0));
+  });
   CHECK(cudaDeviceSynchronize());
   const bool copies_ok = static_cast<unsigned char*>(h)[0] == 0x3C &&
                          static_cast<unsigned char*>(h)[h2d_bytes - 1] == 0x3C;
@@ -136,8 +142,9 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&b, dev_bytes));
   CHECK(cudaMalloc(&sink, sizeof(float)));
   CHECK(cudaMemset(a, 0x11, dev_bytes));
-  auto d2d = time_loop(samples, 10, double(dev_bytes),
-                       [&] { CHECK(cudaMemcpyAsync(b, a, dev_bytes, cudaMemcpyDeviceToDevice, 0)); });
+  auto d2d = time_loop(samples, 10, double(dev_bytes), [&] {
+    CHECK(cudaMemcpyAsync(b, a, dev_bytes, cudaMemcpyDeviceToDevice, 0));
+  });
   int sms = 0, tps = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK(cudaDeviceGetAttribute(&tps, cudaDevAttrMaxThreadsPerMultiProcessor, 0));
@@ -147,14 +154,16 @@ int main(int argc, char** argv) {
     CHECK(cudaGetLastError());
   });
   unsigned char last = 0;
-  CHECK(cudaMemcpy(&last, static_cast<unsigned char*>(b) + dev_bytes - 1, 1, cudaMemcpyDeviceToHost));
+  CHECK(
+      cudaMemcpy(&last, static_cast<unsigned char*>(b) + dev_bytes - 1, 1, cudaMemcpyDeviceToHost));
   CHECK(cudaFree(a));
   CHECK(cudaFree(b));
   CHECK(cudaFree(sink));
   put(json, "d2d_memcpy", d2d, dev_bytes, "copied_once");
   put(json, "read_float4", rd, dev_bytes, "read");
   json += "  \"verified\": " + std::string(copies_ok && last == 0x11 ? "true" : "false") + "\n}\n";
-  if (!(copies_ok && last == 0x11)) std::fprintf(stderr, "probe_gpu_baselines: copy check FAILED\n");
+  if (!(copies_ok && last == 0x11))
+    std::fprintf(stderr, "probe_gpu_baselines: copy check FAILED\n");
   if (json_file.empty()) {
     std::fputs(json.c_str(), stdout);
   } else {

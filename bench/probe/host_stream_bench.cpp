@@ -81,10 +81,14 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     try {
-      if (arg == "--size") size = vramkit::parse_bytes(value());
-      else if (arg == "--threads") threads = std::stoi(value());
-      else if (arg == "--rounds") rounds = std::max(1, std::stoi(value()));
-      else if (arg == "--json") json_path = value();
+      if (arg == "--size")
+        size = vramkit::parse_bytes(value());
+      else if (arg == "--threads")
+        threads = std::stoi(value());
+      else if (arg == "--rounds")
+        rounds = std::max(1, std::stoi(value()));
+      else if (arg == "--json")
+        json_path = value();
       else {
         std::fprintf(stderr, "host_stream_bench: unknown argument '%s'\n", arg.c_str());
         return 2;

@@ -28,8 +28,8 @@ inline std::vector<tier::buffer_use> make_locality_trace(std::uint32_t buffers, 
     } else {
       b = static_cast<std::uint32_t>(rng() % buffers);
     }
-    const auto access = unit(rng) < write_fraction ? tier::access_mode::read_write
-                                                   : tier::access_mode::read;
+    const auto access =
+        unit(rng) < write_fraction ? tier::access_mode::read_write : tier::access_mode::read;
     trace.push_back({b, access});
   }
   return trace;

@@ -98,7 +98,8 @@ std::uint32_t transformed(std::uint32_t x, int times) {
 }
 
 // Number of elements that differ from pattern(first + i) transformed `times` times.
-std::size_t count_mismatches(const std::uint32_t* data, std::size_t n, int times, std::size_t first = 0) {
+std::size_t count_mismatches(const std::uint32_t* data, std::size_t n, int times,
+                             std::size_t first = 0) {
   std::atomic<std::size_t> bad{0};
   parallel_for(n, [&](std::size_t b, std::size_t e) {
     std::size_t local = 0;
@@ -160,14 +161,15 @@ struct device_sum {
   }
 };
 
-[[noreturn]] void fail(const std::string& what) { throw vramkit::error("verification failed: " + what); }
+[[noreturn]] void fail(const std::string& what) {
+  throw vramkit::error("verification failed: " + what);
+}
 
 std::size_t arg_bytes(const char* v) { return static_cast<std::size_t>(vramkit::parse_bytes(v)); }
 
 struct row {
   std::string figure, value, baseline, ratio, target, verdict;
 };
-
 
 std::string fmt_gbps(double v) {
   char b[32];
@@ -199,8 +201,8 @@ void residency_section(vramkit::device_api& api, const settings& cfg, nlohmann::
   section["buffer_bytes"] = buffer_bytes;
   section["budget_bytes"] = budget;
   section["steps"] = steps;
-  section["lru_simulation"] = {{"bytes_h2d", lru.bytes_h2d}, {"bytes_d2h", lru.bytes_d2h},
-                               {"misses", lru.misses}};
+  section["lru_simulation"] = {
+      {"bytes_h2d", lru.bytes_h2d}, {"bytes_d2h", lru.bytes_d2h}, {"misses", lru.misses}};
   double stall_ms[2] = {0, 0};
   std::uint64_t moved[2] = {0, 0};
   for (int with_prefetch = 0; with_prefetch < 2; ++with_prefetch) {
@@ -212,8 +214,9 @@ void residency_section(vramkit::device_api& api, const settings& cfg, nlohmann::
     std::vector<std::uint32_t> writes(buffers, 0);
     for (std::uint32_t b = 0; b < buffers; ++b) {
       handles.push_back(m.create(buffer_bytes));
-      fill_pattern(static_cast<std::uint32_t*>(m.host_data(handles.back(), tier::access_mode::write)), words,
-                   std::size_t(b) * words);
+      fill_pattern(
+          static_cast<std::uint32_t*>(m.host_data(handles.back(), tier::access_mode::write)), words,
+          std::size_t(b) * words);
     }
     m.reset_counters();
     vramkit::owned_stream s(api);
@@ -236,8 +239,11 @@ void residency_section(vramkit::device_api& api, const settings& cfg, nlohmann::
     for (std::uint32_t b = 0; b < buffers; ++b) {
       const auto* h = static_cast<const std::uint32_t*>(m.host_data(handles[b]));
       std::size_t bad = 0;
-      for (std::size_t i = 0; i < words; ++i) bad += h[i] != pattern(std::size_t(b) * words + i) + writes[b];
-      if (bad != 0) fail("residency buffer " + std::to_string(b) + ": " + std::to_string(bad) + " words differ");
+      for (std::size_t i = 0; i < words; ++i)
+        bad += h[i] != pattern(std::size_t(b) * words + i) + writes[b];
+      if (bad != 0)
+        fail("residency buffer " + std::to_string(b) + ": " + std::to_string(bad) +
+             " words differ");
     }
     if (st.peak_resident_bytes > budget) fail("residency manager exceeded its budget");
     if (o.record_trace) {
@@ -247,30 +253,42 @@ void residency_section(vramkit::device_api& api, const settings& cfg, nlohmann::
     stall_ms[with_prefetch] = st.stream_wait.count() / 1e6;
     moved[with_prefetch] = st.bytes_h2d + st.bytes_d2h;
     const char* key = with_prefetch ? "with_prefetch" : "without_prefetch";
-    section[key] = {{"bytes_h2d", st.bytes_h2d}, {"bytes_d2h", st.bytes_d2h}, {"hits", st.hits},
-                    {"misses", st.misses}, {"prefetch_hits", st.prefetch_hits},
-                    {"prefetches_dropped", st.prefetches_dropped}, {"evictions", st.evictions},
-                    {"stream_wait_ms", stall_ms[with_prefetch]}, {"wall_s", secs},
+    section[key] = {{"bytes_h2d", st.bytes_h2d},
+                    {"bytes_d2h", st.bytes_d2h},
+                    {"hits", st.hits},
+                    {"misses", st.misses},
+                    {"prefetch_hits", st.prefetch_hits},
+                    {"prefetches_dropped", st.prefetches_dropped},
+                    {"evictions", st.evictions},
+                    {"stream_wait_ms", stall_ms[with_prefetch]},
+                    {"wall_s", secs},
                     {"peak_resident_bytes", st.peak_resident_bytes}};
-    std::printf("residency %s: moved %s (h2d %s, d2h %s), stall %.1f ms, %zu hits %zu misses, %.2f s\n", key,
-                vramkit::format_bytes(double(moved[with_prefetch])).c_str(),
-                vramkit::format_bytes(double(st.bytes_h2d)).c_str(), vramkit::format_bytes(double(st.bytes_d2h)).c_str(),
-                stall_ms[with_prefetch], std::size_t(st.hits), std::size_t(st.misses), secs);
+    std::printf(
+        "residency %s: moved %s (h2d %s, d2h %s), stall %.1f ms, %zu hits %zu misses, %.2f s\n",
+        key, vramkit::format_bytes(double(moved[with_prefetch])).c_str(),
+        vramkit::format_bytes(double(st.bytes_h2d)).c_str(),
+        vramkit::format_bytes(double(st.bytes_d2h)).c_str(), stall_ms[with_prefetch],
+        std::size_t(st.hits), std::size_t(st.misses), secs);
   }
   const std::uint64_t lru_moved = lru.bytes_h2d + lru.bytes_d2h;
-  std::printf("residency LRU simulation: moved %s\n", vramkit::format_bytes(double(lru_moved)).c_str());
+  std::printf("residency LRU simulation: moved %s\n",
+              vramkit::format_bytes(double(lru_moved)).c_str());
   out["residency"] = section;
   rows.push_back({"residency: bytes moved, no hints (48 x 16 MiB, 256 MiB budget, 600 uses)",
-                  vramkit::format_bytes(double(moved[0])), "ideal LRU " + vramkit::format_bytes(double(lru_moved)),
-                  ratio(double(moved[0]), double(lru_moved)), "<= 1", verdict(moved[0] <= lru_moved)});
-  rows.push_back({"residency: bytes moved, with prefetch hints", vramkit::format_bytes(double(moved[1])),
-                  "ideal LRU " + vramkit::format_bytes(double(lru_moved)), ratio(double(moved[1]), double(lru_moved)),
-                  "(report)", "-"});
+                  vramkit::format_bytes(double(moved[0])),
+                  "ideal LRU " + vramkit::format_bytes(double(lru_moved)),
+                  ratio(double(moved[0]), double(lru_moved)), "<= 1",
+                  verdict(moved[0] <= lru_moved)});
+  rows.push_back({"residency: bytes moved, with prefetch hints",
+                  vramkit::format_bytes(double(moved[1])),
+                  "ideal LRU " + vramkit::format_bytes(double(lru_moved)),
+                  ratio(double(moved[1]), double(lru_moved)), "(report)", "-"});
   char with[32], without[32];
   std::snprintf(with, sizeof with, "%.1f ms", stall_ms[1]);
   std::snprintf(without, sizeof without, "%.1f ms", stall_ms[0]);
-  rows.push_back({"residency: stream stall waiting for copies, with prefetch hints", with, std::string("without hints ") + without,
-                  ratio(stall_ms[1], stall_ms[0]), "< 1", verdict(stall_ms[1] < stall_ms[0])});
+  rows.push_back({"residency: stream stall waiting for copies, with prefetch hints", with,
+                  std::string("without hints ") + without, ratio(stall_ms[1], stall_ms[0]), "< 1",
+                  verdict(stall_ms[1] < stall_ms[0])});
 }
 
 }  // namespace
@@ -283,16 +301,26 @@ int main(int argc, char** argv) try {
       if (i + 1 >= argc) throw vramkit::usage_error("tier_bench: " + a + " needs a value");
       return argv[++i];
     };
-    if (a == "--dataset") cfg.dataset_bytes = arg_bytes(next());
-    else if (a == "--chunk") cfg.chunk_bytes = arg_bytes(next());
-    else if (a == "--depth") cfg.depth = std::stoi(next());
-    else if (a == "--managed") cfg.managed_bytes = arg_bytes(next());
-    else if (a == "--pageable") cfg.pageable_bytes = arg_bytes(next());
-    else if (a == "--reps") cfg.reps = std::stoi(next());
-    else if (a == "--summary") cfg.summary_path = next();
-    else if (a == "--json") cfg.json_path = next();
-    else if (a == "--trace") cfg.trace_path = next();
-    else throw vramkit::usage_error("tier_bench: unknown argument '" + a + "'");
+    if (a == "--dataset")
+      cfg.dataset_bytes = arg_bytes(next());
+    else if (a == "--chunk")
+      cfg.chunk_bytes = arg_bytes(next());
+    else if (a == "--depth")
+      cfg.depth = std::stoi(next());
+    else if (a == "--managed")
+      cfg.managed_bytes = arg_bytes(next());
+    else if (a == "--pageable")
+      cfg.pageable_bytes = arg_bytes(next());
+    else if (a == "--reps")
+      cfg.reps = std::stoi(next());
+    else if (a == "--summary")
+      cfg.summary_path = next();
+    else if (a == "--json")
+      cfg.json_path = next();
+    else if (a == "--trace")
+      cfg.trace_path = next();
+    else
+      throw vramkit::usage_error("tier_bench: unknown argument '" + a + "'");
   }
   auto api_or = vramkit::cuda_device_api();
   if (!api_or) {
@@ -323,7 +351,8 @@ int main(int argc, char** argv) try {
 
   auto t0 = std::chrono::steady_clock::now();
   auto* data = static_cast<std::uint32_t*>(api.allocate_pinned_host(cfg.dataset_bytes));
-  std::unique_ptr<void, std::function<void(void*)>> data_guard(data, [&](void* p) { api.free_pinned_host(p); });
+  std::unique_ptr<void, std::function<void(void*)>> data_guard(
+      data, [&](void* p) { api.free_pinned_host(p); });
   fill_pattern(data, n);
   const std::uint64_t ref_sum = cpu_sum(data, n);
   std::printf("pinned + filled in %.1f s\n",
@@ -367,7 +396,8 @@ int main(int argc, char** argv) try {
     });
     VRAMKIT_CUDA_TRY(cudaEventDestroy(go));
     VRAMKIT_CUDA_TRY(cudaEventDestroy(d2h_end));
-    if (std::memcmp(back, data + copy_bytes / 4, copy_bytes) != 0) fail("bidirectional device->host copy");
+    if (std::memcmp(back, data + copy_bytes / 4, copy_bytes) != 0)
+      fail("bidirectional device->host copy");
     if (r > 0) bidir_ms.push_back(ms);
   }
   api.free_pinned_host(back);
@@ -395,15 +425,19 @@ int main(int argc, char** argv) try {
   std::vector<double> red_gbps;
   for (int r = 0; r < cfg.reps + 1; ++r) {
     acc.reset();
-    const auto st = pipe.run(tier::pipeline_input::from_host(data, cfg.dataset_bytes, tier::host_memory::pinned), sum_cb);
+    const auto st = pipe.run(
+        tier::pipeline_input::from_host(data, cfg.dataset_bytes, tier::host_memory::pinned),
+        sum_cb);
     if (acc.read() != ref_sum) fail("pipeline reduction sum");
     if (r > 0) red_gbps.push_back(st.bytes_per_second() / 1e9);
   }
   const spread red = summarize(red_gbps);
-  std::printf("pipeline reduction %.2f GB/s = %.1f%% of pinned H2D\n", red.median, 100 * red.median / h2d.median);
+  std::printf("pipeline reduction %.2f GB/s = %.1f%% of pinned H2D\n", red.median,
+              100 * red.median / h2d.median);
   out["pipeline_reduction_gbps"] = to_json(red);
-  rows.push_back({"out-of-core reduction (pipeline, pinned source)", fmt_gbps(red.median), "pinned H2D " + fmt_gbps(h2d.median),
-                  ratio(red.median, h2d.median), ">= 0.90", verdict(red.median >= 0.9 * h2d.median)});
+  rows.push_back({"out-of-core reduction (pipeline, pinned source)", fmt_gbps(red.median),
+                  "pinned H2D " + fmt_gbps(h2d.median), ratio(red.median, h2d.median), ">= 0.90",
+                  verdict(red.median >= 0.9 * h2d.median)});
 
   std::vector<double> tr_gbps;
   int applied = 0;
@@ -411,8 +445,9 @@ int main(int argc, char** argv) try {
     bench::launch_transform_u32(static_cast<std::uint32_t*>(c.data), c.bytes / 4, s);
   };
   for (int r = 0; r < cfg.reps; ++r) {
-    const auto st = pipe.run(tier::pipeline_input::from_host(data, cfg.dataset_bytes, tier::host_memory::pinned), tr_cb,
-                             tier::pipeline_output::to_host(data, cfg.dataset_bytes, tier::host_memory::pinned));
+    const auto st = pipe.run(
+        tier::pipeline_input::from_host(data, cfg.dataset_bytes, tier::host_memory::pinned), tr_cb,
+        tier::pipeline_output::to_host(data, cfg.dataset_bytes, tier::host_memory::pinned));
     ++applied;
     tr_gbps.push_back(2.0 * st.bytes_per_second() / 1e9);  // read + written, as the baseline
   }
@@ -420,11 +455,12 @@ int main(int argc, char** argv) try {
     fail("pipeline transform: " + std::to_string(bad) + " elements differ");
   }
   const spread tr = summarize(tr_gbps);
-  std::printf("pipeline transform %.2f GB/s (read + written) = %.1f%% of bidirectional\n", tr.median,
-              100 * tr.median / bidir.median);
+  std::printf("pipeline transform %.2f GB/s (read + written) = %.1f%% of bidirectional\n",
+              tr.median, 100 * tr.median / bidir.median);
   out["pipeline_transform_gbps_read_plus_written"] = to_json(tr);
-  rows.push_back({"out-of-core transform (pipeline, in place; bytes read + written)", fmt_gbps(tr.median),
-                  "bidirectional " + fmt_gbps(bidir.median), ratio(tr.median, bidir.median), ">= 0.85",
+  rows.push_back({"out-of-core transform (pipeline, in place; bytes read + written)",
+                  fmt_gbps(tr.median), "bidirectional " + fmt_gbps(bidir.median),
+                  ratio(tr.median, bidir.median), ">= 0.85",
                   verdict(tr.median >= 0.85 * bidir.median)});
   // Restore the pattern for the stage-timed run and the pageable section.
   fill_pattern(data, n);
@@ -435,15 +471,23 @@ int main(int argc, char** argv) try {
     timed.measure_stages = true;
     tier::stream_pipeline tp(api, timed);
     acc.reset();
-    const auto st = tp.run(tier::pipeline_input::from_host(data, cfg.dataset_bytes, tier::host_memory::pinned), sum_cb);
+    const auto st =
+        tp.run(tier::pipeline_input::from_host(data, cfg.dataset_bytes, tier::host_memory::pinned),
+               sum_cb);
     if (acc.read() != ref_sum) fail("stage-timed reduction sum");
     auto stage = [](const tier::stage_stats& s) {
-      return nlohmann::json{{"bytes", s.bytes}, {"busy_ms", s.busy.count() / 1e6}, {"stall_ms", s.stall.count() / 1e6}};
+      return nlohmann::json{{"bytes", s.bytes},
+                            {"busy_ms", s.busy.count() / 1e6},
+                            {"stall_ms", s.stall.count() / 1e6}};
     };
-    out["stage_timed_reduction"] = {{"gbps", st.bytes_per_second() / 1e9}, {"h2d", stage(st.h2d)}, {"compute", stage(st.compute)}};
-    std::printf("stage-timed reduction %.2f GB/s: h2d busy %.1f ms stall %.1f ms, compute busy %.1f ms stall %.1f ms\n",
-                st.bytes_per_second() / 1e9, st.h2d.busy.count() / 1e6, st.h2d.stall.count() / 1e6,
-                st.compute.busy.count() / 1e6, st.compute.stall.count() / 1e6);
+    out["stage_timed_reduction"] = {{"gbps", st.bytes_per_second() / 1e9},
+                                    {"h2d", stage(st.h2d)},
+                                    {"compute", stage(st.compute)}};
+    std::printf(
+        "stage-timed reduction %.2f GB/s: h2d busy %.1f ms stall %.1f ms, compute busy %.1f ms "
+        "stall %.1f ms\n",
+        st.bytes_per_second() / 1e9, st.h2d.busy.count() / 1e6, st.h2d.stall.count() / 1e6,
+        st.compute.busy.count() / 1e6, st.compute.stall.count() / 1e6);
   }
 
   // --- managed memory: fault-driven and prefetched, within free device memory -----------------
@@ -452,7 +496,8 @@ int main(int argc, char** argv) try {
     const std::size_t mbytes = std::min(cfg.managed_bytes, (free_now / 4) & ~(MiB - 1));
     const std::size_t mn = mbytes / 4;
     auto* m = static_cast<std::uint32_t*>(api.allocate_managed(mbytes));
-    std::unique_ptr<void, std::function<void(void*)>> m_guard(m, [&](void* p) { api.free_managed(p); });
+    std::unique_ptr<void, std::function<void(void*)>> m_guard(
+        m, [&](void* p) { api.free_managed(p); });
     fill_pattern(m, mn);
     const std::uint64_t mref = cpu_sum(m, mn);
     const int dev = api.current_device();
@@ -464,7 +509,8 @@ int main(int argc, char** argv) try {
     for (int r = 0; r < cfg.reps + 1; ++r) {
       to_host();
       acc.reset();
-      const double ms_fault = time_on_stream(cs(s1), [&] { bench::launch_sum_u32(m, mn, acc.ptr, s1); });
+      const double ms_fault =
+          time_on_stream(cs(s1), [&] { bench::launch_sum_u32(m, mn, acc.ptr, s1); });
       if (acc.read() != mref) fail("managed fault-driven reduction");
       to_host();
       acc.reset();
@@ -499,25 +545,30 @@ int main(int argc, char** argv) try {
     if (const auto bad = count_mismatches(m, mn, mapplied); bad != 0) {
       fail("managed transform: " + std::to_string(bad) + " elements differ");
     }
-    const spread f = summarize(fault), p = summarize(pref), ft = summarize(fault_tr), pt = summarize(pref_tr);
-    std::printf("managed (%s): reduction fault-driven %.2f GB/s, prefetched %.2f GB/s; transform %.2f / %.2f GB/s\n",
-                vramkit::format_bytes(double(mbytes)).c_str(), f.median, p.median, ft.median, pt.median);
+    const spread f = summarize(fault), p = summarize(pref), ft = summarize(fault_tr),
+                 pt = summarize(pref_tr);
+    std::printf(
+        "managed (%s): reduction fault-driven %.2f GB/s, prefetched %.2f GB/s; transform %.2f / "
+        "%.2f GB/s\n",
+        vramkit::format_bytes(double(mbytes)).c_str(), f.median, p.median, ft.median, pt.median);
     out["managed_bytes"] = mbytes;
     out["managed_reduction_fault_gbps"] = to_json(f);
     out["managed_reduction_prefetch_gbps"] = to_json(p);
     out["managed_transform_fault_gbps_read_plus_written"] = to_json(ft);
     out["managed_transform_prefetch_gbps_read_plus_written"] = to_json(pt);
-    rows.push_back({"reduction: pipeline vs managed fault-driven (" + vramkit::format_bytes(double(mbytes)) + ")",
-                    fmt_gbps(red.median), "managed faults " + fmt_gbps(f.median), ratio(red.median, f.median), ">= 5",
-                    verdict(red.median >= 5 * f.median)});
+    rows.push_back({"reduction: pipeline vs managed fault-driven (" +
+                        vramkit::format_bytes(double(mbytes)) + ")",
+                    fmt_gbps(red.median), "managed faults " + fmt_gbps(f.median),
+                    ratio(red.median, f.median), ">= 5", verdict(red.median >= 5 * f.median)});
     rows.push_back({"reduction: pipeline vs managed + cudaMemPrefetchAsync", fmt_gbps(red.median),
                     "managed prefetched " + fmt_gbps(p.median), ratio(red.median, p.median), ">= 1",
                     verdict(red.median >= p.median)});
-    rows.push_back({"transform: pipeline vs managed fault-driven", fmt_gbps(tr.median), "managed faults " + fmt_gbps(ft.median),
-                    ratio(tr.median, ft.median), ">= 5", verdict(tr.median >= 5 * ft.median)});
+    rows.push_back({"transform: pipeline vs managed fault-driven", fmt_gbps(tr.median),
+                    "managed faults " + fmt_gbps(ft.median), ratio(tr.median, ft.median), ">= 5",
+                    verdict(tr.median >= 5 * ft.median)});
     rows.push_back({"transform: pipeline vs managed + cudaMemPrefetchAsync", fmt_gbps(tr.median),
-                    "managed prefetched " + fmt_gbps(pt.median), ratio(tr.median, pt.median), ">= 1",
-                    verdict(tr.median >= pt.median)});
+                    "managed prefetched " + fmt_gbps(pt.median), ratio(tr.median, pt.median),
+                    ">= 1", verdict(tr.median >= pt.median)});
   }
   VRAMKIT_CUDA_TRY(cudaFree(dev_a));
 
@@ -536,7 +587,8 @@ int main(int argc, char** argv) try {
       const auto a = std::chrono::steady_clock::now();
       for (std::size_t off = 0; off < cfg.pageable_bytes; off += piece) {
         const std::size_t len = std::min(piece, cfg.pageable_bytes - off);
-        VRAMKIT_CUDA_TRY(cudaMemcpy(dev, reinterpret_cast<const char*>(pageable.data()) + off, len, cudaMemcpyHostToDevice));
+        VRAMKIT_CUDA_TRY(cudaMemcpy(dev, reinterpret_cast<const char*>(pageable.data()) + off, len,
+                                    cudaMemcpyHostToDevice));
       }
       VRAMKIT_CUDA_TRY(cudaDeviceSynchronize());
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
@@ -548,7 +600,8 @@ int main(int argc, char** argv) try {
       acc.reset();
       bench::launch_sum_u32(static_cast<std::uint32_t*>(dev), last_len / 4, acc.ptr, s1);
       api.synchronize(s1);
-      if (acc.read() != cpu_sum(pageable.data() + last_off / 4, last_len / 4)) fail("pageable cudaMemcpy");
+      if (acc.read() != cpu_sum(pageable.data() + last_off / 4, last_len / 4))
+        fail("pageable cudaMemcpy");
     }
     VRAMKIT_CUDA_TRY(cudaFree(dev));
     tier::pipeline_options sopts = popts;
@@ -557,20 +610,23 @@ int main(int argc, char** argv) try {
     tier::stream_pipeline sp(api, sopts);
     for (int r = 0; r < cfg.reps + 1; ++r) {
       acc.reset();
-      const auto st = sp.run(tier::pipeline_input::from_host(pageable.data(), cfg.pageable_bytes), sum_cb);
+      const auto st =
+          sp.run(tier::pipeline_input::from_host(pageable.data(), cfg.pageable_bytes), sum_cb);
       if (acc.read() != pref_sum) fail("pipeline reduction from pageable memory");
       if (r > 0) staged_gbps.push_back(st.bytes_per_second() / 1e9);
     }
     const spread mc = summarize(memcpy_gbps), sg = summarize(staged_gbps);
-    std::printf("pageable %s: cudaMemcpy %.2f GB/s, pipeline with %u staging threads %.2f GB/s (%.2fx)\n",
-                vramkit::format_bytes(double(cfg.pageable_bytes)).c_str(), mc.median, host_threads(), sg.median,
-                sg.median / mc.median);
+    std::printf(
+        "pageable %s: cudaMemcpy %.2f GB/s, pipeline with %u staging threads %.2f GB/s (%.2fx)\n",
+        vramkit::format_bytes(double(cfg.pageable_bytes)).c_str(), mc.median, host_threads(),
+        sg.median, sg.median / mc.median);
     out["pageable_cudamemcpy_gbps"] = to_json(mc);
     out["pageable_pipeline_gbps"] = to_json(sg);
     out["staging_threads"] = host_threads();
-    rows.push_back({"pageable std::vector -> device: pipeline staging (" + std::to_string(host_threads()) + " threads)",
-                    fmt_gbps(sg.median), "cudaMemcpy pageable " + fmt_gbps(mc.median), ratio(sg.median, mc.median), ">= 4",
-                    verdict(sg.median >= 4 * mc.median)});
+    rows.push_back({"pageable std::vector -> device: pipeline staging (" +
+                        std::to_string(host_threads()) + " threads)",
+                    fmt_gbps(sg.median), "cudaMemcpy pageable " + fmt_gbps(mc.median),
+                    ratio(sg.median, mc.median), ">= 4", verdict(sg.median >= 4 * mc.median)});
   }
   data_guard.reset();
 
@@ -580,14 +636,16 @@ int main(int argc, char** argv) try {
   if (!cfg.json_path.empty()) std::ofstream(cfg.json_path) << out.dump(2) << "\n";
   if (!cfg.summary_path.empty()) {
     std::ofstream md(cfg.summary_path);
-    md << "| figure | value | baseline (same run) | ratio | target | verdict |\n|---|---|---|---|---|---|\n";
+    md << "| figure | value | baseline (same run) | ratio | target | verdict "
+          "|\n|---|---|---|---|---|---|\n";
     for (const auto& r : rows) {
-      md << "| " << r.figure << " | " << r.value << " | " << r.baseline << " | " << r.ratio << " | " << r.target << " | "
-         << r.verdict << " |\n";
+      md << "| " << r.figure << " | " << r.value << " | " << r.baseline << " | " << r.ratio << " | "
+         << r.target << " | " << r.verdict << " |\n";
     }
   }
-  for (const auto& r : rows) std::printf("%-70s %-14s %-34s %-8s %-8s %s\n", r.figure.c_str(), r.value.c_str(),
-                                         r.baseline.c_str(), r.ratio.c_str(), r.target.c_str(), r.verdict.c_str());
+  for (const auto& r : rows)
+    std::printf("%-70s %-14s %-34s %-8s %-8s %s\n", r.figure.c_str(), r.value.c_str(),
+                r.baseline.c_str(), r.ratio.c_str(), r.target.c_str(), r.verdict.c_str());
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "tier_bench: %s\n", e.what());

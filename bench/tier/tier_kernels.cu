@@ -21,7 +21,8 @@ int grid_for(std::size_t n) {
   VRAMKIT_CUDA_TRY(cudaGetDevice(&device));
   VRAMKIT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const std::size_t wanted = (n + block_threads - 1) / block_threads;
-  return static_cast<int>(std::max<std::size_t>(1, std::min<std::size_t>(wanted, std::size_t(sms) * 8)));
+  return static_cast<int>(
+      std::max<std::size_t>(1, std::min<std::size_t>(wanted, std::size_t(sms) * 8)));
 }
 
 __global__ void sum_kernel(const uint4* __restrict__ vec, std::size_t n_vec,
@@ -36,7 +37,8 @@ __global__ void sum_kernel(const uint4* __restrict__ vec, std::size_t n_vec,
   if (blockIdx.x == 0) {
     for (std::size_t i = threadIdx.x; i < n_tail; i += blockDim.x) local += tail[i];
   }
-  for (int offset = 16; offset > 0; offset /= 2) local += __shfl_down_sync(0xffffffffu, local, offset);
+  for (int offset = 16; offset > 0; offset /= 2)
+    local += __shfl_down_sync(0xffffffffu, local, offset);
   if ((threadIdx.x & 31) == 0) atomicAdd(sum, local);
 }
 

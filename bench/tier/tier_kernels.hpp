@@ -23,11 +23,13 @@ void launch_transform_u32(std::uint32_t* data, std::size_t n, stream_view stream
 #endif
 
 /// The element-wise transform of the benchmark, also used by the CPU reference.
-VRAMKIT_BENCH_HD constexpr std::uint32_t transform_u32(std::uint32_t x) noexcept { return x * 3u + 1u; }
+VRAMKIT_BENCH_HD constexpr std::uint32_t transform_u32(std::uint32_t x) noexcept {
+  return x * 3u + 1u;
+}
 
 /// Adds `add` to each of the `n` words at `data` (add = 0: reads only), then spins until about
 /// `spin_us` microseconds have passed on the device: a stand-in for compute on a buffer.
-void launch_touch_u32(std::uint32_t* data, std::size_t n, std::uint32_t add,
-                      std::uint32_t spin_us, stream_view stream);
+void launch_touch_u32(std::uint32_t* data, std::size_t n, std::uint32_t add, std::uint32_t spin_us,
+                      stream_view stream);
 
 }  // namespace vramkit::bench

@@ -78,9 +78,10 @@ frame_report texture_streamer::frame(point camera, stream_view stream,
     distance[i] = std::hypot(it.where.x - camera.x, it.where.y - camera.y);
     r.priority[i] = 1.0 / (1.0 + distance[i]);
     const int coarsest = static_cast<int>(it.levels.size()) - 1;
-    const int wanted = distance[i] <= near_distance_
-                           ? 0
-                           : static_cast<int>(std::floor(std::log2(distance[i] / near_distance_))) + 1;
+    const int wanted =
+        distance[i] <= near_distance_
+            ? 0
+            : static_cast<int>(std::floor(std::log2(distance[i] / near_distance_))) + 1;
     r.wanted_level[i] = std::min(wanted, coarsest);
   }
   // Every item keeps at least its coarsest level; the rest of the budget goes to the items in
@@ -100,9 +101,9 @@ frame_report texture_streamer::frame(point camera, stream_view stream,
     planned += chain_bytes(i, r.finest_level[i]);
   }
   if (planned > budget) {
-    throw out_of_memory(planned, "texture_streamer",
-                        "the coarsest levels of all items do not fit in the budget\n" +
-                            manager_.summary());
+    throw out_of_memory(
+        planned, "texture_streamer",
+        "the coarsest levels of all items do not fit in the budget\n" + manager_.summary());
   }
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), 0);

@@ -70,7 +70,8 @@ std::map<std::string, std::string> parse_node_map(std::string_view text, std::st
     }
     for (auto it = doc.begin(); it != doc.end(); ++it) {
       if (!it->is_string() || it->get<std::string>().empty()) {
-        throw usage_error(fmt::format("{}: the URL of node '{}' must be a non-empty string", origin, it.key()));
+        throw usage_error(
+            fmt::format("{}: the URL of node '{}' must be a non-empty string", origin, it.key()));
       }
       out[it.key()] = with_default_path(it->get<std::string>());
     }
@@ -92,15 +93,17 @@ std::map<std::string, std::string> parse_node_map(std::string_view text, std::st
   }
   for (const auto& [name, url] : out) {
     if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0) {
-      throw usage_error(fmt::format("{}: the URL of node '{}' must start with http:// ({})", origin, name, url));
+      throw usage_error(
+          fmt::format("{}: the URL of node '{}' must start with http:// ({})", origin, name, url));
     }
   }
   if (out.empty()) throw usage_error(fmt::format("{}: names no nodes", origin));
   return out;
 }
 
-exporter_scraper::exporter_scraper(std::map<std::string, std::string> node_urls, scraper_options options,
-                                   fetch_function fetch, clock_function now)
+exporter_scraper::exporter_scraper(std::map<std::string, std::string> node_urls,
+                                   scraper_options options, fetch_function fetch,
+                                   clock_function now)
     : urls_(std::move(node_urls)),
       options_(options),
       fetch_(fetch ? std::move(fetch) : fetch_function(http_get)),
@@ -126,8 +129,9 @@ node_states exporter_scraper::states(const std::vector<std::string>& names) {
       if (it != cache_.end() && now - it->second.at < options_.ttl) {
         out.emplace(name, it->second.state);
       } else if (urls_.count(name) == 0) {
-        out.emplace(name, unavailable{unavailable_kind::not_supported,
-                                      fmt::format("node {} has no exporter URL in the node map", name)});
+        out.emplace(name,
+                    unavailable{unavailable_kind::not_supported,
+                                fmt::format("node {} has no exporter URL in the node map", name)});
       } else if (std::find(stale.begin(), stale.end(), name) == stale.end()) {
         stale.push_back(name);
       }
@@ -155,7 +159,8 @@ node_states exporter_scraper::states(const std::vector<std::string>& names) {
           fetched[i].emplace(std::make_shared<const node_state>(std::move(state)));
         }
       } catch (const std::exception& e) {
-        fetched[i].emplace(unavailable{unavailable_kind::failed, fmt::format("{}: {}", urls_.at(name), e.what())});
+        fetched[i].emplace(
+            unavailable{unavailable_kind::failed, fmt::format("{}: {}", urls_.at(name), e.what())});
       }
     }
   };

@@ -61,7 +61,8 @@ std::uint64_t container_request(const json& container, const std::string& resour
 std::optional<std::uint64_t> request_of(const json& pod, const extender_config& config) {
   std::uint64_t sum = 0;
   bool found = false;
-  if (const json* containers = path(pod, {"spec", "containers"}); containers && containers->is_array()) {
+  if (const json* containers = path(pod, {"spec", "containers"});
+      containers && containers->is_array()) {
     for (const json& c : *containers) {
       const std::uint64_t r = container_request(c, config.resource_name);
       found = found || r > 0;
@@ -79,15 +80,17 @@ std::optional<std::uint64_t> request_of(const json& pod, const extender_config& 
   if (const json* ann = path(pod, {"metadata", "annotations"}); ann && ann->is_object()) {
     auto it = ann->find(config.plan_annotation);
     if (it != ann->end()) {
-      if (!it->is_string()) throw usage_error(fmt::format("annotation {} is not a string", config.plan_annotation));
-      return request_from_plan_json(it->get<std::string>(), fmt::format("annotation {}", config.plan_annotation));
+      if (!it->is_string())
+        throw usage_error(fmt::format("annotation {} is not a string", config.plan_annotation));
+      return request_from_plan_json(it->get<std::string>(),
+                                    fmt::format("annotation {}", config.plan_annotation));
     }
   }
   return std::nullopt;
 }
 
 struct parsed_args {
-  const json* pod = nullptr;       // into the parsed document
+  const json* pod = nullptr;  // into the parsed document
   std::vector<std::string> names;
   bool node_cache_capable = false;
   const json* node_list = nullptr;  // the NodeList as sent, when !node_cache_capable
@@ -154,11 +157,21 @@ void append_string(std::string& out, std::string_view text) {
   out.push_back('"');
   for (const char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
@@ -185,7 +198,8 @@ void append_map(std::string& out, const std::map<std::string, std::string>& m) {
 
 std::string filter_result(const parsed_args& args, const std::vector<bool>& keep,
                           const std::map<std::string, std::string>& failed,
-                          const std::map<std::string, std::string>& unresolvable, const std::string& error) {
+                          const std::map<std::string, std::string>& unresolvable,
+                          const std::string& error) {
   std::string out;
   out.reserve(64 + 24 * args.names.size());
   if (args.node_cache_capable) {
@@ -225,7 +239,8 @@ std::string filter_result(const parsed_args& args, const std::vector<bool>& keep
 
 }  // namespace
 
-std::optional<std::uint64_t> pod_memory_request(std::string_view pod_json, const extender_config& config) {
+std::optional<std::uint64_t> pod_memory_request(std::string_view pod_json,
+                                                const extender_config& config) {
   json pod;
   try {
     pod = json::parse(pod_json);
@@ -253,7 +268,8 @@ extender_response extender_filter(std::string_view body, const node_lookup& look
   } catch (const usage_error& e) {
     // The pod, not the protocol, is wrong: fail this scheduling attempt with the reason.
     std::fill(keep.begin(), keep.end(), false);
-    return {200, filter_result(args, keep, failed, unresolvable, fmt::format("vramkit: {}", e.what()))};
+    return {200,
+            filter_result(args, keep, failed, unresolvable, fmt::format("vramkit: {}", e.what()))};
   }
   if (request && !args.names.empty()) {
     const node_states states = lookup(args.names);
@@ -262,8 +278,9 @@ extender_response extender_filter(std::string_view body, const node_lookup& look
       auto it = states.find(name);
       if (it == states.end() || !it->second) {
         keep[i] = false;
-        failed[name] = fmt::format("vramkit: no live GPU figures: {}",
-                                   it == states.end() ? "node not looked up" : it->second.error().reason);
+        failed[name] =
+            fmt::format("vramkit: no live GPU figures: {}",
+                        it == states.end() ? "node not looked up" : it->second.error().reason);
         continue;
       }
       const node_state& node = **it->second;
@@ -271,8 +288,10 @@ extender_response extender_filter(std::string_view body, const node_lookup& look
       if (p.fits) continue;
       keep[i] = false;
       std::string reason = "vramkit: " + describe_misfit(*request, node, config.placement);
-      if (p.why == misfit::too_large) unresolvable[name] = std::move(reason);
-      else failed[name] = std::move(reason);
+      if (p.why == misfit::too_large)
+        unresolvable[name] = std::move(reason);
+      else
+        failed[name] = std::move(reason);
     }
   }
   return {200, filter_result(args, keep, failed, unresolvable, "")};

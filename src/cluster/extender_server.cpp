@@ -24,7 +24,8 @@ struct extender_server::impl {
 #endif
 };
 
-extender_server::extender_server(node_lookup lookup, extender_config config, std::string bind, int port)
+extender_server::extender_server(node_lookup lookup, extender_config config, std::string bind,
+                                 int port)
     : impl_(std::make_unique<impl>()) {
   impl_->lookup = std::move(lookup);
   impl_->config = std::move(config);
@@ -46,17 +47,18 @@ extender_server::extender_server(node_lookup lookup, extender_config config, std
   s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    res.status = 500;
-    res.set_content("vramkit extender: " + what + "\n", "text/plain");
-  });
+  s.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        res.status = 500;
+        res.set_content("vramkit extender: " + what + "\n", "text/plain");
+      });
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     res.set_content(fmt::format("no such endpoint: {} {} (POST .../filter or .../prioritize)\n",
@@ -75,7 +77,8 @@ int extender_server::bind() {
     impl_->port = s.bind_to_any_port(impl_->bind);
     if (impl_->port <= 0) throw error(fmt::format("cannot bind the extender to {}:0", impl_->bind));
   } else if (!s.bind_to_port(impl_->bind, impl_->port)) {
-    throw error(fmt::format("cannot bind the extender to {}:{} (in use?)", impl_->bind, impl_->port));
+    throw error(
+        fmt::format("cannot bind the extender to {}:{} (in use?)", impl_->bind, impl_->port));
   }
   return impl_->port;
 #else

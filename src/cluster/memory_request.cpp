@@ -15,7 +15,8 @@ namespace vramkit::cluster {
 
 std::uint64_t parse_memory_request(std::string_view text) {
   const std::uint64_t bytes = parse_bytes(text);
-  if (bytes == 0) throw usage_error(fmt::format("invalid memory request '{}': must be above zero", text));
+  if (bytes == 0)
+    throw usage_error(fmt::format("invalid memory request '{}': must be above zero", text));
   return bytes;
 }
 
@@ -24,7 +25,8 @@ std::uint64_t request_from_plan_json(std::string_view json_text, std::string_vie
   try {
     doc = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::parse_error&) {
-    throw usage_error(fmt::format("{}: not valid JSON (expected vramkit plan --json output)", origin));
+    throw usage_error(
+        fmt::format("{}: not valid JSON (expected vramkit plan --json output)", origin));
   }
   if (!doc.is_object()) throw usage_error(fmt::format("{}: expected a JSON object", origin));
   const auto it = doc.find("device_peak_bytes");
@@ -68,19 +70,32 @@ std::uint64_t parse_kube_quantity(std::string_view text) {
   int binary_shift = 0;
   int decimal_exponent = 0;
   if (suffix.empty()) {
-  } else if (suffix == "Ki") binary_shift = 10;
-  else if (suffix == "Mi") binary_shift = 20;
-  else if (suffix == "Gi") binary_shift = 30;
-  else if (suffix == "Ti") binary_shift = 40;
-  else if (suffix == "Pi") binary_shift = 50;
-  else if (suffix == "Ei") binary_shift = 60;
-  else if (suffix == "m") decimal_exponent = -3;
-  else if (suffix == "k") decimal_exponent = 3;
-  else if (suffix == "M") decimal_exponent = 6;
-  else if (suffix == "G") decimal_exponent = 9;
-  else if (suffix == "T") decimal_exponent = 12;
-  else if (suffix == "P") decimal_exponent = 15;
-  else if (suffix == "E") decimal_exponent = 18;
+  } else if (suffix == "Ki")
+    binary_shift = 10;
+  else if (suffix == "Mi")
+    binary_shift = 20;
+  else if (suffix == "Gi")
+    binary_shift = 30;
+  else if (suffix == "Ti")
+    binary_shift = 40;
+  else if (suffix == "Pi")
+    binary_shift = 50;
+  else if (suffix == "Ei")
+    binary_shift = 60;
+  else if (suffix == "m")
+    decimal_exponent = -3;
+  else if (suffix == "k")
+    decimal_exponent = 3;
+  else if (suffix == "M")
+    decimal_exponent = 6;
+  else if (suffix == "G")
+    decimal_exponent = 9;
+  else if (suffix == "T")
+    decimal_exponent = 12;
+  else if (suffix == "P")
+    decimal_exponent = 15;
+  else if (suffix == "E")
+    decimal_exponent = 18;
   else if (suffix[0] == 'e' || suffix[0] == 'E') {
     std::size_t j = 1;
     bool negative = false;
@@ -88,7 +103,8 @@ std::uint64_t parse_kube_quantity(std::string_view text) {
     if (j == suffix.size()) return fail("exponent has no digits");
     int e = 0;
     for (; j < suffix.size(); ++j) {
-      if (!std::isdigit(static_cast<unsigned char>(suffix[j]))) return fail("exponent is not a number");
+      if (!std::isdigit(static_cast<unsigned char>(suffix[j])))
+        return fail("exponent is not a number");
       e = e * 10 + (suffix[j] - '0');
       if (e > 40) return fail("exponent out of range");
     }
@@ -98,7 +114,8 @@ std::uint64_t parse_kube_quantity(std::string_view text) {
   }
   if (numerator == 0) return 0;
   const u128 limit = u128{std::numeric_limits<std::int64_t>::max()};
-  // numerator < 10^30 < 2^100, so a shift of up to 60 would overflow: check against the limit first.
+  // numerator < 10^30 < 2^100, so a shift of up to 60 would overflow: check against the limit
+  // first.
   for (int s = 0; s < binary_shift; s += 10) {
     numerator *= 1024;
     if (numerator / denominator > limit) return fail("too large");

@@ -41,14 +41,16 @@ headroom parse_headroom(std::string_view text) {
       used = 0;
     }
     if (used == 0 || used != number.size() || !(pct >= 0 && pct < 100)) {
-      throw usage_error(fmt::format("invalid headroom '{}': a percentage must be in [0, 100)", text));
+      throw usage_error(
+          fmt::format("invalid headroom '{}': a percentage must be in [0, 100)", text));
     }
     return headroom{0, pct / 100.0};
   }
   try {
     return headroom{parse_bytes(text), 0.0};
   } catch (const usage_error&) {
-    throw usage_error(fmt::format("invalid headroom '{}': use bytes (2GiB) or a percentage (5%)", text));
+    throw usage_error(
+        fmt::format("invalid headroom '{}': use bytes (2GiB) or a percentage (5%)", text));
   }
 }
 
@@ -89,7 +91,7 @@ placement place_on_node(std::uint64_t request_bytes, const node_state& node,
     }
   }
   if (!best.fits) {
-    best.why = !any_up ? misfit::no_gpus
+    best.why = !any_up             ? misfit::no_gpus
                : !any_large_enough ? misfit::too_large
                                    : misfit::not_enough_free;
   }

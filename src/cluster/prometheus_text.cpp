@@ -14,8 +14,12 @@
 namespace vramkit::cluster {
 namespace {
 
-bool is_name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':'; }
-bool is_name_char(char c) { return is_name_start(c) || std::isdigit(static_cast<unsigned char>(c)); }
+bool is_name_start(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':';
+}
+bool is_name_char(char c) {
+  return is_name_start(c) || std::isdigit(static_cast<unsigned char>(c));
+}
 bool is_blank(char c) { return c == ' ' || c == '\t'; }
 
 class line_parser {
@@ -81,9 +85,12 @@ class line_parser {
         if (c == '\\') {
           if (at_end()) fail("unterminated escape in a label value");
           const char e = s_[i_++];
-          if (e == 'n') val.push_back('\n');
-          else if (e == '\\' || e == '"') val.push_back(e);
-          else fail("unknown escape in a label value (allowed: \\\\, \\\", \\n)");
+          if (e == 'n')
+            val.push_back('\n');
+          else if (e == '\\' || e == '"')
+            val.push_back(e);
+          else
+            fail("unknown escape in a label value (allowed: \\\\, \\\", \\n)");
         } else {
           val.push_back(c);
         }
@@ -125,7 +132,8 @@ class line_parser {
     errno = 0;
     char* end = nullptr;
     const long long v = std::strtoll(t.c_str(), &end, 10);
-    if (t.empty() || end != t.c_str() + t.size() || errno == ERANGE) fail("timestamp is not an integer");
+    if (t.empty() || end != t.c_str() + t.size() || errno == ERANGE)
+      fail("timestamp is not an integer");
     return v;
   }
 
@@ -180,7 +188,8 @@ std::vector<gpu_state> gpus_from_metrics(const std::vector<metric_sample>& sampl
     char* end = nullptr;
     const long idx = std::strtol(gpu_label->c_str(), &end, 10);
     if (gpu_label->empty() || *end != '\0' || idx < 0 || idx > 65535) {
-      throw usage_error(fmt::format("metric {} has gpu=\"{}\", not a GPU index", s.name, *gpu_label));
+      throw usage_error(
+          fmt::format("metric {} has gpu=\"{}\", not a GPU index", s.name, *gpu_label));
     }
     partial& p = by_index[static_cast<int>(idx)];
     p.gpu.index = static_cast<int>(idx);

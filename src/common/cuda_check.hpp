@@ -31,16 +31,16 @@ inline void report_cuda_error(cudaError_t status, const char* call, const char* 
 
 }  // namespace vramkit::detail
 
-#define VRAMKIT_CUDA_TRY(call)                                                   \
-  do {                                                                           \
-    const cudaError_t vramkit_status_ = (call);                                  \
-    if (vramkit_status_ != cudaSuccess)                                          \
+#define VRAMKIT_CUDA_TRY(call)                                                         \
+  do {                                                                                 \
+    const cudaError_t vramkit_status_ = (call);                                        \
+    if (vramkit_status_ != cudaSuccess)                                                \
       ::vramkit::detail::throw_cuda_error(vramkit_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define VRAMKIT_CUDA_ASSERT(call)                                                 \
-  do {                                                                            \
-    const cudaError_t vramkit_status_ = (call);                                   \
-    if (vramkit_status_ != cudaSuccess)                                           \
+#define VRAMKIT_CUDA_ASSERT(call)                                                       \
+  do {                                                                                  \
+    const cudaError_t vramkit_status_ = (call);                                         \
+    if (vramkit_status_ != cudaSuccess)                                                 \
       ::vramkit::detail::report_cuda_error(vramkit_status_, #call, __FILE__, __LINE__); \
   } while (0)

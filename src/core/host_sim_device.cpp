@@ -292,7 +292,8 @@ void host_sim_device::unregister_host(void*) noexcept {}
 void host_sim_device::copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind,
                                  stream_view stream) {
   if (bytes == 0) return;
-  if (dst == nullptr || src == nullptr) throw cuda_error(1, "host_sim_device: copy with null pointer");
+  if (dst == nullptr || src == nullptr)
+    throw cuda_error(1, "host_sim_device: copy with null pointer");
   const bool crosses = kind != copy_kind::device_to_device && kind != copy_kind::host_to_host;
   impl_->enqueue(stream, [this, dst, src, bytes, crosses] {
     if (crosses) impl_->simulate_transfer(bytes);

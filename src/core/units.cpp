@@ -36,7 +36,8 @@ std::uint64_t parse_bytes(std::string_view text) {
   while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
   if (i < text.size() && text[i] == '-') return fail("sizes cannot be negative");
   const std::size_t number_start = i;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
   if (i == number_start) return fail("expected a number, e.g. 24GiB");
   double number = 0;
   try {
@@ -53,16 +54,26 @@ std::uint64_t parse_bytes(std::string_view text) {
   while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
   if (i != text.size()) return fail("unexpected text after the unit");
   double scale = 1;
-  if (unit.empty() || unit == "b") scale = 1;
-  else if (unit == "k" || unit == "kib") scale = 0x1p10;
-  else if (unit == "m" || unit == "mib") scale = 0x1p20;
-  else if (unit == "g" || unit == "gib") scale = 0x1p30;
-  else if (unit == "t" || unit == "tib") scale = 0x1p40;
-  else if (unit == "kb") scale = 1e3;
-  else if (unit == "mb") scale = 1e6;
-  else if (unit == "gb") scale = 1e9;
-  else if (unit == "tb") scale = 1e12;
-  else return fail("unknown unit (use B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB)");
+  if (unit.empty() || unit == "b")
+    scale = 1;
+  else if (unit == "k" || unit == "kib")
+    scale = 0x1p10;
+  else if (unit == "m" || unit == "mib")
+    scale = 0x1p20;
+  else if (unit == "g" || unit == "gib")
+    scale = 0x1p30;
+  else if (unit == "t" || unit == "tib")
+    scale = 0x1p40;
+  else if (unit == "kb")
+    scale = 1e3;
+  else if (unit == "mb")
+    scale = 1e6;
+  else if (unit == "gb")
+    scale = 1e9;
+  else if (unit == "tb")
+    scale = 1e12;
+  else
+    return fail("unknown unit (use B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB)");
   const double value = number * scale;
   if (!std::isfinite(value) || value >= 18446744073709551615.0) return fail("too large");
   return static_cast<std::uint64_t>(std::llround(value));

@@ -131,7 +131,8 @@ device_stack* make_stack(int device) {
   o.max_split = env_bytes("VRAMKIT_POOL_MAX_SPLIT", o.max_split);
   o.large_chunk_size = env_bytes("VRAMKIT_POOL_LARGE_CHUNK", o.large_chunk_size);
   o.large_exact_size = env_bytes("VRAMKIT_POOL_LARGE_EXACT", o.large_exact_size);
-  o.large_min_split_remainder = env_bytes("VRAMKIT_POOL_MIN_SPLIT_REMAINDER", o.large_min_split_remainder);
+  o.large_min_split_remainder =
+      env_bytes("VRAMKIT_POOL_MIN_SPLIT_REMAINDER", o.large_min_split_remainder);
   o.maximum_size = env_bytes("VRAMKIT_POOL_MAXIMUM", o.maximum_size);
   // Returning idle chunks before growing suits a stream-ordered upstream only (no host sync). Not
   // the default: on the replayed LLaMA step it cost ~2 us per torch.empty in cudaMallocAsync calls.

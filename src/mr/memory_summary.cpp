@@ -92,9 +92,9 @@ double reserved_over_peak(const pool_report& p) {
 }
 
 double free_fragmentation(const pool_report& p) {
-  return p.free_bytes > 0 ? 1.0 - static_cast<double>(p.largest_free_block) /
-                                      static_cast<double>(p.free_bytes)
-                          : 0.0;
+  return p.free_bytes > 0
+             ? 1.0 - static_cast<double>(p.largest_free_block) / static_cast<double>(p.free_bytes)
+             : 0.0;
 }
 
 const char* header_row =
@@ -107,8 +107,9 @@ std::string render_pool(const pool_report& p) {
   out += two_columns("out-of-memory errors: " + std::to_string(p.out_of_memory_errors),
                      "upstream allocs / frees: " + std::to_string(p.upstream_allocations) + " / " +
                          std::to_string(p.upstream_frees));
-  out += two_columns("upstream failures: " + std::to_string(p.upstream_failures),
-                     "trims: " + std::to_string(p.trims) + "   streams: " + std::to_string(p.streams));
+  out +=
+      two_columns("upstream failures: " + std::to_string(p.upstream_failures),
+                  "trims: " + std::to_string(p.trims) + "   streams: " + std::to_string(p.streams));
   out += two_columns("cross-stream waits: " + std::to_string(p.cross_stream_waits),
                      "misuse reports: " + std::to_string(p.misuse_reports));
   out += rule('=');
@@ -129,8 +130,8 @@ std::string render_pool(const pool_report& p) {
   out += two_columns("largest free block: " + fmt_bytes(p.largest_free_block),
                      "1 - largest free / free: " + ratio(free_fragmentation(p)));
   out += two_columns("reserved / peak allocated: " + ratio(reserved_over_peak(p)),
-                     "peak reserved: " + fmt_bytes(static_cast<std::size_t>(
-                                             std::max<std::int64_t>(0, p.reserved_bytes.all.peak))));
+                     "peak reserved: " + fmt_bytes(static_cast<std::size_t>(std::max<std::int64_t>(
+                                             0, p.reserved_bytes.all.peak))));
   out += rule('=');
   return out;
 }
@@ -201,10 +202,14 @@ nlohmann::json pool_json(const pool_report& p) {
 
 const char* to_string(memory_kind kind) noexcept {
   switch (kind) {
-    case memory_kind::device: return "device";
-    case memory_kind::pinned_host: return "pinned_host";
-    case memory_kind::managed: return "managed";
-    case memory_kind::host: return "host";
+    case memory_kind::device:
+      return "device";
+    case memory_kind::pinned_host:
+      return "pinned_host";
+    case memory_kind::managed:
+      return "managed";
+    case memory_kind::host:
+      return "host";
   }
   return "unknown";
 }
@@ -287,7 +292,9 @@ std::string memory_stats_json(const memory_resource& top) {
   nlohmann::json ups = nlohmann::json::array();
   std::size_t device_peak = 0;
   for (const auto& p : b.pools()) {
-    device_peak = std::max(device_peak, static_cast<std::size_t>(std::max<std::int64_t>(0, p.reserved_bytes.all.peak)));
+    device_peak =
+        std::max(device_peak,
+                 static_cast<std::size_t>(std::max<std::int64_t>(0, p.reserved_bytes.all.peak)));
   }
   for (const auto& u : b.upstreams()) {
     ups.push_back({{"resource", u.resource},

@@ -36,13 +36,15 @@ struct pinned_host_pool::impl {
   };
   std::unordered_map<void*, live_info> live;
   std::vector<event_view> spare_events;
-  std::size_t held = 0;    // in use + cached
+  std::size_t held = 0;  // in use + cached
   std::size_t cached = 0;
   mutable pool_report stats;
 
   bool small(std::size_t cls) const { return cls <= MiB; }
 
-  bool ready(const cached_block& b) { return b.event.handle == nullptr || api->event_done(b.event); }
+  bool ready(const cached_block& b) {
+    return b.event.handle == nullptr || api->event_done(b.event);
+  }
 
   void recycle_event(event_view e) {
     if (e.handle != nullptr) spare_events.push_back(e);
@@ -82,7 +84,8 @@ pinned_host_pool::pinned_host_pool(std::shared_ptr<memory_resource> upstream,
     : impl_(std::make_unique<impl>()) {
   if (!upstream) throw logic_error("pinned_host_pool: upstream is null");
   if (!is_power_of_two(options.pow2_max) || options.large_granularity == 0) {
-    throw logic_error("pinned_host_pool: pow2_max must be a power of two and large_granularity > 0");
+    throw logic_error(
+        "pinned_host_pool: pow2_max must be a power of two and large_granularity > 0");
   }
   impl_->upstream = std::move(upstream);
   impl_->api = std::move(api);

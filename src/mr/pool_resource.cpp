@@ -4,12 +4,12 @@
 #include "vramkit/mr/pool_resource.hpp"
 
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
-#include <mutex>
 #include <array>
 #include <bit>
+#include <cinttypes>
+#include <cstdio>
 #include <memory_resource>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -149,10 +149,10 @@ struct stream_state {
   stream_view stream;
   event_view event;
   bool has_event = false;
-  bool dirty = false;             // frees since the last record of `event`
-  std::uint64_t free_seq = 0;     // frees so far
-  std::uint64_t recorded_seq = 0; // free_seq covered by the last record
-  std::uint64_t synced_seq = 0;   // free_seq known complete on the device
+  bool dirty = false;              // frees since the last record of `event`
+  std::uint64_t free_seq = 0;      // frees so far
+  std::uint64_t recorded_seq = 0;  // free_seq covered by the last record
+  std::uint64_t synced_seq = 0;    // free_seq known complete on the device
   free_index free_small;
   free_index free_large;
   free_index& list(bool small) { return small ? free_small : free_large; }
@@ -359,9 +359,8 @@ struct pool_resource::impl {
       chosen = cap >= size ? cap : align_up(size, opt.rounding);
     }
     const double grown = static_cast<double>(next_large_chunk) * opt.large_chunk_growth;
-    next_large_chunk = std::min(
-        opt.large_chunk_max,
-        align_up(static_cast<std::size_t>(grown), opt.chunk_rounding));
+    next_large_chunk = std::min(opt.large_chunk_max,
+                                align_up(static_cast<std::size_t>(grown), opt.chunk_rounding));
     next_large_chunk = std::max(next_large_chunk, opt.large_chunk_size);
     return chosen;
   }

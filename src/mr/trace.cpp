@@ -54,7 +54,8 @@ trace parse_trace(std::istream& in, const std::string& source) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (number == 1) {
-      if (line != trace_magic) fail(std::string("expected '") + trace_magic + "' as the first line");
+      if (line != trace_magic)
+        fail(std::string("expected '") + trace_magic + "' as the first line");
       continue;
     }
     std::string_view v(line);
@@ -141,8 +142,8 @@ void write_trace(const std::string& path, const trace& t) {
   if (!out) throw error("writing trace file '" + path + "' failed");
 }
 
-replay_result replay(memory_resource& resource, const trace& t, std::span<const stream_view> streams,
-                     replay_options options) {
+replay_result replay(memory_resource& resource, const trace& t,
+                     std::span<const stream_view> streams, replay_options options) {
   using clock = std::chrono::steady_clock;
   // Dense slots, computed before timing so the replay loop does no hashing.
   struct op {
@@ -159,8 +160,7 @@ replay_result replay(memory_resource& resource, const trace& t, std::span<const 
   std::uint64_t live_bytes = 0;
   replay_result r;
   for (const auto& e : t.events) {
-    const stream_view s =
-        streams.empty() ? stream_view{} : streams[e.stream % streams.size()];
+    const stream_view s = streams.empty() ? stream_view{} : streams[e.stream % streams.size()];
     if (e.op == trace_event::op_t::allocate) {
       std::uint32_t slot;
       if (!free_slots.empty()) {
@@ -175,7 +175,8 @@ replay_result replay(memory_resource& resource, const trace& t, std::span<const 
       r.peak_live_bytes = std::max(r.peak_live_bytes, live_bytes);
     } else {
       auto it = slot_of.find(e.id);
-      if (it == slot_of.end()) throw usage_error("replay: free of id " + std::to_string(e.id) + " that is not live");
+      if (it == slot_of.end())
+        throw usage_error("replay: free of id " + std::to_string(e.id) + " that is not live");
       ops.push_back({false, it->second, static_cast<std::size_t>(e.bytes), s});
       free_slots.push_back(it->second);
       slot_of.erase(it);

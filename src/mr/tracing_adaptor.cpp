@@ -30,8 +30,7 @@ trace_tag_scope::~trace_tag_scope() { thread_tag = std::move(previous_); }
 const std::string& current_trace_tag() noexcept { return thread_tag; }
 void set_trace_tag(std::string_view tag) { thread_tag.assign(tag); }
 
-tracing_adaptor::tracing_adaptor(std::shared_ptr<memory_resource> upstream,
-                                 tracing_options options)
+tracing_adaptor::tracing_adaptor(std::shared_ptr<memory_resource> upstream, tracing_options options)
     : upstream_(std::move(upstream)),
       options_(std::move(options)),
       start_(std::chrono::steady_clock::now()) {
@@ -164,9 +163,9 @@ std::string tracing_adaptor::chrome_trace_json() const {
     std::snprintf(buf, sizeof buf,
                   ",\n{\"name\":%s,\"cat\":\"memory\",\"ph\":\"%s\",\"id\":%llu,\"ts\":%.3f,"
                   "\"pid\":1,\"tid\":%u,\"args\":{\"bytes\":%llu,\"stream\":%u,\"tag\":%s}}",
-                  label.c_str(), alloc ? "b" : "e",
-                  static_cast<unsigned long long>(e.event.id), ts_us, e.event.stream,
-                  static_cast<unsigned long long>(e.event.bytes), e.event.stream, tag.c_str());
+                  label.c_str(), alloc ? "b" : "e", static_cast<unsigned long long>(e.event.id),
+                  ts_us, e.event.stream, static_cast<unsigned long long>(e.event.bytes),
+                  e.event.stream, tag.c_str());
     out += buf;
     std::snprintf(buf, sizeof buf,
                   ",\n{\"name\":\"bytes in use\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":1,"
@@ -189,7 +188,8 @@ std::vector<std::string> tracing_adaptor::tags() const {
 }
 
 void tracing_adaptor::flush() const {
-  if (!options_.chrome_trace_path.empty()) write_file(options_.chrome_trace_path, chrome_trace_json());
+  if (!options_.chrome_trace_path.empty())
+    write_file(options_.chrome_trace_path, chrome_trace_json());
   if (!options_.compact_trace_path.empty()) write_trace(options_.compact_trace_path, to_trace());
 }
 

@@ -23,9 +23,12 @@ std::string default_name(const device_api& api, memory_kind kind, allocation_mod
   switch (kind) {
     case memory_kind::device:
       return mode == allocation_mode::stream_ordered ? base + "_async" : base;
-    case memory_kind::pinned_host: return base + "_pinned_host";
-    case memory_kind::managed: return base + "_managed";
-    case memory_kind::host: break;
+    case memory_kind::pinned_host:
+      return base + "_pinned_host";
+    case memory_kind::managed:
+      return base + "_managed";
+    case memory_kind::host:
+      break;
   }
   return base;
 }
@@ -59,9 +62,12 @@ void* device_api_resource::do_allocate(std::size_t bytes, std::size_t alignment,
       case memory_kind::device:
         return mode_ == allocation_mode::stream_ordered ? api_->allocate_device_async(bytes, stream)
                                                         : api_->allocate_device(bytes);
-      case memory_kind::pinned_host: return api_->allocate_pinned_host(bytes);
-      case memory_kind::managed: return api_->allocate_managed(bytes);
-      case memory_kind::host: break;
+      case memory_kind::pinned_host:
+        return api_->allocate_pinned_host(bytes);
+      case memory_kind::managed:
+        return api_->allocate_managed(bytes);
+      case memory_kind::host:
+        break;
     }
   } catch (const out_of_memory& e) {
     throw out_of_memory(bytes, name_, e.what());
@@ -80,9 +86,14 @@ void device_api_resource::do_deallocate(void* ptr, std::size_t, std::size_t,
         api_->free_device(ptr);
       }
       return;
-    case memory_kind::pinned_host: api_->free_pinned_host(ptr); return;
-    case memory_kind::managed: api_->free_managed(ptr); return;
-    case memory_kind::host: return;
+    case memory_kind::pinned_host:
+      api_->free_pinned_host(ptr);
+      return;
+    case memory_kind::managed:
+      api_->free_managed(ptr);
+      return;
+    case memory_kind::host:
+      return;
   }
 }
 
@@ -121,14 +132,14 @@ void* host_resource::do_allocate(std::size_t bytes, std::size_t alignment, strea
   if (!is_power_of_two(alignment)) {
     throw logic_error("host: alignment " + std::to_string(alignment) + " is not a power of two");
   }
-  void* p = ::operator new(bytes, std::align_val_t{alignment}, std::nothrow);
+  void* p = ::operator new (bytes, std::align_val_t{alignment}, std::nothrow);
   if (p == nullptr) throw out_of_memory(bytes, "host", "operator new failed");
   return p;
 }
 
 void host_resource::do_deallocate(void* ptr, std::size_t, std::size_t alignment,
                                   stream_view) noexcept {
-  if (ptr != nullptr) ::operator delete(ptr, std::align_val_t{alignment});
+  if (ptr != nullptr) ::operator delete (ptr, std::align_val_t{alignment});
 }
 
 bool host_resource::do_is_equal(const memory_resource& other) const noexcept {

@@ -48,7 +48,8 @@ std::int32_t caching_allocator_model::free_pool::peek_best(const std::vector<blo
   // its head is the best.
   const unsigned level = bin >> sub_bits;
   const unsigned sub = bin & ((1u << sub_bits) - 1);
-  const std::uint64_t above = sub + 1 < 64 ? bin_bits_[level] & (~std::uint64_t{0} << (sub + 1)) : 0;
+  const std::uint64_t above =
+      sub + 1 < 64 ? bin_bits_[level] & (~std::uint64_t{0} << (sub + 1)) : 0;
   if (above != 0) return head_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(above))];
   const std::uint64_t higher =
       level + 1 < 64 ? level_bits_ & (~std::uint64_t{0} << (level + 1)) : 0;

@@ -20,9 +20,9 @@ namespace {
 
 using json = nlohmann::json;
 
-const std::vector<std::string> k_model_types = {"gpt2",     "llama", "mistral",
-                                                "qwen2",    "gpt_neox", "bert",
-                                                "torchvision_resnet", "torchvision_vit"};
+const std::vector<std::string> k_model_types = {
+    "gpt2",           "llama", "mistral", "qwen2", "gpt_neox", "bert", "torchvision_resnet",
+    "torchvision_vit"};
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -44,15 +44,19 @@ struct fields {
     if (!has(k)) fail(fmt::format("missing field '{}'", k));
     return integer_value(k, lo, hi);
   }
-  std::int64_t integer_or(const char* k, std::int64_t dflt, std::int64_t lo, std::int64_t hi) const {
+  std::int64_t integer_or(const char* k, std::int64_t dflt, std::int64_t lo,
+                          std::int64_t hi) const {
     return has(k) ? integer_value(k, lo, hi) : dflt;
   }
   std::int64_t integer_value(const char* k, std::int64_t lo, std::int64_t hi) const {
     const json& v = j.at(k);
-    if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
+    if (!v.is_number_integer() &&
+        !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
       fail(fmt::format("field '{}' must be an integer, got {}", k, v.dump()));
-    const auto x = v.is_number_integer() ? v.get<std::int64_t>() : static_cast<std::int64_t>(v.get<double>());
-    if (x < lo || x > hi) fail(fmt::format("field '{}' = {} is out of range [{}, {}]", k, x, lo, hi));
+    const auto x =
+        v.is_number_integer() ? v.get<std::int64_t>() : static_cast<std::int64_t>(v.get<double>());
+    if (x < lo || x > hi)
+      fail(fmt::format("field '{}' = {} is out of range [{}, {}]", k, x, lo, hi));
     return x;
   }
   double number_or(const char* k, double dflt, double lo, double hi) const {
@@ -60,17 +64,20 @@ struct fields {
     const json& v = j.at(k);
     if (!v.is_number()) fail(fmt::format("field '{}' must be a number, got {}", k, v.dump()));
     const double x = v.get<double>();
-    if (!(x >= lo && x <= hi)) fail(fmt::format("field '{}' = {} is out of range [{}, {}]", k, x, lo, hi));
+    if (!(x >= lo && x <= hi))
+      fail(fmt::format("field '{}' = {} is out of range [{}, {}]", k, x, lo, hi));
     return x;
   }
   bool boolean_or(const char* k, bool dflt) const {
     if (!has(k)) return dflt;
-    if (!j.at(k).is_boolean()) fail(fmt::format("field '{}' must be true or false, got {}", k, j.at(k).dump()));
+    if (!j.at(k).is_boolean())
+      fail(fmt::format("field '{}' must be true or false, got {}", k, j.at(k).dump()));
     return j.at(k).get<bool>();
   }
   std::string string_or(const char* k, const std::string& dflt) const {
     if (!has(k)) return dflt;
-    if (!j.at(k).is_string()) fail(fmt::format("field '{}' must be a string, got {}", k, j.at(k).dump()));
+    if (!j.at(k).is_string())
+      fail(fmt::format("field '{}' must be a string, got {}", k, j.at(k).dump()));
     return j.at(k).get<std::string>();
   }
 };
@@ -96,8 +103,8 @@ void check_heads(const fields& f, transformer_shape& t, const char* heads_key) {
     f.fail(fmt::format("hidden size {} is not divisible by {} = {}", t.hidden, heads_key, t.heads));
   if (t.head_dim == 0) t.head_dim = t.hidden / t.heads;
   if (t.heads % t.kv_heads != 0)
-    f.fail(fmt::format("num_attention_heads {} is not a multiple of num_key_value_heads {}", t.heads,
-                       t.kv_heads));
+    f.fail(fmt::format("num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                       t.heads, t.kv_heads));
 }
 
 model_description parse_gpt2(const fields& f) {
@@ -112,9 +119,15 @@ model_description parse_gpt2(const fields& f) {
   t.max_positions = f.integer_or("n_positions", 1024, 1, k_max_positions);
   t.intermediate = f.integer_or("n_inner", 4 * t.hidden, 1, 16 * k_max_hidden);
   const auto act = f.string_or("activation_function", "gelu_new");
-  if (act == "gelu_new") t.mlp = mlp_kind::gelu_python;
-  else if (act == "gelu" || act == "gelu_pytorch_tanh" || act == "gelu_fast" || act == "relu") t.mlp = mlp_kind::gelu;
-  else f.fail(fmt::format("field 'activation_function' = \"{}\" is not supported (gelu_new, gelu, gelu_pytorch_tanh, relu)", act));
+  if (act == "gelu_new")
+    t.mlp = mlp_kind::gelu_python;
+  else if (act == "gelu" || act == "gelu_pytorch_tanh" || act == "gelu_fast" || act == "relu")
+    t.mlp = mlp_kind::gelu;
+  else
+    f.fail(
+        fmt::format("field 'activation_function' = \"{}\" is not supported (gelu_new, gelu, "
+                    "gelu_pytorch_tanh, relu)",
+                    act));
   t.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
   t.qkv_bias = t.out_bias = t.mlp_bias = true;
   t.layer_norm = true;
@@ -239,17 +252,25 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
   } catch (const json::parse_error& e) {
     throw usage_error(fmt::format("{}: not valid JSON: {}", source, e.what()));
   }
-  if (!j.is_object()) throw usage_error(fmt::format("{}: a config.json must be a JSON object", source));
+  if (!j.is_object())
+    throw usage_error(fmt::format("{}: a config.json must be a JSON object", source));
   const fields f{j, std::string(source)};
-  if (!f.has("model_type")) f.fail("missing field 'model_type' (supported: " + join(k_model_types) + ")");
+  if (!f.has("model_type"))
+    f.fail("missing field 'model_type' (supported: " + join(k_model_types) + ")");
   const auto type = f.string_or("model_type", "");
   model_description m;
-  if (type == "gpt2") m = parse_gpt2(f);
-  else if (type == "llama" || type == "mistral" || type == "qwen2") m = parse_llama_like(f, type);
-  else if (type == "gpt_neox") m = parse_neox(f);
-  else if (type == "bert") m = parse_bert(f);
-  else if (type == "torchvision_resnet") m = parse_resnet(f);
-  else if (type == "torchvision_vit") m = parse_vit(f);
+  if (type == "gpt2")
+    m = parse_gpt2(f);
+  else if (type == "llama" || type == "mistral" || type == "qwen2")
+    m = parse_llama_like(f, type);
+  else if (type == "gpt_neox")
+    m = parse_neox(f);
+  else if (type == "bert")
+    m = parse_bert(f);
+  else if (type == "torchvision_resnet")
+    m = parse_resnet(f);
+  else if (type == "torchvision_vit")
+    m = parse_vit(f);
   else
     f.fail(fmt::format("unsupported model_type \"{}\"; supported: {}", type, join(k_model_types)));
   m.source = std::string(source);
@@ -267,7 +288,8 @@ model_description load_model_config(const std::string& path) {
 
 std::vector<std::string> preset_names() {
   std::vector<std::string> v;
-  for (std::size_t i = 0; i < detail::preset_file_count; ++i) v.emplace_back(detail::preset_files[i].name);
+  for (std::size_t i = 0; i < detail::preset_file_count; ++i)
+    v.emplace_back(detail::preset_files[i].name);
   std::sort(v.begin(), v.end());
   return v;
 }
@@ -275,20 +297,24 @@ std::vector<std::string> preset_names() {
 model_description preset_model(std::string_view name) {
   for (std::size_t i = 0; i < detail::preset_file_count; ++i) {
     if (name == detail::preset_files[i].name) {
-      auto m = parse_model_config(detail::preset_files[i].text, std::string("preset ") + std::string(name));
+      auto m = parse_model_config(detail::preset_files[i].text,
+                                  std::string("preset ") + std::string(name));
       m.name = std::string(name);
       m.source = "preset";
       return m;
     }
   }
-  throw usage_error(fmt::format("unknown model '{}': not a preset ({}) and not a path to a config.json",
-                                name, join(preset_names())));
+  throw usage_error(
+      fmt::format("unknown model '{}': not a preset ({}) and not a path to a config.json", name,
+                  join(preset_names())));
 }
 
 model_description resolve_model(std::string_view name_or_path) {
-  if (name_or_path.empty()) throw usage_error("no model given: a preset name or a path to a config.json");
-  const bool path_like = name_or_path.find('/') != std::string_view::npos ||
-                         (name_or_path.size() > 5 && name_or_path.substr(name_or_path.size() - 5) == ".json");
+  if (name_or_path.empty())
+    throw usage_error("no model given: a preset name or a path to a config.json");
+  const bool path_like =
+      name_or_path.find('/') != std::string_view::npos ||
+      (name_or_path.size() > 5 && name_or_path.substr(name_or_path.size() - 5) == ".json");
   if (path_like) return load_model_config(std::string(name_or_path));
   return preset_model(name_or_path);
 }

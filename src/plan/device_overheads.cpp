@@ -48,20 +48,26 @@ device_overheads overheads_from_probe(const std::string& path) {
   device_overheads o = default_overheads();
   o.source = path;
   if (!j.is_object() || !j.contains("results") || !j["results"].is_array())
-    throw usage_error(fmt::format("--probe {}: not a vramkit probe report (no 'results' array)", path));
+    throw usage_error(
+        fmt::format("--probe {}: not a vramkit probe report (no 'results' array)", path));
   for (const auto& r : j["results"]) {
     if (!r.is_object() || !r.contains("key") || !r["key"].is_string()) continue;
     const auto key = r["key"].get<std::string>();
     double median = 0;
-    if (r.contains("stats") && r["stats"].is_object() && r["stats"].contains("median") && r["stats"]["median"].is_number())
+    if (r.contains("stats") && r["stats"].is_object() && r["stats"].contains("median") &&
+        r["stats"]["median"].is_number())
       median = r["stats"]["median"].get<double>();
-    const std::string unit = r.contains("unit") && r["unit"].is_string() ? r["unit"].get<std::string>() : "";
+    const std::string unit =
+        r.contains("unit") && r["unit"].is_string() ? r["unit"].get<std::string>() : "";
     if (median <= 0) continue;
-    if (key.find("h2d.pinned") != std::string::npos && unit == "GB/s" && key.find("sweep") == std::string::npos) {
+    if (key.find("h2d.pinned") != std::string::npos && unit == "GB/s" &&
+        key.find("sweep") == std::string::npos) {
       o.h2d_bytes_per_s = median * 1e9;
     } else if (key.find("context") != std::string::npos) {
-      if (unit == "MiB") o.context_bytes = static_cast<std::uint64_t>(median * MiB);
-      else if (unit == "B" || unit == "bytes") o.context_bytes = static_cast<std::uint64_t>(median);
+      if (unit == "MiB")
+        o.context_bytes = static_cast<std::uint64_t>(median * MiB);
+      else if (unit == "B" || unit == "bytes")
+        o.context_bytes = static_cast<std::uint64_t>(median);
     }
   }
   return o;

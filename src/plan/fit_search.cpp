@@ -34,7 +34,11 @@ double estimate_step_time(const model_description& m, const plan_request& r, con
   const double rate = r.prec == precision::fp32 ? gpu.fp32_flops : gpu.bf16_flops;
   if (r.mode == run_mode::infer) {
     // Decode is bound by reading the weights once per token; prefill by 2 P FLOPs per token.
-    const double wbytes = P * (r.quant == quant_kind::int4 ? 0.5 : r.quant == quant_kind::int8 ? 1 : 2) / r.tp;
+    const double wbytes = P *
+                          (r.quant == quant_kind::int4   ? 0.5
+                           : r.quant == quant_kind::int8 ? 1
+                                                         : 2) /
+                          r.tp;
     const double prefill = 2 * P * static_cast<double>(r.batch * r.prompt) / (rate * 0.5 * r.tp);
     return prefill + static_cast<double>(r.new_tokens) * wbytes / gpu.hbm_bytes_per_s;
   }
@@ -72,17 +76,19 @@ double estimate_step_time(const model_description& m, const plan_request& r, con
     // of state per parameter through ~100 GB/s of host memory.
     t += 2 * 2 * shard / pcie + shard * 16 / 100e9;
   }
-  if (r.offload == offload_kind::params) t += mbs * 2 * 2 * shard * dp / pcie;  // gathered forward and backward
+  if (r.offload == offload_kind::params)
+    t += mbs * 2 * 2 * shard * dp / pcie;  // gathered forward and backward
   return t;
 }
 
-fit_result fit_search(const model_description& m, const plan_request& base_in, const fit_options& opt,
-                      const device_overheads& o) {
+fit_result fit_search(const model_description& m, const plan_request& base_in,
+                      const fit_options& opt, const device_overheads& o) {
   if (opt.capacity_bytes == 0) throw usage_error("--fit needs --gpu NAME or a capacity in bytes");
   plan_request base = base_in;
   base.validate(m);
   const gpu_spec& gpu = opt.gpu ? *opt.gpu : generic_gpu();
-  const auto limit = static_cast<std::uint64_t>(static_cast<double>(opt.capacity_bytes) * (1.0 - opt.margin));
+  const auto limit =
+      static_cast<std::uint64_t>(static_cast<double>(opt.capacity_bytes) * (1.0 - opt.margin));
   fit_result out;
 
   std::vector<precision> precs{base.prec};
@@ -91,7 +97,8 @@ fit_result fit_search(const model_description& m, const plan_request& base_in, c
       if (std::find(precs.begin(), precs.end(), p) == precs.end()) precs.push_back(p);
   }
   std::vector<checkpointing> ckpts{checkpointing::none};
-  if (base.mode == run_mode::train && !m.is_vision()) ckpts = {checkpointing::none, checkpointing::selective, checkpointing::full};
+  if (base.mode == run_mode::train && !m.is_vision())
+    ckpts = {checkpointing::none, checkpointing::selective, checkpointing::full};
   // ZeRO-1 and ZeRO-2 cost the same communication as plain data parallel in the cost model and
   // never need more memory, so among stages 0-2 only ZeRO-2 can rank first; ZeRO-3 trades 1.5x
   // communication for sharded parameters.
@@ -123,8 +130,9 @@ fit_result fit_search(const model_description& m, const plan_request& base_in, c
   const std::int64_t base_per_gpu = base.mode == run_mode::train ? 0 : base.batch;
   // Tensor and pipeline parallelism only add communication and bubbles in the cost model: wider
   // layouts are tried only while no narrower one fits the whole per-GPU batch.
-  std::stable_sort(layouts.begin(), layouts.end(),
-                   [](const auto& a, const auto& b) { return a.first * a.second < b.first * b.second; });
+  std::stable_sort(layouts.begin(), layouts.end(), [](const auto& a, const auto& b) {
+    return a.first * a.second < b.first * b.second;
+  });
 
   // One group: a layout, a precision and a ZeRO stage; its offload and checkpointing variants are
   // searched in order, each pruning the next. Groups are independent of each other.
@@ -196,7 +204,8 @@ fit_result fit_search(const model_description& m, const plan_request& base_in, c
         const std::int64_t mb = best_mb;
         if (mb == per_gpu) whole_fits = true;
         if (off == offload_kind::none) fits_without_offload = true;
-        if (mb == per_gpu && ck == checkpointing::none && off == offload_kind::none) gr.whole_plain = true;
+        if (mb == per_gpu && ck == checkpointing::none && off == offload_kind::none)
+          gr.whole_plain = true;
         const plan_result& p = best;
         fit_candidate c;
         c.request = p.request;
@@ -207,31 +216,47 @@ fit_result fit_search(const model_description& m, const plan_request& base_in, c
         const auto& q = p.request;
         const std::int64_t accum = per_gpu / std::max<std::int64_t>(1, mb);
         if (q.mode == run_mode::train) {
-          c.reasons.push_back(mb == per_gpu ? fmt::format("micro-batch {}: the whole per-GPU batch fits", mb)
-                                            : fmt::format("micro-batch {} x {} accumulation steps: the largest divisor of {} that fits", mb, accum, per_gpu));
-          c.reasons.push_back(q.ckpt == checkpointing::none ? "checkpointing none: no recompute"
-                              : q.ckpt == checkpointing::selective ? "checkpointing selective: attention core recomputed (a few % more compute)"
-                                                                   : "checkpointing full: one extra forward per step (about +33% compute) to keep only layer inputs");
-          c.reasons.push_back(fmt::format("precision {}{}", to_string(q.prec),
-                                          q.prec == base.prec ? " (as asked)"
-                                          : q.prec == precision::bf16 ? ": 16-bit weights and states halve model memory"
-                                                                      : ": autocast runs GEMMs in 16 bits, keeps fp32 master weights"));
+          c.reasons.push_back(mb == per_gpu
+                                  ? fmt::format("micro-batch {}: the whole per-GPU batch fits", mb)
+                                  : fmt::format("micro-batch {} x {} accumulation steps: the "
+                                                "largest divisor of {} that fits",
+                                                mb, accum, per_gpu));
+          c.reasons.push_back(
+              q.ckpt == checkpointing::none ? "checkpointing none: no recompute"
+              : q.ckpt == checkpointing::selective
+                  ? "checkpointing selective: attention core recomputed (a few % more compute)"
+                  : "checkpointing full: one extra forward per step (about +33% compute) to keep "
+                    "only layer inputs");
+          c.reasons.push_back(
+              fmt::format("precision {}{}", to_string(q.prec),
+                          q.prec == base.prec ? " (as asked)"
+                          : q.prec == precision::bf16
+                              ? ": 16-bit weights and states halve model memory"
+                              : ": autocast runs GEMMs in 16 bits, keeps fp32 master weights"));
         }
         if (q.gpus > 1)
-          c.reasons.push_back(q.zero == 0 ? "ZeRO 0: plain data parallel (replicated states, least communication)"
-                                          : fmt::format("ZeRO {}: shards {} over {} data-parallel ranks", q.zero,
-                                                        q.zero == 1 ? "optimizer states" : q.zero == 2 ? "optimizer states and gradients" : "states, gradients and parameters",
-                                                        q.data_parallel()));
+          c.reasons.push_back(
+              q.zero == 0 ? "ZeRO 0: plain data parallel (replicated states, least communication)"
+                          : fmt::format("ZeRO {}: shards {} over {} data-parallel ranks", q.zero,
+                                        q.zero == 1   ? "optimizer states"
+                                        : q.zero == 2 ? "optimizer states and gradients"
+                                                      : "states, gradients and parameters",
+                                        q.data_parallel()));
         if (q.offload != offload_kind::none)
-          c.reasons.push_back(fmt::format("offload {}: moves them to pinned host memory ({} per node) at PCIe cost", to_string(q.offload),
-                                          format_bytes(static_cast<double>(p.host_peak_bytes))));
+          c.reasons.push_back(fmt::format(
+              "offload {}: moves them to pinned host memory ({} per node) at PCIe cost",
+              to_string(q.offload), format_bytes(static_cast<double>(p.host_peak_bytes))));
         if (q.tp > 1 || q.pp > 1)
-          c.reasons.push_back(fmt::format("tensor {} x pipeline {}: splits layers and weights across GPUs", q.tp, q.pp));
+          c.reasons.push_back(fmt::format(
+              "tensor {} x pipeline {}: splits layers and weights across GPUs", q.tp, q.pp));
         if (p.cache_flushes > 0)
-          c.reasons.push_back(fmt::format("fits only by flushing the allocator's cache {} time(s) in the replayed run (slow)",
-                                          p.cache_flushes));
-        c.reasons.push_back(fmt::format("device peak {} of {} ({:.0f}% margin kept)", format_bytes(static_cast<double>(p.device_peak_bytes)),
-                                        format_bytes(static_cast<double>(opt.capacity_bytes)), opt.margin * 100));
+          c.reasons.push_back(fmt::format(
+              "fits only by flushing the allocator's cache {} time(s) in the replayed run (slow)",
+              p.cache_flushes));
+        c.reasons.push_back(fmt::format("device peak {} of {} ({:.0f}% margin kept)",
+                                        format_bytes(static_cast<double>(p.device_peak_bytes)),
+                                        format_bytes(static_cast<double>(opt.capacity_bytes)),
+                                        opt.margin * 100));
         gr.fits.push_back(std::move(c));
       }
     }
@@ -240,14 +265,17 @@ fit_result fit_search(const model_description& m, const plan_request& base_in, c
   // Groups of one layout width run in parallel (plans are independent and make_plan keeps its
   // buffers per thread); results are merged in the sequential order, so the ranking is the same
   // on any number of threads.
-  const unsigned threads = std::max(1u, std::min(opt.threads > 0 ? opt.threads : std::thread::hardware_concurrency(), 64u));
+  const unsigned threads = std::max(
+      1u, std::min(opt.threads > 0 ? opt.threads : std::thread::hardware_concurrency(), 64u));
   std::size_t li = 0;
   while (li < layouts.size()) {
     const int width = layouts[li].first * layouts[li].second;
     std::vector<group> groups;
     for (; li < layouts.size() && layouts[li].first * layouts[li].second == width; ++li)
       for (auto prec : precs)
-        for (int z : zeros) groups.push_back(group{layouts[li].first, layouts[li].second, prec, z, {}, 0, false, nullptr});
+        for (int z : zeros)
+          groups.push_back(
+              group{layouts[li].first, layouts[li].second, prec, z, {}, 0, false, nullptr});
     std::atomic<std::size_t> next{0};
     auto work = [&] {
       for (std::size_t i; (i = next.fetch_add(1)) < groups.size();) {
@@ -272,8 +300,9 @@ fit_result fit_search(const model_description& m, const plan_request& base_in, c
     }
     if (layout_done) break;
   }
-  std::stable_sort(out.fits.begin(), out.fits.end(),
-                   [](const fit_candidate& a, const fit_candidate& b) { return a.step_time_s < b.step_time_s; });
+  std::stable_sort(
+      out.fits.begin(), out.fits.end(),
+      [](const fit_candidate& a, const fit_candidate& b) { return a.step_time_s < b.step_time_s; });
   if (out.fits.size() > opt.max_results) out.fits.resize(opt.max_results);
   return out;
 }

@@ -24,7 +24,8 @@ namespace {
 std::string canonical(std::string_view s) {
   std::string out;
   for (char c : s)
-    if (c != ' ' && c != '-' && c != '_') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (c != ' ' && c != '-' && c != '_')
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
 
@@ -66,7 +67,8 @@ const gpu_spec& find_gpu(std::string_view name) {
       if (canonical(a) == key) return g;
     names += (names.empty() ? "" : ", ") + g.name;
   }
-  throw usage_error(fmt::format("unknown GPU '{}': give a capacity in bytes (e.g. 80GiB) or one of: {}", name, names));
+  throw usage_error(fmt::format(
+      "unknown GPU '{}': give a capacity in bytes (e.g. 80GiB) or one of: {}", name, names));
 }
 
 }  // namespace vramkit::plan

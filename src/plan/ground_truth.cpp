@@ -49,14 +49,16 @@ ground_truth load_ground_truth(const std::string& path, const std::string& confi
   } catch (const json::exception& e) {
     throw usage_error(path + ": not valid JSON (" + e.what() + ")");
   }
-  const std::string dir = !config_dir.empty() ? config_dir + "/" : path.substr(0, path.find_last_of('/') + 1);
+  const std::string dir =
+      !config_dir.empty() ? config_dir + "/" : path.substr(0, path.find_last_of('/') + 1);
   ground_truth g;
   g.gpu = doc.value("gpu", "?");
   g.driver = doc.value("driver", "?");
   g.torch = doc.value("torch", "?");
   g.transformers = doc.value("transformers", "?");
   g.date = doc.value("date", "?");
-  if (!doc.contains("cases") || !doc.at("cases").is_array()) throw usage_error(path + ": no \"cases\" array");
+  if (!doc.contains("cases") || !doc.at("cases").is_array())
+    throw usage_error(path + ": no \"cases\" array");
   for (const auto& c : doc.at("cases")) {
     ground_truth_case k;
     try {
@@ -66,12 +68,14 @@ ground_truth load_ground_truth(const std::string& path, const std::string& confi
         g.cases.push_back(std::move(k));
         continue;
       }
-      k.model = has(c, "config") ? load_model_config(dir + text(c, "config")) : preset_model(text(c, "model"));
+      k.model = has(c, "config") ? load_model_config(dir + text(c, "config"))
+                                 : preset_model(text(c, "model"));
       k.request = request_of(c);
       if (has(c, "params")) k.params = c.at("params").get<std::uint64_t>();
       k.max_allocated_bytes = c.at("max_allocated_bytes").get<double>();
       k.max_reserved_bytes = c.at("max_reserved_bytes").get<double>();
-      if (has(c, "nvidia_smi_used_bytes")) k.nvidia_smi_used_bytes = c.at("nvidia_smi_used_bytes").get<double>();
+      if (has(c, "nvidia_smi_used_bytes"))
+        k.nvidia_smi_used_bytes = c.at("nvidia_smi_used_bytes").get<double>();
     } catch (const json::exception& e) {
       throw usage_error(path + ": case '" + (k.name.empty() ? "?" : k.name) + "': " + e.what());
     } catch (const usage_error& e) {

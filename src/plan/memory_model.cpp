@@ -19,16 +19,24 @@ namespace {
 /// Host memory per node for offloaded optimizer states and parameters (pinned), following
 /// ZeRO-Offload: fp32 master weights, fp32 gradients and the optimizer states of each rank's
 /// shard live in host memory.
-std::uint64_t host_offload_bytes(const model_description& m, const plan_request& r, std::uint64_t params) {
+std::uint64_t host_offload_bytes(const model_description& m, const plan_request& r,
+                                 std::uint64_t params) {
   if (r.offload == offload_kind::none || r.mode != run_mode::train) return 0;
   const double per_rank = static_cast<double>(params) / (r.tp * r.pp) / r.data_parallel();
   double bytes_per_param = 4 /* fp32 master */ + 4 /* fp32 gradients */;
   switch (r.optimizer) {
     case optimizer_kind::adam:
-    case optimizer_kind::adamw: bytes_per_param += 8; break;
-    case optimizer_kind::adamw_8bit: bytes_per_param += 2; break;
-    case optimizer_kind::sgd_momentum: bytes_per_param += 4; break;
-    case optimizer_kind::sgd: break;
+    case optimizer_kind::adamw:
+      bytes_per_param += 8;
+      break;
+    case optimizer_kind::adamw_8bit:
+      bytes_per_param += 2;
+      break;
+    case optimizer_kind::sgd_momentum:
+      bytes_per_param += 4;
+      break;
+    case optimizer_kind::sgd:
+      break;
   }
   if (r.offload == offload_kind::params) bytes_per_param += 2;  // 16-bit parameter copy
   const int ranks_on_node = std::min(r.gpus, r.gpus_per_node);
@@ -122,7 +130,8 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
   if (r.device_capacity_bytes != 0) {
     // What the caching allocator can get: the GPU's memory less the context (at least a byte,
     // so that a GPU smaller than the context makes every allocation fail).
-    model.set_capacity(r.device_capacity_bytes > p.context_bytes ? r.device_capacity_bytes - p.context_bytes : 1);
+    model.set_capacity(
+        r.device_capacity_bytes > p.context_bytes ? r.device_capacity_bytes - p.context_bytes : 1);
   }
   build_schedule(m, r, s, &rp);
   rp.run_to_end(s);
@@ -145,21 +154,24 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
   std::uint64_t sum = 0;
   for (int c = 0; c < component_count; ++c) {
     if (at_peak[c] == 0) continue;
-    p.components.push_back({to_string(static_cast<component>(c)), at_peak[c], memory_where::device});
+    p.components.push_back(
+        {to_string(static_cast<component>(c)), at_peak[c], memory_where::device});
     sum += at_peak[c];
   }
   if (p.allocated_peak_bytes > sum)
-    p.components.push_back({"allocator block rounding", p.allocated_peak_bytes - sum, memory_where::device});
-  p.components.push_back({"allocator cache (reserved, not allocated)", p.reserved_peak_bytes - p.allocated_peak_bytes,
-                          memory_where::device});
+    p.components.push_back(
+        {"allocator block rounding", p.allocated_peak_bytes - sum, memory_where::device});
+  p.components.push_back({"allocator cache (reserved, not allocated)",
+                          p.reserved_peak_bytes - p.allocated_peak_bytes, memory_where::device});
   p.components.push_back(
       {"CUDA context and loaded kernels", p.context_bytes - collective, memory_where::device});
   if (collective != 0)
     p.components.push_back({"NCCL communicator buffers", collective, memory_where::device});
   p.host_peak_bytes = host_offload_bytes(m, r, p.parameters);
   if (p.host_peak_bytes > 0)
-    p.components.push_back({"offloaded optimizer states, fp32 master and gradients (pinned, per node)",
-                            p.host_peak_bytes, memory_where::host});
+    p.components.push_back(
+        {"offloaded optimizer states, fp32 master and gradients (pinned, per node)",
+         p.host_peak_bytes, memory_where::host});
   return p;
 }
 
@@ -187,7 +199,9 @@ std::string to_json(const plan_result& p) {
   }
   auto comps = nlohmann::ordered_json::array();
   for (const auto& c : p.components)
-    comps.push_back({{"name", c.name}, {"bytes", c.bytes}, {"where", c.where == memory_where::device ? "device" : "host"}});
+    comps.push_back({{"name", c.name},
+                     {"bytes", c.bytes},
+                     {"where", c.where == memory_where::device ? "device" : "host"}});
   j["components"] = comps;
   nlohmann::ordered_json in;
   in["mode"] = to_string(r.mode);
@@ -219,24 +233,29 @@ std::string to_json(const plan_result& p) {
 std::string to_table(const plan_result& p) {
   const auto& r = p.request;
   std::string out;
-  out += fmt::format("vramkit plan: {} ({}, {:.1f}M parameters)\n", p.model.name, to_string(p.model.family),
-                     static_cast<double>(p.parameters) / 1e6);
+  out += fmt::format("vramkit plan: {} ({}, {:.1f}M parameters)\n", p.model.name,
+                     to_string(p.model.family), static_cast<double>(p.parameters) / 1e6);
   if (r.mode == run_mode::train) {
-    out += fmt::format("  train: batch {} (micro-batch {}), {}, {}, {}, checkpointing {}, attention {}",
-                       r.batch, r.micro_batch,
-                       p.model.is_vision() ? fmt::format("image {}", r.image_size) : fmt::format("seq {}", r.seq),
-                       to_string(r.prec), to_string(r.optimizer), to_string(r.ckpt), to_string(r.attention));
+    out += fmt::format(
+        "  train: batch {} (micro-batch {}), {}, {}, {}, checkpointing {}, attention {}", r.batch,
+        r.micro_batch,
+        p.model.is_vision() ? fmt::format("image {}", r.image_size) : fmt::format("seq {}", r.seq),
+        to_string(r.prec), to_string(r.optimizer), to_string(r.ckpt), to_string(r.attention));
   } else {
-    out += fmt::format("  infer: batch {}, prompt {} + {} new tokens, weights {}{}, {}", r.batch, r.prompt, r.new_tokens,
-                       r.prec == precision::fp32 ? "fp32" : "16-bit",
-                       r.quant == quant_kind::none ? "" : std::string(" quantised ") + to_string(r.quant),
-                       r.serving == serving_kind::paged ? "paged KV cache" : "generate()");
+    out += fmt::format(
+        "  infer: batch {}, prompt {} + {} new tokens, weights {}{}, {}", r.batch, r.prompt,
+        r.new_tokens, r.prec == precision::fp32 ? "fp32" : "16-bit",
+        r.quant == quant_kind::none ? "" : std::string(" quantised ") + to_string(r.quant),
+        r.serving == serving_kind::paged ? "paged KV cache" : "generate()");
   }
-  out += fmt::format("\n  gpus {} (data {} x tensor {} x pipeline {}), zero {}, offload {}\n\n", r.gpus,
-                     r.data_parallel(), r.tp, r.pp, r.zero, to_string(r.offload));
-  out += fmt::format("  {:<58} {:>12}  {}\n", "at the peak (" + p.peak_phase +
-                     (r.mode == run_mode::train ? fmt::format(", step {}", p.peak_step + 1) : std::string()) +
-                     (p.peak_layer >= 0 ? fmt::format(", layer {}", p.peak_layer) : std::string()) + ")", "bytes", "where");
+  out += fmt::format("\n  gpus {} (data {} x tensor {} x pipeline {}), zero {}, offload {}\n\n",
+                     r.gpus, r.data_parallel(), r.tp, r.pp, r.zero, to_string(r.offload));
+  out += fmt::format(
+      "  {:<58} {:>12}  {}\n",
+      "at the peak (" + p.peak_phase +
+          (r.mode == run_mode::train ? fmt::format(", step {}", p.peak_step + 1) : std::string()) +
+          (p.peak_layer >= 0 ? fmt::format(", layer {}", p.peak_layer) : std::string()) + ")",
+      "bytes", "where");
   for (const auto& c : p.components)
     out += fmt::format("  {:<58} {:>12}  {}\n", c.name, format_bytes(static_cast<double>(c.bytes)),
                        c.where == memory_where::device ? "device" : "host");
@@ -245,16 +264,23 @@ std::string to_table(const plan_result& p) {
                      format_bytes(static_cast<double>(p.allocated_peak_bytes)));
   out += fmt::format("  {:<58} {:>12}\n", "reserved peak (torch.cuda.max_memory_reserved)",
                      format_bytes(static_cast<double>(p.reserved_peak_bytes)));
-  out += fmt::format("  {:<58} {:>12}\n", "device peak (nvidia-smi used)", format_bytes(static_cast<double>(p.device_peak_bytes)));
-  out += fmt::format("  {:<58} {:>12}\n", "host peak per node (pinned)", format_bytes(static_cast<double>(p.host_peak_bytes)));
+  out += fmt::format("  {:<58} {:>12}\n", "device peak (nvidia-smi used)",
+                     format_bytes(static_cast<double>(p.device_peak_bytes)));
+  out += fmt::format("  {:<58} {:>12}\n", "host peak per node (pinned)",
+                     format_bytes(static_cast<double>(p.host_peak_bytes)));
   if (r.device_capacity_bytes != 0) {
     const std::string cap = format_bytes(static_cast<double>(r.device_capacity_bytes));
     if (!p.fits()) {
-      out += fmt::format("\n  does NOT fit in {}: {} allocation(s) fail even after the allocator frees its cache\n", cap,
-                         p.out_of_memory);
+      out += fmt::format(
+          "\n  does NOT fit in {}: {} allocation(s) fail even after the allocator frees its "
+          "cache\n",
+          cap, p.out_of_memory);
     } else if (p.cache_flushes > 0) {
-      out += fmt::format("\n  fits in {}, but only by flushing the allocator's cache {} time(s) (each synchronizes the "
-                         "device and returns memory with cudaFree: slow)\n", cap, p.cache_flushes);
+      out += fmt::format(
+          "\n  fits in {}, but only by flushing the allocator's cache {} time(s) (each "
+          "synchronizes the "
+          "device and returns memory with cudaFree: slow)\n",
+          cap, p.cache_flushes);
     } else {
       out += fmt::format("\n  fits in {}\n", cap);
     }

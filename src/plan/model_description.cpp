@@ -8,12 +8,18 @@ namespace vramkit::plan {
 
 const char* to_string(model_family f) noexcept {
   switch (f) {
-    case model_family::gpt2: return "gpt2";
-    case model_family::llama: return "llama";
-    case model_family::gpt_neox: return "gpt_neox";
-    case model_family::bert: return "bert";
-    case model_family::resnet: return "resnet";
-    case model_family::vit: return "vit";
+    case model_family::gpt2:
+      return "gpt2";
+    case model_family::llama:
+      return "llama";
+    case model_family::gpt_neox:
+      return "gpt_neox";
+    case model_family::bert:
+      return "bert";
+    case model_family::resnet:
+      return "resnet";
+    case model_family::vit:
+      return "vit";
   }
   return "?";
 }
@@ -114,9 +120,15 @@ void vit_params(const model_description& m, list& out) {
 std::vector<parameter_tensor> parameter_tensors(const model_description& m) {
   list out;
   switch (m.family) {
-    case model_family::resnet: resnet_params(m, out); break;
-    case model_family::vit: vit_params(m, out); break;
-    default: transformer_params(m, out); break;
+    case model_family::resnet:
+      resnet_params(m, out);
+      break;
+    case model_family::vit:
+      vit_params(m, out);
+      break;
+    default:
+      transformer_params(m, out);
+      break;
   }
   return out;
 }

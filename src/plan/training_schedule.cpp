@@ -16,32 +16,52 @@ namespace vramkit::plan {
 
 const char* to_string(component c) noexcept {
   switch (c) {
-    case component::weights: return "weights";
-    case component::gradients: return "gradients";
-    case component::optimizer_states: return "optimizer states";
-    case component::autocast_weight_cache: return "autocast weight casts";
-    case component::activations: return "activations (saved for backward)";
-    case component::logits_and_loss: return "logits and loss";
-    case component::activation_gradients: return "activation gradients";
-    case component::temporaries: return "temporaries";
-    case component::kv_cache: return "KV cache";
-    case component::inputs: return "inputs";
-    case component::workspace: return "library workspaces";
-    case component::count_: break;
+    case component::weights:
+      return "weights";
+    case component::gradients:
+      return "gradients";
+    case component::optimizer_states:
+      return "optimizer states";
+    case component::autocast_weight_cache:
+      return "autocast weight casts";
+    case component::activations:
+      return "activations (saved for backward)";
+    case component::logits_and_loss:
+      return "logits and loss";
+    case component::activation_gradients:
+      return "activation gradients";
+    case component::temporaries:
+      return "temporaries";
+    case component::kv_cache:
+      return "KV cache";
+    case component::inputs:
+      return "inputs";
+    case component::workspace:
+      return "library workspaces";
+    case component::count_:
+      break;
   }
   return "?";
 }
 
 const char* to_string(phase p) noexcept {
   switch (p) {
-    case phase::setup: return "setup";
-    case phase::forward: return "forward";
-    case phase::loss: return "loss";
-    case phase::backward: return "backward";
-    case phase::optimizer: return "optimizer step";
-    case phase::prefill: return "prefill";
-    case phase::decode: return "decode";
-    case phase::count_: break;
+    case phase::setup:
+      return "setup";
+    case phase::forward:
+      return "forward";
+    case phase::loss:
+      return "loss";
+    case phase::backward:
+      return "backward";
+    case phase::optimizer:
+      return "optimizer step";
+    case phase::prefill:
+      return "prefill";
+    case phase::decode:
+      return "decode";
+    case phase::count_:
+      break;
   }
   return "?";
 }
@@ -106,9 +126,9 @@ struct node {
   int out = k_none;
   small_vec<edge, 4> edges;
   small_vec<int, 8> saved;
-  small_vec<int, 2> params;        ///< parameter indices receiving gradients here
-  small_vec<u64, 2> param_bytes;   ///< elements of each parameter gradient
-  small_vec<bool, 2> param_cast;   ///< gradient computed for an autocast copy (low precision first)
+  small_vec<int, 2> params;       ///< parameter indices receiving gradients here
+  small_vec<u64, 2> param_bytes;  ///< elements of each parameter gradient
+  small_vec<bool, 2> param_cast;  ///< gradient computed for an autocast copy (low precision first)
   u64 workspace = 0;              ///< transient bytes inside this node's backward
   int ckpt_layer = -1;            ///< >= 0: a checkpointed layer re-run in backward
   int ckpt_input = k_none;
@@ -152,12 +172,20 @@ class walker {
     tensor_meta_.clear();
     nodes_.clear();
     switch (r.prec) {
-      case precision::fp32: dt_ = {4, 4, 4, false, 4}; break;
+      case precision::fp32:
+        dt_ = {4, 4, 4, false, 4};
+        break;
       case precision::amp_bf16:
-      case precision::amp_fp16: dt_ = {4, 2, 4, true, 2}; break;
+      case precision::amp_fp16:
+        dt_ = {4, 2, 4, true, 2};
+        break;
       // Approximate (docs/plan.md): as amp-bf16, with the weight and GEMM-input casts in 1 byte.
-      case precision::fp8: dt_ = {4, 2, 4, true, 1}; break;
-      case precision::bf16: dt_ = {2, 2, 2, false, 2}; break;
+      case precision::fp8:
+        dt_ = {4, 2, 4, true, 1};
+        break;
+      case precision::bf16:
+        dt_ = {2, 2, 2, false, 2};
+        break;
     }
     if (r.mode == run_mode::infer) dt_ = {2, 2, 2, false, 2};
     if (r.mode == run_mode::infer && r.prec == precision::fp32) dt_ = {4, 4, 4, false, 4};
@@ -213,8 +241,9 @@ class walker {
   // ---- autograd ------------------------------------------------------------------------------
   /// Records an op: allocates its output and, with grad on and any input needing a gradient, a
   /// node saving `saved`. Returns the output (one Python reference held by the caller).
-  int op(u64 out_bytes, const char* label, std::initializer_list<edge> edges, std::initializer_list<int> saved,
-         std::initializer_list<int> params = {}, u64 workspace = 0, component c = component::activations) {
+  int op(u64 out_bytes, const char* label, std::initializer_list<edge> edges,
+         std::initializer_list<int> saved, std::initializer_list<int> params = {},
+         u64 workspace = 0, component c = component::activations) {
     const int out = alloc(out_bytes, c, label);
     record(out, edges, saved, params, workspace);
     return out;
@@ -247,7 +276,8 @@ class walker {
   int weight(int p) {
     if (!dt_.amp) return param_tensor_[p];
     if (cast_of_[p] == k_none) {
-      cast_of_[p] = alloc(param_elems_[p] * static_cast<u64>(dt_.cast), component::autocast_weight_cache, "weight cast");
+      cast_of_[p] = alloc(param_elems_[p] * static_cast<u64>(dt_.cast),
+                          component::autocast_weight_cache, "weight cast");
       cache_.push_back(p);
     }
     return cast_of_[p];
@@ -264,7 +294,8 @@ class walker {
   /// copy each call, saved by the op); others are used as they are.
   int gemm_input(int x, i64 elems, int elem_bytes) {
     if (dt_.amp && elem_bytes == 4) {
-      const int c = alloc(static_cast<u64>(elems) * dt_.cast, component::activations, "autocast input cast");
+      const int c =
+          alloc(static_cast<u64>(elems) * dt_.cast, component::activations, "autocast input cast");
       record(c, {edge{x, static_cast<u64>(elems) * 4}}, {}, {}, 0);
       return c;
     }
@@ -311,8 +342,11 @@ class walker {
 void walker::param_grad(int p, u64 elems, bool cast) {
   // ZeRO-2/3 keep only this rank's shard of each gradient after the reduce-scatter.
   const double gs = r_.zero >= 2 ? 1.0 / r_.data_parallel() : 1.0;
-  const u64 full = static_cast<u64>(std::ceil(static_cast<double>(elems) * gs)) * static_cast<u64>(dt_.param);
-  if (cast) transient(elems * static_cast<u64>(dt_.low), component::activation_gradients, "weight grad (low precision)");
+  const u64 full =
+      static_cast<u64>(std::ceil(static_cast<double>(elems) * gs)) * static_cast<u64>(dt_.param);
+  if (cast)
+    transient(elems * static_cast<u64>(dt_.low), component::activation_gradients,
+              "weight grad (low precision)");
   if (param_grad_[p] == k_none) {
     // AccumulateGrad steals the freshly computed gradient as .grad.
     param_grad_[p] = alloc(full, component::gradients, "parameter gradient");
@@ -349,7 +383,8 @@ void walker::run_nodes_backward(std::size_t first) {
       }
       // Kernel workspace (flash dq accumulator, cuDNN algorithm workspace) lives while the
       // input and weight gradients are produced.
-      const int ws = n.workspace ? alloc(n.workspace, component::workspace, "backward workspace") : k_none;
+      const int ws =
+          n.workspace ? alloc(n.workspace, component::workspace, "backward workspace") : k_none;
       for (const auto& e : n.edges) {
         const int t = e.tensor;
         if (e.passthrough) {
@@ -358,7 +393,8 @@ void walker::run_nodes_backward(std::size_t first) {
             tensor_meta_[t].grad = g_out;
           } else {
             // InputBuffer accumulation: the stored gradient is shared, so the sum is a new tensor.
-            const int sum = alloc(e.grad_bytes, component::activation_gradients, "activation gradient");
+            const int sum =
+                alloc(e.grad_bytes, component::activation_gradients, "activation gradient");
             unref(tensor_meta_[t].grad);
             tensor_meta_[t].grad = sum;
           }
@@ -370,13 +406,15 @@ void walker::run_nodes_backward(std::size_t first) {
         } else if (tensor_meta_[tensor_meta_[t].grad].refs == 1) {
           unref(g);  // accumulated in place into the stored gradient
         } else {
-          const int sum = alloc(e.grad_bytes, component::activation_gradients, "activation gradient");
+          const int sum =
+              alloc(e.grad_bytes, component::activation_gradients, "activation gradient");
           unref(g);
           unref(tensor_meta_[t].grad);
           tensor_meta_[t].grad = sum;
         }
       }
-      for (std::size_t k = 0; k < n.params.size(); ++k) param_grad(n.params[k], n.param_bytes[k], n.param_cast[k]);
+      for (std::size_t k = 0; k < n.params.size(); ++k)
+        param_grad(n.params[k], n.param_bytes[k], n.param_cast[k]);
       if (ws != k_none) unref(ws);
       tensor_meta_[n.out].grad = k_none;
       unref(g_out);
@@ -420,7 +458,8 @@ int dropout(walker& w, int x, u64 elems, int elem_bytes, double p, const char* l
     return x;
   }
   const int mask = w.alloc(elems, component::activations, "dropout mask");
-  const int y = w.op(elems * static_cast<u64>(elem_bytes), label, {edge{x, elems * static_cast<u64>(elem_bytes)}}, {mask});
+  const int y = w.op(elems * static_cast<u64>(elem_bytes), label,
+                     {edge{x, elems * static_cast<u64>(elem_bytes)}}, {mask});
   w.unref(mask);
   return y;
 }
@@ -429,8 +468,8 @@ int dropout(walker& w, int x, u64 elems, int elem_bytes, double p, const char* l
 int layer_norm(walker& w, int x, i64 rows, i64 h, int x_bytes, int p) {
   const int ob = w.dt_.amp ? 4 : w.dt_.act;
   const int stats = w.alloc(static_cast<u64>(rows) * 8, component::activations, "norm statistics");
-  const int y = w.op(static_cast<u64>(rows * h) * ob, "layer norm output", {edge{x, static_cast<u64>(rows * h) * x_bytes}},
-                     {x, stats}, {p});
+  const int y = w.op(static_cast<u64>(rows * h) * ob, "layer norm output",
+                     {edge{x, static_cast<u64>(rows * h) * x_bytes}}, {x, stats}, {p});
   w.unref(stats);
   return y;
 }
@@ -463,25 +502,28 @@ int rms_norm(walker& w, int x, i64 rows, i64 h, int x_bytes, int p) {
 }
 
 int norm(walker& w, int x, i64 rows, i64 h, int x_bytes, int p) {
-  return w.m_.t.layer_norm ? layer_norm(w, x, rows, h, x_bytes, p) : rms_norm(w, x, rows, h, x_bytes, p);
+  return w.m_.t.layer_norm ? layer_norm(w, x, rows, h, x_bytes, p)
+                           : rms_norm(w, x, rows, h, x_bytes, p);
 }
 
 /// Out-of-place add with type promotion; gradients pass through (cast when dtypes differ).
 int add(walker& w, int a, int a_bytes, int b, int b_bytes, u64 elems, const char* label) {
   const int ob = std::max(a_bytes, b_bytes);
   return w.op(elems * ob, label,
-              {edge{a, elems * a_bytes, a_bytes == ob}, edge{b, elems * b_bytes, b_bytes == ob}}, {});
+              {edge{a, elems * a_bytes, a_bytes == ob}, edge{b, elems * b_bytes, b_bytes == ob}},
+              {});
 }
 
 /// Attention core. `q`, `k`, `v` are tensors (possibly one packed qkv) with the given element
 /// widths; returns the (b, s, heads*d) output in the low dtype.
-int attention(walker& w, const dims& D, int q, int k, int v, int qkv_bytes, bool packed, double p_drop, bool causal,
-              int v_bytes = 0) {
+int attention(walker& w, const dims& D, int q, int k, int v, int qkv_bytes, bool packed,
+              double p_drop, bool causal, int v_bytes = 0) {
   if (v_bytes == 0) v_bytes = qkv_bytes;
   const u64 n_q = static_cast<u64>(D.tok() * D.heads * D.d);
   const u64 n_kv = static_cast<u64>(D.tok() * D.kv * D.d);
   const int low = w.dt_.low;
-  const bool eager = w.r_.attention == attention_kind::eager && !(w.recomputing_ && w.r_.ckpt == checkpointing::selective);
+  const bool eager = w.r_.attention == attention_kind::eager &&
+                     !(w.recomputing_ && w.r_.ckpt == checkpointing::selective);
   if (!eager || !w.grad_on_) {
     // SDPA: flash (fp16/bf16) or memory-efficient (fp32) kernel; saves q, k, v, output and the
     // fp32 log-sum-exp; autocast casts fp32 inputs to the low dtype first.
@@ -492,21 +534,25 @@ int attention(walker& w, const dims& D, int q, int k, int v, int qkv_bytes, bool
       return t;
     };
     if (!packed) {
-      qc = cast_in(q, n_q, qkv_bytes), kc = cast_in(k, n_kv, qkv_bytes), vc = cast_in(v, n_kv, v_bytes);
+      qc = cast_in(q, n_q, qkv_bytes), kc = cast_in(k, n_kv, qkv_bytes),
+      vc = cast_in(v, n_kv, v_bytes);
     } else {
       w.ref(q);
       qc = kc = vc = q;
     }
     const u64 s_round = static_cast<u64>((D.s + 127) / 128 * 128);
-    const int lse = w.alloc(static_cast<u64>(D.b * D.heads) * s_round * 4, component::activations, "attention logsumexp");
+    const int lse = w.alloc(static_cast<u64>(D.b * D.heads) * s_round * 4, component::activations,
+                            "attention logsumexp");
     // Backward: flash keeps an fp32 dq accumulator (and expanded dk/dv for grouped heads).
     u64 ws = n_q * 4 + (D.kv != D.heads ? 2 * n_q * low : 0);
     int out;
     const u64 ob = n_q * low;
     if (packed) {
-      out = w.op(ob, "attention output", {edge{q, n_q * qkv_bytes + 2 * n_kv * qkv_bytes}}, {q, lse}, {}, ws);
+      out = w.op(ob, "attention output", {edge{q, n_q * qkv_bytes + 2 * n_kv * qkv_bytes}},
+                 {q, lse}, {}, ws);
     } else {
-      out = w.op(ob, "attention output", {edge{qc, n_q * low}, edge{kc, n_kv * low}, edge{vc, n_kv * low}},
+      out = w.op(ob, "attention output",
+                 {edge{qc, n_q * low}, edge{kc, n_kv * low}, edge{vc, n_kv * low}},
                  {qc, kc, vc, lse}, {}, ws);
     }
     // The output itself is saved too.
@@ -550,7 +596,8 @@ int attention(walker& w, const dims& D, int q, int k, int v, int qkv_bytes, bool
   }
   const int pd = dropout(w, pl, n_s, low, p_drop, "attention dropout");
   w.unref(pl);
-  const int ctx = w.op(n_q * low, "attention context", {edge{pd, n_s * low}, edge{packed ? q : v, packed ? 0 : n_kv * low}},
+  const int ctx = w.op(n_q * low, "attention context",
+                       {edge{pd, n_s * low}, edge{packed ? q : v, packed ? 0 : n_kv * low}},
                        {pd, packed ? q : v});
   w.unref(pd);
   const int out = w.op(n_q * low, "attention output", {edge{ctx, n_q * low}}, {});
@@ -582,7 +629,6 @@ dims lm_dims(const walker& w) {
   return D;
 }
 
-
 /// One decoder/encoder block of the HF transformer families. `x` is the block input (fp32 under
 /// autocast, the model dtype otherwise). Returns the block output with one reference.
 int transformer_block(walker& w, int x, int l) {
@@ -594,7 +640,7 @@ int transformer_block(walker& w, int x, int l) {
   const u64 nh = static_cast<u64>(rows * D.h);
   const u64 nq = static_cast<u64>(rows * D.heads * D.d);
   const u64 nkv = static_cast<u64>(rows * D.kv * D.d);
-  const int xb = w.dt_.act;       // residual stream width
+  const int xb = w.dt_.act;                  // residual stream width
   const int nb = w.dt_.amp ? 4 : w.dt_.act;  // norm output width
   const int low = w.dt_.low;
   const auto fam = w.m_.family;
@@ -620,8 +666,10 @@ int transformer_block(walker& w, int x, int l) {
       // fp32 list, so under autocast the chain runs in fp32 from the cast of x onwards.
       const int eb = w.dt_.amp ? 4 : low;
       int u32 = u;
-      if (w.dt_.amp) u32 = w.op(nf * 4, "gelu input fp32", {edge{u, nf * low}}, {});
-      else w.ref(u);
+      if (w.dt_.amp)
+        u32 = w.op(nf * 4, "gelu input fp32", {edge{u, nf * low}}, {});
+      else
+        w.ref(u);
       const int pw = w.op(nf * eb, "gelu pow", {edge{u32, nf * eb}}, {u32});
       const int p2 = w.op(nf * eb, "gelu scaled pow", {edge{pw, nf * eb, true}}, {});
       w.unref(pw);
@@ -679,7 +727,8 @@ int transformer_block(walker& w, int x, int l) {
         w.transient(nrot * low, component::temporaries, "rope rotate_half");
         w.transient(nrot * rb, component::temporaries, "rope product");
         const int r = w.op(nrot * rb, "rope output", {edge{qkv, 0, true}}, {});
-        const int c = w.op(nq * rb, label, {edge{r, nrot * rb, true}, edge{qkv, (nq - nrot) * low}}, {});
+        const int c =
+            w.op(nq * rb, label, {edge{r, nrot * rb, true}, edge{qkv, (nq - nrot) * low}}, {});
         w.unref(r);
         return c;
       };
@@ -747,7 +796,8 @@ int transformer_block(walker& w, int x, int l) {
   }
   const int n1 = norm(w, x, rows, D.h, xb, w.layer_param(l, 0));
   const int a = self_attention(n1, nb);
-  const int o = w.linear(a, rows, D.heads * D.d, D.h, w.layer_param(l, 2), low, "attention output projection");
+  const int o = w.linear(a, rows, D.heads * D.d, D.h, w.layer_param(l, 2), low,
+                         "attention output projection");
   w.unref(a);
   const int od = dropout(w, o, nh, low, t.hidden_dropout, "residual dropout");
   w.unref(o);
@@ -809,7 +859,8 @@ int lm_loss(walker& w, int logits, u64 rows, i64 V, bool explicit_upcast) {
     // CrossEntropyLoss on 16-bit logits under autocast: log_softmax is on autocast's
     // "fp32 with dtype argument" list, so it reads the 16-bit logits and writes fp32
     // (half_to_float, no input copy); its backward returns a 16-bit gradient.
-    const int lsm = w.op(n * 4, "log_softmax", {edge{logits, n * low}}, {}, {}, 0, component::logits_and_loss);
+    const int lsm =
+        w.op(n * 4, "log_softmax", {edge{logits, n * low}}, {}, {}, 0, component::logits_and_loss);
     if (w.tensor_meta_[lsm].producer != k_none) {
       w.ref(lsm);
       w.nodes_[w.tensor_meta_[lsm].producer].saved.push_back(lsm);
@@ -820,11 +871,13 @@ int lm_loss(walker& w, int logits, u64 rows, i64 V, bool explicit_upcast) {
   }
   int l32 = logits;
   if (low != 4) {
-    l32 = w.op(n * 4, "logits fp32", {edge{logits, n * low}}, {}, {}, 0, component::logits_and_loss);
+    l32 =
+        w.op(n * 4, "logits fp32", {edge{logits, n * low}}, {}, {}, 0, component::logits_and_loss);
   } else {
     w.ref(logits);
   }
-  const int lsm = w.op(n * 4, "log_softmax", {edge{l32, n * 4}}, {}, {}, 0, component::logits_and_loss);
+  const int lsm =
+      w.op(n * 4, "log_softmax", {edge{l32, n * 4}}, {}, {}, 0, component::logits_and_loss);
   if (w.tensor_meta_[lsm].producer != k_none) {
     w.ref(lsm);
     w.nodes_[w.tensor_meta_[lsm].producer].saved.push_back(lsm);
@@ -859,17 +912,24 @@ void setup_params(walker& w) {
   for (int i = 0; i < n; ++i) {
     const auto& nm = params[i].name;
     if (params[i].layer >= 0) continue;
-    if (nm == "embed_tokens") w.lm_.embed = i;
-    else if (nm == "embed_positions") w.lm_.pos = i;
-    else if (nm == "embed_token_types") w.lm_.types = i;
-    else if (nm == "embed_norm") w.lm_.embed_norm = i;
-    else if (nm == "final_norm") w.lm_.final_norm = i;
-    else if (nm == "lm_head") w.lm_.head = i;
-    else if (nm == "head_transform") w.lm_.head_transform = i;
-    else if (nm == "head_bias") w.lm_.head_bias = i;
+    if (nm == "embed_tokens")
+      w.lm_.embed = i;
+    else if (nm == "embed_positions")
+      w.lm_.pos = i;
+    else if (nm == "embed_token_types")
+      w.lm_.types = i;
+    else if (nm == "embed_norm")
+      w.lm_.embed_norm = i;
+    else if (nm == "final_norm")
+      w.lm_.final_norm = i;
+    else if (nm == "lm_head")
+      w.lm_.head = i;
+    else if (nm == "head_transform")
+      w.lm_.head_transform = i;
+    else if (nm == "head_bias")
+      w.lm_.head_bias = i;
   }
 }
-
 
 // ---- the LM training step ------------------------------------------------------------------
 
@@ -885,7 +945,8 @@ int lm_forward_loss(walker& w) {
   const int labels = w.alloc(rows * 8, component::inputs, "labels");
   int x = w.op(nh * eb, "token embeddings", {}, {ids}, {w.lm_.embed});
   if (w.lm_.pos >= 0) {
-    const int pe = w.op(static_cast<u64>(D.s * D.h) * eb, "position embeddings", {}, {}, {w.lm_.pos});
+    const int pe =
+        w.op(static_cast<u64>(D.s * D.h) * eb, "position embeddings", {}, {}, {w.lm_.pos});
     const int s = add(w, x, eb, pe, eb, nh, "embeddings sum");
     w.unref(x), w.unref(pe);
     x = s;
@@ -902,7 +963,8 @@ int lm_forward_loss(walker& w) {
     x = y;
   }
   if (t.embedding_dropout > 0) {
-    const int y = dropout(w, x, nh, w.dt_.amp && w.lm_.embed_norm >= 0 ? 4 : eb, t.embedding_dropout, "embedding dropout");
+    const int y = dropout(w, x, nh, w.dt_.amp && w.lm_.embed_norm >= 0 ? 4 : eb,
+                          t.embedding_dropout, "embedding dropout");
     w.unref(x);
     x = y;
   }
@@ -969,14 +1031,17 @@ flow conv_bn(walker& w, cnn_ctx& c, flow x, int x_bytes, i64 in_elems, i64 out_e
   int xedge = x.grad;
   if (xin != x.store) xedge = xin;  // autocast made a copy: gradients reach x through the cast node
   const int wt = w.weight(c.pidx);
-  const u64 ws = static_cast<u64>(k_conv_workspace * static_cast<double>(in_elems + out_elems) * low);
-  const int conv = w.op(static_cast<u64>(out_elems) * low, "conv output",
-                        {edge{xedge, static_cast<u64>(in_elems) * (xin != x.store ? low : x_bytes)}}, {xin, wt}, {c.pidx}, ws);
+  const u64 ws =
+      static_cast<u64>(k_conv_workspace * static_cast<double>(in_elems + out_elems) * low);
+  const int conv =
+      w.op(static_cast<u64>(out_elems) * low, "conv output",
+           {edge{xedge, static_cast<u64>(in_elems) * (xin != x.store ? low : x_bytes)}}, {xin, wt},
+           {c.pidx}, ws);
   w.unref(xin);
   ++c.pidx;
   const int stats = w.alloc(4096, component::activations, "batchnorm statistics");
-  const int bn = w.op(static_cast<u64>(out_elems) * low, "batchnorm output", {edge{conv, static_cast<u64>(out_elems) * low}},
-                      {conv, stats}, {c.pidx});
+  const int bn = w.op(static_cast<u64>(out_elems) * low, "batchnorm output",
+                      {edge{conv, static_cast<u64>(out_elems) * low}}, {conv, stats}, {c.pidx});
   w.unref(stats);
   ++c.pidx;
   w.unref(conv);
@@ -996,14 +1061,18 @@ int resnet_forward_loss(walker& w) {
   w.layer_ = -1;
   const int img = w.alloc(static_cast<u64>(c.b * 3 * S * S) * 4, component::inputs, "images");
   const int tgt = w.alloc(static_cast<u64>(c.b) * 8, component::inputs, "targets");
-  auto out_side = [](i64 side, int k, int stride, int pad) { return (side + 2 * pad - k) / stride + 1; };
+  auto out_side = [](i64 side, int k, int stride, int pad) {
+    return (side + 2 * pad - k) / stride + 1;
+  };
   i64 side = out_side(S, 7, 2, 3);
   flow x = conv_bn(w, c, {img, img}, 4, c.b * 3 * S * S, c.b * 64 * side * side, true);
   // Max pool 3x3/2: saves its input and int64 indices.
   const i64 ps = out_side(side, 3, 2, 1);
-  const int idx = w.alloc(static_cast<u64>(c.b * 64 * ps * ps) * 8, component::activations, "maxpool indices");
-  const int mp = w.op(static_cast<u64>(c.b * 64 * ps * ps) * low, "maxpool output",
-                      {edge{x.grad, static_cast<u64>(c.b * 64 * side * side) * low}}, {x.store, idx});
+  const int idx =
+      w.alloc(static_cast<u64>(c.b * 64 * ps * ps) * 8, component::activations, "maxpool indices");
+  const int mp =
+      w.op(static_cast<u64>(c.b * 64 * ps * ps) * low, "maxpool output",
+           {edge{x.grad, static_cast<u64>(c.b * 64 * side * side) * low}}, {x.store, idx});
   w.unref(idx);
   w.unref(x.store);
   x = {mp, mp};
@@ -1023,7 +1092,8 @@ int resnet_forward_loss(walker& w) {
       if (rs.bottleneck) {
         // torchvision v1.5: the stride sits on the 3x3 convolution.
         const flow a = conv_bn(w, c, x, low, in_e, c.b * wd * side * side, true);
-        const flow bq = conv_bn(w, c, a, low, c.b * wd * side * side, c.b * wd * oside * oside, true);
+        const flow bq =
+            conv_bn(w, c, a, low, c.b * wd * side * side, c.b * wd * oside * oside, true);
         w.unref(a.store);
         o = conv_bn(w, c, bq, low, c.b * wd * oside * oside, c.b * outc * oside * oside, false);
         w.unref(bq.store);
@@ -1036,7 +1106,8 @@ int resnet_forward_loss(walker& w) {
       flow identity = x;
       if (down) identity = conv_bn(w, c, x, low, in_e, c.b * outc * oside * oside, false);
       // out += identity (in place; gradients pass through), then in-place ReLU saving its result.
-      const int sum = w.op(0, "residual add (in place)", {edge{o.grad, oe, true}, edge{identity.grad, oe, true}}, {});
+      const int sum = w.op(0, "residual add (in place)",
+                           {edge{o.grad, oe, true}, edge{identity.grad, oe, true}}, {});
       if (down) w.unref(identity.store);
       const int r = w.op(0, "relu (in place)", {edge{sum, oe}}, {o.store});
       w.unref(sum);
@@ -1049,8 +1120,9 @@ int resnet_forward_loss(walker& w) {
     }
   }
   w.layer_ = -1;
-  const int pooled = w.op(static_cast<u64>(c.b * in) * low, "avgpool output",
-                          {edge{x.grad, static_cast<u64>(c.b * in * side * side) * low}}, {x.store});
+  const int pooled =
+      w.op(static_cast<u64>(c.b * in) * low, "avgpool output",
+           {edge{x.grad, static_cast<u64>(c.b * in * side * side) * low}}, {x.store});
   w.unref(x.store);
   const int logits = w.linear(pooled, c.b, in, rs.num_classes, c.pidx, low, "logits");
   w.unref(pooled);
@@ -1073,7 +1145,8 @@ int vit_forward_loss(walker& w) {
   const int tgt = w.alloc(static_cast<u64>(b) * 8, component::inputs, "targets");
   // Parameter order: class_token, conv_proj, pos_embedding, 6 per layer, encoder_ln, head.
   const int xin = w.gemm_input(img, b * 3 * S * S, 4);
-  const int proj = w.op(static_cast<u64>(b * v.hidden * grid * grid) * low, "patch embedding", {}, {xin, w.weight(1)}, {1});
+  const int proj = w.op(static_cast<u64>(b * v.hidden * grid * grid) * low, "patch embedding", {},
+                        {xin, w.weight(1)}, {1});
   w.unref(xin);
   // cat([class_token (fp32 parameter), patches]) promotes to the parameter dtype; + pos_embedding.
   const int tok = w.op(static_cast<u64>(b * s * v.hidden) * eb, "tokens with class token",
@@ -1120,9 +1193,11 @@ int vit_forward_loss(walker& w) {
   const int pe = 3 + 6 * static_cast<int>(v.layers);
   const int n = layer_norm(w, x, b * s, v.hidden, xb, pe);
   w.unref(x);
-  const int cls = w.op(static_cast<u64>(b * v.hidden) * (w.dt_.amp ? 4 : eb), "class token", {edge{n, 0, true}}, {});
+  const int cls = w.op(static_cast<u64>(b * v.hidden) * (w.dt_.amp ? 4 : eb), "class token",
+                       {edge{n, 0, true}}, {});
   w.unref(n);
-  const int logits = w.linear(cls, b, v.hidden, v.num_classes, pe + 1, w.dt_.amp ? 4 : eb, "logits");
+  const int logits =
+      w.linear(cls, b, v.hidden, v.num_classes, pe + 1, w.dt_.amp ? 4 : eb, "logits");
   w.unref(cls);
   const int loss = lm_loss(w, logits, static_cast<u64>(b), v.num_classes, false);
   w.unref(logits);
@@ -1134,7 +1209,9 @@ int vit_forward_loss(walker& w) {
 // ---- optimizer -----------------------------------------------------------------------------
 
 /// Shard factor of optimizer states / gradients / parameters on this rank under ZeRO.
-double shard(int stage_needed, const plan_request& r) { return r.zero >= stage_needed ? 1.0 / r.data_parallel() : 1.0; }
+double shard(int stage_needed, const plan_request& r) {
+  return r.zero >= stage_needed ? 1.0 / r.data_parallel() : 1.0;
+}
 
 void optimizer_step(walker& w) {
   w.phase_ = phase::optimizer;
@@ -1145,7 +1222,8 @@ void optimizer_step(walker& w) {
   const int sb = r.optimizer == optimizer_kind::adamw_8bit ? 1 : w.dt_.param;
   const double os = shard(1, r);
   auto sharded = [&](int i, int elem_bytes) {
-    return static_cast<u64>(std::ceil(static_cast<double>(w.param_elems_[i]) * os)) * static_cast<u64>(elem_bytes);
+    return static_cast<u64>(std::ceil(static_cast<double>(w.param_elems_[i]) * os)) *
+           static_cast<u64>(elem_bytes);
   };
   // GradScaler.unscale_ works in place; its found_inf flags are tiny.
   if (r.prec == precision::amp_fp16) w.transient(512, component::temporaries, "found_inf");
@@ -1153,7 +1231,8 @@ void optimizer_step(walker& w) {
     // States and the update live in host memory; the device sees the gradient copy-out only.
     return;
   }
-  const bool two_states = r.optimizer == optimizer_kind::adam || r.optimizer == optimizer_kind::adamw ||
+  const bool two_states = r.optimizer == optimizer_kind::adam ||
+                          r.optimizer == optimizer_kind::adamw ||
                           r.optimizer == optimizer_kind::adamw_8bit;
   const bool one_state = r.optimizer == optimizer_kind::sgd_momentum;
   // Lazy state creation at the first step (zeros_like per parameter, or clone of the gradient
@@ -1161,15 +1240,18 @@ void optimizer_step(walker& w) {
   // Adam's _init_group creates exp_avg and exp_avg_sq per parameter, in parameter order.
   for (int i = 0; i < n; ++i) {
     if ((two_states || one_state) && w.state_a_[i] == k_none)
-      w.state_a_[i] = w.alloc(sharded(i, sb), component::optimizer_states, "optimizer state (first moment)");
+      w.state_a_[i] =
+          w.alloc(sharded(i, sb), component::optimizer_states, "optimizer state (first moment)");
     if (two_states && w.state_b_[i] == k_none)
-      w.state_b_[i] = w.alloc(sharded(i, sb), component::optimizer_states, "optimizer state (second moment)");
+      w.state_b_[i] =
+          w.alloc(sharded(i, sb), component::optimizer_states, "optimizer state (second moment)");
   }
   if (two_states && r.optimizer != optimizer_kind::adamw_8bit) {
     // _multi_tensor_adam: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs) is one full-size
     // list of temporaries; Adam with weight decay would add a gradient copy (default wd = 0).
     std::vector<int> tmp(n);
-    for (int i = 0; i < n; ++i) tmp[i] = w.alloc(sharded(i, w.dt_.param), component::temporaries, "adam sqrt temporaries");
+    for (int i = 0; i < n; ++i)
+      tmp[i] = w.alloc(sharded(i, w.dt_.param), component::temporaries, "adam sqrt temporaries");
     for (int i = 0; i < n; ++i) w.unref(tmp[i]);
   }
 }
@@ -1180,11 +1262,14 @@ u64 weight_bytes_quant(const walker& w, int i, const parameter_tensor& p) {
   const u64 e = w.param_elems_[i];
   const bool matrix = p.layer >= 0 && p.name.find("norm") == std::string::npos;
   switch (w.r_.quant) {
-    case quant_kind::none: return e * static_cast<u64>(w.dt_.param);
+    case quant_kind::none:
+      return e * static_cast<u64>(w.dt_.param);
     // int8 (LLM.int8 style): 1 byte per weight + one fp16 scale per output row (~h per matrix).
-    case quant_kind::int8: return matrix ? e + e / static_cast<u64>(std::max<i64>(1, w.m_.t.hidden)) * 2 : e * 2;
+    case quant_kind::int8:
+      return matrix ? e + e / static_cast<u64>(std::max<i64>(1, w.m_.t.hidden)) * 2 : e * 2;
     // int4 with group size 128: 0.5 byte + fp16 scale and zero per 128 weights.
-    case quant_kind::int4: return matrix ? e / 2 + e / 128 * 4 : e * 2;
+    case quant_kind::int4:
+      return matrix ? e / 2 + e / 128 * 4 : e * 2;
   }
   return e * 2;
 }
@@ -1195,7 +1280,8 @@ void generate(walker& w) {
   w.grad_on_ = false;
   const i64 b = r.micro_batch, p = r.prompt, n = r.new_tokens;
   const int low = w.dt_.low;
-  const i64 h = t.hidden, heads = t.heads / r.tp, kv = std::max<i64>(1, t.kv_heads / r.tp), d = t.head_dim;
+  const i64 h = t.hidden, heads = t.heads / r.tp, kv = std::max<i64>(1, t.kv_heads / r.tp),
+            d = t.head_dim;
   const i64 f = t.intermediate / r.tp;
   const i64 L = t.layers / r.pp;
   const u64 kv_tok = static_cast<u64>(kv * d) * low;  // one of K or V per token per layer
@@ -1297,8 +1383,10 @@ void generate(walker& w) {
     w.layer_ = -1;
     // logits_to_keep = 1: only the last position goes through the head; generate copies it to fp32.
     w.transient(static_cast<u64>(b) * h * low, component::temporaries, "final norm (last token)");
-    const int lg = w.alloc(static_cast<u64>(b * t.vocab) * low, component::logits_and_loss, "logits (last token)");
-    const int l32 = w.alloc(static_cast<u64>(b * t.vocab) * 4, component::logits_and_loss, "next-token logits fp32");
+    const int lg = w.alloc(static_cast<u64>(b * t.vocab) * low, component::logits_and_loss,
+                           "logits (last token)");
+    const int l32 = w.alloc(static_cast<u64>(b * t.vocab) * 4, component::logits_and_loss,
+                            "next-token logits fp32");
     w.unref(lg);
     w.unref(l32);
     w.unref(x);
@@ -1320,7 +1408,8 @@ void generate(walker& w) {
   const i64 steps = n - 1;
   const u64 growth = r.serving == serving_kind::paged ? 0 : kv_tok * static_cast<u64>(b);
   constexpr u64 k_spacing = 128ull << 10;
-  const auto wanted = static_cast<i64>((static_cast<u64>(std::max<i64>(steps, 0)) * growth + k_spacing - 1) / k_spacing);
+  const auto wanted = static_cast<i64>(
+      (static_cast<u64>(std::max<i64>(steps, 0)) * growth + k_spacing - 1) / k_spacing);
   const bool small_pool_cache = growth != 0 && growth * static_cast<u64>(p) <= (1ull << 20);
   const i64 replay = std::min<i64>(steps, std::clamp<i64>(wanted, small_pool_cache ? 32 : 8, 4096));
   for (i64 k = 1; k <= replay; ++k) {
@@ -1333,12 +1422,14 @@ void generate(walker& w) {
 
 }  // namespace
 
-void build_schedule(const model_description& m, const plan_request& r, schedule& s, schedule_observer* observer) {
+void build_schedule(const model_description& m, const plan_request& r, schedule& s,
+                    schedule_observer* observer) {
   s.tensors.clear();
   s.events.clear();
   s.steps = 0;
   // About 60 tensors per transformer layer and step; reserving avoids regrowth.
-  const std::size_t guess = 64 * static_cast<std::size_t>(m.is_vision() ? 64 : m.t.layers + 4) * (r.steps + 1);
+  const std::size_t guess =
+      64 * static_cast<std::size_t>(m.is_vision() ? 64 : m.t.layers + 4) * (r.steps + 1);
   s.tensors.reserve(guess);
   s.events.reserve(2 * guess);
   walker w(m, r, s);
@@ -1362,7 +1453,8 @@ void build_schedule(const model_description& m, const plan_request& r, schedule&
     } else if (r.offload == offload_kind::params) {
       bytes = 0;
     } else {
-      bytes = static_cast<u64>(std::ceil(static_cast<double>(w.param_elems_[i]) * pshard)) * static_cast<u64>(w.dt_.param);
+      bytes = static_cast<u64>(std::ceil(static_cast<double>(w.param_elems_[i]) * pshard)) *
+              static_cast<u64>(w.dt_.param);
     }
     w.param_tensor_[i] = w.alloc(bytes, component::weights, "weights");
   }
@@ -1376,8 +1468,10 @@ void build_schedule(const model_description& m, const plan_request& r, schedule&
       walker& ww = w;
       (void)rr;
       ww.phase_ = phase::forward;
-      if (m.family == model_family::resnet) w.unref(resnet_forward_loss(w));
-      else w.unref(vit_forward_loss(w));
+      if (m.family == model_family::resnet)
+        w.unref(resnet_forward_loss(w));
+      else
+        w.unref(vit_forward_loss(w));
     } else {
       generate(w);
     }
@@ -1393,7 +1487,8 @@ void build_schedule(const model_description& m, const plan_request& r, schedule&
     for (int i = 0; i < n; ++i) {
       total_elems += w.param_elems_[i];
       if (params[i].layer >= 0) {
-        if (per_layer.size() <= static_cast<std::size_t>(params[i].layer)) per_layer.resize(params[i].layer + 1, 0);
+        if (per_layer.size() <= static_cast<std::size_t>(params[i].layer))
+          per_layer.resize(params[i].layer + 1, 0);
         per_layer[params[i].layer] += w.param_elems_[i];
       }
     }
@@ -1401,9 +1496,11 @@ void build_schedule(const model_description& m, const plan_request& r, schedule&
   }
   const u64 ddp_buckets = (dp > 1 && r.zero == 0) ? total_elems * static_cast<u64>(w.dt_.param) : 0;
   // DeepSpeed's default reduce_bucket_size is 5e8 elements (2-byte gradients).
-  const u64 zero_bucket = (dp > 1 && r.zero >= 1) ? std::min<u64>(total_elems, 500000000ull) * 2 : 0;
+  const u64 zero_bucket =
+      (dp > 1 && r.zero >= 1) ? std::min<u64>(total_elems, 500000000ull) * 2 : 0;
   // ZeRO-3 / FSDP: the current and the prefetched layer are gathered in full.
-  const u64 zero3_gather = (dp > 1 && r.zero >= 3) ? 2 * largest_layer * static_cast<u64>(w.dt_.param) : 0;
+  const u64 zero3_gather =
+      (dp > 1 && r.zero >= 3) ? 2 * largest_layer * static_cast<u64>(w.dt_.param) : 0;
   int ddp_bucket_tensor = k_none;
   // 1F1B pipeline: the first stage holds min(pp, micro-batches) forwards before their backwards.
   const i64 inflight = std::max<i64>(1, std::min<i64>(r.pp, accum));
@@ -1414,12 +1511,20 @@ void build_schedule(const model_description& m, const plan_request& r, schedule&
     for (i64 g = 0; g < groups; ++g) {
       const i64 mb = g * inflight;
       std::vector<int> losses;
-      const int gathered = zero3_gather ? w.alloc(zero3_gather, component::weights, "ZeRO-3 gathered layers") : k_none;
+      const int gathered = zero3_gather
+                               ? w.alloc(zero3_gather, component::weights, "ZeRO-3 gathered layers")
+                               : k_none;
       for (i64 k = 0; k < inflight && mb + k < accum; ++k) {
         switch (m.family) {
-          case model_family::resnet: losses.push_back(resnet_forward_loss(w)); break;
-          case model_family::vit: losses.push_back(vit_forward_loss(w)); break;
-          default: losses.push_back(lm_forward_loss(w)); break;
+          case model_family::resnet:
+            losses.push_back(resnet_forward_loss(w));
+            break;
+          case model_family::vit:
+            losses.push_back(vit_forward_loss(w));
+            break;
+          default:
+            losses.push_back(lm_forward_loss(w));
+            break;
         }
       }
       // Communication buffers live through backward: DDP copies gradients into buckets
@@ -1427,7 +1532,8 @@ void build_schedule(const model_description& m, const plan_request& r, schedule&
       // bucket of reduce_bucket_size elements.
       if (ddp_buckets && ddp_bucket_tensor == k_none)
         ddp_bucket_tensor = w.alloc(ddp_buckets, component::gradients, "DDP gradient buckets");
-      const int bucket = zero_bucket ? w.alloc(zero_bucket, component::temporaries, "ZeRO reduce bucket") : k_none;
+      const int bucket =
+          zero_bucket ? w.alloc(zero_bucket, component::temporaries, "ZeRO reduce bucket") : k_none;
       w.backward(losses);
       if (bucket != k_none) w.unref(bucket);
       if (gathered != k_none) w.unref(gathered);

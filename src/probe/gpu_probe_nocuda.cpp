@@ -1,7 +1,7 @@
 // The GPU probe of a build without CUDA: it reports the "gpu" section as skipped, with the reason.
+#include "cuda/gpu_probe_keys.hpp"
 #include "vramkit/core/cuda_device_api.hpp"
 #include "vramkit/probe/gpu_probe.hpp"
-#include "cuda/gpu_probe_keys.hpp"
 
 namespace vramkit::probe {
 

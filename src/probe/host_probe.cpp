@@ -55,7 +55,9 @@ std::uint64_t sum_c(std::uint64_t lo, std::uint64_t hi) {
   return 3 * sum_index(lo, hi) + 7 * (hi - lo);
 }
 constexpr std::uint64_t triad_k = 3;
-std::uint64_t write_value(int rep) { return 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(rep + 1); }
+std::uint64_t write_value(int rep) {
+  return 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(rep + 1);
+}
 
 enum class bw_kind { read, write, copy, triad };
 struct bw_spec {
@@ -101,11 +103,12 @@ bw_outcome run_placement(const host_topology& topo, const placement& pl, std::si
     p = static_cast<std::uint64_t*>(topo.allocate(bytes, pl.mem_node));
     if (!p) {
       for (auto* q : arr) topo.free_memory(q, bytes, pl.mem_node);
-      out.skips.push_back({pl.key_prefix, fmt::format("could not allocate 3 x {} of host memory{}",
-                                                      format_bytes(static_cast<double>(bytes)),
-                                                      pl.mem_node >= 0 ? " on NUMA node " +
-                                                          std::to_string(pl.mem_node) : ""),
-                           false});
+      out.skips.push_back(
+          {pl.key_prefix,
+           fmt::format("could not allocate 3 x {} of host memory{}",
+                       format_bytes(static_cast<double>(bytes)),
+                       pl.mem_node >= 0 ? " on NUMA node " + std::to_string(pl.mem_node) : ""),
+           false});
       return out;
     }
   }
@@ -166,8 +169,12 @@ bw_outcome run_placement(const host_topology& topo, const placement& pl, std::si
                   bad[static_cast<std::size_t>(tid)].bad = true;
                 }
                 break;
-              case bw_kind::write: detail::kernel_write(a + mlo, mhi - mlo, write_value(r)); break;
-              case bw_kind::copy: detail::kernel_copy(a + mlo, b + mlo, mhi - mlo); break;
+              case bw_kind::write:
+                detail::kernel_write(a + mlo, mhi - mlo, write_value(r));
+                break;
+              case bw_kind::copy:
+                detail::kernel_copy(a + mlo, b + mlo, mhi - mlo);
+                break;
               case bw_kind::triad:
                 detail::kernel_triad(a + mlo, b + mlo, c + mlo, triad_k, mhi - mlo);
                 break;
@@ -179,11 +186,14 @@ bw_outcome run_placement(const host_topology& topo, const placement& pl, std::si
         // Verification, untimed, each thread over its own range whatever the mode was.
         bool ok = true;
         switch (kind) {
-          case bw_kind::read: break;
+          case bw_kind::read:
+            break;
           case bw_kind::write:
             ok = detail::kernel_read(a + lo, hi - lo) == (hi - lo) * write_value(warmup + reps - 1);
             break;
-          case bw_kind::copy: ok = detail::kernel_read(a + lo, hi - lo) == sum_b(lo, hi); break;
+          case bw_kind::copy:
+            ok = detail::kernel_read(a + lo, hi - lo) == sum_b(lo, hi);
+            break;
           case bw_kind::triad:
             ok = detail::kernel_read(a + lo, hi - lo) == sum_b(lo, hi) + triad_k * sum_c(lo, hi);
             break;
@@ -206,14 +216,17 @@ bw_outcome run_placement(const host_topology& topo, const placement& pl, std::si
           const std::string key = fmt::format("{}.{}.{}", pl.key_prefix, spec.name, m.key);
           const int used = m.all ? nthreads : 1;
           if (!all_ok) {
-            out.skips.push_back({key, fmt::format("{} result did not verify (checksum mismatch): "
-                                                  "not reported", spec.name), true});
+            out.skips.push_back({key,
+                                 fmt::format("{} result did not verify (checksum mismatch): "
+                                             "not reported",
+                                             spec.name),
+                                 true});
           } else {
             measurement r;
             r.key = key;
             r.section = "host";
-            r.title = fmt::format("{} {}, {} thread{}", pl.where, spec.name, used,
-                                  used == 1 ? "" : "s");
+            r.title =
+                fmt::format("{} {}, {} thread{}", pl.where, spec.name, used, used == 1 ? "" : "s");
             r.device = pl.device;
             r.unit = "GB/s";
             r.convention = spec.convention;
@@ -229,7 +242,8 @@ bw_outcome run_placement(const host_topology& topo, const placement& pl, std::si
             r.extra["bytes_counted_per_pass"] = counted;
             if (pl.mem_node >= 0) r.extra["host_numa_node"] = pl.mem_node;
             out.results.push_back(std::move(r));
-            say(options, fmt::format("  {:<40} {:>10.2f} GB/s", key, out.results.back().stats.median));
+            say(options,
+                fmt::format("  {:<40} {:>10.2f} GB/s", key, out.results.back().stats.median));
           }
           seconds.clear();
         }
@@ -243,7 +257,8 @@ bw_outcome run_placement(const host_topology& topo, const placement& pl, std::si
   for (auto& t : team) t.join();
   for (auto* p : arr) topo.free_memory(p, bytes, pl.mem_node);
   if (pinned_failures.load() > 0) {
-    for (auto& r : out.results) r.note += fmt::format("; {} thread(s) could not be pinned", pinned_failures.load());
+    for (auto& r : out.results)
+      r.note += fmt::format("; {} thread(s) could not be pinned", pinned_failures.load());
   }
   return out;
 }
@@ -280,15 +295,17 @@ void run_latency(const host_topology& topo, const probe_options& options, probe_
   const std::size_t map_bytes = align_up(max_bytes, huge) + huge;
   void* raw = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) {
-    report.skips.push_back({"host.latency", fmt::format("could not map {} for the pointer chase",
-                                                        format_bytes(static_cast<double>(map_bytes))),
+    report.skips.push_back({"host.latency",
+                            fmt::format("could not map {} for the pointer chase",
+                                        format_bytes(static_cast<double>(map_bytes))),
                             false});
     return;
   }
   char* buf = reinterpret_cast<char*>(align_up(reinterpret_cast<std::uintptr_t>(raw), huge));
   const std::string thp = transparent_huge_pages_mode();
   bool huge_pages = false;
-  if (thp == "always" || thp == "madvise") huge_pages = madvise(buf, align_up(max_bytes, huge), MADV_HUGEPAGE) == 0;
+  if (thp == "always" || thp == "madvise")
+    huge_pages = madvise(buf, align_up(max_bytes, huge), MADV_HUGEPAGE) == 0;
   const std::string pages = huge_pages ? "2 MiB transparent huge pages requested (madvise)"
                                        : "4 KiB pages (transparent huge pages: " + thp + ")";
   report.header["host.latency.pages"] = pages;
@@ -317,7 +334,8 @@ void run_latency(const host_topology& topo, const probe_options& options, probe_
       auto t0 = steady::now();
       const void* end = detail::kernel_chase(buf, loads);
       const double est_ns = seconds_since(t0) * 1e9 / static_cast<double>(loads);
-      loads = std::max<std::size_t>(min_loads, static_cast<std::size_t>(target_s * 1e9 / std::max(est_ns, 0.1)));
+      loads = std::max<std::size_t>(
+          min_loads, static_cast<std::size_t>(target_s * 1e9 / std::max(est_ns, 0.1)));
       loads = std::min<std::size_t>(loads, 200'000'000);
       // Expected stop: back at the start after whole cycles, else walk the permutation.
       const char* expected = buf;
@@ -342,8 +360,8 @@ void run_latency(const host_topology& topo, const probe_options& options, probe_
         p.samples.push_back(ns);
       }
       p.y = sample_stats::of(p.samples);
-      say(options, fmt::format("  latency {:>12} {:>8.2f} ns", format_bytes(static_cast<double>(size)),
-                               p.y.median));
+      say(options, fmt::format("  latency {:>12} {:>8.2f} ns",
+                               format_bytes(static_cast<double>(size)), p.y.median));
       cv.points.push_back(std::move(p));
     }
   });
@@ -368,15 +386,17 @@ void run_latency(const host_topology& topo, const probe_options& options, probe_
     }
     if (!best) continue;
     std::string lname = l.name;
-    std::transform(lname.begin(), lname.end(), lname.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    std::transform(lname.begin(), lname.end(), lname.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
     measurement m;
     m.key = "host.latency." + lname;
     m.section = "latency";
-    m.title = l.name == "DRAM" ? "DRAM load latency"
-                               : fmt::format("{} load latency (hwloc: {})", l.name,
-                                             l.reported_size_bytes
-                                                 ? format_bytes(static_cast<double>(*l.reported_size_bytes))
-                                                 : std::string("unknown"));
+    m.title = l.name == "DRAM"
+                  ? "DRAM load latency"
+                  : fmt::format("{} load latency (hwloc: {})", l.name,
+                                l.reported_size_bytes
+                                    ? format_bytes(static_cast<double>(*l.reported_size_bytes))
+                                    : std::string("unknown"));
     m.device = "host";
     m.unit = "ns";
     m.convention = byte_convention::none;
@@ -385,15 +405,17 @@ void run_latency(const host_topology& topo, const probe_options& options, probe_
     m.samples = best->samples;
     m.stats = best->y;
     m.verified = true;
-    m.note = fmt::format("dependent loads over a random single cycle of 64 B lines; {}; end of chase "
-                         "checked against the permutation",
-                         pages);
+    m.note = fmt::format(
+        "dependent loads over a random single cycle of 64 B lines; {}; end of chase "
+        "checked against the permutation",
+        pages);
     if (l.measured_size_bytes > 0) {
       m.note += fmt::format("; curve steps past this level after {}",
                             format_bytes(static_cast<double>(l.measured_size_bytes)));
       m.extra["measured_size_bytes"] = static_cast<double>(l.measured_size_bytes);
     }
-    if (l.reported_size_bytes) m.extra["reported_size_bytes"] = static_cast<double>(*l.reported_size_bytes);
+    if (l.reported_size_bytes)
+      m.extra["reported_size_bytes"] = static_cast<double>(*l.reported_size_bytes);
     report.results.push_back(std::move(m));
   }
   report.levels.insert(report.levels.end(), levels.begin(), levels.end());
@@ -408,10 +430,11 @@ std::vector<std::pair<std::string, std::string>> host_probe_keys() {
   std::vector<std::pair<std::string, std::string>> keys;
   for (const auto& s : bw_specs) {
     for (const char* mode : {"one_thread", "all_threads"}) {
-      keys.emplace_back(fmt::format("host.bw.{}.{}", s.name, mode),
-                        fmt::format("host memory {} bandwidth, {} ({}), GB/s", s.name,
-                                    std::string(mode) == "one_thread" ? "one thread" : "all threads",
-                                    to_string(s.convention)));
+      keys.emplace_back(
+          fmt::format("host.bw.{}.{}", s.name, mode),
+          fmt::format("host memory {} bandwidth, {} ({}), GB/s", s.name,
+                      std::string(mode) == "one_thread" ? "one thread" : "all threads",
+                      to_string(s.convention)));
     }
   }
   for (const auto& s : bw_specs) {
@@ -420,9 +443,11 @@ std::vector<std::pair<std::string, std::string>> host_probe_keys() {
                                   "nodes only), GB/s",
                                   s.name));
   }
-  keys.emplace_back("host.numa{A}->numa{B}.bw.copy.all_threads",
-                    "copy bandwidth with threads on NUMA node A and memory on node B (far memory), GB/s");
-  keys.emplace_back("host.latency", "curve: load latency vs working set, 4 KiB to >= 1 GiB (quick: 256 MiB), ns");
+  keys.emplace_back(
+      "host.numa{A}->numa{B}.bw.copy.all_threads",
+      "copy bandwidth with threads on NUMA node A and memory on node B (far memory), GB/s");
+  keys.emplace_back("host.latency",
+                    "curve: load latency vs working set, 4 KiB to >= 1 GiB (quick: 256 MiB), ns");
   keys.emplace_back("host.latency.{level}",
                     "load latency of a level read off the curve: l1d, l2, l3, dram, ns");
   return keys;
@@ -453,7 +478,8 @@ void fill_host_header(const probe_options& options, probe_report& report) {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) == 0) h["hostname"] = host;
   utsname u{};
-  if (uname(&u) == 0) h["host.os.kernel"] = fmt::format("{} {} {}", u.sysname, u.release, u.machine);
+  if (uname(&u) == 0)
+    h["host.os.kernel"] = fmt::format("{} {} {}", u.sysname, u.release, u.machine);
   h["host.cpu.model"] = topo.cpu_model();
   h["host.cpu.cores"] = std::to_string(topo.core_count());
   h["host.cpu.threads"] = std::to_string(topo.pu_count());
@@ -474,7 +500,9 @@ void run_host_probe(const probe_options& options, probe_report& report) {
   if (!options.wants("host") && !options.wants("latency")) return;
   host_topology topo;
   if (options.wants("host")) {
-    const int reps = options.host_repetitions > 0 ? options.host_repetitions : options.quick ? 3 : 10;
+    const int reps = options.host_repetitions > 0 ? options.host_repetitions
+                     : options.quick              ? 3
+                                                  : 10;
     const std::uint64_t llc = topo.last_level_cache_bytes();
     std::uint64_t bytes = options.host_buffer_bytes;
     std::string sizing = "set by --size";
@@ -487,15 +515,19 @@ void run_host_probe(const probe_options& options, probe_report& report) {
       for (const auto& nd : topo.numa_nodes()) mem += nd.memory_bytes;
       // Three arrays in at most half the memory.
       while (mem > 0 && bytes > 16 * MiB && 3 * bytes > mem / 2) bytes /= 2;
-      sizing = llc > 0 ? fmt::format("auto: >= 4 x last-level cache ({})", format_bytes(static_cast<double>(llc)))
+      sizing = llc > 0 ? fmt::format("auto: >= 4 x last-level cache ({})",
+                                     format_bytes(static_cast<double>(llc)))
                        : "auto: last-level cache unknown";
     }
     bytes = std::max<std::uint64_t>(bytes / 64 * 64, 64 * KiB);
-    report.header["host.bw.array_bytes"] = format_bytes(static_cast<double>(bytes)) + " (" + sizing + ")";
+    report.header["host.bw.array_bytes"] =
+        format_bytes(static_cast<double>(bytes)) + " (" + sizing + ")";
     if (llc > 0 && bytes < 4 * llc) {
-      report.header["host.bw.warning"] = "arrays smaller than 4x the last-level cache: figures may include cache hits";
+      report.header["host.bw.warning"] =
+          "arrays smaller than 4x the last-level cache: figures may include cache hits";
     }
-    const int threads = options.host_threads > 0 ? std::min(options.host_threads, topo.pu_count()) : topo.pu_count();
+    const int threads = options.host_threads > 0 ? std::min(options.host_threads, topo.pu_count())
+                                                 : topo.pu_count();
     std::vector<bw_kind> all_kinds;
     for (const auto& spec : bw_specs) {
       if (options.host_kernels.empty() || options.host_kernels.count(spec.name))
@@ -528,9 +560,14 @@ void run_host_probe(const probe_options& options, probe_report& report) {
         for (const auto& far : nodes) {
           if (!copy_asked) break;
           if (far.os_index == nd.os_index || far.memory_bytes == 0) continue;
-          placements.push_back({fmt::format("host.{}->numa{}.bw", name, far.os_index), name,
-                                fmt::format("threads on NUMA {}, memory on NUMA {}", nd.os_index, far.os_index),
-                                topo.spread(nd.pus, 0), far.os_index, false, {bw_kind::copy}});
+          placements.push_back(
+              {fmt::format("host.{}->numa{}.bw", name, far.os_index),
+               name,
+               fmt::format("threads on NUMA {}, memory on NUMA {}", nd.os_index, far.os_index),
+               topo.spread(nd.pus, 0),
+               far.os_index,
+               false,
+               {bw_kind::copy}});
         }
       }
     }

@@ -76,9 +76,10 @@ host_topology::host_topology() : impl_(std::make_unique<impl>()) {
       }
       nodes_.push_back(std::move(info));
     }
-    const std::pair<hwloc_obj_type_t, const char*> levels[] = {
-        {HWLOC_OBJ_L1CACHE, "L1d"}, {HWLOC_OBJ_L2CACHE, "L2"}, {HWLOC_OBJ_L3CACHE, "L3"},
-        {HWLOC_OBJ_L4CACHE, "L4"}};
+    const std::pair<hwloc_obj_type_t, const char*> levels[] = {{HWLOC_OBJ_L1CACHE, "L1d"},
+                                                               {HWLOC_OBJ_L2CACHE, "L2"},
+                                                               {HWLOC_OBJ_L3CACHE, "L3"},
+                                                               {HWLOC_OBJ_L4CACHE, "L4"}};
     for (const auto& [type, name] : levels) {
       const int n = hwloc_get_nbobjs_by_type(t, type);
       if (n <= 0) continue;
@@ -144,7 +145,8 @@ std::vector<int> host_topology::spread(const std::vector<int>& pus, int n) const
   std::vector<int> core_order;
   for (int pu : pus) {
     const auto it = std::find(pus_.begin(), pus_.end(), pu);
-    const int core = it == pus_.end() ? pu : core_of_pu_[static_cast<std::size_t>(it - pus_.begin())];
+    const int core =
+        it == pus_.end() ? pu : core_of_pu_[static_cast<std::size_t>(it - pus_.begin())];
     if (by_core.find(core) == by_core.end()) core_order.push_back(core);
     by_core[core].push_back(pu);
   }
@@ -179,8 +181,8 @@ void* host_topology::allocate(std::size_t bytes, int node_os_index) const {
   if (impl_->topo && node_os_index >= 0) {
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
     hwloc_bitmap_only(set, static_cast<unsigned>(node_os_index));
-    void* p = hwloc_alloc_membind(impl_->topo, bytes, set, HWLOC_MEMBIND_BIND,
-                                  HWLOC_MEMBIND_BYNODESET);
+    void* p =
+        hwloc_alloc_membind(impl_->topo, bytes, set, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET);
     hwloc_bitmap_free(set);
     return p;
   }

@@ -51,7 +51,8 @@ class host_topology {
   /// Pins the calling thread to one PU; false when the OS refused.
   bool pin_current_thread(int pu_os_index) const;
   /// `bytes` of untouched memory, bound to NUMA node `node_os_index` (or first-touch placement
-  /// when it is negative); nullptr on failure. Release with free_memory, giving the same size and node.
+  /// when it is negative); nullptr on failure. Release with free_memory, giving the same size and
+  /// node.
   void* allocate(std::size_t bytes, int node_os_index) const;
   void free_memory(void* p, std::size_t bytes, int node_os_index) const;
 

@@ -115,8 +115,7 @@ std::vector<memory_level> find_levels(const std::vector<curve::point>& points,
   // otherwise each plateau takes the cache nearest (log scale) to where it ends.
   std::vector<std::string> names(kept.size());
   std::vector<std::optional<std::uint64_t>> reported(kept.size());
-  const bool last_is_memory =
-      kept.size() > 1 && (caches.empty() || kept.size() > caches.size());
+  const bool last_is_memory = kept.size() > 1 && (caches.empty() || kept.size() > caches.size());
   const std::size_t cache_runs = last_is_memory ? kept.size() - 1 : kept.size();
   if (!caches.empty() && cache_runs == caches.size()) {
     for (std::size_t r = 0; r < cache_runs; ++r) {

@@ -61,28 +61,34 @@ std::string svg_chart(const curve& c, const std::vector<memory_level>& levels, i
     // Ticks at 1, 2 or 5 x a power of ten, about five of them.
     const double raw = ymax / 5;
     const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-    const double step = raw <= mag ? mag : raw <= 2 * mag ? 2 * mag : raw <= 5 * mag ? 5 * mag : 10 * mag;
+    const double step = raw <= mag       ? mag
+                        : raw <= 2 * mag ? 2 * mag
+                        : raw <= 5 * mag ? 5 * mag
+                                         : 10 * mag;
     yhi = std::ceil(ymax * 1.02 / step) * step;
     for (double t = 0; t <= yhi * 1.0001; t += step) yticks.push_back(t);
   }
   auto fy = [&](double y) {
-    const double t = logy ? (std::log10(std::max(y, ylo)) - std::log10(ylo)) / (std::log10(yhi) - std::log10(ylo))
+    const double t = logy ? (std::log10(std::max(y, ylo)) - std::log10(ylo)) /
+                                (std::log10(yhi) - std::log10(ylo))
                           : y / yhi;
     return chart_h - pad_b - t * (chart_h - pad_t - pad_b);
   };
 
   s += fmt::format("<svg class=\"chart\" id=\"chart{}\" viewBox=\"0 0 {} {}\" role=\"img\">\n", id,
                    chart_w, chart_h);
-  s += fmt::format("<text x=\"{}\" y=\"18\" class=\"ct\">{}</text>\n", pad_l, html_escape(c.title.empty() ? c.key : c.title));
+  s += fmt::format("<text x=\"{}\" y=\"18\" class=\"ct\">{}</text>\n", pad_l,
+                   html_escape(c.title.empty() ? c.key : c.title));
   // Axes and grid.
   s += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" class=\"axis\"/>\n", pad_l,
                    chart_h - pad_b, chart_w - pad_r);
   s += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"axis\"/>\n", pad_l,
                    pad_t, chart_h - pad_b);
   for (double y : yticks) {
-    s += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" class=\"grid\"/>"
-                     "<text x=\"{3}\" y=\"{4:.1f}\" class=\"yl\">{5}</text>\n",
-                     pad_l, fy(y), chart_w - pad_r, pad_l - 6, fy(y) + 4, format_figure(y));
+    s += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" class=\"grid\"/>"
+        "<text x=\"{3}\" y=\"{4:.1f}\" class=\"yl\">{5}</text>\n",
+        pad_l, fy(y), chart_w - pad_r, pad_l - 6, fy(y) + 4, format_figure(y));
   }
   if (logx) {
     // Ticks at powers of two, thinned to at most ~10 labels.
@@ -91,51 +97,59 @@ std::string svg_chart(const curve& c, const std::vector<memory_level>& levels, i
     const int step = std::max(1, (hi - lo + 8) / 8);
     for (int e = lo; e <= hi; e += step) {
       const double x = std::ldexp(1.0, e);
-      s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" class=\"grid\"/>"
-                       "<text x=\"{0:.1f}\" y=\"{3}\" class=\"xl\">{4}</text>\n",
-                       fx(x), pad_t, chart_h - pad_b, chart_h - pad_b + 16,
-                       c.x_label == "bytes" ? short_bytes(x) : format_figure(x));
+      s += fmt::format(
+          "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" class=\"grid\"/>"
+          "<text x=\"{0:.1f}\" y=\"{3}\" class=\"xl\">{4}</text>\n",
+          fx(x), pad_t, chart_h - pad_b, chart_h - pad_b + 16,
+          c.x_label == "bytes" ? short_bytes(x) : format_figure(x));
     }
   } else {
     for (int i = 0; i <= 5; ++i) {
       const double x = xmin + (xmax - xmin) * i / 5;
       s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"xl\">{}</text>\n", fx(x),
-                       chart_h - pad_b + 16, c.x_label == "bytes" ? short_bytes(x) : format_figure(x));
+                       chart_h - pad_b + 16,
+                       c.x_label == "bytes" ? short_bytes(x) : format_figure(x));
     }
   }
-  s += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xl\">{}{}</text>\n",
-                   (chart_w + pad_l) / 2, chart_h - 8, html_escape(c.x_label), logx ? " (log scale)" : "");
-  s += fmt::format("<text x=\"14\" y=\"{}\" class=\"yl\" transform=\"rotate(-90 14 {})\">{}{}</text>\n",
-                   chart_h / 2, chart_h / 2, html_escape(c.y_unit), logy ? " (log scale)" : "");
+  s += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xl\">{}{}</text>\n", (chart_w + pad_l) / 2,
+                   chart_h - 8, html_escape(c.x_label), logx ? " (log scale)" : "");
+  s += fmt::format(
+      "<text x=\"14\" y=\"{}\" class=\"yl\" transform=\"rotate(-90 14 {})\">{}{}</text>\n",
+      chart_h / 2, chart_h / 2, html_escape(c.y_unit), logy ? " (log scale)" : "");
   // Levels: a dashed line at each level's latency and at the size where the curve steps past it.
   if (c.y_unit == "ns") {
     for (const auto& l : levels) {
       if (c.key.rfind(l.device + ".", 0) != 0 || l.latency_ns > yhi || l.latency_ns <= 0) continue;
-      s += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" class=\"lvl\"/>"
-                       "<text x=\"{3}\" y=\"{4:.1f}\" class=\"lt\">{5} {6} ns</text>\n",
-                       pad_l, fy(l.latency_ns), chart_w - pad_r, pad_l + 4, fy(l.latency_ns) - 3,
-                       html_escape(l.name), format_figure(l.latency_ns));
-      if (l.measured_size_bytes > 0 && l.measured_size_bytes >= xmin && l.measured_size_bytes <= xmax) {
-        s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" class=\"lvl\"/>\n",
-                         fx(static_cast<double>(l.measured_size_bytes)), pad_t, chart_h - pad_b);
+      s += fmt::format(
+          "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" class=\"lvl\"/>"
+          "<text x=\"{3}\" y=\"{4:.1f}\" class=\"lt\">{5} {6} ns</text>\n",
+          pad_l, fy(l.latency_ns), chart_w - pad_r, pad_l + 4, fy(l.latency_ns) - 3,
+          html_escape(l.name), format_figure(l.latency_ns));
+      if (l.measured_size_bytes > 0 && l.measured_size_bytes >= xmin &&
+          l.measured_size_bytes <= xmax) {
+        s += fmt::format(
+            "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" class=\"lvl\"/>\n",
+            fx(static_cast<double>(l.measured_size_bytes)), pad_t, chart_h - pad_b);
       }
     }
   }
   // min-max bars, the median line, and points with a tooltip.
   std::string line;
   for (const auto& p : c.points) {
-    s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" class=\"rng\"/>\n",
-                     fx(p.x), fy(p.y.min), fy(p.y.max));
+    s += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" class=\"rng\"/>\n",
+        fx(p.x), fy(p.y.min), fy(p.y.max));
     line += fmt::format("{:.1f},{:.1f} ", fx(p.x), fy(p.y.median));
   }
   s += "<polyline class=\"med\" points=\"" + line + "\"/>\n";
   for (const auto& p : c.points) {
-    s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" class=\"pt\"><title>{}: median {} "
-                     "{} (min {}, max {}, {} samples)</title></circle>\n",
-                     fx(p.x), fy(p.y.median),
-                     c.x_label == "bytes" ? html_escape(format_bytes(p.x)) : format_figure(p.x),
-                     format_figure(p.y.median), html_escape(c.y_unit), format_figure(p.y.min),
-                     format_figure(p.y.max), p.samples.size());
+    s += fmt::format(
+        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" class=\"pt\"><title>{}: median {} "
+        "{} (min {}, max {}, {} samples)</title></circle>\n",
+        fx(p.x), fy(p.y.median),
+        c.x_label == "bytes" ? html_escape(format_bytes(p.x)) : format_figure(p.x),
+        format_figure(p.y.median), html_escape(c.y_unit), format_figure(p.y.min),
+        format_figure(p.y.max), p.samples.size());
   }
   s += "</svg>\n";
   return s;
@@ -178,12 +192,23 @@ std::string html_escape(const std::string& text) {
   out.reserve(text.size());
   for (char ch : text) {
     switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += ch;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += ch;
     }
   }
   return out;
@@ -215,8 +240,8 @@ std::string to_html(const probe_report& report) {
 
   h += "<h2>Results</h2>\n<p>Click a row for its raw samples; click a column title to sort.</p>\n";
   h += "<table class=\"results\">\n<thead><tr>";
-  const char* cols[] = {"section", "test", "size", "median", "min", "max", "unit", "convention",
-                        "% of peak", "verdict", "why", "note"};
+  const char* cols[] = {"section", "test",       "size",      "median",  "min", "max",
+                        "unit",    "convention", "% of peak", "verdict", "why", "note"};
   for (int i = 0; i < 12; ++i) h += fmt::format("<th data-col=\"{}\">{}</th>", i, cols[i]);
   h += "</tr></thead>\n<tbody>\n";
   int row = 0;
@@ -225,8 +250,9 @@ std::string to_html(const probe_report& report) {
     h += fmt::format("<tr class=\"result {}\" data-samples=\"s{}\">", to_string(m.verdict), row);
     h += "<td>" + html_escape(m.section) + "</td>";
     h += "<td title=\"" + html_escape(m.title) + "\">" + html_escape(m.key) + "</td>";
-    h += fmt::format("<td class=\"n\" data-v=\"{}\">{}</td>", m.size_bytes,
-                     m.size_bytes ? html_escape(format_bytes(static_cast<double>(m.size_bytes))) : "-");
+    h += fmt::format(
+        "<td class=\"n\" data-v=\"{}\">{}</td>", m.size_bytes,
+        m.size_bytes ? html_escape(format_bytes(static_cast<double>(m.size_bytes))) : "-");
     h += "<td class=\"n\">" + format_figure(m.stats.median) + "</td>";
     h += "<td class=\"n\">" + format_figure(m.stats.min) + "</td>";
     h += "<td class=\"n\">" + format_figure(m.stats.max) + "</td>";
@@ -235,29 +261,35 @@ std::string to_html(const probe_report& report) {
     h += "<td class=\"n\">" + (pct ? fmt::format("{:.1f}", *pct) : std::string("-")) + "</td>";
     h += std::string("<td class=\"v\">") + to_string(m.verdict) + "</td>";
     h += "<td class=\"w\">" + html_escape(m.verdict_reason) + "</td>";
-    h += "<td class=\"w\">" + html_escape(m.note) + (m.verified ? "" : " (not verified)") + "</td></tr>\n";
+    h += "<td class=\"w\">" + html_escape(m.note) + (m.verified ? "" : " (not verified)") +
+         "</td></tr>\n";
     std::string samples;
     for (double v : m.samples) samples += (samples.empty() ? "" : ", ") + format_figure(v);
-    h += fmt::format("<tr class=\"samples\" id=\"s{}\"><td colspan=\"12\">{} samples ({}): {}{}</td></tr>\n",
-                     row, m.samples.size(), html_escape(m.unit), samples,
-                     m.peak ? html_escape(fmt::format("; peak {} {} ({})", format_figure(*m.peak), m.unit,
-                                                      m.peak_basis))
-                            : std::string{});
+    h += fmt::format(
+        "<tr class=\"samples\" id=\"s{}\"><td colspan=\"12\">{} samples ({}): {}{}</td></tr>\n",
+        row, m.samples.size(), html_escape(m.unit), samples,
+        m.peak ? html_escape(
+                     fmt::format("; peak {} {} ({})", format_figure(*m.peak), m.unit, m.peak_basis))
+               : std::string{});
     ++row;
   }
   h += "</tbody>\n</table>\n";
 
   if (!report.levels.empty()) {
-    h += "<h2>Memory levels</h2>\n<table class=\"levels\">\n<thead><tr><th>device</th><th>level</th>"
-         "<th>latency (ns)</th><th>curve steps after</th><th>reported size</th></tr></thead>\n<tbody>\n";
+    h +=
+        "<h2>Memory levels</h2>\n<table class=\"levels\">\n<thead><tr><th>device</th><th>level</th>"
+        "<th>latency (ns)</th><th>curve steps after</th><th>reported "
+        "size</th></tr></thead>\n<tbody>\n";
     for (const auto& l : report.levels) {
       h += "<tr><td>" + html_escape(l.device) + "</td><td>" + html_escape(l.name) +
            "</td><td class=\"n\">" + format_figure(l.latency_ns) + "</td><td class=\"n\">" +
-           (l.measured_size_bytes ? html_escape(format_bytes(static_cast<double>(l.measured_size_bytes)))
-                                  : std::string("-")) +
+           (l.measured_size_bytes
+                ? html_escape(format_bytes(static_cast<double>(l.measured_size_bytes)))
+                : std::string("-")) +
            "</td><td class=\"n\">" +
-           (l.reported_size_bytes ? html_escape(format_bytes(static_cast<double>(*l.reported_size_bytes)))
-                                  : std::string("-")) +
+           (l.reported_size_bytes
+                ? html_escape(format_bytes(static_cast<double>(*l.reported_size_bytes)))
+                : std::string("-")) +
            "</td></tr>\n";
     }
     h += "</tbody>\n</table>\n";
@@ -266,7 +298,8 @@ std::string to_html(const probe_report& report) {
     h += "<h2>Skipped</h2>\n<ul>\n";
     for (const auto& s : report.skips) {
       h += std::string("<li class=\"") + (s.failed ? "fail" : "skip") + "\">" +
-           (s.failed ? "FAILED " : "") + html_escape(s.key) + ": " + html_escape(s.reason) + "</li>\n";
+           (s.failed ? "FAILED " : "") + html_escape(s.key) + ": " + html_escape(s.reason) +
+           "</li>\n";
     }
     h += "</ul>\n";
   }

@@ -46,7 +46,9 @@ std::vector<double> get_numbers(const json& obj, const char* field, const char* 
   std::vector<double> out;
   if (!obj.contains(field)) return out;
   const json& a = obj.at(field);
-  if (!a.is_array()) throw usage_error(std::string("probe report JSON: '") + field + "' of " + where + " is not an array");
+  if (!a.is_array())
+    throw usage_error(std::string("probe report JSON: '") + field + "' of " + where +
+                      " is not an array");
   for (const auto& x : a) out.push_back(x.is_null() ? 0.0 : x.get<double>());
   return out;
 }
@@ -70,9 +72,9 @@ verdict_kind verdict_from_string(const std::string& s) {
 }  // namespace
 
 byte_convention byte_convention_from_string(const std::string& text) {
-  for (auto c : {byte_convention::none, byte_convention::copied_once,
-                 byte_convention::read_plus_written, byte_convention::read,
-                 byte_convention::written}) {
+  for (auto c :
+       {byte_convention::none, byte_convention::copied_once, byte_convention::read_plus_written,
+        byte_convention::read, byte_convention::written}) {
     if (text == to_string(c)) return c;
   }
   throw usage_error("probe report JSON: unknown byte convention '" + text + "'");
@@ -120,7 +122,8 @@ json to_json(const probe_report& report) {
     cj["log_x"] = c.log_x;
     json pts = json::array();
     for (const auto& p : c.points) {
-      pts.push_back({{"x", number(p.x)}, {"stats", stats_json(p.y)}, {"samples", numbers(p.samples)}});
+      pts.push_back(
+          {{"x", number(p.x)}, {"stats", stats_json(p.y)}, {"samples", numbers(p.samples)}});
     }
     cj["points"] = std::move(pts);
     curves.push_back(std::move(cj));
@@ -150,11 +153,13 @@ probe_report report_from_json(const json& doc) {
   r.schema = get<int>(doc, "schema_version", "the report");
   if (r.schema > schema_version || r.schema < 1) {
     throw usage_error("probe report JSON: schema_version " + std::to_string(r.schema) +
-                      " is not supported (this build reads 1.." + std::to_string(schema_version) + ")");
+                      " is not supported (this build reads 1.." + std::to_string(schema_version) +
+                      ")");
   }
   if (doc.contains("header")) {
     for (const auto& [k, v] : doc.at("header").items()) {
-      if (!v.is_string()) throw usage_error("probe report JSON: header field '" + k + "' is not a string");
+      if (!v.is_string())
+        throw usage_error("probe report JSON: header field '" + k + "' is not a string");
       r.header[k] = v.get<std::string>();
     }
   }
@@ -178,7 +183,8 @@ probe_report report_from_json(const json& doc) {
     m.verdict = verdict_from_string(get_or<std::string>(rj, "verdict", "unknown", w));
     m.verdict_reason = get_or<std::string>(rj, "verdict_reason", "", w);
     if (rj.contains("extra")) {
-      for (const auto& [k, v] : rj.at("extra").items()) m.extra[k] = v.is_null() ? 0.0 : v.get<double>();
+      for (const auto& [k, v] : rj.at("extra").items())
+        m.extra[k] = v.is_null() ? 0.0 : v.get<double>();
     }
     r.results.push_back(std::move(m));
   }

@@ -36,12 +36,13 @@ std::string to_table(const probe_report& report) {
   const std::string row = "{:<44} {:>11} {:>9} {:>19} {:<5} {:<17} {:>6} {}\n";
   for (const auto& section : sections) {
     out += fmt::format("\n[{}]\n", section);
-    out += fmt::format(fmt::runtime(row), "test", "size", "median", "min-max", "unit", "convention", "%peak",
-                       "verdict");
+    out += fmt::format(fmt::runtime(row), "test", "size", "median", "min-max", "unit", "convention",
+                       "%peak", "verdict");
     for (const auto& m : report.results) {
       if (m.section != section) continue;
       const auto pct = m.percent_of_peak();
-      out += fmt::format(fmt::runtime(row), m.key, m.size_bytes ? format_bytes(static_cast<double>(m.size_bytes)) : "-",
+      out += fmt::format(fmt::runtime(row), m.key,
+                         m.size_bytes ? format_bytes(static_cast<double>(m.size_bytes)) : "-",
                          format_figure(m.stats.median),
                          format_figure(m.stats.min) + "-" + format_figure(m.stats.max), m.unit,
                          to_string(m.convention), pct ? fmt::format("{:.1f}", *pct) : "-",
@@ -60,10 +61,12 @@ std::string to_table(const probe_report& report) {
     for (const auto& l : report.levels) {
       out += fmt::format("  {:<6} {:<5} {:>8} ns", l.device, l.name, format_figure(l.latency_ns));
       if (l.measured_size_bytes) {
-        out += fmt::format("  steps up after {}", format_bytes(static_cast<double>(l.measured_size_bytes)));
+        out += fmt::format("  steps up after {}",
+                           format_bytes(static_cast<double>(l.measured_size_bytes)));
       }
       if (l.reported_size_bytes) {
-        out += fmt::format("  (reported {})", format_bytes(static_cast<double>(*l.reported_size_bytes)));
+        out += fmt::format("  (reported {})",
+                           format_bytes(static_cast<double>(*l.reported_size_bytes)));
       }
       out += "\n";
     }

@@ -75,30 +75,34 @@ std::vector<std::string> low_causes(const probe_report& r, const measurement& m,
     } else {
       const auto ds_gen = model.datasheet.find("pcie_gen");
       if (gen_max && ds_gen != model.datasheet.end() && *gen_max < ds_gen->second) {
-        causes.push_back(fmt::format("PCIe link at most gen {} here, the card supports gen {}: the "
-                                     "slot or host limits it",
-                                     trim_number(*gen_max), trim_number(ds_gen->second)));
+        causes.push_back(
+            fmt::format("PCIe link at most gen {} here, the card supports gen {}: the "
+                        "slot or host limits it",
+                        trim_number(*gen_max), trim_number(ds_gen->second)));
       }
     }
     if (m.key.find("pageable") != std::string::npos) {
-      causes.push_back("pageable memory: the driver stages it through pinned buffers (use pinned "
-                       "memory for full speed)");
+      causes.push_back(
+          "pageable memory: the driver stages it through pinned buffers (use pinned "
+          "memory for full speed)");
     }
     const auto node = m.extra.find("host_numa_node");
     const auto gpu_node = header_number(r, g + "numa_node");
     if (node != m.extra.end() && gpu_node && *gpu_node >= 0 && node->second != *gpu_node) {
-      causes.push_back(fmt::format("buffer on the far NUMA node (host memory on node {}, GPU "
-                                   "attached to node {})",
-                                   trim_number(node->second), trim_number(*gpu_node)));
+      causes.push_back(
+          fmt::format("buffer on the far NUMA node (host memory on node {}, GPU "
+                      "attached to node {})",
+                      trim_number(node->second), trim_number(*gpu_node)));
     }
   }
   for (const char* clock : {"sm", "memory"}) {
     const auto cur = header_number(r, g + "clock." + clock + ".current");
     const auto max = header_number(r, g + "clock." + clock + ".max");
     if (cur && max && *max > 0 && *cur < 0.9 * *max) {
-      causes.push_back(fmt::format("{} clock {} MHz, below its maximum {} MHz (power or thermal "
-                                   "limit, or an application clock setting)",
-                                   clock, trim_number(*cur), trim_number(*max)));
+      causes.push_back(
+          fmt::format("{} clock {} MHz, below its maximum {} MHz (power or thermal "
+                      "limit, or an application clock setting)",
+                      clock, trim_number(*cur), trim_number(*max)));
     }
   }
   return causes;
@@ -123,8 +127,9 @@ void judge_gpu(probe_report& r, measurement& m, int n, const reference_table& ta
     m.verdict_reason = "no reference for " + name_it->second;
     return;
   }
-  const auto range = std::find_if(model->ranges.begin(), model->ranges.end(),
-                                   [&](const reference_range& rr) { return key_matches(rr.key_pattern, m.key); });
+  const auto range =
+      std::find_if(model->ranges.begin(), model->ranges.end(),
+                   [&](const reference_range& rr) { return key_matches(rr.key_pattern, m.key); });
   if (range == model->ranges.end()) {
     m.verdict = verdict_kind::unknown;
     m.verdict_reason = fmt::format("no reference range for {} on {}", m.key, model->name);
@@ -135,7 +140,8 @@ void judge_gpu(probe_report& r, measurement& m, int n, const reference_table& ta
     value = m.percent_of_peak();
     if (!value && !range->of_datasheet.empty()) {
       const auto ds = model->datasheet.find(range->of_datasheet);
-      if (ds != model->datasheet.end() && ds->second > 0) value = 100.0 * m.stats.median / ds->second;
+      if (ds != model->datasheet.end() && ds->second > 0)
+        value = 100.0 * m.stats.median / ds->second;
     }
     if (!value) {
       m.verdict = verdict_kind::unknown;
@@ -146,25 +152,27 @@ void judge_gpu(probe_report& r, measurement& m, int n, const reference_table& ta
     value = m.stats.median;
   } else {
     m.verdict = verdict_kind::unknown;
-    m.verdict_reason = fmt::format("reference range is in {}, the figure in {}", range->unit, m.unit);
+    m.verdict_reason =
+        fmt::format("reference range is in {}, the figure in {}", range->unit, m.unit);
     return;
   }
-  const std::string span = fmt::format("{}-{} {} ({}: {})", trim_number(range->min),
-                                       trim_number(range->max), range->unit, range->kind,
-                                       range->source);
+  const std::string span =
+      fmt::format("{}-{} {} ({}: {})", trim_number(range->min), trim_number(range->max),
+                  range->unit, range->kind, range->source);
   if (*value < range->min) {
     m.verdict = verdict_kind::low;
     const auto causes = low_causes(r, m, n, *model);
-    m.verdict_reason = fmt::format("{} {} below the known-good {}: {}", trim_number(*value),
-                                   range->unit, span,
-                                   causes.empty() ? "no likely cause in the header (check other "
-                                                    "load on the GPU or the host)"
-                                                  : join(causes, "; "));
+    m.verdict_reason =
+        fmt::format("{} {} below the known-good {}: {}", trim_number(*value), range->unit, span,
+                    causes.empty() ? "no likely cause in the header (check other "
+                                     "load on the GPU or the host)"
+                                   : join(causes, "; "));
   } else if (*value > range->max) {
     m.verdict = verdict_kind::high;
-    m.verdict_reason = fmt::format("{} {} above the known-good {}: check the byte convention or "
-                                   "whether the data stayed in a cache",
-                                   trim_number(*value), range->unit, span);
+    m.verdict_reason = fmt::format(
+        "{} {} above the known-good {}: check the byte convention or "
+        "whether the data stayed in a cache",
+        trim_number(*value), range->unit, span);
   } else {
     m.verdict = verdict_kind::normal;
     m.verdict_reason = "within " + span;
@@ -176,7 +184,7 @@ void judge_host(probe_report& r, measurement& m) {
   const auto arrow = m.key.find("->");
   if (arrow != std::string::npos && m.key.rfind("host.", 0) == 0) {
     const std::string threads_node = m.key.substr(5, arrow - 5);  // "numa0"
-    const auto rest = m.key.find('.', arrow);                      // ".bw.copy.all_threads"
+    const auto rest = m.key.find('.', arrow);                     // ".bw.copy.all_threads"
     const std::string local_key = "host." + threads_node + m.key.substr(rest);
     const auto local = std::find_if(r.results.begin(), r.results.end(),
                                     [&](const measurement& x) { return x.key == local_key; });
@@ -184,9 +192,10 @@ void judge_host(probe_report& r, measurement& m) {
       const double ratio = m.stats.median / local->stats.median;
       if (ratio < 0.85) {
         m.verdict = verdict_kind::low;
-        m.verdict_reason = fmt::format("buffer on the far NUMA node: {:.0f}% of the node-local "
-                                       "figure ({})",
-                                       100 * ratio, local_key);
+        m.verdict_reason = fmt::format(
+            "buffer on the far NUMA node: {:.0f}% of the node-local "
+            "figure ({})",
+            100 * ratio, local_key);
       } else {
         m.verdict = verdict_kind::normal;
         m.verdict_reason = fmt::format("{:.0f}% of the node-local figure", 100 * ratio);
@@ -215,7 +224,8 @@ reference_range range_from_json(const json& j) {
     throw usage_error("probe reference table: range kind '" + rr.kind +
                       "' is not datasheet, measured or expectation");
   }
-  if (rr.min > rr.max) throw usage_error("probe reference table: range for " + rr.key_pattern + " has min > max");
+  if (rr.min > rr.max)
+    throw usage_error("probe reference table: range for " + rr.key_pattern + " has min > max");
   return rr;
 }
 
@@ -269,7 +279,8 @@ reference_table reference_table::from_json(const json& doc) {
     } catch (const json::exception& e) {
       throw usage_error(std::string("probe reference table: a model is malformed: ") + e.what());
     }
-    for (const auto& rj : mj.value("ranges", json::array())) m.ranges.push_back(range_from_json(rj));
+    for (const auto& rj : mj.value("ranges", json::array()))
+      m.ranges.push_back(range_from_json(rj));
     t.models.push_back(std::move(m));
   }
   return t;

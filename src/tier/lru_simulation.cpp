@@ -24,8 +24,8 @@ lru_simulation_result simulate_lru(std::span<const std::size_t> buffer_bytes,
   lru_simulation_result r;
   for (const buffer_use& use : trace) {
     if (use.buffer >= buffer_bytes.size()) {
-      throw logic_error("simulate_lru: trace names buffer " + std::to_string(use.buffer) +
-                        " of " + std::to_string(buffer_bytes.size()));
+      throw logic_error("simulate_lru: trace names buffer " + std::to_string(use.buffer) + " of " +
+                        std::to_string(buffer_bytes.size()));
     }
     entry& e = state[use.buffer];
     const std::size_t bytes = align_up(buffer_bytes[use.buffer], 256);

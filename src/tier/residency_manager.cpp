@@ -22,9 +22,12 @@ namespace vramkit::tier {
 
 const char* to_string(access_mode mode) noexcept {
   switch (mode) {
-    case access_mode::read: return "read";
-    case access_mode::write: return "write";
-    case access_mode::read_write: return "read_write";
+    case access_mode::read:
+      return "read";
+    case access_mode::write:
+      return "write";
+    case access_mode::read_write:
+      return "read_write";
   }
   return "unknown";
 }
@@ -42,14 +45,14 @@ struct buffer_slot {
   void* host = nullptr;
   void* device = nullptr;
   bool resident = false;
-  bool dirty = false;           // the device copy is newer than the host copy
-  bool from_prefetch = false;   // resident through a prefetch and not acquired since
-  bool ready_pending = false;   // `ready` guards a copy in that may still be running
+  bool dirty = false;          // the device copy is newer than the host copy
+  bool from_prefetch = false;  // resident through a prefetch and not acquired since
+  bool ready_pending = false;  // `ready` guards a copy in that may still be running
   event_view ready{};
   std::uint32_t acquire_count = 0;
   std::vector<std::pair<stream_view, std::uint32_t>> acquirers;  // stream -> open acquires
   std::vector<std::pair<stream_view, event_view>> use_events;    // stream -> last release
-  std::uint64_t lru_tick = 0;   // key in the LRU map while evictable, 0 otherwise
+  std::uint64_t lru_tick = 0;  // key in the LRU map while evictable, 0 otherwise
 };
 
 }  // namespace
@@ -71,7 +74,8 @@ struct residency_manager::impl {
   std::uint64_t tick = 0;
   std::size_t evictable_bytes = 0;
   residency_stats counters;
-  std::shared_ptr<std::atomic<std::int64_t>> wait_ns = std::make_shared<std::atomic<std::int64_t>>(0);
+  std::shared_ptr<std::atomic<std::int64_t>> wait_ns =
+      std::make_shared<std::atomic<std::int64_t>>(0);
   std::shared_ptr<detail::trace_recorder> trace;
 
   impl(device_api& a, mr::memory_resource* dev, mr::memory_resource* pin, residency_options o)
@@ -80,8 +84,8 @@ struct residency_manager::impl {
       throw logic_error("residency_manager: the device budget must be greater than 0 bytes");
     }
     counters.budget_bytes = options.device_budget_bytes;
-    trace = std::make_shared<detail::trace_recorder>(options.record_trace ? options.trace_capacity
-                                                                          : 0);
+    trace =
+        std::make_shared<detail::trace_recorder>(options.record_trace ? options.trace_capacity : 0);
   }
 
   // --- helpers, all called with `mutex` held ----------------------------------------------------
@@ -233,8 +237,7 @@ struct residency_manager::impl {
       << "  evictable " << b(evictable_bytes) << "\n"
       << "  acquires  " << c.acquires << " (hits " << c.hits << ", misses " << c.misses
       << ", prefetch hits " << c.prefetch_hits << "), evictions " << c.evictions << "\n"
-      << "  moved     " << b(c.bytes_h2d) << " host->device, " << b(c.bytes_d2h)
-      << " device->host";
+      << "  moved     " << b(c.bytes_h2d) << " host->device, " << b(c.bytes_d2h) << " device->host";
     return o.str();
   }
 
@@ -366,14 +369,14 @@ void* residency_manager::acquire(tiered_buffer buffer, stream_view stream, acces
   }
   if (!s.resident) {
     if (s.device_bytes > m.options.device_budget_bytes) {
-      throw out_of_memory(s.bytes, "residency_manager",
-                          "the buffer is larger than the whole device budget\n" +
-                              m.summary_locked());
+      throw out_of_memory(
+          s.bytes, "residency_manager",
+          "the buffer is larger than the whole device budget\n" + m.summary_locked());
     }
     if (!m.make_room(s.device_bytes)) {
-      throw out_of_memory(s.bytes, "residency_manager",
-                          "acquired and pinned-in-place buffers leave no room for it\n" +
-                              m.summary_locked());
+      throw out_of_memory(
+          s.bytes, "residency_manager",
+          "acquired and pinned-in-place buffers leave no room for it\n" + m.summary_locked());
     }
     m.bring_in(s, index, access != access_mode::write, "copy_in");
     ++m.counters.misses;
@@ -424,8 +427,7 @@ void residency_manager::release(tiered_buffer buffer, stream_view stream) {
                                 [stream](const auto& a) { return a.first == stream; });
   if (!open) {
     throw logic_error("residency_manager: release of tiered buffer #" +
-                      std::to_string(buffer.index()) +
-                      " on a stream without a matching acquire");
+                      std::to_string(buffer.index()) + " on a stream without a matching acquire");
   }
   event_view use{};
   for (auto& [st, e] : s.use_events) {

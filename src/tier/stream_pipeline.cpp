@@ -248,9 +248,12 @@ struct stream_pipeline::impl {
   void release_partial() noexcept {
     sync_all();
     for (slot& s : slots) {
-      if (s.device != nullptr) device_mr->deallocate(s.device, options.chunk_bytes, buffer_alignment, h2d_stream);
-      if (s.stage_in != nullptr) pinned_mr->deallocate(s.stage_in, options.chunk_bytes, buffer_alignment);
-      if (s.stage_out != nullptr) pinned_mr->deallocate(s.stage_out, options.chunk_bytes, buffer_alignment);
+      if (s.device != nullptr)
+        device_mr->deallocate(s.device, options.chunk_bytes, buffer_alignment, h2d_stream);
+      if (s.stage_in != nullptr)
+        pinned_mr->deallocate(s.stage_in, options.chunk_bytes, buffer_alignment);
+      if (s.stage_out != nullptr)
+        pinned_mr->deallocate(s.stage_out, options.chunk_bytes, buffer_alignment);
     }
     slots.clear();
   }
@@ -294,14 +297,14 @@ pipeline_stats stream_pipeline::impl::run(const pipeline_input& input,
     }
     const auto file_bytes = static_cast<std::size_t>(st.st_size);
     if (input.declared_bytes != 0 && file_bytes < input.declared_bytes) {
-      throw usage_error("stream_pipeline: truncated input file '" + input.path + "': " +
-                        std::to_string(file_bytes) + " bytes, " +
+      throw usage_error("stream_pipeline: truncated input file '" + input.path +
+                        "': " + std::to_string(file_bytes) + " bytes, " +
                         std::to_string(input.declared_bytes) + " declared");
     }
     total = input.declared_bytes != 0 ? input.declared_bytes : file_bytes;
     if (total % element != 0) {
-      throw usage_error("stream_pipeline: truncated input file '" + input.path + "': " +
-                        std::to_string(total) + " bytes is not a whole number of " +
+      throw usage_error("stream_pipeline: truncated input file '" + input.path +
+                        "': " + std::to_string(total) + " bytes is not a whole number of " +
                         std::to_string(element) + "-byte elements");
     }
   } else {
@@ -334,12 +337,12 @@ pipeline_stats stream_pipeline::impl::run(const pipeline_input& input,
   const std::size_t chunk = options.chunk_bytes;
   const std::size_t chunks = (total + chunk - 1) / chunk;
   const int depth = options.depth;
-  const bool stage_in = input.source == pipeline_input::kind::file ||
-                        input.memory == host_memory::pageable;
+  const bool stage_in =
+      input.source == pipeline_input::kind::file || input.memory == host_memory::pageable;
   const bool has_output = output.sink != pipeline_output::kind::none;
-  const bool stage_out = output.sink == pipeline_output::kind::file ||
-                         (output.sink == pipeline_output::kind::host &&
-                          output.memory == host_memory::pageable);
+  const bool stage_out =
+      output.sink == pipeline_output::kind::file ||
+      (output.sink == pipeline_output::kind::host && output.memory == host_memory::pageable);
   ensure_buffers(stage_in, stage_out);
 
   run_state state;
@@ -368,17 +371,18 @@ pipeline_stats stream_pipeline::impl::run(const pipeline_input& input,
           if (input.source == pipeline_input::kind::file) {
             std::size_t done = 0;
             while (done < n) {
-              const ssize_t r = ::pread(in_fd.get(), dst + done, n - done,
-                                        static_cast<off_t>(offset + done));
+              const ssize_t r =
+                  ::pread(in_fd.get(), dst + done, n - done, static_cast<off_t>(offset + done));
               if (r < 0 && errno == EINTR) continue;
               if (r < 0) {
-                throw error("stream_pipeline: read of input file '" + input.path + "' failed at byte " +
-                            std::to_string(offset + done) + ": " + std::strerror(errno));
+                throw error("stream_pipeline: read of input file '" + input.path +
+                            "' failed at byte " + std::to_string(offset + done) + ": " +
+                            std::strerror(errno));
               }
               if (r == 0) {
                 throw usage_error("stream_pipeline: truncated input file '" + input.path +
-                                  "': end of file at byte " + std::to_string(offset + done) +
-                                  ", " + std::to_string(total) + " expected");
+                                  "': end of file at byte " + std::to_string(offset + done) + ", " +
+                                  std::to_string(total) + " expected");
               }
               done += static_cast<std::size_t>(r);
             }
@@ -420,8 +424,8 @@ pipeline_stats stream_pipeline::impl::run(const pipeline_input& input,
           if (output.sink == pipeline_output::kind::file) {
             std::size_t done = 0;
             while (done < n) {
-              const ssize_t w = ::pwrite(out_fd.get(), src + done, n - done,
-                                         static_cast<off_t>(offset + done));
+              const ssize_t w =
+                  ::pwrite(out_fd.get(), src + done, n - done, static_cast<off_t>(offset + done));
               if (w < 0 && errno == EINTR) continue;
               if (w <= 0) {
                 throw error("stream_pipeline: write of output file '" + output.path +
@@ -589,7 +593,9 @@ pipeline_stats stream_pipeline::run(const pipeline_input& input, const chunk_cal
 }
 
 void stream_pipeline::release_buffers() { impl_->release(); }
-stream_view stream_pipeline::compute_stream() const noexcept { return impl_->compute_stream.view(); }
+stream_view stream_pipeline::compute_stream() const noexcept {
+  return impl_->compute_stream.view();
+}
 const pipeline_options& stream_pipeline::options() const noexcept { return impl_->options; }
 
 }  // namespace vramkit::tier

@@ -30,9 +30,9 @@ namespace vramkit::cluster {
                                                                 std::string_view origin);
 
 struct scraper_options {
-  std::chrono::milliseconds ttl{2000};     ///< how long a scrape stays fresh
-  std::chrono::milliseconds timeout{1000}; ///< per scrape (connect + read)
-  std::size_t max_parallel = 32;           ///< scrapes in flight at once
+  std::chrono::milliseconds ttl{2000};      ///< how long a scrape stays fresh
+  std::chrono::milliseconds timeout{1000};  ///< per scrape (connect + read)
+  std::size_t max_parallel = 32;            ///< scrapes in flight at once
 };
 
 class exporter_scraper {

@@ -1,6 +1,7 @@
 // kube-scheduler extender verbs (k8s.io/kube-scheduler/extender/v1) as pure functions: a request
 // body in, a status and a response body out. Node states come through a lookup the caller provides
-// (the HTTP server passes its exporter scraper; tests pass fixtures). Thread-safe when the lookup is.
+// (the HTTP server passes its exporter scraper; tests pass fixtures). Thread-safe when the lookup
+// is.
 #pragma once
 
 #include <cstdint>

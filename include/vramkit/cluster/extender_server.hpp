@@ -16,7 +16,8 @@ namespace vramkit::cluster {
 
 class extender_server {
  public:
-  /// Serves `lookup` (kept alive by the server) with `config` on bind:port; port 0 picks a free one.
+  /// Serves `lookup` (kept alive by the server) with `config` on bind:port; port 0 picks a free
+  /// one.
   extender_server(node_lookup lookup, extender_config config, std::string bind, int port);
   ~extender_server();
   extender_server(const extender_server&) = delete;

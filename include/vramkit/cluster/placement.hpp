@@ -41,10 +41,10 @@ struct placement_options {
 
 /// Why a request does not fit a node.
 enum class misfit {
-  none,           ///< it fits
-  no_gpus,        ///< the node reports no GPU that is up
-  too_large,      ///< larger than every GPU's capacity minus headroom: waiting will not help
-  not_enough_free ///< some GPU is large enough, but none has that much free now
+  none,            ///< it fits
+  no_gpus,         ///< the node reports no GPU that is up
+  too_large,       ///< larger than every GPU's capacity minus headroom: waiting will not help
+  not_enough_free  ///< some GPU is large enough, but none has that much free now
 };
 
 /// The answer for one request on one node. `score` is in [0, 1], higher is better under the
@@ -58,15 +58,16 @@ struct placement {
 };
 
 /// Bytes a request may use on `gpu` now: free minus headroom, or 0 when the GPU is down.
-[[nodiscard]] std::uint64_t usable_free_bytes(const gpu_state& gpu, const headroom& safety) noexcept;
+[[nodiscard]] std::uint64_t usable_free_bytes(const gpu_state& gpu,
+                                              const headroom& safety) noexcept;
 
 /// Bytes a request could ever use on `gpu`: total minus headroom (0 when down).
 [[nodiscard]] std::uint64_t usable_capacity_bytes(const gpu_state& gpu,
                                                   const headroom& safety) noexcept;
 
 /// Places `request_bytes` on one GPU of `node`. Pack scores a GPU by how full it ends up
-/// (1 - free_after/total), spread by how much room it keeps (free_after/total); the best score wins,
-/// ties go to the lowest index. A zero-byte request fits any node with a GPU that is up.
+/// (1 - free_after/total), spread by how much room it keeps (free_after/total); the best score
+/// wins, ties go to the lowest index. A zero-byte request fits any node with a GPU that is up.
 [[nodiscard]] placement place_on_node(std::uint64_t request_bytes, const node_state& node,
                                       const placement_options& options) noexcept;
 

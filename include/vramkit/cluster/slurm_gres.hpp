@@ -23,17 +23,17 @@ namespace vramkit::cluster {
                                            const headroom& safety = {});
 
 struct slurm_gres_options {
-  std::string node_name;                     ///< NodeName= in both files
-  std::uint64_t shard_bytes = 0;             ///< one cluster-wide shard size, e.g. 1 GiB
-  std::string device_prefix = "/dev/nvidia"; ///< File= is device_prefix + GPU index
-  headroom safety{};                         ///< kept out of the shards on every GPU
+  std::string node_name;                      ///< NodeName= in both files
+  std::uint64_t shard_bytes = 0;              ///< one cluster-wide shard size, e.g. 1 GiB
+  std::string device_prefix = "/dev/nvidia";  ///< File= is device_prefix + GPU index
+  headroom safety{};                          ///< kept out of the shards on every GPU
 };
 
 /// The three texts an operator installs.
 struct slurm_gres_config {
-  std::string gres_conf;       ///< gres.conf lines: one gpu and one shard line per GPU
-  std::string node_line;       ///< slurm.conf NodeName=... Gres=gpu:TYPE:N,shard:S line
-  std::string submit_config;   ///< key=value file read by slurm/job_submit.lua
+  std::string gres_conf;      ///< gres.conf lines: one gpu and one shard line per GPU
+  std::string node_line;      ///< slurm.conf NodeName=... Gres=gpu:TYPE:N,shard:S line
+  std::string submit_config;  ///< key=value file read by slurm/job_submit.lua
   std::uint64_t max_gpu_shards = 0;
 };
 

@@ -30,7 +30,8 @@ struct event_view {
   friend constexpr bool operator==(event_view a, event_view b) { return a.handle == b.handle; }
 };
 
-/// Direction of a copy. `automatic` lets the device infer it from the pointers (unified addressing).
+/// Direction of a copy. `automatic` lets the device infer it from the pointers (unified
+/// addressing).
 enum class copy_kind { host_to_host, host_to_device, device_to_host, device_to_device, automatic };
 
 /// Free and total device memory in bytes, as cudaMemGetInfo reports them.
@@ -43,15 +44,15 @@ struct device_memory_info {
 struct device_properties {
   int ordinal = 0;
   std::string name;
-  std::string pci_bus_id;           ///< "0000:1b:00.0"; empty when unknown
+  std::string pci_bus_id;  ///< "0000:1b:00.0"; empty when unknown
   int compute_major = 0;
   int compute_minor = 0;
   int multiprocessor_count = 0;
   int max_threads_per_multiprocessor = 0;
   std::size_t total_memory_bytes = 0;
   std::size_t l2_cache_bytes = 0;
-  int memory_clock_khz = 0;         ///< 0 when the runtime does not report it
-  int memory_bus_width_bits = 0;    ///< 0 when the runtime does not report it
+  int memory_clock_khz = 0;       ///< 0 when the runtime does not report it
+  int memory_bus_width_bits = 0;  ///< 0 when the runtime does not report it
   bool unified_addressing = false;
   bool concurrent_managed_access = false;
   bool can_map_host_memory = false;

@@ -1,5 +1,6 @@
 // result<T>: a value or the reason it is missing, for platform queries where "no driver", "not
-// supported" or "no permission" are expected outcomes rather than errors. Not thread-safe to mutate.
+// supported" or "no permission" are expected outcomes rather than errors. Not thread-safe to
+// mutate.
 #pragma once
 
 #include <optional>
@@ -10,7 +11,14 @@
 namespace vramkit {
 
 /// Why a platform query gave no value.
-enum class unavailable_kind { no_driver, no_device, not_supported, no_permission, not_built, failed };
+enum class unavailable_kind {
+  no_driver,
+  no_device,
+  not_supported,
+  no_permission,
+  not_built,
+  failed
+};
 
 struct unavailable {
   unavailable_kind kind = unavailable_kind::failed;
@@ -22,7 +30,7 @@ struct unavailable {
 template <typename T>
 class result {
  public:
-  result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  result(T value) : v_(std::move(value)) {}    // NOLINT(google-explicit-constructor)
   result(unavailable u) : v_(std::move(u)) {}  // NOLINT(google-explicit-constructor)
 
   [[nodiscard]] bool has_value() const noexcept { return v_.index() == 0; }

@@ -61,16 +61,17 @@ struct pool_report {
   class_counter allocations;      ///< live blocks handed out
   class_counter reserved_bytes;   ///< bytes held from the upstream
   class_counter chunks;           ///< upstream allocations held
-  std::size_t free_bytes = 0;           ///< reserved but not handed out
+  std::size_t free_bytes = 0;     ///< reserved but not handed out
   std::size_t largest_free_block = 0;
   std::size_t free_blocks = 0;
   std::uint64_t out_of_memory_errors = 0;
   std::uint64_t upstream_allocations = 0;
   std::uint64_t upstream_frees = 0;
-  std::uint64_t upstream_failures = 0;  ///< upstream OOMs answered by a trim and a retry or an error
-  std::uint64_t cross_stream_waits = 0; ///< blocks taken from another stream after an event wait
+  std::uint64_t upstream_failures =
+      0;  ///< upstream OOMs answered by a trim and a retry or an error
+  std::uint64_t cross_stream_waits = 0;  ///< blocks taken from another stream after an event wait
   std::uint64_t trims = 0;
-  std::uint64_t misuse_reports = 0;     ///< foreign pointers and wrong sizes seen by deallocate
+  std::uint64_t misuse_reports = 0;  ///< foreign pointers and wrong sizes seen by deallocate
   std::size_t streams = 0;
 
   /// Restarts every peak at its current value (the counters of reset_peak_stats).

@@ -25,7 +25,8 @@ struct pinned_pool_options {
 ///   auto dev = vramkit::cuda_device_api();   // or a host_sim_device in tests
 ///   pinned_host_pool pinned(std::make_shared<device_api_resource>(*dev, memory_kind::pinned_host),
 ///                           *dev, {.byte_cap = 2 * GiB});
-///   void* staging = pinned.allocate(8 * MiB);  ...  pinned.deallocate(staging, 8 * MiB, 256, copy_stream);
+///   void* staging = pinned.allocate(8 * MiB);  ...  pinned.deallocate(staging, 8 * MiB, 256,
+///   copy_stream);
 class pinned_host_pool final : public memory_resource {
  public:
   /// `upstream` serves pinned host memory; `api` records the free events (null: reuse at once).

@@ -1,10 +1,10 @@
 // pool_resource: a stream-ordered caching pool over an upstream resource (after RMM's pool and
-// PyTorch's caching allocator). Best fit over free blocks (the smallest that fits; among equal sizes
-// the most recently freed), kept in TLSF-style size bins with O(1) insert and erase, splitting and
-// coalescing of neighbours inside a chunk, a small class (requests <= 1 MiB packed into 2 MiB
-// chunks) and a large class, chunks taken from the upstream as needed and given back by trim().
-// One free list per stream: a block freed on stream S is reusable on S at once; another stream
-// takes it only after waiting (on the device, never the host) for an event recorded on S.
+// PyTorch's caching allocator). Best fit over free blocks (the smallest that fits; among equal
+// sizes the most recently freed), kept in TLSF-style size bins with O(1) insert and erase,
+// splitting and coalescing of neighbours inside a chunk, a small class (requests <= 1 MiB packed
+// into 2 MiB chunks) and a large class, chunks taken from the upstream as needed and given back by
+// trim(). One free list per stream: a block freed on stream S is reusable on S at once; another
+// stream takes it only after waiting (on the device, never the host) for an event recorded on S.
 // Thread-safe: one mutex, never held across an upstream allocate/free or a host synchronization.
 #pragma once
 
@@ -39,14 +39,15 @@ using misuse_handler = std::function<void(const misuse_report&)>;
 
 /// Settings of a pool. Sizes in bytes.
 struct pool_options {
-  std::size_t rounding = 512;            ///< every request is rounded up to a multiple (power of 2)
-  std::size_t small_size = 1 * MiB;      ///< requests up to this are "small"
+  std::size_t rounding = 512;        ///< every request is rounded up to a multiple (power of 2)
+  std::size_t small_size = 1 * MiB;  ///< requests up to this are "small"
   std::size_t small_chunk_size = 2 * MiB;  ///< small requests are packed into chunks of this size
-  std::size_t large_chunk_size = 20 * MiB; ///< first chunk for large requests below large_exact_size
-  double large_chunk_growth = 1.0;       ///< each further such chunk is this much larger ...
-  std::size_t large_chunk_max = 64 * MiB;  ///< ... up to this
-  std::size_t large_exact_size = 10 * MiB; ///< requests from here get a chunk of their own size
-  std::size_t chunk_rounding = 2 * MiB;  ///< chunk sizes are multiples of this
+  std::size_t large_chunk_size =
+      20 * MiB;                     ///< first chunk for large requests below large_exact_size
+  double large_chunk_growth = 1.0;  ///< each further such chunk is this much larger ...
+  std::size_t large_chunk_max = 64 * MiB;   ///< ... up to this
+  std::size_t large_exact_size = 10 * MiB;  ///< requests from here get a chunk of their own size
+  std::size_t chunk_rounding = 2 * MiB;     ///< chunk sizes are multiples of this
   /// A large block is split only when at least this much would remain (smaller tails stay attached,
   /// as PyTorch does); small blocks split whenever `rounding` bytes remain.
   std::size_t large_min_split_remainder = 1 * MiB;

@@ -53,10 +53,10 @@ struct replay_options {
 
 struct replay_result {
   std::size_t allocations = 0;
-  std::size_t frees = 0;  ///< including those of blocks left live by the trace
-  double seconds = 0.0;   ///< wall time of the whole replay
-  std::vector<double> allocate_ns;  ///< per allocate, when recorded
-  std::vector<double> free_ns;      ///< per free, when recorded
+  std::size_t frees = 0;              ///< including those of blocks left live by the trace
+  double seconds = 0.0;               ///< wall time of the whole replay
+  std::vector<double> allocate_ns;    ///< per allocate, when recorded
+  std::vector<double> free_ns;        ///< per free, when recorded
   std::uint64_t peak_live_bytes = 0;  ///< of the requests, as the trace states them
 };
 

@@ -36,8 +36,8 @@ const std::string& current_trace_tag() noexcept;
 void set_trace_tag(std::string_view tag);
 
 struct tracing_options {
-  std::string chrome_trace_path;   ///< written by flush() / at destruction when not empty
-  std::string compact_trace_path;  ///< written by flush() / at destruction when not empty
+  std::string chrome_trace_path;        ///< written by flush() / at destruction when not empty
+  std::string compact_trace_path;       ///< written by flush() / at destruction when not empty
   std::size_t max_events = 20'000'000;  ///< later events are counted, not kept
 };
 

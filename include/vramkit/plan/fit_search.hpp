@@ -12,8 +12,6 @@
 #include "vramkit/plan/gpu_catalogue.hpp"
 #include "vramkit/plan/memory_model.hpp"
 
-
-
 namespace vramkit::plan {
 
 /// What the search may change and what it must fit into.
@@ -23,7 +21,7 @@ struct fit_options {
   double margin = 0.05;              ///< fraction of capacity kept free
   bool vary_precision = true;        ///< may move fp32 to amp-bf16 / bf16
   std::size_t max_results = 10;
-  unsigned threads = 0;              ///< configurations planned in parallel; 0 = hardware threads
+  unsigned threads = 0;  ///< configurations planned in parallel; 0 = hardware threads
 };
 
 /// One configuration that fits, with its cost and the reason for each choice.
@@ -32,7 +30,7 @@ struct fit_candidate {
   std::uint64_t device_peak_bytes = 0;
   std::uint64_t allocated_peak_bytes = 0;
   std::uint64_t host_peak_bytes = 0;
-  double step_time_s = 0;            ///< estimated seconds per optimizer step (or per generate call)
+  double step_time_s = 0;  ///< estimated seconds per optimizer step (or per generate call)
   std::vector<std::string> reasons;  ///< one line per choice
 };
 

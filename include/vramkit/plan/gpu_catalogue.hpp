@@ -14,14 +14,14 @@ namespace vramkit::plan {
 struct gpu_spec {
   std::string name;
   std::vector<std::string> aliases;
-  std::uint64_t memory_bytes = 0;   ///< capacity (memory.total as nvidia-smi reports it, or nominal)
-  std::string memory_basis;         ///< "smi" or "nominal"
+  std::uint64_t memory_bytes = 0;  ///< capacity (memory.total as nvidia-smi reports it, or nominal)
+  std::string memory_basis;        ///< "smi" or "nominal"
   double hbm_bytes_per_s = 0;
   int pcie_gen = 0, pcie_width = 0;
-  double nvlink_bytes_per_s = 0;    ///< per GPU, one direction; 0 = none
-  double bf16_flops = 0;            ///< dense tensor-core rate (FP16 on GPUs without BF16)
-  double fp32_flops = 0;            ///< non-tensor FP32 rate
-  int sm = 0;                       ///< compute capability x10
+  double nvlink_bytes_per_s = 0;  ///< per GPU, one direction; 0 = none
+  double bf16_flops = 0;          ///< dense tensor-core rate (FP16 on GPUs without BF16)
+  double fp32_flops = 0;          ///< non-tensor FP32 rate
+  int sm = 0;                     ///< compute capability x10
   std::string source;
 
   /// One-direction PCIe bandwidth the link can carry in practice (~80% of the raw rate).

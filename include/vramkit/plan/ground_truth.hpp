@@ -1,6 +1,7 @@
-// Ground-truth files: peak memory measured with real PyTorch runs (bench/plan/measure_ground_truth.py
-// writes them; tests/data/plan/ground_truth.json is the committed one), read into the planner's
-// own types so that the accuracy test and the accuracy report plan exactly the same requests.
+// Ground-truth files: peak memory measured with real PyTorch runs
+// (bench/plan/measure_ground_truth.py writes them; tests/data/plan/ground_truth.json is the
+// committed one), read into the planner's own types so that the accuracy test and the accuracy
+// report plan exactly the same requests.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +20,10 @@ struct ground_truth_case {
   std::string error;
   model_description model;
   plan_request request;
-  std::optional<std::uint64_t> params;               ///< parameter count PyTorch reported
-  double max_allocated_bytes = 0;                    ///< torch.cuda.max_memory_allocated
-  double max_reserved_bytes = 0;                     ///< torch.cuda.max_memory_reserved
-  std::optional<double> nvidia_smi_used_bytes;       ///< device memory in use at the peak
+  std::optional<std::uint64_t> params;          ///< parameter count PyTorch reported
+  double max_allocated_bytes = 0;               ///< torch.cuda.max_memory_allocated
+  double max_reserved_bytes = 0;                ///< torch.cuda.max_memory_reserved
+  std::optional<double> nvidia_smi_used_bytes;  ///< device memory in use at the peak
 };
 
 struct ground_truth {

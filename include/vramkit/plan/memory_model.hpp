@@ -31,7 +31,7 @@ struct plan_component {
 /// Everything a plan reports. Device figures are for the most loaded GPU.
 struct plan_result {
   model_description model;
-  plan_request request;          ///< as validated (defaults filled in)
+  plan_request request;  ///< as validated (defaults filled in)
   std::uint64_t parameters = 0;
   std::uint64_t allocated_peak_bytes = 0;  ///< torch.cuda.max_memory_allocated
   std::uint64_t reserved_peak_bytes = 0;   ///< torch.cuda.max_memory_reserved
@@ -44,7 +44,7 @@ struct plan_result {
   std::vector<plan_component> components;  ///< live at the allocated peak, then host parts
   device_overheads overheads;
   std::uint64_t context_bytes = 0;
-  std::size_t events = 0;                  ///< allocation events replayed
+  std::size_t events = 0;  ///< allocation events replayed
   /// With request.device_capacity_bytes: times the allocator had to flush its cache to find
   /// room (each one synchronizes the device), and allocations that failed even then.
   std::size_t cache_flushes = 0;

@@ -30,15 +30,15 @@ struct transformer_shape {
   std::int64_t head_dim = 0;
   std::int64_t intermediate = 0;
   std::int64_t vocab = 0;
-  std::int64_t max_positions = 0;   ///< learned position table rows (0 = rotary, no table)
-  std::int64_t type_vocab = 0;      ///< BERT token-type rows
-  double rotary_fraction = 0;       ///< GPT-NeoX rotary_pct; 1 for LLaMA; 0 without rotary
+  std::int64_t max_positions = 0;  ///< learned position table rows (0 = rotary, no table)
+  std::int64_t type_vocab = 0;     ///< BERT token-type rows
+  double rotary_fraction = 0;      ///< GPT-NeoX rotary_pct; 1 for LLaMA; 0 without rotary
   bool tied_embeddings = true;
-  bool qkv_bias = false;            ///< biases on the query/key/value projections
-  bool out_bias = false;            ///< bias on the attention output projection
+  bool qkv_bias = false;  ///< biases on the query/key/value projections
+  bool out_bias = false;  ///< bias on the attention output projection
   bool mlp_bias = false;
-  bool layer_norm = true;           ///< LayerNorm with bias (false: RMSNorm without bias)
-  bool parallel_residual = false;   ///< GPT-NeoX: attention and MLP read the same input
+  bool layer_norm = true;          ///< LayerNorm with bias (false: RMSNorm without bias)
+  bool parallel_residual = false;  ///< GPT-NeoX: attention and MLP read the same input
   mlp_kind mlp = mlp_kind::gelu;
   double attention_dropout = 0;
   double hidden_dropout = 0;
@@ -64,8 +64,8 @@ struct vit_shape {
 
 /// A model the planner can walk: family, shapes, and where it came from (preset name or file).
 struct model_description {
-  std::string name;     ///< preset name or the config file's stem
-  std::string source;   ///< "preset" or the config path
+  std::string name;    ///< preset name or the config file's stem
+  std::string source;  ///< "preset" or the config path
   model_family family = model_family::gpt2;
   transformer_shape t;
   resnet_shape resnet;

@@ -45,26 +45,27 @@ serving_kind parse_serving(std::string_view s);
 /// One planning question. Sizes are per optimizer step (global batch) unless named micro.
 struct plan_request {
   run_mode mode = run_mode::train;
-  std::int64_t batch = 1;        ///< global batch (samples per optimizer step, all GPUs)
-  std::int64_t micro_batch = 0;  ///< samples per forward/backward on one GPU; 0 = batch / data-parallel degree
-  std::int64_t seq = 0;          ///< tokens per sample (train); 0 = 1024 capped at the model's positions
-  std::int64_t image_size = 224; ///< CNN/ViT input side
-  std::int64_t prompt = 0;       ///< infer: prompt tokens (0 = 512)
-  std::int64_t new_tokens = 0;   ///< infer: generated tokens (0 = 128)
+  std::int64_t batch = 1;  ///< global batch (samples per optimizer step, all GPUs)
+  std::int64_t micro_batch =
+      0;  ///< samples per forward/backward on one GPU; 0 = batch / data-parallel degree
+  std::int64_t seq = 0;  ///< tokens per sample (train); 0 = 1024 capped at the model's positions
+  std::int64_t image_size = 224;  ///< CNN/ViT input side
+  std::int64_t prompt = 0;        ///< infer: prompt tokens (0 = 512)
+  std::int64_t new_tokens = 0;    ///< infer: generated tokens (0 = 128)
   precision prec = precision::fp32;
   optimizer_kind optimizer = optimizer_kind::adamw;
   checkpointing ckpt = checkpointing::none;
   attention_kind attention = attention_kind::sdpa;
-  int gpus = 1;                  ///< GPUs in total (data x tensor x pipeline)
-  int gpus_per_node = 8;         ///< for per-node host memory
-  int zero = 0;                  ///< ZeRO stage 0..3 (3 = FSDP full shard)
-  int tp = 1;                    ///< tensor-parallel degree (with sequence parallel when sp)
-  bool sp = false;               ///< sequence parallel with tp
-  int pp = 1;                    ///< pipeline-parallel degree (1F1B)
+  int gpus = 1;           ///< GPUs in total (data x tensor x pipeline)
+  int gpus_per_node = 8;  ///< for per-node host memory
+  int zero = 0;           ///< ZeRO stage 0..3 (3 = FSDP full shard)
+  int tp = 1;             ///< tensor-parallel degree (with sequence parallel when sp)
+  bool sp = false;        ///< sequence parallel with tp
+  int pp = 1;             ///< pipeline-parallel degree (1F1B)
   offload_kind offload = offload_kind::none;
   quant_kind quant = quant_kind::none;
   serving_kind serving = serving_kind::generate;
-  int steps = 3;                 ///< training steps replayed (>= 2 to include the optimizer states)
+  int steps = 3;  ///< training steps replayed (>= 2 to include the optimizer states)
   /// Memory of each GPU in bytes; 0 = unlimited. With a capacity the caching allocator is
   /// modelled under memory pressure (cache flushes before out of memory) and the plan says
   /// whether the run fits.

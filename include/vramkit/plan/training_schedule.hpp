@@ -58,9 +58,9 @@ struct tensor_info {
   std::uint64_t bytes = 0;
   component comp = component::activations;
   phase ph = phase::forward;
-  std::int16_t layer = -1;   ///< transformer layer / CNN stage, -1 outside layers
-  std::int16_t step = 0;     ///< training step (0-based)
-  const char* label = "";    ///< static string: what the tensor is ("qkv", "logits fp32", ...)
+  std::int16_t layer = -1;  ///< transformer layer / CNN stage, -1 outside layers
+  std::int16_t step = 0;    ///< training step (0-based)
+  const char* label = "";   ///< static string: what the tensor is ("qkv", "logits fp32", ...)
 };
 
 /// Events in program order. Tensors alive before the first event (weights, inputs) are listed

@@ -18,11 +18,11 @@ inline constexpr int schema_version = 1;
 
 /// How bytes were counted for a bandwidth figure.
 enum class byte_convention {
-  none,              ///< not a bandwidth (latency, time per operation, ratio)
-  copied_once,       ///< bytes moved from source to destination, counted once (cudaMemcpy style)
-  read_plus_written, ///< bytes read plus bytes written (STREAM style)
-  read,              ///< bytes read
-  written,           ///< bytes written
+  none,               ///< not a bandwidth (latency, time per operation, ratio)
+  copied_once,        ///< bytes moved from source to destination, counted once (cudaMemcpy style)
+  read_plus_written,  ///< bytes read plus bytes written (STREAM style)
+  read,               ///< bytes read
+  written,            ///< bytes written
 };
 const char* to_string(byte_convention c) noexcept;
 
@@ -39,22 +39,22 @@ const char* to_string(verdict_kind v) noexcept;  ///< "normal", "low", "high", "
 
 /// One measured figure. `key` is stable across versions (see `vramkit probe --list`).
 struct measurement {
-  std::string key;                 ///< e.g. "gpu0.h2d.pinned", "host.bw.copy.all_threads"
-  std::string section;             ///< the --only section it belongs to: host, latency, gpu, h2d, ...
-  std::string title;               ///< human label
-  std::string device;              ///< "host", "numa0", "gpu0", "gpu0->gpu1"
-  std::string unit;                ///< "GB/s", "ns", "us", "%"
+  std::string key;      ///< e.g. "gpu0.h2d.pinned", "host.bw.copy.all_threads"
+  std::string section;  ///< the --only section it belongs to: host, latency, gpu, h2d, ...
+  std::string title;    ///< human label
+  std::string device;   ///< "host", "numa0", "gpu0", "gpu0->gpu1"
+  std::string unit;     ///< "GB/s", "ns", "us", "%"
   byte_convention convention = byte_convention::none;
-  std::uint64_t size_bytes = 0;    ///< buffer, transfer or working-set size
+  std::uint64_t size_bytes = 0;  ///< buffer, transfer or working-set size
   int repetitions = 0;
-  std::vector<double> samples;     ///< raw samples in `unit`
-  sample_stats stats;              ///< of `samples`
-  std::optional<double> peak;      ///< theoretical peak in `unit` where one exists
-  std::string peak_basis;          ///< how the peak was computed
-  bool verified = false;           ///< result checked (checksum or reference) before reporting
-  std::string note;                ///< e.g. the verification, or why a figure looks as it does
+  std::vector<double> samples;  ///< raw samples in `unit`
+  sample_stats stats;           ///< of `samples`
+  std::optional<double> peak;   ///< theoretical peak in `unit` where one exists
+  std::string peak_basis;       ///< how the peak was computed
+  bool verified = false;        ///< result checked (checksum or reference) before reporting
+  std::string note;             ///< e.g. the verification, or why a figure looks as it does
   verdict_kind verdict = verdict_kind::unknown;
-  std::string verdict_reason;      ///< likely cause when not normal
+  std::string verdict_reason;           ///< likely cause when not normal
   std::map<std::string, double> extra;  ///< further numbers (e.g. overlap ratio parts)
 
   [[nodiscard]] std::optional<double> percent_of_peak() const {
@@ -65,11 +65,11 @@ struct measurement {
 
 /// A curve: y measured over x (bandwidth vs transfer size, latency vs working set).
 struct curve {
-  std::string key;       ///< e.g. "gpu0.h2d.pinned.sweep", "host.latency"
+  std::string key;  ///< e.g. "gpu0.h2d.pinned.sweep", "host.latency"
   std::string section;
   std::string title;
-  std::string x_label;   ///< "bytes"
-  std::string y_unit;    ///< "GB/s" or "ns"
+  std::string x_label;  ///< "bytes"
+  std::string y_unit;   ///< "GB/s" or "ns"
   struct point {
     double x = 0;
     sample_stats y;
@@ -89,8 +89,8 @@ struct skipped {
 
 /// A cache or memory level read off a latency curve, and what hwloc says.
 struct memory_level {
-  std::string name;                  ///< "L1", "L2", "L3", "DRAM", "HBM", "TLB reach"
-  std::string device;                ///< "host", "gpu0"
+  std::string name;    ///< "L1", "L2", "L3", "DRAM", "HBM", "TLB reach"
+  std::string device;  ///< "host", "gpu0"
   double latency_ns = 0;
   std::uint64_t measured_size_bytes = 0;  ///< where the curve steps past this level (0 = last)
   std::optional<std::uint64_t> reported_size_bytes;  ///< hwloc / device attribute
@@ -117,16 +117,16 @@ struct probe_report {
 
 /// Options of a probe run.
 struct probe_options {
-  bool quick = false;                ///< shorter run (<= 15 s on one H200)
-  std::set<std::string> only;        ///< sections to run; empty = all
-  int host_threads = 0;              ///< 0 = all hardware threads
+  bool quick = false;                   ///< shorter run (<= 15 s on one H200)
+  std::set<std::string> only;           ///< sections to run; empty = all
+  int host_threads = 0;                 ///< 0 = all hardware threads
   std::uint64_t host_buffer_bytes = 0;  ///< 0 = auto (well past the last-level cache)
   std::uint64_t max_latency_bytes = 0;  ///< 0 = auto (>= 1 GiB full, smaller quick)
-  int host_repetitions = 0;          ///< timed samples per host figure; 0 = auto (full 10, quick 3)
+  int host_repetitions = 0;  ///< timed samples per host figure; 0 = auto (full 10, quick 3)
   /// Host bandwidth kernels to time ("read", "write", "copy", "triad"); empty = all four.
   std::set<std::string> host_kernels;
-  bool host_one_thread = true;       ///< also time each host kernel on a single thread
-  std::string command_line;          ///< recorded in the report header
+  bool host_one_thread = true;  ///< also time each host kernel on a single thread
+  std::string command_line;     ///< recorded in the report header
   /// Progress lines for stderr; may be empty.
   std::function<void(const std::string&)> progress;
 

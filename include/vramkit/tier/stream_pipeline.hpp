@@ -73,9 +73,9 @@ struct pipeline_output {
 /// Settings of a pipeline.
 struct pipeline_options {
   std::size_t chunk_bytes = std::size_t{64} << 20;  ///< a multiple of element_bytes
-  int depth = 2;              ///< slots in the ring: 1 = serial, 2 = double buffering
+  int depth = 2;                  ///< slots in the ring: 1 = serial, 2 = double buffering
   std::size_t element_bytes = 1;  ///< the input must be a whole number of elements
-  int staging_threads = 4;    ///< threads copying pageable memory into (and out of) pinned slots
+  int staging_threads = 4;  ///< threads copying pageable memory into (and out of) pinned slots
   /// Time each device stage with host functions on its stream (adds a few microseconds a chunk).
   bool measure_stages = true;
 };
@@ -101,8 +101,9 @@ struct pipeline_stats {
   std::chrono::nanoseconds elapsed{0};
   /// Dataset bytes per second over the whole run.
   [[nodiscard]] double bytes_per_second() const noexcept {
-    return elapsed.count() > 0 ? static_cast<double>(bytes) * 1e9 / static_cast<double>(elapsed.count())
-                               : 0.0;
+    return elapsed.count() > 0
+               ? static_cast<double>(bytes) * 1e9 / static_cast<double>(elapsed.count())
+               : 0.0;
   }
 };
 

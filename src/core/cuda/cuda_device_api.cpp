@@ -13,11 +13,16 @@ namespace {
 
 cudaMemcpyKind to_cuda(copy_kind kind) {
   switch (kind) {
-    case copy_kind::host_to_host: return cudaMemcpyHostToHost;
-    case copy_kind::host_to_device: return cudaMemcpyHostToDevice;
-    case copy_kind::device_to_host: return cudaMemcpyDeviceToHost;
-    case copy_kind::device_to_device: return cudaMemcpyDeviceToDevice;
-    case copy_kind::automatic: return cudaMemcpyDefault;
+    case copy_kind::host_to_host:
+      return cudaMemcpyHostToHost;
+    case copy_kind::host_to_device:
+      return cudaMemcpyHostToDevice;
+    case copy_kind::device_to_host:
+      return cudaMemcpyDeviceToHost;
+    case copy_kind::device_to_device:
+      return cudaMemcpyDeviceToDevice;
+    case copy_kind::automatic:
+      return cudaMemcpyDefault;
   }
   return cudaMemcpyDefault;
 }
@@ -70,8 +75,10 @@ class cuda_api final : public device_api {
     out.ordinal = ordinal;
     out.name = p.name;
     char bus[32] = {};
-    if (cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal) == cudaSuccess) out.pci_bus_id = bus;
-    else (void)cudaGetLastError();
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal) == cudaSuccess)
+      out.pci_bus_id = bus;
+    else
+      (void)cudaGetLastError();
     out.compute_major = p.major;
     out.compute_minor = p.minor;
     out.multiprocessor_count = p.multiProcessorCount;
@@ -156,12 +163,24 @@ class cuda_api final : public device_api {
                       memory_location where) override {
     cudaMemoryAdvise a = cudaMemAdviseSetReadMostly;
     switch (advice) {
-      case managed_advice::set_read_mostly: a = cudaMemAdviseSetReadMostly; break;
-      case managed_advice::unset_read_mostly: a = cudaMemAdviseUnsetReadMostly; break;
-      case managed_advice::set_preferred_location: a = cudaMemAdviseSetPreferredLocation; break;
-      case managed_advice::unset_preferred_location: a = cudaMemAdviseUnsetPreferredLocation; break;
-      case managed_advice::set_accessed_by: a = cudaMemAdviseSetAccessedBy; break;
-      case managed_advice::unset_accessed_by: a = cudaMemAdviseUnsetAccessedBy; break;
+      case managed_advice::set_read_mostly:
+        a = cudaMemAdviseSetReadMostly;
+        break;
+      case managed_advice::unset_read_mostly:
+        a = cudaMemAdviseUnsetReadMostly;
+        break;
+      case managed_advice::set_preferred_location:
+        a = cudaMemAdviseSetPreferredLocation;
+        break;
+      case managed_advice::unset_preferred_location:
+        a = cudaMemAdviseUnsetPreferredLocation;
+        break;
+      case managed_advice::set_accessed_by:
+        a = cudaMemAdviseSetAccessedBy;
+        break;
+      case managed_advice::unset_accessed_by:
+        a = cudaMemAdviseUnsetAccessedBy;
+        break;
     }
     VRAMKIT_CUDA_TRY(cudaMemAdvise(ptr, bytes, a, to_location(where)));
   }
@@ -172,7 +191,9 @@ class cuda_api final : public device_api {
   void register_host(void* ptr, std::size_t bytes) override {
     VRAMKIT_CUDA_TRY(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable));
   }
-  void unregister_host(void* ptr) noexcept override { VRAMKIT_CUDA_ASSERT(cudaHostUnregister(ptr)); }
+  void unregister_host(void* ptr) noexcept override {
+    VRAMKIT_CUDA_ASSERT(cudaHostUnregister(ptr));
+  }
 
   void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind,
                   stream_view stream) override {
@@ -242,7 +263,8 @@ result<cuda_runtime_info> cuda_runtime_status() {
   const cudaError_t dv = cudaDriverGetVersion(&info.driver_version);
   if (dv != cudaSuccess || info.driver_version == 0) {
     (void)cudaGetLastError();
-    return unavailable{unavailable_kind::no_driver, "no NVIDIA driver found (host-only measurements)"};
+    return unavailable{unavailable_kind::no_driver,
+                       "no NVIDIA driver found (host-only measurements)"};
   }
   const cudaError_t st = cudaGetDeviceCount(&info.device_count);
   if (st == cudaErrorNoDevice || (st == cudaSuccess && info.device_count == 0)) {

@@ -76,8 +76,8 @@ void* cuda_async_resource::do_allocate(std::size_t bytes, std::size_t alignment,
                       " not supported (up to 256)");
   }
   void* p = nullptr;
-  const cudaError_t st = cudaMallocFromPoolAsync(&p, bytes, impl_->pool,
-                                                 static_cast<cudaStream_t>(stream.handle));
+  const cudaError_t st =
+      cudaMallocFromPoolAsync(&p, bytes, impl_->pool, static_cast<cudaStream_t>(stream.handle));
   if (st == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     throw out_of_memory(bytes, "cuda_async", "cudaMallocFromPoolAsync: out of device memory");

@@ -22,17 +22,21 @@ constexpr std::size_t GiB = std::size_t{1} << 30;
 
 const char* cache_name(cache_hint h) {
   switch (h) {
-    case cache_hint::streaming: return ", streaming (evict-first) accesses";
-    case cache_hint::prefetch: return ", read-only loads with 256-byte L2 prefetch";
+    case cache_hint::streaming:
+      return ", streaming (evict-first) accesses";
+    case cache_hint::prefetch:
+      return ", read-only loads with 256-byte L2 prefetch";
     case cache_hint::prefetch_streaming:
       return ", read-only loads with 256-byte L2 prefetch, evict-first stores";
-    default: return "";
+    default:
+      return "";
   }
 }
 
 std::string cfg_note(const launch_config& c) {
   if (c.bulk_bytes > 0) {
-    return std::to_string(c.blocks) + " blocks, each moving " + std::to_string(c.bulk_bytes / 1024) +
+    return std::to_string(c.blocks) + " blocks, each moving " +
+           std::to_string(c.bulk_bytes / 1024) +
            " KiB at a time by bulk asynchronous copies through " + std::to_string(c.unroll) +
            " shared-memory buffer(s)";
   }
@@ -60,7 +64,8 @@ std::vector<launch_config> candidates(const gpu_context& ctx, std::size_t n_vec,
   std::vector<launch_config> out;
   const int full256 = std::max(1, ctx.max_threads_per_sm / 256);
   const int full512 = std::max(1, ctx.max_threads_per_sm / 512);
-  const std::pair<int, int> shapes[] = {{256, full256}, {512, full512}, {256, std::max(1, full256 / 2)}};
+  const std::pair<int, int> shapes[] = {
+      {256, full256}, {512, full512}, {256, std::max(1, full256 / 2)}};
   std::vector<cache_hint> hints = {cache_hint::normal, cache_hint::streaming};
   if (kind != 1) hints.push_back(cache_hint::prefetch);
   if (kind == 2) hints.push_back(cache_hint::prefetch_streaming);
@@ -128,10 +133,14 @@ std::string family(const launch_config& c) {
   if (c.smem_reserve > 0)
     return c.cache == cache_hint::streaming ? "one_block_streaming" : "one_block";
   switch (c.cache) {
-    case cache_hint::streaming: return "streaming";
-    case cache_hint::prefetch: return "prefetch";
-    case cache_hint::prefetch_streaming: return "prefetch_streaming";
-    default: return "normal";
+    case cache_hint::streaming:
+      return "streaming";
+    case cache_hint::prefetch:
+      return "prefetch";
+    case cache_hint::prefetch_streaming:
+      return "prefetch_streaming";
+    default:
+      return "normal";
   }
 }
 
@@ -178,7 +187,8 @@ tune_result tune(const gpu_context& ctx, cudaStream_t stream, std::size_t n_vec,
     auto& fb = r.family_best_ms[family(c)];
     if (fb == 0 || *ms < fb) fb = *ms;
   }
-  std::sort(timed.begin(), timed.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::sort(timed.begin(), timed.end(),
+            [](const auto& x, const auto& y) { return x.first < y.first; });
   double best_ms = 1e30;
   for (std::size_t i = 0; i < std::min<std::size_t>(5, timed.size()); ++i) {
     const auto ms = trial(timed[i].second, 10);
@@ -193,7 +203,8 @@ tune_result tune(const gpu_context& ctx, cudaStream_t stream, std::size_t n_vec,
 void put_trial(measurement& m, const tune_result& t, double bytes_per_op) {
   m.extra["trial_shapes"] = t.tried;
   m.extra["trial_rejected"] = t.rejected;
-  for (const auto& [fam, ms] : t.family_best_ms) m.extra["trial_best_gbps_" + fam] = gbps(bytes_per_op, ms / 1e3);
+  for (const auto& [fam, ms] : t.family_best_ms)
+    m.extra["trial_best_gbps_" + fam] = gbps(bytes_per_op, ms / 1e3);
 }
 
 std::string mismatch_text(std::uint64_t bad, std::size_t words) {
@@ -240,12 +251,13 @@ void run_device_section(gpu_context& ctx) {
       ctx, s, words / 4, true, 0,
       [&] { VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s)); },
       [&](const launch_config& c) { VRAMKIT_CUDA_TRY(launch_read(a.words(), words, sum_p, c, s)); },
-      [&](int runs) { return read_sum() == pattern_sum(words, seed_a) * static_cast<std::uint32_t>(runs); });
+      [&](int runs) {
+        return read_sum() == pattern_sum(words, seed_a) * static_cast<std::uint32_t>(runs);
+      });
   const launch_config& rc = rt.best;
   VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
-  auto secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
-    VRAMKIT_CUDA_TRY(launch_read(a.words(), words, sum_p, rc, s));
-  });
+  auto secs = time_blocked(blocker, s, samples, loops, warmup,
+                           [&] { VRAMKIT_CUDA_TRY(launch_read(a.words(), words, sum_p, rc, s)); });
   std::uint32_t got = 0;
   VRAMKIT_CUDA_TRY(cudaMemcpy(&got, sum_p, sizeof got, cudaMemcpyDeviceToHost));
   const auto launches = static_cast<std::uint32_t>(samples * (loops + warmup));
@@ -261,7 +273,8 @@ void run_device_section(gpu_context& ctx) {
     put_cfg(m, rc);
     put_trial(m, rt, double(bytes));
     m.extra["ops_per_sample"] = loops;
-    add_verified(ctx, std::move(m), got == want, "read sum " + std::to_string(got) + " != " + std::to_string(want));
+    add_verified(ctx, std::move(m), got == want,
+                 "read sum " + std::to_string(got) + " != " + std::to_string(want));
   }
 
   // Write: the kernel writes pattern seed_a + 1 over b (which held seed_b).
@@ -269,13 +282,14 @@ void run_device_section(gpu_context& ctx) {
   auto clear_b = [&] { VRAMKIT_CUDA_TRY(cudaMemsetAsync(b.get(), 0, bytes, s)); };
   const tune_result wt = tune(
       ctx, s, words / 4, false, 1, clear_b,
-      [&](const launch_config& c) { VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_w, c, s)); },
+      [&](const launch_config& c) {
+        VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_w, c, s));
+      },
       [&](int) { return device_mismatches(b.words(), words, seed_w, s) == 0; });
   const launch_config& wc = wt.best;
   VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_b, def, s));
-  secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
-    VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_w, wc, s));
-  });
+  secs = time_blocked(blocker, s, samples, loops, warmup,
+                      [&] { VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_w, wc, s)); });
   std::uint64_t bad = device_mismatches(b.words(), words, seed_w, s);
   {
     auto m = bandwidth_measurement(ctx, ctx.tag + ".device.write", "device",
@@ -293,13 +307,14 @@ void run_device_section(gpu_context& ctx) {
   // Copy kernel a -> b (b holds seed_w, a holds seed_a).
   const tune_result ct = tune(
       ctx, s, words / 4, true, 2, clear_b,
-      [&](const launch_config& c) { VRAMKIT_CUDA_TRY(launch_copy(b.words(), a.words(), words, c, s)); },
+      [&](const launch_config& c) {
+        VRAMKIT_CUDA_TRY(launch_copy(b.words(), a.words(), words, c, s));
+      },
       [&](int) { return device_mismatches(b.words(), words, seed_a, s) == 0; });
   const launch_config& cc = ct.best;
   VRAMKIT_CUDA_TRY(launch_fill(b.words(), words, seed_b, def, s));
-  secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
-    VRAMKIT_CUDA_TRY(launch_copy(b.words(), a.words(), words, cc, s));
-  });
+  secs = time_blocked(blocker, s, samples, loops, warmup,
+                      [&] { VRAMKIT_CUDA_TRY(launch_copy(b.words(), a.words(), words, cc, s)); });
   bad = device_mismatches(b.words(), words, seed_a, s);
   {
     auto m = bandwidth_measurement(ctx, ctx.tag + ".device.copy", "device",
@@ -308,8 +323,10 @@ void run_device_section(gpu_context& ctx) {
     m.peak = ctx.hbm_peak_gbps;
     m.peak_basis = ctx.hbm_peak_basis;
     m.extra["copied_once_gbps"] = m.stats.median / 2;
-    m.note = "read + written (copied once = half, in extra copied_once_gbps, comparable with "
-             "cudaMemcpy); destination checked word by word; " + cfg_note(cc);
+    m.note =
+        "read + written (copied once = half, in extra copied_once_gbps, comparable with "
+        "cudaMemcpy); destination checked word by word; " +
+        cfg_note(cc);
     put_cfg(m, cc);
     put_trial(m, ct, 2.0 * double(bytes));
     m.extra["ops_per_sample"] = loops;
@@ -328,7 +345,8 @@ void run_device_section(gpu_context& ctx) {
                                    bytes, double(bytes), secs);
     if (ctx.hbm_peak_gbps) {
       m.peak = *ctx.hbm_peak_gbps / 2;
-      m.peak_basis = "half of the device memory peak (each byte is read and written): " + ctx.hbm_peak_basis;
+      m.peak_basis =
+          "half of the device memory peak (each byte is read and written): " + ctx.hbm_peak_basis;
     }
     m.extra["read_plus_written_gbps"] = m.stats.median * 2;
     m.note = "copied once (read + written = twice, in extra); destination checked word by word";
@@ -352,7 +370,8 @@ const char* dir_name(direction d) {
   return d == direction::h2d ? "h2d" : d == direction::d2h ? "d2h" : "bidir";
 }
 
-double wall_seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+double wall_seconds(std::chrono::steady_clock::time_point a,
+                    std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
@@ -361,15 +380,18 @@ double wall_seconds(std::chrono::steady_clock::time_point a, std::chrono::steady
 void run_h2d_section(gpu_context& ctx) {
   ctx.progress("host<->device copies (pinned and pageable sweep)");
   std::vector<std::size_t> sizes;
-  const std::size_t max_size = std::min<std::size_t>(ctx.quick() ? 256 * MiB : GiB, ctx.free_bytes / 4);
+  const std::size_t max_size =
+      std::min<std::size_t>(ctx.quick() ? 256 * MiB : GiB, ctx.free_bytes / 4);
   for (std::size_t sz = 4096; sz <= max_size; sz *= (ctx.quick() ? 16 : 4)) sizes.push_back(sz);
   if (sizes.empty()) throw logic_error("not enough free device memory for the transfer sweep");
   const std::size_t top = sizes.back();
 
   device_buffer d_dst(top), d_src(top);
-  pinned_buffer p_src(top, pinned_buffer::mapping::unmapped), p_dst(top, pinned_buffer::mapping::unmapped);
+  pinned_buffer p_src(top, pinned_buffer::mapping::unmapped),
+      p_dst(top, pinned_buffer::mapping::unmapped);
   // Pageable buffers: malloc'd and touched so their pages exist before timing.
-  std::unique_ptr<std::uint32_t[]> g_src(new std::uint32_t[top / 4]), g_dst(new std::uint32_t[top / 4]);
+  std::unique_ptr<std::uint32_t[]> g_src(new std::uint32_t[top / 4]),
+      g_dst(new std::uint32_t[top / 4]);
   const std::uint32_t host_seed = 0x5EED0001u;
   parallel_fill(p_src.words(), top / 4, host_seed);
   parallel_fill(g_src.get(), top / 4, host_seed);
@@ -382,14 +404,16 @@ void run_h2d_section(gpu_context& ctx) {
   const launch_config def = ctx.default_launch();
 
   for (bool pinned : {true, false}) {
-    const host_side host = pinned ? host_side{p_src.words(), p_dst.words()}
-                                  : host_side{g_src.get(), g_dst.get()};
+    const host_side host =
+        pinned ? host_side{p_src.words(), p_dst.words()} : host_side{g_src.get(), g_dst.get()};
     const char* kind = pinned ? "pinned" : "pageable";
     for (direction dir : {direction::h2d, direction::d2h, direction::bidir}) {
       curve c;
       c.key = ctx.tag + "." + dir_name(dir) + "." + kind + ".sweep";
       c.section = "h2d";
-      c.title = std::string(dir == direction::h2d ? "host to device" : dir == direction::d2h ? "device to host" : "bidirectional (both summed)") +
+      c.title = std::string(dir == direction::h2d   ? "host to device"
+                            : dir == direction::d2h ? "device to host"
+                                                    : "bidirectional (both summed)") +
                 ", " + kind + ", " + ctx.tag;
       c.x_label = "bytes";
       c.y_unit = "GB/s";
@@ -401,21 +425,28 @@ void run_h2d_section(gpu_context& ctx) {
         const std::size_t words = size / 4;
         const bool big = size >= 256 * MiB;
         const int samples = ctx.quick() ? (big ? 3 : 5) : (big ? 5 : 10);
-        const int loops = static_cast<int>(std::clamp<std::size_t>((pinned ? 64 : 16) * MiB / size, 1, 100));
-        const std::uint32_t dev_seed = 0xD0000000u + static_cast<std::uint32_t>(k) * 17 + (pinned ? 0 : 5) + static_cast<std::uint32_t>(dir);
-        // Fresh data in the source, stale data in the destination, so a copy that does nothing fails.
+        const int loops =
+            static_cast<int>(std::clamp<std::size_t>((pinned ? 64 : 16) * MiB / size, 1, 100));
+        const std::uint32_t dev_seed = 0xD0000000u + static_cast<std::uint32_t>(k) * 17 +
+                                       (pinned ? 0 : 5) + static_cast<std::uint32_t>(dir);
+        // Fresh data in the source, stale data in the destination, so a copy that does nothing
+        // fails.
         VRAMKIT_CUDA_TRY(cudaMemsetAsync(d_dst.get(), 0, size, s1.get()));
         VRAMKIT_CUDA_TRY(launch_fill(d_src.words(), words, dev_seed, def, s1.get()));
         VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s1.get()));
         auto h2d = [&](cudaStream_t st) {
-          VRAMKIT_CUDA_TRY(cudaMemcpyAsync(d_dst.get(), host.src, size, cudaMemcpyHostToDevice, st));
+          VRAMKIT_CUDA_TRY(
+              cudaMemcpyAsync(d_dst.get(), host.src, size, cudaMemcpyHostToDevice, st));
         };
         auto d2h = [&](cudaStream_t st) {
-          VRAMKIT_CUDA_TRY(cudaMemcpyAsync(host.dst, d_src.get(), size, cudaMemcpyDeviceToHost, st));
+          VRAMKIT_CUDA_TRY(
+              cudaMemcpyAsync(host.dst, d_src.get(), size, cudaMemcpyDeviceToHost, st));
         };
         auto one = [&](bool to_device, cudaStream_t st) {
-          if (to_device) h2d(st);
-          else d2h(st);
+          if (to_device)
+            h2d(st);
+          else
+            d2h(st);
         };
         std::vector<double> secs;
         double bytes_per_op = dir == direction::bidir ? 2.0 * size : double(size);
@@ -424,7 +455,8 @@ void run_h2d_section(gpu_context& ctx) {
                                           : std::function<void()>([&] { d2h(s1.get()); });
           secs = time_blocked(blocker, s1.get(), samples, loops, 1, op);
         } else if (pinned) {
-          // Both directions at once: s2 starts when s1 is released; the interval ends when both end.
+          // Both directions at once: s2 starts when s1 is released; the interval ends when both
+          // end.
           for (int smp = 0; smp < samples; ++smp) {
             blocker.block(s1.get());
             VRAMKIT_CUDA_TRY(cudaEventRecord(e_go.get(), s1.get()));
@@ -499,7 +531,8 @@ void run_h2d_section(gpu_context& ctx) {
         }
         // Verify what the copies delivered.
         std::uint64_t bad = 0;
-        if (dir != direction::d2h) bad += device_mismatches(d_dst.words(), words, host_seed, s1.get());
+        if (dir != direction::d2h)
+          bad += device_mismatches(d_dst.words(), words, host_seed, s1.get());
         if (dir != direction::h2d) bad += parallel_mismatches(host.dst, words, dev_seed);
         if (bad != 0) {
           all_ok = false;
@@ -514,16 +547,19 @@ void run_h2d_section(gpu_context& ctx) {
         if (k + 1 == sizes.size()) top_secs = secs;
       }
       if (!all_ok) {
-        ctx.report->skips.push_back({c.key, "verification failed, curve withheld: " + failure, true});
+        ctx.report->skips.push_back(
+            {c.key, "verification failed, curve withheld: " + failure, true});
         continue;
       }
       ctx.report->curves.push_back(c);
       const double bytes_per_op = dir == direction::bidir ? 2.0 * top : double(top);
-      auto m = bandwidth_measurement(ctx, ctx.tag + "." + dir_name(dir) + "." + kind, "h2d",
-                                     c.title, byte_convention::copied_once, top, bytes_per_op, top_secs);
+      auto m =
+          bandwidth_measurement(ctx, ctx.tag + "." + dir_name(dir) + "." + kind, "h2d", c.title,
+                                byte_convention::copied_once, top, bytes_per_op, top_secs);
       if (ctx.pcie_peak_gbps) {
         m.peak = *ctx.pcie_peak_gbps * (dir == direction::bidir ? 2 : 1);
-        m.peak_basis = ctx.pcie_peak_basis + (dir == direction::bidir ? ", both directions summed" : "");
+        m.peak_basis =
+            ctx.pcie_peak_basis + (dir == direction::bidir ? ", both directions summed" : "");
       }
       if (const int node = host_numa_node(host.src); node >= 0) m.extra["host_numa_node"] = node;
       m.note = std::string(pinned ? "cudaMemcpyAsync, events around the copies on a held stream"
@@ -557,16 +593,16 @@ void run_zerocopy_section(gpu_context& ctx) {
   parallel_fill(host.words(), words, seed);
 
   VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
-  auto secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
-    VRAMKIT_CUDA_TRY(launch_read(dev, words, sum_p, cfg, s));
-  });
+  auto secs = time_blocked(blocker, s, samples, loops, warmup,
+                           [&] { VRAMKIT_CUDA_TRY(launch_read(dev, words, sum_p, cfg, s)); });
   std::uint32_t got = 0;
   VRAMKIT_CUDA_TRY(cudaMemcpy(&got, sum_p, sizeof got, cudaMemcpyDeviceToHost));
-  const std::uint32_t want = pattern_sum(words, seed) * static_cast<std::uint32_t>(samples * (loops + warmup));
+  const std::uint32_t want =
+      pattern_sum(words, seed) * static_cast<std::uint32_t>(samples * (loops + warmup));
   {
     auto m = bandwidth_measurement(ctx, ctx.tag + ".zerocopy.read", "zerocopy",
-                                   "kernel reading mapped pinned host memory", byte_convention::read,
-                                   bytes, double(bytes), secs);
+                                   "kernel reading mapped pinned host memory",
+                                   byte_convention::read, bytes, double(bytes), secs);
     m.peak = ctx.pcie_peak_gbps;
     m.peak_basis = ctx.pcie_peak_basis;
     m.note = "sum of all words checked against the pattern; " + cfg_note(cfg);
@@ -574,13 +610,12 @@ void run_zerocopy_section(gpu_context& ctx) {
     add_verified(ctx, std::move(m), got == want, "read sum mismatch");
   }
   const std::uint32_t seed_w = seed + 99;
-  secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
-    VRAMKIT_CUDA_TRY(launch_fill(dev, words, seed_w, cfg, s));
-  });
+  secs = time_blocked(blocker, s, samples, loops, warmup,
+                      [&] { VRAMKIT_CUDA_TRY(launch_fill(dev, words, seed_w, cfg, s)); });
   const std::uint64_t bad = parallel_mismatches(host.words(), words, seed_w);
   auto m = bandwidth_measurement(ctx, ctx.tag + ".zerocopy.write", "zerocopy",
-                                 "kernel writing mapped pinned host memory", byte_convention::written,
-                                 bytes, double(bytes), secs);
+                                 "kernel writing mapped pinned host memory",
+                                 byte_convention::written, bytes, double(bytes), secs);
   m.peak = ctx.pcie_peak_gbps;
   m.peak_basis = ctx.pcie_peak_basis;
   m.note = "host buffer checked word by word by the CPU; " + cfg_note(cfg);
@@ -592,15 +627,17 @@ void run_zerocopy_section(gpu_context& ctx) {
 
 void run_managed_section(gpu_context& ctx) {
   if (!ctx.concurrent_managed) {
-    ctx.report->skips.push_back({ctx.tag + ".managed",
-                                 "the device has no concurrent managed access (concurrentManagedAccess = 0)"});
+    ctx.report->skips.push_back(
+        {ctx.tag + ".managed",
+         "the device has no concurrent managed access (concurrentManagedAccess = 0)"});
     return;
   }
   ctx.progress("managed memory (fault-driven, prefetched, advised)");
   std::size_t free_b = 0, total_b = 0;
   VRAMKIT_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
   // Never more managed memory than a quarter of what is free: oversubscription can stall a GPU.
-  const std::size_t bytes = std::min<std::size_t>(ctx.quick() ? 128 * MiB : 512 * MiB, free_b / 4) / MiB * MiB;
+  const std::size_t bytes =
+      std::min<std::size_t>(ctx.quick() ? 128 * MiB : 512 * MiB, free_b / 4) / MiB * MiB;
   if (bytes < 16 * MiB) {
     ctx.report->skips.push_back({ctx.tag + ".managed", "not enough free device memory"});
     return;
@@ -608,7 +645,8 @@ void run_managed_section(gpu_context& ctx) {
   const std::size_t words = bytes / 4;
   std::uint32_t* p = nullptr;
   VRAMKIT_CUDA_TRY(cudaMallocManaged(reinterpret_cast<void**>(&p), bytes, cudaMemAttachGlobal));
-  std::unique_ptr<std::uint32_t, void (*)(std::uint32_t*)> guard(p, [](std::uint32_t* q) { VRAMKIT_CUDA_ASSERT(cudaFree(q)); });
+  std::unique_ptr<std::uint32_t, void (*)(std::uint32_t*)> guard(
+      p, [](std::uint32_t* q) { VRAMKIT_CUDA_ASSERT(cudaFree(q)); });
   device_buffer sum(sizeof(std::uint32_t));
   auto* sum_p = static_cast<std::uint32_t*>(sum.get());
   owned_cuda_stream stream;
@@ -653,18 +691,21 @@ void run_managed_section(gpu_context& ctx) {
     return r;
   };
   const char* keys[] = {"first_touch", "prefetched_touch", "advised_touch"};
-  const char* titles[] = {"managed: GPU first touch after CPU writes (fault-driven migration)",
-                          "managed: GPU touch after cudaMemPrefetchAsync",
-                          "managed: GPU touch after cudaMemAdvise preferred location + accessed-by"};
+  const char* titles[] = {
+      "managed: GPU first touch after CPU writes (fault-driven migration)",
+      "managed: GPU touch after cudaMemPrefetchAsync",
+      "managed: GPU touch after cudaMemAdvise preferred location + accessed-by"};
   for (int mode = 0; mode < 3; ++mode) {
     auto r = run_mode(mode);
     auto m = bandwidth_measurement(ctx, ctx.tag + ".managed." + keys[mode], "managed", titles[mode],
                                    byte_convention::read, bytes, double(bytes), r.touch);
-    m.note = "a read kernel over the buffer the CPU has just written; its sum checked against the pattern";
+    m.note =
+        "a read kernel over the buffer the CPU has just written; its sum checked against the "
+        "pattern";
     if (mode == 1) {
-      auto pf = bandwidth_measurement(ctx, ctx.tag + ".managed.prefetch", "managed",
-                                      "managed: cudaMemPrefetchAsync to the GPU", byte_convention::copied_once,
-                                      bytes, double(bytes), r.prefetch);
+      auto pf = bandwidth_measurement(
+          ctx, ctx.tag + ".managed.prefetch", "managed", "managed: cudaMemPrefetchAsync to the GPU",
+          byte_convention::copied_once, bytes, double(bytes), r.prefetch);
       pf.peak = ctx.pcie_peak_gbps;
       pf.peak_basis = ctx.pcie_peak_basis;
       pf.note = "the migration itself; verified by the read that follows";
@@ -692,15 +733,18 @@ void run_p2p_section(const probe_options& options, probe_report& report, int dev
       VRAMKIT_CUDA_TRY(cudaDeviceCanAccessPeer(&ab, a, bdev));
       VRAMKIT_CUDA_TRY(cudaDeviceCanAccessPeer(&ba, bdev, a));
       if (!ab || !ba) {
-        report.skips.push_back({pair + ".p2p", "peer access between the two GPUs is not supported"});
+        report.skips.push_back(
+            {pair + ".p2p", "peer access between the two GPUs is not supported"});
         continue;
       }
       if (options.progress) options.progress(pair + ": peer copies");
       auto enable = [](int from, int to) {
         VRAMKIT_CUDA_TRY(cudaSetDevice(from));
         const cudaError_t st = cudaDeviceEnablePeerAccess(to, 0);
-        if (st == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
-        else VRAMKIT_CUDA_TRY(st);
+        if (st == cudaErrorPeerAccessAlreadyEnabled)
+          (void)cudaGetLastError();
+        else
+          VRAMKIT_CUDA_TRY(st);
       };
       enable(a, bdev);
       enable(bdev, a);
@@ -741,20 +785,27 @@ void run_p2p_section(const probe_options& options, probe_report& report, int dev
       for (bool sm : {false, true}) {
         // a -> b on stream sa (device a); for bidir also b -> a on stream sb (device b).
         auto fwd = [&] {
-          if (sm) VRAMKIT_CUDA_TRY(launch_copy(dst_b.words(), src_a.words(), words, cfg, sa.get()));
-          else VRAMKIT_CUDA_TRY(cudaMemcpyPeerAsync(dst_b.get(), bdev, src_a.get(), a, bytes, sa.get()));
+          if (sm)
+            VRAMKIT_CUDA_TRY(launch_copy(dst_b.words(), src_a.words(), words, cfg, sa.get()));
+          else
+            VRAMKIT_CUDA_TRY(
+                cudaMemcpyPeerAsync(dst_b.get(), bdev, src_a.get(), a, bytes, sa.get()));
         };
         auto back = [&] {
-          if (sm) VRAMKIT_CUDA_TRY(launch_copy(dst_a.words(), src_b.words(), words, cfg, sb.get()));
-          else VRAMKIT_CUDA_TRY(cudaMemcpyPeerAsync(dst_a.get(), a, src_b.get(), bdev, bytes, sb.get()));
+          if (sm)
+            VRAMKIT_CUDA_TRY(launch_copy(dst_a.words(), src_b.words(), words, cfg, sb.get()));
+          else
+            VRAMKIT_CUDA_TRY(
+                cudaMemcpyPeerAsync(dst_a.get(), a, src_b.get(), bdev, bytes, sb.get()));
         };
         VRAMKIT_CUDA_TRY(cudaSetDevice(a));
         auto uni = time_blocked(blocker, sa.get(), samples, loops, 1, fwd);
         std::uint64_t bad = device_mismatches(dst_b.words(), words, seed_a, sa.get());
         const std::string mech = sm ? "sm" : "ce";
-        auto m = bandwidth_measurement(ca, pair + ".p2p." + mech + ".unidir", "p2p",
-                                       std::string(sm ? "copy kernel on " : "cudaMemcpyPeerAsync ") + pair,
-                                       byte_convention::copied_once, bytes, double(bytes), uni);
+        auto m = bandwidth_measurement(
+            ca, pair + ".p2p." + mech + ".unidir", "p2p",
+            std::string(sm ? "copy kernel on " : "cudaMemcpyPeerAsync ") + pair,
+            byte_convention::copied_once, bytes, double(bytes), uni);
         m.note = "destination checked word by word";
         add_verified(ca, std::move(m), bad == 0, mismatch_text(bad, words));
 
@@ -782,9 +833,11 @@ void run_p2p_section(const probe_options& options, probe_report& report, int dev
         VRAMKIT_CUDA_TRY(cudaSetDevice(bdev));
         bad += device_mismatches(dst_a.words(), words, seed_b, sb.get());
         VRAMKIT_CUDA_TRY(cudaSetDevice(a));
-        auto mb = bandwidth_measurement(ca, pair + ".p2p." + mech + ".bidir", "p2p",
-                                        std::string(sm ? "copy kernels, both ways, " : "cudaMemcpyPeerAsync both ways, ") + pair,
-                                        byte_convention::copied_once, bytes, 2.0 * bytes, bi);
+        auto mb = bandwidth_measurement(
+            ca, pair + ".p2p." + mech + ".bidir", "p2p",
+            std::string(sm ? "copy kernels, both ways, " : "cudaMemcpyPeerAsync both ways, ") +
+                pair,
+            byte_convention::copied_once, bytes, 2.0 * bytes, bi);
         mb.note = "both directions summed; both destinations checked word by word";
         add_verified(ca, std::move(mb), bad == 0, mismatch_text(bad, 2 * words));
         // Fresh destinations for the next mechanism.

@@ -23,7 +23,8 @@ constexpr std::uint64_t chunk_bytes = 64 * KiB;
 struct layout_tables {
   std::vector<std::uint32_t> chunk_order, line_order, chunk_shift;
   chase_layout host_view() const {
-    return {chunk_order.size(), line_order.size(), chunk_order.data(), line_order.data(), chunk_shift.data()};
+    return {chunk_order.size(), line_order.size(), chunk_order.data(), line_order.data(),
+            chunk_shift.data()};
   }
 };
 
@@ -109,8 +110,10 @@ void run_latency_section(gpu_context& ctx) {
     device_buffer tables(2 * cb + lb);
     auto* d = static_cast<std::uint32_t*>(tables.get());
     VRAMKIT_CUDA_TRY(cudaMemcpyAsync(d, t.chunk_order.data(), cb, cudaMemcpyHostToDevice, s));
-    VRAMKIT_CUDA_TRY(cudaMemcpyAsync(d + cb / 4, t.chunk_shift.data(), cb, cudaMemcpyHostToDevice, s));
-    VRAMKIT_CUDA_TRY(cudaMemcpyAsync(d + cb / 2, t.line_order.data(), lb, cudaMemcpyHostToDevice, s));
+    VRAMKIT_CUDA_TRY(
+        cudaMemcpyAsync(d + cb / 4, t.chunk_shift.data(), cb, cudaMemcpyHostToDevice, s));
+    VRAMKIT_CUDA_TRY(
+        cudaMemcpyAsync(d + cb / 2, t.line_order.data(), lb, cudaMemcpyHostToDevice, s));
     chase_layout dv{t.chunk_order.size(), t.line_order.size(), d, d + cb / 2, d + cb / 4};
     VRAMKIT_CUDA_TRY(launch_chase_build(base, line_bytes, dv, s));
     VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s));
@@ -128,7 +131,8 @@ void run_latency_section(gpu_context& ctx) {
     cycles.push_back(r.cycles_per_load);
   }
   if (!ok || c.points.empty()) {
-    ctx.report->skips.push_back({c.key, "verification failed: a chase did not end on the expected line", true});
+    ctx.report->skips.push_back(
+        {c.key, "verification failed: a chase did not end on the expected line", true});
     return;
   }
   ctx.report->curves.push_back(c);
@@ -157,7 +161,8 @@ void run_latency_section(gpu_context& ctx) {
     m.stats = pt.y;
     m.extra["cycles_per_load"] = cycles[i];
     m.extra["loads_per_sample"] = double(steps);
-    m.note = "single-thread dependent loads over a random cycle of 128-byte lines; chain end checked";
+    m.note =
+        "single-thread dependent loads over a random cycle of 128-byte lines; chain end checked";
     m.verified = true;
     ctx.report->results.push_back(m);
     memory_level lv;
@@ -167,7 +172,8 @@ void run_latency_section(gpu_context& ctx) {
     // Where the curve leaves this level: the last set within 30% of its latency.
     std::size_t j = i;
     while (j + 1 < c.points.size() && c.points[j + 1].y.median <= 1.3 * pt.y.median) ++j;
-    lv.measured_size_bytes = j + 1 < c.points.size() ? static_cast<std::uint64_t>(c.points[j].x) : 0;
+    lv.measured_size_bytes =
+        j + 1 < c.points.size() ? static_cast<std::uint64_t>(c.points[j].x) : 0;
     lv.reported_size_bytes = reported;
     ctx.report->levels.push_back(lv);
   };
@@ -280,7 +286,8 @@ void run_alloc_section(gpu_context& ctx) {
     }
     VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s));
   } catch (...) {
-    VRAMKIT_CUDA_ASSERT(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &old_threshold));
+    VRAMKIT_CUDA_ASSERT(
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &old_threshold));
     throw;
   }
   VRAMKIT_CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &old_threshold));
@@ -297,7 +304,8 @@ void run_alloc_section(gpu_context& ctx) {
     m.repetitions = static_cast<int>(v.size());
     m.stats = sample_stats::of(v);
     m.size_bytes = 64 * MiB;
-    m.note = std::to_string(n) + " sizes uniform in 256 B - 64 MiB (fixed seed), host time per call; "
+    m.note = std::to_string(n) +
+             " sizes uniform in 256 B - 64 MiB (fixed seed), host time per call; "
              "every call succeeded with a 256-byte aligned pointer";
     add_verified(ctx, std::move(m), ok, "an allocation returned a null or misaligned pointer");
   };
@@ -312,9 +320,11 @@ void run_alloc_section(gpu_context& ctx) {
 void run_overlap_section(gpu_context& ctx) {
   ctx.progress("copy/compute overlap");
   const std::size_t copy_bytes = ctx.quick() ? 64 * MiB : 256 * MiB;
-  const std::size_t kernel_bytes = std::min<std::size_t>(ctx.quick() ? 256 * MiB : GiB, ctx.free_bytes / 8) / MiB * MiB;
+  const std::size_t kernel_bytes =
+      std::min<std::size_t>(ctx.quick() ? 256 * MiB : GiB, ctx.free_bytes / 8) / MiB * MiB;
   const std::size_t cw = copy_bytes / 4, kw = kernel_bytes / 4;
-  pinned_buffer h_src(copy_bytes, pinned_buffer::mapping::unmapped), h_dst(copy_bytes, pinned_buffer::mapping::unmapped);
+  pinned_buffer h_src(copy_bytes, pinned_buffer::mapping::unmapped),
+      h_dst(copy_bytes, pinned_buffer::mapping::unmapped);
   device_buffer d_dst(copy_bytes), d_src(copy_bytes), k_src(kernel_bytes), k_dst(kernel_bytes);
   owned_cuda_stream s0, s1, s2;
   stream_blocker blocker;
@@ -327,13 +337,16 @@ void run_overlap_section(gpu_context& ctx) {
   VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s0.get()));
 
   auto kernel = [&](cudaStream_t st, int reps) {
-    for (int i = 0; i < reps; ++i) VRAMKIT_CUDA_TRY(launch_copy(k_dst.words(), k_src.words(), kw, cfg, st));
+    for (int i = 0; i < reps; ++i)
+      VRAMKIT_CUDA_TRY(launch_copy(k_dst.words(), k_src.words(), kw, cfg, st));
   };
   auto h2d = [&](cudaStream_t st) {
-    VRAMKIT_CUDA_TRY(cudaMemcpyAsync(d_dst.get(), h_src.get(), copy_bytes, cudaMemcpyHostToDevice, st));
+    VRAMKIT_CUDA_TRY(
+        cudaMemcpyAsync(d_dst.get(), h_src.get(), copy_bytes, cudaMemcpyHostToDevice, st));
   };
   auto d2h = [&](cudaStream_t st) {
-    VRAMKIT_CUDA_TRY(cudaMemcpyAsync(h_dst.get(), d_src.get(), copy_bytes, cudaMemcpyDeviceToHost, st));
+    VRAMKIT_CUDA_TRY(
+        cudaMemcpyAsync(h_dst.get(), d_src.get(), copy_bytes, cudaMemcpyDeviceToHost, st));
   };
   // Calibrate: repeat the kernel so that it lasts about as long as one copy.
   const cudaStream_t a = s0.get();

@@ -162,9 +162,11 @@ std::uint64_t device_mismatches(const std::uint32_t* p, std::size_t n_words, std
 namespace {
 template <typename Fn>
 void for_chunks(std::size_t n_words, Fn&& fn) {
-  const std::size_t min_chunk = std::size_t{1} << 22;  // below 16 MiB a thread costs more than it saves
+  const std::size_t min_chunk = std::size_t{1}
+                                << 22;  // below 16 MiB a thread costs more than it saves
   const unsigned hw = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  const std::size_t parts = std::max<std::size_t>(1, std::min<std::size_t>(hw, n_words / min_chunk));
+  const std::size_t parts =
+      std::max<std::size_t>(1, std::min<std::size_t>(hw, n_words / min_chunk));
   if (parts == 1) {
     fn(0, n_words, 0);
     return;
@@ -202,7 +204,8 @@ int host_numa_node(const void* p) {
   // get_mempolicy(MPOL_F_NODE | MPOL_F_ADDR) reports the node of the page at the address.
   int node = -1;
   constexpr unsigned long mpol_f_node = 1, mpol_f_addr = 2;
-  if (syscall(SYS_get_mempolicy, &node, nullptr, 0UL, const_cast<void*>(p), mpol_f_node | mpol_f_addr) == 0) {
+  if (syscall(SYS_get_mempolicy, &node, nullptr, 0UL, const_cast<void*>(p),
+              mpol_f_node | mpol_f_addr) == 0) {
     return node;
   }
 #endif
@@ -225,13 +228,26 @@ int attribute(cudaDeviceAttr attr, int ordinal) {
 // PCIe rate per lane and direction in GB/s, after line encoding, for generation `gen`.
 std::optional<double> pcie_lane_gbps(unsigned gen, std::string& basis) {
   switch (gen) {
-    case 1: basis = "2.5 GT/s x 8b/10b"; return 2.5 * 0.8 / 8;
-    case 2: basis = "5 GT/s x 8b/10b"; return 5.0 * 0.8 / 8;
-    case 3: basis = "8 GT/s x 128b/130b"; return 8.0 * 128 / 130 / 8;
-    case 4: basis = "16 GT/s x 128b/130b"; return 16.0 * 128 / 130 / 8;
-    case 5: basis = "32 GT/s x 128b/130b"; return 32.0 * 128 / 130 / 8;
-    case 6: basis = "64 GT/s x 242/256 (FLIT)"; return 64.0 * 242 / 256 / 8;
-    default: return std::nullopt;
+    case 1:
+      basis = "2.5 GT/s x 8b/10b";
+      return 2.5 * 0.8 / 8;
+    case 2:
+      basis = "5 GT/s x 8b/10b";
+      return 5.0 * 0.8 / 8;
+    case 3:
+      basis = "8 GT/s x 128b/130b";
+      return 8.0 * 128 / 130 / 8;
+    case 4:
+      basis = "16 GT/s x 128b/130b";
+      return 16.0 * 128 / 130 / 8;
+    case 5:
+      basis = "32 GT/s x 128b/130b";
+      return 32.0 * 128 / 130 / 8;
+    case 6:
+      basis = "64 GT/s x 242/256 (FLIT)";
+      return 64.0 * 242 / 256 / 8;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -292,7 +308,8 @@ gpu_context describe_device(int ordinal, const probe_options& options, probe_rep
   ctx.name = prop.name;
   ctx.sm_count = attribute(cudaDevAttrMultiProcessorCount, ordinal);
   ctx.cc_major = prop.major;
-  ctx.max_threads_per_sm = std::max(256, attribute(cudaDevAttrMaxThreadsPerMultiProcessor, ordinal));
+  ctx.max_threads_per_sm =
+      std::max(256, attribute(cudaDevAttrMaxThreadsPerMultiProcessor, ordinal));
   ctx.l2_bytes = static_cast<std::size_t>(attribute(cudaDevAttrL2CacheSize, ordinal));
   ctx.smem_per_sm = attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, ordinal);
   ctx.smem_per_block_optin = attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal);
@@ -305,8 +322,10 @@ gpu_context describe_device(int ordinal, const probe_options& options, probe_rep
 
   char bus[32] = {};
   std::string bus_id;
-  if (cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal) == cudaSuccess) bus_id = bus;
-  else (void)cudaGetLastError();
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal) == cudaSuccess)
+    bus_id = bus;
+  else
+    (void)cudaGetLastError();
 
   h[p + "name"] = ctx.name;
   if (!bus_id.empty()) h[p + "pci_bus_id"] = bus_id;
@@ -336,17 +355,18 @@ gpu_context describe_device(int ordinal, const probe_options& options, probe_rep
     const double peak = 2.0 * mem_khz * 1000.0 * bus_bits / 8.0 / 1e9;
     ctx.hbm_peak_gbps = peak;
     ctx.hbm_peak_basis = "2 (double data rate) x memory clock " + std::to_string(mem_khz / 1000) +
-                         " MHz x " + std::to_string(bus_bits) + "-bit bus / 8 = " +
-                         format_gbps(peak) + " GB/s";
+                         " MHz x " + std::to_string(bus_bits) +
+                         "-bit bus / 8 = " + format_gbps(peak) + " GB/s";
   }
   if (nv.uuid) {
     h[p + "uuid"] = *nv.uuid;
   } else {
     char u[64];
     const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
-    std::snprintf(u, sizeof u, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                  b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-                  b[13], b[14], b[15]);
+    std::snprintf(u, sizeof u,
+                  "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                  b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                  b[14], b[15]);
     h[p + "uuid"] = u;
   }
   // One header key per field of a reading NVML gave.
@@ -397,7 +417,8 @@ void run_section(gpu_context& ctx, const std::string& section, section_fn fn) {
     fn(ctx);
   } catch (const std::exception& e) {
     (void)cudaGetLastError();
-    ctx.report->skips.push_back({ctx.tag + "." + section, std::string("failed: ") + e.what(), true});
+    ctx.report->skips.push_back(
+        {ctx.tag + "." + section, std::string("failed: ") + e.what(), true});
   }
 }
 

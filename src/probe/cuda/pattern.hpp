@@ -18,7 +18,8 @@ inline std::uint32_t pattern_sum(std::uint64_t n_words, std::uint32_t seed) {
   // multiplier still 2^31; its seeds add 2^32 * seed = 0.
   const std::uint64_t periods = n_words >> 32;
   const std::uint64_t rest = n_words & 0xFFFFFFFFull;
-  const std::uint64_t tri = rest == 0 ? 0 : (rest % 2 == 0 ? (rest / 2) * (rest - 1) : rest * ((rest - 1) / 2));
+  const std::uint64_t tri =
+      rest == 0 ? 0 : (rest % 2 == 0 ? (rest / 2) * (rest - 1) : rest * ((rest - 1) / 2));
   std::uint32_t total = static_cast<std::uint32_t>(periods) * 0x80000000u;
   total += static_cast<std::uint32_t>(tri) * 0x9E3779B1u;
   total += static_cast<std::uint32_t>(rest) * seed;

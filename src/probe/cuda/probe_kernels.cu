@@ -33,8 +33,10 @@ __device__ __forceinline__ uint4 load16(const uint4* p) {
 
 template <int Cache>
 __device__ __forceinline__ void store16(uint4* p, uint4 v) {
-  if constexpr (Cache == 1 || Cache == 3) __stcs(p, v);
-  else *p = v;
+  if constexpr (Cache == 1 || Cache == 3)
+    __stcs(p, v);
+  else
+    *p = v;
 }
 
 // The vectors [begin, end) this thread visits with step `step`: the whole grid strides over the
@@ -85,13 +87,13 @@ __global__ void fill_kernel(uint4* __restrict__ p, std::size_t n_vec, bool chunk
       const std::size_t j = i + u * s.step;
       const std::uint64_t w = 4 * j;
       store16<Cache>(p + j, make_uint4(dev_pattern(w, seed), dev_pattern(w + 1, seed),
-                                           dev_pattern(w + 2, seed), dev_pattern(w + 3, seed)));
+                                       dev_pattern(w + 2, seed), dev_pattern(w + 3, seed)));
     }
   }
   for (; i < s.end; i += s.step) {
     const std::uint64_t w = 4 * i;
     store16<Cache>(p + i, make_uint4(dev_pattern(w, seed), dev_pattern(w + 1, seed),
-                                         dev_pattern(w + 2, seed), dev_pattern(w + 3, seed)));
+                                     dev_pattern(w + 2, seed), dev_pattern(w + 3, seed)));
   }
 }
 
@@ -138,10 +140,13 @@ __global__ void copy_tile_kernel(uint4* __restrict__ dst, const uint4* __restric
 // is stored (two buffers, two barriers). A wait that exceeds `timeout_ns` gives up (the copy then
 // fails its verification instead of hanging).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void bulk_load(unsigned buf, const char* src, unsigned bytes, unsigned bar) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+__device__ __forceinline__ void bulk_load(unsigned buf, const char* src, unsigned bytes,
+                                          unsigned bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(buf),
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(buf),
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
@@ -211,9 +216,12 @@ __global__ void tail_kernel(std::uint32_t* dst, const std::uint32_t* src, std::s
                             std::size_t n, std::uint32_t seed, int op, std::uint32_t* sum) {
   std::uint32_t acc = 0;
   for (std::size_t i = first; i < n; ++i) {
-    if (op == 0) dst[i] = dev_pattern(i, seed);
-    else if (op == 1) acc += src[i];
-    else dst[i] = src[i];
+    if (op == 0)
+      dst[i] = dev_pattern(i, seed);
+    else if (op == 1)
+      acc += src[i];
+    else
+      dst[i] = src[i];
   }
   if (op == 1 && acc != 0) atomicAdd(sum, acc);
 }
@@ -335,22 +343,27 @@ cudaError_t launch_read(const std::uint32_t* p, std::size_t n_words, std::uint32
     const bool c = cfg.chunked;
     switch (cfg.cache) {
       case cache_hint::streaming:
-        if (u8) read_kernel<1, 8><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
-        else read_kernel<1, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
+        if (u8)
+          read_kernel<1, 8><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
+        else
+          read_kernel<1, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
         break;
       case cache_hint::prefetch:
       case cache_hint::prefetch_streaming:
-        if (u8) read_kernel<2, 8><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
-        else read_kernel<2, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
+        if (u8)
+          read_kernel<2, 8><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
+        else
+          read_kernel<2, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
         break;
       default:
-        if (u8) read_kernel<0, 8><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
-        else read_kernel<0, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
+        if (u8)
+          read_kernel<0, 8><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
+        else
+          read_kernel<0, 4><<<g, cfg.threads, 0, stream>>>(v, n_vec, c, sum);
         break;
     }
   }
-  if (n_words % 4 != 0)
-    tail_kernel<<<1, 1, 0, stream>>>(nullptr, p, n_vec * 4, n_words, 0, 1, sum);
+  if (n_words % 4 != 0) tail_kernel<<<1, 1, 0, stream>>>(nullptr, p, n_vec * 4, n_words, 0, 1, sum);
   return cudaGetLastError();
 }
 
@@ -366,7 +379,8 @@ cudaError_t launch_copy(std::uint32_t* dst, const std::uint32_t* src, std::size_
     const int smem = cfg.bulk_bytes * (two ? 2 : 1);
     cudaError_t st = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                           cudaSharedmemCarveoutMaxShared);
-    if (st == cudaSuccess) st = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (st == cudaSuccess)
+      st = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (st != cudaSuccess) return st;
     kernel<<<grid_for(cfg), 32, smem, stream>>>(
         reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), n_vec * 16,
@@ -394,9 +408,8 @@ cudaError_t launch_copy(std::uint32_t* dst, const std::uint32_t* src, std::size_
   return cudaGetLastError();
 }
 
-cudaError_t launch_count_mismatches(const std::uint32_t* p, std::size_t n_words,
-                                    std::uint32_t seed, unsigned long long* count,
-                                    cudaStream_t stream) {
+cudaError_t launch_count_mismatches(const std::uint32_t* p, std::size_t n_words, std::uint32_t seed,
+                                    unsigned long long* count, cudaStream_t stream) {
   if (n_words == 0) return cudaSuccess;
   const std::size_t blocks = std::min<std::size_t>(4096, (n_words + 255) / 256);
   mismatch_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, n_words, seed, count);
@@ -414,7 +427,7 @@ cudaError_t launch_chase_build(std::uint64_t* base, std::uint64_t stride_bytes,
   const std::uint64_t n = layout.chunks * layout.lines;
   const std::uint64_t blocks = std::min<std::uint64_t>(8192, (n + 255) / 256);
   chase_build_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(base, stride_bytes / 8,
-                                                                         layout);
+                                                                        layout);
   return cudaGetLastError();
 }
 

@@ -57,9 +57,8 @@ cudaError_t launch_copy(std::uint32_t* dst, const std::uint32_t* src, std::size_
                         const launch_config& cfg, cudaStream_t stream);
 
 /// Adds the number of words of `p` that differ from the pattern to `*count`.
-cudaError_t launch_count_mismatches(const std::uint32_t* p, std::size_t n_words,
-                                    std::uint32_t seed, unsigned long long* count,
-                                    cudaStream_t stream);
+cudaError_t launch_count_mismatches(const std::uint32_t* p, std::size_t n_words, std::uint32_t seed,
+                                    unsigned long long* count, cudaStream_t stream);
 
 /// Holds `stream` until `*flag` (mapped pinned memory) turns non-zero, or `timeout_ns` passes,
 /// in which case it sets `*timed_out`. Keeps launch overhead out of timed intervals.

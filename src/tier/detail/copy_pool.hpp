@@ -35,8 +35,8 @@ class copy_pool {
   /// memcpy(dst, src, bytes) split over the pool; pieces of at least 1 MiB.
   void copy(void* dst, const void* src, std::size_t bytes) {
     constexpr std::size_t min_piece = std::size_t{1} << 20;
-    const std::size_t parts =
-        std::min<std::size_t>(static_cast<std::size_t>(parts_), std::max<std::size_t>(1, bytes / min_piece));
+    const std::size_t parts = std::min<std::size_t>(static_cast<std::size_t>(parts_),
+                                                    std::max<std::size_t>(1, bytes / min_piece));
     if (parts <= 1) {
       std::memcpy(dst, src, bytes);
       return;
@@ -51,7 +51,8 @@ class copy_pool {
     auto* d = static_cast<char*>(dst);
     const auto* s = static_cast<const char*>(src);
     std::vector<std::pair<std::size_t, std::size_t>> ranges;
-    for (std::size_t off = 0; off < bytes; off += piece) ranges.emplace_back(off, std::min(piece, bytes - off));
+    for (std::size_t off = 0; off < bytes; off += piece)
+      ranges.emplace_back(off, std::min(piece, bytes - off));
     done.left = ranges.size() - 1;
     {
       std::lock_guard lock(mutex_);

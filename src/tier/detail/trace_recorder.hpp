@@ -27,7 +27,7 @@ inline std::int64_t now_ns() noexcept {
 class trace_recorder : public std::enable_shared_from_this<trace_recorder> {
  public:
   struct event {
-    const char* name;       // static string
+    const char* name;  // static string
     std::uint32_t buffer;
     std::size_t bytes;
     std::int64_t begin_ns;  // relative to the recorder's origin

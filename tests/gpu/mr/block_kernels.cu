@@ -56,8 +56,8 @@ void launch_count_mismatches(const void* p, std::size_t bytes, std::uint32_t val
 
 void launch_spin_then_fill(void* p, std::size_t bytes, std::uint32_t value, long long cycles,
                            void* stream) {
-  spin_then_fill<<<1, 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<std::uint32_t*>(p), bytes / 4, value, cycles);
+  spin_then_fill<<<1, 256, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<std::uint32_t*>(p),
+                                                                   bytes / 4, value, cycles);
 }
 
 int last_launch_error() { return static_cast<int>(cudaGetLastError()); }

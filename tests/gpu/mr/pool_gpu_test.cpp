@@ -29,10 +29,10 @@ std::shared_ptr<device_api> gpu_or_skip() {
   return *api;
 }
 
-#define VRAMKIT_GPU_OR_SKIP(api)                                         \
-  auto api = gpu_or_skip();                                              \
-  if (!api) {                                                            \
-    if (::testing::Test::HasFailure()) return;                           \
+#define VRAMKIT_GPU_OR_SKIP(api)                                                   \
+  auto api = gpu_or_skip();                                                        \
+  if (!api) {                                                                      \
+    if (::testing::Test::HasFailure()) return;                                     \
     GTEST_SKIP() << "no usable CUDA device: " << cuda_device_api().error().reason; \
   }
 

@@ -29,26 +29,27 @@ TEST(GpuProbeKeys, KeepTheirPublishedNames) {
   // These names are in reports people keep; renaming one breaks their comparisons.
   std::set<std::string> keys;
   for (const auto& kv : gpu_probe_keys()) keys.insert(kv.first);
-  for (const char* k : {"gpu{N}.device.read", "gpu{N}.device.write", "gpu{N}.device.copy",
-                        "gpu{N}.device.memcpy", "gpu{N}.h2d.pinned", "gpu{N}.d2h.pinned",
-                        "gpu{N}.bidir.pinned", "gpu{N}.h2d.pageable", "gpu{N}.zerocopy.read",
-                        "gpu{N}.managed.first_touch", "gpu{A}->gpu{B}.p2p.ce.unidir",
-                        "gpu{N}.latency.sweep", "gpu{N}.alloc.malloc_async", "gpu{N}.overlap"}) {
+  for (const char* k :
+       {"gpu{N}.device.read", "gpu{N}.device.write", "gpu{N}.device.copy", "gpu{N}.device.memcpy",
+        "gpu{N}.h2d.pinned", "gpu{N}.d2h.pinned", "gpu{N}.bidir.pinned", "gpu{N}.h2d.pageable",
+        "gpu{N}.zerocopy.read", "gpu{N}.managed.first_touch", "gpu{A}->gpu{B}.p2p.ce.unidir",
+        "gpu{N}.latency.sweep", "gpu{N}.alloc.malloc_async", "gpu{N}.overlap"}) {
     EXPECT_TRUE(keys.count(k)) << k;
   }
 }
 
 TEST(GpuProbeSections, ListEveryGpuSection) {
   const auto s = gpu_probe_sections();
-  for (const char* name : {"gpu", "device", "h2d", "zerocopy", "managed", "p2p", "gpu-latency",
-                           "alloc", "overlap"}) {
+  for (const char* name :
+       {"gpu", "device", "h2d", "zerocopy", "managed", "p2p", "gpu-latency", "alloc", "overlap"}) {
     EXPECT_NE(std::find(s.begin(), s.end(), name), s.end()) << name;
   }
   EXPECT_EQ(std::set<std::string>(s.begin(), s.end()).size(), s.size());
 }
 
 TEST(GpuProbe, SkipsWithReasonWithoutGpu) {
-  if (cuda_runtime_status()) GTEST_SKIP() << "a GPU is present here; this test is for machines without one";
+  if (cuda_runtime_status())
+    GTEST_SKIP() << "a GPU is present here; this test is for machines without one";
   probe_report report;
   run_gpu_probe(probe_options{}, report);
   ASSERT_EQ(report.skips.size(), 1u);
@@ -68,8 +69,8 @@ TEST(GpuProbe, DoesNothingWhenOnlyHostSectionsAreAsked) {
   EXPECT_TRUE(report.results.empty());
 }
 
-std::vector<std::uint64_t> visit_all(std::uint64_t ws, std::uint64_t line, std::uint64_t chunk_bytes,
-                                     std::uint64_t seed) {
+std::vector<std::uint64_t> visit_all(std::uint64_t ws, std::uint64_t line,
+                                     std::uint64_t chunk_bytes, std::uint64_t seed) {
   using namespace detail;
   const std::uint64_t chunk = std::min(chunk_bytes, ws);
   std::vector<std::uint32_t> co(ws / chunk), lo(chunk / line), sh(ws / chunk);

@@ -18,13 +18,13 @@ bool gpu_required() {
   return v != nullptr && std::string(v) == "1";
 }
 
-#define REQUIRE_GPU_OR_SKIP()                                                          \
-  do {                                                                                 \
-    auto status_ = cuda_runtime_status();                                              \
-    if (!status_) {                                                                    \
+#define REQUIRE_GPU_OR_SKIP()                                                               \
+  do {                                                                                      \
+    auto status_ = cuda_runtime_status();                                                   \
+    if (!status_) {                                                                         \
       if (gpu_required()) FAIL() << "VRAMKIT_REQUIRE_GPU=1 but " << status_.error().reason; \
-      GTEST_SKIP() << "no GPU: " << status_.error().reason;                           \
-    }                                                                                  \
+      GTEST_SKIP() << "no GPU: " << status_.error().reason;                                 \
+    }                                                                                       \
   } while (0)
 
 probe_report run_section(const std::string& section) {
@@ -86,7 +86,8 @@ TEST(GpuProbe, DeviceSectionVerifiesAndReachesPlausibleBandwidth) {
   REQUIRE_GPU_OR_SKIP();
   auto r = run_section("device");
   expect_sane(r, "device");
-  for (const char* k : {"gpu0.device.read", "gpu0.device.write", "gpu0.device.copy", "gpu0.device.memcpy"}) {
+  for (const char* k :
+       {"gpu0.device.read", "gpu0.device.write", "gpu0.device.copy", "gpu0.device.memcpy"}) {
     const auto* m = find(r, k);
     ASSERT_NE(m, nullptr) << k;
     EXPECT_GT(m->stats.median, 50.0) << k << " GB/s: implausibly slow for device memory";
@@ -101,8 +102,8 @@ TEST(GpuProbe, HostDeviceCopiesVerifyOverTheSweep) {
   REQUIRE_GPU_OR_SKIP();
   auto r = run_section("h2d");
   expect_sane(r, "h2d");
-  for (const char* k : {"gpu0.h2d.pinned", "gpu0.d2h.pinned", "gpu0.bidir.pinned", "gpu0.h2d.pageable",
-                        "gpu0.d2h.pageable", "gpu0.bidir.pageable"}) {
+  for (const char* k : {"gpu0.h2d.pinned", "gpu0.d2h.pinned", "gpu0.bidir.pinned",
+                        "gpu0.h2d.pageable", "gpu0.d2h.pageable", "gpu0.bidir.pageable"}) {
     const auto* m = find(r, k);
     ASSERT_NE(m, nullptr) << k;
     EXPECT_GT(m->stats.median, 0.5) << k;
@@ -115,7 +116,8 @@ TEST(GpuProbe, HostDeviceCopiesVerifyOverTheSweep) {
   }
   const auto status = vramkit::cuda_runtime_status();
   ASSERT_TRUE(status.has_value());
-  EXPECT_EQ(sweeps, 6 * status->device_count);  // H2D, D2H, bidirectional x pinned, pageable, per device
+  EXPECT_EQ(sweeps,
+            6 * status->device_count);  // H2D, D2H, bidirectional x pinned, pageable, per device
 }
 
 TEST(GpuProbe, ZeroCopyVerifies) {
@@ -135,8 +137,8 @@ TEST(GpuProbe, ManagedMemoryVerifiesOrSaysWhyNot) {
     EXPECT_FALSE(r.skips[0].reason.empty());
     return;
   }
-  for (const char* k : {"gpu0.managed.first_touch", "gpu0.managed.prefetch", "gpu0.managed.prefetched_touch",
-                        "gpu0.managed.advised_touch"}) {
+  for (const char* k : {"gpu0.managed.first_touch", "gpu0.managed.prefetch",
+                        "gpu0.managed.prefetched_touch", "gpu0.managed.advised_touch"}) {
     EXPECT_NE(find(r, k), nullptr) << k;
   }
 }

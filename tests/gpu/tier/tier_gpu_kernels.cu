@@ -9,16 +9,23 @@ namespace vramkit::testing {
 namespace {
 
 cudaStream_t to_cuda(stream_view s) { return static_cast<cudaStream_t>(s.handle); }
-unsigned blocks_for(std::size_t n) { return static_cast<unsigned>((n + 255) / 256 > 4096 ? 4096 : (n + 255) / 256); }
+unsigned blocks_for(std::size_t n) {
+  return static_cast<unsigned>((n + 255) / 256 > 4096 ? 4096 : (n + 255) / 256);
+}
 
 __global__ void add_kernel(std::uint32_t* d, std::size_t n, std::uint32_t add) {
-  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) d[i] += add;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    d[i] += add;
 }
 __global__ void set_kernel(std::uint32_t* d, std::size_t n, std::uint32_t v) {
-  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) d[i] = v;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    d[i] = v;
 }
 __global__ void mix_kernel(std::uint32_t* d, std::size_t n, std::size_t first) {
-  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     d[i] = d[i] * 5u + static_cast<std::uint32_t>(first + i);
   }
 }

@@ -44,7 +44,8 @@ TEST_F(TierGpu, ResidencyManagerKeepsContentsAcrossEvictionsAndPrefetches) {
   for (std::size_t b = 0; b < buffers; ++b) {
     h.push_back(m.create(words * 4));
     auto* p = static_cast<std::uint32_t*>(m.host_data(h[b], access_mode::write));
-    for (std::size_t i = 0; i < words; ++i) p[i] = shadow[b][i] = static_cast<std::uint32_t>(b * 1000003 + i);
+    for (std::size_t i = 0; i < words; ++i)
+      p[i] = shadow[b][i] = static_cast<std::uint32_t>(b * 1000003 + i);
   }
   owned_stream s1(api), s2(api);
   std::mt19937 rng(7);
@@ -56,7 +57,9 @@ TEST_F(TierGpu, ResidencyManagerKeepsContentsAcrossEvictionsAndPrefetches) {
       m.prefetch(h[(b + 1) % buffers], s);
       continue;
     }
-    const access_mode access = what == 1 ? access_mode::read : what == 2 ? access_mode::read_write : access_mode::write;
+    const access_mode access = what == 1   ? access_mode::read
+                               : what == 2 ? access_mode::read_write
+                                           : access_mode::write;
     auto* d = static_cast<std::uint32_t*>(m.acquire(h[b], s, access));
     if (access == access_mode::read_write) {
       testing::launch_add_u32(d, words, 3, s);
@@ -98,15 +101,18 @@ TEST_F(TierGpu, PipelineDepthsOneTwoFourGiveIdenticalResults) {
   std::vector<std::uint32_t> input(words);
   for (std::size_t i = 0; i < words; ++i) input[i] = static_cast<std::uint32_t>(i * 2654435761u);
   std::vector<std::uint32_t> expected(words);
-  for (std::size_t i = 0; i < words; ++i) expected[i] = input[i] * 5u + static_cast<std::uint32_t>(i);
+  for (std::size_t i = 0; i < words; ++i)
+    expected[i] = input[i] * 5u + static_cast<std::uint32_t>(i);
   for (int depth : {1, 2, 4}) {
     stream_pipeline p(api, {.chunk_bytes = 256 * KiB, .depth = depth, .element_bytes = 4});
     std::vector<std::uint32_t> out(words, 0);
-    const auto st = p.run(pipeline_input::from_host(input.data(), words * 4),
-                          [](chunk_view c, stream_view s) {
-                            testing::launch_mix_u32(static_cast<std::uint32_t*>(c.data), c.bytes / 4, c.offset / 4, s);
-                          },
-                          pipeline_output::to_host(out.data(), out.size() * 4));
+    const auto st = p.run(
+        pipeline_input::from_host(input.data(), words * 4),
+        [](chunk_view c, stream_view s) {
+          testing::launch_mix_u32(static_cast<std::uint32_t*>(c.data), c.bytes / 4, c.offset / 4,
+                                  s);
+        },
+        pipeline_output::to_host(out.data(), out.size() * 4));
     EXPECT_EQ(st.chunks, (words * 4 + 256 * KiB - 1) / (256 * KiB));
     ASSERT_EQ(0, std::memcmp(out.data(), expected.data(), words * 4)) << "depth " << depth;
   }
@@ -118,13 +124,15 @@ TEST_F(TierGpu, PipelineTransformsPinnedDataInPlace) {
   auto* data = static_cast<std::uint32_t*>(api.allocate_pinned_host(words * 4));
   for (std::size_t i = 0; i < words; ++i) data[i] = static_cast<std::uint32_t>(i);
   stream_pipeline p(api, {.chunk_bytes = 128 * KiB, .depth = 3, .element_bytes = 4});
-  p.run(pipeline_input::from_host(data, words * 4, host_memory::pinned),
-        [](chunk_view c, stream_view s) {
-          testing::launch_mix_u32(static_cast<std::uint32_t*>(c.data), c.bytes / 4, c.offset / 4, s);
-        },
-        pipeline_output::to_host(data, words * 4, host_memory::pinned));
+  p.run(
+      pipeline_input::from_host(data, words * 4, host_memory::pinned),
+      [](chunk_view c, stream_view s) {
+        testing::launch_mix_u32(static_cast<std::uint32_t*>(c.data), c.bytes / 4, c.offset / 4, s);
+      },
+      pipeline_output::to_host(data, words * 4, host_memory::pinned));
   std::size_t bad = 0;
-  for (std::size_t i = 0; i < words; ++i) bad += data[i] != static_cast<std::uint32_t>(i) * 5u + static_cast<std::uint32_t>(i);
+  for (std::size_t i = 0; i < words; ++i)
+    bad += data[i] != static_cast<std::uint32_t>(i) * 5u + static_cast<std::uint32_t>(i);
   api.free_pinned_host(data);
   EXPECT_EQ(bad, 0u);
 }

@@ -21,7 +21,8 @@ std::string metrics(std::uint64_t total, std::uint64_t used) {
 }
 
 TEST(NodeMap, ReadsJsonAndLines) {
-  const auto j = parse_node_map(R"({"a": "http://10.0.0.1:9400", "b": "http://10.0.0.2:9400/custom"})", "m.json");
+  const auto j = parse_node_map(
+      R"({"a": "http://10.0.0.1:9400", "b": "http://10.0.0.2:9400/custom"})", "m.json");
   EXPECT_EQ(j.at("a"), "http://10.0.0.1:9400/metrics");
   EXPECT_EQ(j.at("b"), "http://10.0.0.2:9400/custom");
   const auto l = parse_node_map("# comment\n\na http://h:1  # trailing\nb http://h:2/m\n", "m.txt");
@@ -50,12 +51,13 @@ TEST(ExporterScraper, CachesForTheTtlThenScrapesAgain) {
   fake_clock clock;
   std::atomic<int> fetches{0};
   std::uint64_t used = 10 * GiB;
-  exporter_scraper s({{"a", "http://a/metrics"}}, {2000ms, 100ms, 4},
-                     [&](const std::string& url, std::chrono::milliseconds) -> result<std::string> {
-                       ++fetches;
-                       return metrics(80 * GiB, used);
-                     },
-                     clock.fn());
+  exporter_scraper s(
+      {{"a", "http://a/metrics"}}, {2000ms, 100ms, 4},
+      [&](const std::string& url, std::chrono::milliseconds) -> result<std::string> {
+        ++fetches;
+        return metrics(80 * GiB, used);
+      },
+      clock.fn());
   auto first = s.states({"a"});
   ASSERT_TRUE(first.at("a"));
   EXPECT_EQ((*first.at("a"))->gpus.at(0).free_bytes, 70 * GiB);
@@ -70,11 +72,14 @@ TEST(ExporterScraper, CachesForTheTtlThenScrapesAgain) {
 }
 
 TEST(ExporterScraper, ReportsEachFailureWithItsReason) {
-  exporter_scraper s({{"down", "http://down/metrics"}, {"junk", "http://junk/metrics"},
-                      {"empty", "http://empty/metrics"}, {"ok", "http://ok/metrics"}},
+  exporter_scraper s({{"down", "http://down/metrics"},
+                      {"junk", "http://junk/metrics"},
+                      {"empty", "http://empty/metrics"},
+                      {"ok", "http://ok/metrics"}},
                      {},
                      [](const std::string& url, std::chrono::milliseconds) -> result<std::string> {
-                       if (url == "http://down/metrics") return unavailable{unavailable_kind::failed, "connection refused"};
+                       if (url == "http://down/metrics")
+                         return unavailable{unavailable_kind::failed, "connection refused"};
                        if (url == "http://junk/metrics") return std::string("not { metrics");
                        if (url == "http://empty/metrics") return std::string("# nothing here\n");
                        return metrics(GiB, 0);
@@ -93,17 +98,20 @@ TEST(ExporterScraper, ScrapesNodesInParallel) {
   // Each fetch waits until 4 fetches are in flight at once; done serially this would never finish,
   // so the deadline inside turns a serial scraper into a failure instead of a hang.
   std::map<std::string, std::string> urls;
-  for (int i = 0; i < 4; ++i) urls["n" + std::to_string(i)] = "http://n" + std::to_string(i) + "/metrics";
+  for (int i = 0; i < 4; ++i)
+    urls["n" + std::to_string(i)] = "http://n" + std::to_string(i) + "/metrics";
   std::atomic<int> in_flight{0};
   std::atomic<int> peak{0};
-  exporter_scraper s(urls, {2000ms, 100ms, 4}, [&](const std::string&, std::chrono::milliseconds) -> result<std::string> {
-    const int now = ++in_flight;
-    peak = std::max(peak.load(), now);
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (peak.load() < 4 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-    --in_flight;
-    return metrics(GiB, 0);
-  });
+  exporter_scraper s(urls, {2000ms, 100ms, 4},
+                     [&](const std::string&, std::chrono::milliseconds) -> result<std::string> {
+                       const int now = ++in_flight;
+                       peak = std::max(peak.load(), now);
+                       const auto deadline = std::chrono::steady_clock::now() + 5s;
+                       while (peak.load() < 4 && std::chrono::steady_clock::now() < deadline)
+                         std::this_thread::yield();
+                       --in_flight;
+                       return metrics(GiB, 0);
+                     });
   auto st = s.states({"n0", "n1", "n2", "n3"});
   EXPECT_EQ(peak.load(), 4);
   for (const auto& [name, state] : st) EXPECT_TRUE(state) << name;

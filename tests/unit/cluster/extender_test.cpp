@@ -1,5 +1,6 @@
 // Extender verbs against golden fixtures written from k8s.io/kube-scheduler/extender/v1, plus
-// malformed input (400, never a crash) and the request sources (extended resource, plan annotation).
+// malformed input (400, never a crash) and the request sources (extended resource, plan
+// annotation).
 #include "vramkit/cluster/extender.hpp"
 
 #include <fstream>
@@ -33,7 +34,8 @@ node_lookup fixture_lookup(int* calls = nullptr) {
     node_states out;
     for (const std::string& n : names) {
       if (nodes.contains(n)) {
-        out.emplace(n, std::make_shared<const node_state>(node_state{n, gpus_from_fixture_json(nodes[n].dump(), n)}));
+        out.emplace(n, std::make_shared<const node_state>(
+                           node_state{n, gpus_from_fixture_json(nodes[n].dump(), n)}));
       } else {
         out.emplace(n, unavailable{unavailable_kind::failed, n + ": connection refused"});
       }
@@ -49,38 +51,48 @@ extender_config config(placement_policy policy = placement_policy::pack) {
 }
 
 TEST(Extender, FilterWithNodeNamesMatchesGolden) {
-  const extender_response r = extender_filter(fixture("filter_node_names_request.json"), fixture_lookup(), config());
+  const extender_response r =
+      extender_filter(fixture("filter_node_names_request.json"), fixture_lookup(), config());
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(json::parse(r.body), json::parse(fixture("filter_node_names_response.json"))) << r.body;
 }
 
 TEST(Extender, FilterWithNodeListMatchesGolden) {
-  const extender_response r = extender_filter(fixture("filter_node_list_request.json"), fixture_lookup(), config());
+  const extender_response r =
+      extender_filter(fixture("filter_node_list_request.json"), fixture_lookup(), config());
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(json::parse(r.body), json::parse(fixture("filter_node_list_response.json"))) << r.body;
 }
 
 TEST(Extender, PrioritizeMatchesGoldenForPackAndSpread) {
   const std::string body = fixture("prioritize_request.json");
-  const extender_response pack = extender_prioritize(body, fixture_lookup(), config(placement_policy::pack));
+  const extender_response pack =
+      extender_prioritize(body, fixture_lookup(), config(placement_policy::pack));
   ASSERT_EQ(pack.status, 200) << pack.body;
-  EXPECT_EQ(json::parse(pack.body), json::parse(fixture("prioritize_pack_response.json"))) << pack.body;
-  const extender_response spread = extender_prioritize(body, fixture_lookup(), config(placement_policy::spread));
+  EXPECT_EQ(json::parse(pack.body), json::parse(fixture("prioritize_pack_response.json")))
+      << pack.body;
+  const extender_response spread =
+      extender_prioritize(body, fixture_lookup(), config(placement_policy::spread));
   ASSERT_EQ(spread.status, 200) << spread.body;
-  EXPECT_EQ(json::parse(spread.body), json::parse(fixture("prioritize_spread_response.json"))) << spread.body;
+  EXPECT_EQ(json::parse(spread.body), json::parse(fixture("prioritize_spread_response.json")))
+      << spread.body;
 }
 
 TEST(Extender, ResponsesUseTheGoFieldNames) {
-  const extender_response r = extender_filter(fixture("filter_node_names_request.json"), fixture_lookup(), config());
+  const extender_response r =
+      extender_filter(fixture("filter_node_names_request.json"), fixture_lookup(), config());
   const json j = json::parse(r.body);
-  for (const char* key : {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}) {
+  for (const char* key :
+       {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j.size(), 5u);
   // The upstream wire example decodes into exactly these fields.
   const json upstream = json::parse(fixture("upstream_filter_result.json"));
-  for (auto it = upstream.begin(); it != upstream.end(); ++it) EXPECT_TRUE(j.contains(it.key())) << it.key();
-  const json list = json::parse(extender_prioritize(fixture("prioritize_request.json"), fixture_lookup(), config()).body);
+  for (auto it = upstream.begin(); it != upstream.end(); ++it)
+    EXPECT_TRUE(j.contains(it.key())) << it.key();
+  const json list = json::parse(
+      extender_prioritize(fixture("prioritize_request.json"), fixture_lookup(), config()).body);
   const json upstream_list = json::parse(fixture("upstream_host_priority_list.json"));
   ASSERT_TRUE(list.is_array());
   for (const json& e : list) {
@@ -97,7 +109,8 @@ TEST(Extender, AcceptsLowerCaseFieldNamesAsGoDecodingDoes) {
   json lower = {{"pod", args["Pod"]}, {"nodenames", args["NodeNames"]}};
   const extender_response r = extender_filter(lower.dump(), fixture_lookup(), config());
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(json::parse(r.body)["NodeNames"], json::parse(fixture("filter_node_names_response.json"))["NodeNames"]);
+  EXPECT_EQ(json::parse(r.body)["NodeNames"],
+            json::parse(fixture("filter_node_names_response.json"))["NodeNames"]);
 }
 
 TEST(Extender, MalformedRequestsGet400WithAMessage) {
@@ -114,7 +127,8 @@ TEST(Extender, MalformedRequestsGet400WithAMessage) {
       {json{{"Pod", pod}, {"NodeNames", {1, 2}}}.dump(), "NodeNames must be an array"},
       {json{{"Pod", pod}, {"Nodes", 5}}.dump(), "NodeList"},
       {json{{"Pod", pod}, {"Nodes", {{"items", 3}}}}.dump(), "items must be an array"},
-      {json{{"Pod", pod}, {"Nodes", {{"items", {{{"metadata", json::object()}}}}}}}.dump(), "no metadata.name"},
+      {json{{"Pod", pod}, {"Nodes", {{"items", {{{"metadata", json::object()}}}}}}}.dump(),
+       "no metadata.name"},
   };
   int calls = 0;
   const node_lookup lookup = fixture_lookup(&calls);
@@ -154,12 +168,14 @@ TEST(Extender, BadQuantityOrPlanFailsTheAttemptWithTheReason) {
 
 TEST(Extender, PodRequestSumsContainersAndTakesTheLargestInitContainer) {
   const extender_config c = config();
-  json pod = {{"spec",
-               {{"containers",
-                 {{{"name", "a"}, {"resources", {{"limits", {{"vramkit.io/gpu-memory", "10Gi"}}}}}},
-                  {{"name", "b"}, {"resources", {{"requests", {{"vramkit.io/gpu-memory", "6Gi"}}}}}},
-                  {{"name", "c"}}}},
-                {"initContainers", {{{"name", "i"}, {"resources", {{"limits", {{"vramkit.io/gpu-memory", "4Gi"}}}}}}}}}}};
+  json pod = {
+      {"spec",
+       {{"containers",
+         {{{"name", "a"}, {"resources", {{"limits", {{"vramkit.io/gpu-memory", "10Gi"}}}}}},
+          {{"name", "b"}, {"resources", {{"requests", {{"vramkit.io/gpu-memory", "6Gi"}}}}}},
+          {{"name", "c"}}}},
+        {"initContainers",
+         {{{"name", "i"}, {"resources", {{"limits", {{"vramkit.io/gpu-memory", "4Gi"}}}}}}}}}}};
   EXPECT_EQ(pod_memory_request(pod.dump(), c), 16 * GiB);
   pod["spec"]["initContainers"][0]["resources"]["limits"]["vramkit.io/gpu-memory"] = "20Gi";
   EXPECT_EQ(pod_memory_request(pod.dump(), c), 20 * GiB);
@@ -167,8 +183,9 @@ TEST(Extender, PodRequestSumsContainersAndTakesTheLargestInitContainer) {
 
 TEST(Extender, PodRequestFromAPlanAnnotation) {
   const extender_config c = config();
-  json pod = {{"metadata", {{"annotations", {{"vramkit.io/plan", R"({"device_peak_bytes": 12345})"}}}}},
-              {"spec", {{"containers", {{{"name", "a"}}}}}}};
+  json pod = {
+      {"metadata", {{"annotations", {{"vramkit.io/plan", R"({"device_peak_bytes": 12345})"}}}}},
+      {"spec", {{"containers", {{{"name", "a"}}}}}}};
   EXPECT_EQ(pod_memory_request(pod.dump(), c), 12345u);
   // The extended resource wins over the annotation.
   pod["spec"]["containers"][0]["resources"]["limits"]["vramkit.io/gpu-memory"] = "1Ki";
@@ -181,7 +198,8 @@ TEST(Extender, PodRequestFromAPlanAnnotation) {
 TEST(Extender, HeadroomTurnsAFitIntoAMisfit) {
   extender_config c = config();
   c.placement.safety = headroom{20 * GiB, 0.0};  // node-a GPU 1: 40 free - 20 kept < 24
-  const extender_response r = extender_filter(fixture("filter_node_names_request.json"), fixture_lookup(), c);
+  const extender_response r =
+      extender_filter(fixture("filter_node_names_request.json"), fixture_lookup(), c);
   EXPECT_EQ(json::parse(r.body)["NodeNames"], json({"node-b"}));
 }
 

@@ -20,7 +20,8 @@ TEST(MemoryRequest, ParsesDeclarations) {
 }
 
 TEST(MemoryRequest, ReadsDevicePeakFromPlanJson) {
-  const char* plan = R"({"schema_version": 1, "allocated_peak_bytes": 100, "reserved_peak_bytes": 200,
+  const char* plan =
+      R"({"schema_version": 1, "allocated_peak_bytes": 100, "reserved_peak_bytes": 200,
                          "device_peak_bytes": 25769803776, "host_peak_bytes": 0, "components": []})";
   EXPECT_EQ(request_from_plan_json(plan), 24 * GiB);
 }
@@ -55,8 +56,8 @@ TEST(KubeQuantity, FractionsAndExponentsRoundUpToWholeBytes) {
   EXPECT_EQ(parse_kube_quantity("1.5Gi"), 3 * GiB / 2);
   EXPECT_EQ(parse_kube_quantity("1e9"), 1'000'000'000u);
   EXPECT_EQ(parse_kube_quantity("1E3"), 1000u);
-  EXPECT_EQ(parse_kube_quantity("15e-1"), 2u);   // 1.5 -> 2
-  EXPECT_EQ(parse_kube_quantity("100m"), 1u);    // 0.1 -> 1
+  EXPECT_EQ(parse_kube_quantity("15e-1"), 2u);  // 1.5 -> 2
+  EXPECT_EQ(parse_kube_quantity("100m"), 1u);   // 0.1 -> 1
   EXPECT_EQ(parse_kube_quantity("1000m"), 1u);
   EXPECT_EQ(parse_kube_quantity("1001m"), 2u);
   EXPECT_EQ(parse_kube_quantity(".5Ki"), 512u);
@@ -66,8 +67,8 @@ TEST(KubeQuantity, FractionsAndExponentsRoundUpToWholeBytes) {
 }
 
 TEST(KubeQuantity, RejectsMalformedAndHugeValues) {
-  for (const char* bad : {"", "Gi", "-1Gi", "24GB", "24gi", "1.2.3", "1e", "1e+", "1ex", "24 Gi", "9Ei",
-                          "1e40", "99999999999999999999999999999999"}) {
+  for (const char* bad : {"", "Gi", "-1Gi", "24GB", "24gi", "1.2.3", "1e", "1e+", "1ex", "24 Gi",
+                          "9Ei", "1e40", "99999999999999999999999999999999"}) {
     EXPECT_THROW((void)parse_kube_quantity(bad), usage_error) << bad;
   }
   EXPECT_EQ(parse_kube_quantity("7Ei"), 7ULL << 60);

@@ -54,7 +54,8 @@ TEST(Placement, RequestLargerThanEveryGpuIsTooLarge) {
   const placement p = place_on_node(81 * GiB, n, {});
   EXPECT_FALSE(p.fits);
   EXPECT_EQ(p.why, misfit::too_large);
-  EXPECT_NE(describe_misfit(81 * GiB, n, {}).find("largest GPU here holds 80.00 GiB"), std::string::npos);
+  EXPECT_NE(describe_misfit(81 * GiB, n, {}).find("largest GPU here holds 80.00 GiB"),
+            std::string::npos);
 }
 
 TEST(Placement, FreeMemorySplitOverGpusDoesNotCount) {
@@ -63,7 +64,8 @@ TEST(Placement, FreeMemorySplitOverGpusDoesNotCount) {
   const placement p = place_on_node(30 * GiB, n, {});
   EXPECT_FALSE(p.fits);
   EXPECT_EQ(p.why, misfit::not_enough_free);
-  EXPECT_NE(describe_misfit(30 * GiB, n, {}).find("most free on one GPU here is 15.00 GiB"), std::string::npos);
+  EXPECT_NE(describe_misfit(30 * GiB, n, {}).find("most free on one GPU here is 15.00 GiB"),
+            std::string::npos);
 }
 
 TEST(Placement, HeadroomBytesAreKeptFree) {

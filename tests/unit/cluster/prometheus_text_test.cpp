@@ -56,8 +56,9 @@ TEST(PrometheusText, LabelValuesMayHoldBracesCommasAndHashes) {
 }
 
 TEST(PrometheusText, MalformedLinesNameTheLine) {
-  for (const char* bad : {"m{a=\"1\" 1", "m{a=1} 1", "m{a=\"1\"} x", "m 1 2 3", "m{a=\"\\q\"} 1", "1m 2",
-                          "m", "m{=\"1\"} 1", "m{a=\"unterminated} 1", "m 0x10", "m 1 1.5"}) {
+  for (const char* bad :
+       {"m{a=\"1\" 1", "m{a=1} 1", "m{a=\"1\"} x", "m 1 2 3", "m{a=\"\\q\"} 1", "1m 2", "m",
+        "m{=\"1\"} 1", "m{a=\"unterminated} 1", "m 0x10", "m 1 1.5"}) {
     try {
       (void)parse_prometheus_text(std::string("# ok\n") + bad + "\n");
       ADD_FAILURE() << "accepted: " << bad;
@@ -98,7 +99,8 @@ TEST(PrometheusText, MapsExporterMetricsToGpus) {
 }
 
 TEST(PrometheusText, RejectsANonNumericGpuLabel) {
-  EXPECT_THROW((void)gpus_from_metrics(parse_prometheus_text("vramkit_gpu_memory_total_bytes{gpu=\"a\"} 1\n")),
+  EXPECT_THROW((void)gpus_from_metrics(
+                   parse_prometheus_text("vramkit_gpu_memory_total_bytes{gpu=\"a\"} 1\n")),
                usage_error);
 }
 

@@ -49,15 +49,21 @@ TEST(SlurmGres, WritesGresConfNodeLineAndSubmitSettings) {
   slurm_gres_options o;
   o.node_name = "gpu01";
   o.shard_bytes = 4 * GiB;
-  const auto c = make_slurm_gres({gpu(0, "NVIDIA H100 80GB HBM3", 80 * GiB), gpu(1, "NVIDIA A100-SXM4-40GB", 40 * GiB),
-                                  gpu(2, "NVIDIA H100 80GB HBM3", 80 * GiB)},
-                                 o);
+  const auto c = make_slurm_gres(
+      {gpu(0, "NVIDIA H100 80GB HBM3", 80 * GiB), gpu(1, "NVIDIA A100-SXM4-40GB", 40 * GiB),
+       gpu(2, "NVIDIA H100 80GB HBM3", 80 * GiB)},
+      o);
   EXPECT_EQ(c.max_gpu_shards, 20u);
-  EXPECT_NE(c.gres_conf.find("NodeName=gpu01 Name=gpu Type=h100 File=/dev/nvidia0\n"), std::string::npos);
-  EXPECT_NE(c.gres_conf.find("NodeName=gpu01 Name=shard Count=20 File=/dev/nvidia0"), std::string::npos);
-  EXPECT_NE(c.gres_conf.find("NodeName=gpu01 Name=gpu Type=a100 File=/dev/nvidia1\n"), std::string::npos);
-  EXPECT_NE(c.gres_conf.find("NodeName=gpu01 Name=shard Count=10 File=/dev/nvidia1"), std::string::npos);
-  EXPECT_NE(c.node_line.find("\nNodeName=gpu01 Gres=gpu:h100:2,gpu:a100:1,shard:50\n"), std::string::npos)
+  EXPECT_NE(c.gres_conf.find("NodeName=gpu01 Name=gpu Type=h100 File=/dev/nvidia0\n"),
+            std::string::npos);
+  EXPECT_NE(c.gres_conf.find("NodeName=gpu01 Name=shard Count=20 File=/dev/nvidia0"),
+            std::string::npos);
+  EXPECT_NE(c.gres_conf.find("NodeName=gpu01 Name=gpu Type=a100 File=/dev/nvidia1\n"),
+            std::string::npos);
+  EXPECT_NE(c.gres_conf.find("NodeName=gpu01 Name=shard Count=10 File=/dev/nvidia1"),
+            std::string::npos);
+  EXPECT_NE(c.node_line.find("\nNodeName=gpu01 Gres=gpu:h100:2,gpu:a100:1,shard:50\n"),
+            std::string::npos)
       << c.node_line;
   EXPECT_NE(c.submit_config.find("\nshard_bytes=4294967296\n"), std::string::npos);
   EXPECT_NE(c.submit_config.find("\nmax_gpu_shards=20\n"), std::string::npos);
@@ -88,8 +94,10 @@ TEST(GpuFixture, ReadsTheSharedFakeGpuFormat) {
   EXPECT_EQ(gpus[1].free_bytes, 2000u);
   EXPECT_THROW((void)gpus_from_fixture_json("{}"), usage_error);
   EXPECT_THROW((void)gpus_from_fixture_json(R"({"gpus": [{"name": "x"}]})"), usage_error);
-  EXPECT_THROW((void)gpus_from_fixture_json(R"({"gpus": [{"memory_total_bytes": -1}]})"), usage_error);
-  EXPECT_THROW((void)gpus_from_fixture_json(R"({"gpus": [{"memory_total_bytes": 1, "memory_used_bytes": 2}]})"),
+  EXPECT_THROW((void)gpus_from_fixture_json(R"({"gpus": [{"memory_total_bytes": -1}]})"),
+               usage_error);
+  EXPECT_THROW((void)gpus_from_fixture_json(
+                   R"({"gpus": [{"memory_total_bytes": 1, "memory_used_bytes": 2}]})"),
                usage_error);
 }
 

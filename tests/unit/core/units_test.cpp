@@ -13,7 +13,9 @@ TEST(Units, FormatsBinarySizes) {
   EXPECT_EQ(format_bytes(3.0 * GiB), "3.00 GiB");
 }
 
-TEST(Units, FormatsBandwidthInDecimalGigabytes) { EXPECT_EQ(format_bandwidth(55.2e9), "55.20 GB/s"); }
+TEST(Units, FormatsBandwidthInDecimalGigabytes) {
+  EXPECT_EQ(format_bandwidth(55.2e9), "55.20 GB/s");
+}
 
 TEST(Units, ParsesSizesWithUnits) {
   EXPECT_EQ(parse_bytes("24GiB"), 24 * GiB);

@@ -69,7 +69,7 @@ TEST_F(CApi, TruncatesIntoSmallBuffersAndReportsTheFullLength) {
 TEST_F(CApi, ReturnsNullInsteadOfThrowing) {
   EXPECT_EQ(vramkit_malloc(0, 0, nullptr), nullptr);
   EXPECT_EQ(vramkit_malloc(-5, 0, nullptr), nullptr);
-  EXPECT_EQ(vramkit_malloc(1024, 99, nullptr), nullptr);     // bad ordinal
+  EXPECT_EQ(vramkit_malloc(1024, 99, nullptr), nullptr);  // bad ordinal
   EXPECT_EQ(vramkit_malloc(1024, -1, nullptr), nullptr);
   EXPECT_EQ(vramkit_malloc(std::int64_t{1} << 40, 0, nullptr), nullptr);  // out of memory
   EXPECT_EQ(stats(0)["num_ooms"], 1);

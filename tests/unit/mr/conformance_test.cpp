@@ -107,10 +107,9 @@ class ResourceConformance : public ::testing::Test {
   memory_resource& r() { return *s.top; }
 };
 
-using factories =
-    ::testing::Types<host_factory, sim_device_factory, sim_async_factory, sim_managed_factory,
-                     pool_factory, statistics_factory, limit_factory, tracing_factory,
-                     pinned_pool_factory>;
+using factories = ::testing::Types<host_factory, sim_device_factory, sim_async_factory,
+                                   sim_managed_factory, pool_factory, statistics_factory,
+                                   limit_factory, tracing_factory, pinned_pool_factory>;
 TYPED_TEST_SUITE(ResourceConformance, factories);
 
 TYPED_TEST(ResourceConformance, ZeroBytesGiveNullAndFreeingNullIsANoOp) {

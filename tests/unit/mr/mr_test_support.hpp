@@ -16,7 +16,8 @@ namespace vramkit::testing {
 /// Forwards everything to a host_sim_device and logs record_event and stream_wait_event.
 class recording_device_api final : public device_api {
  public:
-  explicit recording_device_api(host_sim_options o = {}) : sim(std::make_shared<host_sim_device>(o)) {}
+  explicit recording_device_api(host_sim_options o = {})
+      : sim(std::make_shared<host_sim_device>(o)) {}
 
   struct recorded {
     enum class what { record, wait } kind;
@@ -61,7 +62,9 @@ class recording_device_api final : public device_api {
   void copy_async(void* d, const void* s, std::size_t b, copy_kind k, stream_view st) override {
     sim->copy_async(d, s, b, k, st);
   }
-  void fill_async(void* d, int v, std::size_t b, stream_view s) override { sim->fill_async(d, v, b, s); }
+  void fill_async(void* d, int v, std::size_t b, stream_view s) override {
+    sim->fill_async(d, v, b, s);
+  }
   stream_view create_stream() override { return sim->create_stream(); }
   void destroy_stream(stream_view s) noexcept override { sim->destroy_stream(s); }
   void synchronize(stream_view s) override { sim->synchronize(s); }

@@ -210,7 +210,8 @@ TEST(PoolResource, RejectsUnsupportedAlignmentAndBadOptions) {
   EXPECT_THROW((void)s.pool->allocate(100, 3, s.a), logic_error);
   pool_options bad;
   bad.rounding = 300;
-  EXPECT_THROW(pool_resource(std::make_shared<device_api_resource>(s.dev), s.dev, bad), logic_error);
+  EXPECT_THROW(pool_resource(std::make_shared<device_api_resource>(s.dev), s.dev, bad),
+               logic_error);
 }
 
 TEST(PoolResource, ReportsForeignPointersAndWrongSizesWithoutDamage) {
@@ -350,7 +351,8 @@ void random_stress(int streams, std::uint32_t seed, bool expect_one_block_per_ch
     ASSERT_EQ(r.allocations.all.current, static_cast<std::int64_t>(model.size()));
     ASSERT_EQ(pool->report().requested_bytes.all.current, model_bytes);
   }
-  for (auto& [a, l] : model) stats.deallocate(reinterpret_cast<void*>(a), l.bytes, 256, *ss[l.stream]);
+  for (auto& [a, l] : model)
+    stats.deallocate(reinterpret_cast<void*>(a), l.bytes, 256, *ss[l.stream]);
   EXPECT_EQ(pool->allocated_bytes(), 0u);
   if (expect_one_block_per_chunk) {
     EXPECT_EQ(pool->free_block_count(), pool->chunk_count());

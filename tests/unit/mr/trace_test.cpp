@@ -52,7 +52,8 @@ TEST(Trace, RoundTripsThroughAFile) {
 }
 
 TEST(Trace, NamesTheLineOfEachMalformedInput) {
-  EXPECT_NE(error_of("# other\n").find("t.trace:1: expected '# vramkit-trace v1'"), std::string::npos);
+  EXPECT_NE(error_of("# other\n").find("t.trace:1: expected '# vramkit-trace v1'"),
+            std::string::npos);
   EXPECT_NE(error_of("").find("empty trace"), std::string::npos);
   const std::string m = "# vramkit-trace v1\n";
   EXPECT_NE(error_of(m + "x 1 2 3 4\n").find("t.trace:2: expected 'a|f"), std::string::npos);
@@ -70,7 +71,8 @@ TEST(Trace, NamesTheLineOfEachMalformedInput) {
 }
 
 TEST(Trace, AcceptsCommentsBlankLinesAndLiveBlocksAtTheEnd) {
-  const trace t = parse_text("# vramkit-trace v1\n# source: x\n\na 1 10 0 0\na 2 20 1 5\nf 1 10 0 6\n");
+  const trace t =
+      parse_text("# vramkit-trace v1\n# source: x\n\na 1 10 0 0\na 2 20 1 5\nf 1 10 0 6\n");
   EXPECT_EQ(t.events.size(), 3u);
   ASSERT_EQ(t.comments.size(), 1u);
   EXPECT_EQ(t.comments[0], " source: x");
@@ -81,8 +83,9 @@ TEST(Trace, ReplayFreesWhatTheTraceLeavesLiveAndMeasuresThePeak) {
   owned_stream s0(*dev);
   owned_stream s1(*dev);
   pool_resource pool(std::make_shared<device_api_resource>(dev), dev);
-  const trace t = parse_text("# vramkit-trace v1\na 1 1000 0 0\na 2 3000000 1 1\nf 1 1000 0 2\n"
-                             "a 3 500 0 3\n");
+  const trace t = parse_text(
+      "# vramkit-trace v1\na 1 1000 0 0\na 2 3000000 1 1\nf 1 1000 0 2\n"
+      "a 3 500 0 3\n");
   const stream_view streams[] = {s0, s1};
   replay_options o;
   o.record_latencies = true;

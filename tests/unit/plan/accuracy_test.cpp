@@ -39,12 +39,15 @@ void expect_within_tolerance(const std::string& file) {
     const double mr = c.max_reserved_bytes;
     const double ea = (static_cast<double>(p.allocated_peak_bytes) - ma) / ma;
     const double er = (static_cast<double>(p.reserved_peak_bytes) - mr) / mr;
-    EXPECT_LE(std::fabs(ea), 0.10) << "allocated predicted " << p.allocated_peak_bytes << " measured " << ma;
-    EXPECT_LE(std::fabs(er), 0.15) << "reserved predicted " << p.reserved_peak_bytes << " measured " << mr;
+    EXPECT_LE(std::fabs(ea), 0.10)
+        << "allocated predicted " << p.allocated_peak_bytes << " measured " << ma;
+    EXPECT_LE(std::fabs(er), 0.15)
+        << "reserved predicted " << p.reserved_peak_bytes << " measured " << mr;
     if (c.nvidia_smi_used_bytes) {
       const double ms = *c.nvidia_smi_used_bytes;
       const double ed = (static_cast<double>(p.device_peak_bytes) - ms) / ms;
-      EXPECT_LE(std::fabs(ed), 0.15) << "device predicted " << p.device_peak_bytes << " nvidia-smi " << ms;
+      EXPECT_LE(std::fabs(ed), 0.15)
+          << "device predicted " << p.device_peak_bytes << " nvidia-smi " << ms;
     }
     alloc_err.push_back(std::fabs(ea));
     ++checked;

@@ -31,7 +31,7 @@ TEST(ConfigLoader, PublishedParameterCounts) {
   EXPECT_EQ(parameter_count(preset_model("llama-2-7b")), 6738415616u);
   EXPECT_EQ(parameter_count(preset_model("llama-3-8b")), 8030261248u);
   EXPECT_EQ(parameter_count(preset_model("mistral-7b")), 7241732096u);
-  EXPECT_EQ(parameter_count(preset_model("bert-base")), 109514298u);   // BertForMaskedLM
+  EXPECT_EQ(parameter_count(preset_model("bert-base")), 109514298u);  // BertForMaskedLM
   EXPECT_EQ(parameter_count(preset_model("resnet-18")), 11689512u);
   EXPECT_EQ(parameter_count(preset_model("resnet-50")), 25557032u);
   EXPECT_EQ(parameter_count(preset_model("resnet-101")), 44549160u);
@@ -58,14 +58,17 @@ TEST(ConfigLoader, GroupedQueryHeadsAndHeadDim) {
   EXPECT_EQ(m.t.kv_heads, 8);
   EXPECT_EQ(m.t.head_dim, 128);
   // head_dim from the config wins over hidden / heads.
-  const auto q = parse_model_config(R"({"model_type":"llama","hidden_size":1024,"intermediate_size":3072,
-    "num_hidden_layers":2,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,"vocab_size":1000})", "x.json");
+  const auto q =
+      parse_model_config(R"({"model_type":"llama","hidden_size":1024,"intermediate_size":3072,
+    "num_hidden_layers":2,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,"vocab_size":1000})",
+                         "x.json");
   EXPECT_EQ(q.t.head_dim, 128);
   EXPECT_EQ(q.t.kv_heads, 8);
 }
 
 TEST(ConfigLoader, TiedAndUntiedEmbeddings) {
-  const std::string base = R"({"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":1,
+  const std::string base =
+      R"({"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":1,
     "num_attention_heads":4,"vocab_size":1000)";
   const auto untied = parse_model_config(base + "}", "a.json");
   const auto tied = parse_model_config(base + R"(,"tie_word_embeddings":true})", "b.json");
@@ -78,13 +81,15 @@ TEST(ConfigLoader, TiedAndUntiedEmbeddings) {
 }
 
 TEST(ConfigLoader, MissingFieldNamesFileAndField) {
-  const auto msg = error_of(R"({"model_type":"gpt2","n_embd":768,"n_head":12,"vocab_size":50257})", "my/config.json");
+  const auto msg = error_of(R"({"model_type":"gpt2","n_embd":768,"n_head":12,"vocab_size":50257})",
+                            "my/config.json");
   EXPECT_THAT(msg, HasSubstr("my/config.json"));
   EXPECT_THAT(msg, HasSubstr("n_layer"));
 }
 
 TEST(ConfigLoader, WrongTypeNamesField) {
-  const auto msg = error_of(R"({"model_type":"bert","hidden_size":"big","num_hidden_layers":2,"num_attention_heads":2,
+  const auto msg = error_of(
+      R"({"model_type":"bert","hidden_size":"big","num_hidden_layers":2,"num_attention_heads":2,
     "intermediate_size":8,"vocab_size":10})");
   EXPECT_THAT(msg, HasSubstr("hidden_size"));
   EXPECT_THAT(msg, HasSubstr("integer"));
@@ -99,11 +104,15 @@ TEST(ConfigLoader, UnknownArchitectureListsSupported) {
 }
 
 TEST(ConfigLoader, RefusesAbsurdAndZeroSizes) {
-  EXPECT_THAT(error_of(R"({"model_type":"gpt2","n_embd":0,"n_layer":2,"n_head":1,"vocab_size":10})"), HasSubstr("n_embd"));
-  EXPECT_THAT(error_of(R"({"model_type":"gpt2","n_embd":64,"n_layer":100000,"n_head":1,"vocab_size":10})"),
-              HasSubstr("out of range"));
-  EXPECT_THAT(error_of(R"({"model_type":"gpt2","n_embd":64,"n_layer":2,"n_head":5,"vocab_size":10})"),
-              HasSubstr("not divisible"));
+  EXPECT_THAT(
+      error_of(R"({"model_type":"gpt2","n_embd":0,"n_layer":2,"n_head":1,"vocab_size":10})"),
+      HasSubstr("n_embd"));
+  EXPECT_THAT(
+      error_of(R"({"model_type":"gpt2","n_embd":64,"n_layer":100000,"n_head":1,"vocab_size":10})"),
+      HasSubstr("out of range"));
+  EXPECT_THAT(
+      error_of(R"({"model_type":"gpt2","n_embd":64,"n_layer":2,"n_head":5,"vocab_size":10})"),
+      HasSubstr("not divisible"));
 }
 
 TEST(ConfigLoader, MalformedJsonAndMissingFile) {
@@ -113,7 +122,8 @@ TEST(ConfigLoader, MalformedJsonAndMissingFile) {
 }
 
 TEST(ConfigLoader, ResolvesPathsAndPresets) {
-  const auto m = resolve_model(std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/plan/configs/gpt2.json");
+  const auto m =
+      resolve_model(std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/plan/configs/gpt2.json");
   EXPECT_EQ(parameter_count(m), 124439808u);
   EXPECT_EQ(resolve_model("bert-base").name, "bert-base");
 }

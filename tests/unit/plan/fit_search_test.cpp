@@ -46,7 +46,8 @@ TEST(FitSearch, ReturnsConfigurationsThatFitRankedByCost) {
   }
   // The whole batch of 32 x 1024 tokens cannot run at once on 24 GB in fp32 without help.
   const auto& best = res.fits.front().request;
-  EXPECT_TRUE(best.micro_batch < 32 || best.prec != precision::fp32 || best.ckpt != checkpointing::none);
+  EXPECT_TRUE(best.micro_batch < 32 || best.prec != precision::fp32 ||
+              best.ckpt != checkpointing::none);
 }
 
 TEST(FitSearch, NothingFitsATinyGpu) {
@@ -71,9 +72,11 @@ TEST(FitSearch, MultiGpuUsesSharding) {
   const auto res = fit_search(m, r, opt);
   ASSERT_FALSE(res.fits.empty());
   for (const auto& c : res.fits) {
-    // 16 bytes/parameter of replicated AdamW state alone exceed 40 GB: every fit shards, splits or offloads.
+    // 16 bytes/parameter of replicated AdamW state alone exceed 40 GB: every fit shards, splits or
+    // offloads.
     const auto& q = c.request;
-    EXPECT_TRUE(q.zero > 0 || q.tp > 1 || q.pp > 1 || q.offload != offload_kind::none || q.prec == precision::bf16);
+    EXPECT_TRUE(q.zero > 0 || q.tp > 1 || q.pp > 1 || q.offload != offload_kind::none ||
+                q.prec == precision::bf16);
   }
 }
 

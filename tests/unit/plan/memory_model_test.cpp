@@ -7,14 +7,14 @@
 
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/units.hpp"
-#include "vramkit/plan/config_loader.hpp"
 #include "vramkit/plan/caching_allocator_model.hpp"
+#include "vramkit/plan/config_loader.hpp"
 #include "vramkit/plan/memory_model.hpp"
 #include "vramkit/plan/training_schedule.hpp"
 
 using namespace vramkit::plan;
-using vramkit::MiB;
 using ::testing::HasSubstr;
+using vramkit::MiB;
 
 namespace {
 
@@ -49,7 +49,8 @@ TEST(MemoryModel, ScheduleFreesEverythingButPersistentState) {
     ASSERT_LE(live[t], 1) << s.tensors[t].label;
     if (live[t]) {
       const auto c = s.tensors[t].comp;
-      EXPECT_TRUE(c == component::weights || c == component::optimizer_states || c == component::workspace)
+      EXPECT_TRUE(c == component::weights || c == component::optimizer_states ||
+                  c == component::workspace)
           << "left alive: " << s.tensors[t].label;
       if (c != component::workspace) left += s.tensors[t].bytes;
     }
@@ -85,7 +86,8 @@ TEST(MemoryModel, CheckpointingAndSdpaReduceMemory) {
   auto ckpt = train(8, 1024);
   ckpt.ckpt = checkpointing::full;
   const auto base = make_plan(m, train(8, 1024));
-  EXPECT_GT(make_plan(m, eager).allocated_peak_bytes, base.allocated_peak_bytes + 4ull * 1024 * MiB);
+  EXPECT_GT(make_plan(m, eager).allocated_peak_bytes,
+            base.allocated_peak_bytes + 4ull * 1024 * MiB);
   EXPECT_LT(make_plan(m, ckpt).allocated_peak_bytes, base.allocated_peak_bytes / 2);
 }
 
@@ -93,7 +95,8 @@ TEST(MemoryModel, OptimizerStatesPerParameter) {
   const auto m = preset_model("bert-base");
   const double P = static_cast<double>(parameter_count(m));
   auto states = [&](optimizer_kind o) {
-    return static_cast<double>(component_bytes(make_plan(m, train(2, 128, precision::fp32, o)), "optimizer states"));
+    return static_cast<double>(
+        component_bytes(make_plan(m, train(2, 128, precision::fp32, o)), "optimizer states"));
   };
   EXPECT_NEAR(states(optimizer_kind::adamw), 8 * P, 8 * P * 0.01);
   EXPECT_NEAR(states(optimizer_kind::sgd_momentum), 4 * P, 4 * P * 0.01);
@@ -103,9 +106,11 @@ TEST(MemoryModel, OptimizerStatesPerParameter) {
 TEST(MemoryModel, AmpKeepsFp32WeightsAndAddsCasts) {
   const auto m = preset_model("gpt2");
   const auto p = make_plan(m, train(8, 1024, precision::amp_bf16));
-  EXPECT_NEAR(static_cast<double>(component_bytes(p, "weights")), 4.0 * parameter_count(m), 0.01 * 4 * parameter_count(m));
+  EXPECT_NEAR(static_cast<double>(component_bytes(p, "weights")), 4.0 * parameter_count(m),
+              0.01 * 4 * parameter_count(m));
   const auto pure = make_plan(m, train(8, 1024, precision::bf16));
-  EXPECT_NEAR(static_cast<double>(component_bytes(pure, "weights")), 2.0 * parameter_count(m), 0.01 * 2 * parameter_count(m));
+  EXPECT_NEAR(static_cast<double>(component_bytes(pure, "weights")), 2.0 * parameter_count(m),
+              0.01 * 2 * parameter_count(m));
 }
 
 TEST(MemoryModel, ZeroShardsStatesGradientsAndParameters) {
@@ -184,13 +189,16 @@ TEST(MemoryModel, OffloadMovesStatesToHost) {
 }
 
 TEST(MemoryModel, JsonHasTheDocumentedFields) {
-  const auto p = make_plan(preset_model("resnet-50"), train(32, 0, precision::fp32, optimizer_kind::sgd_momentum));
+  const auto p = make_plan(preset_model("resnet-50"),
+                           train(32, 0, precision::fp32, optimizer_kind::sgd_momentum));
   const auto j = nlohmann::json::parse(to_json(p));
-  for (const char* k : {"allocated_peak_bytes", "reserved_peak_bytes", "device_peak_bytes", "host_peak_bytes", "peak_phase",
-                        "components", "inputs", "schema_version"})
+  for (const char* k : {"allocated_peak_bytes", "reserved_peak_bytes", "device_peak_bytes",
+                        "host_peak_bytes", "peak_phase", "components", "inputs", "schema_version"})
     EXPECT_TRUE(j.contains(k)) << k;
-  EXPECT_GE(j["reserved_peak_bytes"].get<std::uint64_t>(), j["allocated_peak_bytes"].get<std::uint64_t>());
-  EXPECT_GT(j["device_peak_bytes"].get<std::uint64_t>(), j["reserved_peak_bytes"].get<std::uint64_t>());
+  EXPECT_GE(j["reserved_peak_bytes"].get<std::uint64_t>(),
+            j["allocated_peak_bytes"].get<std::uint64_t>());
+  EXPECT_GT(j["device_peak_bytes"].get<std::uint64_t>(),
+            j["reserved_peak_bytes"].get<std::uint64_t>());
   EXPECT_EQ(j["inputs"]["image_size"], 224);
 }
 
@@ -231,7 +239,7 @@ TEST(MemoryModel, SkippingRepeatedWorkChangesNoFigure) {
     std::int64_t batch, micro, seq;
     int gpus, zero, pp;
   };
-  const tcase cases[] = {{"gpt2", 16, 1, 256, 1, 0, 1},       {"gpt2", 24, 2, 128, 1, 0, 1},
+  const tcase cases[] = {{"gpt2", 16, 1, 256, 1, 0, 1},        {"gpt2", 24, 2, 128, 1, 0, 1},
                          {"gpt2-medium", 32, 1, 128, 8, 3, 1}, {"gpt2", 32, 1, 128, 8, 0, 2},
                          {"bert-base", 12, 3, 128, 1, 0, 1},   {"gpt2", 8, 8, 128, 1, 0, 1}};
   for (const auto& c : cases) {
@@ -248,8 +256,10 @@ TEST(MemoryModel, SkippingRepeatedWorkChangesNoFigure) {
     caching_allocator_model a;
     std::vector<std::uint32_t> h(s.tensors.size());
     for (const auto& e : s.events) {
-      if (e.alloc) h[e.tensor] = a.malloc(s.tensors[e.tensor].bytes);
-      else a.free(h[e.tensor]);
+      if (e.alloc)
+        h[e.tensor] = a.malloc(s.tensors[e.tensor].bytes);
+      else
+        a.free(h[e.tensor]);
     }
     EXPECT_EQ(p.allocated_peak_bytes, a.peak_allocated_bytes()) << c.model << " micro " << c.micro;
     EXPECT_EQ(p.reserved_peak_bytes, a.peak_reserved_bytes()) << c.model << " micro " << c.micro;

@@ -121,8 +121,9 @@ TEST(HostProbe, HeaderDescribesTheMachine) {
   o.command_line = "vramkit probe --quick";
   probe_report r;
   fill_host_header(o, r);
-  for (const char* key : {"vramkit.version", "command_line", "date", "hostname", "host.cpu.model",
-                          "host.cpu.cores", "host.cpu.threads", "host.numa.nodes", "host.os.kernel"}) {
+  for (const char* key :
+       {"vramkit.version", "command_line", "date", "hostname", "host.cpu.model", "host.cpu.cores",
+        "host.cpu.threads", "host.numa.nodes", "host.os.kernel"}) {
     EXPECT_TRUE(r.header.count(key)) << key;
   }
   EXPECT_EQ(r.header["command_line"], "vramkit probe --quick");

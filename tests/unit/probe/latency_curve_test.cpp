@@ -82,8 +82,8 @@ std::vector<curve::point> synthetic_curve() {
 }
 
 TEST(FindLevels, ReadsReportedCacheLevelsOffTheCurve) {
-  const auto levels =
-      find_levels(synthetic_curve(), {{"L1d", 32 << 10}, {"L2", 512 << 10}, {"L3", 16 << 20}}, "host");
+  const auto levels = find_levels(synthetic_curve(),
+                                  {{"L1d", 32 << 10}, {"L2", 512 << 10}, {"L3", 16 << 20}}, "host");
   ASSERT_EQ(levels.size(), 4u);
   EXPECT_EQ(levels[0].name, "L1d");
   EXPECT_DOUBLE_EQ(levels[0].latency_ns, 1.0);
@@ -114,8 +114,8 @@ TEST(FindLevels, FindsPlateausWithoutTopology) {
 TEST(FindLevels, TrustsTheCurveOverAnInflatedReportedCache) {
   // A virtual machine that reports the host's 300 MiB L3 while a thread sees an L3 step at 8 MiB
   // (figures from a probe run on such a machine).
-  const double ns[] = {1.68, 1.69, 1.71, 1.74, 5.39, 5.37, 5.40, 5.39, 5.40, 7.40, 46.5,
-                       51.7, 78.6, 113.5, 119.4, 119.6, 126.2, 128.2, 122.6, 132.8};
+  const double ns[] = {1.68, 1.69, 1.71, 1.74,  5.39,  5.37,  5.40,  5.39,  5.40,  7.40,
+                       46.5, 51.7, 78.6, 113.5, 119.4, 119.6, 126.2, 128.2, 122.6, 132.8};
   std::vector<curve::point> pts;
   std::uint64_t size = 4096;
   for (double v : ns) {
@@ -143,7 +143,8 @@ TEST(FindLevels, SweepThatStopsInsideTheCachesHasNoDram) {
     const double v = s <= (32 << 10) ? 1.0 : 4.0;
     pts.push_back({static_cast<double>(s), {v, v, v}, {v}});
   }
-  const auto levels = find_levels(pts, {{"L1d", 32 << 10}, {"L2", 2 << 20}, {"L3", 32 << 20}}, "host");
+  const auto levels =
+      find_levels(pts, {{"L1d", 32 << 10}, {"L2", 2 << 20}, {"L3", 32 << 20}}, "host");
   ASSERT_EQ(levels.size(), 2u);
   EXPECT_EQ(levels[0].name, "L1d");
   EXPECT_EQ(levels[1].name, "L2");

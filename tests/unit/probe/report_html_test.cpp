@@ -32,7 +32,8 @@ probe_report sample_report() {
   bw.title = "pinned H2D vs size";
   bw.x_label = "bytes";
   bw.y_unit = "GB/s";
-  for (double x = 4096; x <= (1 << 30); x *= 4) bw.points.push_back({x, {1, x / 3e7, 60}, {x / 3e7}});
+  for (double x = 4096; x <= (1 << 30); x *= 4)
+    bw.points.push_back({x, {1, x / 3e7, 60}, {x / 3e7}});
   r.curves.push_back(bw);
   curve lat;
   lat.key = "host.latency";
@@ -53,9 +54,11 @@ std::string check_balanced(const std::string& html) {
   std::vector<std::string> stack;
   const std::regex tag(R"(<(/?)([a-zA-Z][a-zA-Z0-9]*)([^>]*)>)");
   // Script and style bodies are not markup.
-  std::string body = std::regex_replace(html, std::regex(R"(<script>[\s\S]*?</script>)"), "<script></script>");
+  std::string body =
+      std::regex_replace(html, std::regex(R"(<script>[\s\S]*?</script>)"), "<script></script>");
   body = std::regex_replace(body, std::regex(R"(<style>[\s\S]*?</style>)"), "<style></style>");
-  for (auto it = std::sregex_iterator(body.begin(), body.end(), tag); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(body.begin(), body.end(), tag); it != std::sregex_iterator();
+       ++it) {
     const std::string name = (*it)[2];
     const bool closing = (*it)[1] == "/";
     const std::string attrs = (*it)[3];

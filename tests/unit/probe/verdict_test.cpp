@@ -37,7 +37,8 @@ TEST(Verdict, Gen4LinkOnGen5CardIsLowWithThatReason) {
   r.results.push_back(gpu_figure("gpu0.h2d.pinned", 26.0));
   apply_verdicts(r);
   EXPECT_EQ(r.results[0].verdict, verdict_kind::low);
-  EXPECT_NE(r.results[0].verdict_reason.find("PCIe link trained at gen 4 x16, below its maximum gen 5 x16"),
+  EXPECT_NE(r.results[0].verdict_reason.find(
+                "PCIe link trained at gen 4 x16, below its maximum gen 5 x16"),
             std::string::npos)
       << r.results[0].verdict_reason;
 }
@@ -81,8 +82,9 @@ TEST(Verdict, FarNumaBufferAndClocksAreNamed) {
 
 TEST(Verdict, PercentOfPeakAndHigh) {
   auto r = h200(5, 16);
-  auto read = gpu_figure("gpu0.device.read", 4600);  // 93.6 % of peak: inside the measured H200 range
-  read.peak = 4915;  // from memory clock x bus width
+  auto read =
+      gpu_figure("gpu0.device.read", 4600);  // 93.6 % of peak: inside the measured H200 range
+  read.peak = 4915;                          // from memory clock x bus width
   r.results.push_back(read);
   auto write = gpu_figure("gpu0.device.write", 4950);  // no peak: datasheet 4800 GB/s is used
   r.results.push_back(write);
@@ -142,7 +144,8 @@ TEST(ReferenceTable, EveryRangeNamesAKeyTheProbeProduces) {
   for (const auto& [k, d] : probe_keys()) {
     std::string inst = k;
     for (auto [from, to] : {std::pair{"{N}", "0"}, {"{A}", "0"}, {"{B}", "1"}}) {
-      for (auto p = inst.find(from); p != std::string::npos; p = inst.find(from)) inst.replace(p, 3, to);
+      for (auto p = inst.find(from); p != std::string::npos; p = inst.find(from))
+        inst.replace(p, 3, to);
     }
     keys.push_back(inst);
   }

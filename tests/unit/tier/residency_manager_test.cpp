@@ -25,7 +25,8 @@ using testing::sim_setup;
 std::vector<std::uint8_t> fill_host(residency_manager& m, tiered_buffer b, std::uint32_t seed) {
   auto* p = static_cast<std::uint8_t*>(m.host_data(b, access_mode::write));
   std::vector<std::uint8_t> shadow(m.size(b));
-  for (std::size_t i = 0; i < shadow.size(); ++i) shadow[i] = p[i] = static_cast<std::uint8_t>(seed * 31 + i * 7);
+  for (std::size_t i = 0; i < shadow.size(); ++i)
+    shadow[i] = p[i] = static_cast<std::uint8_t>(seed * 31 + i * 7);
   return shadow;
 }
 
@@ -57,7 +58,9 @@ TEST(ResidencyManager, RandomizedAccessLosesNoByteAndStaysWithinBudget) {
       ASSERT_EQ(0, std::memcmp(p, shadow[b].data(), shadow[b].size())) << "host copy of " << b;
       continue;
     }
-    const access_mode access = op < 5 ? access_mode::read : op < 8 ? access_mode::read_write : access_mode::write;
+    const access_mode access = op < 5   ? access_mode::read
+                               : op < 8 ? access_mode::read_write
+                                        : access_mode::write;
     auto* d = static_cast<std::uint8_t*>(m.acquire(h[b], s, access));
     const std::size_t n = shadow[b].size();
     if (access == access_mode::read) {
@@ -107,7 +110,9 @@ TEST(ResidencyManager, DirtyBufferIsCopiedBackAfterItsLastUseBeforeItsMemoryIsRe
   // run while it is still writing.
   sim.device->launch_host_func(s1, [da] {
     for (int pass = 0; pass < 64; ++pass) {
-      for (std::size_t i = 0; i < 64 * KiB; ++i) static_cast<volatile std::uint8_t*>(da)[i] = static_cast<std::uint8_t>(pass == 63 ? 0x5a : pass);
+      for (std::size_t i = 0; i < 64 * KiB; ++i)
+        static_cast<volatile std::uint8_t*>(da)[i] =
+            static_cast<std::uint8_t>(pass == 63 ? 0x5a : pass);
     }
   });
   m.release(a, s1);
@@ -126,7 +131,8 @@ TEST(ResidencyManager, DirtyBufferIsCopiedBackAfterItsLastUseBeforeItsMemoryIsRe
 
 TEST(ResidencyManager, WriteAccessSkipsTheCopyInAndHostWriteIsSeenByNextAcquire) {
   sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory, {.device_budget_bytes = 1 * MiB});
+  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
+                      {.device_budget_bytes = 1 * MiB});
   auto b = m.create(8 * KiB);
   owned_stream s(*sim.device);
   (void)m.acquire(b, s, access_mode::write);
@@ -145,7 +151,8 @@ TEST(ResidencyManager, WriteAccessSkipsTheCopyInAndHostWriteIsSeenByNextAcquire)
 
 TEST(ResidencyManager, ReadOnlyBuffersAreNeverCopiedBackNorWritable) {
   sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory, {.device_budget_bytes = 32 * KiB});
+  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
+                      {.device_budget_bytes = 32 * KiB});
   auto r = m.create(32 * KiB, buffer_flags::read_only);
   auto other = m.create(32 * KiB);
   const auto shadow = fill_host(m, r, 3);
@@ -167,7 +174,8 @@ TEST(ResidencyManager, ReadOnlyBuffersAreNeverCopiedBackNorWritable) {
 
 TEST(ResidencyManager, PinnedInPlaceBufferIsNeverEvicted) {
   sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory, {.device_budget_bytes = 64 * KiB});
+  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
+                      {.device_budget_bytes = 64 * KiB});
   auto pinned = m.create(32 * KiB, buffer_flags::pinned_in_place);
   std::vector<tiered_buffer> others;
   for (int i = 0; i < 4; ++i) others.push_back(m.create(32 * KiB));
@@ -197,7 +205,8 @@ TEST(ResidencyManager, PinnedInPlaceBufferIsNeverEvicted) {
 
 TEST(ResidencyManager, AcquireLargerThanBudgetThrowsWithSummaryAndChangesNothing) {
   sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory, {.device_budget_bytes = 64 * KiB});
+  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
+                      {.device_budget_bytes = 64 * KiB});
   auto small = m.create(16 * KiB);
   auto big = m.create(65 * KiB);
   const auto shadow = fill_host(m, small, 5);
@@ -231,7 +240,8 @@ TEST(ResidencyManager, ReleaseWithoutAcquireIsALogicErrorAndChangesNothing) {
     m.release(b, s1);
     FAIL() << "no exception";
   } catch (const logic_error& e) {
-    EXPECT_NE(std::string(e.what()).find("without a matching acquire"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("without a matching acquire"), std::string::npos)
+        << e.what();
   }
   (void)m.acquire(b, s1, access_mode::read);
   EXPECT_THROW(m.release(b, s2), logic_error);  // acquired on another stream
@@ -243,7 +253,8 @@ TEST(ResidencyManager, ReleaseWithoutAcquireIsALogicErrorAndChangesNothing) {
 
 TEST(ResidencyManager, StaleHandlesAreRejectedEvenWhenTheSlotIsReused) {
   sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory, {.device_budget_bytes = 64 * KiB});
+  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
+                      {.device_budget_bytes = 64 * KiB});
   auto old_handle = m.create(4 * KiB);
   auto keep = m.create(4 * KiB);
   const auto shadow = fill_host(m, keep, 11);
@@ -274,7 +285,8 @@ TEST(ResidencyManager, StaleHandlesAreRejectedEvenWhenTheSlotIsReused) {
 
 TEST(ResidencyManager, PrefetchedBufferHitsAndDoesNotMakeTheStreamWait) {
   sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory, {.device_budget_bytes = 1 * MiB});
+  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
+                      {.device_budget_bytes = 1 * MiB});
   auto a = m.create(256 * KiB);
   auto b = m.create(256 * KiB);
   owned_stream s(*sim.device);
@@ -300,7 +312,8 @@ TEST(ResidencyManager, PrefetchedBufferHitsAndDoesNotMakeTheStreamWait) {
 
 TEST(ResidencyManager, PrefetchThatWouldEvictAnAcquiredBufferIsDropped) {
   sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory, {.device_budget_bytes = 64 * KiB});
+  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
+                      {.device_budget_bytes = 64 * KiB});
   auto a = m.create(48 * KiB);
   auto b = m.create(32 * KiB);
   owned_stream s(*sim.device);
@@ -323,7 +336,8 @@ TEST(ResidencyManager, MovesNoMoreBytesThanAnIdealLruOfTheSameBudget) {
   const auto trace = bench::make_locality_trace(buffers, 400, 9, 0.3, 5);
   const std::vector<std::size_t> sizes(buffers, bytes);
   const auto lru = simulate_lru(sizes, trace, budget);
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory, {.device_budget_bytes = budget});
+  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
+                      {.device_budget_bytes = budget});
   std::vector<tiered_buffer> h;
   for (std::uint32_t b = 0; b < buffers; ++b) h.push_back(m.create(bytes));
   m.reset_counters();
@@ -343,7 +357,8 @@ TEST(ResidencyManager, MovesNoMoreBytesThanAnIdealLruOfTheSameBudget) {
 
 TEST(ResidencyManager, TraceIsChromeTraceEventJson) {
   sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory, {.device_budget_bytes = 16 * KiB});
+  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
+                      {.device_budget_bytes = 16 * KiB});
   auto a = m.create(16 * KiB);
   auto b = m.create(16 * KiB);
   owned_stream s(*sim.device);
@@ -380,12 +395,14 @@ TEST(ResidencyManager, ZeroBudgetAndZeroSizeAreRejected) {
 
 TEST(LruSimulation, CountsCopiesInAndDirtyCopiesBack) {
   const std::vector<std::size_t> sizes{100, 100, 100};
-  const std::vector<buffer_use> trace{{0, access_mode::read_write}, {1, access_mode::read},
-                                      {2, access_mode::write}, {0, access_mode::read}};
+  const std::vector<buffer_use> trace{{0, access_mode::read_write},
+                                      {1, access_mode::read},
+                                      {2, access_mode::write},
+                                      {0, access_mode::read}};
   const auto r = simulate_lru(sizes, trace, 512);  // two 256-byte slots
-  EXPECT_EQ(r.misses, 4u);      // 0, 1, 2 (evicts 0, dirty), 0 again (evicts 1)
-  EXPECT_EQ(r.bytes_h2d, 300u);  // 0, 1, and 0 again; 2 is write-only
-  EXPECT_EQ(r.bytes_d2h, 100u);  // 0 written back once
+  EXPECT_EQ(r.misses, 4u);                         // 0, 1, 2 (evicts 0, dirty), 0 again (evicts 1)
+  EXPECT_EQ(r.bytes_h2d, 300u);                    // 0, 1, and 0 again; 2 is write-only
+  EXPECT_EQ(r.bytes_d2h, 100u);                    // 0 written back once
   EXPECT_EQ(r.evictions, 2u);
 }
 

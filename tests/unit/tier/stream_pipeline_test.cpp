@@ -26,7 +26,9 @@ std::vector<std::uint32_t> make_input(std::size_t words) {
   return v;
 }
 
-std::uint32_t mix(std::uint32_t x, std::size_t index) { return x * 5u + static_cast<std::uint32_t>(index); }
+std::uint32_t mix(std::uint32_t x, std::size_t index) {
+  return x * 5u + static_cast<std::uint32_t>(index);
+}
 
 // The "kernel": a host function on the compute stream that transforms the chunk in device memory.
 chunk_callback mixing_callback(device_api& api) {
@@ -50,18 +52,20 @@ TEST(StreamPipeline, DepthsOneTwoAndFourGiveIdenticalResults) {
   for (std::size_t i = 0; i < words; ++i) expected[i] = mix(input[i], i);
   for (int depth : {1, 2, 4}) {
     sim_setup sim;
-    stream_pipeline p(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                      {.chunk_bytes = 64 * KiB, .depth = depth, .element_bytes = 4, .staging_threads = 3});
+    stream_pipeline p(
+        *sim.device, *sim.device_memory, *sim.pinned_memory,
+        {.chunk_bytes = 64 * KiB, .depth = depth, .element_bytes = 4, .staging_threads = 3});
     std::vector<std::uint32_t> out(words, 0);
     std::vector<std::size_t> seen;
     auto cb = mixing_callback(*sim.device);
-    const auto st = p.run(pipeline_input::from_host(input.data(), words * 4),
-                          [&](chunk_view c, stream_view s) {
-                            seen.push_back(c.index);
-                            EXPECT_EQ(c.offset, c.index * 64 * KiB);
-                            cb(c, s);
-                          },
-                          pipeline_output::to_host(out.data(), words * 4));
+    const auto st = p.run(
+        pipeline_input::from_host(input.data(), words * 4),
+        [&](chunk_view c, stream_view s) {
+          seen.push_back(c.index);
+          EXPECT_EQ(c.offset, c.index * 64 * KiB);
+          cb(c, s);
+        },
+        pipeline_output::to_host(out.data(), words * 4));
     ASSERT_EQ(0, std::memcmp(out.data(), expected.data(), words * 4)) << "depth " << depth;
     const std::size_t chunks = (words * 4 + 64 * KiB - 1) / (64 * KiB);
     EXPECT_EQ(st.chunks, chunks);
@@ -83,7 +87,8 @@ TEST(StreamPipeline, FileToFileMatchesTheHostReference) {
   const auto input = make_input(words);
   const auto in_path = temp_file("in.bin");
   const auto out_path = temp_file("out.bin");
-  std::ofstream(in_path, std::ios::binary).write(reinterpret_cast<const char*>(input.data()), words * 4);
+  std::ofstream(in_path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(input.data()), words * 4);
   sim_setup sim;
   stream_pipeline p(*sim.device, *sim.device_memory, *sim.pinned_memory,
                     {.chunk_bytes = 48 * KiB, .depth = 3, .element_bytes = 4});
@@ -111,7 +116,7 @@ TEST(StreamPipeline, PinnedHostArrayIsTransformedInPlaceWithoutStaging) {
                         mixing_callback(*sim.device),
                         pipeline_output::to_host(data.data(), words * 4, host_memory::pinned));
   for (std::size_t i = 0; i < words; ++i) ASSERT_EQ(data[i], mix(input[i], i)) << i;
-  EXPECT_EQ(st.read.bytes, 0u);   // no staging copy
+  EXPECT_EQ(st.read.bytes, 0u);  // no staging copy
   EXPECT_EQ(st.write.bytes, 0u);
   EXPECT_EQ(sim.pinned_current(), 0) << "no pinned staging buffers were needed";
 }
@@ -156,7 +161,8 @@ TEST(StreamPipeline, TruncatedInputFilesAreRejectedWithTheReason) {
     const std::string what = e.what();
     EXPECT_NE(what.find("1001 bytes, 4000 declared"), std::string::npos) << what;
   }
-  EXPECT_THROW(p.run(pipeline_input::from_file(temp_file("missing.bin").string()), noop), usage_error);
+  EXPECT_THROW(p.run(pipeline_input::from_file(temp_file("missing.bin").string()), noop),
+               usage_error);
   std::filesystem::remove(path);
   // A declared size shorter than the file reads only the declared bytes.
   EXPECT_EQ(sim.device_current(), 0);
@@ -170,11 +176,12 @@ TEST(StreamPipeline, FailingCallbackNamesTheChunkAndReleasesEveryBuffer) {
                     {.chunk_bytes = 16 * KiB, .depth = 3, .element_bytes = 4});
   std::vector<std::uint32_t> out(words);
   try {
-    p.run(pipeline_input::from_host(input.data(), words * 4),
-          [](chunk_view c, stream_view) {
-            if (c.index == 7) throw std::runtime_error("kernel launch failed");
-          },
-          pipeline_output::to_host(out.data(), words * 4));
+    p.run(
+        pipeline_input::from_host(input.data(), words * 4),
+        [](chunk_view c, stream_view) {
+          if (c.index == 7) throw std::runtime_error("kernel launch failed");
+        },
+        pipeline_output::to_host(out.data(), words * 4));
     FAIL() << "no exception";
   } catch (const error& e) {
     const std::string what = e.what();
@@ -192,7 +199,8 @@ TEST(StreamPipeline, FailingCallbackNamesTheChunkAndReleasesEveryBuffer) {
 TEST(StreamPipeline, BadOptionsAndOutputsAreUsageErrors) {
   host_sim_device dev;
   EXPECT_THROW(stream_pipeline(dev, {.chunk_bytes = 1024, .depth = 0}), usage_error);
-  EXPECT_THROW(stream_pipeline(dev, {.chunk_bytes = 1022, .depth = 2, .element_bytes = 4}), usage_error);
+  EXPECT_THROW(stream_pipeline(dev, {.chunk_bytes = 1022, .depth = 2, .element_bytes = 4}),
+               usage_error);
   EXPECT_THROW(stream_pipeline(dev, {.chunk_bytes = 0}), usage_error);
   stream_pipeline p(dev, {.chunk_bytes = 1024, .depth = 2, .element_bytes = 4});
   std::vector<std::uint32_t> in(1000), out(10);
@@ -212,7 +220,8 @@ TEST(StreamPipeline, StatsShowReadAndCopyStages) {
   sim_setup sim;
   stream_pipeline p(*sim.device, *sim.device_memory, *sim.pinned_memory,
                     {.chunk_bytes = 64 * KiB, .depth = 2, .element_bytes = 4});
-  const auto st = p.run(pipeline_input::from_host(input.data(), words * 4), [](chunk_view, stream_view) {});
+  const auto st =
+      p.run(pipeline_input::from_host(input.data(), words * 4), [](chunk_view, stream_view) {});
   EXPECT_EQ(st.chunks, 16u);
   // 16 copies of 64 KiB at 2 GB/s + 20 us: at least ~0.8 ms of copying.
   EXPECT_GT(st.h2d.busy.count(), 800'000);

@@ -21,13 +21,15 @@ TEST(TextureStreaming, BudgetHoldsNearestItemGetsLevelZeroAndContentsStayIntact)
   texture_streamer streamer(*sim.device, manager, 2.0);
   for (int gy = 0; gy < 3; ++gy) {
     for (int gx = 0; gx < 8; ++gx) {
-      streamer.add_item({gx * 4.0, gy * 3.0}, 512 * KiB, 4, static_cast<std::uint32_t>(gy * 8 + gx));
+      streamer.add_item({gx * 4.0, gy * 3.0}, 512 * KiB, 4,
+                        static_cast<std::uint32_t>(gy * 8 + gx));
     }
   }
   owned_stream stream(*sim.device);
   std::size_t bad = 0;
   auto verify = [&](const void* d, std::size_t bytes, std::uint64_t expected, stream_view s) {
-    sim.device->launch_host_func(s, [d, bytes, expected, &bad] { bad += checksum(d, bytes) != expected; });
+    sim.device->launch_host_func(
+        s, [d, bytes, expected, &bad] { bad += checksum(d, bytes) != expected; });
   };
   for (int f = 0; f < 48; ++f) {
     const point camera{f * 30.0 / 48, 3.0 + (f % 7) * 0.5};

@@ -24,7 +24,8 @@ TEST(TierConcurrency, ThreadsSharingOneManagerSeeCurrentDataAndKeepTheBudget) {
   sim_setup sim;
   constexpr std::size_t budget = 64 * KiB;  // 20 buffers of 8 KiB compete for 8 slots
   constexpr std::size_t bytes = 8 * KiB;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory, {.device_budget_bytes = budget});
+  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
+                      {.device_budget_bytes = budget});
   // Shared read-only buffers, and private read-write buffers per thread.
   std::vector<tiered_buffer> shared;
   for (int i = 0; i < 4; ++i) {
@@ -72,7 +73,8 @@ TEST(TierConcurrency, ThreadsSharingOneManagerSeeCurrentDataAndKeepTheBudget) {
   EXPECT_EQ(stale.load(), 0);
   for (int t = 0; t < threads; ++t) {
     for (int i = 0; i < 3; ++i) {
-      ASSERT_EQ(0, std::memcmp(m.host_data(mine[t][i]), expected[t * 3 + i].data(), bytes)) << t << "/" << i;
+      ASSERT_EQ(0, std::memcmp(m.host_data(mine[t][i]), expected[t * 3 + i].data(), bytes))
+          << t << "/" << i;
     }
   }
   const auto st = m.stats();
@@ -88,23 +90,27 @@ TEST(TierConcurrency, PipelineFileToFileAtEveryDepth) {
   const auto dir = std::filesystem::temp_directory_path();
   const auto in_path = dir / ("vramkit_tier_cc_in_" + std::to_string(::getpid()));
   const auto out_path = dir / ("vramkit_tier_cc_out_" + std::to_string(::getpid()));
-  std::ofstream(in_path, std::ios::binary).write(reinterpret_cast<const char*>(input.data()), words * 4);
+  std::ofstream(in_path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(input.data()), words * 4);
   for (int depth : {1, 2, 4}) {
     sim_setup sim;
-    stream_pipeline p(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                      {.chunk_bytes = 32 * KiB, .depth = depth, .element_bytes = 4, .staging_threads = 3});
+    stream_pipeline p(
+        *sim.device, *sim.device_memory, *sim.pinned_memory,
+        {.chunk_bytes = 32 * KiB, .depth = depth, .element_bytes = 4, .staging_threads = 3});
     device_api& api = *sim.device;
-    p.run(pipeline_input::from_file(in_path.string()),
-          [&api](chunk_view c, stream_view s) {
-            api.launch_host_func(s, [c] {
-              auto* d = static_cast<std::uint32_t*>(c.data);
-              for (std::size_t i = 0; i < c.bytes / 4; ++i) d[i] = ~d[i];
-            });
-          },
-          pipeline_output::to_file(out_path.string()));
+    p.run(
+        pipeline_input::from_file(in_path.string()),
+        [&api](chunk_view c, stream_view s) {
+          api.launch_host_func(s, [c] {
+            auto* d = static_cast<std::uint32_t*>(c.data);
+            for (std::size_t i = 0; i < c.bytes / 4; ++i) d[i] = ~d[i];
+          });
+        },
+        pipeline_output::to_file(out_path.string()));
     std::vector<std::uint32_t> out(words);
     std::ifstream(out_path, std::ios::binary).read(reinterpret_cast<char*>(out.data()), words * 4);
-    for (std::size_t i = 0; i < words; ++i) ASSERT_EQ(out[i], ~input[i]) << "depth " << depth << " word " << i;
+    for (std::size_t i = 0; i < words; ++i)
+      ASSERT_EQ(out[i], ~input[i]) << "depth " << depth << " word " << i;
   }
   std::filesystem::remove(in_path);
   std::filesystem::remove(out_path);
@@ -114,13 +120,15 @@ TEST(TierConcurrency, PipelineStopsCleanlyWhenTheCallbackFailsMidStream) {
   std::vector<std::uint32_t> input(100'000, 3), out(100'000);
   for (int fail_at : {0, 1, 5, 12}) {
     sim_setup sim;
-    stream_pipeline p(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                      {.chunk_bytes = 16 * KiB, .depth = 2, .element_bytes = 4, .staging_threads = 2});
-    EXPECT_THROW(p.run(pipeline_input::from_host(input.data(), input.size() * 4),
-                       [fail_at](chunk_view c, stream_view) {
-                         if (static_cast<int>(c.index) == fail_at) throw std::runtime_error("boom");
-                       },
-                       pipeline_output::to_host(out.data(), out.size() * 4)),
+    stream_pipeline p(
+        *sim.device, *sim.device_memory, *sim.pinned_memory,
+        {.chunk_bytes = 16 * KiB, .depth = 2, .element_bytes = 4, .staging_threads = 2});
+    EXPECT_THROW(p.run(
+                     pipeline_input::from_host(input.data(), input.size() * 4),
+                     [fail_at](chunk_view c, stream_view) {
+                       if (static_cast<int>(c.index) == fail_at) throw std::runtime_error("boom");
+                     },
+                     pipeline_output::to_host(out.data(), out.size() * 4)),
                  error);
     EXPECT_EQ(sim.device_current(), 0);
     EXPECT_EQ(sim.pinned_current(), 0);

@@ -29,8 +29,9 @@ struct sim_setup {
 
   explicit sim_setup(host_sim_options options = slow_copies())
       : device(std::make_shared<host_sim_device>(options)),
-        device_memory(std::make_shared<mr::statistics_adaptor>(std::make_shared<mr::device_api_resource>(
-            device, mr::memory_kind::device, mr::allocation_mode::stream_ordered))),
+        device_memory(
+            std::make_shared<mr::statistics_adaptor>(std::make_shared<mr::device_api_resource>(
+                device, mr::memory_kind::device, mr::allocation_mode::stream_ordered))),
         pinned_memory(std::make_shared<mr::statistics_adaptor>(
             std::make_shared<mr::device_api_resource>(device, mr::memory_kind::pinned_host))) {}
 
