@@ -43,7 +43,7 @@ void run_plan(const plan_args& a, command_context& ctx) {
     return;
   }
   if (a.model.empty())
-    throw usage_error(
+    throw invalid_input(
         "plan needs a MODEL: a preset name (vramkit plan --list) or a path to a config.json");
   const auto model = plan::resolve_model(a.model);
   plan::plan_request r;
@@ -76,7 +76,7 @@ void run_plan(const plan_args& a, command_context& ctx) {
     if (std::isdigit(static_cast<unsigned char>(a.gpu[0]))) {
       opt.capacity_bytes = parse_bytes(a.gpu);
       if (opt.capacity_bytes < 256 * MiB)
-        throw usage_error(fmt::format("--gpu {} is below 256 MiB: not a GPU capacity", a.gpu));
+        throw invalid_input(fmt::format("--gpu {} is below 256 MiB: not a GPU capacity", a.gpu));
     } else {
       opt.gpu = plan::find_gpu(a.gpu);
       opt.capacity_bytes = opt.gpu->memory_bytes;
@@ -98,7 +98,7 @@ void run_plan(const plan_args& a, command_context& ctx) {
     return;
   }
   if (a.gpu.empty())
-    throw usage_error("--fit needs --gpu NAME or --gpu BYTES (e.g. --gpu h100 or --gpu 24GiB)");
+    throw invalid_input("--fit needs --gpu NAME or --gpu BYTES (e.g. --gpu h100 or --gpu 24GiB)");
   const auto res = plan::fit_search(model, r, opt, overheads);
   if (a.json) {
     nlohmann::ordered_json j;

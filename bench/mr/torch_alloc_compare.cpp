@@ -52,7 +52,7 @@
 
 namespace {
 
-struct usage_error : std::runtime_error {
+struct invalid_input : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 struct run_error : std::runtime_error {
@@ -116,13 +116,13 @@ bool parse_u64(const std::string& s, std::uint64_t& out) {
 
 trace read_trace(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw usage_error(path + ": cannot open");
+  if (!in) throw invalid_input(path + ": cannot open");
   trace t;
   t.path = path;
   std::string line;
   std::size_t n = 1;
   if (!std::getline(in, line) || (line != "# vramkit-trace v1" && line != "# vramkit-trace v1\r")) {
-    throw usage_error(path + ":1: expected '# vramkit-trace v1'");
+    throw invalid_input(path + ":1: expected '# vramkit-trace v1'");
   }
   struct live_entry {
     std::uint32_t slot;
@@ -147,7 +147,7 @@ trace read_trace(const std::string& path) {
       if (i == std::string::npos) break;
     }
     auto bad = [&](const std::string& why) {
-      return usage_error(format("%s:%zu: %s", path.c_str(), n, why.c_str()));
+      return invalid_input(format("%s:%zu: %s", path.c_str(), n, why.c_str()));
     };
     if (f.size() != 5 || (f[0] != "a" && f[0] != "f")) {
       throw bad("expected 'a|f id bytes stream time_ns'");
@@ -194,11 +194,11 @@ trace read_trace(const std::string& path) {
       live.erase(it);
     }
   }
-  if (in.bad()) throw usage_error(path + ": read error");
+  if (in.bad()) throw invalid_input(path + ": read error");
   for (const auto& kv : live) {
     if (kv.second.slot != zero_slot) ++t.left_live;
   }
-  if (t.allocs == 0) throw usage_error(path + ": no allocation of more than 0 bytes");
+  if (t.allocs == 0) throw invalid_input(path + ": no allocation of more than 0 bytes");
   return t;
 }
 
@@ -692,7 +692,7 @@ options parse_args(int argc, char** argv) {
     }
     auto need = [&]() {
       if (has_value) return value;
-      if (i + 1 >= argc) throw usage_error(a + " needs a value");
+      if (i + 1 >= argc) throw invalid_input(a + " needs a value");
       return std::string(argv[++i]);
     };
     if (a == "--trace") {
@@ -706,17 +706,17 @@ options parse_args(int argc, char** argv) {
     } else if (a == "--repeats") {
       const std::string v = need();
       std::uint64_t n = 0;
-      if (!parse_u64(v, n) || n < 1 || n > 1000) throw usage_error("--repeats: 1..1000");
+      if (!parse_u64(v, n) || n < 1 || n > 1000) throw invalid_input("--repeats: 1..1000");
       o.repeats = static_cast<int>(n);
     } else if (a == "-h" || a == "--help") {
       usage(stdout);
       std::exit(0);
     } else {
-      throw usage_error("unknown argument '" + std::string(argv[i]) + "'");
+      throw invalid_input("unknown argument '" + std::string(argv[i]) + "'");
     }
   }
-  if (o.trace_path.empty()) throw usage_error("--trace is required");
-  if (o.lib_path.empty()) throw usage_error("--lib is required");
+  if (o.trace_path.empty()) throw invalid_input("--trace is required");
+  if (o.lib_path.empty()) throw invalid_input("--lib is required");
   return o;
 }
 
@@ -932,14 +932,14 @@ int main(int argc, char** argv) {
   options opt;
   try {
     opt = parse_args(argc, argv);
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     std::fprintf(stderr, "torch_alloc_compare: %s\n", e.what());
     usage(stderr);
     return 2;
   }
   try {
     return run(opt);
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     std::fprintf(stderr, "torch_alloc_compare: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {

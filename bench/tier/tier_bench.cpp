@@ -298,7 +298,7 @@ int main(int argc, char** argv) try {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
-      if (i + 1 >= argc) throw vramkit::usage_error("tier_bench: " + a + " needs a value");
+      if (i + 1 >= argc) throw vramkit::invalid_input("tier_bench: " + a + " needs a value");
       return argv[++i];
     };
     if (a == "--dataset")
@@ -320,7 +320,7 @@ int main(int argc, char** argv) try {
     else if (a == "--trace")
       cfg.trace_path = next();
     else
-      throw vramkit::usage_error("tier_bench: unknown argument '" + a + "'");
+      throw vramkit::invalid_input("tier_bench: unknown argument '" + a + "'");
   }
   auto api_or = vramkit::cuda_device_api();
   if (!api_or) {
