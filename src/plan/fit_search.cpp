@@ -90,6 +90,9 @@ fit_result fit_search(const model_description& m, const plan_request& base_in,
   const auto limit =
       static_cast<std::uint64_t>(static_cast<double>(opt.capacity_bytes) * (1.0 - opt.margin));
   fit_result out;
+  out.model = m.name;
+  out.gpu = opt.gpu ? opt.gpu->name : "";
+  out.capacity_bytes = opt.capacity_bytes;
 
   std::vector<precision> precs{base.prec};
   if (base.mode == run_mode::train && opt.vary_precision) {
