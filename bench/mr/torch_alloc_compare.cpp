@@ -8,7 +8,8 @@
 // TL = torch/lib; the ABI flag as torch.compiled_with_cxx11_abi(); the stage also puts the
 // directory of the libcudart that libc10_cuda.so loads on the rpath, before the toolkit's):
 //   g++ -O2 -std=c++17 -D_GLIBCXX_USE_CXX11_ABI=1 -I$TI -I$TI/torch/csrc/api/include
-//     -I$CUDA_HOME/include bench/mr/torch_alloc_compare.cpp -L$TL -lc10_cuda -lc10
+//     -I$CUDA_HOME/include -Iinclude bench/mr/torch_alloc_compare.cpp src/core/sample_stats.cpp
+//     -L$TL -lc10_cuda -lc10
 //     -L$CUDA_HOME/lib64 -lcudart -ldl -Wl,-rpath,$TL -Wl,-rpath,$CUDA_HOME/lib64 -o ...
 // and runs
 //   torch_alloc_compare --trace FILE --lib libvramkit_torch.so [--repeats 5] [--json OUT]
@@ -45,6 +46,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "vramkit/core/sample_stats.hpp"
 
 // The PyTorch-facing surface is everything inside torch_api below; the rest of the file does not
 // include or name c10.
@@ -458,15 +461,8 @@ pass_times timed_pass(const Side& side, const trace& t, std::vector<void*>& ptrs
 
 // ---- statistics -------------------------------------------------------------------------------
 
-double quantile(std::vector<std::int64_t> v, double q) {
-  if (v.empty()) return 0.0;
-  // Nearest-rank on the sorted copy, with the midpoint for an even-sized median.
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(pos);
-  const std::size_t hi = std::min(lo + 1, v.size() - 1);
-  const double frac = pos - static_cast<double>(lo);
-  return static_cast<double>(v[lo]) * (1.0 - frac) + static_cast<double>(v[hi]) * frac;
+double quantile(const std::vector<std::int64_t>& v, double q) {
+  return vramkit::percentile(std::vector<double>(v.begin(), v.end()), q);
 }
 
 double mean(const std::vector<std::int64_t>& v) {

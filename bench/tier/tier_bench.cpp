@@ -28,6 +28,7 @@
 #include "tier_kernels.hpp"
 #include "vramkit/core/cuda_device_api.hpp"
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/sample_stats.hpp"
 #include "vramkit/core/units.hpp"
 #include "vramkit/tier/lru_simulation.hpp"
 #include "vramkit/tier/residency_manager.hpp"
@@ -114,14 +115,8 @@ struct spread {
   int samples = 0;
 };
 spread summarize(std::vector<double> v) {
-  spread s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  s.median = v[v.size() / 2];
-  s.min = v.front();
-  s.max = v.back();
-  s.samples = static_cast<int>(v.size());
-  return s;
+  const auto st = vramkit::sample_stats::of(std::move(v));
+  return {st.median, st.min, st.max, static_cast<int>(st.count)};
 }
 nlohmann::json to_json(const spread& s) {
   return {{"median", s.median}, {"min", s.min}, {"max", s.max}, {"samples", s.samples}};
