@@ -2,6 +2,10 @@
 // parses nothing further, calls the library and prints, and sets ctx.exit_code.
 #pragma once
 
+#include <csignal>
+#include <string>
+#include <vector>
+
 #include <CLI/CLI.hpp>
 
 namespace vramkit::cli {
@@ -16,16 +20,41 @@ void add_plan_command(CLI::App& app, command_context& ctx);
 void add_watch_command(CLI::App& app, command_context& ctx);
 void add_serve_command(CLI::App& app, command_context& ctx);
 void add_slurm_command(CLI::App& app, command_context& ctx);
+void add_extender_command(CLI::App& app, command_context& ctx);
 
-}  // namespace vramkit::cli
+/// The options of `vramkit extender` (extender_command.cpp).
+struct extender_args {
+  std::string nodes;
+  std::string policy = "pack";
+  std::string headroom = "0";
+  std::string ttl = "2s";
+  std::string timeout = "1s";
+  std::string resource = "vramkit.io/gpu-memory";
+  std::string annotation = "vramkit.io/plan";
+  int port = 9411;
+  std::string bind = "127.0.0.1";
+};
 
-#include <functional>
+/// Adds the extender's options except --port and --bind to `cmd`, bound to `a`; returns them (the
+/// deprecated `serve --extender` makes each need its flag).
+std::vector<CLI::Option*> add_extender_options(CLI::App& cmd, extender_args& a);
 
-namespace vramkit::cli {
+/// Serves the kube-scheduler extender until SIGINT or SIGTERM; `command` names the command in the
+/// line that says where it listens.
+void run_extender(const extender_args& a, const std::string& command);
 
-/// Implemented by the cluster module (extender_command.cpp): adds `--extender` and its options to
-/// the `serve` subcommand. The returned function, called from serve's callback, runs the scheduler
-/// extender and returns true when `--extender` was given; otherwise it returns false at once.
-std::function<bool()> add_extender_options(CLI::App& serve, command_context& ctx);
+/// The text of the file at `path`; throws invalid_input "cannot read WHAT 'PATH'".
+std::string read_input_file(const std::string& path, const char* what);
+
+/// Blocks SIGINT and SIGTERM in this thread and every thread it starts afterwards, so that the
+/// signal cannot land in a server thread; wait() then takes one synchronously.
+class stop_signals {
+ public:
+  stop_signals();
+  void wait();
+
+ private:
+  sigset_t set_;
+};
 
 }  // namespace vramkit::cli

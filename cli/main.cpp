@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   vramkit::cli::add_watch_command(app, ctx);
   vramkit::cli::add_serve_command(app, ctx);
   vramkit::cli::add_slurm_command(app, ctx);
+  vramkit::cli::add_extender_command(app, ctx);
 
   try {
     app.parse(argc, argv);
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "vramkit: %s (see vramkit --help)\n", e.what());
     return 2;
   } catch (const vramkit::invalid_input& e) {
+    // Bad input from the user, named by the library: a usage error.
     std::fprintf(stderr, "vramkit: %s\n", e.what());
     return 2;
   } catch (const std::bad_alloc& e) {
@@ -49,8 +51,8 @@ int main(int argc, char** argv) {
   }
   if (app.get_subcommands().empty()) {
     std::fprintf(stderr,
-                 "vramkit: a subcommand is required: probe, plan, watch, serve or slurm (see "
-                 "vramkit --help)\n");
+                 "vramkit: a subcommand is required: probe, plan, watch, serve, slurm or extender "
+                 "(see vramkit --help)\n");
     return 2;
   }
   return ctx.exit_code;

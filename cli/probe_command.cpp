@@ -95,8 +95,7 @@ void run(probe_args& a, command_context& ctx) {
     const std::string table = probe::to_table(report);
     std::fwrite(table.data(), 1, table.size(), stderr);
   }
-  if (!a.json_file.empty())
-    write_file(a.json_file, probe::to_json(report).dump(2) + "\n", "--json");
+  if (!a.json_file.empty()) write_file(a.json_file, probe::to_json(report) + "\n", "--json");
   if (!a.html_file.empty()) write_file(a.html_file, probe::to_html(report), "--html");
   if (probe::has_failures(report)) {
     std::fprintf(stderr, "vramkit: probe: a result failed its verification (see FAILED above)\n");

@@ -1,15 +1,13 @@
 // `vramkit serve`: the Prometheus exporter (/metrics), /healthz, /api/samples and the live page,
-// fed by a background sampler. `--extender` hands over to the cluster scheduler extender.
-#include <pthread.h>
-
-#include <csignal>
+// fed by a background sampler. `serve --extender` is the former spelling of `vramkit extender`.
 #include <cstdio>
-#include <cstdlib>
+#include <optional>
+#include <vector>
 
 #include "commands.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/monitor/exporter.hpp"
-#include "vramkit/monitor/fake_nvml.hpp"
+#include "vramkit/monitor/gpu_source.hpp"
 #include "vramkit/monitor/sampler.hpp"
 
 namespace vramkit::cli {
@@ -19,80 +17,87 @@ namespace {
 namespace mon = vramkit::monitor;
 
 struct serve_args {
-  int port = 9410;
+  std::optional<int> port;  // 9410 for the exporter, the extender's own default for --extender
   std::string bind = "127.0.0.1";
   std::string interval = "1s";
   std::string fake_gpus;
   std::string host_root = "/";
   std::size_t history = 600;
+  bool extender = false;
+  extender_args extender_options;
 };
 
 void run_serve(const serve_args& a) {
   if (!mon::exporter_built())
     throw error("built without cpp-httplib: vramkit serve is not available in this build");
-  if (a.port < 0 || a.port > 65535)
-    throw invalid_input("--port " + std::to_string(a.port) + " is not a TCP port (0-65535)");
+  const int port = a.port.value_or(9410);
+  if (port < 0 || port > 65535)
+    throw invalid_input("--port " + std::to_string(port) + " is not a TCP port (0-65535)");
   auto interval = mon::parse_interval(a.interval);
-  result<std::shared_ptr<mon::nvml_api>> gpus = unavailable{};
-  if (!a.fake_gpus.empty()) {
-    gpus = std::shared_ptr<mon::nvml_api>(mon::fake_nvml::from_file(a.fake_gpus));
-  } else {
-    const char* lib = std::getenv("VRAMKIT_NVML_LIBRARY");
-    gpus = mon::load_nvml(lib != nullptr && *lib != '\0' ? lib : "libnvidia-ml.so.1");
-    if (!gpus)
-      std::fprintf(stderr, "vramkit: %s: exporting host memory only\n",
-                   gpus.error().reason.c_str());
-  }
+  auto gpus = mon::open_gpu_source(a.fake_gpus);
+  if (!gpus)
+    std::fprintf(stderr, "vramkit: %s: exporting host memory only\n", gpus.error().reason.c_str());
   mon::sampler_options so;
   so.host_root = a.host_root;
 
-  // SIGINT/SIGTERM are taken synchronously by this thread; every thread started below inherits
-  // the blocked mask, so the signal cannot land in a server thread.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
+  stop_signals stop;
   mon::exporter_options eo;
   eo.bind_address = a.bind;
-  eo.port = a.port;
+  eo.port = port;
   eo.interval = interval;
   eo.history_samples = a.history;
   mon::exporter server(std::make_unique<mon::sampler>(std::move(gpus), so), eo);
-  int port = server.start();
+  const int bound = server.start();
   std::printf("vramkit serve: listening on http://%s:%d/ (metrics at /metrics)\n", a.bind.c_str(),
-              port);
+              bound);
   std::fflush(stdout);
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
+  stop.wait();
   server.stop();
+}
+
+void run_deprecated_extender(serve_args a) {
+  std::fputs("vramkit: 'serve --extender' is deprecated: use 'vramkit extender' (same options)\n",
+             stderr);
+  if (a.port) a.extender_options.port = *a.port;
+  a.extender_options.bind = a.bind;
+  run_extender(a.extender_options, "vramkit serve --extender");
 }
 
 }  // namespace
 
 void add_serve_command(CLI::App& app, command_context& ctx) {
   auto args = std::make_shared<serve_args>();
-  auto* serve_subcommand =
+  auto* sub =
       app.add_subcommand("serve", "Prometheus exporter and live web page of GPU and host memory");
-  auto run_extender = add_extender_options(*serve_subcommand, ctx);
-  serve_subcommand->add_option("--port", args->port, "TCP port (0 picks a free one and prints it)")
-      ->capture_default_str();
-  serve_subcommand->add_option("--bind", args->bind, "Address to listen on")->capture_default_str();
-  serve_subcommand->add_option("--interval", args->interval, "Sampling interval (1s, 500ms)")
-      ->capture_default_str();
-  serve_subcommand->add_option(
-      "--fake-gpus", args->fake_gpus,
-      "Read GPUs from a JSON fixture instead of the driver (reloaded when it changes)");
-  serve_subcommand->add_option("--history", args->history, "Samples kept for the live page")
-      ->capture_default_str();
-  serve_subcommand
-      ->add_option("--host-root", args->host_root,
-                   "Read /proc and /sys under this directory (tests)")
-      ->group("");
-  serve_subcommand->callback([args, run_extender] {
-    if (run_extender()) return;
-    run_serve(*args);
+  sub->add_option("--port", args->port,
+                  "TCP port (default 9410; 0 picks a free one and prints it)");
+  sub->add_option("--bind", args->bind, "Address to listen on")->capture_default_str();
+  const std::vector<CLI::Option*> exporter_only = {
+      sub->add_option("--interval", args->interval, "Sampling interval (1s, 500ms)")
+          ->capture_default_str(),
+      sub->add_option(
+          "--fake-gpus", args->fake_gpus,
+          "Read GPUs from a JSON fixture instead of the driver (reloaded when it changes)"),
+      sub->add_option("--history", args->history, "Samples kept for the live page")
+          ->capture_default_str(),
+      sub->add_option("--host-root", args->host_root,
+                      "Read /proc and /sys under this directory (tests)")
+          ->group(""),
+  };
+  // The former spelling of `vramkit extender`, kept working: its options need the flag, and the
+  // exporter's own options are refused with it.
+  auto* extender = sub->add_flag("--extender", args->extender,
+                                 "deprecated: run `vramkit extender` (same options) instead");
+  extender->group("Deprecated");
+  for (auto* o : add_extender_options(*sub, args->extender_options))
+    o->needs(extender)->group("Deprecated");
+  for (auto* o : exporter_only) o->excludes(extender);
+  sub->callback([args, &ctx] {
+    if (args->extender)
+      run_deprecated_extender(*args);
+    else
+      run_serve(*args);
+    ctx.exit_code = 0;
   });
 }
 

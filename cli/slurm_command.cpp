@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -19,18 +18,10 @@
 #include "vramkit/cluster/slurm_gres.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/units.hpp"
-#include "vramkit/monitor/nvml_api.hpp"
+#include "vramkit/monitor/gpu_source.hpp"
 
 namespace vramkit::cli {
 namespace {
-
-std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw invalid_input(fmt::format("cannot read {} '{}'", what, path));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 void write_file(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -45,40 +36,17 @@ std::string short_hostname() {
   return name;
 }
 
-// The local GPUs: a fixture when given, else the driver through NVML (loaded at run time).
+// The local GPUs: the fixture when given, else the driver's.
 std::vector<cluster::gpu_state> local_gpus(const std::string& fixture) {
-  if (!fixture.empty())
-    return cluster::gpus_from_fixture_json(read_file(fixture, "fixture"), fixture);
-  const char* lib = std::getenv("VRAMKIT_NVML_LIBRARY");
-  auto nvml = monitor::load_nvml(lib != nullptr && *lib != '\0' ? lib : "libnvidia-ml.so.1");
-  if (!nvml) {
+  auto source = monitor::open_gpu_source(fixture);
+  if (!source) {
     throw error(fmt::format(
         "cannot read the GPUs: {} (on a machine without the NVIDIA driver, pass --fake-gpus FILE)",
-        nvml.error().reason));
+        source.error().reason));
   }
-  auto& api = **nvml;
-  const auto count = api.device_count();
-  if (!count.ok())
-    throw error(fmt::format("cannot count the GPUs: {} ({})", monitor::to_string(count.status),
-                            count.detail));
-  std::vector<cluster::gpu_state> gpus;
-  for (unsigned i = 0; i < count.value; ++i) {
-    const auto memory = api.memory(i);
-    if (!memory.ok()) {
-      throw error(fmt::format("GPU {}: cannot read its memory: {} ({})", i,
-                              monitor::to_string(memory.status), memory.detail));
-    }
-    cluster::gpu_state g;
-    g.index = static_cast<int>(i);
-    if (auto name = api.device_name(i); name.ok()) g.name = name.value;
-    if (auto uuid = api.device_uuid(i); uuid.ok()) g.uuid = uuid.value;
-    g.total_bytes = memory.value.total;
-    g.used_bytes = memory.value.used;
-    g.reserved_bytes = memory.value.reserved.value_or(0);
-    g.free_bytes = memory.value.free;
-    gpus.push_back(std::move(g));
-  }
-  if (gpus.empty()) throw error("the NVIDIA driver reports no GPUs");
+  auto gpus = cluster::gpus_from_nvml(**source);
+  // An empty fixture is bad input, which make_slurm_gres names; an empty driver is not.
+  if (gpus.empty() && fixture.empty()) throw error("the NVIDIA driver reports no GPUs");
   return gpus;
 }
 
@@ -174,11 +142,11 @@ void run_shards(const shards_args& a, command_context& ctx) {
     throw invalid_input("give exactly one of --request SIZE or --plan FILE");
   const std::uint64_t request =
       !a.request.empty() ? cluster::parse_memory_request(a.request)
-                         : cluster::request_from_plan_json(read_file(a.plan, "plan"), a.plan);
+                         : cluster::request_from_plan_json(read_input_file(a.plan, "plan"), a.plan);
   std::uint64_t shard_bytes = parse_bytes(a.shard_size);
   std::optional<std::uint64_t> max_shards;
   if (!a.config.empty()) {
-    const std::string text = read_file(a.config, "config");
+    const std::string text = read_input_file(a.config, "config");
     if (auto v = config_value(text, "shard_bytes", a.config)) shard_bytes = *v;
     max_shards = config_value(text, "max_gpu_shards", a.config);
   }

@@ -5,7 +5,6 @@
 
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -13,7 +12,7 @@
 
 #include "commands.hpp"
 #include "vramkit/core/error.hpp"
-#include "vramkit/monitor/fake_nvml.hpp"
+#include "vramkit/monitor/gpu_source.hpp"
 #include "vramkit/monitor/recording.hpp"
 #include "vramkit/monitor/sampler.hpp"
 #include "vramkit/monitor/terminal_view.hpp"
@@ -40,16 +39,7 @@ struct watch_args {
 volatile std::sig_atomic_t g_stop = 0;
 void on_stop(int) { g_stop = 1; }
 
-// The GPU source: the fake fixture when given, else the driver's NVML (VRAMKIT_NVML_LIBRARY
-// overrides the library name, for tests).
-result<std::shared_ptr<mon::nvml_api>> open_gpus(const std::string& fake_gpus) {
-  if (!fake_gpus.empty())
-    return std::shared_ptr<mon::nvml_api>(mon::fake_nvml::from_file(fake_gpus));
-  const char* lib = std::getenv("VRAMKIT_NVML_LIBRARY");
-  return mon::load_nvml(lib != nullptr && *lib != '\0' ? lib : "libnvidia-ml.so.1");
-}
-
-std::string host_only_notice(const result<std::shared_ptr<mon::nvml_api>>& gpus) {
+std::string host_only_notice(const result<std::shared_ptr<nvml_api>>& gpus) {
   if (gpus) return {};
   const auto& e = gpus.error();
   if (e.reason.rfind("no NVIDIA driver found", 0) == 0) {
@@ -118,7 +108,7 @@ void run_watch(const watch_args& a, command_context& ctx) {
     return;
   }
   auto interval = mon::parse_interval(a.interval);
-  auto gpus = open_gpus(a.fake_gpus);
+  auto gpus = mon::open_gpu_source(a.fake_gpus);
   std::string notice = host_only_notice(gpus);
   mon::sampler_options so;
   so.host_root = a.host_root;

@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "vramkit/core/testing/fake_nvml.hpp"
 #include "vramkit/monitor/exporter.hpp"
 #include "vramkit/monitor/exposition.hpp"
-#include "vramkit/monitor/fake_nvml.hpp"
 #include "vramkit/monitor/host_reader.hpp"
 #include "vramkit/monitor/sampler.hpp"
 
@@ -63,10 +63,10 @@ std::uint64_t rss_bytes() {
   return p && p->rss_bytes ? *p->rss_bytes : 0;
 }
 
-std::vector<mon::fake_gpu> eight_gpus() {
-  std::vector<mon::fake_gpu> gpus;
+std::vector<vramkit::testing::fake_gpu> eight_gpus() {
+  std::vector<vramkit::testing::fake_gpu> gpus;
   for (int i = 0; i < 8; ++i) {
-    mon::fake_gpu g;
+    vramkit::testing::fake_gpu g;
     g.name = "NVIDIA H200";
     g.uuid = "GPU-bench-" + std::to_string(i);
     g.memory_total_bytes = 150754820096ULL;
@@ -81,7 +81,7 @@ std::vector<mon::fake_gpu> eight_gpus() {
     for (int p = 0; p < 4; ++p) {
       // Real pids of this process so the host join reads /proc as it would for real processes.
       g.processes.push_back({static_cast<std::uint32_t>(getpid()), (1ULL + p) << 30,
-                             mon::nvml_process_kind::compute, "bench"});
+                             vramkit::nvml_process_kind::compute, "bench"});
     }
     gpus.push_back(std::move(g));
   }
@@ -125,11 +125,11 @@ int main(int argc, char** argv) {
     g_baseline_cpu = base.p50;
     print_cost("baseline: host readers only", base);
   }
-  auto fake = std::make_shared<mon::fake_nvml>(eight_gpus());
-  mon::sampler fake_sampler(std::shared_ptr<mon::nvml_api>(fake), mon::sampler_options{});
+  auto fake = std::make_shared<vramkit::testing::fake_nvml>(eight_gpus());
+  mon::sampler fake_sampler(std::shared_ptr<vramkit::nvml_api>(fake), mon::sampler_options{});
   print_cost("8 fake GPUs x 4 processes + host", sample_cost(fake_sampler, 200));
   if (real) {
-    auto api = mon::load_nvml();
+    auto api = vramkit::load_nvml();
     if (!api) {
       std::printf("real NVML: unavailable (%s)\n", api.error().reason.c_str());
     } else {
@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
       std::printf("%-44s wall time per sample: %.3f ms\n", "real NVML", wall * 1e3);
       mon::sampler_options gpu_opts;
       gpu_opts.read_host = false;
-      mon::sampler gpu_only(mon::load_nvml(), gpu_opts);
+      mon::sampler gpu_only(vramkit::load_nvml(), gpu_opts);
       print_cost("real NVML, GPUs only", sample_cost(gpu_only, 50));
     }
   }
@@ -168,9 +168,9 @@ int main(int argc, char** argv) {
   mon::exporter_options eo;
   eo.port = 0;
   eo.interval = std::chrono::milliseconds(1000);
-  mon::exporter ex(
-      std::make_unique<mon::sampler>(std::shared_ptr<mon::nvml_api>(fake), mon::sampler_options{}),
-      eo);
+  mon::exporter ex(std::make_unique<mon::sampler>(std::shared_ptr<vramkit::nvml_api>(fake),
+                                                  mon::sampler_options{}),
+                   eo);
   int port = ex.start();
   auto timed_gets = [&](const char* path, int n) {
     httplib::Client cli("127.0.0.1", port);

@@ -1,59 +1,41 @@
-// The fake-GPU fixture reader shared with `vramkit serve --fake-gpus`.
+// The GPUs of a node from NVML (the driver, or the fake-GPU fixture through testing::fake_nvml).
 #include "vramkit/cluster/gpu_state.hpp"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/testing/fake_nvml.hpp"
 
 namespace vramkit::cluster {
-namespace {
 
-std::uint64_t byte_field(const nlohmann::json& gpu, const char* key, bool required,
-                         std::string_view origin, std::size_t i) {
-  const auto it = gpu.find(key);
-  if (it == gpu.end() || it->is_null()) {
-    if (required) throw invalid_input(fmt::format("{}: gpus[{}] has no {}", origin, i, key));
-    return 0;
-  }
-  if (it->is_number_unsigned()) return it->get<std::uint64_t>();
-  if (it->is_number_integer() && it->get<std::int64_t>() >= 0) return it->get<std::uint64_t>();
-  throw invalid_input(
-      fmt::format("{}: gpus[{}].{} must be a non-negative integer", origin, i, key));
-}
-
-}  // namespace
-
-std::vector<gpu_state> gpus_from_fixture_json(std::string_view json_text, std::string_view origin) {
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw invalid_input(fmt::format("{}: not valid JSON ({})", origin, e.what()));
-  }
-  if (!doc.is_object() || !doc.contains("gpus") || !doc["gpus"].is_array()) {
-    throw invalid_input(fmt::format("{}: expected an object with a \"gpus\" array", origin));
-  }
+std::vector<gpu_state> gpus_from_nvml(nvml_api& nvml) {
+  const auto count = nvml.device_count();
+  if (!count.ok())
+    throw error(
+        fmt::format("cannot count the GPUs: {} ({})", to_string(count.status), count.detail));
   std::vector<gpu_state> gpus;
-  const auto& list = doc["gpus"];
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    const auto& g = list[i];
-    if (!g.is_object())
-      throw invalid_input(fmt::format("{}: gpus[{}] is not an object", origin, i));
-    gpu_state s;
-    s.index = static_cast<int>(i);
-    s.name = g.value("name", std::string{});
-    s.uuid = g.value("uuid", std::string{});
-    s.total_bytes = byte_field(g, "memory_total_bytes", true, origin, i);
-    s.used_bytes = byte_field(g, "memory_used_bytes", false, origin, i);
-    s.reserved_bytes = byte_field(g, "memory_reserved_bytes", false, origin, i);
-    if (s.used_bytes > s.total_bytes) {
-      throw invalid_input(fmt::format("{}: gpus[{}] uses more than its total", origin, i));
+  for (unsigned i = 0; i < count.value; ++i) {
+    const auto memory = nvml.memory(i);
+    if (!memory.ok()) {
+      throw error(fmt::format("GPU {}: cannot read its memory: {} ({})", i,
+                              to_string(memory.status), memory.detail));
     }
-    s.free_bytes = derived_free_bytes(s.total_bytes, s.used_bytes);
-    gpus.push_back(std::move(s));
+    gpu_state g;
+    g.index = static_cast<int>(i);
+    if (auto name = nvml.device_name(i); name.ok()) g.name = name.value;
+    if (auto uuid = nvml.device_uuid(i); uuid.ok()) g.uuid = uuid.value;
+    g.total_bytes = memory.value.total;
+    g.used_bytes = memory.value.used;
+    g.reserved_bytes = memory.value.reserved.value_or(0);
+    g.free_bytes = memory.value.free;
+    gpus.push_back(std::move(g));
   }
   return gpus;
+}
+
+std::vector<gpu_state> gpus_from_fixture_json(std::string_view json_text, std::string_view origin) {
+  testing::fake_nvml fake(testing::fake_nvml::parse(json_text, origin));
+  return gpus_from_nvml(fake);
 }
 
 }  // namespace vramkit::cluster

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "vramkit/core/error.hpp"
+#include "vramkit/monitor/metrics_schema.hpp"
 
 namespace vramkit::cluster {
 namespace {
@@ -170,17 +171,13 @@ std::vector<metric_sample> parse_prometheus_text(std::string_view text) {
 }
 
 std::vector<gpu_state> gpus_from_metrics(const std::vector<metric_sample>& samples) {
+  // Figures are read into the monitor's own sample type through its field table, so the names
+  // and units here are the exporter's by construction.
   struct partial {
-    gpu_state gpu;
-    bool has_total = false;
-    bool has_free = false;
+    monitor::gpu_sample figures;
+    bool up = true;
   };
   std::map<int, partial> by_index;
-  auto to_bytes = [](double v) -> std::uint64_t {
-    if (!(v > 0)) return 0;  // NaN and negatives read as nothing
-    if (v >= 1.8e19) return UINT64_MAX;
-    return static_cast<std::uint64_t>(std::llround(v));
-  };
   for (const metric_sample& s : samples) {
     if (s.name.rfind("vramkit_gpu_", 0) != 0) continue;
     const std::string* gpu_label = s.label("gpu");
@@ -192,30 +189,28 @@ std::vector<gpu_state> gpus_from_metrics(const std::vector<metric_sample>& sampl
           fmt::format("metric {} has gpu=\"{}\", not a GPU index", s.name, *gpu_label));
     }
     partial& p = by_index[static_cast<int>(idx)];
-    p.gpu.index = static_cast<int>(idx);
-    if (const std::string* u = s.label("uuid")) p.gpu.uuid = *u;
-    if (const std::string* n = s.label("name")) p.gpu.name = *n;
-    if (s.name == "vramkit_gpu_memory_total_bytes") {
-      p.gpu.total_bytes = to_bytes(s.value);
-      p.has_total = true;
-    } else if (s.name == "vramkit_gpu_memory_used_bytes") {
-      p.gpu.used_bytes = to_bytes(s.value);
-    } else if (s.name == "vramkit_gpu_memory_free_bytes") {
-      p.gpu.free_bytes = to_bytes(s.value);
-      p.has_free = true;
-    } else if (s.name == "vramkit_gpu_memory_reserved_bytes") {
-      p.gpu.reserved_bytes = to_bytes(s.value);
-    } else if (s.name == "vramkit_gpu_up") {
-      p.gpu.up = s.value == 1.0;
+    if (const std::string* u = s.label("uuid")) p.figures.uuid = *u;
+    if (const std::string* n = s.label("name")) p.figures.name = *n;
+    if (s.name == monitor::gpu_up_metric) {
+      p.up = s.value == 1.0;
+    } else if (const monitor::gpu_field* f = monitor::gpu_field_by_metric(s.name)) {
+      monitor::set_field_from_metric(p.figures, *f, s.value);
     }
   }
   std::vector<gpu_state> gpus;
-  for (auto& [idx, p] : by_index) {
-    if (!p.has_total) continue;
-    if (!p.has_free) {
-      p.gpu.free_bytes = derived_free_bytes(p.gpu.total_bytes, p.gpu.used_bytes);
-    }
-    gpus.push_back(std::move(p.gpu));
+  for (const auto& [idx, p] : by_index) {
+    const monitor::gpu_sample& m = p.figures;
+    if (!m.memory_total_bytes) continue;
+    gpu_state g;
+    g.index = idx;
+    g.uuid = m.uuid;
+    g.name = m.name;
+    g.up = p.up;
+    g.total_bytes = *m.memory_total_bytes;
+    g.used_bytes = m.memory_used_bytes.value_or(0);
+    g.reserved_bytes = m.memory_reserved_bytes.value_or(0);
+    g.free_bytes = m.memory_free_bytes.value_or(derived_free_bytes(g.total_bytes, g.used_bytes));
+    gpus.push_back(std::move(g));
   }
   return gpus;
 }

@@ -1,4 +1,4 @@
-// Byte and bandwidth formatting and parsing.
+// Byte and bandwidth formatting and parsing; duration parsing.
 #include "vramkit/core/units.hpp"
 
 #include <cctype>
@@ -77,6 +77,37 @@ std::uint64_t parse_bytes(std::string_view text) {
   const double value = number * scale;
   if (!std::isfinite(value) || value >= 18446744073709551615.0) return fail("too large");
   return static_cast<std::uint64_t>(std::llround(value));
+}
+
+std::chrono::milliseconds parse_duration(std::string_view text, std::string_view what) {
+  const std::string t(text);
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(t, &used);
+  } catch (const std::exception&) {
+    throw invalid_input(
+        fmt::format("{} '{}' is not a duration (examples: 500ms, 2s, 1.5m, 1h)", what, text));
+  }
+  const std::string unit = t.substr(used);
+  double scale = 0;
+  if (unit.empty() || unit == "s")
+    scale = 1e3;
+  else if (unit == "ms")
+    scale = 1;
+  else if (unit == "m" || unit == "min")
+    scale = 60e3;
+  else if (unit == "h")
+    scale = 3600e3;
+  else
+    throw invalid_input(
+        fmt::format("{} '{}' has an unknown unit '{}' (use ms, s, m or h)", what, text, unit));
+  const double ms = value * scale;
+  if (std::signbit(value) && value != 0)
+    throw invalid_input(fmt::format("{} '{}' is negative", what, text));
+  if (!std::isfinite(ms) || ms >= 0x1p62)
+    throw invalid_input(fmt::format("{} '{}' is too large", what, text));
+  return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
 }
 
 }  // namespace vramkit

@@ -4,8 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
-#include <functional>
+
+#include "vramkit/monitor/metrics_schema.hpp"
 
 namespace vramkit::monitor {
 
@@ -55,7 +57,7 @@ struct label {
 class writer {
  public:
   // Starts a family; its samples must follow before the next family starts.
-  void family(const char* name, const char* type, const char* help) {
+  void family(std::string_view name, const char* type, std::string_view help) {
     name_ = name;
     fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name,
                    escape_help(help), name, type);
@@ -80,26 +82,19 @@ class writer {
 
  private:
   std::string out_;
-  const char* name_ = "";
+  std::string_view name_;
 };
 
-// Writes one per-GPU gauge family when at least one device has the value.
-template <typename Get>
-void gpu_family(writer& w, const sample& s, const char* name, const char* help, Get get,
-                double scale = 1.0) {
-  bool any = false;
-  for (const auto& g : s.gpus) {
-    if (get(g)) {
-      any = true;
-      break;
-    }
-  }
+// Writes the per-GPU gauge family of `f` when at least one device has the value.
+void gpu_family(writer& w, const sample& s, const gpu_field& f) {
+  const bool any = std::any_of(s.gpus.begin(), s.gpus.end(),
+                               [&](const gpu_sample& g) { return field_value(g, f).has_value(); });
   if (!any) return;
-  w.family(name, "gauge", help);
+  w.family(f.metric, "gauge", f.help);
   for (const auto& g : s.gpus) {
-    if (auto v = get(g))
+    if (auto v = field_value(g, f))
       w.value({{"gpu", std::to_string(g.index)}, {"uuid", g.uuid}, {"name", g.name}},
-              static_cast<double>(*v) * scale);
+              *v * f.to_base_unit);
   }
 }
 
@@ -117,63 +112,14 @@ std::string command_label(const std::string& command) {
 
 std::string render_metrics(const sample& s, const exporter_stats& stats) {
   writer w;
-  w.family("vramkit_gpu_up", "gauge",
+  w.family(gpu_up_metric, "gauge",
            "1 when the GPU answered its memory query in the latest sample, 0 when it is lost or in "
            "error.");
   for (const auto& g : s.gpus) {
     w.value({{"gpu", std::to_string(g.index)}, {"uuid", g.uuid}, {"name", g.name}},
             g.state == device_state::ok ? 1 : 0);
   }
-  gpu_family(w, s, "vramkit_gpu_memory_total_bytes", "Total device memory in bytes.",
-             [](const gpu_sample& g) { return g.memory_total_bytes; });
-  gpu_family(w, s, "vramkit_gpu_memory_used_bytes",
-             "Device memory allocated on the GPU in bytes; driver-reserved memory is reported "
-             "separately where the driver gives it (total = used + reserved + free).",
-             [](const gpu_sample& g) { return g.memory_used_bytes; });
-  gpu_family(w, s, "vramkit_gpu_memory_free_bytes", "Device memory free in bytes.",
-             [](const gpu_sample& g) { return g.memory_free_bytes; });
-  gpu_family(w, s, "vramkit_gpu_memory_reserved_bytes",
-             "Device memory reserved by the driver and firmware in bytes.",
-             [](const gpu_sample& g) { return g.memory_reserved_bytes; });
-  gpu_family(
-      w, s, "vramkit_gpu_utilization_ratio",
-      "Fraction of the last sample period during which a kernel ran (0-1).",
-      [](const gpu_sample& g) { return g.utilization_gpu_percent; }, 0.01);
-  gpu_family(
-      w, s, "vramkit_gpu_memory_utilization_ratio",
-      "Fraction of the last sample period during which device memory was read or written (0-1).",
-      [](const gpu_sample& g) { return g.utilization_memory_percent; }, 0.01);
-  gpu_family(w, s, "vramkit_gpu_pcie_rx_bytes_per_second",
-             "PCIe receive throughput in bytes per second, over the driver's short window.",
-             [](const gpu_sample& g) { return g.pcie_rx_bytes_per_second; });
-  gpu_family(w, s, "vramkit_gpu_pcie_tx_bytes_per_second",
-             "PCIe transmit throughput in bytes per second, over the driver's short window.",
-             [](const gpu_sample& g) { return g.pcie_tx_bytes_per_second; });
-  gpu_family(w, s, "vramkit_gpu_nvlink_rx_bytes_per_second",
-             "NVLink receive throughput summed over links, in bytes per second between samples.",
-             [](const gpu_sample& g) { return g.nvlink_rx_bytes_per_second; });
-  gpu_family(w, s, "vramkit_gpu_nvlink_tx_bytes_per_second",
-             "NVLink transmit throughput summed over links, in bytes per second between samples.",
-             [](const gpu_sample& g) { return g.nvlink_tx_bytes_per_second; });
-  gpu_family(
-      w, s, "vramkit_gpu_sm_clock_hertz", "SM clock in hertz.",
-      [](const gpu_sample& g) { return g.sm_clock_mhz; }, 1e6);
-  gpu_family(
-      w, s, "vramkit_gpu_memory_clock_hertz", "Memory clock in hertz.",
-      [](const gpu_sample& g) { return g.memory_clock_mhz; }, 1e6);
-  gpu_family(w, s, "vramkit_gpu_temperature_celsius", "GPU die temperature in degrees Celsius.",
-             [](const gpu_sample& g) { return g.temperature_celsius; });
-  gpu_family(w, s, "vramkit_gpu_power_watts", "Power draw in watts.",
-             [](const gpu_sample& g) { return g.power_watts; });
-  gpu_family(w, s, "vramkit_gpu_ecc_corrected_errors",
-             "Corrected ECC errors since the counters were last cleared (aggregate).",
-             [](const gpu_sample& g) { return g.ecc_corrected_errors; });
-  gpu_family(w, s, "vramkit_gpu_ecc_uncorrected_errors",
-             "Uncorrected ECC errors since the counters were last cleared (aggregate).",
-             [](const gpu_sample& g) { return g.ecc_uncorrected_errors; });
-  gpu_family(w, s, "vramkit_gpu_retired_pages",
-             "Retired pages, or remapped rows on GPUs that remap rows.",
-             [](const gpu_sample& g) { return g.retired_pages; });
+  for (const auto& f : gpu_fields()) gpu_family(w, s, f);
 
   bool any_proc = false;
   for (const auto& g : s.gpus) {

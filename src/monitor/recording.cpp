@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "vramkit/core/error.hpp"
+#include "vramkit/monitor/metrics_schema.hpp"
 
 namespace vramkit::monitor {
 
@@ -34,23 +35,13 @@ json gpu_to_json(const gpu_sample& g) {
   j["name"] = g.name;
   j["state"] = to_string(g.state);
   if (!g.state_reason.empty()) j["state_reason"] = g.state_reason;
-  put(j, "memory_total_bytes", g.memory_total_bytes);
-  put(j, "memory_used_bytes", g.memory_used_bytes);
-  put(j, "memory_free_bytes", g.memory_free_bytes);
-  put(j, "memory_reserved_bytes", g.memory_reserved_bytes);
-  put(j, "utilization_gpu_percent", g.utilization_gpu_percent);
-  put(j, "utilization_memory_percent", g.utilization_memory_percent);
-  put(j, "pcie_rx_bytes_per_second", g.pcie_rx_bytes_per_second);
-  put(j, "pcie_tx_bytes_per_second", g.pcie_tx_bytes_per_second);
-  put(j, "nvlink_rx_bytes_per_second", g.nvlink_rx_bytes_per_second);
-  put(j, "nvlink_tx_bytes_per_second", g.nvlink_tx_bytes_per_second);
-  put(j, "sm_clock_mhz", g.sm_clock_mhz);
-  put(j, "memory_clock_mhz", g.memory_clock_mhz);
-  put(j, "temperature_celsius", g.temperature_celsius);
-  put(j, "power_watts", g.power_watts);
-  put(j, "ecc_corrected_errors", g.ecc_corrected_errors);
-  put(j, "ecc_uncorrected_errors", g.ecc_uncorrected_errors);
-  put(j, "retired_pages", g.retired_pages);
+  for (const auto& f : gpu_fields()) {
+    std::visit(
+        [&](auto member) {
+          if (const auto& v = g.*member) j[std::string(f.key)] = *v;
+        },
+        f.member);
+  }
   if (!g.mig.empty()) {
     json mig = json::array();
     for (const auto& m : g.mig) {
@@ -82,23 +73,9 @@ gpu_sample gpu_from_json(const json& j) {
   g.name = j.value("name", std::string());
   g.state = device_state_from_string(j.value("state", std::string("ok")));
   g.state_reason = j.value("state_reason", std::string());
-  take(j, "memory_total_bytes", g.memory_total_bytes);
-  take(j, "memory_used_bytes", g.memory_used_bytes);
-  take(j, "memory_free_bytes", g.memory_free_bytes);
-  take(j, "memory_reserved_bytes", g.memory_reserved_bytes);
-  take(j, "utilization_gpu_percent", g.utilization_gpu_percent);
-  take(j, "utilization_memory_percent", g.utilization_memory_percent);
-  take(j, "pcie_rx_bytes_per_second", g.pcie_rx_bytes_per_second);
-  take(j, "pcie_tx_bytes_per_second", g.pcie_tx_bytes_per_second);
-  take(j, "nvlink_rx_bytes_per_second", g.nvlink_rx_bytes_per_second);
-  take(j, "nvlink_tx_bytes_per_second", g.nvlink_tx_bytes_per_second);
-  take(j, "sm_clock_mhz", g.sm_clock_mhz);
-  take(j, "memory_clock_mhz", g.memory_clock_mhz);
-  take(j, "temperature_celsius", g.temperature_celsius);
-  take(j, "power_watts", g.power_watts);
-  take(j, "ecc_corrected_errors", g.ecc_corrected_errors);
-  take(j, "ecc_uncorrected_errors", g.ecc_uncorrected_errors);
-  take(j, "retired_pages", g.retired_pages);
+  for (const auto& f : gpu_fields()) {
+    std::visit([&](auto member) { take(j, std::string(f.key).c_str(), g.*member); }, f.member);
+  }
   if (auto it = j.find("mig"); it != j.end()) {
     for (const auto& mj : *it) {
       mig_instance m;
@@ -231,13 +208,8 @@ std::string csv_quote(const std::string& s) {
   return out + "\"";
 }
 
-template <typename T>
-std::string csv_num(const std::optional<T>& v) {
-  if (!v) return {};
-  if constexpr (std::is_floating_point_v<T>)
-    return fmt::format("{:.6g}", *v);
-  else
-    return std::to_string(*v);
+std::string csv_num(const std::optional<std::uint64_t>& v) {
+  return v ? std::to_string(*v) : std::string();
 }
 
 // Splits one CSV line (RFC 4180 quoting); throws invalid_input on an unterminated quote.
@@ -272,46 +244,22 @@ std::vector<std::string> csv_split(const std::string& line) {
   return out;
 }
 
+// timestamp, epoch_ms, device, uuid, name, state, the GPU figures of the schema, process_count,
+// and the two host figures.
 const std::vector<std::string>& csv_columns() {
-  static const std::vector<std::string> cols = {"timestamp",
-                                                "epoch_ms",
-                                                "device",
-                                                "uuid",
-                                                "name",
-                                                "state",
-                                                "memory_used_bytes",
-                                                "memory_total_bytes",
-                                                "memory_free_bytes",
-                                                "memory_reserved_bytes",
-                                                "utilization_gpu_percent",
-                                                "utilization_memory_percent",
-                                                "pcie_rx_bytes_per_second",
-                                                "pcie_tx_bytes_per_second",
-                                                "temperature_celsius",
-                                                "power_watts",
-                                                "sm_clock_mhz",
-                                                "memory_clock_mhz",
-                                                "process_count",
-                                                "host_memory_total_bytes",
-                                                "host_memory_available_bytes"};
+  static const std::vector<std::string> cols = [] {
+    std::vector<std::string> out = {"timestamp", "epoch_ms", "device", "uuid", "name", "state"};
+    for (const gpu_field* f : gpu_csv_fields()) out.emplace_back(f->key);
+    out.insert(out.end(),
+               {"process_count", "host_memory_total_bytes", "host_memory_available_bytes"});
+    return out;
+  }();
   return cols;
 }
 
 template <typename T>
 std::optional<T> csv_parse(const std::string& field, const char* column) {
-  if (field.empty()) return std::nullopt;
-  try {
-    std::size_t used = 0;
-    T v{};
-    if constexpr (std::is_floating_point_v<T>)
-      v = static_cast<T>(std::stod(field, &used));
-    else
-      v = static_cast<T>(std::stoull(field, &used));
-    if (used != field.size()) throw std::invalid_argument(field);
-    return v;
-  } catch (const std::exception&) {
-    throw invalid_input(std::string("column ") + column + ": '" + field + "' is not a number");
-  }
+  return detail::parse_number<T>(field, column);
 }
 
 }  // namespace
@@ -393,18 +341,7 @@ std::vector<std::string> to_csv_lines(const sample& s) {
       f.push_back(csv_quote(g->uuid));
       f.push_back(csv_quote(g->name));
       f.push_back(to_string(g->state));
-      f.push_back(csv_num(g->memory_used_bytes));
-      f.push_back(csv_num(g->memory_total_bytes));
-      f.push_back(csv_num(g->memory_free_bytes));
-      f.push_back(csv_num(g->memory_reserved_bytes));
-      f.push_back(csv_num(g->utilization_gpu_percent));
-      f.push_back(csv_num(g->utilization_memory_percent));
-      f.push_back(csv_num(g->pcie_rx_bytes_per_second));
-      f.push_back(csv_num(g->pcie_tx_bytes_per_second));
-      f.push_back(csv_num(g->temperature_celsius));
-      f.push_back(csv_num(g->power_watts));
-      f.push_back(csv_num(g->sm_clock_mhz));
-      f.push_back(csv_num(g->memory_clock_mhz));
+      for (const gpu_field* field : gpu_csv_fields()) f.push_back(field_text(*g, *field));
       f.push_back(std::to_string(g->processes.size()));
     }
     f.push_back(csv_num(host_total));
@@ -451,8 +388,8 @@ recording parse_recording(const std::string& text) {
         throw invalid_input(std::to_string(fields.size()) + " fields, header has " +
                             std::to_string(col.size()));
       }
-      auto field = [&](const char* name) -> std::string {
-        auto it = col.find(name);
+      auto field = [&](std::string_view name) -> std::string {
+        auto it = col.find(std::string(name));
         return it == col.end() ? std::string() : fields[it->second];
       };
       auto ts = csv_parse<std::int64_t>(field("epoch_ms"), "epoch_ms");
@@ -481,27 +418,7 @@ recording parse_recording(const std::string& text) {
       g.name = field("name");
       std::string state = field("state");
       g.state = state.empty() ? device_state::ok : device_state_from_string(state);
-      g.memory_used_bytes =
-          csv_parse<std::uint64_t>(field("memory_used_bytes"), "memory_used_bytes");
-      g.memory_total_bytes =
-          csv_parse<std::uint64_t>(field("memory_total_bytes"), "memory_total_bytes");
-      g.memory_free_bytes =
-          csv_parse<std::uint64_t>(field("memory_free_bytes"), "memory_free_bytes");
-      g.memory_reserved_bytes =
-          csv_parse<std::uint64_t>(field("memory_reserved_bytes"), "memory_reserved_bytes");
-      g.utilization_gpu_percent =
-          csv_parse<double>(field("utilization_gpu_percent"), "utilization_gpu_percent");
-      g.utilization_memory_percent =
-          csv_parse<double>(field("utilization_memory_percent"), "utilization_memory_percent");
-      g.pcie_rx_bytes_per_second =
-          csv_parse<double>(field("pcie_rx_bytes_per_second"), "pcie_rx_bytes_per_second");
-      g.pcie_tx_bytes_per_second =
-          csv_parse<double>(field("pcie_tx_bytes_per_second"), "pcie_tx_bytes_per_second");
-      g.temperature_celsius =
-          csv_parse<double>(field("temperature_celsius"), "temperature_celsius");
-      g.power_watts = csv_parse<double>(field("power_watts"), "power_watts");
-      g.sm_clock_mhz = csv_parse<unsigned>(field("sm_clock_mhz"), "sm_clock_mhz");
-      g.memory_clock_mhz = csv_parse<unsigned>(field("memory_clock_mhz"), "memory_clock_mhz");
+      for (const gpu_field* f : gpu_csv_fields()) set_field_text(g, *f, field(f->key));
       s.gpus.push_back(std::move(g));
     } catch (const invalid_input& e) {
       rec.errors.push_back({line_no, e.what()});

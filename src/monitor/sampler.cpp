@@ -6,6 +6,7 @@
 #include <set>
 
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
 #include "vramkit/monitor/host_reader.hpp"
 
 namespace vramkit::monitor {
@@ -36,27 +37,10 @@ std::int64_t now_ms() {
 }
 
 std::chrono::milliseconds parse_interval(const std::string& text) {
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw invalid_input("interval '" + text + "' is not a duration (examples: 1s, 500ms, 2m)");
-  }
-  std::string unit = text.substr(used);
-  double ms = 0;
-  if (unit.empty() || unit == "s")
-    ms = value * 1000;
-  else if (unit == "ms")
-    ms = value;
-  else if (unit == "m" || unit == "min")
-    ms = value * 60000;
-  else
-    throw invalid_input("interval '" + text + "' has an unknown unit '" + unit +
-                        "' (use ms, s or m)");
-  if (!(ms >= 10 && ms <= 3600000))
+  const auto interval = parse_duration(text, "interval");
+  if (interval < std::chrono::milliseconds(10) || interval > std::chrono::hours(1))
     throw invalid_input("interval '" + text + "' must be between 10ms and 1h");
-  return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
+  return interval;
 }
 
 namespace {

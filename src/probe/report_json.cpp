@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "vramkit/core/error.hpp"
 
 namespace vramkit::probe {
@@ -81,7 +83,9 @@ byte_convention byte_convention_from_string(const std::string& text) {
   throw invalid_input("probe report JSON: unknown byte convention '" + text + "'");
 }
 
-json to_json(const probe_report& report) {
+namespace {
+
+json report_document(const probe_report& report) {
   json doc;
   doc["schema_version"] = report.schema;
   doc["header"] = report.header;
@@ -148,7 +152,7 @@ json to_json(const probe_report& report) {
   return doc;
 }
 
-probe_report report_from_json(const json& doc) {
+probe_report report_from_document(const json& doc) {
   if (!doc.is_object()) throw invalid_input("probe report JSON: the document is not an object");
   probe_report r;
   r.schema = get<int>(doc, "schema_version", "the report");
@@ -227,6 +231,20 @@ probe_report report_from_json(const json& doc) {
     r.skips.push_back(std::move(s));
   }
   return r;
+}
+
+}  // namespace
+
+std::string to_json(const probe_report& report) { return report_document(report).dump(2); }
+
+probe_report report_from_json(std::string_view json_text) {
+  json doc;
+  try {
+    doc = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    throw invalid_input(std::string("probe report JSON: not valid JSON (") + e.what() + ")");
+  }
+  return report_from_document(doc);
 }
 
 }  // namespace vramkit::probe

@@ -7,11 +7,14 @@
 #include <string_view>
 #include <vector>
 
+#include "vramkit/core/nvml_api.hpp"
+
 namespace vramkit::cluster {
 
-/// One GPU's memory figures in bytes, as NVML's v2 memory query reports them: `used_bytes` includes
-/// the driver-reserved `reserved_bytes`. `free_bytes` is what the exporter or driver reports as
-/// free; when a source gives no free figure it is total - used (never below zero).
+/// One GPU's memory figures in bytes, as NVML's v2 memory query reports them: total = used +
+/// reserved + free, `reserved_bytes` being what the driver and firmware keep (0 where a source does
+/// not report it; then `used_bytes` includes it). When a source gives no free figure, it is total -
+/// used (never below zero).
 struct gpu_state {
   int index = 0;
   std::string uuid;
@@ -35,10 +38,12 @@ struct node_state {
   return used >= total ? 0 : total - used;
 }
 
-/// Reads the fake-GPU fixture shared with `vramkit serve --fake-gpus`:
-///   {"gpus": [{"name": "NVIDIA H200", "uuid": "GPU-…", "memory_total_bytes": N,
-///              "memory_used_bytes": N, "memory_reserved_bytes": N, "processes": [...]}]}
-/// GPUs are indexed in array order; used includes reserved. Throws invalid_input naming `origin`
+/// The GPUs `nvml` reports, in index order (name or uuid empty where that query fails). Throws
+/// error naming the GPU and the status when the count or a GPU's memory cannot be read.
+[[nodiscard]] std::vector<gpu_state> gpus_from_nvml(nvml_api& nvml);
+
+/// The GPUs of a fake-GPU fixture (the format of testing::fake_nvml, shared with `--fake-gpus` of
+/// watch and serve), read as gpus_from_nvml reads the driver. Throws invalid_input naming `origin`
 /// and the field on bad input.
 [[nodiscard]] std::vector<gpu_state> gpus_from_fixture_json(std::string_view json_text,
                                                             std::string_view origin = "fixture");

@@ -1,8 +1,8 @@
 // nvml_api: the NVML queries of the monitor and the probe, declared with vramkit's own types (no
 // NVML header). `load_nvml` opens libnvidia-ml.so.1 with dlopen at run time: vramkit's one NVML
-// loader; monitor/fake_nvml.hpp provides a scripted implementation for tests. Every query returns
-// its value with a status, so "not supported", "no permission" and "GPU is lost" are values, never
-// exceptions. Implementations are thread-safe.
+// loader; core/testing/fake_nvml.hpp provides a scripted implementation for tests. Every query
+// returns its value with a status, so "not supported", "no permission" and "GPU is lost" are
+// values, never exceptions. Implementations are thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,8 @@
 // Byte and bandwidth units: binary units (KiB, MiB, GiB) for memory sizes, decimal GB/s for
-// bandwidth, each labelled. All functions are pure and thread-safe.
+// bandwidth, each labelled; durations as text. All functions are pure and thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -23,6 +24,11 @@ std::string format_bandwidth(double bytes_per_second);
 /// Parses "24GiB", "24 GiB", "1.5G" (G = GiB), "24GB" (decimal), "4096", "512KiB". Throws
 /// invalid_input naming the text when it is not a size, is negative, or overflows 64 bits.
 std::uint64_t parse_bytes(std::string_view text);
+
+/// Parses a duration: a number and a unit, ms, s, m (or min) or h ("500ms", "1.5s", "2m", "1h"); a
+/// bare number is seconds. Fractions of a millisecond are dropped. Throws invalid_input naming
+/// `what` and the text when it is not a duration, is negative, or is too large.
+std::chrono::milliseconds parse_duration(std::string_view text, std::string_view what = "duration");
 
 /// Rounds `value` up to a multiple of `alignment` (a power of two).
 constexpr std::size_t align_up(std::size_t value, std::size_t alignment) noexcept {

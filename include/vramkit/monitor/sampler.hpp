@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "vramkit/core/nvml_api.hpp"
 #include "vramkit/core/result.hpp"
-#include "vramkit/monitor/nvml_api.hpp"
 #include "vramkit/monitor/sample.hpp"
 
 namespace vramkit::monitor {
@@ -62,8 +62,9 @@ class sampler {
 /// Current wall-clock time in milliseconds since the epoch.
 std::int64_t now_ms();
 
-/// Parses a sampling interval: "1s", "500ms", "0.5s", "2m", or a bare number of seconds. Throws
-/// invalid_input naming the text when it is not a duration or is outside 10 ms .. 1 h.
+/// Parses a sampling interval with parse_duration (core/units.hpp): "1s", "500ms", "0.5s", "2m",
+/// "1h", or a bare number of seconds. Throws invalid_input naming the text when it is not a
+/// duration or is outside 10 ms .. 1 h.
 std::chrono::milliseconds parse_interval(const std::string& text);
 
 }  // namespace vramkit::monitor

@@ -15,8 +15,8 @@
 #include <thread>
 
 #include "vramkit/core/cuda_device_api.hpp"
+#include "vramkit/core/nvml_api.hpp"
 #include "vramkit/core/units.hpp"
-#include "vramkit/monitor/nvml_api.hpp"
 #include "vramkit/monitor/sampler.hpp"
 
 namespace vramkit::monitor {

@@ -88,7 +88,7 @@ TEST(GpuFixture, ReadsTheSharedFakeGpuFormat) {
      "memory_reserved_bytes": 100, "processes": [{"pid": 7, "used_bytes": 200}]},
     {"name": "NVIDIA H200", "memory_total_bytes": 2000}]})");
   ASSERT_EQ(gpus.size(), 2u);
-  EXPECT_EQ(gpus[0].free_bytes, 700u);  // used includes reserved, as NVML reports it
+  EXPECT_EQ(gpus[0].free_bytes, 600u);  // total = used + reserved + free, as serve exports it
   EXPECT_EQ(gpus[0].reserved_bytes, 100u);
   EXPECT_EQ(gpus[1].index, 1);
   EXPECT_EQ(gpus[1].free_bytes, 2000u);

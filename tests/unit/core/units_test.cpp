@@ -38,6 +38,30 @@ TEST(Units, RejectsBadSizesNamingTheText) {
   }
 }
 
+TEST(Units, ParsesDurationsInEveryUnit) {
+  EXPECT_EQ(parse_duration("500ms").count(), 500);
+  EXPECT_EQ(parse_duration("2s").count(), 2000);
+  EXPECT_EQ(parse_duration("1.5s").count(), 1500);
+  EXPECT_EQ(parse_duration("3").count(), 3000);
+  EXPECT_EQ(parse_duration("2m").count(), 120000);
+  EXPECT_EQ(parse_duration("2min").count(), 120000);
+  EXPECT_EQ(parse_duration("1h").count(), 3600000);
+  EXPECT_EQ(parse_duration("0s").count(), 0);
+}
+
+TEST(Units, RejectsBadDurationsNamingWhatAndTheText) {
+  for (const char* bad : {"soon", "", "2x", "-1s", "1e300h", "ms"}) {
+    try {
+      (void)parse_duration(bad, "--scrape-ttl");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const invalid_input& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("--scrape-ttl"), std::string::npos) << what;
+      EXPECT_NE(what.find(std::string("'") + bad + "'"), std::string::npos) << what;
+    }
+  }
+}
+
 TEST(Units, AlignsUp) {
   EXPECT_EQ(align_up(1, 256), 256U);
   EXPECT_EQ(align_up(256, 256), 256U);

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "vramkit/core/error.hpp"
-#include "vramkit/monitor/fake_nvml.hpp"
+#include "vramkit/core/testing/fake_nvml.hpp"
 #include "vramkit/monitor/terminal_view.hpp"
 
 #if defined(VRAMKIT_TEST_HTTP)
@@ -16,6 +16,9 @@
 
 namespace vramkit::monitor {
 namespace {
+
+using vramkit::testing::fake_gpu;
+using vramkit::testing::fake_nvml;
 
 const std::filesystem::path data = std::filesystem::path(VRAMKIT_SOURCE_DIR) / "tests/data/monitor";
 

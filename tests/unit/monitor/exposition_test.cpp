@@ -10,11 +10,14 @@
 #include <set>
 #include <sstream>
 
-#include "vramkit/monitor/fake_nvml.hpp"
+#include "vramkit/core/testing/fake_nvml.hpp"
 #include "vramkit/monitor/sampler.hpp"
 
 namespace vramkit::monitor {
 namespace {
+
+using vramkit::testing::fake_gpu;
+using vramkit::testing::fake_nvml;
 
 const std::filesystem::path data = std::filesystem::path(VRAMKIT_SOURCE_DIR) / "tests/data/monitor";
 
@@ -49,8 +52,9 @@ TEST(Exposition, EveryLineIsWellFormedAndFamiliesAreContiguous) {
   EXPECT_EQ(text.back(), '\n');
   const std::regex help(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .+)");
   const std::regex type(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (gauge|counter))");
+  // Values as Prometheus reads them; a sample that took microseconds is written 9.2628e-05.
   const std::regex sample_line(
-      R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\.)*",?)*\})? (-?[0-9.e+]+|NaN|[+-]Inf))");
+      R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\.)*",?)*\})? (-?[0-9.]+(e[+-]?[0-9]+)?|NaN|[+-]Inf))");
   std::set<std::string> seen_families;
   std::string current;
   bool expect_type = false;

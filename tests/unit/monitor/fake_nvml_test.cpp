@@ -1,11 +1,14 @@
 // fake_nvml: the fixture keys of the queries the probe shares with the monitor (PCIe link, maximum
 // clocks, bus width, lookup by PCI bus id), and their absence read as not_supported.
-#include "vramkit/monitor/fake_nvml.hpp"
+#include "vramkit/core/testing/fake_nvml.hpp"
 
 #include <gtest/gtest.h>
 
 namespace vramkit::monitor {
 namespace {
+
+using vramkit::testing::fake_gpu;
+using vramkit::testing::fake_nvml;
 
 TEST(FakeNvml, ReadsLinkClocksAndBusWidthFromTheFixture) {
   fake_nvml fake(fake_nvml::parse(R"({"gpus":[

@@ -4,11 +4,15 @@
 #include <gtest/gtest.h>
 
 #include "vramkit/core/error.hpp"
-#include "vramkit/monitor/fake_nvml.hpp"
+#include "vramkit/core/testing/fake_nvml.hpp"
+#include "vramkit/monitor/metrics_schema.hpp"
 #include "vramkit/monitor/sampler.hpp"
 
 namespace vramkit::monitor {
 namespace {
+
+using vramkit::testing::fake_gpu;
+using vramkit::testing::fake_nvml;
 
 const std::filesystem::path data = std::filesystem::path(VRAMKIT_SOURCE_DIR) / "tests/data/monitor";
 
@@ -50,6 +54,53 @@ TEST(Recording, CsvRoundTripsTheDeviceColumns) {
   EXPECT_EQ(g.memory_reserved_bytes, s.gpus[0].memory_reserved_bytes);
   EXPECT_EQ(g.power_watts, s.gpus[0].power_watts);
   EXPECT_EQ(rec.samples[0].host.memory->available_bytes, s.host.memory->available_bytes);
+}
+
+// Regression: CSV wrote doubles with six significant digits, so 1048576000 B/s came back as
+// 1048580000 ("1.04858e+09") and 1/3 lost its tail.
+TEST(Recording, CsvNumbersRoundTripExactly) {
+  sample s;
+  s.timestamp_ms = 1'700'000'000'000;
+  gpu_sample g;
+  g.uuid = "GPU-0";
+  g.memory_total_bytes = 150754820096;
+  g.memory_used_bytes = 40802189312;
+  g.memory_free_bytes = 0;
+  g.memory_reserved_bytes = 597688320;
+  g.pcie_rx_bytes_per_second = 1048576000.0;
+  g.pcie_tx_bytes_per_second = 1e20;
+  g.utilization_gpu_percent = 100.0 / 3.0;
+  g.utilization_memory_percent = 0.1;
+  g.temperature_celsius = -12.25;
+  g.power_watts = 412.5;
+  g.sm_clock_mhz = 1980;
+  g.memory_clock_mhz = 4294967295U;
+  s.gpus.push_back(g);
+  const auto lines = to_csv_lines(s);
+  ASSERT_EQ(lines.size(), 1U);
+  EXPECT_NE(lines[0].find(",1048576000,"), std::string::npos) << lines[0];
+  EXPECT_EQ(lines[0].find("e+09"), std::string::npos) << lines[0];
+  auto rec = parse_recording(csv_header() + "\n" + lines[0] + "\n");
+  ASSERT_TRUE(rec.errors.empty()) << rec.errors[0].message;
+  ASSERT_EQ(rec.samples.size(), 1U);
+  const gpu_sample& back = rec.samples[0].gpus.at(0);
+  // Every CSV column of the schema reads back to the value written, to the bit.
+  for (const gpu_field* f : gpu_csv_fields())
+    EXPECT_EQ(field_value(back, *f), field_value(g, *f)) << f->key;
+  EXPECT_EQ(back.utilization_gpu_percent, 100.0 / 3.0);
+  EXPECT_EQ(back.pcie_tx_bytes_per_second, 1e20);
+}
+
+TEST(Recording, JsonKeysAndCsvColumnsComeFromTheSchema) {
+  sample s = fixture_sample(1'700'000'000'000);
+  const std::string line = to_json_line(s);
+  const std::string header = csv_header();
+  for (const auto& f : gpu_fields()) {
+    if (field_value(s.gpus[0], f)) {
+      EXPECT_NE(line.find("\"" + std::string(f.key) + "\":"), std::string::npos) << f.key;
+    }
+    EXPECT_EQ(header.find(std::string(f.key)) != std::string::npos, f.csv_column >= 0) << f.key;
+  }
 }
 
 TEST(Recording, CsvQuotesNamesWithCommasAndQuotes) {

@@ -1,9 +1,10 @@
-// fake_nvml: an nvml_api whose devices are described by code or by a JSON fixture file, for tests
-// and for `vramkit watch|serve --fake-gpus FILE`. Devices can appear and disappear, figures can
-// change, and any query of any device can be made to fail with a chosen status. Thread-safe (one
-// mutex).
+// fake_nvml: a scripted implementation of core's nvml_api whose devices are described by code or
+// by a JSON fixture file, for tests and for `--fake-gpus FILE` (watch, serve, slurm). Devices can
+// appear and disappear, figures can change, and any query of any device can be made to fail with a
+// chosen status. The fixture is parsed here and nowhere else. Thread-safe (one mutex).
 //
-// Fixture format:
+// Fixture format (byte counts are non-negative integers; total = used + reserved + free, as the
+// driver's v2 memory query reports it):
 //   {"gpus": [{"name": "NVIDIA H200", "uuid": "GPU-...", "memory_total_bytes": N,
 //              "memory_used_bytes": N, "memory_reserved_bytes": N, "utilization_gpu": 0-100,
 //              "processes": [{"pid": N, "used_bytes": N, "name": "python3"}]}, ...]}
@@ -21,11 +22,12 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "vramkit/monitor/nvml_api.hpp"
+#include "vramkit/core/nvml_api.hpp"
 
-namespace vramkit::monitor {
+namespace vramkit::testing {
 
 /// One scripted device.
 struct fake_gpu {
@@ -61,8 +63,10 @@ class fake_nvml final : public nvml_api {
   fake_nvml() = default;
   explicit fake_nvml(std::vector<fake_gpu> gpus);
 
-  /// Parses a fixture (format above); throws invalid_input naming the problem.
-  static std::vector<fake_gpu> parse(const std::string& json_text);
+  /// Parses a fixture (format above); throws invalid_input naming `origin`, the GPU and the
+  /// problem.
+  static std::vector<fake_gpu> parse(std::string_view json_text,
+                                     std::string_view origin = "fake GPU fixture");
   /// A fake that reads `path` now and again whenever its modification time changes (checked at
   /// most once per device_count call). Throws invalid_input when the file is unreadable or invalid
   /// at start; later bad edits are reported on stderr and the previous figures kept.
@@ -118,4 +122,4 @@ class fake_nvml final : public nvml_api {
   std::uintmax_t file_size_ = 0;
 };
 
-}  // namespace vramkit::monitor
+}  // namespace vramkit::testing

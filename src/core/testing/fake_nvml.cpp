@@ -1,16 +1,18 @@
 // fake_nvml: scripted devices for tests and --fake-gpus, optionally reloaded from a JSON fixture
-// when the file changes. One mutex guards the device list.
-#include "vramkit/monitor/fake_nvml.hpp"
+// when the file changes; the one reader of the fixture format. One mutex guards the device list.
+#include "vramkit/core/testing/fake_nvml.hpp"
 
 #include <cctype>
 #include <cstdio>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "vramkit/core/error.hpp"
 
-namespace vramkit::monitor {
+namespace vramkit::testing {
 
 namespace {
 
@@ -52,9 +54,69 @@ std::string lower(std::string s) {
   return s;
 }
 
+// A byte count: a non-negative integer (JSON would otherwise wrap -1 to 2^64 - 1), or nothing when
+// the key is absent or null.
+std::optional<std::uint64_t> byte_count(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (it->is_number_unsigned()) return it->get<std::uint64_t>();
+  if (it->is_number_integer() && it->get<std::int64_t>() >= 0) return it->get<std::uint64_t>();
+  throw invalid_input(fmt::format("{} must be a non-negative integer", key));
+}
+
+nvml_process parse_process(const nlohmann::json& p) {
+  nvml_process proc;
+  proc.pid = p.at("pid").get<std::uint32_t>();
+  proc.used_bytes = byte_count(p, "used_bytes");
+  proc.name = p.value("name", std::string());
+  const std::string kind = p.value("kind", std::string("compute"));
+  proc.kind = kind == "graphics"           ? nvml_process_kind::graphics
+              : kind == "compute+graphics" ? nvml_process_kind::compute_and_graphics
+                                           : nvml_process_kind::compute;
+  return proc;
+}
+
+fake_gpu parse_gpu(const nlohmann::json& g, std::size_t i) {
+  if (!g.is_object()) throw invalid_input("not an object");
+  fake_gpu gpu;
+  gpu.name = g.value("name", std::string("Fake GPU"));
+  gpu.uuid = g.value("uuid", "GPU-fake-" + std::to_string(i));
+  const auto total = byte_count(g, "memory_total_bytes");
+  if (!total) throw invalid_input("no memory_total_bytes");
+  gpu.memory_total_bytes = *total;
+  gpu.memory_used_bytes = byte_count(g, "memory_used_bytes").value_or(0);
+  gpu.memory_reserved_bytes = byte_count(g, "memory_reserved_bytes");
+  if (gpu.memory_used_bytes + gpu.memory_reserved_bytes.value_or(0) > gpu.memory_total_bytes) {
+    throw invalid_input("memory_used_bytes + memory_reserved_bytes exceed memory_total_bytes");
+  }
+  gpu.utilization_gpu = opt<unsigned>(g, "utilization_gpu");
+  gpu.utilization_memory = opt<unsigned>(g, "utilization_memory");
+  gpu.temperature_celsius = opt<double>(g, "temperature_celsius");
+  gpu.power_watts = opt<double>(g, "power_watts");
+  gpu.pcie_rx_bytes_per_second = byte_count(g, "pcie_rx_bytes_per_second");
+  gpu.pcie_tx_bytes_per_second = byte_count(g, "pcie_tx_bytes_per_second");
+  gpu.sm_clock_mhz = opt<unsigned>(g, "sm_clock_mhz");
+  gpu.memory_clock_mhz = opt<unsigned>(g, "memory_clock_mhz");
+  gpu.sm_clock_max_mhz = opt<unsigned>(g, "sm_clock_max_mhz");
+  gpu.memory_clock_max_mhz = opt<unsigned>(g, "memory_clock_max_mhz");
+  gpu.memory_bus_width_bits = opt<unsigned>(g, "memory_bus_width_bits");
+  gpu.pci_bus_id = g.value("pci_bus_id", std::string());
+  gpu.pcie_link = link(g, "pcie_link_generation", "pcie_link_width");
+  gpu.max_pcie_link = link(g, "pcie_link_generation_max", "pcie_link_width_max");
+  gpu.lost = g.value("lost", false);
+  if (g.contains("processes")) {
+    for (const auto& p : g.at("processes")) gpu.processes.push_back(parse_process(p));
+  }
+  if (g.contains("fail")) {
+    for (const auto& [query, status] : g.at("fail").items())
+      gpu.failures[query] = status_from_string(status.get<std::string>());
+  }
+  return gpu;
+}
+
 std::string read_file_text(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw invalid_input("cannot read fake GPU file " + path.string());
+  if (!in) throw invalid_input(fmt::format("cannot read fixture '{}'", path.string()));
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -64,74 +126,32 @@ std::string read_file_text(const std::filesystem::path& path) {
 
 fake_nvml::fake_nvml(std::vector<fake_gpu> gpus) : gpus_(std::move(gpus)) {}
 
-std::vector<fake_gpu> fake_nvml::parse(const std::string& json_text) {
+std::vector<fake_gpu> fake_nvml::parse(std::string_view json_text, std::string_view origin) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::exception& e) {
-    throw invalid_input(std::string("fake GPU fixture is not valid JSON: ") + e.what());
+    throw invalid_input(fmt::format("{}: not valid JSON ({})", origin, e.what()));
   }
   if (!j.is_object() || !j.contains("gpus") || !j.at("gpus").is_array()) {
-    throw invalid_input("fake GPU fixture must be an object with a \"gpus\" array");
+    throw invalid_input(fmt::format("{}: expected an object with a \"gpus\" array", origin));
   }
   std::vector<fake_gpu> out;
-  std::size_t i = 0;
-  for (const auto& g : j.at("gpus")) {
+  const auto& list = j.at("gpus");
+  for (std::size_t i = 0; i < list.size(); ++i) {
     try {
-      fake_gpu gpu;
-      gpu.name = g.value("name", std::string("Fake GPU"));
-      gpu.uuid = g.value("uuid", "GPU-fake-" + std::to_string(i));
-      gpu.memory_total_bytes = g.at("memory_total_bytes").get<std::uint64_t>();
-      gpu.memory_used_bytes = g.value("memory_used_bytes", std::uint64_t{0});
-      gpu.memory_reserved_bytes = opt<std::uint64_t>(g, "memory_reserved_bytes");
-      if (gpu.memory_used_bytes + gpu.memory_reserved_bytes.value_or(0) > gpu.memory_total_bytes) {
-        throw invalid_input("memory_used_bytes + memory_reserved_bytes exceed memory_total_bytes");
-      }
-      gpu.utilization_gpu = opt<unsigned>(g, "utilization_gpu");
-      gpu.utilization_memory = opt<unsigned>(g, "utilization_memory");
-      gpu.temperature_celsius = opt<double>(g, "temperature_celsius");
-      gpu.power_watts = opt<double>(g, "power_watts");
-      gpu.pcie_rx_bytes_per_second = opt<std::uint64_t>(g, "pcie_rx_bytes_per_second");
-      gpu.pcie_tx_bytes_per_second = opt<std::uint64_t>(g, "pcie_tx_bytes_per_second");
-      gpu.sm_clock_mhz = opt<unsigned>(g, "sm_clock_mhz");
-      gpu.memory_clock_mhz = opt<unsigned>(g, "memory_clock_mhz");
-      gpu.sm_clock_max_mhz = opt<unsigned>(g, "sm_clock_max_mhz");
-      gpu.memory_clock_max_mhz = opt<unsigned>(g, "memory_clock_max_mhz");
-      gpu.memory_bus_width_bits = opt<unsigned>(g, "memory_bus_width_bits");
-      gpu.pci_bus_id = g.value("pci_bus_id", std::string());
-      gpu.pcie_link = link(g, "pcie_link_generation", "pcie_link_width");
-      gpu.max_pcie_link = link(g, "pcie_link_generation_max", "pcie_link_width_max");
-      gpu.lost = g.value("lost", false);
-      if (g.contains("processes")) {
-        for (const auto& p : g.at("processes")) {
-          nvml_process proc;
-          proc.pid = p.at("pid").get<std::uint32_t>();
-          proc.used_bytes = opt<std::uint64_t>(p, "used_bytes");
-          proc.name = p.value("name", std::string());
-          std::string kind = p.value("kind", std::string("compute"));
-          proc.kind = kind == "graphics"           ? nvml_process_kind::graphics
-                      : kind == "compute+graphics" ? nvml_process_kind::compute_and_graphics
-                                                   : nvml_process_kind::compute;
-          gpu.processes.push_back(std::move(proc));
-        }
-      }
-      if (g.contains("fail")) {
-        for (const auto& [query, status] : g.at("fail").items())
-          gpu.failures[query] = status_from_string(status.get<std::string>());
-      }
-      out.push_back(std::move(gpu));
+      out.push_back(parse_gpu(list[i], i));
     } catch (const nlohmann::json::exception& e) {
-      throw invalid_input("fake GPU fixture: gpus[" + std::to_string(i) + "]: " + e.what());
+      throw invalid_input(fmt::format("{}: gpus[{}]: {}", origin, i, e.what()));
     } catch (const invalid_input& e) {
-      throw invalid_input("fake GPU fixture: gpus[" + std::to_string(i) + "]: " + e.what());
+      throw invalid_input(fmt::format("{}: gpus[{}]: {}", origin, i, e.what()));
     }
-    ++i;
   }
   return out;
 }
 
 std::shared_ptr<fake_nvml> fake_nvml::from_file(const std::filesystem::path& path) {
-  auto fake = std::make_shared<fake_nvml>(parse(read_file_text(path)));
+  auto fake = std::make_shared<fake_nvml>(parse(read_file_text(path), path.string()));
   std::error_code ec;
   fake->file_ = path;
   fake->file_mtime_ = std::filesystem::last_write_time(path, ec);
@@ -147,7 +167,7 @@ void fake_nvml::reload_if_changed() {
   auto size = std::filesystem::file_size(file_, ec);
   if (ec || (mtime == file_mtime_ && size == file_size_)) return;
   try {
-    gpus_ = parse(read_file_text(file_));
+    gpus_ = parse(read_file_text(file_), file_.string());
     file_mtime_ = mtime;
     file_size_ = size;
   } catch (const std::exception& e) {
@@ -338,4 +358,4 @@ nvml_value<std::vector<nvml_mig_instance>> fake_nvml::mig_instances(unsigned ind
 
 #undef VRAMKIT_FAKE_QUERY
 
-}  // namespace vramkit::monitor
+}  // namespace vramkit::testing

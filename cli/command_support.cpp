@@ -1,0 +1,34 @@
+// Helpers shared by the subcommands: reading an input file, waiting for SIGINT/SIGTERM.
+#include <pthread.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "vramkit/core/error.hpp"
+
+namespace vramkit::cli {
+
+std::string read_input_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw invalid_input(fmt::format("cannot read {} '{}'", what, path));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+stop_signals::stop_signals() : set_{} {
+  sigemptyset(&set_);
+  sigaddset(&set_, SIGINT);
+  sigaddset(&set_, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+}
+
+void stop_signals::wait() {
+  int sig = 0;
+  sigwait(&set_, &sig);
+}
+
+}  // namespace vramkit::cli
