@@ -3,7 +3,7 @@
 // earlier pods applied. Compared in the same run with the on-request scraper (exporter_scraper,
 // which scrapes expired nodes inside the request). Scrapes go through an in-process fetch, not
 // sockets: what is measured is the request path, which never waits on a scrape.
-// Usage: cluster_extender_latency_bench [requests=400] [hang_ms=1000]
+// Usage: cluster_extender_latency_bench [requests=400] [hang_ms=1000] [baseline_requests=3]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -118,8 +118,11 @@ std::vector<double> run(const node_lookup& lookup, const extender_config& config
 int main(int argc, char** argv) {
   const int requests = argc > 1 ? std::atoi(argv[1]) : 400;
   const auto hang = std::chrono::milliseconds(argc > 2 ? std::atoi(argv[2]) : 1000);
-  if (requests <= 0 || hang.count() <= 0) {
-    std::fprintf(stderr, "usage: cluster_extender_latency_bench [requests>0] [hang_ms>0]\n");
+  const int old_requests = argc > 3 ? std::atoi(argv[3]) : 3;
+  if (requests <= 0 || hang.count() <= 0 || old_requests < 0) {
+    std::fprintf(stderr,
+                 "usage: cluster_extender_latency_bench [requests>0] [hang_ms>0] "
+                 "[baseline_requests>=0]\n");
     return 2;
   }
   std::map<std::string, std::string> urls;
@@ -157,7 +160,7 @@ int main(int argc, char** argv) {
   exporter_scraper old(urls, {2000ms, 1000ms, 32}, fetch_fn);
   node_lookup old_lookup = [&old](const std::vector<std::string>& n) { return old.states(n); };
   extender_config plain;
-  const int old_requests = std::max(3, requests / 100);
+  if (old_requests == 0) return 0;
   std::vector<double> old_ms;
   for (int i = 0; i < old_requests; ++i) {
     auto part = run(old_lookup, plain, 1, nullptr, 0ms);
