@@ -133,6 +133,16 @@ function vramkit.apply(job_desc)
       human(bytes), shards, human(settings.shard_bytes), settings.max_gpu_shards,
       human(settings.max_gpu_shards * settings.shard_bytes))
   end
+  -- --gpus, --gpus-per-task and --gpus-per-socket ask for whole GPUs through other fields; with a
+  -- memory request Slurm would need both a gpu and shards of it, which it refuses with its generic
+  -- "Invalid generic resource (gres) specification". Say so at submission instead.
+  for _, field in ipairs({"tres_per_job", "tres_per_task", "tres_per_socket"}) do
+    local value = job_desc[field]
+    if value ~= nil and value ~= "" and string.find(value, "gpu", 1, true) then
+      return "vramkit: vram= asks for GPU memory, --gpus/--gpus-per-task/--gpus-per-socket (" ..
+        field .. "=" .. value .. ") for whole GPUs: give one of them, not both"
+    end
+  end
   local gres = "gres:shard:" .. shards
   local current = job_desc.tres_per_node
   if current ~= nil and current ~= "" then

@@ -272,6 +272,11 @@ extender_response extender_filter(std::string_view body, const node_lookup& look
     return {200,
             filter_result(args, keep, failed, unresolvable, fmt::format("vramkit: {}", e.what()))};
   }
+  if (request && config.on_request) {
+    if (const json* uid = path(*args.pod, {"metadata", "uid"}); uid && uid->is_string()) {
+      config.on_request(uid->get<std::string>(), *request);
+    }
+  }
   if (request && !args.names.empty()) {
     const node_states states = lookup(args.names);
     for (std::size_t i = 0; i < args.names.size(); ++i) {

@@ -34,6 +34,13 @@ extender_server::extender_server(node_lookup lookup, extender_config config, std
 #if VRAMKIT_HAVE_HTTPLIB
   auto& s = impl_->server;
   impl* self = impl_.get();
+  // kube-scheduler keeps a connection alive per goroutine that calls the extender (filters and
+  // asynchronous binds overlap); each such connection holds one server thread while it is idle, so
+  // the pool must be larger than cpp-httplib's default (the core count) or calls queue up.
+  s.new_task_queue = [] { return new httplib::ThreadPool(64); };
+  // cpp-httplib closes a kept-alive connection after 5 requests by default; a client that sent its
+  // next request meanwhile sees a failed read. Reuse connections far longer.
+  s.set_keep_alive_max_count(100000);
   auto reply = [](httplib::Response& res, const extender_response& r) {
     res.status = r.status;
     res.set_content(r.body, r.content_type.c_str());
@@ -69,6 +76,19 @@ extender_server::extender_server(node_lookup lookup, extender_config config, std
 }
 
 extender_server::~extender_server() { stop(); }
+
+void extender_server::serve_bind(std::function<extender_response(std::string_view body)> handler) {
+#if VRAMKIT_HAVE_HTTPLIB
+  impl_->server.Post(R"((.*)/bind)", [handler = std::move(handler)](const httplib::Request& req,
+                                                                    httplib::Response& res) {
+    const extender_response r = handler(req.body);
+    res.status = r.status;
+    res.set_content(r.body, r.content_type.c_str());
+  });
+#else
+  (void)handler;
+#endif
+}
 
 int extender_server::bind() {
 #if VRAMKIT_HAVE_HTTPLIB

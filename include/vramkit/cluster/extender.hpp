@@ -25,6 +25,9 @@ struct extender_config {
   placement_options placement{};
   std::string resource_name = "vramkit.io/gpu-memory";  ///< extended resource, a quantity
   std::string plan_annotation = "vramkit.io/plan";      ///< annotation holding planner JSON
+  /// Called by filter with the pod's metadata.uid and its request, so that a bind verb (which
+  /// is sent no pod spec) knows how much to reserve; empty: not called.
+  std::function<void(const std::string& pod_uid, std::uint64_t bytes)> on_request;
 };
 
 /// A node's live state, shared rather than copied: the scraper's cache and every request in

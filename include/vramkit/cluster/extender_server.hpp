@@ -1,9 +1,10 @@
-// The HTTP front of the scheduler extender: POST <prefix>/filter and <prefix>/prioritize (any
-// prefix, as kube-scheduler's urlPrefix sets it), GET /healthz. Needs cpp-httplib in the build;
-// without it start() throws. Handlers run on the server's thread pool; stop() may be called from
-// any thread.
+// The HTTP front of the scheduler extender: POST <prefix>/filter, <prefix>/prioritize (any
+// prefix, as kube-scheduler's urlPrefix sets it), optionally <prefix>/bind, GET /healthz. Needs
+// cpp-httplib in the build; without it start() throws. Handlers run on the server's thread pool;
+// stop() may be called from any thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,9 @@ class extender_server {
   ~extender_server();
   extender_server(const extender_server&) = delete;
   extender_server& operator=(const extender_server&) = delete;
+
+  /// Also serves POST <prefix>/bind with `handler` (bind_service::bind); call before run().
+  void serve_bind(std::function<extender_response(std::string_view body)> handler);
 
   /// Binds the socket (throws vramkit::error naming the address when it cannot) and returns the
   /// port bound.

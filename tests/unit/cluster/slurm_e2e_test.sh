@@ -84,6 +84,8 @@ grep -q "^max_gpu_shards=20$" "$TMP/etc/vramkit-slurm.conf" || fail "vramkit-slu
 GRES=$(grep '^NodeName=' "$TMP/etc/slurm-node.conf" | grep -o 'Gres=[^ ]*')
 [ "$GRES" = "Gres=gpu:h100:1,gpu:a100:1,shard:30" ] || fail "unexpected node line: $GRES"
 cp "$SRC/slurm/job_submit.lua" "$TMP/etc/job_submit.lua"
+cp "$SRC/slurm/task_prolog.sh" "$TMP/etc/vramkit-task-prolog.sh"
+chmod 755 "$TMP/etc/vramkit-task-prolog.sh"
 
 CTLD_PORT=$(free_port); SLURMD_PORT=$(free_port)
 cat > "$TMP/etc/slurm.conf" <<CONF
@@ -107,6 +109,7 @@ SelectTypeParameters=CR_Core
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobSubmitPlugins=lua
+TaskProlog=$TMP/etc/vramkit-task-prolog.sh
 GresTypes=gpu,shard
 SchedulerType=sched/builtin
 SlurmdParameters=config_overrides
@@ -173,5 +176,20 @@ scancel "$A"
 wait_for 30 RUNNING state "$C"
 [ "$(gres_of "$C")" = "GRES=shard:8(IDX:0)" ] || fail "job C: expected shard:8 on GPU 0, got '$(gres_of "$C")'"
 
+# --gpus with vram=: refused at submission with vramkit's message, not Slurm's generic gres error.
+if out=$(sbatch -o /dev/null --gpus=1 --comment="vram=2GiB" --wrap="sleep 1" 2>&1); then
+  fail "--gpus=1 with vram= was accepted: $out"
+fi
+echo "$out" | grep -q "not both" || fail "--gpus with vram= message missing: $out"
+
+# Enforcement: the TaskProlog puts the cap (2 shards x 4 GiB) into the task's environment.
+E=$(sbatch --parsable -o "$TMP/env.txt" -e /dev/null --comment="vram=8GiB" --wrap="env" 2>&1) \
+  || fail "sbatch --comment=vram=8GiB was refused: $E"
+E=$(echo "$E" | tail -n 1)
+for _ in $(seq 100); do [ -z "$(state "$E")" ] && break; sleep 0.2; done
+grep -q "^SLURM_SHARDS_ON_NODE=2$" "$TMP/env.txt" || fail "job E: no SLURM_SHARDS_ON_NODE=2 in $(cat "$TMP/env.txt" | grep -i shard)"
+grep -q "^VRAMKIT_POOL_MAXIMUM=$((8 << 30))$" "$TMP/env.txt" \
+  || fail "job E: VRAMKIT_POOL_MAXIMUM is not $((8 << 30)): $(grep VRAMKIT "$TMP/env.txt")"
+
 scancel "$B" "$P" "$C"
-echo "PASSED: placement by memory, queueing, refusal and plan requests through slurmctld"
+echo "PASSED: placement by memory, queueing, refusal, plan requests and the TaskProlog cap through slurmctld"
