@@ -32,7 +32,7 @@ def main():
 
     def median(key):
         r = results.get(key)
-        return r["median"] if r else None
+        return r["stats"]["median"] if r else None
 
     if a.quick_ms is not None:
         check("quick run <= 15 s", a.quick_ms <= 15000, f"{a.quick_ms / 1000:.1f} s")
@@ -62,22 +62,22 @@ def main():
             r = size / reported
             check(f"{t} L2 plateau within 10% of the driver's L2 size", abs(r - 1) <= 0.10,
                   f"{size / 2**20:.1f} MiB vs {reported / 2**20:.1f} MiB = {r:.3f}x "
-                  f"(plateau {l2['median']:.0f} GB/s)")
+                  f"(plateau {l2['stats']['median']:.0f} GB/s)")
 
     print()
     print("| pattern | ratio to unit stride (median) | useful GB/s |")
     print("| --- | ---: | ---: |")
     for key, r in results.items():
         if ".pattern." in key and r.get("unit") == "x":
-            print(f"| {key} | {r['median']:.3f} | {r.get('extra', {}).get('useful_gbps', 0):.1f} |")
+            print(f"| {key} | {r['stats']['median']:.3f} | {r.get('extra', {}).get('useful_gbps', 0):.1f} |")
     print()
     print("| cache level | GB/s | ends at |")
     print("| --- | ---: | ---: |")
     for key, r in results.items():
         if ".cache." in key:
             end = r.get("extra", {}).get("measured_size_bytes")
-            print(f"| {key} | {r['median']:.0f} | {end / 2**20:.1f} MiB |" if end else
-                  f"| {key} | {r['median']:.0f} | - |")
+            print(f"| {key} | {r['stats']['median']:.0f} | {end / 2**20:.1f} MiB |" if end else
+                  f"| {key} | {r['stats']['median']:.0f} | - |")
     return 0 if ok else 1
 
 
