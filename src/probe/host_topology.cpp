@@ -169,10 +169,17 @@ const numa_node_info* nearest_cpu_node(const std::vector<numa_node_info>& nodes,
 
 host_topology::host_topology() : host_topology("/sys") {}
 
-host_topology::host_topology(const std::string& sysfs_root) : impl_(std::make_unique<impl>()) {
+host_topology::host_topology(const std::string& sysfs_root, const std::string& hwloc_xml)
+    : impl_(std::make_unique<impl>()) {
   cpu_model_ = cpu_model_from_proc();
 #if VRAMKIT_HAVE_HWLOC
-  if (hwloc_topology_init(&impl_->topo) == 0 && hwloc_topology_load(impl_->topo) == 0) {
+  const bool init = hwloc_topology_init(&impl_->topo) == 0;
+  if (init && !hwloc_xml.empty() &&
+      hwloc_topology_set_xmlfile(impl_->topo, hwloc_xml.c_str()) != 0) {
+    hwloc_topology_destroy(impl_->topo);
+    impl_->topo = nullptr;
+  }
+  if (init && impl_->topo != nullptr && hwloc_topology_load(impl_->topo) == 0) {
     hwloc_topology_t t = impl_->topo;
     const int npu = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
     for (int i = 0; i < npu; ++i) {
@@ -194,6 +201,20 @@ host_topology::host_topology(const std::string& sysfs_root) : impl_(std::make_un
         }
       }
       nodes_.push_back(std::move(info));
+    }
+    // Linux gives every CPU one home node, hwloc gives a CPU-less node the CPUs of its locality:
+    // a node whose CPUs all belong to a node listed before it has none of its own.
+    std::vector<int> claimed;
+    for (auto& n : nodes_) {
+      const bool all_claimed =
+          !n.pus.empty() && std::all_of(n.pus.begin(), n.pus.end(), [&](int pu) {
+            return std::find(claimed.begin(), claimed.end(), pu) != claimed.end();
+          });
+      if (all_claimed) {
+        n.pus.clear();
+      } else {
+        claimed.insert(claimed.end(), n.pus.begin(), n.pus.end());
+      }
     }
     const std::pair<hwloc_obj_type_t, const char*> levels[] = {{HWLOC_OBJ_L1CACHE, "L1d"},
                                                                {HWLOC_OBJ_L2CACHE, "L2"},
@@ -243,7 +264,10 @@ host_topology::host_topology(const std::string& sysfs_root) : impl_(std::make_un
   for (auto& n : nodes_) {
     for (const auto& k : sys_nodes) {
       if (k.os_index != n.os_index) continue;
-      if (k.pus.empty()) n.pus.clear();
+      std::vector<int> own;  // the kernel's CPUs of the node that this process may use
+      for (int pu : k.pus)
+        if (std::find(pus_.begin(), pus_.end(), pu) != pus_.end()) own.push_back(pu);
+      if (k.pus.empty() || !own.empty()) n.pus = own;
       n.distances = k.distances;
     }
   }

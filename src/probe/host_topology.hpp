@@ -56,8 +56,10 @@ class host_topology {
   /// The machine's topology; NUMA nodes as the kernel lists them under /sys take precedence for
   /// which CPUs a node has (hwloc gives a memory-only node the CPUs it is local to).
   host_topology();
-  /// The same with the node facts read under `sysfs_root` instead of /sys (tests).
-  explicit host_topology(const std::string& sysfs_root);
+  /// The same with the node facts read under `sysfs_root` instead of /sys and, when `hwloc_xml`
+  /// is not empty, the topology loaded from that hwloc XML file (tests; pinning and binding then
+  /// refer to the described machine, not this one).
+  explicit host_topology(const std::string& sysfs_root, const std::string& hwloc_xml = "");
   ~host_topology();
   host_topology(const host_topology&) = delete;
   host_topology& operator=(const host_topology&) = delete;

@@ -78,3 +78,39 @@ TEST(NumaKind, CpusWithoutMemory) {
 
 }  // namespace
 }  // namespace vramkit::probe::detail
+
+namespace vramkit::probe::detail {
+namespace {
+
+// tests/data/probe/hwloc/one-socket-cxl.xml: hwloc 2.9's XML of a two-CPU machine with a second
+// NUMA node added under the socket (64 GiB, the socket's cpuset, as hwloc describes a CXL
+// expander). hwloc alone lists the socket's CPUs for both nodes.
+TEST(NumaHwloc, ACpuLessNodeFromAnHwlocTopologyIsMemoryOnly) {
+  const std::string xml =
+      std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/probe/hwloc/one-socket-cxl.xml";
+  host_topology topo(fixture("no-such-tree"), xml);
+  if (topo.backend().rfind("hwloc", 0) != 0) GTEST_SKIP() << "built without hwloc";
+  const auto& nodes = topo.numa_nodes();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(classify(nodes[0]), numa_kind::cpus_and_memory);
+  EXPECT_EQ(nodes[0].pus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(classify(nodes[1]), numa_kind::memory_only);
+  EXPECT_EQ(nodes[1].memory_bytes, 68719476736ull);
+  EXPECT_EQ(nearest_cpu_node(nodes, 1)->os_index, 0);
+}
+
+TEST(NumaHwloc, TheKernelsListWinsWhereBothSpeak) {
+  // The sysfs fixture says node 1 has CPUs 16-31 and 48-63; this process cannot use them, so the
+  // hwloc view (none of its own) stands; node 0 keeps the CPUs the process may use.
+  const std::string xml =
+      std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/probe/hwloc/one-socket-cxl.xml";
+  host_topology topo(fixture("two-socket-cxl"), xml);
+  if (topo.backend().rfind("hwloc", 0) != 0) GTEST_SKIP() << "built without hwloc";
+  ASSERT_EQ(topo.numa_nodes().size(), 2u);
+  EXPECT_EQ(topo.numa_nodes()[0].pus, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(topo.numa_nodes()[1].pus.empty());
+  EXPECT_EQ(topo.numa_nodes()[1].distances, (std::vector<int>{21, 10, 24}));
+}
+
+}  // namespace
+}  // namespace vramkit::probe::detail
