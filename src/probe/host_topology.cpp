@@ -174,8 +174,7 @@ host_topology::host_topology(const std::string& sysfs_root, const std::string& h
   cpu_model_ = cpu_model_from_proc();
 #if VRAMKIT_HAVE_HWLOC
   const bool init = hwloc_topology_init(&impl_->topo) == 0;
-  if (init && !hwloc_xml.empty() &&
-      hwloc_topology_set_xmlfile(impl_->topo, hwloc_xml.c_str()) != 0) {
+  if (init && !hwloc_xml.empty() && hwloc_topology_set_xml(impl_->topo, hwloc_xml.c_str()) != 0) {
     hwloc_topology_destroy(impl_->topo);
     impl_->topo = nullptr;
   }
