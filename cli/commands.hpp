@@ -16,6 +16,7 @@ void add_plan_command(CLI::App& app, command_context& ctx);
 void add_watch_command(CLI::App& app, command_context& ctx);
 void add_serve_command(CLI::App& app, command_context& ctx);
 void add_slurm_command(CLI::App& app, command_context& ctx);
+void add_replay_command(CLI::App& app, command_context& ctx);
 
 }  // namespace vramkit::cli
 

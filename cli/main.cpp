@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   vramkit::cli::add_watch_command(app, ctx);
   vramkit::cli::add_serve_command(app, ctx);
   vramkit::cli::add_slurm_command(app, ctx);
+  vramkit::cli::add_replay_command(app, ctx);
 
   try {
     app.parse(argc, argv);
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
   }
   if (app.get_subcommands().empty()) {
     std::fprintf(stderr,
-                 "vramkit: a subcommand is required: probe, plan, watch, serve or slurm (see "
+                 "vramkit: a subcommand is required: probe, plan, watch, serve, slurm or replay (see "
                  "vramkit --help)\n");
     return 2;
   }
