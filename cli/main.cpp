@@ -49,9 +49,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (app.get_subcommands().empty()) {
-    std::fprintf(stderr,
-                 "vramkit: a subcommand is required: probe, plan, watch, serve, slurm or replay (see "
-                 "vramkit --help)\n");
+    std::fprintf(
+        stderr,
+        "vramkit: a subcommand is required: probe, plan, watch, serve, slurm or replay (see "
+        "vramkit --help)\n");
     return 2;
   }
   return ctx.exit_code;

@@ -56,9 +56,7 @@ allocator_replay_result replay_vramkit(const trace& t, const std::string& name,
   for (std::uint32_t i = 1; i < std::max<std::uint32_t>(t.stream_count(), 1); ++i) {
     streams.push_back(std::make_unique<owned_stream>(*dev));
   }
-  auto stream_of = [&](std::uint32_t s) {
-    return s == 0 ? stream_view{} : streams[s - 1]->view();
-  };
+  auto stream_of = [&](std::uint32_t s) { return s == 0 ? stream_view{} : streams[s - 1]->view(); };
   std::shared_ptr<memory_resource> pool;
   std::shared_ptr<vmm_pool_resource> vmm;
   std::shared_ptr<pool_resource> classic;
@@ -87,8 +85,7 @@ allocator_replay_result replay_vramkit(const trace& t, const std::string& name,
       }
     } else {
       auto it = live.find(e.id);
-      pool->deallocate(it->second.first, it->second.second, default_alignment,
-                       stream_of(e.stream));
+      pool->deallocate(it->second.first, it->second.second, default_alignment, stream_of(e.stream));
       requested.remove(it->second.second);
       live.erase(it);
     }

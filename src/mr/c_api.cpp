@@ -19,8 +19,8 @@
 #include "vramkit/mr/device_api_resource.hpp"
 #include "vramkit/mr/memory_summary.hpp"
 #include "vramkit/mr/pool_resource.hpp"
-#include "vramkit/mr/vmm_pool_resource.hpp"
 #include "vramkit/mr/tracing_adaptor.hpp"
+#include "vramkit/mr/vmm_pool_resource.hpp"
 
 namespace vramkit::mr {
 namespace {
@@ -30,10 +30,10 @@ constexpr int max_devices = 64;
 struct device_stack {
   std::shared_ptr<device_api> api;
   std::shared_ptr<cuda_async_resource> async_upstream;  // when the upstream is cudaMallocAsync
-  std::shared_ptr<pool_resource> pool;      // VRAMKIT_POOL_KIND=pool
-  std::shared_ptr<vmm_pool_resource> vmm;   // VRAMKIT_POOL_KIND=vmm
-  std::shared_ptr<memory_resource> pool_top;  // whichever of the two
-  std::shared_ptr<tracing_adaptor> tracing;  // when VRAMKIT_TRACE_FILE is set
+  std::shared_ptr<pool_resource> pool;                  // VRAMKIT_POOL_KIND=pool
+  std::shared_ptr<vmm_pool_resource> vmm;               // VRAMKIT_POOL_KIND=vmm
+  std::shared_ptr<memory_resource> pool_top;            // whichever of the two
+  std::shared_ptr<tracing_adaptor> tracing;             // when VRAMKIT_TRACE_FILE is set
   memory_resource* top = nullptr;
 };
 
@@ -128,9 +128,10 @@ device_stack* make_stack(int device) {
     vmm_pool_options v;
     v.rounding = env_bytes("VRAMKIT_POOL_ROUNDING", v.rounding);
     v.maximum_size = env_bytes("VRAMKIT_POOL_MAXIMUM", v.maximum_size);
-    for (const char* other : {"VRAMKIT_POOL_UPSTREAM", "VRAMKIT_POOL_INITIAL", "VRAMKIT_POOL_MAX_SPLIT",
-                              "VRAMKIT_POOL_LARGE_CHUNK", "VRAMKIT_POOL_LARGE_EXACT",
-                              "VRAMKIT_POOL_MIN_SPLIT_REMAINDER", "VRAMKIT_POOL_GROWTH"}) {
+    for (const char* other :
+         {"VRAMKIT_POOL_UPSTREAM", "VRAMKIT_POOL_INITIAL", "VRAMKIT_POOL_MAX_SPLIT",
+          "VRAMKIT_POOL_LARGE_CHUNK", "VRAMKIT_POOL_LARGE_EXACT",
+          "VRAMKIT_POOL_MIN_SPLIT_REMAINDER", "VRAMKIT_POOL_GROWTH"}) {
       if (env(other) != nullptr) {
         throw usage_error(std::string(other) + " does not apply to VRAMKIT_POOL_KIND=vmm");
       }
@@ -154,29 +155,30 @@ device_stack* make_stack(int device) {
     throw usage_error("VRAMKIT_POOL_UPSTREAM must be 'async' or 'cuda' (got '" + up + "')");
   }
   if (!d->vmm) {
-  pool_options o;
-  o.initial_size = env_bytes("VRAMKIT_POOL_INITIAL", 0);
-  o.rounding = env_bytes("VRAMKIT_POOL_ROUNDING", o.rounding);
-  o.max_split = env_bytes("VRAMKIT_POOL_MAX_SPLIT", o.max_split);
-  o.large_chunk_size = env_bytes("VRAMKIT_POOL_LARGE_CHUNK", o.large_chunk_size);
-  o.large_exact_size = env_bytes("VRAMKIT_POOL_LARGE_EXACT", o.large_exact_size);
-  o.large_min_split_remainder =
-      env_bytes("VRAMKIT_POOL_MIN_SPLIT_REMAINDER", o.large_min_split_remainder);
-  o.maximum_size = env_bytes("VRAMKIT_POOL_MAXIMUM", o.maximum_size);
-  // Returning idle chunks before growing suits a stream-ordered upstream only (no host sync). Not
-  // the default: on the replayed LLaMA step it cost ~2 us per torch.empty in cudaMallocAsync calls.
-  const char* growth = env("VRAMKIT_POOL_GROWTH");
-  const std::string g_policy = growth != nullptr ? growth : "keep";
-  if (g_policy == "release") {
-    if (!d->async_upstream && !g.override_api) {
-      throw usage_error("VRAMKIT_POOL_GROWTH=release needs VRAMKIT_POOL_UPSTREAM=async");
+    pool_options o;
+    o.initial_size = env_bytes("VRAMKIT_POOL_INITIAL", 0);
+    o.rounding = env_bytes("VRAMKIT_POOL_ROUNDING", o.rounding);
+    o.max_split = env_bytes("VRAMKIT_POOL_MAX_SPLIT", o.max_split);
+    o.large_chunk_size = env_bytes("VRAMKIT_POOL_LARGE_CHUNK", o.large_chunk_size);
+    o.large_exact_size = env_bytes("VRAMKIT_POOL_LARGE_EXACT", o.large_exact_size);
+    o.large_min_split_remainder =
+        env_bytes("VRAMKIT_POOL_MIN_SPLIT_REMAINDER", o.large_min_split_remainder);
+    o.maximum_size = env_bytes("VRAMKIT_POOL_MAXIMUM", o.maximum_size);
+    // Returning idle chunks before growing suits a stream-ordered upstream only (no host sync). Not
+    // the default: on the replayed LLaMA step it cost ~2 us per torch.empty in cudaMallocAsync
+    // calls.
+    const char* growth = env("VRAMKIT_POOL_GROWTH");
+    const std::string g_policy = growth != nullptr ? growth : "keep";
+    if (g_policy == "release") {
+      if (!d->async_upstream && !g.override_api) {
+        throw usage_error("VRAMKIT_POOL_GROWTH=release needs VRAMKIT_POOL_UPSTREAM=async");
+      }
+      o.growth = pool_options::growth_policy::release_on_grow;
+    } else if (g_policy != "keep") {
+      throw usage_error("VRAMKIT_POOL_GROWTH must be 'keep' or 'release' (got '" + g_policy + "')");
     }
-    o.growth = pool_options::growth_policy::release_on_grow;
-  } else if (g_policy != "keep") {
-    throw usage_error("VRAMKIT_POOL_GROWTH must be 'keep' or 'release' (got '" + g_policy + "')");
-  }
-  d->pool = std::make_shared<pool_resource>(upstream, d->api, o);
-  d->pool_top = d->pool;
+    d->pool = std::make_shared<pool_resource>(upstream, d->api, o);
+    d->pool_top = d->pool;
   }
   d->top = d->pool_top.get();
   const char* trace_file = env("VRAMKIT_TRACE_FILE");

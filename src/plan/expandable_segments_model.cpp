@@ -192,7 +192,8 @@ std::uint32_t expandable_segments_model::malloc(std::uint64_t bytes, std::uint32
       const std::int32_t next = blocks_[x].next;
       if (!blocks_[x].mapped) {
         unlist_free(x);
-        const std::uint64_t want = std::min(blocks_[x].size, (size - have + page - 1) / page * page);
+        const std::uint64_t want =
+            std::min(blocks_[x].size, (size - have + page - 1) / page * page);
         if (want < blocks_[x].size) list_free(split(x, want));
         blocks_[x].mapped = true;
         reserved_ += want;

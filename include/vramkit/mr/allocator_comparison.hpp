@@ -32,10 +32,9 @@ struct allocator_replay_result {
   std::uint64_t first_failure_bytes = 0;
   std::uint64_t first_failure_live_bytes = 0;
   [[nodiscard]] double ratio() const noexcept {
-    return peak_requested_bytes == 0
-               ? 0.0
-               : static_cast<double>(peak_reserved_bytes) /
-                     static_cast<double>(peak_requested_bytes);
+    return peak_requested_bytes == 0 ? 0.0
+                                     : static_cast<double>(peak_reserved_bytes) /
+                                           static_cast<double>(peak_requested_bytes);
   }
 };
 
@@ -44,7 +43,7 @@ struct allocator_replay_result {
 std::vector<std::string> comparable_allocators();
 
 struct comparison_options {
-  std::vector<std::string> allocators;  ///< names of comparable_allocators(); empty = all
+  std::vector<std::string> allocators;          ///< names of comparable_allocators(); empty = all
   std::optional<std::uint64_t> capacity_bytes;  ///< the device's memory, when asked to fit
 };
 
