@@ -21,6 +21,7 @@ void add_watch_command(CLI::App& app, command_context& ctx);
 void add_serve_command(CLI::App& app, command_context& ctx);
 void add_slurm_command(CLI::App& app, command_context& ctx);
 void add_extender_command(CLI::App& app, command_context& ctx);
+void add_replay_command(CLI::App& app, command_context& ctx);
 
 /// The options of `vramkit extender` (extender_command.cpp).
 struct extender_args {
