@@ -177,6 +177,12 @@ PRESET_CONFIGS = {
 PRESET_CONFIGS["mistral-7b"].pop("head_dim", None)
 PRESET_CONFIGS["mistral-7b"].pop("mlp_bias", None)
 PRESET_CONFIGS["mistral-7b"].pop("attention_bias", None)
+# Reduced-layer variants (random weights; the planner reads the same files): Llama-3-8B with 4
+# layers for eager attention at inference, Mistral-7B with 4 layers and a 1024-token window so
+# that a 3000-token prompt crosses it.
+PRESET_CONFIGS["llama-3-8b-l4"] = dict(PRESET_CONFIGS["llama-3-8b"], num_hidden_layers=4)
+PRESET_CONFIGS["mistral-7b-l4-w1024"] = dict(PRESET_CONFIGS["mistral-7b"], num_hidden_layers=4,
+                                             sliding_window=1024)
 
 TORCHVISION_MODELS = {"resnet-18": "resnet18", "resnet-50": "resnet50", "resnet-101": "resnet101", "vit-b-16": "vit_b_16"}
 
@@ -211,9 +217,10 @@ def _train(model, batch, seq, precision, optimizer, est_gib, checkpointing="none
     }
 
 
-def _infer(model, batch, prompt, new_tokens, precision, est_gib):
+def _infer(model, batch, prompt, new_tokens, precision, est_gib, attention="sdpa"):
     return {
-        "name": "%s-infer-%s-b%d-p%d-n%d" % (model, precision, batch, prompt, new_tokens),
+        "name": "%s-infer-%s-b%d-p%d-n%d%s" % (model, precision, batch, prompt, new_tokens,
+                                               "" if attention == "sdpa" else "-" + attention),
         "model": model,
         "mode": "infer",
         "batch": batch,
@@ -222,7 +229,7 @@ def _infer(model, batch, prompt, new_tokens, precision, est_gib):
         "precision": precision,
         "optimizer": None,
         "checkpointing": "none",
-        "attention": "sdpa",
+        "attention": attention,
         "prompt": prompt,
         "new_tokens": new_tokens,
         "est_gib": est_gib,
@@ -266,6 +273,11 @@ CASES = [
     _infer("tinyllama-1.1b", 16, 256, 1536, "bf16", 14),
     # KV tensors past 10 MiB: each layer's cache lives in a segment of its own size.
     _infer("tinyllama-1.1b", 64, 256, 2048, "bf16", 40),
+    # Eager attention materialises the (b, heads, q, kv) scores at inference; a sliding window
+    # bounds each layer's cache (transformers' DynamicSlidingWindowLayer).
+    _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 14, attention="eager"),
+    _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 10),
+    _infer("mistral-7b-l4-w1024", 4, 3000, 256, "bf16", 10),
 ]
 
 OUTPUT_KEYS = [
