@@ -23,7 +23,7 @@ namespace {
 using json = nlohmann::json;
 
 const std::vector<std::string> k_model_types = {
-    "gpt2",           "llama", "mistral", "qwen2", "gpt_neox", "bert", "torchvision_resnet",
+    "gpt2",           "llama", "mistral", "qwen2", "phi3", "gpt_neox", "bert", "torchvision_resnet",
     "torchvision_vit"};
 
 std::string join(const std::vector<std::string>& v) {
@@ -226,6 +226,16 @@ model_description parse_llama_like(const fields& f, const std::string& type) {
   return m;
 }
 
+/// Phi-3: LLaMA-shaped with packed qkv_proj and gate_up_proj (the parameter tensors are the same).
+model_description parse_phi3(const fields& f) {
+  model_description m = parse_llama_like(f, "phi3");
+  m.family = model_family::phi3;
+  m.t.mlp = mlp_kind::swiglu_packed;
+  if (f.number_or("partial_rotary_factor", 1.0, 0, 1) != 1.0)
+    f.fail("partial_rotary_factor below 1 is not modelled for phi3");
+  return m;
+}
+
 model_description parse_neox(const fields& f) {
   model_description m;
   m.family = model_family::gpt_neox;
@@ -327,6 +337,8 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
     m = parse_gpt2(f);
   else if (type == "llama" || type == "mistral" || type == "qwen2")
     m = parse_llama_like(f, type);
+  else if (type == "phi3")
+    m = parse_phi3(f);
   else if (type == "gpt_neox")
     m = parse_neox(f);
   else if (type == "bert")

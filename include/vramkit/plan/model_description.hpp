@@ -11,7 +11,7 @@
 namespace vramkit::plan {
 
 /// The implementation family whose op sequence the planner replays.
-enum class model_family { gpt2, llama, gpt_neox, bert, resnet, vit };
+enum class model_family { gpt2, llama, gpt_neox, bert, resnet, vit, phi3 };
 const char* to_string(model_family f) noexcept;
 
 /// How weights are stored: full precision, or quantised (inference). int8: LLM.int8-style rows
@@ -22,9 +22,10 @@ enum class quant_kind { none, int8, int4, nf4, fp8 };
 
 /// MLP flavour of a transformer block.
 enum class mlp_kind {
-  gelu_python,  ///< GPT-2 "gelu_new": tanh GELU written as Python tensor ops (saves 4 tensors)
-  gelu,         ///< one fused GELU kernel (BERT, GPT-NeoX, ViT)
-  swiglu,       ///< gate/up/down with SiLU (LLaMA, Mistral, Qwen2)
+  gelu_python,    ///< GPT-2 "gelu_new": tanh GELU written as Python tensor ops (saves 4 tensors)
+  gelu,           ///< one fused GELU kernel (BERT, GPT-NeoX, ViT)
+  swiglu,         ///< gate/up/down with SiLU (LLaMA, Mistral, Qwen2)
+  swiglu_packed,  ///< one gate_up projection chunked in two, then SiLU (Phi-3)
 };
 
 /// Shapes of a transformer with an LM or MLM head. `head_dim` is taken from the config when given.

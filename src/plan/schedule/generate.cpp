@@ -122,7 +122,13 @@ tensor infer_mlp(walker& w, u64 rows, u64 nh, u64 nf) {
   const int low = w.dt().low;
   const auto kind = w.model().t.mlp;
   tensor a;
-  if (kind == mlp_kind::swiglu) {
+  if (kind == mlp_kind::swiglu_packed) {
+    tensor gu = w.alloc(2 * nf * low, tmp, "mlp gate_up");
+    tensor s = w.alloc(nf * low, tmp, "mlp act");
+    a = w.alloc(nf * low, tmp, "mlp product");
+    s.reset();
+    gu.reset();
+  } else if (kind == mlp_kind::swiglu) {
     tensor g = w.alloc(nf * low, tmp, "mlp gate");
     a = w.alloc(nf * low, tmp, "mlp act");
     g.reset();
