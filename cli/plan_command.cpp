@@ -50,7 +50,7 @@ plan::fit_options gpu_options(const std::string& gpu) {
 void run_plan(const plan_args& a, command_context& ctx) {
   if (a.list) return print_list();
   if (a.model.empty())
-    throw usage_error(
+    throw invalid_input(
         "plan needs a MODEL: a preset name (vramkit plan --list) or a path to a config.json");
   const auto model = plan::resolve_model(a.model);
   plan::plan_request r = a.request;
@@ -74,7 +74,7 @@ void run_plan(const plan_args& a, command_context& ctx) {
     return;
   }
   if (a.gpu.empty())
-    throw usage_error("--fit needs --gpu NAME or --gpu BYTES (e.g. --gpu h100 or --gpu 24GiB)");
+    throw invalid_input("--fit needs --gpu NAME or --gpu BYTES (e.g. --gpu h100 or --gpu 24GiB)");
   const auto res = plan::fit_search(model, r, opt, overheads);
   if (a.json)
     std::printf("%s\n", plan::to_json(res).c_str());

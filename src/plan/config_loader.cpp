@@ -38,7 +38,7 @@ struct fields {
   std::string source;
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw usage_error(fmt::format("{}: {}", source, what));
+    throw invalid_input(fmt::format("{}: {}", source, what));
   }
   bool has(const char* k) const { return j.contains(k) && !j.at(k).is_null(); }
 
@@ -324,10 +324,10 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
   try {
     j = json::parse(json_text);
   } catch (const json::parse_error& e) {
-    throw usage_error(fmt::format("{}: not valid JSON: {}", source, e.what()));
+    throw invalid_input(fmt::format("{}: not valid JSON: {}", source, e.what()));
   }
   if (!j.is_object())
-    throw usage_error(fmt::format("{}: a config.json must be a JSON object", source));
+    throw invalid_input(fmt::format("{}: a config.json must be a JSON object", source));
   const fields f{j, std::string(source)};
   if (!f.has("model_type"))
     f.fail("missing field 'model_type' (supported: " + join(k_model_types) + ")");
@@ -359,7 +359,7 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
 
 model_description load_model_config(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw usage_error(fmt::format("{}: cannot read the config file", path));
+  if (!in) throw invalid_input(fmt::format("{}: cannot read the config file", path));
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_model_config(ss.str(), path);
@@ -417,7 +417,7 @@ model_description preset_model(std::string_view name) {
   const std::string hint = best_d <= std::max<std::size_t>(2, key.size() / 4)
                                ? fmt::format(" (did you mean '{}'?)", best)
                                : "";
-  throw usage_error(
+  throw invalid_input(
       fmt::format("unknown model '{}'{}: not a preset ({}) and not a path to a config.json or a "
                   "model directory",
                   name, hint, join(preset_names())));
@@ -425,14 +425,14 @@ model_description preset_model(std::string_view name) {
 
 model_description resolve_model(std::string_view name_or_path) {
   if (name_or_path.empty())
-    throw usage_error("no model given: a preset name or a path to a config.json");
+    throw invalid_input("no model given: a preset name or a path to a config.json");
   const std::string path(name_or_path);
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     // A Hugging Face model directory (a snapshot or save_pretrained output): its config.json.
     const auto config = std::filesystem::path(path) / "config.json";
     if (!std::filesystem::exists(config, ec))
-      throw usage_error(fmt::format("{}: a model directory needs a config.json in it", path));
+      throw invalid_input(fmt::format("{}: a model directory needs a config.json in it", path));
     auto m = load_model_config(config.string());
     auto dir = std::filesystem::path(path);
     if (!dir.has_filename()) dir = dir.parent_path();

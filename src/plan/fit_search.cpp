@@ -216,7 +216,7 @@ class searcher {
       r.batch = mb;
     try {
       p = make_plan(m_, r, o_);
-    } catch (const usage_error&) {
+    } catch (const invalid_input&) {
       return false;
     }
     ++gr.planned;
@@ -349,7 +349,7 @@ void run_groups(std::vector<group>& groups, const searcher& s, unsigned threads)
 
 fit_result fit_search(const model_description& m, const plan_request& base_in,
                       const fit_options& opt, const device_overheads& o) {
-  if (opt.capacity_bytes == 0) throw usage_error("--fit needs --gpu NAME or a capacity in bytes");
+  if (opt.capacity_bytes == 0) throw invalid_input("--fit needs --gpu NAME or a capacity in bytes");
   plan_request base = base_in;
   base.validate(m);
   fit_result out;

@@ -83,11 +83,11 @@ gpu_target parse_gpu_target(std::string_view text) {
   if (!key.empty() && key[0] >= '0' && key[0] <= '9' && !digits_only) {
     const std::uint64_t bytes = parse_bytes(std::string(text));
     if (bytes < 256 * MiB)
-      throw usage_error(fmt::format("--gpu {} is below 256 MiB: not a GPU capacity", text));
+      throw invalid_input(fmt::format("--gpu {} is below 256 MiB: not a GPU capacity", text));
     return {nullptr, bytes};
   }
   if (digits_only)
-    throw usage_error(fmt::format(
+    throw invalid_input(fmt::format(
         "--gpu {}: no GPU of the catalogue is named so, and a capacity needs a unit (e.g. 24GiB)",
         text));
   find_gpu(text);  // throws, listing the catalogue
@@ -103,7 +103,7 @@ const gpu_spec& find_gpu(std::string_view name) {
       if (canonical(a) == key) return g;
     names += (names.empty() ? "" : ", ") + g.name;
   }
-  throw usage_error(fmt::format(
+  throw invalid_input(fmt::format(
       "unknown GPU '{}': give a capacity in bytes (e.g. 80GiB) or one of: {}", name, names));
 }
 

@@ -49,7 +49,7 @@ double estimate_step_time(const model_description& m, const plan_request& r, con
                           const device_overheads& o);
 
 /// Searches around `base` (its model, batch, sequence and GPU count stay fixed). Throws
-/// usage_error when capacity_bytes is zero.
+/// invalid_input when capacity_bytes is zero.
 fit_result fit_search(const model_description& m, const plan_request& base, const fit_options& opt,
                       const device_overheads& o = default_overheads());
 

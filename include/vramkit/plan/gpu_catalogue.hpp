@@ -39,11 +39,11 @@ struct gpu_target {
 
 /// Reads --gpu: a catalogue name or alias ("h100"), a unique model number ("4090" is the RTX
 /// 4090, never 4090 bytes), or a capacity with its unit ("24GiB", at least 256 MiB). Throws
-/// usage_error naming the value otherwise.
+/// invalid_input naming the value otherwise.
 gpu_target parse_gpu_target(std::string_view text);
 
 /// The entry whose name or alias matches (case-insensitive, spaces and dashes ignored); throws
-/// usage_error listing the catalogue when there is none.
+/// invalid_input listing the catalogue when there is none.
 const gpu_spec& find_gpu(std::string_view name);
 
 }  // namespace vramkit::plan

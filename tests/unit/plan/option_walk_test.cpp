@@ -1,5 +1,5 @@
 // Every plan option, applied to a training and an inference request: the plan must change
-// (some figure differs) or the request must be refused with a usage_error. An option that is
+// (some figure differs) or the request must be refused with a invalid_input. An option that is
 // accepted and changes nothing is a bug (the house rule for every flag).
 #include <gtest/gtest.h>
 
@@ -91,7 +91,7 @@ void walk(const model_description& m, plan_request base) {
     mu.apply(r);
     try {
       r.validate(m);
-    } catch (const vramkit::usage_error&) {
+    } catch (const vramkit::invalid_input&) {
       ++refused;
       continue;
     }

@@ -41,7 +41,7 @@ std::uint64_t component_bytes(const plan_result& p, const std::string& name) {
 std::string refusal(const model_description& m, plan_request r) {
   try {
     r.validate(m);
-  } catch (const vramkit::usage_error& e) {
+  } catch (const vramkit::invalid_input& e) {
     return e.what();
   }
   return "";
@@ -199,7 +199,7 @@ TEST(PlannerInput, PresetsAreCaseInsensitiveWithAHint) {
   try {
     preset_model("llama-3-8");
     FAIL();
-  } catch (const vramkit::usage_error& e) {
+  } catch (const vramkit::invalid_input& e) {
     EXPECT_THAT(e.what(), HasSubstr("did you mean 'llama-3-8b'"));
   }
 }
@@ -223,5 +223,5 @@ TEST(PlannerInput, GpuModelNumbersNameGpus) {
   ASSERT_NE(t.gpu, nullptr);
   EXPECT_EQ(t.gpu->name, find_gpu("rtx4090").name);
   EXPECT_EQ(parse_gpu_target("24GiB").capacity_bytes, 24ull << 30);
-  EXPECT_THROW(parse_gpu_target("123456"), vramkit::usage_error);
+  EXPECT_THROW(parse_gpu_target("123456"), vramkit::invalid_input);
 }
