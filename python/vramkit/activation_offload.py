@@ -135,13 +135,15 @@ class offload_activations:
     - `outside`: "keep" or "offload" for tensors saved outside the blocks (default "keep" with a
       model, "offload" without one, when every saved tensor is its own group).
     - Parameters, views of parameters, buffers and tensors under `min_bytes` stay where they are.
-    - The forward never waits for a copy unless more than `max_inflight` tensors are still being
-      copied out; then the compute stream (not the host) waits for the oldest.
+    - The forward never waits for a copy unless more than `max_inflight_bytes` of tensors are
+      still being copied out; then the compute stream (not the host) waits for the oldest. Those
+      bytes stay on the device meanwhile (the window the planner counts in the peak).
     - In backward, entering block g fetches its tensors and prefetches those of the next
       `prefetch` blocks (g-1, ...) on the copy stream, so the copies overlap block g's backward;
       every use waits on its copy's event.
     - Host buffers return to the pool when their copy back has completed, or when the graph is
       freed without a backward: nothing is held across steps (see `stats()` and `pool.stats()`).
+    - `timing=True` records CUDA events around every copy; `copy_times()` sums them.
     - `offload_cpu_tensors=True` also moves CPU tensors through the pool (synchronously): it
       exercises the bookkeeping on machines without a GPU.
 
@@ -150,8 +152,8 @@ class offload_activations:
     """
 
     def __init__(self, model=None, *, blocks=None, mix=None, offload=None, checkpoint=None,
-                 outside=None, min_bytes=1 << 20, prefetch=1, max_inflight=4, pool=None,
-                 offload_cpu_tensors=False):
+                 outside=None, min_bytes=1 << 20, prefetch=1, max_inflight_bytes=512 << 20, pool=None,
+                 offload_cpu_tensors=False, timing=False):
         if blocks is None and model is not None:
             blocks = find_blocks(model)
         self.blocks = list(blocks) if blocks is not None else []
@@ -177,13 +179,15 @@ class offload_activations:
             outside = "keep" if self.blocks else "offload"
         if outside not in ("keep", "offload"):
             raise ValueError("offload_activations: outside=%r: use 'keep' or 'offload'" % (outside,))
-        if int(min_bytes) < 0 or int(prefetch) < 0 or int(max_inflight) < 1:
-            raise ValueError("offload_activations: min_bytes and prefetch must be >= 0, max_inflight >= 1")
+        if int(min_bytes) < 0 or int(prefetch) < 0 or int(max_inflight_bytes) < 0:
+            raise ValueError("offload_activations: min_bytes, prefetch and max_inflight_bytes must be >= 0")
         self.model = model
         self.outside = outside
         self.min_bytes = int(min_bytes)
         self.prefetch = int(prefetch)
-        self.max_inflight = int(max_inflight)
+        self.max_inflight_bytes = int(max_inflight_bytes)
+        self.timing = bool(timing)
+        self._copy_events = []  # (start, end, bytes, direction) when timing
         self.offload_cpu_tensors = bool(offload_cpu_tensors)
         self.pool = pool if pool is not None else PinnedPool()
         self._copy_streams = {}
@@ -311,11 +315,13 @@ class offload_activations:
             copy = self._copy_stream(t.device)
             copy.wait_stream(compute)  # the producer of t must have finished
             with torch.cuda.stream(copy):
+                start = self._timing_start(copy)
                 rec.host.copy_(t, non_blocking=True)
-                rec.d2h_event = torch.cuda.Event()
+                rec.d2h_event = torch.cuda.Event(enable_timing=self.timing)
                 rec.d2h_event.record(copy)
+                self._timing_end(start, rec.d2h_event, rec.nbytes, "d2h")
             rec.gpu_ref = t.detach()  # t's memory must outlive the copy: see _retire
-            self._inflight.append(rec)
+            self._inflight.append(weakref.ref(rec))  # weak: a freed graph frees its records
             self._retire(compute)
         else:
             rec.host.copy_(t)
@@ -325,22 +331,48 @@ class offload_activations:
         st["offloaded_bytes"] += rec.nbytes
         return rec
 
+    def _timing_start(self, stream):
+        if not self.timing:
+            return None
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record(stream)
+        return ev
+
+    def _timing_end(self, start, end, nbytes, direction):
+        if start is not None:
+            self._copy_events.append((start, end, nbytes, direction))
+
+    def copy_times(self):
+        """With timing=True: {"d2h": (seconds, bytes), "h2d": (seconds, bytes)} of the copies
+        since the last call (synchronizes the copy streams)."""
+        for s in self._copy_streams.values():
+            s.synchronize()
+        out = {"d2h": [0.0, 0], "h2d": [0.0, 0]}
+        for start, end, nbytes, direction in self._copy_events:
+            out[direction][0] += start.elapsed_time(end) / 1e3
+            out[direction][1] += nbytes
+        self._copy_events = []
+        return {k: tuple(v) for k, v in out.items()}
+
     def _retire(self, compute):
-        """Drops device references whose copy out has finished; above max_inflight, makes the
-        compute stream wait for the oldest copy (no host sync), after which its memory may be
+        """Drops device references whose copy out has finished; above max_inflight_bytes, makes
+        the compute stream wait for the oldest copy (no host sync), after which its memory may be
         reused by later compute work."""
         keep = []
-        for rec in self._inflight:
+        for ref in self._inflight:
+            rec = ref()
+            if rec is None or rec.gpu_ref is None:
+                continue
             if rec.d2h_event.query():
                 rec.gpu_ref = None
             else:
                 keep.append(rec)
-        while len(keep) > self.max_inflight:
+        while keep and sum(r.nbytes for r in keep) > self.max_inflight_bytes:
             oldest = keep.pop(0)
             compute.wait_event(oldest.d2h_event)
             oldest.gpu_ref = None
             self._stats["forward_waits"] += 1
-        self._inflight = keep
+        self._inflight = [weakref.ref(r) for r in keep]
 
     # -- unpack -------------------------------------------------------------------------------
     def _fetch(self, rec, prefetch):
@@ -360,9 +392,11 @@ class offload_activations:
             copy = self._copy_stream(rec.device)
             with torch.cuda.stream(copy):
                 dev = torch.empty_strided(rec.shape, rec.stride, dtype=rec.dtype, device=rec.device)
+                start = self._timing_start(copy)
                 dev.copy_(rec.host, non_blocking=True)
-                rec.h2d_event = torch.cuda.Event()
+                rec.h2d_event = torch.cuda.Event(enable_timing=self.timing)
                 rec.h2d_event.record(copy)
+                self._timing_end(start, rec.h2d_event, rec.nbytes, "h2d")
             rec.device_tensor = dev
             self.pool.put(rec.buf, rec.h2d_event)
         else:

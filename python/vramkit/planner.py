@@ -16,13 +16,17 @@ class PlanError(ValueError):
 
 
 def find_cli(path=None):
-    """Path of the `vramkit` executable: `path`, $VRAMKIT_CLI, the copy installed inside this
+    """Path of the `vramkit` executable: `path` (which must exist), else $VRAMKIT_CLI, the copy installed inside this
     package, a build folder of the source tree (build*/vramkit), then $PATH.
 
     Raises FileNotFoundError naming where it looked.
     """
+    if path:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return os.path.abspath(path)
+        raise FileNotFoundError("vramkit command %s: no such executable" % path)
     here = os.path.dirname(os.path.abspath(__file__))
-    candidates = [c for c in (path, os.environ.get("VRAMKIT_CLI")) if c]
+    candidates = [c for c in (os.environ.get("VRAMKIT_CLI"),) if c]
     candidates.append(os.path.join(here, "bin", "vramkit"))
     root = os.path.dirname(os.path.dirname(here))
     candidates.extend(sorted(glob.glob(os.path.join(root, "build*", "vramkit"))))
