@@ -418,6 +418,23 @@ def orchestrate(args):
             copy = sum(by["vramkit-act"]["copy_s"].values())
             entry["overlap"] = {"t_compute_s": comp, "t_copy_s": copy, "t_both_s": both,
                                 "overlap": (comp + copy - both) / copy if copy > 0 else None}
+        # The model's predictions for the measured mixes, beside the measurements.
+        from vramkit import offload_plan
+
+        n = shape["layers"]
+        mixes = {"reference": ["keep"] * n, "full-checkpoint": ["checkpoint"] * n}
+        if plan_act:
+            mixes["vramkit-act"] = plan_act[0]
+            mixes["vramkit-compute-only"] = [p if p != "offload" else "keep" for p in plan_act[0]]
+        entry["model_vs_measured"] = []
+        for cfg, mix in mixes.items():
+            pred = offload_plan.simulate(mix, **model)
+            meas = by.get(cfg)
+            entry["model_vs_measured"].append({
+                "config": cfg, "predicted_step_s": pred["step_time_s"],
+                "predicted_peak_bytes": pred["device_peak_bytes"],
+                "measured_step_s": meas["step_time_s"]["median"] if meas else None,
+                "measured_peak_allocated_bytes": meas["peak_allocated_bytes"] if meas else None})
         for c in entry["configs"]:
             if c.get("ok") and ref.get("ok"):
                 c["loss_max_abs_diff_vs_reference"] = max(abs(a - b) for a, b in zip(c["losses"], ref["losses"]))
@@ -462,6 +479,17 @@ def summarize(results):
             lines.append("| %s | %.3f (%.3f-%.3f, %d) | %s | %.2f | %s | %s |"
                          % (c["config"], s["median"], s["min"], s["max"], s["n"], ratio,
                             c["peak_reserved_bytes"] / gib, pinned, "-" if diff is None else "%.2e" % diff))
+        if entry.get("model_vs_measured"):
+            lines.append("")
+            lines.append("| model vs measured | step s predicted | measured | error | peak GiB predicted | measured allocated | error |")
+            lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+            for m in entry["model_vs_measured"]:
+                ms, mp = m["measured_step_s"], m["measured_peak_allocated_bytes"]
+                lines.append("| %s | %.3f | %s | %s | %.2f | %s | %s |" % (
+                    m["config"], m["predicted_step_s"], "-" if ms is None else "%.3f" % ms,
+                    "-" if ms is None else "%+.1f%%" % (100 * (m["predicted_step_s"] / ms - 1)),
+                    m["predicted_peak_bytes"] / gib, "-" if mp is None else "%.2f" % (mp / gib),
+                    "-" if mp is None else "%+.1f%%" % (100 * (m["predicted_peak_bytes"] / mp - 1))))
         if "overlap" in entry:
             o = entry["overlap"]
             lines.append("")

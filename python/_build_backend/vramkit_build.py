@@ -9,6 +9,7 @@ import base64
 import glob
 import hashlib
 import os
+import stat
 import subprocess
 import zipfile
 
@@ -95,7 +96,9 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             with open(src, "rb") as f:
                 data = f.read()
             info = zipfile.ZipInfo(arc, date_time=(2020, 1, 1, 0, 0, 0))
-            info.external_attr = (0o755 if os.access(src, os.X_OK) and not arc.endswith(".py") else 0o644) << 16
+            # pip restores the executable bit only for entries marked as regular files.
+            mode = 0o755 if os.access(src, os.X_OK) and not arc.endswith(".py") else 0o644
+            info.external_attr = (stat.S_IFREG | mode) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
             records.append(_record_line(arc, data))

@@ -16,12 +16,14 @@ from .pinned_pool import PinnedPool
 def _reference_uses_lerp():
     # torch.optim.AdamW's single-tensor path updates the first moment with lerp_ in recent
     # releases and with mul_().add_() in older ones; follow the installed one to match its bits.
-    try:
-        from torch.optim import adamw
-
-        return "lerp_" in inspect.getsource(adamw._single_tensor_adamw)
-    except (ImportError, AttributeError, OSError, TypeError):
-        return True
+    # Newer releases implement AdamW through Adam's single-tensor function.
+    for module, fn in (("adamw", "_single_tensor_adamw"), ("adam", "_single_tensor_adam")):
+        try:
+            mod = __import__("torch.optim." + module, fromlist=[fn])
+            return "lerp_" in inspect.getsource(getattr(mod, fn))
+        except (ImportError, AttributeError, OSError, TypeError):
+            continue
+    return True
 
 
 _USE_LERP = _reference_uses_lerp()
@@ -244,10 +246,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 if "master" in st:
                     st["master"][s:e].copy_(slot[2][:n], non_blocking=True)
                 ev_out[k % 2] = d2h.record()
-        last = d2h.record()
-        self._done[device] = last
-        # Later compute (the next forward) may overwrite the slots only after their copies out.
-        compute.wait_event(last)
+        # The next step's copies in wait for this (the host state must have landed); the
+        # compute stream need not, so the next forward overlaps the last copies out.
+        self._done[device] = d2h.record()
 
     def synchronize(self):
         """Blocks until the last step's state is back in host memory."""
