@@ -26,10 +26,10 @@ def fake_spawn(args, config, shape, cap=0, mix=None, timeout=150):
          "step_time_s": {"median": step, "min": step, "max": step, "n": 2},
          "forward_s": 0.3, "backward_s": 0.6, "optimizer_s": 0.1,
          "peak_reserved_bytes": 60 * GiB if config == "reference" else 29 * GiB,
-         "peak_allocated_bytes": 58 * GiB if config == "reference" else 28 * GiB,
+         "peak_allocated_bytes": 40 * GiB if config == "reference" else 28 * GiB,
          "pinned_host_bytes": 10 * GiB, "copy_s": {"d2h": 0.2, "h2d": 0.2}}
     if config == "reference":
-        r.update(block_bytes=[2 * GiB] * n, block_forward_s=0.3 / n, block_input_bytes=GiB // 8,
+        r.update(block_bytes=[GiB] * n, block_forward_s=0.3 / n, block_input_bytes=GiB // 8,
                  link_bytes_per_s={"d2h": 50e9, "h2d": 50e9})
     return r
 
@@ -55,9 +55,11 @@ class Orchestration(unittest.TestCase):
         self.assertIn("FAILED: out of memory", text)
         self.assertIn("| full-checkpoint | 1.300", text)
         self.assertIn("model vs measured", text)
-        if e["plan"]["act"]:
-            self.assertIn("vramkit-act", names)
-            self.assertIn("overlap", e)
+        self.assertTrue(e["plan"]["act"])
+        for n in ("vramkit-act", "vramkit-compute-only", "vramkit-act+opt"):
+            self.assertIn(n, names)
+        self.assertAlmostEqual(e["overlap"]["overlap"], (1.05 + 0.4 - 1.1) / 0.4)
+        self.assertIn("overlap (vramkit-act)", text)
 
 
 if __name__ == "__main__":
