@@ -113,7 +113,7 @@ def torchtune_style(model):
         compute = torch.cuda.current_stream()
         side.wait_stream(compute)
         with torch.cuda.stream(side):
-            host = torch.empty_like(t, pin_memory=True, device="cpu")
+            host = torch.empty(t.size(), dtype=t.dtype, pin_memory=True)
             host.copy_(t, non_blocking=True)
             ev = torch.cuda.Event()
             ev.record(side)
