@@ -4,7 +4,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build run test test-asan test-tsan clean
+.PHONY: all setup configure build run test test-asan test-tsan fuzz-build fuzz-smoke clean
 
 all: build
 
@@ -36,5 +36,17 @@ test-tsan: setup
 	cmake --build build-tsan -j $(JOBS)
 	cd build-tsan && ctest --output-on-failure -j $(JOBS) -LE 'gpu|slow' -L 'sanitize'
 
+# libFuzzer harnesses (tests/fuzz), clang with ASan+UBSan; fuzz-smoke runs each for
+# FUZZ_SECONDS (at most 10) on its committed corpus.
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 10
+fuzz-build: setup
+	cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DVRAMKIT_FUZZ=ON -DVRAMKIT_CUDA=OFF -DVRAMKIT_BUILD_TESTS=OFF -DVRAMKIT_BUILD_BENCH=OFF -DVRAMKIT_FUZZ_SMOKE_SECONDS=$(FUZZ_SECONDS)
+	cmake --build $(FUZZ_DIR) -j $(JOBS) --target vramkit_fuzzers
+
+fuzz-smoke: fuzz-build
+	cd $(FUZZ_DIR) && ctest --output-on-failure -j $(JOBS) -L fuzz
+
 clean:
-	rm -rf $(BUILD_DIR) build-asan build-tsan
+	rm -rf $(BUILD_DIR) build-asan build-tsan $(FUZZ_DIR)

@@ -32,7 +32,7 @@ struct extender_args {
   std::string annotation = "vramkit.io/plan";
 };
 
-// "2s", "500ms", "1.5s" -> milliseconds; throws usage_error naming the flag.
+// "2s", "500ms", "1.5s" -> milliseconds; throws invalid_input naming the flag.
 std::chrono::milliseconds parse_duration(const std::string& text, const char* flag) {
   std::size_t used = 0;
   double v = -1;
@@ -43,14 +43,14 @@ std::chrono::milliseconds parse_duration(const std::string& text, const char* fl
   }
   const std::string unit = used == 0 ? "" : text.substr(used);
   if (used == 0 || v < 0 || (unit != "s" && unit != "ms")) {
-    throw usage_error(fmt::format("{} '{}' is not a duration (e.g. 2s, 500ms)", flag, text));
+    throw invalid_input(fmt::format("{} '{}' is not a duration (e.g. 2s, 500ms)", flag, text));
   }
   return std::chrono::milliseconds(static_cast<long long>(unit == "s" ? v * 1000 : v));
 }
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw usage_error(fmt::format("cannot read --nodes file '{}'", path));
+  if (!in) throw invalid_input(fmt::format("cannot read --nodes file '{}'", path));
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
@@ -58,7 +58,7 @@ std::string read_text(const std::string& path) {
 
 void run_extender(const extender_args& a, CLI::App& serve) {
   if (a.nodes.empty())
-    throw usage_error("--extender needs --nodes FILE (node name -> exporter URL)");
+    throw invalid_input("--extender needs --nodes FILE (node name -> exporter URL)");
   cluster::extender_config config;
   config.placement.policy = cluster::parse_placement_policy(a.policy);
   config.placement.safety = cluster::parse_headroom(a.headroom);
@@ -67,7 +67,7 @@ void run_extender(const extender_args& a, CLI::App& serve) {
   cluster::scraper_options so;
   so.ttl = parse_duration(a.ttl, "--scrape-ttl");
   so.timeout = parse_duration(a.timeout, "--scrape-timeout");
-  if (so.timeout.count() == 0) throw usage_error("--scrape-timeout must be above zero");
+  if (so.timeout.count() == 0) throw invalid_input("--scrape-timeout must be above zero");
   auto urls = cluster::parse_node_map(read_text(a.nodes), a.nodes);
   const std::size_t node_count = urls.size();
   if (!cluster::extender_server_available()) {
@@ -84,7 +84,7 @@ void run_extender(const extender_args& a, CLI::App& serve) {
   if (auto* o = serve.get_option_no_throw("--bind"); o != nullptr && o->count() > 0)
     bind = o->as<std::string>();
   if (port < 0 || port > 65535)
-    throw usage_error(fmt::format("--port {} is not a TCP port (0-65535)", port));
+    throw invalid_input(fmt::format("--port {} is not a TCP port (0-65535)", port));
 
   auto scraper = std::make_shared<cluster::exporter_scraper>(std::move(urls), so);
   cluster::node_lookup lookup = [scraper](const std::vector<std::string>& names) {

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     // One line naming what is wrong; CLI11's messages name the flag or value.
     std::fprintf(stderr, "vramkit: %s (see vramkit --help)\n", e.what());
     return 2;
-  } catch (const vramkit::usage_error& e) {
+  } catch (const vramkit::invalid_input& e) {
     std::fprintf(stderr, "vramkit: %s\n", e.what());
     return 2;
   } catch (const std::bad_alloc& e) {

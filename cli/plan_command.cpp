@@ -1,13 +1,12 @@
 // `vramkit plan MODEL [options]`: predicts peak device and host memory of a training step or a
-// generate() call, or with --fit searches the configurations that fit a GPU. Parses, calls the
-// vramkit::plan library and prints.
+// generate() call, or with --fit searches the configurations that fit a GPU. Parses into the
+// library's plan_request, calls the vramkit::plan library and prints what it renders.
 #include <cctype>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "vramkit/core/error.hpp"
@@ -21,67 +20,48 @@ namespace vramkit::cli {
 
 namespace {
 
+/// The request itself, plus what only the command needs.
 struct plan_args {
-  std::string model;
-  std::string mode = "train", precision = "fp32", optimizer = "adamw", checkpointing = "none",
-              attention = "sdpa", offload = "none", quant = "none", serving = "generate";
-  std::int64_t batch = 1, micro_batch = 0, seq = 0, prompt = 0, new_tokens = 0, image_size = 224;
-  int gpus = 1, gpus_per_node = 8, zero = 0, tp = 1, pp = 1;
-  bool sp = false, json = false, fit = false, list = false;
-  std::string probe, gpu;
+  plan::plan_request request;
+  std::string model, probe, gpu;
+  bool json = false, fit = false, list = false;
 };
 
-void run_plan(const plan_args& a, command_context& ctx) {
-  if (a.list) {
-    std::string out = "presets:";
-    for (const auto& n : plan::preset_names()) out += " " + n;
-    out += "\nGPUs:";
-    for (const auto& g : plan::gpu_catalogue())
-      out += fmt::format("\n  {:<16} {:>10}  {}", g.name,
-                         format_bytes(static_cast<double>(g.memory_bytes)), g.source);
-    std::printf("%s\n", out.c_str());
-    return;
+void print_list() {
+  std::string out = "presets:";
+  for (const auto& n : plan::preset_names()) out += " " + n;
+  out += "\nGPUs:";
+  for (const auto& g : plan::gpu_catalogue())
+    out += fmt::format("\n  {:<16} {:>10}  {}", g.name,
+                       format_bytes(static_cast<double>(g.memory_bytes)), g.source);
+  std::printf("%s\n", out.c_str());
+}
+
+/// --gpu NAME|BYTES: the catalogue's GPU, or a capacity.
+plan::fit_options gpu_options(const std::string& gpu) {
+  plan::fit_options opt;
+  if (gpu.empty()) return opt;
+  if (std::isdigit(static_cast<unsigned char>(gpu[0]))) {
+    opt.capacity_bytes = parse_bytes(gpu);
+    if (opt.capacity_bytes < 256 * MiB)
+      throw invalid_input(fmt::format("--gpu {} is below 256 MiB: not a GPU capacity", gpu));
+  } else {
+    opt.gpu = plan::find_gpu(gpu);
+    opt.capacity_bytes = opt.gpu->memory_bytes;
   }
+  return opt;
+}
+
+void run_plan(const plan_args& a, command_context& ctx) {
+  if (a.list) return print_list();
   if (a.model.empty())
-    throw usage_error(
+    throw invalid_input(
         "plan needs a MODEL: a preset name (vramkit plan --list) or a path to a config.json");
   const auto model = plan::resolve_model(a.model);
-  plan::plan_request r;
-  r.mode = plan::parse_mode(a.mode);
-  r.prec = plan::parse_precision(a.precision);
-  r.optimizer = plan::parse_optimizer(a.optimizer);
-  r.ckpt = plan::parse_checkpointing(a.checkpointing);
-  r.attention = plan::parse_attention(a.attention);
-  r.offload = plan::parse_offload(a.offload);
-  r.quant = plan::parse_quant(a.quant);
-  r.serving = plan::parse_serving(a.serving);
-  r.batch = a.batch;
-  r.micro_batch = a.micro_batch;
-  r.seq = a.seq;
-  r.prompt = a.prompt;
-  r.new_tokens = a.new_tokens;
-  r.image_size = a.image_size;
-  r.gpus = a.gpus;
-  r.gpus_per_node = a.gpus_per_node;
-  r.zero = a.zero;
-  r.tp = a.tp;
-  r.sp = a.sp;
-  r.pp = a.pp;
+  plan::plan_request r = a.request;
   const auto overheads =
       a.probe.empty() ? plan::default_overheads() : plan::overheads_from_probe(a.probe);
-
-  // --gpu NAME|BYTES: the catalogue's GPU, or a capacity.
-  plan::fit_options opt;
-  if (!a.gpu.empty()) {
-    if (std::isdigit(static_cast<unsigned char>(a.gpu[0]))) {
-      opt.capacity_bytes = parse_bytes(a.gpu);
-      if (opt.capacity_bytes < 256 * MiB)
-        throw usage_error(fmt::format("--gpu {} is below 256 MiB: not a GPU capacity", a.gpu));
-    } else {
-      opt.gpu = plan::find_gpu(a.gpu);
-      opt.capacity_bytes = opt.gpu->memory_bytes;
-    }
-  }
+  const plan::fit_options opt = gpu_options(a.gpu);
   if (!a.fit) {
     // With --gpu the allocator is modelled under that capacity and the plan says whether it fits.
     r.device_capacity_bytes = opt.capacity_bytes;
@@ -98,56 +78,54 @@ void run_plan(const plan_args& a, command_context& ctx) {
     return;
   }
   if (a.gpu.empty())
-    throw usage_error("--fit needs --gpu NAME or --gpu BYTES (e.g. --gpu h100 or --gpu 24GiB)");
+    throw invalid_input("--fit needs --gpu NAME or --gpu BYTES (e.g. --gpu h100 or --gpu 24GiB)");
   const auto res = plan::fit_search(model, r, opt, overheads);
-  if (a.json) {
-    nlohmann::ordered_json j;
-    j["schema_version"] = plan::plan_schema_version;
-    j["model"] = model.name;
-    j["capacity_bytes"] = opt.capacity_bytes;
-    j["gpu"] = opt.gpu ? opt.gpu->name : "custom";
-    j["planned"] = res.planned;
-    auto arr = nlohmann::ordered_json::array();
-    for (const auto& c : res.fits) {
-      const auto& q = c.request;
-      arr.push_back({{"micro_batch", q.micro_batch},
-                     {"precision", plan::to_string(q.prec)},
-                     {"checkpointing", plan::to_string(q.ckpt)},
-                     {"zero", q.zero},
-                     {"offload", plan::to_string(q.offload)},
-                     {"tp", q.tp},
-                     {"pp", q.pp},
-                     {"device_peak_bytes", c.device_peak_bytes},
-                     {"allocated_peak_bytes", c.allocated_peak_bytes},
-                     {"host_peak_bytes", c.host_peak_bytes},
-                     {"step_time_s", c.step_time_s},
-                     {"reasons", c.reasons}});
-    }
-    j["fits"] = arr;
-    std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    std::string out =
-        fmt::format("vramkit plan --fit: {} on {} ({}), {} configurations planned\n", model.name,
-                    opt.gpu ? opt.gpu->name : "a custom GPU",
-                    format_bytes(static_cast<double>(opt.capacity_bytes)), res.planned);
-    if (res.fits.empty())
-      out +=
-          "  nothing fits: try more GPUs (--gpus), a smaller --batch or --seq, or --quant for "
-          "inference\n";
-    int rank = 1;
-    for (const auto& c : res.fits) {
-      const auto& q = c.request;
-      out += fmt::format(
-          "\n  #{}  est. {:.3f} s/step  device {}  micro-batch {}  {}  ckpt {}  zero {}  offload "
-          "{}  tp {}  pp {}\n",
-          rank++, c.step_time_s, format_bytes(static_cast<double>(c.device_peak_bytes)),
-          q.micro_batch, plan::to_string(q.prec), plan::to_string(q.ckpt), q.zero,
-          plan::to_string(q.offload), q.tp, q.pp);
-      for (const auto& why : c.reasons) out += "      - " + why + "\n";
-    }
-    std::printf("%s", out.c_str());
-  }
+  if (a.json)
+    std::printf("%s\n", plan::to_json(res).c_str());
+  else
+    std::printf("%s", plan::to_table(res).c_str());
   if (res.fits.empty()) ctx.exit_code = 1;
+}
+
+/// An option parsed by one of the library's parse_* functions straight into a request field.
+template <typename Enum>
+void add_enum(CLI::App* sub, const char* flag, Enum& field, Enum (*parse)(std::string_view),
+              const char* help) {
+  sub->add_option_function<std::string>(
+         flag, [&field, parse](const std::string& s) { field = parse(s); }, help)
+      ->default_str(plan::to_string(field));
+}
+
+void add_request_options(CLI::App* sub, plan::plan_request& r) {
+  add_enum(sub, "--mode", r.mode, &plan::parse_mode, "train or infer");
+  sub->add_option("--batch", r.batch, "global batch (samples per optimizer step)")
+      ->capture_default_str();
+  sub->add_option("--micro-batch", r.micro_batch,
+                  "samples per forward/backward per GPU (default: batch / data-parallel ranks)");
+  sub->add_option("--seq", r.seq,
+                  "tokens per sample for training (default 1024, capped at the model's positions)");
+  sub->add_option("--prompt", r.prompt, "inference: prompt tokens (default 512)");
+  sub->add_option("--new-tokens", r.new_tokens, "inference: generated tokens (default 128)");
+  sub->add_option("--image-size", r.image_size, "CNN/ViT input side")->capture_default_str();
+  add_enum(sub, "--precision", r.prec, &plan::parse_precision,
+           "fp32, amp-bf16, amp-fp16, bf16 or fp8");
+  add_enum(sub, "--optimizer", r.optimizer, &plan::parse_optimizer,
+           "sgd, sgd-momentum, adam, adamw or adamw-8bit");
+  add_enum(sub, "--checkpointing", r.ckpt, &plan::parse_checkpointing, "none, full or selective");
+  add_enum(sub, "--attention", r.attention, &plan::parse_attention, "sdpa, flash or eager");
+  sub->add_option("--gpus", r.gpus, "GPUs in total")->capture_default_str();
+  sub->add_option("--gpus-per-node", r.gpus_per_node, "GPUs per node (host memory is per node)")
+      ->capture_default_str();
+  sub->add_option("--zero", r.zero, "ZeRO stage 0, 1, 2 or 3 (3 = FSDP full shard)")
+      ->capture_default_str();
+  sub->add_option("--tp", r.tp, "tensor-parallel degree")->capture_default_str();
+  sub->add_flag("--sp", r.sp, "sequence parallel with --tp");
+  sub->add_option("--pp", r.pp, "pipeline-parallel degree")->capture_default_str();
+  add_enum(sub, "--offload", r.offload, &plan::parse_offload,
+           "none, optimizer or params (CPU offload, pinned host memory)");
+  add_enum(sub, "--quant", r.quant, &plan::parse_quant, "inference weights: none, int8 or int4");
+  add_enum(sub, "--serving", r.serving, &plan::parse_serving,
+           "inference engine: generate (transformers) or paged (paged KV cache)");
 }
 
 }  // namespace
@@ -159,39 +137,7 @@ void add_plan_command(CLI::App& app, command_context& ctx) {
   sub->add_option("model", a->model,
                   "preset name (see --list) or path to a Hugging Face config.json");
   sub->add_flag("--list", a->list, "list the presets and the GPU catalogue");
-  sub->add_option("--mode", a->mode, "train or infer")->capture_default_str();
-  sub->add_option("--batch", a->batch, "global batch (samples per optimizer step)")
-      ->capture_default_str();
-  sub->add_option("--micro-batch", a->micro_batch,
-                  "samples per forward/backward per GPU (default: batch / data-parallel ranks)");
-  sub->add_option("--seq", a->seq,
-                  "tokens per sample for training (default 1024, capped at the model's positions)");
-  sub->add_option("--prompt", a->prompt, "inference: prompt tokens (default 512)");
-  sub->add_option("--new-tokens", a->new_tokens, "inference: generated tokens (default 128)");
-  sub->add_option("--image-size", a->image_size, "CNN/ViT input side")->capture_default_str();
-  sub->add_option("--precision", a->precision, "fp32, amp-bf16, amp-fp16, bf16 or fp8")
-      ->capture_default_str();
-  sub->add_option("--optimizer", a->optimizer, "sgd, sgd-momentum, adam, adamw or adamw-8bit")
-      ->capture_default_str();
-  sub->add_option("--checkpointing", a->checkpointing, "none, full or selective")
-      ->capture_default_str();
-  sub->add_option("--attention", a->attention, "sdpa, flash or eager")->capture_default_str();
-  sub->add_option("--gpus", a->gpus, "GPUs in total")->capture_default_str();
-  sub->add_option("--gpus-per-node", a->gpus_per_node, "GPUs per node (host memory is per node)")
-      ->capture_default_str();
-  sub->add_option("--zero", a->zero, "ZeRO stage 0, 1, 2 or 3 (3 = FSDP full shard)")
-      ->capture_default_str();
-  sub->add_option("--tp", a->tp, "tensor-parallel degree")->capture_default_str();
-  sub->add_flag("--sp", a->sp, "sequence parallel with --tp");
-  sub->add_option("--pp", a->pp, "pipeline-parallel degree")->capture_default_str();
-  sub->add_option("--offload", a->offload,
-                  "none, optimizer or params (CPU offload, pinned host memory)")
-      ->capture_default_str();
-  sub->add_option("--quant", a->quant, "inference weights: none, int8 or int4")
-      ->capture_default_str();
-  sub->add_option("--serving", a->serving,
-                  "inference engine: generate (transformers) or paged (paged KV cache)")
-      ->capture_default_str();
+  add_request_options(sub, a->request);
   sub->add_option("--probe", a->probe,
                   "vramkit probe --json file with measured context and PCIe figures");
   sub->add_option("--gpu", a->gpu,

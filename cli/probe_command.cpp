@@ -38,7 +38,7 @@ void write_file(const std::string& path, const std::string& text, const char* wh
     return;
   }
   std::ofstream out(path, std::ios::binary);
-  if (!out) throw usage_error(fmt::format("{}: cannot write '{}'", what, path));
+  if (!out) throw invalid_input(fmt::format("{}: cannot write '{}'", what, path));
   out << text;
   if (!out.flush()) throw error(fmt::format("{}: writing '{}' failed", what, path));
 }
@@ -52,23 +52,23 @@ void run(probe_args& a, command_context& ctx) {
   probe::probe_options o;
   o.quick = a.quick;
   for (const auto& s : a.only) {
-    if (s.empty()) throw usage_error("--only: empty section name");
+    if (s.empty()) throw invalid_input("--only: empty section name");
     o.only.insert(s);
   }
   probe::check_sections(o.only);
   if (a.threads < 0)
-    throw usage_error("--threads: must be >= 1 (got " + std::to_string(a.threads) + ")");
+    throw invalid_input("--threads: must be >= 1 (got " + std::to_string(a.threads) + ")");
   o.host_threads = a.threads;
   if (!a.size.empty()) {
     o.host_buffer_bytes = parse_bytes(a.size);
     if (o.host_buffer_bytes < 64 * KiB) {
-      throw usage_error("--size: host buffer must be at least 64 KiB (got '" + a.size + "')");
+      throw invalid_input("--size: host buffer must be at least 64 KiB (got '" + a.size + "')");
     }
   }
   if (!a.latency_size.empty()) {
     o.max_latency_bytes = parse_bytes(a.latency_size);
     if (o.max_latency_bytes < 4 * KiB) {
-      throw usage_error("--latency-size: must be at least 4 KiB (got '" + a.latency_size + "')");
+      throw invalid_input("--latency-size: must be at least 4 KiB (got '" + a.latency_size + "')");
     }
   }
   o.progress = [](const std::string& line) {
@@ -80,7 +80,7 @@ void run(probe_args& a, command_context& ctx) {
     if (f->empty() || *f == "-") continue;
     std::ofstream probe_open(*f, std::ios::app);
     if (!probe_open)
-      throw usage_error(
+      throw invalid_input(
           fmt::format("{}: cannot write '{}'", f == &a.json_file ? "--json" : "--html", *f));
   }
 

@@ -31,7 +31,7 @@ void run_serve(const serve_args& a) {
   if (!mon::exporter_built())
     throw error("built without cpp-httplib: vramkit serve is not available in this build");
   if (a.port < 0 || a.port > 65535)
-    throw usage_error("--port " + std::to_string(a.port) + " is not a TCP port (0-65535)");
+    throw invalid_input("--port " + std::to_string(a.port) + " is not a TCP port (0-65535)");
   auto interval = mon::parse_interval(a.interval);
   result<std::shared_ptr<mon::nvml_api>> gpus = unavailable{};
   if (!a.fake_gpus.empty()) {

@@ -26,7 +26,7 @@ namespace {
 
 std::string read_file(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw usage_error(fmt::format("cannot read {} '{}'", what, path));
+  if (!in) throw invalid_input(fmt::format("cannot read {} '{}'", what, path));
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
@@ -103,7 +103,7 @@ struct shards_args {
 void run_gres(const gres_args& a, command_context& ctx) {
   cluster::slurm_gres_options options;
   options.shard_bytes = parse_bytes(a.shard_size);
-  if (options.shard_bytes == 0) throw usage_error("--shard-size must be above zero");
+  if (options.shard_bytes == 0) throw invalid_input("--shard-size must be above zero");
   options.node_name = a.node.empty() ? short_hostname() : a.node;
   options.device_prefix = a.device_prefix;
   options.safety = cluster::parse_headroom(a.headroom);
@@ -163,7 +163,7 @@ std::optional<std::uint64_t> config_value(const std::string& text, const std::st
     try {
       return std::stoull(line.substr(key.size() + 1));
     } catch (...) {
-      throw usage_error(fmt::format("{}: {} is not a number", origin, key));
+      throw invalid_input(fmt::format("{}: {} is not a number", origin, key));
     }
   }
   return std::nullopt;
@@ -171,7 +171,7 @@ std::optional<std::uint64_t> config_value(const std::string& text, const std::st
 
 void run_shards(const shards_args& a, command_context& ctx) {
   if (a.request.empty() == a.plan.empty())
-    throw usage_error("give exactly one of --request SIZE or --plan FILE");
+    throw invalid_input("give exactly one of --request SIZE or --plan FILE");
   const std::uint64_t request =
       !a.request.empty() ? cluster::parse_memory_request(a.request)
                          : cluster::request_from_plan_json(read_file(a.plan, "plan"), a.plan);
@@ -182,7 +182,7 @@ void run_shards(const shards_args& a, command_context& ctx) {
     if (auto v = config_value(text, "shard_bytes", a.config)) shard_bytes = *v;
     max_shards = config_value(text, "max_gpu_shards", a.config);
   }
-  if (shard_bytes == 0) throw usage_error("--shard-size must be above zero");
+  if (shard_bytes == 0) throw invalid_input("--shard-size must be above zero");
   const std::uint64_t shards = cluster::shards_for_request(request, shard_bytes);
   const bool fits = !max_shards || shards <= *max_shards;
   if (a.json) {

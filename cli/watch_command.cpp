@@ -65,7 +65,7 @@ class csv_sink {
     std::error_code ec;
     bool fresh = !std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) == 0;
     out_.open(path, std::ios::app);
-    if (!out_) throw usage_error("cannot write CSV file " + path);
+    if (!out_) throw invalid_input("cannot write CSV file " + path);
     if (fresh) out_ << mon::csv_header() << '\n';
   }
   void write(const mon::sample& s) {
@@ -84,8 +84,9 @@ void run_replay(const watch_args& a) {
   for (const auto& e : rec.errors)
     std::fprintf(stderr, "vramkit: %s:%zu: %s (line skipped)\n", a.replay.c_str(), e.line,
                  e.message.c_str());
-  if (rec.samples.empty()) throw usage_error("recording " + a.replay + " holds no readable sample");
-  if (!(a.speed > 0)) throw usage_error("--speed must be greater than 0");
+  if (rec.samples.empty())
+    throw invalid_input("recording " + a.replay + " holds no readable sample");
+  if (!(a.speed > 0)) throw invalid_input("--speed must be greater than 0");
   if (a.once) {
     std::fputs(mon::format_snapshot(rec.samples.back()).c_str(), stdout);
     return;

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "vramkit/cluster/placement.hpp"
+#include "vramkit/core/sample_stats.hpp"
 #include "vramkit/core/units.hpp"
 #include "vramkit/core/version.hpp"
 
@@ -145,13 +146,7 @@ struct outcome {
   double peak_mem_util = 0;
 };
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  const std::size_t k =
-      std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
-}
+double percentile(std::vector<double> v, double q) { return vramkit::percentile(std::move(v), q); }
 
 outcome simulate(policy pol, const std::vector<job>& stream, std::vector<node_state> cluster) {
   outcome o;

@@ -22,6 +22,7 @@
 
 #include "vramkit/core/cuda_device_api.hpp"
 #include "vramkit/core/host_sim_device.hpp"
+#include "vramkit/core/sample_stats.hpp"
 #include "vramkit/core/units.hpp"
 #include "vramkit/mr/cuda_async_resource.hpp"
 #include "vramkit/mr/cuda_device_resource.hpp"
@@ -43,11 +44,7 @@ struct bench_stack {
 
 using factory = std::function<bench_stack()>;
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
+double median(std::vector<double> v) { return sample_stats::of(std::move(v)).median; }
 
 // Replays `t` filling the first bytes of each block with a value of its own on its stream and
 // checking them back at the free. Returns an empty string or what went wrong.

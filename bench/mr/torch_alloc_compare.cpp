@@ -8,7 +8,8 @@
 // TL = torch/lib; the ABI flag as torch.compiled_with_cxx11_abi(); the stage also puts the
 // directory of the libcudart that libc10_cuda.so loads on the rpath, before the toolkit's):
 //   g++ -O2 -std=c++17 -D_GLIBCXX_USE_CXX11_ABI=1 -I$TI -I$TI/torch/csrc/api/include
-//     -I$CUDA_HOME/include bench/mr/torch_alloc_compare.cpp -L$TL -lc10_cuda -lc10
+//     -I$CUDA_HOME/include -Iinclude bench/mr/torch_alloc_compare.cpp src/core/sample_stats.cpp
+//     -L$TL -lc10_cuda -lc10
 //     -L$CUDA_HOME/lib64 -lcudart -ldl -Wl,-rpath,$TL -Wl,-rpath,$CUDA_HOME/lib64 -o ...
 // and runs
 //   torch_alloc_compare --trace FILE --lib libvramkit_torch.so [--repeats 5] [--json OUT]
@@ -46,13 +47,15 @@
 #include <utility>
 #include <vector>
 
+#include "vramkit/core/sample_stats.hpp"
+
 // The PyTorch-facing surface is everything inside torch_api below; the rest of the file does not
 // include or name c10.
 #include <c10/cuda/CUDACachingAllocator.h>
 
 namespace {
 
-struct usage_error : std::runtime_error {
+struct invalid_input : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 struct run_error : std::runtime_error {
@@ -116,13 +119,13 @@ bool parse_u64(const std::string& s, std::uint64_t& out) {
 
 trace read_trace(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw usage_error(path + ": cannot open");
+  if (!in) throw invalid_input(path + ": cannot open");
   trace t;
   t.path = path;
   std::string line;
   std::size_t n = 1;
   if (!std::getline(in, line) || (line != "# vramkit-trace v1" && line != "# vramkit-trace v1\r")) {
-    throw usage_error(path + ":1: expected '# vramkit-trace v1'");
+    throw invalid_input(path + ":1: expected '# vramkit-trace v1'");
   }
   struct live_entry {
     std::uint32_t slot;
@@ -147,7 +150,7 @@ trace read_trace(const std::string& path) {
       if (i == std::string::npos) break;
     }
     auto bad = [&](const std::string& why) {
-      return usage_error(format("%s:%zu: %s", path.c_str(), n, why.c_str()));
+      return invalid_input(format("%s:%zu: %s", path.c_str(), n, why.c_str()));
     };
     if (f.size() != 5 || (f[0] != "a" && f[0] != "f")) {
       throw bad("expected 'a|f id bytes stream time_ns'");
@@ -194,11 +197,11 @@ trace read_trace(const std::string& path) {
       live.erase(it);
     }
   }
-  if (in.bad()) throw usage_error(path + ": read error");
+  if (in.bad()) throw invalid_input(path + ": read error");
   for (const auto& kv : live) {
     if (kv.second.slot != zero_slot) ++t.left_live;
   }
-  if (t.allocs == 0) throw usage_error(path + ": no allocation of more than 0 bytes");
+  if (t.allocs == 0) throw invalid_input(path + ": no allocation of more than 0 bytes");
   return t;
 }
 
@@ -458,15 +461,8 @@ pass_times timed_pass(const Side& side, const trace& t, std::vector<void*>& ptrs
 
 // ---- statistics -------------------------------------------------------------------------------
 
-double quantile(std::vector<std::int64_t> v, double q) {
-  if (v.empty()) return 0.0;
-  // Nearest-rank on the sorted copy, with the midpoint for an even-sized median.
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(pos);
-  const std::size_t hi = std::min(lo + 1, v.size() - 1);
-  const double frac = pos - static_cast<double>(lo);
-  return static_cast<double>(v[lo]) * (1.0 - frac) + static_cast<double>(v[hi]) * frac;
+double quantile(const std::vector<std::int64_t>& v, double q) {
+  return vramkit::percentile(std::vector<double>(v.begin(), v.end()), q);
 }
 
 double mean(const std::vector<std::int64_t>& v) {
@@ -692,7 +688,7 @@ options parse_args(int argc, char** argv) {
     }
     auto need = [&]() {
       if (has_value) return value;
-      if (i + 1 >= argc) throw usage_error(a + " needs a value");
+      if (i + 1 >= argc) throw invalid_input(a + " needs a value");
       return std::string(argv[++i]);
     };
     if (a == "--trace") {
@@ -706,17 +702,17 @@ options parse_args(int argc, char** argv) {
     } else if (a == "--repeats") {
       const std::string v = need();
       std::uint64_t n = 0;
-      if (!parse_u64(v, n) || n < 1 || n > 1000) throw usage_error("--repeats: 1..1000");
+      if (!parse_u64(v, n) || n < 1 || n > 1000) throw invalid_input("--repeats: 1..1000");
       o.repeats = static_cast<int>(n);
     } else if (a == "-h" || a == "--help") {
       usage(stdout);
       std::exit(0);
     } else {
-      throw usage_error("unknown argument '" + std::string(argv[i]) + "'");
+      throw invalid_input("unknown argument '" + std::string(argv[i]) + "'");
     }
   }
-  if (o.trace_path.empty()) throw usage_error("--trace is required");
-  if (o.lib_path.empty()) throw usage_error("--lib is required");
+  if (o.trace_path.empty()) throw invalid_input("--trace is required");
+  if (o.lib_path.empty()) throw invalid_input("--lib is required");
   return o;
 }
 
@@ -932,14 +928,14 @@ int main(int argc, char** argv) {
   options opt;
   try {
     opt = parse_args(argc, argv);
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     std::fprintf(stderr, "torch_alloc_compare: %s\n", e.what());
     usage(stderr);
     return 2;
   }
   try {
     return run(opt);
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     std::fprintf(stderr, "torch_alloc_compare: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {

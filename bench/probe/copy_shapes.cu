@@ -8,7 +8,7 @@
 // is timed.
 //
 // Not part of the CMake build (it is a study, not a tool): scripts/gpu-check.d/20-probe.sh
-// compiles it with nvcc and runs it.
+// compiles it with nvcc (-Iinclude -Isrc, with src/core/sample_stats.cpp) and runs it.
 //   copy_shapes [bytes (default 2 GiB)] [samples (default 9)]
 #include <cuda_runtime.h>
 
@@ -19,6 +19,9 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "probe/cuda/copy_group.cuh"
+#include "vramkit/core/sample_stats.hpp"
 
 #define CHECK(call)                                                                        \
   do {                                                                                     \
@@ -31,46 +34,15 @@
 
 namespace {
 
-// Hint 0: plain loads and stores; 2: streaming (evict-first) loads and stores.
-template <int Hint>
-__device__ __forceinline__ uint4 load(const uint4* p) {
-  if constexpr (Hint == 2) {
-    uint4 v;
-    asm volatile("ld.global.cs.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-  } else {
-    return *p;
-  }
-}
-template <int Hint>
-__device__ __forceinline__ void store(uint4* p, uint4 v) {
-  if constexpr (Hint == 2) {
-    asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
-                 "r"(v.w)
-                 : "memory");
-  } else {
-    *p = v;
-  }
-}
-
-// U 16-byte elements per thread, all loads issued before the stores, from index `i` with stride T.
-template <int U, int Hint>
-__device__ __forceinline__ void copy_group(uint4* dst, const uint4* src, std::size_t i,
-                                           std::size_t T) {
-  uint4 v[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) v[u] = load<Hint>(src + i + u * T);
-#pragma unroll
-  for (int u = 0; u < U; ++u) store<Hint>(dst + i + u * T, v[u]);
-}
+// Hint: the probe's cache hints (probe/cuda/copy_group.cuh): 0 read-only-path loads and plain
+// stores, 1 streaming (evict-first) loads and stores. The copy step is the probe's copy_group.
+using vramkit::probe::detail::copy_group;
 
 template <int U, int Hint>
 __global__ void stride_copy(uint4* __restrict__ dst, const uint4* __restrict__ src, std::size_t n) {
   const std::size_t T = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  for (; i + (U - 1) * T < n; i += U * T) copy_group<U, Hint>(dst, src, i, T);
+  for (; i + (U - 1) * T < n; i += U * T) copy_group<Hint, U>(dst, src, i, T);
   for (; i < n; i += T) dst[i] = src[i];
 }
 
@@ -80,7 +52,7 @@ __device__ __forceinline__ void copy_tile(uint4* dst, const uint4* src, std::siz
                                           std::size_t n) {
   const std::size_t T = blockDim.x;
   if (base + T * U <= n) {
-    copy_group<U, Hint>(dst, src, base + threadIdx.x, T);
+    copy_group<Hint, U>(dst, src, base + threadIdx.x, T);
   } else {
     for (std::size_t i = base + threadIdx.x; i < n; i += T) dst[i] = src[i];
   }
@@ -115,7 +87,7 @@ __global__ void waves_copy(uint4* __restrict__ dst, const uint4* __restrict__ sr
   const std::size_t B = gridDim.x, T = blockDim.x;
   const std::size_t end = (blockIdx.x + 1) * n / B;
   std::size_t i = blockIdx.x * n / B + threadIdx.x;
-  for (; i + (U - 1) * T < end; i += U * T) copy_group<U, Hint>(dst, src, i, T);
+  for (; i + (U - 1) * T < end; i += U * T) copy_group<Hint, U>(dst, src, i, T);
   for (; i < end; i += T) dst[i] = src[i];
 }
 
@@ -139,11 +111,6 @@ struct variant {
   std::function<void(cudaStream_t)> run;
   std::vector<double> gbps;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 }  // namespace
 
@@ -232,26 +199,26 @@ int main(int argc, char** argv) {
                   {}});
   };
   grid("grid-stride 4 x 16 B", stride_copy<4, 0>, 256, max_threads / 256);
-  grid("grid-stride 8 x 16 B streaming", stride_copy<8, 2>, 512, max_threads / 512);
-  onepass("one pass 2 x 16 B streaming", onepass_copy<2, 2>, 1024, 2);
-  onepass("one pass 4 x 16 B streaming", onepass_copy<4, 2>, 1024, 4);
-  onepass("one pass 8 x 16 B streaming", onepass_copy<8, 2>, 1024, 8);
+  grid("grid-stride 8 x 16 B streaming", stride_copy<8, 1>, 512, max_threads / 512);
+  onepass("one pass 2 x 16 B streaming", onepass_copy<2, 1>, 1024, 2);
+  onepass("one pass 4 x 16 B streaming", onepass_copy<4, 1>, 1024, 4);
+  onepass("one pass 8 x 16 B streaming", onepass_copy<8, 1>, 1024, 8);
   onepass("one pass 4 x 16 B", onepass_copy<4, 0>, 1024, 4);
   onepass("one pass 8 x 16 B", onepass_copy<8, 0>, 512, 8);
-  onepass("one pass 16 x 16 B streaming", onepass_copy<16, 2>, 256, 16);
-  onepass("one pass 2 x 16 B streaming", onepass_copy<2, 2>, 1024, 2, one_block);
-  onepass("one pass 3 x 16 B streaming", onepass_copy<3, 2>, 1024, 3, one_block);
+  onepass("one pass 16 x 16 B streaming", onepass_copy<16, 1>, 256, 16);
+  onepass("one pass 2 x 16 B streaming", onepass_copy<2, 1>, 1024, 2, one_block);
+  onepass("one pass 3 x 16 B streaming", onepass_copy<3, 1>, 1024, 3, one_block);
   onepass("one pass 3 x 16 B", onepass_copy<3, 0>, 1024, 3, one_block);
-  onepass("one pass 4 x 16 B streaming", onepass_copy<4, 2>, 768, 4, one_block);
-  onepass("one pass 4 x 16 B streaming", onepass_copy<4, 2>, 1024, 4, one_block);
-  onepass("one pass 6 x 16 B streaming", onepass_copy<6, 2>, 512, 6, one_block);
-  onepass("one pass 8 x 16 B streaming", onepass_copy<8, 2>, 1024, 8, one_block);
+  onepass("one pass 4 x 16 B streaming", onepass_copy<4, 1>, 768, 4, one_block);
+  onepass("one pass 4 x 16 B streaming", onepass_copy<4, 1>, 1024, 4, one_block);
+  onepass("one pass 6 x 16 B streaming", onepass_copy<6, 1>, 512, 6, one_block);
+  onepass("one pass 8 x 16 B streaming", onepass_copy<8, 1>, 1024, 8, one_block);
   steal("work stealing 2 x 16 B", steal_copy<2, 0>, 512, 2);
-  steal("work stealing 2 x 16 B streaming", steal_copy<2, 2>, 512, 2);
-  steal("work stealing 4 x 16 B streaming", steal_copy<4, 2>, 1024, 4);
+  steal("work stealing 2 x 16 B streaming", steal_copy<2, 1>, 512, 2);
+  steal("work stealing 4 x 16 B streaming", steal_copy<4, 1>, 1024, 4);
   steal("work stealing 2 x 16 B", steal_copy<2, 0>, 1024, 2);
   waves("exact waves 4 x 16 B", waves_copy<4, 0>, 1024, 62);
-  waves("exact waves 4 x 16 B streaming", waves_copy<4, 2>, 1024, 124);
+  waves("exact waves 4 x 16 B streaming", waves_copy<4, 1>, 1024, 124);
 
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
@@ -283,7 +250,7 @@ int main(int argc, char** argv) {
       v.gbps.push_back(static_cast<double>(bytes) * loops / (ms / 1e3) / 1e9);
     }
   }
-  const double ref = median(vs.front().gbps);
+  const double ref = vramkit::sample_stats::of(vs.front().gbps).median;
   std::printf(
       "%s, %d SMs; %zu bytes copied, %d samples of %d copies; GB/s copied once (median, min, max), "
       "verified\n\n",
@@ -291,9 +258,9 @@ int main(int argc, char** argv) {
   std::printf(
       "| copy | GB/s | min | max | vs cudaMemcpyAsync |\n| --- | ---: | ---: | ---: | ---: |\n");
   for (const auto& v : vs) {
-    const auto [lo, hi] = std::minmax_element(v.gbps.begin(), v.gbps.end());
-    std::printf("| %s | %.1f | %.1f | %.1f | %.3f |\n", v.name.c_str(), median(v.gbps), *lo, *hi,
-                median(v.gbps) / ref);
+    const auto st = vramkit::sample_stats::of(v.gbps);
+    std::printf("| %s | %.1f | %.1f | %.1f | %.3f |\n", v.name.c_str(), st.median, st.min, st.max,
+                st.median / ref);
   }
   CHECK(cudaFree(a));
   CHECK(cudaFree(b));

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "vramkit/core/sample_stats.hpp"
+
 namespace {
 
 #define CHECK(call)                                                                                \
@@ -30,16 +32,6 @@ __global__ void read_float4(const float4* __restrict__ p, std::size_t n, float* 
     acc += v.x + v.y + v.z + v.w;
   }
   if (acc == 1234.5f) *out = acc;  // keeps the loads; practically never true
-}
-
-struct stats {
-  double median, min, max;
-};
-
-stats of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
 }
 
 // GB/s per sample of `loops` calls of `op` between two events, after `warmup` calls.
@@ -66,7 +58,7 @@ std::vector<double> time_loop(int samples, int loops, double bytes, Op op) {
 
 void put(std::string& json, const char* key, const std::vector<double>& gbps, std::size_t size,
          const char* convention, bool last = false) {
-  const stats s = of(gbps);
+  const vramkit::sample_stats s = vramkit::sample_stats::of(gbps);
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "  \"%s\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f, \"size_bytes\": %zu, "

@@ -28,6 +28,7 @@
 #include "tier_kernels.hpp"
 #include "vramkit/core/cuda_device_api.hpp"
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/sample_stats.hpp"
 #include "vramkit/core/units.hpp"
 #include "vramkit/tier/lru_simulation.hpp"
 #include "vramkit/tier/residency_manager.hpp"
@@ -114,14 +115,8 @@ struct spread {
   int samples = 0;
 };
 spread summarize(std::vector<double> v) {
-  spread s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  s.median = v[v.size() / 2];
-  s.min = v.front();
-  s.max = v.back();
-  s.samples = static_cast<int>(v.size());
-  return s;
+  const auto st = vramkit::sample_stats::of(std::move(v));
+  return {st.median, st.min, st.max, static_cast<int>(st.count)};
 }
 nlohmann::json to_json(const spread& s) {
   return {{"median", s.median}, {"min", s.min}, {"max", s.max}, {"samples", s.samples}};
@@ -298,7 +293,7 @@ int main(int argc, char** argv) try {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
-      if (i + 1 >= argc) throw vramkit::usage_error("tier_bench: " + a + " needs a value");
+      if (i + 1 >= argc) throw vramkit::invalid_input("tier_bench: " + a + " needs a value");
       return argv[++i];
     };
     if (a == "--dataset")
@@ -320,7 +315,7 @@ int main(int argc, char** argv) try {
     else if (a == "--trace")
       cfg.trace_path = next();
     else
-      throw vramkit::usage_error("tier_bench: unknown argument '" + a + "'");
+      throw vramkit::invalid_input("tier_bench: unknown argument '" + a + "'");
   }
   auto api_or = vramkit::cuda_device_api();
   if (!api_or) {

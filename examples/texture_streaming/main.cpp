@@ -19,7 +19,7 @@ int main(int argc, char** argv) try {
   std::string trace_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (i + 1 >= argc) throw usage_error("texture_streaming: " + a + " needs a value");
+    if (i + 1 >= argc) throw invalid_input("texture_streaming: " + a + " needs a value");
     if (a == "--frames")
       frames = std::stoi(argv[++i]);
     else if (a == "--budget")
@@ -27,7 +27,7 @@ int main(int argc, char** argv) try {
     else if (a == "--trace")
       trace_path = argv[++i];
     else
-      throw usage_error("texture_streaming: unknown argument '" + a + "'");
+      throw invalid_input("texture_streaming: unknown argument '" + a + "'");
   }
   host_sim_options sim;
   sim.copy_bandwidth_bytes_per_s = 4e9;
@@ -72,7 +72,7 @@ int main(int argc, char** argv) try {
     manager.write_trace(out);
   }
   return bad == 0 && host_bad == 0 && st.peak_resident_bytes <= budget ? 0 : 1;
-} catch (const vramkit::usage_error& e) {
+} catch (const vramkit::invalid_input& e) {
   std::fprintf(stderr, "%s\n", e.what());
   return 2;
 } catch (const std::exception& e) {

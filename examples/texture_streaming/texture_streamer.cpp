@@ -20,7 +20,7 @@ std::uint64_t checksum(const void* data, std::size_t bytes) noexcept {
 texture_streamer::texture_streamer(device_api& api, tier::residency_manager& manager,
                                    double near_distance)
     : api_(api), manager_(manager), near_distance_(near_distance) {
-  if (!(near_distance > 0)) throw usage_error("texture_streamer: near distance must be > 0");
+  if (!(near_distance > 0)) throw invalid_input("texture_streamer: near distance must be > 0");
 }
 
 texture_streamer::~texture_streamer() {
@@ -31,11 +31,11 @@ texture_streamer::~texture_streamer() {
 
 std::size_t texture_streamer::add_item(point where, std::size_t finest_bytes, int levels,
                                        std::uint32_t seed) {
-  if (levels < 1) throw usage_error("texture_streamer: an item needs at least one level");
+  if (levels < 1) throw invalid_input("texture_streamer: an item needs at least one level");
   const std::size_t divisor = std::size_t{1} << (2 * (levels - 1));
   if (finest_bytes == 0 || finest_bytes % divisor != 0) {
-    throw usage_error("texture_streamer: level 0 size " + std::to_string(finest_bytes) +
-                      " is not a multiple of 4^(levels-1) = " + std::to_string(divisor));
+    throw invalid_input("texture_streamer: level 0 size " + std::to_string(finest_bytes) +
+                        " is not a multiple of 4^(levels-1) = " + std::to_string(divisor));
   }
   item it;
   it.where = where;

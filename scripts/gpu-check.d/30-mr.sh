@@ -54,7 +54,8 @@ else
   CUDART_DIR=${CUDART_DIR:+$(dirname "$CUDART_DIR")}
   TAC=$BUILD_DIR/torch_alloc_compare
   cmd=(g++ -O2 "-std=$STD" "-D_GLIBCXX_USE_CXX11_ABI=$ABI" -I"$TI" -I"$TI/torch/csrc/api/include"
-       -I"$CUDA_HOME/include" bench/mr/torch_alloc_compare.cpp -L"$TL" -lc10_cuda -lc10
+       -I"$CUDA_HOME/include" -Iinclude bench/mr/torch_alloc_compare.cpp src/core/sample_stats.cpp
+       -L"$TL" -lc10_cuda -lc10
        -L"$CUDA_HOME/lib64" -lcudart -ldl -Wl,-rpath,"$TL" ${CUDART_DIR:+-Wl,-rpath,"$CUDART_DIR"}
        -Wl,-rpath,"$CUDA_HOME/lib64" -o "$TAC")
   echo "${cmd[*]}" | tee "$OUT/torch_alloc_compare.build.log"

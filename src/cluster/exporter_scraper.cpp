@@ -66,11 +66,11 @@ std::map<std::string, std::string> parse_node_map(std::string_view text, std::st
     try {
       doc = nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
-      throw usage_error(fmt::format("{}: not valid JSON ({})", origin, e.what()));
+      throw invalid_input(fmt::format("{}: not valid JSON ({})", origin, e.what()));
     }
     for (auto it = doc.begin(); it != doc.end(); ++it) {
       if (!it->is_string() || it->get<std::string>().empty()) {
-        throw usage_error(
+        throw invalid_input(
             fmt::format("{}: the URL of node '{}' must be a non-empty string", origin, it.key()));
       }
       out[it.key()] = with_default_path(it->get<std::string>());
@@ -86,18 +86,18 @@ std::map<std::string, std::string> parse_node_map(std::string_view text, std::st
       std::string name, url, extra;
       if (!(words >> name)) continue;
       if (!(words >> url) || (words >> extra)) {
-        throw usage_error(fmt::format("{} line {}: expected 'NODE URL'", origin, number));
+        throw invalid_input(fmt::format("{} line {}: expected 'NODE URL'", origin, number));
       }
       out[name] = with_default_path(url);
     }
   }
   for (const auto& [name, url] : out) {
     if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0) {
-      throw usage_error(
+      throw invalid_input(
           fmt::format("{}: the URL of node '{}' must start with http:// ({})", origin, name, url));
     }
   }
-  if (out.empty()) throw usage_error(fmt::format("{}: names no nodes", origin));
+  if (out.empty()) throw invalid_input(fmt::format("{}: names no nodes", origin));
   return out;
 }
 

@@ -53,7 +53,7 @@ std::uint64_t container_request(const json& container, const std::string& resour
     if (it->is_string()) return parse_kube_quantity(it->get<std::string>());
     if (it->is_number_unsigned()) return it->get<std::uint64_t>();
     if (it->is_number_integer() && it->get<std::int64_t>() >= 0) return it->get<std::uint64_t>();
-    throw usage_error(fmt::format("{} of {} is not a quantity", where, resource));
+    throw invalid_input(fmt::format("{} of {} is not a quantity", where, resource));
   }
   return 0;
 }
@@ -81,7 +81,7 @@ std::optional<std::uint64_t> request_of(const json& pod, const extender_config& 
     auto it = ann->find(config.plan_annotation);
     if (it != ann->end()) {
       if (!it->is_string())
-        throw usage_error(fmt::format("annotation {} is not a string", config.plan_annotation));
+        throw invalid_input(fmt::format("annotation {} is not a string", config.plan_annotation));
       return request_from_plan_json(it->get<std::string>(),
                                     fmt::format("annotation {}", config.plan_annotation));
     }
@@ -97,40 +97,41 @@ struct parsed_args {
   std::vector<const json*> items;   // node objects, parallel to names
 };
 
-// Throws usage_error on anything kube-scheduler would never send. Pointers refer into `doc`.
+// Throws invalid_input on anything kube-scheduler would never send. Pointers refer into `doc`.
 parsed_args parse_args(std::string_view body, json& doc) {
   try {
     doc = json::parse(body);
   } catch (const json::parse_error& e) {
-    throw usage_error(fmt::format("request body is not JSON: {}", e.what()));
+    throw invalid_input(fmt::format("request body is not JSON: {}", e.what()));
   }
-  if (!doc.is_object()) throw usage_error("request body must be a JSON object (ExtenderArgs)");
+  if (!doc.is_object()) throw invalid_input("request body must be a JSON object (ExtenderArgs)");
   parsed_args args;
   const json* pod = find_field(doc, "Pod");
-  if (pod == nullptr || !pod->is_object()) throw usage_error("ExtenderArgs has no Pod object");
+  if (pod == nullptr || !pod->is_object()) throw invalid_input("ExtenderArgs has no Pod object");
   args.pod = pod;
   const json* names = find_field(doc, "NodeNames");
   const json* nodes = find_field(doc, "Nodes");
   if (names != nullptr && !names->is_null()) {
-    if (!names->is_array()) throw usage_error("ExtenderArgs.NodeNames must be an array of strings");
+    if (!names->is_array())
+      throw invalid_input("ExtenderArgs.NodeNames must be an array of strings");
     args.names.reserve(names->size());
     for (const json& n : *names) {
-      if (!n.is_string()) throw usage_error("ExtenderArgs.NodeNames must be an array of strings");
+      if (!n.is_string()) throw invalid_input("ExtenderArgs.NodeNames must be an array of strings");
       args.names.push_back(n.get<std::string>());
     }
     args.node_cache_capable = true;
     return args;
   }
   if (nodes != nullptr && !nodes->is_null()) {
-    if (!nodes->is_object()) throw usage_error("ExtenderArgs.Nodes must be a NodeList object");
+    if (!nodes->is_object()) throw invalid_input("ExtenderArgs.Nodes must be a NodeList object");
     args.node_list = nodes;
     const json* items = path(*nodes, {"items"});
     if (items != nullptr && !items->is_null()) {
-      if (!items->is_array()) throw usage_error("ExtenderArgs.Nodes.items must be an array");
+      if (!items->is_array()) throw invalid_input("ExtenderArgs.Nodes.items must be an array");
       for (const json& item : *items) {
         const json* name = path(item, {"metadata", "name"});
         if (name == nullptr || !name->is_string()) {
-          throw usage_error("a node in ExtenderArgs.Nodes.items has no metadata.name");
+          throw invalid_input("a node in ExtenderArgs.Nodes.items has no metadata.name");
         }
         args.names.push_back(name->get<std::string>());
         args.items.push_back(&item);
@@ -138,7 +139,7 @@ parsed_args parse_args(std::string_view body, json& doc) {
     }
     return args;
   }
-  throw usage_error("ExtenderArgs has neither NodeNames nor Nodes");
+  throw invalid_input("ExtenderArgs has neither NodeNames nor Nodes");
 }
 
 // One line of printable ASCII: parse errors may quote the offending bytes, which need not be text.
@@ -245,7 +246,7 @@ std::optional<std::uint64_t> pod_memory_request(std::string_view pod_json,
   try {
     pod = json::parse(pod_json);
   } catch (const json::parse_error& e) {
-    throw usage_error(fmt::format("pod is not JSON: {}", e.what()));
+    throw invalid_input(fmt::format("pod is not JSON: {}", e.what()));
   }
   return request_of(pod, config);
 }
@@ -256,7 +257,7 @@ extender_response extender_filter(std::string_view body, const node_lookup& look
   parsed_args args;
   try {
     args = parse_args(body, doc);
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     return bad_request(e.what());
   }
   std::vector<bool> keep(args.names.size(), true);
@@ -265,7 +266,7 @@ extender_response extender_filter(std::string_view body, const node_lookup& look
   std::optional<std::uint64_t> request;
   try {
     request = request_of(*args.pod, config);
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     // The pod, not the protocol, is wrong: fail this scheduling attempt with the reason.
     std::fill(keep.begin(), keep.end(), false);
     return {200,
@@ -305,7 +306,7 @@ extender_response extender_prioritize(std::string_view body, const node_lookup& 
   try {
     args = parse_args(body, doc);
     request = request_of(*args.pod, config);
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     return bad_request(e.what());
   }
   node_states states;

@@ -13,12 +13,13 @@ std::uint64_t byte_field(const nlohmann::json& gpu, const char* key, bool requir
                          std::string_view origin, std::size_t i) {
   const auto it = gpu.find(key);
   if (it == gpu.end() || it->is_null()) {
-    if (required) throw usage_error(fmt::format("{}: gpus[{}] has no {}", origin, i, key));
+    if (required) throw invalid_input(fmt::format("{}: gpus[{}] has no {}", origin, i, key));
     return 0;
   }
   if (it->is_number_unsigned()) return it->get<std::uint64_t>();
   if (it->is_number_integer() && it->get<std::int64_t>() >= 0) return it->get<std::uint64_t>();
-  throw usage_error(fmt::format("{}: gpus[{}].{} must be a non-negative integer", origin, i, key));
+  throw invalid_input(
+      fmt::format("{}: gpus[{}].{} must be a non-negative integer", origin, i, key));
 }
 
 }  // namespace
@@ -28,16 +29,17 @@ std::vector<gpu_state> gpus_from_fixture_json(std::string_view json_text, std::s
   try {
     doc = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::parse_error& e) {
-    throw usage_error(fmt::format("{}: not valid JSON ({})", origin, e.what()));
+    throw invalid_input(fmt::format("{}: not valid JSON ({})", origin, e.what()));
   }
   if (!doc.is_object() || !doc.contains("gpus") || !doc["gpus"].is_array()) {
-    throw usage_error(fmt::format("{}: expected an object with a \"gpus\" array", origin));
+    throw invalid_input(fmt::format("{}: expected an object with a \"gpus\" array", origin));
   }
   std::vector<gpu_state> gpus;
   const auto& list = doc["gpus"];
   for (std::size_t i = 0; i < list.size(); ++i) {
     const auto& g = list[i];
-    if (!g.is_object()) throw usage_error(fmt::format("{}: gpus[{}] is not an object", origin, i));
+    if (!g.is_object())
+      throw invalid_input(fmt::format("{}: gpus[{}] is not an object", origin, i));
     gpu_state s;
     s.index = static_cast<int>(i);
     s.name = g.value("name", std::string{});
@@ -46,7 +48,7 @@ std::vector<gpu_state> gpus_from_fixture_json(std::string_view json_text, std::s
     s.used_bytes = byte_field(g, "memory_used_bytes", false, origin, i);
     s.reserved_bytes = byte_field(g, "memory_reserved_bytes", false, origin, i);
     if (s.used_bytes > s.total_bytes) {
-      throw usage_error(fmt::format("{}: gpus[{}] uses more than its total", origin, i));
+      throw invalid_input(fmt::format("{}: gpus[{}] uses more than its total", origin, i));
     }
     s.free_bytes = derived_free_bytes(s.total_bytes, s.used_bytes);
     gpus.push_back(std::move(s));

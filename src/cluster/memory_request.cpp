@@ -16,7 +16,7 @@ namespace vramkit::cluster {
 std::uint64_t parse_memory_request(std::string_view text) {
   const std::uint64_t bytes = parse_bytes(text);
   if (bytes == 0)
-    throw usage_error(fmt::format("invalid memory request '{}': must be above zero", text));
+    throw invalid_input(fmt::format("invalid memory request '{}': must be above zero", text));
   return bytes;
 }
 
@@ -25,24 +25,24 @@ std::uint64_t request_from_plan_json(std::string_view json_text, std::string_vie
   try {
     doc = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::parse_error&) {
-    throw usage_error(
+    throw invalid_input(
         fmt::format("{}: not valid JSON (expected vramkit plan --json output)", origin));
   }
-  if (!doc.is_object()) throw usage_error(fmt::format("{}: expected a JSON object", origin));
+  if (!doc.is_object()) throw invalid_input(fmt::format("{}: expected a JSON object", origin));
   const auto it = doc.find("device_peak_bytes");
-  if (it == doc.end()) throw usage_error(fmt::format("{}: has no device_peak_bytes", origin));
+  if (it == doc.end()) throw invalid_input(fmt::format("{}: has no device_peak_bytes", origin));
   if (it->is_number_unsigned()) return it->get<std::uint64_t>();
   if (it->is_number_integer() && it->get<std::int64_t>() >= 0) return it->get<std::uint64_t>();
   if (it->is_number_float() && it->get<double>() >= 0 && it->get<double>() < 1.8e19) {
     return static_cast<std::uint64_t>(it->get<double>());
   }
-  throw usage_error(fmt::format("{}: device_peak_bytes must be a non-negative integer", origin));
+  throw invalid_input(fmt::format("{}: device_peak_bytes must be a non-negative integer", origin));
 }
 
 std::uint64_t parse_kube_quantity(std::string_view text) {
   using u128 = unsigned __int128;
   auto fail = [&](const char* why) -> std::uint64_t {
-    throw usage_error(fmt::format("invalid quantity '{}': {}", text, why));
+    throw invalid_input(fmt::format("invalid quantity '{}': {}", text, why));
   };
   std::size_t i = 0;
   if (i < text.size() && (text[i] == '+' || text[i] == '-')) {

@@ -15,7 +15,7 @@ namespace vramkit::cluster {
 placement_policy parse_placement_policy(std::string_view text) {
   if (text == "pack" || text == "best-fit" || text == "binpack") return placement_policy::pack;
   if (text == "spread") return placement_policy::spread;
-  throw usage_error(fmt::format("invalid placement policy '{}': use pack or spread", text));
+  throw invalid_input(fmt::format("invalid placement policy '{}': use pack or spread", text));
 }
 
 std::string_view to_string(placement_policy policy) noexcept {
@@ -41,15 +41,15 @@ headroom parse_headroom(std::string_view text) {
       used = 0;
     }
     if (used == 0 || used != number.size() || !(pct >= 0 && pct < 100)) {
-      throw usage_error(
+      throw invalid_input(
           fmt::format("invalid headroom '{}': a percentage must be in [0, 100)", text));
     }
     return headroom{0, pct / 100.0};
   }
   try {
     return headroom{parse_bytes(text), 0.0};
-  } catch (const usage_error&) {
-    throw usage_error(
+  } catch (const invalid_input&) {
+    throw invalid_input(
         fmt::format("invalid headroom '{}': use bytes (2GiB) or a percentage (5%)", text));
   }
 }

@@ -45,7 +45,7 @@ class line_parser {
 
  private:
   [[noreturn]] void fail(const char* why) const {
-    throw usage_error(fmt::format("metrics line {}: {} (column {})", line_, why, i_ + 1));
+    throw invalid_input(fmt::format("metrics line {}: {} (column {})", line_, why, i_ + 1));
   }
   [[nodiscard]] bool at_end() const { return i_ >= s_.size(); }
   [[nodiscard]] char peek() const { return at_end() ? '\0' : s_[i_]; }
@@ -188,7 +188,7 @@ std::vector<gpu_state> gpus_from_metrics(const std::vector<metric_sample>& sampl
     char* end = nullptr;
     const long idx = std::strtol(gpu_label->c_str(), &end, 10);
     if (gpu_label->empty() || *end != '\0' || idx < 0 || idx > 65535) {
-      throw usage_error(
+      throw invalid_input(
           fmt::format("metric {} has gpu=\"{}\", not a GPU index", s.name, *gpu_label));
     }
     partial& p = by_index[static_cast<int>(idx)];

@@ -15,13 +15,13 @@
 namespace vramkit::cluster {
 
 std::uint64_t shards_for_request(std::uint64_t request_bytes, std::uint64_t shard_bytes) {
-  if (shard_bytes == 0) throw usage_error("shard size must be above zero");
+  if (shard_bytes == 0) throw invalid_input("shard size must be above zero");
   return request_bytes / shard_bytes + (request_bytes % shard_bytes != 0 ? 1 : 0);
 }
 
 std::uint64_t shards_per_gpu(const gpu_state& gpu, std::uint64_t shard_bytes,
                              const headroom& safety) {
-  if (shard_bytes == 0) throw usage_error("shard size must be above zero");
+  if (shard_bytes == 0) throw invalid_input("shard size must be above zero");
   const std::uint64_t kept = gpu.reserved_bytes + safety.for_total(gpu.total_bytes);
   const std::uint64_t usable = gpu.total_bytes > kept ? gpu.total_bytes - kept : 0;
   return usable / shard_bytes;
@@ -47,9 +47,9 @@ std::string slurm_gpu_type(const std::string& product_name) {
 
 slurm_gres_config make_slurm_gres(const std::vector<gpu_state>& gpus,
                                   const slurm_gres_options& options) {
-  if (gpus.empty()) throw usage_error("no GPUs to describe: the node reports none");
-  if (options.shard_bytes == 0) throw usage_error("shard size must be above zero");
-  if (options.node_name.empty()) throw usage_error("a node name is required");
+  if (gpus.empty()) throw invalid_input("no GPUs to describe: the node reports none");
+  if (options.shard_bytes == 0) throw invalid_input("shard size must be above zero");
+  if (options.node_name.empty()) throw invalid_input("a node name is required");
   slurm_gres_config out;
   // Types in order of first appearance: Slurm numbers a node's GPUs (the IDX of scontrol -d) in the
   // order of its Gres= types, so this keeps IDX equal to the device index on single-type nodes and
@@ -60,9 +60,9 @@ slurm_gres_config make_slurm_gres(const std::vector<gpu_state>& gpus,
   for (const gpu_state& gpu : gpus) {
     const std::uint64_t shards = shards_per_gpu(gpu, options.shard_bytes, options.safety);
     if (shards == 0) {
-      throw usage_error(fmt::format("GPU {} ({}) holds {}, less than one shard of {}", gpu.index,
-                                    gpu.name, format_bytes(static_cast<double>(gpu.total_bytes)),
-                                    format_bytes(static_cast<double>(options.shard_bytes))));
+      throw invalid_input(fmt::format("GPU {} ({}) holds {}, less than one shard of {}", gpu.index,
+                                      gpu.name, format_bytes(static_cast<double>(gpu.total_bytes)),
+                                      format_bytes(static_cast<double>(options.shard_bytes))));
     }
     const std::string type = slurm_gpu_type(gpu.name);
     const std::string file = fmt::format("{}{}", options.device_prefix, gpu.index);

@@ -30,7 +30,7 @@ std::string format_bandwidth(double bytes_per_second) {
 
 std::uint64_t parse_bytes(std::string_view text) {
   auto fail = [&](const char* why) -> std::uint64_t {
-    throw usage_error(fmt::format("invalid size '{}': {}", text, why));
+    throw invalid_input(fmt::format("invalid size '{}': {}", text, why));
   };
   std::size_t i = 0;
   while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;

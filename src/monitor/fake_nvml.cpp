@@ -20,7 +20,7 @@ nvml_status status_from_string(const std::string& s) {
                   nvml_status::error}) {
     if (s == to_string(st)) return st;
   }
-  throw usage_error(
+  throw invalid_input(
       "unknown NVML status '" + s +
       "' (expected not_supported, no_permission, gpu_lost, not_found, uninitialized or error)");
 }
@@ -54,7 +54,7 @@ std::string lower(std::string s) {
 
 std::string read_file_text(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw usage_error("cannot read fake GPU file " + path.string());
+  if (!in) throw invalid_input("cannot read fake GPU file " + path.string());
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -69,10 +69,10 @@ std::vector<fake_gpu> fake_nvml::parse(const std::string& json_text) {
   try {
     j = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::exception& e) {
-    throw usage_error(std::string("fake GPU fixture is not valid JSON: ") + e.what());
+    throw invalid_input(std::string("fake GPU fixture is not valid JSON: ") + e.what());
   }
   if (!j.is_object() || !j.contains("gpus") || !j.at("gpus").is_array()) {
-    throw usage_error("fake GPU fixture must be an object with a \"gpus\" array");
+    throw invalid_input("fake GPU fixture must be an object with a \"gpus\" array");
   }
   std::vector<fake_gpu> out;
   std::size_t i = 0;
@@ -85,7 +85,7 @@ std::vector<fake_gpu> fake_nvml::parse(const std::string& json_text) {
       gpu.memory_used_bytes = g.value("memory_used_bytes", std::uint64_t{0});
       gpu.memory_reserved_bytes = opt<std::uint64_t>(g, "memory_reserved_bytes");
       if (gpu.memory_used_bytes + gpu.memory_reserved_bytes.value_or(0) > gpu.memory_total_bytes) {
-        throw usage_error("memory_used_bytes + memory_reserved_bytes exceed memory_total_bytes");
+        throw invalid_input("memory_used_bytes + memory_reserved_bytes exceed memory_total_bytes");
       }
       gpu.utilization_gpu = opt<unsigned>(g, "utilization_gpu");
       gpu.utilization_memory = opt<unsigned>(g, "utilization_memory");
@@ -121,9 +121,9 @@ std::vector<fake_gpu> fake_nvml::parse(const std::string& json_text) {
       }
       out.push_back(std::move(gpu));
     } catch (const nlohmann::json::exception& e) {
-      throw usage_error("fake GPU fixture: gpus[" + std::to_string(i) + "]: " + e.what());
-    } catch (const usage_error& e) {
-      throw usage_error("fake GPU fixture: gpus[" + std::to_string(i) + "]: " + e.what());
+      throw invalid_input("fake GPU fixture: gpus[" + std::to_string(i) + "]: " + e.what());
+    } catch (const invalid_input& e) {
+      throw invalid_input("fake GPU fixture: gpus[" + std::to_string(i) + "]: " + e.what());
     }
     ++i;
   }

@@ -240,7 +240,7 @@ std::string csv_num(const std::optional<T>& v) {
     return std::to_string(*v);
 }
 
-// Splits one CSV line (RFC 4180 quoting); throws usage_error on an unterminated quote.
+// Splits one CSV line (RFC 4180 quoting); throws invalid_input on an unterminated quote.
 std::vector<std::string> csv_split(const std::string& line) {
   std::vector<std::string> out;
   std::string cur;
@@ -267,7 +267,7 @@ std::vector<std::string> csv_split(const std::string& line) {
       cur += c;
     }
   }
-  if (quoted) throw usage_error("unterminated quoted field");
+  if (quoted) throw invalid_input("unterminated quoted field");
   out.push_back(std::move(cur));
   return out;
 }
@@ -310,7 +310,7 @@ std::optional<T> csv_parse(const std::string& field, const char* column) {
     if (used != field.size()) throw std::invalid_argument(field);
     return v;
   } catch (const std::exception&) {
-    throw usage_error(std::string("column ") + column + ": '" + field + "' is not a number");
+    throw invalid_input(std::string("column ") + column + ": '" + field + "' is not a number");
   }
 }
 
@@ -345,11 +345,11 @@ std::string to_json_line(const sample& s) {
 sample sample_from_json(const std::string& line) {
   try {
     json j = json::parse(line);
-    if (!j.is_object()) throw usage_error("not a JSON object");
+    if (!j.is_object()) throw invalid_input("not a JSON object");
     int version = j.value("schema_version", 0);
     if (version != sample_schema_version) {
-      throw usage_error("schema_version " + std::to_string(version) + " (this vramkit reads " +
-                        std::to_string(sample_schema_version) + ")");
+      throw invalid_input("schema_version " + std::to_string(version) + " (this vramkit reads " +
+                          std::to_string(sample_schema_version) + ")");
     }
     sample s;
     s.timestamp_ms = j.at("timestamp_ms").get<std::int64_t>();
@@ -361,7 +361,7 @@ sample sample_from_json(const std::string& line) {
     if (auto it = j.find("host"); it != j.end()) s.host = host_from_json(*it);
     return s;
   } catch (const json::exception& e) {
-    throw usage_error(std::string("invalid sample JSON: ") + e.what());
+    throw invalid_input(std::string("invalid sample JSON: ") + e.what());
   }
 }
 
@@ -442,21 +442,21 @@ recording parse_recording(const std::string& text) {
       if (!header_seen) {
         for (std::size_t i = 0; i < fields.size(); ++i) col[fields[i]] = i;
         for (const char* need : {"epoch_ms", "device"}) {
-          if (!col.count(need)) throw usage_error(std::string("CSV header lacks column ") + need);
+          if (!col.count(need)) throw invalid_input(std::string("CSV header lacks column ") + need);
         }
         header_seen = true;
         continue;
       }
       if (fields.size() != col.size()) {
-        throw usage_error(std::to_string(fields.size()) + " fields, header has " +
-                          std::to_string(col.size()));
+        throw invalid_input(std::to_string(fields.size()) + " fields, header has " +
+                            std::to_string(col.size()));
       }
       auto field = [&](const char* name) -> std::string {
         auto it = col.find(name);
         return it == col.end() ? std::string() : fields[it->second];
       };
       auto ts = csv_parse<std::int64_t>(field("epoch_ms"), "epoch_ms");
-      if (!ts) throw usage_error("column epoch_ms is empty");
+      if (!ts) throw invalid_input("column epoch_ms is empty");
       if (rec.samples.empty() || rec.samples.back().timestamp_ms != *ts) {
         sample s;
         s.timestamp_ms = *ts;
@@ -475,7 +475,7 @@ recording parse_recording(const std::string& text) {
       if (field("device") == "-") continue;
       gpu_sample g;
       auto idx = csv_parse<unsigned>(field("device"), "device");
-      if (!idx) throw usage_error("column device is empty");
+      if (!idx) throw invalid_input("column device is empty");
       g.index = *idx;
       g.uuid = field("uuid");
       g.name = field("name");
@@ -503,7 +503,7 @@ recording parse_recording(const std::string& text) {
       g.sm_clock_mhz = csv_parse<unsigned>(field("sm_clock_mhz"), "sm_clock_mhz");
       g.memory_clock_mhz = csv_parse<unsigned>(field("memory_clock_mhz"), "memory_clock_mhz");
       s.gpus.push_back(std::move(g));
-    } catch (const usage_error& e) {
+    } catch (const invalid_input& e) {
       rec.errors.push_back({line_no, e.what()});
     }
   }
@@ -513,12 +513,12 @@ recording parse_recording(const std::string& text) {
 recording read_recording(const std::filesystem::path& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
-    throw usage_error("recording " + path.string() + " is a directory");
+    throw invalid_input("recording " + path.string() + " is a directory");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw usage_error("cannot read recording " + path.string());
+  if (!in) throw invalid_input("cannot read recording " + path.string());
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) throw usage_error("cannot read recording " + path.string());
+  if (in.bad()) throw invalid_input("cannot read recording " + path.string());
   return parse_recording(ss.str());
 }
 

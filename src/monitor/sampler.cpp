@@ -26,7 +26,7 @@ device_state device_state_from_string(const std::string& text) {
   if (text == "ok") return device_state::ok;
   if (text == "lost") return device_state::lost;
   if (text == "error") return device_state::error;
-  throw usage_error("unknown device state '" + text + "'");
+  throw invalid_input("unknown device state '" + text + "'");
 }
 
 std::int64_t now_ms() {
@@ -41,7 +41,7 @@ std::chrono::milliseconds parse_interval(const std::string& text) {
   try {
     value = std::stod(text, &used);
   } catch (const std::exception&) {
-    throw usage_error("interval '" + text + "' is not a duration (examples: 1s, 500ms, 2m)");
+    throw invalid_input("interval '" + text + "' is not a duration (examples: 1s, 500ms, 2m)");
   }
   std::string unit = text.substr(used);
   double ms = 0;
@@ -52,10 +52,10 @@ std::chrono::milliseconds parse_interval(const std::string& text) {
   else if (unit == "m" || unit == "min")
     ms = value * 60000;
   else
-    throw usage_error("interval '" + text + "' has an unknown unit '" + unit +
-                      "' (use ms, s or m)");
+    throw invalid_input("interval '" + text + "' has an unknown unit '" + unit +
+                        "' (use ms, s or m)");
   if (!(ms >= 10 && ms <= 3600000))
-    throw usage_error("interval '" + text + "' must be between 10ms and 1h");
+    throw invalid_input("interval '" + text + "' must be between 10ms and 1h");
   return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
 }
 
@@ -99,9 +99,9 @@ void sampler::validate_devices() {
   }
   for (unsigned d : options_.devices) {
     if (d >= count) {
-      throw usage_error("unknown device " + std::to_string(d) +
-                        (count == 0 ? std::string(": no GPUs are visible")
-                                    : ": valid devices are 0.." + std::to_string(count - 1)));
+      throw invalid_input("unknown device " + std::to_string(d) +
+                          (count == 0 ? std::string(": no GPUs are visible")
+                                      : ": valid devices are 0.." + std::to_string(count - 1)));
     }
   }
 }

@@ -56,7 +56,7 @@ std::size_t env_bytes(const char* name, std::size_t fallback) {
   try {
     return static_cast<std::size_t>(parse_bytes(v));
   } catch (const std::exception& e) {
-    throw usage_error(std::string(name) + ": " + e.what());
+    throw invalid_input(std::string(name) + ": " + e.what());
   }
 }
 
@@ -123,7 +123,7 @@ device_stack* make_stack(int device) {
   } else if (up == "cuda") {
     upstream = std::make_shared<device_api_resource>(d->api);
   } else {
-    throw usage_error("VRAMKIT_POOL_UPSTREAM must be 'async' or 'cuda' (got '" + up + "')");
+    throw invalid_input("VRAMKIT_POOL_UPSTREAM must be 'async' or 'cuda' (got '" + up + "')");
   }
   pool_options o;
   o.initial_size = env_bytes("VRAMKIT_POOL_INITIAL", 0);
@@ -140,11 +140,11 @@ device_stack* make_stack(int device) {
   const std::string g_policy = growth != nullptr ? growth : "keep";
   if (g_policy == "release") {
     if (!d->async_upstream && !g.override_api) {
-      throw usage_error("VRAMKIT_POOL_GROWTH=release needs VRAMKIT_POOL_UPSTREAM=async");
+      throw invalid_input("VRAMKIT_POOL_GROWTH=release needs VRAMKIT_POOL_UPSTREAM=async");
     }
     o.growth = pool_options::growth_policy::release_on_grow;
   } else if (g_policy != "keep") {
-    throw usage_error("VRAMKIT_POOL_GROWTH must be 'keep' or 'release' (got '" + g_policy + "')");
+    throw invalid_input("VRAMKIT_POOL_GROWTH must be 'keep' or 'release' (got '" + g_policy + "')");
   }
   d->pool = std::make_shared<pool_resource>(upstream, d->api, o);
   d->top = d->pool.get();
@@ -165,7 +165,7 @@ device_stack* make_stack(int device) {
 // The stack of `device`, created on first use; throws on a bad ordinal or a failed creation.
 device_stack& stack_for(int device) {
   if (device < 0 || device >= max_devices) {
-    throw usage_error("device ordinal " + std::to_string(device) + " out of range");
+    throw invalid_input("device ordinal " + std::to_string(device) + " out of range");
   }
   state& g = global();
   device_stack* d = g.stacks[device].load(std::memory_order_acquire);

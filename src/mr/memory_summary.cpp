@@ -112,6 +112,19 @@ std::string render_pool(const pool_report& p) {
                   "trims: " + std::to_string(p.trims) + "   streams: " + std::to_string(p.streams));
   out += two_columns("cross-stream waits: " + std::to_string(p.cross_stream_waits),
                      "misuse reports: " + std::to_string(p.misuse_reports));
+  if (p.vmm.present) {
+    const auto& v = p.vmm;
+    out += two_columns("granule: " + fmt_bytes(v.granularity),
+                       "cached unmapped: " + fmt_bytes(v.cached_bytes));
+    out += two_columns("granules mapped / unmapped: " + std::to_string(v.granules_mapped) + " / " +
+                           std::to_string(v.granules_unmapped),
+                       "remapped: " + std::to_string(v.granules_remapped) +
+                           "   defrags: " + std::to_string(v.defragmentations));
+    out += two_columns("physical creates / releases: " + std::to_string(v.physical_creates) +
+                           " / " + std::to_string(v.physical_releases),
+                       "map / unmap time: " + std::to_string(v.map_ns / 1000) + " / " +
+                           std::to_string(v.unmap_ns / 1000) + " us");
+  }
   out += rule('=');
   out += header_row;
   out += rule('-');
@@ -193,6 +206,18 @@ nlohmann::json pool_json(const pool_report& p) {
   j["num_cross_stream_waits"] = p.cross_stream_waits;
   j["num_misuse_reports"] = p.misuse_reports;
   j["streams"] = p.streams;
+  if (p.vmm.present) {
+    j["vmm.granularity"] = p.vmm.granularity;
+    j["vmm.cached_bytes"] = p.vmm.cached_bytes;
+    j["vmm.granules_mapped"] = p.vmm.granules_mapped;
+    j["vmm.granules_unmapped"] = p.vmm.granules_unmapped;
+    j["vmm.granules_remapped"] = p.vmm.granules_remapped;
+    j["vmm.physical_creates"] = p.vmm.physical_creates;
+    j["vmm.physical_releases"] = p.vmm.physical_releases;
+    j["vmm.defragmentations"] = p.vmm.defragmentations;
+    j["vmm.map_ns"] = p.vmm.map_ns;
+    j["vmm.unmap_ns"] = p.vmm.unmap_ns;
+  }
   j["fragmentation.reserved_over_peak_allocated"] = reserved_over_peak(p);
   j["fragmentation.free"] = free_fragmentation(p);
   return j;

@@ -48,7 +48,7 @@ trace parse_trace(std::istream& in, const std::string& source) {
   std::size_t number = 0;
   std::int64_t last_time = 0;
   auto fail = [&](const std::string& what) -> void {
-    throw usage_error(source + ":" + std::to_string(number) + ": " + what);
+    throw invalid_input(source + ":" + std::to_string(number) + ": " + what);
   };
   while (std::getline(in, line)) {
     ++number;
@@ -104,13 +104,13 @@ trace parse_trace(std::istream& in, const std::string& source) {
     }
     t.events.push_back(e);
   }
-  if (number == 0) throw usage_error(source + ": empty trace (no '" + trace_magic + "' line)");
+  if (number == 0) throw invalid_input(source + ": empty trace (no '" + trace_magic + "' line)");
   return t;
 }
 
 trace read_trace(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw usage_error("cannot open trace file '" + path + "'");
+  if (!in) throw invalid_input("cannot open trace file '" + path + "'");
   return parse_trace(in, path);
 }
 
@@ -176,7 +176,7 @@ replay_result replay(memory_resource& resource, const trace& t,
     } else {
       auto it = slot_of.find(e.id);
       if (it == slot_of.end())
-        throw usage_error("replay: free of id " + std::to_string(e.id) + " that is not live");
+        throw invalid_input("replay: free of id " + std::to_string(e.id) + " that is not live");
       ops.push_back({false, it->second, static_cast<std::size_t>(e.bytes), s});
       free_slots.push_back(it->second);
       slot_of.erase(it);
@@ -243,7 +243,7 @@ replay_result replay(memory_resource& resource, const trace& t,
 
 trace random_trace(std::size_t count, std::uint64_t min_bytes, std::uint64_t max_bytes,
                    std::uint64_t seed) {
-  if (min_bytes > max_bytes) throw usage_error("random_trace: min_bytes > max_bytes");
+  if (min_bytes > max_bytes) throw invalid_input("random_trace: min_bytes > max_bytes");
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<std::uint64_t> size(min_bytes, max_bytes);
   trace t;

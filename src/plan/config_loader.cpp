@@ -36,7 +36,7 @@ struct fields {
   std::string source;
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw usage_error(fmt::format("{}: {}", source, what));
+    throw invalid_input(fmt::format("{}: {}", source, what));
   }
   bool has(const char* k) const { return j.contains(k) && !j.at(k).is_null(); }
 
@@ -250,10 +250,10 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
   try {
     j = json::parse(json_text);
   } catch (const json::parse_error& e) {
-    throw usage_error(fmt::format("{}: not valid JSON: {}", source, e.what()));
+    throw invalid_input(fmt::format("{}: not valid JSON: {}", source, e.what()));
   }
   if (!j.is_object())
-    throw usage_error(fmt::format("{}: a config.json must be a JSON object", source));
+    throw invalid_input(fmt::format("{}: a config.json must be a JSON object", source));
   const fields f{j, std::string(source)};
   if (!f.has("model_type"))
     f.fail("missing field 'model_type' (supported: " + join(k_model_types) + ")");
@@ -280,7 +280,7 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
 
 model_description load_model_config(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw usage_error(fmt::format("{}: cannot read the config file", path));
+  if (!in) throw invalid_input(fmt::format("{}: cannot read the config file", path));
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_model_config(ss.str(), path);
@@ -304,14 +304,14 @@ model_description preset_model(std::string_view name) {
       return m;
     }
   }
-  throw usage_error(
+  throw invalid_input(
       fmt::format("unknown model '{}': not a preset ({}) and not a path to a config.json", name,
                   join(preset_names())));
 }
 
 model_description resolve_model(std::string_view name_or_path) {
   if (name_or_path.empty())
-    throw usage_error("no model given: a preset name or a path to a config.json");
+    throw invalid_input("no model given: a preset name or a path to a config.json");
   const bool path_like =
       name_or_path.find('/') != std::string_view::npos ||
       (name_or_path.size() > 5 && name_or_path.substr(name_or_path.size() - 5) == ".json");

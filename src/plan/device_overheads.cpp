@@ -36,19 +36,19 @@ device_overheads default_overheads() {
 
 device_overheads overheads_from_probe(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw usage_error(fmt::format("--probe {}: cannot read the file", path));
+  if (!in) throw invalid_input(fmt::format("--probe {}: cannot read the file", path));
   std::stringstream ss;
   ss << in.rdbuf();
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(ss.str());
   } catch (const nlohmann::json::parse_error& e) {
-    throw usage_error(fmt::format("--probe {}: not valid JSON: {}", path, e.what()));
+    throw invalid_input(fmt::format("--probe {}: not valid JSON: {}", path, e.what()));
   }
   device_overheads o = default_overheads();
   o.source = path;
   if (!j.is_object() || !j.contains("results") || !j["results"].is_array())
-    throw usage_error(
+    throw invalid_input(
         fmt::format("--probe {}: not a vramkit probe report (no 'results' array)", path));
   for (const auto& r : j["results"]) {
     if (!r.is_object() || !r.contains("key") || !r["key"].is_string()) continue;

@@ -83,13 +83,16 @@ double estimate_step_time(const model_description& m, const plan_request& r, con
 
 fit_result fit_search(const model_description& m, const plan_request& base_in,
                       const fit_options& opt, const device_overheads& o) {
-  if (opt.capacity_bytes == 0) throw usage_error("--fit needs --gpu NAME or a capacity in bytes");
+  if (opt.capacity_bytes == 0) throw invalid_input("--fit needs --gpu NAME or a capacity in bytes");
   plan_request base = base_in;
   base.validate(m);
   const gpu_spec& gpu = opt.gpu ? *opt.gpu : generic_gpu();
   const auto limit =
       static_cast<std::uint64_t>(static_cast<double>(opt.capacity_bytes) * (1.0 - opt.margin));
   fit_result out;
+  out.model = m.name;
+  out.gpu = opt.gpu ? opt.gpu->name : "";
+  out.capacity_bytes = opt.capacity_bytes;
 
   std::vector<precision> precs{base.prec};
   if (base.mode == run_mode::train && opt.vary_precision) {
@@ -181,7 +184,7 @@ fit_result fit_search(const model_description& m, const plan_request& base_in,
           r.micro_batch = base.mode == run_mode::train ? mb : 0;
           try {
             p = make_plan(m, r, o);
-          } catch (const usage_error&) {
+          } catch (const invalid_input&) {
             return false;
           }
           ++gr.planned;

@@ -67,7 +67,7 @@ const gpu_spec& find_gpu(std::string_view name) {
       if (canonical(a) == key) return g;
     names += (names.empty() ? "" : ", ") + g.name;
   }
-  throw usage_error(fmt::format(
+  throw invalid_input(fmt::format(
       "unknown GPU '{}': give a capacity in bytes (e.g. 80GiB) or one of: {}", name, names));
 }
 

@@ -42,12 +42,12 @@ plan_request request_of(const json& c) {
 
 ground_truth load_ground_truth(const std::string& path, const std::string& config_dir) {
   std::ifstream in(path);
-  if (!in) throw usage_error(path + ": cannot be read");
+  if (!in) throw invalid_input(path + ": cannot be read");
   json doc;
   try {
     doc = json::parse(in);
   } catch (const json::exception& e) {
-    throw usage_error(path + ": not valid JSON (" + e.what() + ")");
+    throw invalid_input(path + ": not valid JSON (" + e.what() + ")");
   }
   const std::string dir =
       !config_dir.empty() ? config_dir + "/" : path.substr(0, path.find_last_of('/') + 1);
@@ -58,7 +58,7 @@ ground_truth load_ground_truth(const std::string& path, const std::string& confi
   g.transformers = doc.value("transformers", "?");
   g.date = doc.value("date", "?");
   if (!doc.contains("cases") || !doc.at("cases").is_array())
-    throw usage_error(path + ": no \"cases\" array");
+    throw invalid_input(path + ": no \"cases\" array");
   for (const auto& c : doc.at("cases")) {
     ground_truth_case k;
     try {
@@ -77,9 +77,9 @@ ground_truth load_ground_truth(const std::string& path, const std::string& confi
       if (has(c, "nvidia_smi_used_bytes"))
         k.nvidia_smi_used_bytes = c.at("nvidia_smi_used_bytes").get<double>();
     } catch (const json::exception& e) {
-      throw usage_error(path + ": case '" + (k.name.empty() ? "?" : k.name) + "': " + e.what());
-    } catch (const usage_error& e) {
-      throw usage_error(path + ": case '" + (k.name.empty() ? "?" : k.name) + "': " + e.what());
+      throw invalid_input(path + ": case '" + (k.name.empty() ? "?" : k.name) + "': " + e.what());
+    } catch (const invalid_input& e) {
+      throw invalid_input(path + ": case '" + (k.name.empty() ? "?" : k.name) + "': " + e.what());
     }
     g.cases.push_back(std::move(k));
   }

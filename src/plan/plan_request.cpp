@@ -20,7 +20,7 @@ E parse_enum(std::string_view s, const std::array<std::pair<const char*, E>, N>&
     if (s == name) return v;
     accepted += (accepted.empty() ? "" : ", ") + std::string(name);
   }
-  throw usage_error(fmt::format("--{} '{}' is not one of: {}", what, s, accepted));
+  throw invalid_input(fmt::format("--{} '{}' is not one of: {}", what, s, accepted));
 }
 
 template <typename E, std::size_t N>
@@ -61,7 +61,7 @@ constexpr std::array<std::pair<const char*, quant_kind>, 3> k_quant{
 constexpr std::array<std::pair<const char*, serving_kind>, 2> k_serve{
     {{"generate", serving_kind::generate}, {"paged", serving_kind::paged}}};
 
-[[noreturn]] void refuse(const std::string& what) { throw usage_error(what); }
+[[noreturn]] void refuse(const std::string& what) { throw invalid_input(what); }
 
 }  // namespace
 

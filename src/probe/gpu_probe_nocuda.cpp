@@ -1,5 +1,6 @@
 // The GPU probe of a build without CUDA: it reports the "gpu" section as skipped, with the reason.
-#include "cuda/gpu_probe_keys.hpp"
+// The case table, --list and --only names are the same as in a CUDA build (gpu_cases.cpp).
+#include "gpu_cases.hpp"
 #include "vramkit/core/cuda_device_api.hpp"
 #include "vramkit/probe/gpu_probe.hpp"
 
@@ -11,11 +12,5 @@ void run_gpu_probe(const probe_options& options, probe_report& report) {
   report.skips.push_back(
       {"gpu", status ? std::string("this vramkit was built without CUDA") : status.error().reason});
 }
-
-std::vector<std::pair<std::string, std::string>> gpu_probe_keys() {
-  return detail::gpu_keys_table();
-}
-
-std::vector<std::string> gpu_probe_sections() { return detail::gpu_sections_table(); }
 
 }  // namespace vramkit::probe

@@ -1,7 +1,5 @@
-// sample_stats and byte_convention names for the probe's result model.
+// byte_convention and verdict names for the probe's result model.
 #include "vramkit/probe/measurement.hpp"
-
-#include <algorithm>
 
 namespace vramkit::probe {
 
@@ -33,17 +31,6 @@ const char* to_string(verdict_kind v) noexcept {
       return "unknown";
   }
   return "unknown";
-}
-
-sample_stats sample_stats::of(std::vector<double> samples) {
-  sample_stats s;
-  if (samples.empty()) return s;
-  std::sort(samples.begin(), samples.end());
-  const std::size_t n = samples.size();
-  s.min = samples.front();
-  s.max = samples.back();
-  s.median = n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-  return s;
 }
 
 }  // namespace vramkit::probe

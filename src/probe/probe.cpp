@@ -25,7 +25,7 @@ void check_sections(const std::set<std::string>& only) {
     if (std::find(valid.begin(), valid.end(), s) != valid.end()) continue;
     std::string list;
     for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
-    throw usage_error("--only: unknown section '" + s + "' (valid: " + list + ")");
+    throw invalid_input("--only: unknown section '" + s + "' (valid: " + list + ")");
   }
 }
 

@@ -24,7 +24,8 @@ json stats_json(const sample_stats& s) {
 template <class T>
 T get(const json& obj, const char* field, const char* where) {
   if (!obj.is_object() || !obj.contains(field)) {
-    throw usage_error(std::string("probe report JSON: ") + where + " has no field '" + field + "'");
+    throw invalid_input(std::string("probe report JSON: ") + where + " has no field '" + field +
+                        "'");
   }
   try {
     const json& v = obj.at(field);
@@ -33,8 +34,8 @@ T get(const json& obj, const char* field, const char* where) {
     }
     return v.get<T>();
   } catch (const json::exception&) {
-    throw usage_error(std::string("probe report JSON: field '") + field + "' of " + where +
-                      " has the wrong type");
+    throw invalid_input(std::string("probe report JSON: field '") + field + "' of " + where +
+                        " has the wrong type");
   }
 }
 template <class T>
@@ -47,8 +48,8 @@ std::vector<double> get_numbers(const json& obj, const char* field, const char* 
   if (!obj.contains(field)) return out;
   const json& a = obj.at(field);
   if (!a.is_array())
-    throw usage_error(std::string("probe report JSON: '") + field + "' of " + where +
-                      " is not an array");
+    throw invalid_input(std::string("probe report JSON: '") + field + "' of " + where +
+                        " is not an array");
   for (const auto& x : a) out.push_back(x.is_null() ? 0.0 : x.get<double>());
   return out;
 }
@@ -66,7 +67,7 @@ verdict_kind verdict_from_string(const std::string& s) {
   if (s == "low") return verdict_kind::low;
   if (s == "high") return verdict_kind::high;
   if (s == "unknown") return verdict_kind::unknown;
-  throw usage_error("probe report JSON: unknown verdict '" + s + "'");
+  throw invalid_input("probe report JSON: unknown verdict '" + s + "'");
 }
 
 }  // namespace
@@ -77,7 +78,7 @@ byte_convention byte_convention_from_string(const std::string& text) {
         byte_convention::read, byte_convention::written}) {
     if (text == to_string(c)) return c;
   }
-  throw usage_error("probe report JSON: unknown byte convention '" + text + "'");
+  throw invalid_input("probe report JSON: unknown byte convention '" + text + "'");
 }
 
 json to_json(const probe_report& report) {
@@ -148,18 +149,18 @@ json to_json(const probe_report& report) {
 }
 
 probe_report report_from_json(const json& doc) {
-  if (!doc.is_object()) throw usage_error("probe report JSON: the document is not an object");
+  if (!doc.is_object()) throw invalid_input("probe report JSON: the document is not an object");
   probe_report r;
   r.schema = get<int>(doc, "schema_version", "the report");
   if (r.schema > schema_version || r.schema < 1) {
-    throw usage_error("probe report JSON: schema_version " + std::to_string(r.schema) +
-                      " is not supported (this build reads 1.." + std::to_string(schema_version) +
-                      ")");
+    throw invalid_input("probe report JSON: schema_version " + std::to_string(r.schema) +
+                        " is not supported (this build reads 1.." + std::to_string(schema_version) +
+                        ")");
   }
   if (doc.contains("header")) {
     for (const auto& [k, v] : doc.at("header").items()) {
       if (!v.is_string())
-        throw usage_error("probe report JSON: header field '" + k + "' is not a string");
+        throw invalid_input("probe report JSON: header field '" + k + "' is not a string");
       r.header[k] = v.get<std::string>();
     }
   }

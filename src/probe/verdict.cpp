@@ -218,14 +218,14 @@ reference_range range_from_json(const json& j) {
     rr.kind = j.at("kind").get<std::string>();
     rr.source = j.at("source").get<std::string>();
   } catch (const json::exception& e) {
-    throw usage_error(std::string("probe reference table: a range is malformed: ") + e.what());
+    throw invalid_input(std::string("probe reference table: a range is malformed: ") + e.what());
   }
   if (rr.kind != "datasheet" && rr.kind != "measured" && rr.kind != "expectation") {
-    throw usage_error("probe reference table: range kind '" + rr.kind +
-                      "' is not datasheet, measured or expectation");
+    throw invalid_input("probe reference table: range kind '" + rr.kind +
+                        "' is not datasheet, measured or expectation");
   }
   if (rr.min > rr.max)
-    throw usage_error("probe reference table: range for " + rr.key_pattern + " has min > max");
+    throw invalid_input("probe reference table: range for " + rr.key_pattern + " has min > max");
   return rr;
 }
 
@@ -256,7 +256,7 @@ bool key_matches(const std::string& pattern, const std::string& key) {
 reference_table reference_table::from_json(const json& doc) {
   reference_table t;
   if (!doc.is_object() || !doc.contains("models") || !doc.at("models").is_array()) {
-    throw usage_error("probe reference table: no 'models' array");
+    throw invalid_input("probe reference table: no 'models' array");
   }
   for (const auto& mj : doc.at("models")) {
     reference_model m;
@@ -277,7 +277,7 @@ reference_table reference_table::from_json(const json& doc) {
         }
       }
     } catch (const json::exception& e) {
-      throw usage_error(std::string("probe reference table: a model is malformed: ") + e.what());
+      throw invalid_input(std::string("probe reference table: a model is malformed: ") + e.what());
     }
     for (const auto& rj : mj.value("ranges", json::array()))
       m.ranges.push_back(range_from_json(rj));

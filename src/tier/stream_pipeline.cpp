@@ -176,14 +176,15 @@ struct stream_pipeline::impl {
         d2h_stream(a),
         pool(std::max(1, o.staging_threads)) {
     if (options.depth < 1) {
-      throw usage_error("stream_pipeline: depth must be at least 1 (got " +
-                        std::to_string(options.depth) + ")");
+      throw invalid_input("stream_pipeline: depth must be at least 1 (got " +
+                          std::to_string(options.depth) + ")");
     }
-    if (options.element_bytes == 0) throw usage_error("stream_pipeline: element_bytes must be > 0");
+    if (options.element_bytes == 0)
+      throw invalid_input("stream_pipeline: element_bytes must be > 0");
     if (options.chunk_bytes == 0 || options.chunk_bytes % options.element_bytes != 0) {
-      throw usage_error("stream_pipeline: chunk size " + std::to_string(options.chunk_bytes) +
-                        " is not a positive multiple of the element size " +
-                        std::to_string(options.element_bytes));
+      throw invalid_input("stream_pipeline: chunk size " + std::to_string(options.chunk_bytes) +
+                          " is not a positive multiple of the element size " +
+                          std::to_string(options.element_bytes));
     }
     for (int i = 0; i < options.depth; ++i) {
       h2d_done.push_back(api.create_event());
@@ -278,7 +279,7 @@ struct stream_pipeline::impl {
 pipeline_stats stream_pipeline::impl::run(const pipeline_input& input,
                                           const chunk_callback& callback,
                                           const pipeline_output& output) {
-  if (!callback) throw usage_error("stream_pipeline: run() needs a chunk callback");
+  if (!callback) throw invalid_input("stream_pipeline: run() needs a chunk callback");
   const std::size_t element = options.element_bytes;
 
   // --- validate the input and the output before anything is allocated ---------------------------
@@ -287,48 +288,48 @@ pipeline_stats stream_pipeline::impl::run(const pipeline_input& input,
   if (input.source == pipeline_input::kind::file) {
     in_fd.reset(::open(input.path.c_str(), O_RDONLY | O_CLOEXEC));
     if (in_fd.get() < 0) {
-      throw usage_error("stream_pipeline: cannot open input file '" + input.path +
-                        "': " + std::strerror(errno));
+      throw invalid_input("stream_pipeline: cannot open input file '" + input.path +
+                          "': " + std::strerror(errno));
     }
     struct stat st {};
     if (::fstat(in_fd.get(), &st) != 0) {
-      throw usage_error("stream_pipeline: cannot stat input file '" + input.path +
-                        "': " + std::strerror(errno));
+      throw invalid_input("stream_pipeline: cannot stat input file '" + input.path +
+                          "': " + std::strerror(errno));
     }
     const auto file_bytes = static_cast<std::size_t>(st.st_size);
     if (input.declared_bytes != 0 && file_bytes < input.declared_bytes) {
-      throw usage_error("stream_pipeline: truncated input file '" + input.path +
-                        "': " + std::to_string(file_bytes) + " bytes, " +
-                        std::to_string(input.declared_bytes) + " declared");
+      throw invalid_input("stream_pipeline: truncated input file '" + input.path +
+                          "': " + std::to_string(file_bytes) + " bytes, " +
+                          std::to_string(input.declared_bytes) + " declared");
     }
     total = input.declared_bytes != 0 ? input.declared_bytes : file_bytes;
     if (total % element != 0) {
-      throw usage_error("stream_pipeline: truncated input file '" + input.path +
-                        "': " + std::to_string(total) + " bytes is not a whole number of " +
-                        std::to_string(element) + "-byte elements");
+      throw invalid_input("stream_pipeline: truncated input file '" + input.path +
+                          "': " + std::to_string(total) + " bytes is not a whole number of " +
+                          std::to_string(element) + "-byte elements");
     }
   } else {
     if (input.data == nullptr && input.bytes != 0) {
-      throw usage_error("stream_pipeline: host input is a null pointer");
+      throw invalid_input("stream_pipeline: host input is a null pointer");
     }
     total = input.bytes;
     if (total % element != 0) {
-      throw usage_error("stream_pipeline: host input of " + std::to_string(total) +
-                        " bytes is not a whole number of " + std::to_string(element) +
-                        "-byte elements");
+      throw invalid_input("stream_pipeline: host input of " + std::to_string(total) +
+                          " bytes is not a whole number of " + std::to_string(element) +
+                          "-byte elements");
     }
   }
   file_descriptor out_fd;
   if (output.sink == pipeline_output::kind::host) {
     if (output.data == nullptr || output.bytes < total) {
-      throw usage_error("stream_pipeline: host output of " + std::to_string(output.bytes) +
-                        " bytes is smaller than the input (" + std::to_string(total) + " bytes)");
+      throw invalid_input("stream_pipeline: host output of " + std::to_string(output.bytes) +
+                          " bytes is smaller than the input (" + std::to_string(total) + " bytes)");
     }
   } else if (output.sink == pipeline_output::kind::file) {
     out_fd.reset(::open(output.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (out_fd.get() < 0) {
-      throw usage_error("stream_pipeline: cannot create output file '" + output.path +
-                        "': " + std::strerror(errno));
+      throw invalid_input("stream_pipeline: cannot create output file '" + output.path +
+                          "': " + std::strerror(errno));
     }
   }
 
@@ -380,9 +381,9 @@ pipeline_stats stream_pipeline::impl::run(const pipeline_input& input,
                             std::strerror(errno));
               }
               if (r == 0) {
-                throw usage_error("stream_pipeline: truncated input file '" + input.path +
-                                  "': end of file at byte " + std::to_string(offset + done) + ", " +
-                                  std::to_string(total) + " expected");
+                throw invalid_input("stream_pipeline: truncated input file '" + input.path +
+                                    "': end of file at byte " + std::to_string(offset + done) +
+                                    ", " + std::to_string(total) + " expected");
               }
               done += static_cast<std::size_t>(r);
             }

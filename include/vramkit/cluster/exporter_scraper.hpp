@@ -24,7 +24,7 @@ namespace vramkit::cluster {
                                            std::chrono::milliseconds timeout);
 
 /// Reads a node map: JSON {"node-a": "http://10.0.0.5:9400", ...} or lines "node-a URL" (blank
-/// lines and # comments skipped). A URL without a path gets /metrics. Throws usage_error naming
+/// lines and # comments skipped). A URL without a path gets /metrics. Throws invalid_input naming
 /// `origin` and the line on bad input.
 [[nodiscard]] std::map<std::string, std::string> parse_node_map(std::string_view text,
                                                                 std::string_view origin);

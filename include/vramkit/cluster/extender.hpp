@@ -46,7 +46,7 @@ struct extender_response {
 
 /// The pod's per-GPU memory request in bytes: the sum over containers of `resource_name` in
 /// limits (or requests), at least the largest init container's, else the plan annotation's
-/// device_peak_bytes; nullopt when the pod asks for neither. Throws usage_error on a malformed
+/// device_peak_bytes; nullopt when the pod asks for neither. Throws invalid_input on a malformed
 /// quantity or plan.
 [[nodiscard]] std::optional<std::uint64_t> pod_memory_request(std::string_view pod_json,
                                                               const extender_config& config);

@@ -38,8 +38,8 @@ struct node_state {
 /// Reads the fake-GPU fixture shared with `vramkit serve --fake-gpus`:
 ///   {"gpus": [{"name": "NVIDIA H200", "uuid": "GPU-…", "memory_total_bytes": N,
 ///              "memory_used_bytes": N, "memory_reserved_bytes": N, "processes": [...]}]}
-/// GPUs are indexed in array order; used includes reserved. Throws usage_error naming `origin` and
-/// the field on bad input.
+/// GPUs are indexed in array order; used includes reserved. Throws invalid_input naming `origin`
+/// and the field on bad input.
 [[nodiscard]] std::vector<gpu_state> gpus_from_fixture_json(std::string_view json_text,
                                                             std::string_view origin = "fixture");
 

@@ -1,6 +1,6 @@
 // Where a job's GPU memory request comes from: a user's declaration ("24GiB"), a planner JSON
 // (`vramkit plan ... --json`, its device_peak_bytes), or a Kubernetes quantity ("24Gi").
-// Pure functions; thread-safe; bad input throws usage_error with one line naming what is wrong.
+// Pure functions; thread-safe; bad input throws invalid_input with one line naming what is wrong.
 #pragma once
 
 #include <cstdint>
@@ -13,12 +13,12 @@ namespace vramkit::cluster {
 [[nodiscard]] std::uint64_t parse_memory_request(std::string_view text);
 
 /// The per-GPU request of a planner JSON document: its `device_peak_bytes` (a non-negative
-/// integer). Throws usage_error naming `origin` when the text is not JSON or lacks the field.
+/// integer). Throws invalid_input naming `origin` when the text is not JSON or lacks the field.
 [[nodiscard]] std::uint64_t request_from_plan_json(std::string_view json_text,
                                                    std::string_view origin = "plan");
 
 /// A Kubernetes resource quantity in bytes, rounded up to a whole byte as the API server does:
-/// "24Gi", "24G", "25769803776", "1.5Gi", "1e9", "500Mi", "100m" (milli). Throws usage_error on
+/// "24Gi", "24G", "25769803776", "1.5Gi", "1e9", "500Mi", "100m" (milli). Throws invalid_input on
 /// negative values, unknown suffixes, or values beyond 2^63.
 [[nodiscard]] std::uint64_t parse_kube_quantity(std::string_view text);
 

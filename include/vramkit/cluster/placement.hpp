@@ -17,7 +17,7 @@ enum class placement_policy {
   spread,  ///< worst fit: the GPU left with the most free memory, to spread load and heat
 };
 
-/// "pack" or "spread"; throws usage_error naming the text otherwise.
+/// "pack" or "spread"; throws invalid_input naming the text otherwise.
 [[nodiscard]] placement_policy parse_placement_policy(std::string_view text);
 [[nodiscard]] std::string_view to_string(placement_policy policy) noexcept;
 
@@ -31,7 +31,7 @@ struct headroom {
   [[nodiscard]] std::uint64_t for_total(std::uint64_t total_bytes) const noexcept;
 };
 
-/// "2GiB" (bytes) or "5%" (fraction of each GPU's total); throws usage_error on other text.
+/// "2GiB" (bytes) or "5%" (fraction of each GPU's total); throws invalid_input on other text.
 [[nodiscard]] headroom parse_headroom(std::string_view text);
 
 struct placement_options {

@@ -26,13 +26,13 @@ struct metric_sample {
 
 /// Parses exposition text: skips blank lines and `#` comments (HELP, TYPE and others), unescapes
 /// label values (\\, \", \n), accepts NaN/+Inf/-Inf and an optional integer timestamp. Throws
-/// usage_error "metrics line N: ..." on a malformed line.
+/// invalid_input "metrics line N: ..." on a malformed line.
 [[nodiscard]] std::vector<metric_sample> parse_prometheus_text(std::string_view text);
 
 /// The GPUs described by vramkit exporter metrics (vramkit_gpu_memory_{total,used,free,reserved}
 /// _bytes and vramkit_gpu_up, labelled gpu="N", uuid, name), in GPU index order. A GPU needs a
 /// total; a missing free figure is total - used; vramkit_gpu_up 0 marks
-/// it down. Other metrics are ignored. Throws usage_error when a gpu label is not an index.
+/// it down. Other metrics are ignored. Throws invalid_input when a gpu label is not an index.
 [[nodiscard]] std::vector<gpu_state> gpus_from_metrics(const std::vector<metric_sample>& samples);
 
 }  // namespace vramkit::cluster

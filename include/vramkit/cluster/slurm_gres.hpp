@@ -12,7 +12,7 @@
 
 namespace vramkit::cluster {
 
-/// Shards a request needs: ceil(request_bytes / shard_bytes). Throws usage_error when shard_bytes
+/// Shards a request needs: ceil(request_bytes / shard_bytes). Throws invalid_input when shard_bytes
 /// is zero.
 [[nodiscard]] std::uint64_t shards_for_request(std::uint64_t request_bytes,
                                                std::uint64_t shard_bytes);
@@ -42,7 +42,7 @@ struct slurm_gres_config {
 /// "gpu" if no word holds one.
 [[nodiscard]] std::string slurm_gpu_type(const std::string& product_name);
 
-/// Builds the configuration for one node. Throws usage_error when there are no GPUs, the shard
+/// Builds the configuration for one node. Throws invalid_input when there are no GPUs, the shard
 /// size is zero, or a GPU is smaller than one shard.
 [[nodiscard]] slurm_gres_config make_slurm_gres(const std::vector<gpu_state>& gpus,
                                                 const slurm_gres_options& options);

@@ -22,11 +22,16 @@ class logic_error : public error {
   using error::error;
 };
 
-/// Bad user input (a flag, a file, a value): the CLI maps it to exit code 2.
-class usage_error : public error {
+/// Bad input from the caller's user (a value, a file, a name): what() names the input and what is
+/// wrong with it; nothing was changed. `vramkit`'s main maps it to exit code 2.
+class invalid_input : public error {
  public:
   using error::error;
 };
+
+/// The former name of invalid_input, kept only so that code written before the rename still
+/// builds; new code names invalid_input. To be removed.
+using usage_error = invalid_input;
 
 /// A CUDA runtime call failed; carries the numeric CUDA error code.
 class cuda_error : public error {

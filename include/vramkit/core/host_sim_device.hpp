@@ -23,6 +23,13 @@ struct host_sim_options {
   /// Fill freshly allocated device memory with this byte (catches reads of uninitialised data);
   /// negative = leave as is.
   int poison_byte = 0xA5;
+  /// Granularity of the simulated virtual memory management (physical extents of a memory file
+  /// mapped with mmap(MAP_FIXED) into reserved ranges); a multiple of the host page size, or 0 for
+  /// a device without it.
+  std::size_t vmm_granularity = std::size_t{2} << 20;
+  /// Commit the pages of physical memory when it is created (as cuMemCreate does); off, pages are
+  /// committed on first touch, so a replay that never writes uses no host memory.
+  bool commit_physical = true;
 };
 
 /// Counters of what the simulated device did, for tests.
@@ -33,6 +40,11 @@ struct host_sim_counters {
   std::size_t device_bytes_peak = 0;
   std::size_t copies = 0;
   std::size_t bytes_copied = 0;
+  std::size_t physical_bytes = 0;   ///< created and not yet freed (released and unmapped)
+  std::size_t mapped_bytes = 0;     ///< currently mapped
+  std::size_t reserved_ranges = 0;  ///< address ranges currently reserved
+  std::size_t maps = 0;             ///< map_physical calls so far
+  std::size_t unmaps = 0;           ///< mappings unmapped so far
 };
 
 /// A simulated device. Example:
@@ -71,6 +83,15 @@ class host_sim_device final : public device_api {
                   stream_view stream) override;
   void fill_async(void* dst, int byte_value, std::size_t bytes, stream_view stream) override;
 
+  [[nodiscard]] std::size_t vmm_granularity() override;
+  void* reserve_address_range(std::size_t bytes) override;
+  void free_address_range(void* base, std::size_t bytes) noexcept override;
+  physical_handle create_physical(std::size_t bytes) override;
+  void release_physical(physical_handle handle) noexcept override;
+  void map_physical(void* addr, std::size_t bytes, physical_handle handle) override;
+  void set_access(void* addr, std::size_t bytes) override;
+  void unmap(void* addr, std::size_t bytes) override;
+
   stream_view create_stream() override;
   void destroy_stream(stream_view stream) noexcept override;
   void synchronize(stream_view stream) override;
@@ -83,7 +104,7 @@ class host_sim_device final : public device_api {
   void stream_wait_event(stream_view stream, event_view event) override;
   void launch_host_func(stream_view stream, std::function<void()> fn) override;
 
-  /// True when `ptr` lies inside a live simulated device allocation.
+  /// True when `ptr` lies inside a live simulated device allocation or a mapped range.
   [[nodiscard]] bool is_device_pointer(const void* ptr) const;
   [[nodiscard]] host_sim_counters counters() const;
   /// Fails the n-th device allocation from now (1 = the next one) with out_of_memory; 0 disarms.

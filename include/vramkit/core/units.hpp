@@ -21,7 +21,7 @@ std::string format_bytes(double bytes);
 std::string format_bandwidth(double bytes_per_second);
 
 /// Parses "24GiB", "24 GiB", "1.5G" (G = GiB), "24GB" (decimal), "4096", "512KiB". Throws
-/// usage_error naming the text when it is not a size, is negative, or overflows 64 bits.
+/// invalid_input naming the text when it is not a size, is negative, or overflows 64 bits.
 std::uint64_t parse_bytes(std::string_view text);
 
 /// Rounds `value` up to a multiple of `alignment` (a power of two).

@@ -61,10 +61,10 @@ class fake_nvml final : public nvml_api {
   fake_nvml() = default;
   explicit fake_nvml(std::vector<fake_gpu> gpus);
 
-  /// Parses a fixture (format above); throws usage_error naming the problem.
+  /// Parses a fixture (format above); throws invalid_input naming the problem.
   static std::vector<fake_gpu> parse(const std::string& json_text);
   /// A fake that reads `path` now and again whenever its modification time changes (checked at
-  /// most once per device_count call). Throws usage_error when the file is unreadable or invalid
+  /// most once per device_count call). Throws invalid_input when the file is unreadable or invalid
   /// at start; later bad edits are reported on stderr and the previous figures kept.
   static std::shared_ptr<fake_nvml> from_file(const std::filesystem::path& path);
 

@@ -15,7 +15,7 @@ namespace vramkit::monitor {
 
 /// One JSON object on one line (no trailing newline), schema in docs/monitor.md.
 std::string to_json_line(const sample& s);
-/// Parses one JSON line written by to_json_line; throws usage_error naming what is wrong.
+/// Parses one JSON line written by to_json_line; throws invalid_input naming what is wrong.
 sample sample_from_json(const std::string& line);
 
 /// The CSV header line (no newline).
@@ -41,7 +41,7 @@ struct recording {
 /// Parses a recording (format detected from the first non-empty line: '{' -> JSON Lines, else
 /// CSV with the header of csv_header()). CSV rows sharing one timestamp form one sample.
 recording parse_recording(const std::string& text);
-/// Reads and parses a file; throws usage_error when it cannot be opened.
+/// Reads and parses a file; throws invalid_input when it cannot be opened.
 recording read_recording(const std::filesystem::path& path);
 
 }  // namespace vramkit::monitor

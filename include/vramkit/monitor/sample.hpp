@@ -21,7 +21,7 @@ enum class device_state {
   error,  ///< a required query (memory) failed; see state_reason
 };
 const char* to_string(device_state s) noexcept;
-device_state device_state_from_string(const std::string& text);  ///< throws usage_error
+device_state device_state_from_string(const std::string& text);  ///< throws invalid_input
 
 /// A process using a GPU, joined with what the host knows about it.
 struct gpu_process {

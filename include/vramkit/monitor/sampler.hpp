@@ -36,7 +36,7 @@ class sampler {
   /// (state lost/error) and the others are still read.
   sample take();
 
-  /// Throws usage_error when a requested device index does not exist, naming it and the valid
+  /// Throws invalid_input when a requested device index does not exist, naming it and the valid
   /// range. Call once at start (the CLI does) — later disappearance is a state, not an error.
   void validate_devices();
 
@@ -63,7 +63,7 @@ class sampler {
 std::int64_t now_ms();
 
 /// Parses a sampling interval: "1s", "500ms", "0.5s", "2m", or a bare number of seconds. Throws
-/// usage_error naming the text when it is not a duration or is outside 10 ms .. 1 h.
+/// invalid_input naming the text when it is not a duration or is outside 10 ms .. 1 h.
 std::chrono::milliseconds parse_interval(const std::string& text);
 
 }  // namespace vramkit::monitor

@@ -73,6 +73,20 @@ struct pool_report {
   std::uint64_t trims = 0;
   std::uint64_t misuse_reports = 0;  ///< foreign pointers and wrong sizes seen by deallocate
   std::size_t streams = 0;
+  /// Virtual-memory pools only (vmm_pool_resource): mapping work, all of it off the fast path.
+  struct vmm_figures {
+    bool present = false;                 ///< the pool maps physical memory itself
+    std::size_t granularity = 0;          ///< bytes per granule
+    std::size_t cached_bytes = 0;         ///< physical memory held unmapped, ready to map anywhere
+    std::uint64_t granules_mapped = 0;    ///< map_physical calls (growth and remaps)
+    std::uint64_t granules_unmapped = 0;  ///< granules unmapped from free space (defrag, trim)
+    std::uint64_t granules_remapped = 0;  ///< unmapped granules mapped again elsewhere
+    std::uint64_t physical_creates = 0;
+    std::uint64_t physical_releases = 0;
+    std::uint64_t defragmentations = 0;  ///< growths met (partly) by unmapping free space
+    std::uint64_t map_ns = 0;            ///< host time in map_physical and set_access
+    std::uint64_t unmap_ns = 0;          ///< host time in unmap and release_physical
+  } vmm;
 
   /// Restarts every peak at its current value (the counters of reset_peak_stats).
   void reset_peaks() noexcept {

@@ -36,11 +36,11 @@ struct trace {
   [[nodiscard]] std::uint32_t stream_count() const;
 };
 
-/// Parses a trace; throws vramkit::usage_error "<source>:<line>: <what is wrong>" on a wrong magic
-/// line, a malformed or negative field, decreasing time, a live id allocated again, a free of an
-/// id that is not live, or a free whose size differs from the allocation's.
+/// Parses a trace; throws vramkit::invalid_input "<source>:<line>: <what is wrong>" on a wrong
+/// magic line, a malformed or negative field, decreasing time, a live id allocated again, a free of
+/// an id that is not live, or a free whose size differs from the allocation's.
 trace parse_trace(std::istream& in, const std::string& source = "trace");
-/// Reads and parses a file; throws usage_error when it cannot be opened or is malformed.
+/// Reads and parses a file; throws invalid_input when it cannot be opened or is malformed.
 trace read_trace(const std::string& path);
 void write_trace(std::ostream& out, const trace& t);
 /// Writes a file; throws vramkit::error when it cannot be written.

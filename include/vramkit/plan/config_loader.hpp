@@ -10,14 +10,14 @@
 
 namespace vramkit::plan {
 
-/// Parses a config.json text. `source` names the file in errors. Throws usage_error naming the
+/// Parses a config.json text. `source` names the file in errors. Throws invalid_input naming the
 /// source and the missing or wrong field, or listing the supported model types for an unknown one.
 model_description parse_model_config(std::string_view json_text, std::string_view source);
 
-/// Reads and parses a config.json file; throws usage_error when it cannot be read or parsed.
+/// Reads and parses a config.json file; throws invalid_input when it cannot be read or parsed.
 model_description load_model_config(const std::string& path);
 
-/// The built-in preset of that name (e.g. "gpt2", "llama-3-8b", "resnet-50"); throws usage_error
+/// The built-in preset of that name (e.g. "gpt2", "llama-3-8b", "resnet-50"); throws invalid_input
 /// listing the presets when there is none.
 model_description preset_model(std::string_view name);
 

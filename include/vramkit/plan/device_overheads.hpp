@@ -28,7 +28,7 @@ struct device_overheads {
 device_overheads default_overheads();
 
 /// Reads a `vramkit probe --json` file: takes the context figure and the pinned host-to-device
-/// bandwidth where the file has them, defaults otherwise. Throws usage_error when the file cannot
+/// bandwidth where the file has them, defaults otherwise. Throws invalid_input when the file cannot
 /// be read or is not JSON.
 device_overheads overheads_from_probe(const std::string& path);
 

@@ -34,10 +34,14 @@ struct fit_candidate {
   std::vector<std::string> reasons;  ///< one line per choice
 };
 
-/// Result of a search: ranked fits (cheapest first) and how many configurations were planned.
+/// Result of a search: ranked fits (cheapest first), how many configurations were planned, and
+/// what was searched for.
 struct fit_result {
   std::vector<fit_candidate> fits;
   std::size_t planned = 0;
+  std::string model;                 ///< the model's name
+  std::string gpu;                   ///< the catalogue GPU searched for; empty for a capacity
+  std::uint64_t capacity_bytes = 0;  ///< memory per GPU searched for
 };
 
 /// Estimated step time of a request on a GPU (docs/plan.md, "Cost model").
@@ -45,8 +49,15 @@ double estimate_step_time(const model_description& m, const plan_request& r, con
                           const device_overheads& o);
 
 /// Searches around `base` (its model, batch, sequence and GPU count stay fixed). Throws
-/// usage_error when capacity_bytes is zero.
+/// invalid_input when capacity_bytes is zero.
 fit_result fit_search(const model_description& m, const plan_request& base, const fit_options& opt,
                       const device_overheads& o = default_overheads());
+
+/// One JSON object: schema_version, model, gpu, capacity_bytes, planned and the ranked fits
+/// (each with its settings, figures and reasons).
+std::string to_json(const fit_result& r);
+
+/// The ranked fits as lines for people, or why nothing fits.
+std::string to_table(const fit_result& r);
 
 }  // namespace vramkit::plan

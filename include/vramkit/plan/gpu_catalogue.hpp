@@ -32,7 +32,7 @@ struct gpu_spec {
 const std::vector<gpu_spec>& gpu_catalogue();
 
 /// The entry whose name or alias matches (case-insensitive, spaces and dashes ignored); throws
-/// usage_error listing the catalogue when there is none.
+/// invalid_input listing the catalogue when there is none.
 const gpu_spec& find_gpu(std::string_view name);
 
 }  // namespace vramkit::plan

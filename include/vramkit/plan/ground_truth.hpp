@@ -32,7 +32,7 @@ struct ground_truth {
 };
 
 /// Reads a ground-truth file. A case's "config" path is resolved against `config_dir` (default:
-/// the file's folder); a case without one uses the preset named by "model". Throws usage_error
+/// the file's folder); a case without one uses the preset named by "model". Throws invalid_input
 /// naming the file and the case for a missing or malformed field.
 ground_truth load_ground_truth(const std::string& path, const std::string& config_dir = "");
 

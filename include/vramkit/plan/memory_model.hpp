@@ -53,7 +53,7 @@ struct plan_result {
   [[nodiscard]] bool fits() const noexcept { return out_of_memory == 0; }
 };
 
-/// Plans one request (validated here; throws usage_error for bad requests).
+/// Plans one request (validated here; throws invalid_input for bad requests).
 plan_result make_plan(const model_description& m, plan_request r,
                       const device_overheads& o = default_overheads());
 

@@ -1,6 +1,6 @@
 // What a plan is asked for: mode, batch and sequence sizes, precision, optimizer, checkpointing,
 // attention kernel, parallel layout, offload and quantisation. Plain values; validate() refuses
-// impossible or absurd combinations with a usage_error naming the field.
+// impossible or absurd combinations with a invalid_input naming the field.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,7 @@ const char* to_string(offload_kind v) noexcept;
 const char* to_string(quant_kind v) noexcept;
 const char* to_string(serving_kind v) noexcept;
 
-/// Parse the CLI spellings ("amp-bf16", "sgd-momentum", ...); throw usage_error listing the
+/// Parse the CLI spellings ("amp-bf16", "sgd-momentum", ...); throw invalid_input listing the
 /// accepted values otherwise.
 precision parse_precision(std::string_view s);
 optimizer_kind parse_optimizer(std::string_view s);
@@ -75,7 +75,7 @@ struct plan_request {
   [[nodiscard]] int data_parallel() const noexcept { return gpus / (tp * pp); }
 
   /// Fills defaults that depend on the model (seq, micro-batch, prompt) and checks every field;
-  /// throws usage_error naming the field and the reason.
+  /// throws invalid_input naming the field and the reason.
   void validate(const model_description& m);
 };
 

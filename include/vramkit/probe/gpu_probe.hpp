@@ -23,8 +23,9 @@ void run_gpu_probe(const probe_options& options, probe_report& report);
 /// ordinals, each with a one-line description; for `vramkit probe --list`.
 std::vector<std::pair<std::string, std::string>> gpu_probe_keys();
 
-/// The `--only` section names the GPU probe understands: "gpu" (all of them), "device", "h2d",
-/// "zerocopy", "managed", "p2p", "gpu-latency", "alloc", "overlap".
+/// The `--only` section names the GPU probe understands: "gpu" (all of them), then each section
+/// of the case table once ("device", "h2d", "zerocopy", "managed", "p2p", "gpu-latency", "alloc",
+/// "overlap").
 std::vector<std::string> gpu_probe_sections();
 
 }  // namespace vramkit::probe

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "vramkit/core/sample_stats.hpp"
+
 namespace vramkit::probe {
 
 /// Version of the JSON schema written by to_json (docs/probe-schema.md). Bump on any change.
@@ -26,12 +28,8 @@ enum class byte_convention {
 };
 const char* to_string(byte_convention c) noexcept;
 
-/// min / median / max of a set of samples.
-struct sample_stats {
-  double min = 0, median = 0, max = 0;
-  /// Stats of `samples` (median of an even count = mean of the middle two); all zero when empty.
-  static sample_stats of(std::vector<double> samples);
-};
+/// min / median / max of a set of samples: core's definition (vramkit/core/sample_stats.hpp).
+using vramkit::sample_stats;
 
 /// Verdict of one figure against the reference table.
 enum class verdict_kind { normal, low, high, unknown };

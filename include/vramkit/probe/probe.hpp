@@ -15,7 +15,8 @@ namespace vramkit::probe {
 /// Every --only section name: the host ones ("host", "latency"), then the GPU ones.
 std::vector<std::string> probe_sections();
 
-/// Throws vramkit::usage_error naming the first unknown name in `only` and listing the valid ones.
+/// Throws vramkit::invalid_input naming the first unknown name in `only` and listing the valid
+/// ones.
 void check_sections(const std::set<std::string>& only);
 
 /// Stable keys of every test, host then GPU, with one-line descriptions.
@@ -23,7 +24,7 @@ std::vector<std::pair<std::string, std::string>> probe_keys();
 
 /// Runs the probe: header, the selected host and GPU sections, then the verdicts. A GPU section
 /// that throws is recorded as a failed `skipped{"gpu", reason}` and the host results are kept.
-/// Throws usage_error for unknown sections in `options.only`.
+/// Throws invalid_input for unknown sections in `options.only`.
 probe_report run_probe(const probe_options& options);
 
 /// True when a test of the report failed its verification (a `skipped` with `failed` set).

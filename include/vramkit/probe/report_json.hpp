@@ -13,11 +13,11 @@ namespace vramkit::probe {
 nlohmann::json to_json(const probe_report& report);
 
 /// The inverse of to_json: to_json(report_from_json(to_json(r))) == to_json(r). Throws
-/// vramkit::usage_error naming the field when the document is not a probe report or has a
+/// vramkit::invalid_input naming the field when the document is not a probe report or has a
 /// schema_version newer than this build knows.
 probe_report report_from_json(const nlohmann::json& doc);
 
-/// Parses "copied_once", "read_plus_written", ...; throws usage_error on anything else.
+/// Parses "copied_once", "read_plus_written", ...; throws invalid_input on anything else.
 byte_convention byte_convention_from_string(const std::string& text);
 
 }  // namespace vramkit::probe

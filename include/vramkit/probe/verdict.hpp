@@ -46,7 +46,7 @@ struct reference_table {
 
   /// The table shipped with this build (data/probe/reference.json).
   static const reference_table& embedded();
-  /// Parses a table; throws usage_error naming the field when it is malformed.
+  /// Parses a table; throws invalid_input naming the field when it is malformed.
   static reference_table from_json(const nlohmann::json& doc);
   /// The first model (in table order) that matches `device_name`, or nullptr.
   [[nodiscard]] const reference_model* find(const std::string& device_name) const;

@@ -123,7 +123,7 @@ class stream_pipeline {
   stream_pipeline& operator=(const stream_pipeline&) = delete;
 
   /// Streams `input` through `callback`, copying results to `output` when it is not none; returns
-  /// once everything has completed. Throws usage_error for bad input (truncated file, size not a
+  /// once everything has completed. Throws invalid_input for bad input (truncated file, size not a
   /// whole number of elements, output too small), vramkit::error naming the chunk when the callback
   /// throws (all buffers released, no work left in flight).
   pipeline_stats run(const pipeline_input& input, const chunk_callback& callback,

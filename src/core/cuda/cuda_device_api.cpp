@@ -1,6 +1,7 @@
 // device_api over the CUDA runtime (linked statically). Only compiled in CUDA builds.
 #include "vramkit/core/cuda_device_api.hpp"
 
+#include <cuda.h>  // driver types only: entry points come from the runtime, libcuda is not linked
 #include <cuda_runtime.h>
 
 #include <mutex>
@@ -52,6 +53,86 @@ void host_func_trampoline(void* data) {
     std::fprintf(stderr, "vramkit: host function on stream threw\n");
   }
   delete fn;
+}
+
+// The driver's virtual-memory calls, looked up once through the runtime
+// (cudaGetDriverEntryPointByVersion, CUDA 12.0 ABI), so that vramkit never links libcuda.
+struct vmm_driver {
+  using reserve_fn = CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+  using free_fn = CUresult (*)(CUdeviceptr, size_t);
+  using create_fn = CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                                 unsigned long long);
+  using release_fn = CUresult (*)(CUmemGenericAllocationHandle);
+  using map_fn = CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                              unsigned long long);
+  using access_fn = CUresult (*)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
+  using unmap_fn = CUresult (*)(CUdeviceptr, size_t);
+  using granularity_fn = CUresult (*)(size_t*, const CUmemAllocationProp*,
+                                      CUmemAllocationGranularity_flags);
+  using error_name_fn = CUresult (*)(CUresult, const char**);
+  reserve_fn reserve = nullptr;
+  free_fn address_free = nullptr;
+  create_fn create = nullptr;
+  release_fn release = nullptr;
+  map_fn map = nullptr;
+  access_fn access = nullptr;
+  unmap_fn unmap = nullptr;
+  granularity_fn granularity = nullptr;
+  error_name_fn error_name = nullptr;
+  std::string missing;  // the first symbol that could not be found
+
+  template <typename Fn>
+  void load(const char* symbol, Fn& out) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    const cudaError_t e =
+        cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &status);
+    if (e != cudaSuccess || status != cudaDriverEntryPointSuccess || fn == nullptr) {
+      (void)cudaGetLastError();
+      if (missing.empty()) missing = symbol;
+      return;
+    }
+    out = reinterpret_cast<Fn>(fn);
+  }
+
+  vmm_driver() {
+    load("cuMemAddressReserve", reserve);
+    load("cuMemAddressFree", address_free);
+    load("cuMemCreate", create);
+    load("cuMemRelease", release);
+    load("cuMemMap", map);
+    load("cuMemSetAccess", access);
+    load("cuMemUnmap", unmap);
+    load("cuMemGetAllocationGranularity", granularity);
+    load("cuGetErrorName", error_name);
+  }
+
+  void check(CUresult r, const char* call) const {
+    if (r == CUDA_SUCCESS) return;
+    const char* n = nullptr;
+    if (error_name != nullptr) error_name(r, &n);
+    const std::string message = std::string("CUDA driver error ") + (n ? n : "?") + " in " + call;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) throw out_of_memory(0, call, message);
+    throw cuda_error(static_cast<int>(r), message);
+  }
+  void require() const {
+    if (!missing.empty()) {
+      throw cuda_error(801, "CUDA driver has no " + missing + ": virtual memory unavailable");
+    }
+  }
+};
+
+const vmm_driver& driver() {
+  static const vmm_driver d;
+  return d;
+}
+
+CUmemAllocationProp device_prop(int device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
 }
 
 class cuda_api final : public device_api {
@@ -203,6 +284,72 @@ class cuda_api final : public device_api {
   void fill_async(void* dst, int byte_value, std::size_t bytes, stream_view stream) override {
     if (bytes == 0) return;
     VRAMKIT_CUDA_TRY(cudaMemsetAsync(dst, byte_value, bytes, to_cuda(stream)));
+  }
+
+  [[nodiscard]] std::size_t vmm_granularity() override {
+    const vmm_driver& d = driver();
+    if (!d.missing.empty()) return 0;
+    int supported = 0;
+    const int dev = current_device();
+    if (cudaDeviceGetAttribute(&supported, cudaDevAttrVirtualMemoryManagementSupported, dev) !=
+            cudaSuccess ||
+        supported == 0) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    const CUmemAllocationProp prop = device_prop(dev);
+    std::size_t g = 0;
+    d.check(d.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+            "cuMemGetAllocationGranularity");
+    return g;
+  }
+  void* reserve_address_range(std::size_t bytes) override {
+    const vmm_driver& d = driver();
+    d.require();
+    CUdeviceptr p = 0;
+    d.check(d.reserve(&p, bytes, 0, 0, 0), "cuMemAddressReserve");
+    return reinterpret_cast<void*>(p);
+  }
+  void free_address_range(void* base, std::size_t bytes) noexcept override {
+    const vmm_driver& d = driver();
+    if (d.address_free == nullptr) return;
+    const CUresult r = d.address_free(reinterpret_cast<CUdeviceptr>(base), bytes);
+    if (r != CUDA_SUCCESS) std::fprintf(stderr, "vramkit: cuMemAddressFree failed (%d)\n", r);
+  }
+  physical_handle create_physical(std::size_t bytes) override {
+    const vmm_driver& d = driver();
+    d.require();
+    const CUmemAllocationProp prop = device_prop(current_device());
+    CUmemGenericAllocationHandle h = 0;
+    d.check(d.create(&h, bytes, &prop, 0), "cuMemCreate");
+    return physical_handle{static_cast<std::uint64_t>(h)};
+  }
+  void release_physical(physical_handle handle) noexcept override {
+    const vmm_driver& d = driver();
+    if (d.release == nullptr) return;
+    const CUresult r = d.release(static_cast<CUmemGenericAllocationHandle>(handle.value));
+    if (r != CUDA_SUCCESS) std::fprintf(stderr, "vramkit: cuMemRelease failed (%d)\n", r);
+  }
+  void map_physical(void* addr, std::size_t bytes, physical_handle handle) override {
+    const vmm_driver& d = driver();
+    d.require();
+    d.check(d.map(reinterpret_cast<CUdeviceptr>(addr), bytes, 0,
+                  static_cast<CUmemGenericAllocationHandle>(handle.value), 0),
+            "cuMemMap");
+  }
+  void set_access(void* addr, std::size_t bytes) override {
+    const vmm_driver& d = driver();
+    d.require();
+    CUmemAccessDesc desc{};
+    desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    desc.location.id = current_device();
+    desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    d.check(d.access(reinterpret_cast<CUdeviceptr>(addr), bytes, &desc, 1), "cuMemSetAccess");
+  }
+  void unmap(void* addr, std::size_t bytes) override {
+    const vmm_driver& d = driver();
+    d.require();
+    d.check(d.unmap(reinterpret_cast<CUdeviceptr>(addr), bytes), "cuMemUnmap");
   }
 
   stream_view create_stream() override {

@@ -13,7 +13,6 @@
 
 #include "common/cuda_check.hpp"
 #include "gpu_probe_detail.hpp"
-#include "gpu_probe_keys.hpp"
 #include "vramkit/core/cuda_device_api.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/nvml_api.hpp"
@@ -138,7 +137,21 @@ measurement bandwidth_measurement(const gpu_context& ctx, const std::string& key
   return m;
 }
 
+std::string mismatch_text(std::uint64_t bad, std::size_t words) {
+  return std::to_string(bad) + " of " + std::to_string(words) + " words differ from the pattern";
+}
+
+void add_curve(const gpu_context& ctx, curve c) {
+  const probe_case* pc = find_gpu_case(c.key);
+  if (pc == nullptr) throw logic_error("GPU probe curve '" + c.key + "' is not in the case table");
+  c.section = pc->section;
+  ctx.report->curves.push_back(std::move(c));
+}
+
 void add_verified(const gpu_context& ctx, measurement m, bool ok, const std::string& failure) {
+  const probe_case* pc = find_gpu_case(m.key);
+  if (pc == nullptr) throw logic_error("GPU probe key '" + m.key + "' is not in the case table");
+  m.section = pc->section;
   if (!ok) {
     ctx.report->skips.push_back({m.key, "verification failed, figure withheld: " + failure, true});
     return;
@@ -408,17 +421,29 @@ gpu_context describe_device(int ordinal, const probe_options& options, probe_rep
   return ctx;
 }
 
-using section_fn = void (*)(gpu_context&);
-
-void run_section(gpu_context& ctx, const std::string& section, section_fn fn) {
-  if (!wants_gpu_section(*ctx.options, section)) return;
+// Runs `pc` unless its section is not wanted; a case that throws becomes a failed skip of its
+// own key, and the other cases carry on.
+void run_case(gpu_context& ctx, const probe_case& pc) {
+  if (!wants_gpu_section(*ctx.options, pc.section) || pc.run == nullptr) return;
   try {
     VRAMKIT_CUDA_TRY(cudaSetDevice(ctx.ordinal));
-    fn(ctx);
+    pc.run(ctx);
   } catch (const std::exception& e) {
     (void)cudaGetLastError();
-    ctx.report->skips.push_back(
-        {ctx.tag + "." + section, std::string("failed: ") + e.what(), true});
+    std::string key = pc.key;
+    if (const auto at = key.find("gpu{N}"); at != std::string::npos) key.replace(at, 6, ctx.tag);
+    ctx.report->skips.push_back({key, std::string("failed: ") + e.what(), true});
+  }
+}
+
+// Each runner once, in table order: the first case of a group stands for all of it.
+template <typename Pred>
+void run_cases(gpu_context& ctx, Pred&& in_scope) {
+  std::vector<case_runner> done;
+  for (const auto& pc : gpu_cases()) {
+    if (!in_scope(pc) || std::find(done.begin(), done.end(), pc.run) != done.end()) continue;
+    done.push_back(pc.run);
+    run_case(ctx, pc);
   }
 }
 
@@ -443,32 +468,18 @@ void run_gpu_probe(const probe_options& options, probe_report& report) {
     if (auto v = (*nvml)->driver_version(); v.ok()) h["gpu.driver_version"] = v.value;
   }
 
+  std::optional<gpu_context> first;
   for (int d = 0; d < status->device_count; ++d) {
     VRAMKIT_CUDA_TRY(cudaSetDevice(d));
     gpu_context ctx = describe_device(d, options, report, nvml);
+    ctx.device_count = status->device_count;
     ctx.progress(ctx.name);
-    run_section(ctx, "device", run_device_section);
-    run_section(ctx, "h2d", run_h2d_section);
-    run_section(ctx, "zerocopy", run_zerocopy_section);
-    run_section(ctx, "managed", run_managed_section);
-    run_section(ctx, "gpu-latency", run_latency_section);
-    run_section(ctx, "alloc", run_alloc_section);
-    run_section(ctx, "overlap", run_overlap_section);
+    run_cases(ctx, [](const probe_case& pc) { return pc.scope == case_scope::per_gpu; });
+    if (d == 0) first = ctx;
   }
-  if (wants_gpu_section(options, "p2p")) {
-    try {
-      run_p2p_section(options, report, status->device_count);
-    } catch (const std::exception& e) {
-      (void)cudaGetLastError();
-      report.skips.push_back({"p2p", std::string("failed: ") + e.what(), true});
-    }
+  if (first) {
+    run_cases(*first, [](const probe_case& pc) { return pc.scope == case_scope::all_gpus; });
   }
 }
-
-std::vector<std::pair<std::string, std::string>> gpu_probe_keys() {
-  return detail::gpu_keys_table();
-}
-
-std::vector<std::string> gpu_probe_sections() { return detail::gpu_sections_table(); }
 
 }  // namespace vramkit::probe

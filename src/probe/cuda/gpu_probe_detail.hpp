@@ -7,9 +7,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "gpu_case_runners.hpp"
+#include "gpu_cases.hpp"
 #include "probe_kernels.hpp"
 #include "vramkit/probe/measurement.hpp"
 
@@ -100,7 +103,8 @@ class stream_blocker {
 /// One probe's view of one device.
 struct gpu_context {
   int ordinal = 0;
-  std::string tag;  ///< "gpu0"
+  int device_count = 1;  ///< CUDA devices in this process
+  std::string tag;       ///< "gpu0"
   std::string name;
   int sm_count = 0;
   int cc_major = 0;
@@ -118,9 +122,16 @@ struct gpu_context {
   std::string pcie_peak_basis;
   const probe_options* options = nullptr;
   probe_report* report = nullptr;
+  /// The launch shapes the device section chose for its read and write (when it ran first), so
+  /// the pattern section's unit-stride base is the same kernel at the same shape.
+  std::optional<launch_config> tuned_read, tuned_write;
 
   [[nodiscard]] bool quick() const { return options->quick; }
   void progress(const std::string& line) const;
+  /// "gpu0.<suffix>", checked against the case table (logic_error when it is not listed).
+  [[nodiscard]] std::string key(const std::string& suffix) const {
+    return registered_key(tag + "." + suffix);
+  }
   /// Full-occupancy launch of a bandwidth kernel with 256 threads per block.
   [[nodiscard]] launch_config default_launch() const;
 };
@@ -136,8 +147,16 @@ measurement bandwidth_measurement(const gpu_context& ctx, const std::string& key
                                   byte_convention convention, std::uint64_t size_bytes,
                                   double bytes_per_op, const std::vector<double>& seconds);
 
+/// "12 of 1048576 words differ from the pattern".
+std::string mismatch_text(std::uint64_t bad, std::size_t words);
+
+/// Appends curve `c` to the report; its key must be in the case table (logic_error otherwise),
+/// and its section is the case's.
+void add_curve(const gpu_context& ctx, curve c);
+
 /// Adds `m` as verified when `ok`, else adds a skip naming the failed verification instead, so
-/// a broken path never reports a speed.
+/// a broken path never reports a speed. The key must be in the case table (logic_error
+/// otherwise); the section is the case's.
 void add_verified(const gpu_context& ctx, measurement m, bool ok, const std::string& failure);
 
 /// Number of words of device (or mapped) memory [p, p + n) that differ from pattern `seed`.
@@ -153,15 +172,5 @@ int host_numa_node(const void* p);
 
 /// Bytes per second in GB/s (decimal).
 inline double gbps(double bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
-
-/// The sections.
-void run_device_section(gpu_context& ctx);
-void run_h2d_section(gpu_context& ctx);
-void run_zerocopy_section(gpu_context& ctx);
-void run_managed_section(gpu_context& ctx);
-void run_latency_section(gpu_context& ctx);
-void run_alloc_section(gpu_context& ctx);
-void run_overlap_section(gpu_context& ctx);
-void run_p2p_section(const probe_options& options, probe_report& report, int device_count);
 
 }  // namespace vramkit::probe::detail

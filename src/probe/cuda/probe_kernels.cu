@@ -1,6 +1,7 @@
 // Kernels of the GPU probe: 16-byte read, write and copy loops (tunable: unroll, streaming cache
 // hints, grid-stride or per-block chunks), pattern verification, the stream-blocking spin kernel
 // and the single-thread pointer chase. Launchers are declared in probe_kernels.hpp.
+#include "copy_group.cuh"
 #include "probe_kernels.hpp"
 
 namespace vramkit::probe::detail {
@@ -14,29 +15,6 @@ __device__ __forceinline__ std::uint64_t global_ns() {
   std::uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
-}
-
-template <int Cache>
-__device__ __forceinline__ uint4 load16(const uint4* p) {
-  if constexpr (Cache == 1) {
-    return __ldcs(p);
-  } else if constexpr (Cache == 2 || Cache == 3) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-  } else {
-    return __ldg(p);
-  }
-}
-
-template <int Cache>
-__device__ __forceinline__ void store16(uint4* p, uint4 v) {
-  if constexpr (Cache == 1 || Cache == 3)
-    __stcs(p, v);
-  else
-    *p = v;
 }
 
 // The vectors [begin, end) this thread visits with step `step`: the whole grid strides over the
@@ -95,17 +73,6 @@ __global__ void fill_kernel(uint4* __restrict__ p, std::size_t n_vec, bool chunk
     store16<Cache>(p + i, make_uint4(dev_pattern(w, seed), dev_pattern(w + 1, seed),
                                      dev_pattern(w + 2, seed), dev_pattern(w + 3, seed)));
   }
-}
-
-// Unroll vectors `step` apart from `i`: every load issued before the first store.
-template <int Cache, int Unroll>
-__device__ __forceinline__ void copy_group(uint4* __restrict__ dst, const uint4* __restrict__ src,
-                                           std::size_t i, std::size_t step) {
-  uint4 v[Unroll];
-#pragma unroll
-  for (int u = 0; u < Unroll; ++u) v[u] = load16<Cache>(src + i + u * step);
-#pragma unroll
-  for (int u = 0; u < Unroll; ++u) store16<Cache>(dst + i + u * step, v[u]);
 }
 
 template <int Cache, int Unroll>

@@ -32,12 +32,12 @@ TEST(NodeMap, ReadsJsonAndLines) {
 }
 
 TEST(NodeMap, RejectsBadMaps) {
-  EXPECT_THROW((void)parse_node_map("a\n", "m"), usage_error);
-  EXPECT_THROW((void)parse_node_map("a http://x b\n", "m"), usage_error);
-  EXPECT_THROW((void)parse_node_map("a ftp://x\n", "m"), usage_error);
-  EXPECT_THROW((void)parse_node_map(R"({"a": 5})", "m"), usage_error);
-  EXPECT_THROW((void)parse_node_map("{", "m"), usage_error);
-  EXPECT_THROW((void)parse_node_map("# nothing\n", "m"), usage_error);
+  EXPECT_THROW((void)parse_node_map("a\n", "m"), invalid_input);
+  EXPECT_THROW((void)parse_node_map("a http://x b\n", "m"), invalid_input);
+  EXPECT_THROW((void)parse_node_map("a ftp://x\n", "m"), invalid_input);
+  EXPECT_THROW((void)parse_node_map(R"({"a": 5})", "m"), invalid_input);
+  EXPECT_THROW((void)parse_node_map("{", "m"), invalid_input);
+  EXPECT_THROW((void)parse_node_map("# nothing\n", "m"), invalid_input);
 }
 
 struct fake_clock {

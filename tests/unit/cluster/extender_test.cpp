@@ -191,7 +191,7 @@ TEST(Extender, PodRequestFromAPlanAnnotation) {
   pod["spec"]["containers"][0]["resources"]["limits"]["vramkit.io/gpu-memory"] = "1Ki";
   EXPECT_EQ(pod_memory_request(pod.dump(), c), 1024u);
   json bad = {{"metadata", {{"annotations", {{"vramkit.io/plan", "{}"}}}}}};
-  EXPECT_THROW((void)pod_memory_request(bad.dump(), c), usage_error);
+  EXPECT_THROW((void)pod_memory_request(bad.dump(), c), invalid_input);
   EXPECT_EQ(pod_memory_request(R"({"spec": {}})", c), std::nullopt);
 }
 

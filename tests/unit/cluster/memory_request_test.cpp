@@ -14,9 +14,9 @@ TEST(MemoryRequest, ParsesDeclarations) {
   EXPECT_EQ(parse_memory_request("24 GiB"), 24 * GiB);
   EXPECT_EQ(parse_memory_request("80GB"), 80'000'000'000ULL);
   EXPECT_EQ(parse_memory_request("1.5G"), 3 * GiB / 2);
-  EXPECT_THROW((void)parse_memory_request("0"), usage_error);
-  EXPECT_THROW((void)parse_memory_request("-1GiB"), usage_error);
-  EXPECT_THROW((void)parse_memory_request("lots"), usage_error);
+  EXPECT_THROW((void)parse_memory_request("0"), invalid_input);
+  EXPECT_THROW((void)parse_memory_request("-1GiB"), invalid_input);
+  EXPECT_THROW((void)parse_memory_request("lots"), invalid_input);
 }
 
 TEST(MemoryRequest, ReadsDevicePeakFromPlanJson) {
@@ -30,13 +30,13 @@ TEST(MemoryRequest, RejectsBadPlans) {
   try {
     (void)request_from_plan_json("{\"allocated_peak_bytes\": 5}", "plan.json");
     FAIL() << "no throw";
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     EXPECT_STREQ(e.what(), "plan.json: has no device_peak_bytes");
   }
-  EXPECT_THROW((void)request_from_plan_json("not json"), usage_error);
-  EXPECT_THROW((void)request_from_plan_json("[1]"), usage_error);
-  EXPECT_THROW((void)request_from_plan_json("{\"device_peak_bytes\": -4}"), usage_error);
-  EXPECT_THROW((void)request_from_plan_json("{\"device_peak_bytes\": \"24GiB\"}"), usage_error);
+  EXPECT_THROW((void)request_from_plan_json("not json"), invalid_input);
+  EXPECT_THROW((void)request_from_plan_json("[1]"), invalid_input);
+  EXPECT_THROW((void)request_from_plan_json("{\"device_peak_bytes\": -4}"), invalid_input);
+  EXPECT_THROW((void)request_from_plan_json("{\"device_peak_bytes\": \"24GiB\"}"), invalid_input);
 }
 
 TEST(KubeQuantity, BinaryAndDecimalSuffixes) {
@@ -69,7 +69,7 @@ TEST(KubeQuantity, FractionsAndExponentsRoundUpToWholeBytes) {
 TEST(KubeQuantity, RejectsMalformedAndHugeValues) {
   for (const char* bad : {"", "Gi", "-1Gi", "24GB", "24gi", "1.2.3", "1e", "1e+", "1ex", "24 Gi",
                           "9Ei", "1e40", "99999999999999999999999999999999"}) {
-    EXPECT_THROW((void)parse_kube_quantity(bad), usage_error) << bad;
+    EXPECT_THROW((void)parse_kube_quantity(bad), invalid_input) << bad;
   }
   EXPECT_EQ(parse_kube_quantity("7Ei"), 7ULL << 60);
 }

@@ -127,12 +127,12 @@ TEST(Placement, ExtenderPriorityIsOnTheZeroToTenScale) {
 TEST(Placement, ParsesPolicyAndHeadroom) {
   EXPECT_EQ(parse_placement_policy("pack"), placement_policy::pack);
   EXPECT_EQ(parse_placement_policy("spread"), placement_policy::spread);
-  EXPECT_THROW((void)parse_placement_policy("random"), usage_error);
+  EXPECT_THROW((void)parse_placement_policy("random"), invalid_input);
   EXPECT_EQ(parse_headroom("2GiB").bytes, 2 * GiB);
   EXPECT_DOUBLE_EQ(parse_headroom("5%").fraction, 0.05);
-  EXPECT_THROW((void)parse_headroom("150%"), usage_error);
-  EXPECT_THROW((void)parse_headroom("x%"), usage_error);
-  EXPECT_THROW((void)parse_headroom("lots"), usage_error);
+  EXPECT_THROW((void)parse_headroom("150%"), invalid_input);
+  EXPECT_THROW((void)parse_headroom("x%"), invalid_input);
+  EXPECT_THROW((void)parse_headroom("lots"), invalid_input);
   headroom h{GiB / 2, 0.01};
   EXPECT_EQ(h.for_total(80 * GiB), 858993460u);  // ceil(0.01 * 80 GiB) beats 0.5 GiB
   EXPECT_EQ(h.for_total(10 * GiB), GiB / 2);     // 0.1 GiB does not

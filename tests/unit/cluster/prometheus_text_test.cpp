@@ -62,7 +62,7 @@ TEST(PrometheusText, MalformedLinesNameTheLine) {
     try {
       (void)parse_prometheus_text(std::string("# ok\n") + bad + "\n");
       ADD_FAILURE() << "accepted: " << bad;
-    } catch (const usage_error& e) {
+    } catch (const invalid_input& e) {
       EXPECT_EQ(std::string(e.what()).rfind("metrics line 2:", 0), 0u) << e.what();
     }
   }
@@ -101,7 +101,7 @@ TEST(PrometheusText, MapsExporterMetricsToGpus) {
 TEST(PrometheusText, RejectsANonNumericGpuLabel) {
   EXPECT_THROW((void)gpus_from_metrics(
                    parse_prometheus_text("vramkit_gpu_memory_total_bytes{gpu=\"a\"} 1\n")),
-               usage_error);
+               invalid_input);
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ TEST(SlurmGres, ShardsForARequestRoundUp) {
   EXPECT_EQ(shards_for_request(24 * GiB + 1, GiB), 25u);
   EXPECT_EQ(shards_for_request(1, 4 * GiB), 1u);
   EXPECT_EQ(shards_for_request(0, GiB), 0u);
-  EXPECT_THROW((void)shards_for_request(GiB, 0), usage_error);
+  EXPECT_THROW((void)shards_for_request(GiB, 0), invalid_input);
 }
 
 TEST(SlurmGres, ShardsPerGpuRoundDownAfterReservedAndHeadroom) {
@@ -73,13 +73,13 @@ TEST(SlurmGres, RefusesWhatSlurmCouldNotUse) {
   slurm_gres_options o;
   o.node_name = "n";
   o.shard_bytes = GiB;
-  EXPECT_THROW((void)make_slurm_gres({}, o), usage_error);
-  EXPECT_THROW((void)make_slurm_gres({gpu(0, "tiny", GiB / 2)}, o), usage_error);
+  EXPECT_THROW((void)make_slurm_gres({}, o), invalid_input);
+  EXPECT_THROW((void)make_slurm_gres({gpu(0, "tiny", GiB / 2)}, o), invalid_input);
   o.shard_bytes = 0;
-  EXPECT_THROW((void)make_slurm_gres({gpu(0, "x", GiB)}, o), usage_error);
+  EXPECT_THROW((void)make_slurm_gres({gpu(0, "x", GiB)}, o), invalid_input);
   o.shard_bytes = GiB;
   o.node_name.clear();
-  EXPECT_THROW((void)make_slurm_gres({gpu(0, "x", GiB)}, o), usage_error);
+  EXPECT_THROW((void)make_slurm_gres({gpu(0, "x", GiB)}, o), invalid_input);
 }
 
 TEST(GpuFixture, ReadsTheSharedFakeGpuFormat) {
@@ -92,13 +92,13 @@ TEST(GpuFixture, ReadsTheSharedFakeGpuFormat) {
   EXPECT_EQ(gpus[0].reserved_bytes, 100u);
   EXPECT_EQ(gpus[1].index, 1);
   EXPECT_EQ(gpus[1].free_bytes, 2000u);
-  EXPECT_THROW((void)gpus_from_fixture_json("{}"), usage_error);
-  EXPECT_THROW((void)gpus_from_fixture_json(R"({"gpus": [{"name": "x"}]})"), usage_error);
+  EXPECT_THROW((void)gpus_from_fixture_json("{}"), invalid_input);
+  EXPECT_THROW((void)gpus_from_fixture_json(R"({"gpus": [{"name": "x"}]})"), invalid_input);
   EXPECT_THROW((void)gpus_from_fixture_json(R"({"gpus": [{"memory_total_bytes": -1}]})"),
-               usage_error);
+               invalid_input);
   EXPECT_THROW((void)gpus_from_fixture_json(
                    R"({"gpus": [{"memory_total_bytes": 1, "memory_used_bytes": 2}]})"),
-               usage_error);
+               invalid_input);
 }
 
 }  // namespace

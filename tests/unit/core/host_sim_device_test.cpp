@@ -100,3 +100,71 @@ TEST(HostSimDevice, StreamOrderedFreeHappensAfterEarlierWork) {
 
 }  // namespace
 }  // namespace vramkit
+
+namespace vramkit {
+namespace {
+
+constexpr std::size_t granule = std::size_t{2} << 20;
+
+TEST(HostSimVirtualMemory, BytesSurviveARemapToAnotherAddress) {
+  host_sim_device dev({.device_memory_bytes = 64 << 20});
+  ASSERT_EQ(dev.vmm_granularity(), granule);
+  auto* range = static_cast<unsigned char*>(dev.reserve_address_range(8 * granule));
+  ASSERT_EQ(reinterpret_cast<std::uintptr_t>(range) % granule, 0u);
+  const physical_handle h = dev.create_physical(granule);
+  EXPECT_EQ(dev.counters().physical_bytes, granule);
+  EXPECT_EQ(dev.memory_info().free_bytes, (std::size_t{64} << 20) - granule);
+  dev.map_physical(range, granule, h);
+  dev.set_access(range, granule);
+  for (std::size_t i = 0; i < granule; i += 4096) range[i] = static_cast<unsigned char>(i >> 12);
+  EXPECT_TRUE(dev.is_device_pointer(range + 100));
+  dev.unmap(range, granule);
+  EXPECT_FALSE(dev.is_device_pointer(range + 100));
+  dev.map_physical(range + 5 * granule, granule, h);
+  dev.set_access(range + 5 * granule, granule);
+  for (std::size_t i = 0; i < granule; i += 4096) {
+    ASSERT_EQ(range[5 * granule + i], static_cast<unsigned char>(i >> 12));
+  }
+  // Released while mapped: the memory lives until the mapping goes, as with cuMemRelease.
+  dev.release_physical(h);
+  EXPECT_EQ(dev.counters().physical_bytes, granule);
+  EXPECT_EQ(range[5 * granule + 4096], 1);
+  dev.unmap(range + 5 * granule, granule);
+  EXPECT_EQ(dev.counters().physical_bytes, 0u);
+  EXPECT_EQ(dev.counters().mapped_bytes, 0u);
+  dev.free_address_range(range, 8 * granule);
+  EXPECT_EQ(dev.counters().reserved_ranges, 0u);
+  EXPECT_EQ(dev.counters().device_bytes_in_use, 0u);
+}
+
+TEST(HostSimVirtualMemory, EnforcesTheRulesOfTheDriver) {
+  host_sim_device dev({.device_memory_bytes = 8 << 20});
+  auto* range = static_cast<unsigned char*>(dev.reserve_address_range(4 * granule));
+  EXPECT_THROW((void)dev.create_physical(granule / 2), cuda_error);  // not a granule multiple
+  const physical_handle a = dev.create_physical(2 * granule);
+  const physical_handle b = dev.create_physical(granule);
+  EXPECT_THROW((void)dev.create_physical(2 * granule), out_of_memory);  // past the capacity
+  EXPECT_THROW(dev.map_physical(range, granule, a), cuda_error);        // not the whole handle
+  dev.map_physical(range, 2 * granule, a);
+  EXPECT_THROW(dev.map_physical(range + granule, granule, b), cuda_error);  // overlaps
+  EXPECT_THROW(dev.set_access(range, 3 * granule), cuda_error);             // not all mapped
+  EXPECT_THROW(dev.unmap(range, granule), cuda_error);                      // part of a mapping
+  dev.map_physical(range + 2 * granule, granule, b);
+  dev.set_access(range, 3 * granule);
+  std::memset(range, 1, 3 * granule);
+  dev.unmap(range, 3 * granule);  // a run of whole mappings in one call
+  dev.release_physical(a);
+  dev.release_physical(b);
+  EXPECT_EQ(dev.counters().device_bytes_in_use, 0u);
+  dev.free_address_range(range, 4 * granule);
+}
+
+TEST(HostSimVirtualMemory, AbsentWhenTheGranularityIsZero) {
+  host_sim_device dev({.vmm_granularity = 0});
+  EXPECT_EQ(dev.vmm_granularity(), 0u);
+  EXPECT_THROW((void)dev.reserve_address_range(granule), cuda_error);
+  EXPECT_THROW((void)dev.create_physical(granule), cuda_error);
+}
+
+}  // namespace
+}  // namespace vramkit

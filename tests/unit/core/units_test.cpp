@@ -27,13 +27,13 @@ TEST(Units, ParsesSizesWithUnits) {
 }
 
 TEST(Units, RejectsBadSizesNamingTheText) {
-  EXPECT_THROW(parse_bytes("-1GiB"), usage_error);
-  EXPECT_THROW(parse_bytes("abc"), usage_error);
-  EXPECT_THROW(parse_bytes("12 parsecs"), usage_error);
-  EXPECT_THROW(parse_bytes("1e30"), usage_error);
+  EXPECT_THROW(parse_bytes("-1GiB"), invalid_input);
+  EXPECT_THROW(parse_bytes("abc"), invalid_input);
+  EXPECT_THROW(parse_bytes("12 parsecs"), invalid_input);
+  EXPECT_THROW(parse_bytes("1e30"), invalid_input);
   try {
     parse_bytes("12XB");
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     EXPECT_NE(std::string(e.what()).find("12XB"), std::string::npos);
   }
 }

@@ -93,8 +93,8 @@ TEST(Recording, MalformedCsvLinesAreReportedByLineAndSkipped) {
 }
 
 TEST(Recording, UnreadableFileIsAUsageError) {
-  EXPECT_THROW(read_recording("/no/such/recording.jsonl"), usage_error);
-  EXPECT_THROW(read_recording(data), usage_error) << "a directory is not a recording";
+  EXPECT_THROW(read_recording("/no/such/recording.jsonl"), invalid_input);
+  EXPECT_THROW(read_recording(data), invalid_input) << "a directory is not a recording";
 }
 
 TEST(Recording, FormatsIso8601InUtc) {

@@ -131,8 +131,8 @@ TEST(Sampler, UnknownDeviceIsAUsageErrorNamingTheRange) {
   sampler s(std::shared_ptr<nvml_api>(fake), opts);
   try {
     s.validate_devices();
-    FAIL() << "expected usage_error";
-  } catch (const usage_error& e) {
+    FAIL() << "expected invalid_input";
+  } catch (const invalid_input& e) {
     EXPECT_NE(std::string(e.what()).find("unknown device 5"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("0..1"), std::string::npos) << e.what();
   }
@@ -169,11 +169,11 @@ TEST(FakeNvml, ReloadsItsFileWhenItChanges) {
 }
 
 TEST(FakeNvml, RejectsBadFixturesWithAClearMessage) {
-  EXPECT_THROW(fake_nvml::parse("[]"), usage_error);
-  EXPECT_THROW(fake_nvml::parse(R"({"gpus":[{"name":"x"}]})"), usage_error);
+  EXPECT_THROW(fake_nvml::parse("[]"), invalid_input);
+  EXPECT_THROW(fake_nvml::parse(R"({"gpus":[{"name":"x"}]})"), invalid_input);
   EXPECT_THROW(fake_nvml::parse(R"({"gpus":[{"memory_total_bytes":1,"memory_used_bytes":2}]})"),
-               usage_error);
-  EXPECT_THROW(fake_nvml::from_file("/no/such/fixture.json"), usage_error);
+               invalid_input);
+  EXPECT_THROW(fake_nvml::from_file("/no/such/fixture.json"), invalid_input);
   auto gpus =
       fake_nvml::parse(R"({"gpus":[{"memory_total_bytes":5,"fail":{"power":"no_permission"}}]})");
   EXPECT_EQ(gpus[0].failures.at("power"), nvml_status::no_permission);
@@ -205,9 +205,9 @@ TEST(ParseInterval, AcceptsUnitsAndRejectsNonsense) {
   EXPECT_EQ(parse_interval("250ms").count(), 250);
   EXPECT_EQ(parse_interval("2").count(), 2000);
   EXPECT_EQ(parse_interval("1m").count(), 60000);
-  EXPECT_THROW(parse_interval("fast"), usage_error);
-  EXPECT_THROW(parse_interval("1h"), usage_error);
-  EXPECT_THROW(parse_interval("1ms"), usage_error);
+  EXPECT_THROW(parse_interval("fast"), invalid_input);
+  EXPECT_THROW(parse_interval("1h"), invalid_input);
+  EXPECT_THROW(parse_interval("1ms"), invalid_input);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "vramkit/mr/pool_resource.hpp"
 #include "vramkit/mr/statistics_adaptor.hpp"
 #include "vramkit/mr/tracing_adaptor.hpp"
+#include "vramkit/mr/vmm_pool_resource.hpp"
 
 namespace vramkit::mr {
 namespace {
@@ -100,6 +101,14 @@ struct pinned_pool_factory {
   }
 };
 
+struct vmm_pool_factory {
+  static stack make() {
+    stack s;
+    s.top = std::make_shared<vmm_pool_resource>(s.dev);
+    return s;
+  }
+};
+
 template <typename Factory>
 class ResourceConformance : public ::testing::Test {
  protected:
@@ -107,9 +116,10 @@ class ResourceConformance : public ::testing::Test {
   memory_resource& r() { return *s.top; }
 };
 
-using factories = ::testing::Types<host_factory, sim_device_factory, sim_async_factory,
-                                   sim_managed_factory, pool_factory, statistics_factory,
-                                   limit_factory, tracing_factory, pinned_pool_factory>;
+using factories =
+    ::testing::Types<host_factory, sim_device_factory, sim_async_factory, sim_managed_factory,
+                     pool_factory, statistics_factory, limit_factory, tracing_factory,
+                     pinned_pool_factory, vmm_pool_factory>;
 TYPED_TEST_SUITE(ResourceConformance, factories);
 
 TYPED_TEST(ResourceConformance, ZeroBytesGiveNullAndFreeingNullIsANoOp) {

@@ -13,6 +13,7 @@
 #include "mr_test_support.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/host_sim_device.hpp"
+#include "vramkit/core/testing/fault_injecting_device.hpp"
 #include "vramkit/mr/device_api_resource.hpp"
 #include "vramkit/mr/statistics_adaptor.hpp"
 
@@ -418,6 +419,28 @@ TEST(PoolResourceStress, ThreadsOnSeveralStreamsNeverShareALiveBlock) {
   EXPECT_EQ(pool->allocated_bytes(), 0u);
   pool->trim();
   EXPECT_EQ(dev->counters().device_bytes_in_use, 0u);
+}
+
+}  // namespace
+}  // namespace vramkit::mr
+
+namespace vramkit::mr {
+namespace {
+
+TEST(PoolResource, EventFailureDuringCrossStreamReuseLeavesThePoolUsable) {
+  auto dev = std::make_shared<vramkit::testing::fault_injecting_device>(
+      std::make_shared<host_sim_device>());
+  pool_resource pool(std::make_shared<device_api_resource>(dev), dev);
+  owned_stream a(*dev), b(*dev);
+  void* p = pool.allocate(4096, 256, a);
+  pool.deallocate(p, 4096, 256, a);
+  dev->fail_nth(vramkit::testing::fault_kind::event, 1);
+  EXPECT_THROW((void)pool.allocate(4096, 256, b), vramkit::cuda_error);
+  void* q = pool.allocate(4096, 256, a);  // the block stayed in a's list
+  EXPECT_EQ(q, p);
+  pool.deallocate(q, 4096, 256, a);
+  EXPECT_EQ(pool.trim(), 2 * MiB);
+  EXPECT_EQ(pool.reserved_bytes(), 0U);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ trace parse_text(const std::string& s) {
 std::string error_of(const std::string& s) {
   try {
     (void)parse_text(s);
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     return e.what();
   }
   return "";
@@ -67,7 +67,7 @@ TEST(Trace, NamesTheLineOfEachMalformedInput) {
   EXPECT_NE(error_of(m + "f 1 2 0 0\n").find("free of id 1 that is not live"), std::string::npos);
   EXPECT_NE(error_of(m + "a 1 2 0 0\nf 1 3 0 1\n").find("with 3 bytes, allocated with 2"),
             std::string::npos);
-  EXPECT_THROW((void)read_trace("/nonexistent/x.trace"), usage_error);
+  EXPECT_THROW((void)read_trace("/nonexistent/x.trace"), invalid_input);
 }
 
 TEST(Trace, AcceptsCommentsBlankLinesAndLiveBlocksAtTheEnd) {

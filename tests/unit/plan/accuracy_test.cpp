@@ -83,7 +83,7 @@ TEST(PlanAccuracy, MalformedGroundTruthNamesFileAndCase) {
   try {
     (void)load_ground_truth(path);
     FAIL() << "a case without max_allocated_bytes was accepted";
-  } catch (const vramkit::usage_error& e) {
+  } catch (const vramkit::invalid_input& e) {
     EXPECT_NE(std::string(e.what()).find("broken"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }

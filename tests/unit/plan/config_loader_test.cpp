@@ -14,7 +14,7 @@ namespace {
 std::string error_of(const std::string& json, const std::string& source = "cfg.json") {
   try {
     parse_model_config(json, source);
-  } catch (const vramkit::usage_error& e) {
+  } catch (const vramkit::invalid_input& e) {
     return e.what();
   }
   return "no error";
@@ -117,8 +117,8 @@ TEST(ConfigLoader, RefusesAbsurdAndZeroSizes) {
 
 TEST(ConfigLoader, MalformedJsonAndMissingFile) {
   EXPECT_THAT(error_of("{not json", "broken.json"), HasSubstr("broken.json"));
-  EXPECT_THROW(load_model_config("/nonexistent/config.json"), vramkit::usage_error);
-  EXPECT_THROW(preset_model("gpt5"), vramkit::usage_error);
+  EXPECT_THROW(load_model_config("/nonexistent/config.json"), vramkit::invalid_input);
+  EXPECT_THROW(preset_model("gpt5"), vramkit::invalid_input);
 }
 
 TEST(ConfigLoader, ResolvesPathsAndPresets) {

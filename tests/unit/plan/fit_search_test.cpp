@@ -20,7 +20,7 @@ TEST(GpuCatalogue, KnowsCommonGpusWithSources) {
     EXPECT_GT(g.memory_bytes, 8 * GiB) << g.name;
     EXPECT_GT(g.pcie_bytes_per_s(), 1e10) << g.name;
   }
-  EXPECT_THROW(find_gpu("voodoo2"), vramkit::usage_error);
+  EXPECT_THROW(find_gpu("voodoo2"), vramkit::invalid_input);
 }
 
 TEST(FitSearch, ReturnsConfigurationsThatFitRankedByCost) {
@@ -95,7 +95,7 @@ TEST(FitSearch, CostModelChargesRecomputeAndOffload) {
   EXPECT_NEAR(estimate_step_time(m, ck, g, default_overheads()) / base, 4.0 / 3.0, 0.01);
   EXPECT_GT(estimate_step_time(m, off, g, default_overheads()), base);
   fit_options none;
-  EXPECT_THROW(fit_search(m, r, none), vramkit::usage_error);
+  EXPECT_THROW(fit_search(m, r, none), vramkit::invalid_input);
 }
 
 // Configurations are planned on several threads; the answer must not depend on how many.

@@ -208,7 +208,7 @@ TEST(MemoryModel, RefusesBadRequestsWithReasons) {
     try {
       make_plan(m, r);
       ADD_FAILURE() << "no error for " << needle;
-    } catch (const vramkit::usage_error& e) {
+    } catch (const vramkit::invalid_input& e) {
       EXPECT_THAT(e.what(), HasSubstr(needle));
     }
   };

@@ -45,8 +45,8 @@ TEST(ProbeSections, KnowsHostAndGpuSections) {
   EXPECT_NO_THROW(check_sections({"host", "h2d"}));
   try {
     check_sections({"host", "warp-drive"});
-    FAIL() << "no usage_error";
-  } catch (const usage_error& e) {
+    FAIL() << "no invalid_input";
+  } catch (const invalid_input& e) {
     EXPECT_NE(std::string(e.what()).find("warp-drive"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("latency"), std::string::npos);
   }

@@ -94,20 +94,21 @@ TEST(ReportJson, NonFiniteNumbersBecomeNull) {
 }
 
 TEST(ReportJson, RejectsWhatIsNotAReport) {
-  EXPECT_THROW(report_from_json(nlohmann::json::array()), usage_error);
-  EXPECT_THROW(report_from_json(nlohmann::json{{"results", nlohmann::json::array()}}), usage_error);
+  EXPECT_THROW(report_from_json(nlohmann::json::array()), invalid_input);
+  EXPECT_THROW(report_from_json(nlohmann::json{{"results", nlohmann::json::array()}}),
+               invalid_input);
   auto j = to_json(sample_report());
   j["schema_version"] = schema_version + 1;
-  EXPECT_THROW(report_from_json(j), usage_error);
+  EXPECT_THROW(report_from_json(j), invalid_input);
   j = to_json(sample_report());
   j["results"][0]["convention"] = "twice";
-  EXPECT_THROW(report_from_json(j), usage_error);
+  EXPECT_THROW(report_from_json(j), invalid_input);
   j = to_json(sample_report());
   j["results"][0].erase("unit");
   try {
     report_from_json(j);
     FAIL();
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     EXPECT_NE(std::string(e.what()).find("unit"), std::string::npos);
   }
 }

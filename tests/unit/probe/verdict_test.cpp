@@ -163,10 +163,10 @@ TEST(ReferenceTable, EveryRangeNamesAKeyTheProbeProduces) {
 }
 
 TEST(ReferenceTable, RejectsMalformedTables) {
-  EXPECT_THROW(reference_table::from_json(nlohmann::json::object()), usage_error);
+  EXPECT_THROW(reference_table::from_json(nlohmann::json::object()), invalid_input);
   auto bad = nlohmann::json::parse(R"({"models":[{"name":"x","match":[["x"]],"ranges":[
       {"key":"gpu{N}.h2d.pinned","unit":"GB/s","min":5,"max":1,"kind":"measured","source":"s"}]}]})");
-  EXPECT_THROW(reference_table::from_json(bad), usage_error);
+  EXPECT_THROW(reference_table::from_json(bad), invalid_input);
 }
 
 TEST(KeyMatches, Placeholders) {

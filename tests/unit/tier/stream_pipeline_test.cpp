@@ -149,7 +149,7 @@ TEST(StreamPipeline, TruncatedInputFilesAreRejectedWithTheReason) {
   try {
     p.run(pipeline_input::from_file(path.string()), noop);
     FAIL() << "no exception";
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("truncated"), std::string::npos) << what;
     EXPECT_NE(what.find("4-byte elements"), std::string::npos) << what;
@@ -157,12 +157,12 @@ TEST(StreamPipeline, TruncatedInputFilesAreRejectedWithTheReason) {
   try {
     p.run(pipeline_input::from_file(path.string(), 4000), noop);
     FAIL() << "no exception";
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("1001 bytes, 4000 declared"), std::string::npos) << what;
   }
   EXPECT_THROW(p.run(pipeline_input::from_file(temp_file("missing.bin").string()), noop),
-               usage_error);
+               invalid_input);
   std::filesystem::remove(path);
   // A declared size shorter than the file reads only the declared bytes.
   EXPECT_EQ(sim.device_current(), 0);
@@ -198,18 +198,18 @@ TEST(StreamPipeline, FailingCallbackNamesTheChunkAndReleasesEveryBuffer) {
 
 TEST(StreamPipeline, BadOptionsAndOutputsAreUsageErrors) {
   host_sim_device dev;
-  EXPECT_THROW(stream_pipeline(dev, {.chunk_bytes = 1024, .depth = 0}), usage_error);
+  EXPECT_THROW(stream_pipeline(dev, {.chunk_bytes = 1024, .depth = 0}), invalid_input);
   EXPECT_THROW(stream_pipeline(dev, {.chunk_bytes = 1022, .depth = 2, .element_bytes = 4}),
-               usage_error);
-  EXPECT_THROW(stream_pipeline(dev, {.chunk_bytes = 0}), usage_error);
+               invalid_input);
+  EXPECT_THROW(stream_pipeline(dev, {.chunk_bytes = 0}), invalid_input);
   stream_pipeline p(dev, {.chunk_bytes = 1024, .depth = 2, .element_bytes = 4});
   std::vector<std::uint32_t> in(1000), out(10);
   auto noop = [](chunk_view, stream_view) {};
   EXPECT_THROW(p.run(pipeline_input::from_host(in.data(), 4000), noop,
                      pipeline_output::to_host(out.data(), 40)),
-               usage_error);
-  EXPECT_THROW(p.run(pipeline_input::from_host(in.data(), 3999), noop), usage_error);
-  EXPECT_THROW(p.run(pipeline_input::from_host(in.data(), 4000), chunk_callback{}), usage_error);
+               invalid_input);
+  EXPECT_THROW(p.run(pipeline_input::from_host(in.data(), 3999), noop), invalid_input);
+  EXPECT_THROW(p.run(pipeline_input::from_host(in.data(), 4000), chunk_callback{}), invalid_input);
   const auto st = p.run(pipeline_input::from_host(in.data(), 0), noop);
   EXPECT_EQ(st.chunks, 0u);
 }

@@ -68,7 +68,7 @@ TEST(TextureStreaming, BudgetTooSmallForTheCoarsestLevelsIsOutOfMemory) {
   for (int i = 0; i < 4; ++i) streamer.add_item({i * 1.0, 0}, 64 * KiB, 2, 1);
   owned_stream stream(*sim.device);
   EXPECT_THROW(streamer.frame({0, 0}, stream), out_of_memory);
-  EXPECT_THROW(streamer.add_item({0, 0}, 1000, 3, 1), usage_error);
+  EXPECT_THROW(streamer.add_item({0, 0}, 1000, 3, 1), invalid_input);
 }
 
 }  // namespace

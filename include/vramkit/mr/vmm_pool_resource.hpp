@@ -1,0 +1,78 @@
+// vmm_pool_resource: a stream-ordered caching pool on the device's virtual memory management
+// (cuMemAddressReserve / cuMemCreate / cuMemMap). Two address ranges (small requests <= 1 MiB, and
+// the rest) are reserved once and grow in place, granule by granule, so segments never multiply.
+// When a request fits no free block, growth first unmaps the physical granules that lie wholly in
+// free space anywhere in the pool and maps them where the request needs them (remapping instead of
+// reserving more); only the shortfall is created. Free blocks, best fit, per-stream lists and
+// cross-stream reuse through events work as in pool_resource, whose fast path this shares.
+// Thread-safe: one mutex; released only around host synchronization.
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "vramkit/core/units.hpp"
+#include "vramkit/mr/memory_resource.hpp"
+#include "vramkit/mr/memory_summary.hpp"
+#include "vramkit/mr/pool_resource.hpp"
+
+namespace vramkit::mr {
+
+/// Settings of a virtual-memory pool. Sizes in bytes.
+struct vmm_pool_options {
+  std::size_t rounding = 512;        ///< every request is rounded up to a multiple (power of 2)
+  std::size_t small_size = 1 * MiB;  ///< requests up to this use the small range
+  /// Address space reserved for each of the two ranges; 0 = twice the device's memory.
+  std::size_t address_space_bytes = 0;
+  /// Upper bound on physical memory held (mapped or cached); past it allocation throws
+  /// out_of_memory (VRAMKIT_POOL_MAXIMUM in the C API and the PyTorch allocator).
+  std::size_t maximum_size = std::numeric_limits<std::size_t>::max();
+  misuse_handler on_misuse;  ///< empty = print to stderr
+};
+
+/// The pool; memory comes straight from `api`'s virtual-memory calls (throws vramkit::logic_error
+/// when api is null or reports granularity 0). Alignment up to 256 bytes is honoured. Example:
+///   auto dev = std::make_shared<vramkit::host_sim_device>();
+///   vramkit::mr::vmm_pool_resource pool(dev);
+///   void* p = pool.allocate(1000, 256, s);  ...  pool.deallocate(p, 1000, 256, s);
+class vmm_pool_resource final : public memory_resource {
+ public:
+  explicit vmm_pool_resource(std::shared_ptr<device_api> api, vmm_pool_options options = {});
+  /// Synchronizes the device, unmaps and releases everything; blocks still allocated are lost.
+  ~vmm_pool_resource() override;
+  vmm_pool_resource(const vmm_pool_resource&) = delete;
+  vmm_pool_resource& operator=(const vmm_pool_resource&) = delete;
+
+  [[nodiscard]] memory_kind kind() const noexcept override { return memory_kind::device; }
+  [[nodiscard]] std::string name() const override;
+  void describe(summary_builder& builder) const override;
+  void reset_peak() const noexcept override;
+
+  /// Synchronizes the device, unmaps every granule lying wholly in free space and releases it
+  /// with every cached granule. Returns the physical bytes released.
+  std::size_t trim();
+  [[nodiscard]] pool_report report() const;
+  /// Physical bytes held: mapped plus cached unmapped granules.
+  [[nodiscard]] std::size_t reserved_bytes() const;
+  /// Bytes of blocks handed out (after rounding).
+  [[nodiscard]] std::size_t allocated_bytes() const;
+  /// Granules currently mapped, and cached unmapped (for tests of the accounting).
+  [[nodiscard]] std::size_t mapped_granules() const;
+  [[nodiscard]] std::size_t cached_granules() const;
+  /// Maximal runs of mapped granules (the pool's segments).
+  [[nodiscard]] std::size_t segment_count() const;
+  [[nodiscard]] std::size_t granularity() const noexcept;
+  [[nodiscard]] const vmm_pool_options& options() const noexcept;
+
+ private:
+  void* do_allocate(std::size_t bytes, std::size_t alignment, stream_view stream) override;
+  void do_deallocate(void* ptr, std::size_t bytes, std::size_t alignment,
+                     stream_view stream) noexcept override;
+
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace vramkit::mr

@@ -1,0 +1,805 @@
+// vmm_pool_resource: per-stream free lists over two growable address ranges; see the header for
+// the contract. Lock discipline: `m` guards every field of impl, including the device's VMM calls
+// made for the pool; it is released only around synchronize_device, after which the caller starts
+// its search over.
+#include "vramkit/mr/vmm_pool_resource.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory_resource>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "free_index.hpp"
+#include "vramkit/core/error.hpp"
+
+namespace vramkit::mr {
+namespace {
+
+struct stream_state;
+struct arena;
+
+enum class block_state : std::uint8_t { allocated, free, unmapped };
+
+struct block {
+  std::uintptr_t ptr = 0;
+  std::size_t size = 0;
+  std::size_t requested = 0;
+  block* prev = nullptr;  // address neighbours inside the arena
+  block* next = nullptr;
+  block* free_prev = nullptr;
+  block* free_next = nullptr;
+  arena* owner = nullptr;
+  stream_state* stream = nullptr;
+  std::uint64_t seq = 0;
+  std::uint32_t bin = 0;
+  block_state state = block_state::unmapped;
+  [[nodiscard]] bool is_free() const noexcept { return state == block_state::free; }
+};
+
+using free_index = detail::free_index<block>;
+
+// One reserved address range: blocks cover it without gaps, and unmapped blocks (holes and the
+// unused top) are also indexed by address. handles[i] is the physical granule mapped at granule i.
+struct arena {
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  bool small = false;
+  std::vector<physical_handle> handles;
+  std::map<std::uintptr_t, block*> holes;
+  block* first = nullptr;
+};
+
+struct stream_state {
+  stream_view stream;
+  event_view event;
+  bool has_event = false;
+  std::uint64_t free_seq = 0;
+  std::uint64_t recorded_seq = 0;
+  std::uint64_t synced_seq = 0;
+  free_index free_small;
+  free_index free_large;
+  free_index& list(bool small) { return small ? free_small : free_large; }
+};
+
+std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
+          .count());
+}
+
+}  // namespace
+
+struct vmm_pool_resource::impl {
+  std::shared_ptr<device_api> api;
+  vmm_pool_options opt;
+  std::string name;
+  std::size_t g = 0;  // granularity
+
+  mutable std::mutex m;
+  arena small_arena, large_arena;
+  std::vector<std::unique_ptr<stream_state>> streams;
+  stream_state* last_stream = nullptr;
+  std::pmr::unsynchronized_pool_resource node_pool;
+  std::pmr::unordered_map<std::uintptr_t, block*> live{&node_pool};
+  std::vector<block*> spare;
+  std::vector<physical_handle> cache;  // unmapped granules, ready to map anywhere
+  std::size_t cache_from_reclaim = 0;  // of `cache`, granules unmapped from free space
+  std::size_t physical_bytes = 0;
+  std::size_t mapped = 0;
+  std::size_t free_block_count = 0;
+  mutable pool_report stats;
+
+  arena& arena_for(bool small) { return small ? small_arena : large_arena; }
+
+  // --- blocks and lists (lock held) ----------------------------------------------------------
+  block* new_block() {
+    if (spare.empty()) return new block;
+    block* b = spare.back();
+    spare.pop_back();
+    *b = block{};
+    return b;
+  }
+  void recycle(block* b) { spare.push_back(b); }
+
+  void list_insert(stream_state* st, block* b) {
+    b->state = block_state::free;
+    b->stream = st;
+    st->list(b->owner->small).insert(b);
+    ++free_block_count;
+  }
+  void list_erase(block* b) {
+    b->stream->list(b->owner->small).erase(b);
+    --free_block_count;
+  }
+
+  // Links `b` after `at` (or first when at is null) in b's arena.
+  static void link_after(block* at, block* b) {
+    b->prev = at;
+    if (at == nullptr) {
+      b->next = b->owner->first;
+      b->owner->first = b;
+    } else {
+      b->next = at->next;
+      at->next = b;
+    }
+    if (b->next != nullptr) b->next->prev = b;
+  }
+  void unlink(block* b) {
+    if (b->prev != nullptr) {
+      b->prev->next = b->next;
+    } else {
+      b->owner->first = b->next;
+    }
+    if (b->next != nullptr) b->next->prev = b->prev;
+    recycle(b);
+  }
+
+  // Absorbs `n` (the block after b) into b.
+  void absorb_next(block* b) {
+    block* n = b->next;
+    b->size += n->size;
+    b->seq = std::max(b->seq, n->seq);
+    unlink(n);
+  }
+
+  void insert_free(stream_state* st, block* b) {
+    if (block* p = b->prev; p != nullptr && p->is_free() && p->stream == st) {
+      list_erase(p);
+      b->seq = std::max(b->seq, p->seq);
+      p->seq = b->seq;
+      absorb_next(p);
+      b = p;
+    }
+    if (block* n = b->next; n != nullptr && n->is_free() && n->stream == st) {
+      list_erase(n);
+      absorb_next(b);
+    }
+    list_insert(st, b);
+  }
+
+  void* hand_out(stream_state* st, block* b, std::size_t size, std::size_t bytes) {
+    list_erase(b);
+    if (b->size - size >= opt.rounding) {
+      block* rest = new_block();
+      rest->ptr = b->ptr + size;
+      rest->size = b->size - size;
+      rest->owner = b->owner;
+      rest->seq = b->seq;
+      link_after(b, rest);
+      b->size = size;
+      list_insert(st, rest);
+    }
+    b->state = block_state::allocated;
+    b->requested = bytes;
+    b->stream = st;
+    live.emplace(b->ptr, b);
+    const bool small = b->owner->small;
+    stats.allocated_bytes.add(small, static_cast<std::int64_t>(b->size));
+    stats.requested_bytes.add(small, static_cast<std::int64_t>(bytes));
+    stats.allocations.add(small, 1);
+    return reinterpret_cast<void*>(b->ptr);
+  }
+
+  // --- streams and events (lock held) --------------------------------------------------------
+  stream_state* stream_for(stream_view s) {
+    if (last_stream != nullptr && last_stream->stream == s) return last_stream;
+    for (auto& st : streams) {
+      if (st->stream == s) {
+        last_stream = st.get();
+        return last_stream;
+      }
+    }
+    streams.push_back(std::make_unique<stream_state>());
+    streams.back()->stream = s;
+    last_stream = streams.back().get();
+    stats.streams = streams.size();
+    return last_stream;
+  }
+
+  void record(stream_state* st) {
+    if (!st->has_event) {
+      st->event = api->create_event();
+      st->has_event = true;
+    }
+    api->record_event(st->event, st->stream);
+    st->recorded_seq = st->free_seq;
+  }
+
+  // As pool_resource: another stream's free blocks move to st after st waits for its event.
+  bool steal(stream_state* st, bool small, std::size_t size) {
+    for (auto& other_owned : streams) {
+      stream_state* other = other_owned.get();
+      if (other == st || other->list(small).find(size) == nullptr) continue;
+      record(other);
+      api->stream_wait_event(st->stream, other->event);
+      ++stats.cross_stream_waits;
+      std::vector<block*> moved = other->free_small.take_all();
+      std::vector<block*> large = other->free_large.take_all();
+      moved.insert(moved.end(), large.begin(), large.end());
+      free_block_count -= moved.size();
+      ++st->free_seq;
+      for (block* b : moved) {
+        b->state = block_state::allocated;  // not free until re-inserted, so merges stay correct
+        b->seq = st->free_seq;
+      }
+      for (block* b : moved) insert_free(st, b);
+      return true;
+    }
+    return false;
+  }
+
+  // Frees whose events have been seen complete no longer need a synchronization.
+  void refresh_completed() {
+    for (auto& st : streams) {
+      if (st->has_event && st->recorded_seq > st->synced_seq && api->event_done(st->event)) {
+        st->synced_seq = st->recorded_seq;
+      }
+    }
+  }
+
+  // Synchronizes the device without the lock; every free made before is then complete.
+  void sync_frees(std::unique_lock<std::mutex>& lock) {
+    std::vector<std::pair<stream_state*, std::uint64_t>> pending;
+    for (auto& st : streams) {
+      if (st->free_seq > st->synced_seq) pending.emplace_back(st.get(), st->free_seq);
+    }
+    if (pending.empty()) return;
+    lock.unlock();
+    api->synchronize_device();
+    lock.lock();
+    for (auto& [st, seq] : pending) st->synced_seq = std::max(st->synced_seq, seq);
+  }
+
+  // --- granules (lock held) ------------------------------------------------------------------
+  bool granule_mapped(const arena& a, std::uintptr_t addr) const {
+    if (addr < a.base || addr >= a.base + a.size) return false;
+    return a.handles[(addr - a.base) / g].value != 0;
+  }
+
+  // Maps `handles` at addr..; on failure unmaps what was mapped and puts the handles back.
+  void map_run(arena& a, std::uintptr_t addr, const std::vector<physical_handle>& hs) {
+    const auto start = std::chrono::steady_clock::now();
+    std::size_t done = 0;
+    try {
+      for (; done < hs.size(); ++done) {
+        api->map_physical(reinterpret_cast<void*>(addr + done * g), g, hs[done]);
+      }
+      api->set_access(reinterpret_cast<void*>(addr), hs.size() * g);
+    } catch (...) {
+      if (done > 0) {
+        try {
+          api->unmap(reinterpret_cast<void*>(addr), done * g);
+        } catch (...) {
+          std::fprintf(stderr, "vramkit %s: unmapping after a failed map failed\n", name.c_str());
+        }
+      }
+      cache.insert(cache.end(), hs.begin(), hs.end());
+      throw;
+    }
+    stats.vmm.map_ns += elapsed_ns(start);
+    stats.vmm.granules_mapped += hs.size();
+    const std::size_t n = hs.size();
+    const int joined = static_cast<int>(granule_mapped(a, addr - g)) +
+                       static_cast<int>(granule_mapped(a, addr + n * g));
+    for (std::size_t i = 0; i < n; ++i) a.handles[(addr - a.base) / g + i] = hs[i];
+    mapped += n;
+    if (joined == 0) stats.chunks.add(a.small, 1);
+    if (joined == 2) stats.chunks.remove(a.small, 1);
+    stats.reserved_bytes.remove(false, static_cast<std::int64_t>(n * g));  // left the cache
+    stats.reserved_bytes.add(a.small, static_cast<std::int64_t>(n * g));
+  }
+
+  void unmap_run(arena& a, std::uintptr_t addr, std::size_t n) {
+    const auto start = std::chrono::steady_clock::now();
+    api->unmap(reinterpret_cast<void*>(addr), n * g);
+    stats.vmm.unmap_ns += elapsed_ns(start);
+    stats.vmm.granules_unmapped += n;
+    for (std::size_t i = 0; i < n; ++i) {
+      physical_handle& h = a.handles[(addr - a.base) / g + i];
+      cache.push_back(h);
+      h = physical_handle{};
+    }
+    cache_from_reclaim += n;
+    mapped -= n;
+    const int joined = static_cast<int>(granule_mapped(a, addr - g)) +
+                       static_cast<int>(granule_mapped(a, addr + n * g));
+    if (joined == 0) stats.chunks.remove(a.small, 1);
+    if (joined == 2) stats.chunks.add(a.small, 1);
+    stats.reserved_bytes.remove(a.small, static_cast<std::int64_t>(n * g));
+    stats.reserved_bytes.add(false, static_cast<std::int64_t>(n * g));
+  }
+
+  // Turns [addr, addr + len) of free block b into a hole (unmapped), keeping the rest of b free
+  // on its stream.
+  void carve_hole(block* b, std::uintptr_t addr, std::size_t len) {
+    arena& a = *b->owner;
+    stream_state* st = b->stream;
+    const std::uint64_t seq = b->seq;
+    list_erase(b);
+    unmap_run(a, addr, len / g);
+    const std::uintptr_t end = b->ptr + b->size;
+    block* left = nullptr;
+    if (addr > b->ptr) {
+      left = b;
+      b->size = addr - b->ptr;
+      list_insert(st, b);
+    }
+    block* hole = left != nullptr ? new_block() : b;
+    hole->ptr = addr;
+    hole->size = len;
+    hole->owner = &a;
+    hole->state = block_state::unmapped;
+    hole->stream = nullptr;
+    hole->seq = 0;
+    if (left != nullptr) link_after(left, hole);
+    if (addr + len < end) {
+      block* right = new_block();
+      right->ptr = addr + len;
+      right->size = end - addr - len;
+      right->owner = &a;
+      right->seq = seq;
+      link_after(hole, right);
+      list_insert(st, right);
+    }
+    add_hole(hole);
+  }
+
+  // Indexes an unmapped block, merging it with unmapped neighbours.
+  void add_hole(block* h) {
+    arena& a = *h->owner;
+    if (block* p = h->prev; p != nullptr && p->state == block_state::unmapped) {
+      a.holes.erase(p->ptr);
+      absorb_next(p);
+      h = p;
+    }
+    if (block* n = h->next; n != nullptr && n->state == block_state::unmapped) {
+      a.holes.erase(n->ptr);
+      absorb_next(h);
+    }
+    a.holes[h->ptr] = h;
+  }
+
+  bool complete(const block* b) const { return b->seq <= b->stream->synced_seq; }
+
+  // Merges the free blocks after b whose frees are complete into b, whichever streams' lists
+  // hold them: no stream has work left on them, so the merged block needs no wait (seq 0).
+  void merge_completed_run(block* b, const block* keep) {
+    block* n = b->next;
+    if (n == nullptr || !n->is_free() || n == keep || !complete(n)) return;
+    list_erase(b);
+    while ((n = b->next) != nullptr && n->is_free() && n != keep && complete(n)) {
+      list_erase(n);
+      absorb_next(b);
+    }
+    b->seq = 0;
+    list_insert(b->stream, b);
+  }
+
+  // Unmaps up to `want` granules lying wholly in free space whose frees are known complete,
+  // skipping block `keep`; returns the granules gained.
+  std::size_t reclaim(std::size_t want, const block* keep) {
+    std::size_t gained = 0;
+    for (arena* a : {&large_arena, &small_arena}) {
+      block* b = a->first;
+      while (b != nullptr && gained < want) {
+        block* next = b->next;
+        if (b->is_free() && b != keep && complete(b)) {
+          merge_completed_run(b, keep);
+          next = b->next;
+          const std::uintptr_t lo = align_up(b->ptr, g);
+          const std::uintptr_t hi = (b->ptr + b->size) / g * g;
+          if (hi >= lo + g) {
+            const std::size_t n = std::min((hi - lo) / g, want - gained);
+            carve_hole(b, lo, n * g);
+            gained += n;
+            // The hole may have merged with its neighbours: continue after it.
+            auto it = a->holes.upper_bound(lo);
+            --it;
+            next = it->second->next;
+          }
+        }
+        b = next;
+      }
+    }
+    return gained;
+  }
+
+  // Granules that reclaim could unmap now: wholly inside runs of free blocks (runs of blocks with
+  // completed frees, or single blocks when `completed_only` is false).
+  std::size_t reclaimable(bool completed_only, const block* keep) const {
+    std::size_t n = 0;
+    for (const arena* a : {&large_arena, &small_arena}) {
+      for (const block* b = a->first; b != nullptr; b = b->next) {
+        if (!b->is_free() || b == keep) continue;
+        if (completed_only && !complete(b)) continue;
+        const std::uintptr_t start = b->ptr;
+        if (completed_only) {
+          while (b->next != nullptr && b->next->is_free() && b->next != keep && complete(b->next)) {
+            b = b->next;
+          }
+        }
+        const std::uintptr_t lo = align_up(start, g);
+        const std::uintptr_t hi = (b->ptr + b->size) / g * g;
+        if (hi >= lo + g) n += (hi - lo) / g;
+      }
+    }
+    return n;
+  }
+
+  struct growth_plan {
+    block* hole = nullptr;
+    block* prev_free = nullptr;  // st's free block just below the hole, extended by the growth
+    std::size_t granules = 0;
+  };
+
+  // The hole that needs the fewest granules mapped (st's free block just below it counts), the
+  // lowest such.
+  growth_plan plan_growth(stream_state* st, arena& a, std::size_t size) const {
+    growth_plan best;
+    for (auto& [addr, h] : a.holes) {
+      block* p = h->prev;
+      const std::size_t below = (p != nullptr && p->is_free() && p->stream == st) ? p->size : 0;
+      const std::size_t need = size > below ? size - below : 0;
+      const std::size_t n = std::max<std::size_t>((need + g - 1) / g, 1);
+      if (n * g > h->size || (best.hole != nullptr && n >= best.granules)) continue;
+      best = {h, below > 0 ? p : nullptr, n};
+    }
+    return best;
+  }
+
+  enum class grow_result { grown, retry, failed };
+
+  // Maps granules so that a block of `size` fits on st: cached granules first, then granules
+  // unmapped from free space (after a synchronization if their frees may still be running), then
+  // newly created ones.
+  grow_result grow(stream_state* st, bool small, std::size_t size, bool& synced,
+                   std::unique_lock<std::mutex>& lock, std::string& why) {
+    arena& a = arena_for(small);
+    growth_plan plan = plan_growth(st, a, size);
+    if (plan.hole == nullptr) {
+      why = "address range of " + std::to_string(a.size) + " bytes exhausted";
+      return grow_result::failed;
+    }
+    if (plan.granules > cache.size()) {
+      const std::size_t shortfall = plan.granules - cache.size();
+      refresh_completed();
+      const std::size_t ready = reclaimable(true, plan.prev_free);
+      if (ready < shortfall && !synced && reclaimable(false, plan.prev_free) > ready) {
+        // Free space whose frees may still run on the device: wait for them rather than grow.
+        synced = true;
+        sync_frees(lock);
+        return grow_result::retry;
+      }
+      if (reclaim(shortfall, plan.prev_free) > 0) {
+        ++stats.vmm.defragmentations;
+        plan = plan_growth(st, a, size);  // holes merged: the old plan's pointers are stale
+        if (plan.hole == nullptr) {
+          why = "address range exhausted";
+          return grow_result::failed;
+        }
+      }
+    }
+    std::vector<physical_handle> hs;
+    hs.reserve(plan.granules);
+    while (hs.size() < plan.granules && !cache.empty()) {
+      hs.push_back(cache.back());
+      cache.pop_back();
+    }
+    const std::size_t from_cache = hs.size();
+    const std::size_t remapped = std::min(from_cache, cache_from_reclaim);
+    cache_from_reclaim -= remapped;
+    const std::size_t to_create = plan.granules - hs.size();
+    if (to_create * g >
+        (opt.maximum_size > physical_bytes ? opt.maximum_size - physical_bytes : 0)) {
+      cache.insert(cache.end(), hs.begin(), hs.end());
+      cache_from_reclaim += remapped;
+      why = "pool maximum_size " + std::to_string(opt.maximum_size) + " bytes reached";
+      return grow_result::failed;
+    }
+    try {
+      for (std::size_t i = 0; i < to_create; ++i) {
+        hs.push_back(api->create_physical(g));
+        physical_bytes += g;
+        stats.reserved_bytes.add(false, static_cast<std::int64_t>(g));  // counted as cached
+        ++stats.vmm.physical_creates;
+        ++stats.upstream_allocations;
+      }
+    } catch (const std::bad_alloc& e) {
+      cache.insert(cache.end(), hs.begin(), hs.end());
+      cache_from_reclaim += remapped;
+      why = e.what();
+      why = why.substr(0, why.find('\n'));
+      return grow_result::failed;
+    }
+    const std::uintptr_t at = plan.hole->ptr;
+    map_run(a, at, hs);
+    stats.vmm.granules_remapped += remapped;
+    // The hole's low end is mapped now: split it and free the mapped part on st.
+    block* h = plan.hole;
+    a.holes.erase(h->ptr);
+    const std::size_t len = hs.size() * g;
+    block* fresh = h;
+    if (len < h->size) {
+      block* rest = new_block();
+      rest->ptr = h->ptr + len;
+      rest->size = h->size - len;
+      rest->owner = &a;
+      rest->state = block_state::unmapped;
+      link_after(h, rest);
+      a.holes[rest->ptr] = rest;
+      h->size = len;
+    }
+    fresh->state = block_state::allocated;
+    fresh->seq = 0;  // fresh or reclaimed after completion: nothing to wait for
+    insert_free(st, fresh);
+    return grow_result::grown;
+  }
+
+  // Releases every cached granule (lock held).
+  std::size_t release_cache() {
+    const auto start = std::chrono::steady_clock::now();
+    for (physical_handle h : cache) api->release_physical(h);
+    const std::size_t bytes = cache.size() * g;
+    stats.vmm.physical_releases += cache.size();
+    stats.upstream_frees += cache.size();
+    stats.reserved_bytes.remove(false, static_cast<std::int64_t>(bytes));
+    physical_bytes -= bytes;
+    cache.clear();
+    cache_from_reclaim = 0;
+    stats.vmm.unmap_ns += elapsed_ns(start);
+    return bytes;
+  }
+
+  void init_arena(arena& a, bool small, std::size_t bytes) {
+    a.small = small;
+    a.size = bytes;
+    a.base = reinterpret_cast<std::uintptr_t>(api->reserve_address_range(bytes));
+    a.handles.assign(bytes / g, physical_handle{});
+    block* top = new_block();
+    top->ptr = a.base;
+    top->size = bytes;
+    top->owner = &a;
+    top->state = block_state::unmapped;
+    a.first = top;
+    a.holes[top->ptr] = top;
+  }
+
+  void destroy_arena(arena& a) {
+    if (a.base == 0) return;
+    for (std::size_t i = 0; i < a.handles.size();) {
+      if (a.handles[i].value == 0) {
+        ++i;
+        continue;
+      }
+      std::size_t j = i;
+      while (j < a.handles.size() && a.handles[j].value != 0) ++j;
+      try {
+        api->unmap(reinterpret_cast<void*>(a.base + i * g), (j - i) * g);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "vramkit %s: unmap at destruction failed: %s\n", name.c_str(),
+                     e.what());
+      }
+      for (std::size_t k = i; k < j; ++k) api->release_physical(a.handles[k]);
+      i = j;
+    }
+    api->free_address_range(reinterpret_cast<void*>(a.base), a.size);
+    for (block* b = a.first; b != nullptr;) {
+      block* n = b->next;
+      delete b;
+      b = n;
+    }
+    a.first = nullptr;
+  }
+
+  pool_report snapshot() const {
+    pool_report r = stats;
+    r.resource = name;
+    r.free_bytes = static_cast<std::size_t>(stats.reserved_bytes.all.current -
+                                            stats.allocated_bytes.all.current);
+    r.free_blocks = free_block_count;
+    std::size_t largest = 0;
+    for (const auto& st : streams) {
+      largest = std::max({largest, st->free_small.largest(), st->free_large.largest()});
+    }
+    r.largest_free_block = largest;
+    r.vmm.present = true;
+    r.vmm.granularity = g;
+    r.vmm.cached_bytes = cache.size() * g;
+    return r;
+  }
+};
+
+vmm_pool_resource::vmm_pool_resource(std::shared_ptr<device_api> api, vmm_pool_options options)
+    : impl_(std::make_unique<impl>()) {
+  if (!api) throw logic_error("vmm_pool_resource: device API is null");
+  if (!is_power_of_two(options.rounding) || options.rounding < default_alignment) {
+    throw logic_error("vmm_pool_resource: rounding must be a power of two >= 256");
+  }
+  impl& s = *impl_;
+  s.api = std::move(api);
+  s.opt = std::move(options);
+  s.g = s.api->vmm_granularity();
+  if (s.g == 0) {
+    throw logic_error("vmm_pool_resource: device " + s.api->name() +
+                      " has no virtual memory management");
+  }
+  if (s.opt.small_size >= s.g) {
+    throw logic_error("vmm_pool_resource: small_size must be below the granularity");
+  }
+  s.name = "vmm_pool(" + s.api->name() + ")";
+  s.stats.resource = s.name;
+  s.stats.vmm.present = true;
+  s.stats.vmm.granularity = s.g;
+  std::size_t va = s.opt.address_space_bytes;
+  if (va == 0) va = 2 * s.api->properties(s.api->current_device()).total_memory_bytes;
+  va = align_up(std::max(va, s.g), s.g);
+  s.live.reserve(4096);
+  s.init_arena(s.large_arena, false, va);
+  try {
+    s.init_arena(s.small_arena, true, va);
+  } catch (...) {
+    s.destroy_arena(s.large_arena);
+    throw;
+  }
+}
+
+vmm_pool_resource::~vmm_pool_resource() {
+  impl& s = *impl_;
+  try {
+    s.api->synchronize_device();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vramkit %s: synchronizing at destruction failed: %s\n", s.name.c_str(),
+                 e.what());
+  }
+  std::lock_guard lock(s.m);
+  s.destroy_arena(s.large_arena);
+  s.destroy_arena(s.small_arena);
+  for (physical_handle h : s.cache) s.api->release_physical(h);
+  for (block* b : s.spare) delete b;
+  for (auto& st : s.streams) {
+    if (st->has_event) s.api->destroy_event(st->event);
+  }
+}
+
+std::string vmm_pool_resource::name() const { return impl_->name; }
+std::size_t vmm_pool_resource::granularity() const noexcept { return impl_->g; }
+const vmm_pool_options& vmm_pool_resource::options() const noexcept { return impl_->opt; }
+
+void* vmm_pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, stream_view stream) {
+  if (bytes == 0) return nullptr;
+  impl& s = *impl_;
+  if (!is_power_of_two(alignment) || alignment > default_alignment) {
+    throw logic_error(s.name + ": alignment " + std::to_string(alignment) +
+                      " not supported (power of two up to 256)");
+  }
+  if (bytes > s.large_arena.size)
+    throw out_of_memory(bytes, s.name, "larger than the address range");
+  const std::size_t size = align_up(bytes, s.opt.rounding);
+  const bool small = size <= s.opt.small_size;
+  std::unique_lock lock(s.m);
+  stream_state* st = s.stream_for(stream);
+  bool synced = false;
+  bool trimmed = false;
+  std::string why;
+  for (;;) {
+    if (block* b = st->list(small).find(size)) return s.hand_out(st, b, size, bytes);
+    if (s.steal(st, small, size)) {
+      if (block* b = st->list(small).find(size)) return s.hand_out(st, b, size, bytes);
+    }
+    const auto r = s.grow(st, small, size, synced, lock, why);
+    if (r != impl::grow_result::failed) {
+      st = s.stream_for(stream);
+      continue;
+    }
+    ++s.stats.upstream_failures;
+    if (!trimmed) {
+      // OOM ladder: synchronize, unmap and release all free space, then try once more.
+      trimmed = true;
+      lock.unlock();
+      trim();
+      lock.lock();
+      st = s.stream_for(stream);
+      synced = false;
+      continue;
+    }
+    ++s.stats.out_of_memory_errors;
+    lock.unlock();
+    throw out_of_memory(bytes, s.name, "cannot grow: " + why + "\n" + memory_summary(*this));
+  }
+}
+
+void vmm_pool_resource::do_deallocate(void* ptr, std::size_t bytes, std::size_t,
+                                      stream_view stream) noexcept {
+  if (ptr == nullptr) return;
+  impl& s = *impl_;
+  misuse_report misuse;
+  {
+    std::lock_guard lock(s.m);
+    auto it = s.live.find(reinterpret_cast<std::uintptr_t>(ptr));
+    if (it == s.live.end()) {
+      misuse.kind = misuse_report::kind_t::foreign_pointer;
+    } else if (block* b = it->second;
+               align_up(bytes, s.opt.rounding) != align_up(b->requested, s.opt.rounding)) {
+      misuse.kind = misuse_report::kind_t::wrong_size;
+      misuse.expected_bytes = b->requested;
+    } else {
+      s.live.erase(it);
+      const bool small = b->owner->small;
+      s.stats.allocated_bytes.remove(small, static_cast<std::int64_t>(b->size));
+      s.stats.requested_bytes.remove(small, static_cast<std::int64_t>(b->requested));
+      s.stats.allocations.remove(small, 1);
+      stream_state* st = s.stream_for(stream);
+      b->seq = ++st->free_seq;
+      s.insert_free(st, b);
+      return;
+    }
+    ++s.stats.misuse_reports;
+  }
+  misuse.ptr = ptr;
+  misuse.bytes = bytes;
+  misuse.resource = s.name;
+  try {
+    if (s.opt.on_misuse) {
+      s.opt.on_misuse(misuse);
+    } else {
+      std::fprintf(stderr, "%s\n", misuse.message().c_str());
+    }
+  } catch (...) {
+    std::fprintf(stderr, "vramkit %s: misuse handler threw\n", s.name.c_str());
+  }
+}
+
+std::size_t vmm_pool_resource::trim() {
+  impl& s = *impl_;
+  std::unique_lock lock(s.m);
+  s.sync_frees(lock);
+  s.reclaim(std::numeric_limits<std::size_t>::max(), nullptr);
+  ++s.stats.trims;
+  return s.release_cache();
+}
+
+pool_report vmm_pool_resource::report() const {
+  std::lock_guard lock(impl_->m);
+  return impl_->snapshot();
+}
+
+void vmm_pool_resource::describe(summary_builder& builder) const {
+  builder.add_layer(impl_->name);
+  builder.add(report());
+}
+
+void vmm_pool_resource::reset_peak() const noexcept {
+  std::lock_guard lock(impl_->m);
+  impl_->stats.reset_peaks();
+}
+
+std::size_t vmm_pool_resource::reserved_bytes() const {
+  std::lock_guard lock(impl_->m);
+  return impl_->physical_bytes;
+}
+
+std::size_t vmm_pool_resource::allocated_bytes() const {
+  std::lock_guard lock(impl_->m);
+  return static_cast<std::size_t>(impl_->stats.allocated_bytes.all.current);
+}
+
+std::size_t vmm_pool_resource::mapped_granules() const {
+  std::lock_guard lock(impl_->m);
+  return impl_->mapped;
+}
+
+std::size_t vmm_pool_resource::cached_granules() const {
+  std::lock_guard lock(impl_->m);
+  return impl_->cache.size();
+}
+
+std::size_t vmm_pool_resource::segment_count() const {
+  std::lock_guard lock(impl_->m);
+  return static_cast<std::size_t>(impl_->stats.chunks.all.current);
+}
+
+}  // namespace vramkit::mr

@@ -1,0 +1,60 @@
+// to_json / to_table of a fit search: the ranked configurations with their figures and reasons.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "vramkit/core/units.hpp"
+#include "vramkit/plan/fit_search.hpp"
+
+namespace vramkit::plan {
+
+std::string to_json(const fit_result& res) {
+  nlohmann::ordered_json j;
+  j["schema_version"] = plan_schema_version;
+  j["model"] = res.model;
+  j["capacity_bytes"] = res.capacity_bytes;
+  j["gpu"] = res.gpu.empty() ? "custom" : res.gpu;
+  j["planned"] = res.planned;
+  auto arr = nlohmann::ordered_json::array();
+  for (const auto& c : res.fits) {
+    const auto& q = c.request;
+    arr.push_back({{"micro_batch", q.micro_batch},
+                   {"precision", to_string(q.prec)},
+                   {"checkpointing", to_string(q.ckpt)},
+                   {"zero", q.zero},
+                   {"offload", to_string(q.offload)},
+                   {"tp", q.tp},
+                   {"pp", q.pp},
+                   {"device_peak_bytes", c.device_peak_bytes},
+                   {"allocated_peak_bytes", c.allocated_peak_bytes},
+                   {"host_peak_bytes", c.host_peak_bytes},
+                   {"step_time_s", c.step_time_s},
+                   {"reasons", c.reasons}});
+  }
+  j["fits"] = arr;
+  return j.dump(2);
+}
+
+std::string to_table(const fit_result& res) {
+  std::string out = fmt::format("vramkit plan --fit: {} on {} ({}), {} configurations planned\n",
+                                res.model, res.gpu.empty() ? "a custom GPU" : res.gpu,
+                                format_bytes(static_cast<double>(res.capacity_bytes)), res.planned);
+  if (res.fits.empty())
+    out +=
+        "  nothing fits: try more GPUs (--gpus), a smaller --batch or --seq, or --quant for "
+        "inference\n";
+  int rank = 1;
+  for (const auto& c : res.fits) {
+    const auto& q = c.request;
+    out += fmt::format(
+        "\n  #{}  est. {:.3f} s/step  device {}  micro-batch {}  {}  ckpt {}  zero {}  offload "
+        "{}  tp {}  pp {}\n",
+        rank++, c.step_time_s, format_bytes(static_cast<double>(c.device_peak_bytes)),
+        q.micro_batch, to_string(q.prec), to_string(q.ckpt), q.zero, to_string(q.offload), q.tp,
+        q.pp);
+    for (const auto& why : c.reasons) out += "      - " + why + "\n";
+  }
+  return out;
+}
+
+}  // namespace vramkit::plan

@@ -1,0 +1,45 @@
+// LLaMA / Mistral / Qwen2: q, k, v projections (each casting the fp32 norm output under
+// autocast), RoPE (q*cos + rotate_half(q)*sin; cos/sin are fp32 under autocast, promoting q and
+// k to fp32), SDPA with grouped-query heads.
+#include "transformer.hpp"
+
+namespace vramkit::plan::detail {
+
+namespace {
+
+tensor rope(walker& w, const tensor& src, u64 n, const char* label) {
+  const int low = w.dt().low;
+  const int rb = w.dt().amp ? 4 : low;
+  tensor a = w.op(n * rb, "rope q*cos", {edge{src, n * low}}, {});
+  w.transient(n / 2 * low, component::temporaries, "rope neg");
+  tensor rh = w.op(n * low, "rope rotate_half", {edge{src, 0, true}}, {});
+  tensor b = w.op(n * rb, "rope rot*sin", {edge{rh, n * low}}, {});
+  rh.reset();
+  tensor c = w.op(n * rb, label, {edge{a, n * rb, true}, edge{b, n * rb, true}}, {});
+  a.reset();
+  b.reset();
+  return c;
+}
+
+}  // namespace
+
+tensor llama_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
+                       const layer_params& p) {
+  const i64 rows = D.tok();
+  const int low = w.dt().low;
+  const u64 nq = static_cast<u64>(rows * D.heads * D.d);
+  const u64 nkv = static_cast<u64>(rows * D.kv * D.d);
+  tensor q = w.linear(in, rows, D.h, D.heads * D.d, p.qkv, in_bytes, "query");
+  tensor k = w.linear(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "key");
+  tensor v = w.linear(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "value");
+  const int rb = w.dt().amp ? 4 : low;
+  q = rope(w, q, nq, "query rotated");
+  k = rope(w, k, nkv, "key rotated");
+  tensor o = attention(w, D, {q, k, v, rb, low, false, true, w.model().t.attention_dropout});
+  q.reset();
+  k.reset();
+  v.reset();
+  return o;
+}
+
+}  // namespace vramkit::plan::detail

@@ -1,0 +1,217 @@
+// Inference of a language model as transformers' generate() runs it under no_grad: the prefill
+// forward over the prompt, then one forward per new token against the KV cache (grown by
+// concatenation, or paged blocks reserved up front), the last position's logits each time.
+#include <algorithm>
+#include <vector>
+
+#include "steps.hpp"
+
+namespace vramkit::plan::detail {
+
+u64 inference_weight_bytes(const walker& w, int i, const parameter_tensor& p) {
+  const u64 e = w.param_elems(i);
+  const bool matrix = p.layer >= 0 && p.name.find("norm") == std::string::npos;
+  switch (w.request().quant) {
+    case quant_kind::none:
+      return e * static_cast<u64>(w.dt().param);
+    // int8 (LLM.int8 style): 1 byte per weight + one fp16 scale per output row (~h per matrix).
+    case quant_kind::int8:
+      return matrix ? e + e / static_cast<u64>(std::max<i64>(1, w.model().t.hidden)) * 2 : e * 2;
+    // int4 with group size 128: 0.5 byte + fp16 scale and zero per 128 weights.
+    case quant_kind::int4:
+      return matrix ? e / 2 + e / 128 * 4 : e * 2;
+  }
+  return e * 2;
+}
+
+namespace {
+
+constexpr auto tmp = component::temporaries;
+
+/// Sizes of one generate() forward on this GPU.
+struct infer_dims {
+  i64 b = 1, h = 1, heads = 1, kv = 1, d = 1, f = 1, layers = 1;
+  u64 kv_tok = 0;  ///< bytes of one of K or V per token per layer
+};
+
+/// The KV cache of every layer.
+struct kv_cache {
+  std::vector<tensor> k, v;
+};
+
+void norm_temporaries(walker& w, u64 nh) {
+  const int low = w.dt().low;
+  if (!w.model().t.layer_norm && low != 4) {
+    // RMSNorm upcasts to fp32: input copy, pow, normalised, cast back.
+    tensor a = w.alloc(nh * 4, tmp, "norm fp32");
+    w.transient(nh * 4, tmp, "norm pow");
+    tensor c = w.alloc(nh * 4, tmp, "norm normalised");
+    a.reset();
+    tensor cb = w.alloc(nh * low, tmp, "norm cast");
+    c.reset();
+    tensor y = w.alloc(nh * low, tmp, "norm output");
+    cb.reset();
+  } else {
+    w.transient(nh * low, tmp, "norm output");
+  }
+}
+
+/// Attention of one layer: projections, RoPE, the cache append, the output projection.
+tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u64 rows, i64 past) {
+  const int low = w.dt().low;
+  const u64 nh = rows * D.h;
+  tensor nrm = w.alloc(nh * low, tmp, "norm output");
+  tensor q = w.alloc(rows * D.heads * D.d * low, tmp, "query");
+  tensor k = w.alloc(rows * D.kv * D.d * low, tmp, "key");
+  tensor v = w.alloc(rows * D.kv * D.d * low, tmp, "value");
+  nrm.reset();
+  if (w.model().t.rotary_fraction > 0) {
+    w.transient(rows * D.heads * D.d * low, tmp, "rope");
+    w.transient(rows * D.heads * D.d * low, tmp, "rope");
+  }
+  if (w.request().serving == serving_kind::generate) {
+    // DynamicCache: keys = cat([keys, new]) allocates the grown tensor, then the old one dies.
+    const u64 total = static_cast<u64>(D.b) * (past + rows / D.b) * D.kv_tok;
+    cache.k[l] = w.alloc(total, component::kv_cache, "KV cache (K)");
+    cache.v[l] = w.alloc(total, component::kv_cache, "KV cache (V)");
+  }
+  k.reset();
+  v.reset();
+  tensor o = w.alloc(rows * D.heads * D.d * low, tmp, "attention output");
+  q.reset();
+  return w.alloc(nh * low, tmp, "attention projection");
+}
+
+/// The MLP of one layer from the residual; returns the layer output.
+tensor infer_mlp(walker& w, u64 rows, u64 nh, u64 nf) {
+  const int low = w.dt().low;
+  const auto kind = w.model().t.mlp;
+  tensor a;
+  if (kind == mlp_kind::swiglu) {
+    tensor g = w.alloc(nf * low, tmp, "mlp gate");
+    a = w.alloc(nf * low, tmp, "mlp act");
+    g.reset();
+    tensor u = w.alloc(nf * low, tmp, "mlp up");
+    tensor m = w.alloc(nf * low, tmp, "mlp product");
+    a.reset();
+    u.reset();
+    a = std::move(m);
+  } else {
+    tensor u = w.alloc(nf * low, tmp, "mlp up");
+    if (kind == mlp_kind::gelu_python) {
+      tensor p1 = w.alloc(nf * low, tmp, "gelu pow");
+      tensor p2 = w.alloc(nf * low, tmp, "gelu");
+      p1.reset();
+      tensor p3 = w.alloc(nf * low, tmp, "gelu");
+      p2.reset();
+      tensor th = w.alloc(nf * low, tmp, "gelu tanh");
+      p3.reset();
+      tensor hu = w.alloc(nf * low, tmp, "gelu half");
+      a = w.alloc(nf * low, tmp, "gelu output");
+      th.reset();
+      hu.reset();
+    } else {
+      a = w.alloc(nf * low, tmp, "mlp gelu");
+    }
+    u.reset();
+  }
+  (void)rows;
+  tensor dn = w.alloc(nh * low, tmp, "mlp down");
+  a.reset();
+  return w.alloc(nh * low, tmp, "residual");
+}
+
+/// One forward of `q_len` new tokens per sequence with `past` tokens cached.
+void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i64 past) {
+  const int low = w.dt().low;
+  const u64 rows = static_cast<u64>(D.b * q_len);
+  const u64 nh = rows * D.h;
+  const u64 nf = rows * D.f;
+  tensor x = w.alloc(nh * low, tmp, "hidden states");
+  for (int l = 0; l < D.layers; ++l) {
+    w.set_layer(l);
+    norm_temporaries(w, nh);
+    tensor proj = infer_attention(w, D, cache, l, rows, past);
+    tensor h1 = w.alloc(nh * low, tmp, "residual");
+    proj.reset();
+    x.reset();
+    w.transient(nh * low, tmp, "norm output");
+    x = infer_mlp(w, rows, nh, nf);
+    h1.reset();
+  }
+  w.set_layer(-1);
+  // logits_to_keep = 1: only the last position goes through the head; generate copies it to fp32.
+  const i64 V = w.model().t.vocab;
+  w.transient(static_cast<u64>(D.b) * D.h * low, tmp, "final norm (last token)");
+  tensor lg =
+      w.alloc(static_cast<u64>(D.b * V) * low, component::logits_and_loss, "logits (last token)");
+  tensor l32 =
+      w.alloc(static_cast<u64>(D.b * V) * 4, component::logits_and_loss, "next-token logits fp32");
+  lg.reset();
+  l32.reset();
+}
+
+/// Decode steps differ only in the cache length. Long generations replay a sample of them,
+/// evenly spread, the last one at the final length. The spacing matters once each layer's cache
+/// outgrows its block every few steps (the allocator rounds large segments to 2 MiB). Each K or
+/// V tensor grows by at most 128 KiB between replayed steps: on 992 generate requests of 7
+/// models, the reserved peak is then within 2.0% of replaying every step (p90 0.01%), where
+/// 512 KiB gave 4.0% (p90 0.15%) and 64 KiB 1.3%; a measured 2048-token run (tinyllama-1.1b,
+/// batch 64, 32 KiB per step) is predicted within 0.8% (0.5% at 512 KiB); 2 MiB spacing
+/// misses it by 4%, 4 MiB by 45%. Caches that start in the small pool (<= 1 MiB per tensor)
+/// pack into 2 MiB segments whose layout changes every few steps, so they get at least 32
+/// replayed steps; caches in the large pool at least 8 (16 gives the same figures on those
+/// requests). At most 4096 steps are replayed.
+i64 replayed_decode_steps(const plan_request& r, const infer_dims& D) {
+  const i64 steps = r.new_tokens - 1;
+  const u64 growth = r.serving == serving_kind::paged ? 0 : D.kv_tok * static_cast<u64>(D.b);
+  constexpr u64 k_spacing = 128ull << 10;
+  const auto wanted = static_cast<i64>(
+      (static_cast<u64>(std::max<i64>(steps, 0)) * growth + k_spacing - 1) / k_spacing);
+  const bool small_pool_cache = growth != 0 && growth * static_cast<u64>(r.prompt) <= (1ull << 20);
+  return std::min<i64>(steps, std::clamp<i64>(wanted, small_pool_cache ? 32 : 8, 4096));
+}
+
+}  // namespace
+
+void generate(walker& w) {
+  const auto& t = w.model().t;
+  const auto& r = w.request();
+  w.set_grad(false);
+  const i64 b = r.micro_batch, p = r.prompt, n = r.new_tokens;
+  infer_dims D;
+  D.b = b;
+  D.h = t.hidden;
+  D.heads = t.heads / r.tp;
+  D.kv = std::max<i64>(1, t.kv_heads / r.tp);
+  D.d = t.head_dim;
+  D.f = t.intermediate / r.tp;
+  D.layers = t.layers / r.pp;
+  D.kv_tok = static_cast<u64>(D.kv * D.d) * w.dt().low;
+  kv_cache cache{std::vector<tensor>(D.layers), std::vector<tensor>(D.layers)};
+  w.keep(static_cast<u64>(b * p) * 16, component::inputs, "input ids and mask");
+  if (r.serving == serving_kind::paged) {
+    // Paged engine: blocks of 16 tokens for the whole context, reserved up front.
+    const u64 blocks = static_cast<u64>((p + n + 15) / 16);
+    for (int l = 0; l < D.layers; ++l) {
+      cache.k[l] = w.alloc(blocks * 16 * D.kv_tok * b, component::kv_cache, "paged KV blocks (K)");
+      cache.v[l] = w.alloc(blocks * 16 * D.kv_tok * b, component::kv_cache, "paged KV blocks (V)");
+    }
+  }
+  w.set_phase(phase::prefill);
+  infer_forward(w, D, cache, p, 0);
+  w.set_phase(phase::decode);
+  const i64 steps = n - 1;
+  const i64 replay = replayed_decode_steps(r, D);
+  for (i64 k = 1; k <= replay; ++k) {
+    const i64 i = replay == steps ? k : (k * steps + replay - 1) / replay;
+    w.set_step(static_cast<int>(std::min<i64>(i, 32000)));
+    infer_forward(w, D, cache, 1, p + i - 1);
+  }
+  w.set_step(0);
+  // The cache stays allocated to the end of the call.
+  for (auto& c : cache.k) walker::persist(c);
+  for (auto& c : cache.v) walker::persist(c);
+}
+
+}  // namespace vramkit::plan::detail

@@ -1,0 +1,148 @@
+// The shared ops of the model families (ops.hpp). Each releases its intermediates at the point
+// PyTorch drops them, which is what the allocator replay sees.
+#include "ops.hpp"
+
+#include <algorithm>
+
+namespace vramkit::plan::detail {
+
+tensor dropout(walker& w, const tensor& x, u64 elems, int elem_bytes, double p, const char* label) {
+  if (p <= 0 || !w.grad_on()) return x;
+  const tensor mask = w.alloc(elems, component::activations, "dropout mask");
+  return w.op(elems * static_cast<u64>(elem_bytes), label,
+              {edge{x, elems * static_cast<u64>(elem_bytes)}}, {mask});
+}
+
+tensor layer_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p) {
+  const int ob = w.dt().amp ? 4 : w.dt().act;
+  const tensor stats =
+      w.alloc(static_cast<u64>(rows) * 8, component::activations, "norm statistics");
+  return w.op(static_cast<u64>(rows * h) * ob, "layer norm output",
+              {edge{x, static_cast<u64>(rows * h) * x_bytes}}, {x, stats}, {p});
+}
+
+tensor rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p) {
+  const u64 n = static_cast<u64>(rows * h);
+  tensor x32 = x_bytes != 4 ? w.op(n * 4, "rmsnorm fp32 input", {edge{x, n * x_bytes}}, {}) : x;
+  w.transient(n * 4, component::temporaries, "rmsnorm pow");
+  tensor rs = w.alloc(static_cast<u64>(rows) * 4, component::activations, "rmsnorm rstd");
+  tensor normed = w.op(n * 4, "rmsnorm normalised", {edge{x32, n * 4}}, {x32, rs});
+  rs.reset();
+  x32.reset();
+  if (x_bytes == 4) return w.op(n * 4, "rmsnorm output", {edge{normed, n * 4}}, {normed}, {p});
+  const tensor cast = w.op(n * x_bytes, "rmsnorm cast back", {edge{normed, n * 4}}, {});
+  normed.reset();
+  return w.op(n * x_bytes, "rmsnorm output", {edge{cast, n * x_bytes}}, {cast}, {p});
+}
+
+tensor norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p) {
+  return w.model().t.layer_norm ? layer_norm(w, x, rows, h, x_bytes, p)
+                                : rms_norm(w, x, rows, h, x_bytes, p);
+}
+
+tensor add(walker& w, const tensor& a, int a_bytes, const tensor& b, int b_bytes, u64 elems,
+           const char* label) {
+  const int ob = std::max(a_bytes, b_bytes);
+  return w.op(elems * ob, label,
+              {edge{a, elems * a_bytes, a_bytes == ob}, edge{b, elems * b_bytes, b_bytes == ob}},
+              {});
+}
+
+namespace {
+
+/// SDPA: flash (fp16/bf16) or memory-efficient (fp32) kernel; saves q, k, v, output and the
+/// fp32 log-sum-exp; autocast casts fp32 inputs to the low dtype first.
+tensor sdpa(walker& w, const dims& D, const attention_inputs& in) {
+  const u64 n_q = static_cast<u64>(D.tok() * D.heads * D.d);
+  const u64 n_kv = static_cast<u64>(D.tok() * D.kv * D.d);
+  const int low = w.dt().low;
+  auto cast_in = [&](const tensor& t, u64 n, int tb) {
+    if (w.dt().amp && tb == 4) return w.op(n * low, "sdpa input cast", {edge{t, n * 4}}, {});
+    return t;
+  };
+  tensor qc, kc, vc;
+  if (!in.packed) {
+    qc = cast_in(in.q, n_q, in.qkv_bytes);
+    kc = cast_in(in.k, n_kv, in.qkv_bytes);
+    vc = cast_in(in.v, n_kv, in.v_bytes);
+  } else {
+    qc = in.q;
+  }
+  const u64 s_round = static_cast<u64>((D.s + 127) / 128 * 128);
+  tensor lse = w.alloc(static_cast<u64>(D.b * D.heads) * s_round * 4, component::activations,
+                       "attention logsumexp");
+  // Backward: flash keeps an fp32 dq accumulator (and expanded dk/dv for grouped heads).
+  const u64 ws = n_q * 4 + (D.kv != D.heads ? 2 * n_q * low : 0);
+  const u64 ob = n_q * low;
+  tensor out = in.packed ? w.op(ob, "attention output",
+                                {edge{in.q, n_q * in.qkv_bytes + 2 * n_kv * in.qkv_bytes}},
+                                {in.q, lse}, {}, ws)
+                         : w.op(ob, "attention output",
+                                {edge{qc, n_q * low}, edge{kc, n_kv * low}, edge{vc, n_kv * low}},
+                                {qc, kc, vc, lse}, {}, ws);
+  w.save_output(out);
+  lse.reset();
+  qc.reset();
+  kc.reset();
+  vc.reset();
+  return out;
+}
+
+/// Eager attention as transformers writes it: scores = q k^T, / sqrt(d), + mask, softmax (fp32
+/// under autocast, then cast back), dropout, @ v, then a contiguous copy of the output.
+tensor eager_attention(walker& w, const dims& D, const attention_inputs& in) {
+  const u64 n_q = static_cast<u64>(D.tok() * D.heads * D.d);
+  const u64 n_kv = static_cast<u64>(D.tok() * D.kv * D.d);
+  const int low = w.dt().low;
+  const u64 n_s = static_cast<u64>(D.b * D.heads) * static_cast<u64>(D.s * D.s);
+  const u64 qkv_edge =
+      in.packed ? n_q * in.qkv_bytes + 2 * n_kv * in.qkv_bytes : n_q * in.qkv_bytes;
+  tensor s = w.op(n_s * low, "attention scores", {edge{in.q, qkv_edge}}, {in.q});
+  s = w.op(n_s * low, "scaled scores", {edge{s, n_s * low}}, {});
+  if (in.causal) s = w.op(n_s * low, "masked scores", {edge{s, n_s * low, true}}, {});
+  // softmax under autocast runs with dtype=float32 (reads 16-bit, writes fp32, no input copy).
+  tensor probs = w.op(n_s * (w.dt().amp ? 4 : low), "softmax", {edge{s, n_s * low}}, {});
+  w.save_output(probs);
+  s.reset();
+  if (w.dt().amp) probs = w.op(n_s * low, "softmax cast", {edge{probs, n_s * 4}}, {});
+  probs = dropout(w, probs, n_s, low, in.dropout, "attention dropout");
+  const tensor& v = in.packed ? in.q : in.v;
+  tensor ctx = w.op(n_q * low, "attention context",
+                    {edge{probs, n_s * low}, edge{v, in.packed ? 0 : n_kv * low}}, {probs, v});
+  probs.reset();
+  return w.op(n_q * low, "attention output", {edge{ctx, n_q * low}}, {});
+}
+
+}  // namespace
+
+tensor attention(walker& w, const dims& D, const attention_inputs& in) {
+  const auto& r = w.request();
+  const bool eager = r.attention == attention_kind::eager &&
+                     !(w.recomputing() && r.ckpt == checkpointing::selective);
+  return eager && w.grad_on() ? eager_attention(w, D, in) : sdpa(w, D, in);
+}
+
+tensor lm_loss(walker& w, const tensor& logits, u64 rows, i64 V, bool explicit_upcast) {
+  w.set_phase(phase::loss);
+  const u64 n = rows * static_cast<u64>(V);
+  const int low = w.bytes(logits) / n == 4 ? 4 : w.dt().low;
+  constexpr auto ll = component::logits_and_loss;
+  if (low != 4 && !explicit_upcast) {
+    // CrossEntropyLoss on 16-bit logits under autocast: log_softmax is on autocast's
+    // "fp32 with dtype argument" list, so it reads the 16-bit logits and writes fp32
+    // (half_to_float, no input copy); its backward returns a 16-bit gradient.
+    const tensor lsm = w.op(n * 4, "log_softmax", {edge{logits, n * low}}, {}, {}, 0, ll);
+    w.save_output(lsm);
+    return w.op(4, "loss", {edge{lsm, n * 4}}, {}, {}, 0, ll);
+  }
+  tensor l32 =
+      low != 4 ? w.op(n * 4, "logits fp32", {edge{logits, n * low}}, {}, {}, 0, ll) : logits;
+  tensor lsm = w.op(n * 4, "log_softmax", {edge{l32, n * 4}}, {}, {}, 0, ll);
+  w.save_output(lsm);
+  tensor loss = w.op(4, "loss", {edge{lsm, n * 4}}, {}, {}, 0, ll);
+  lsm.reset();
+  l32.reset();
+  return loss;
+}
+
+}  // namespace vramkit::plan::detail

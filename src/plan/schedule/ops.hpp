@@ -1,0 +1,51 @@
+// The ops the model families are built from, each recording what PyTorch allocates and autograd
+// saves for it: dropout, layer/RMS norm, add, the attention core (SDPA or eager) and the
+// language-model loss. Single-threaded (they act on one walker).
+#pragma once
+
+#include "walker.hpp"
+
+namespace vramkit::plan::detail {
+
+/// Attention and MLP sizes of one layer on this GPU.
+struct dims {
+  i64 b = 1, s = 1, h = 1, heads = 1, kv = 1, d = 1, f = 1, V = 1;
+  [[nodiscard]] i64 tok() const { return b * s; }
+};
+
+/// Native dropout: output and a 1-byte mask (saved). p == 0 (or no grad) is the identity.
+tensor dropout(walker& w, const tensor& x, u64 elems, int elem_bytes, double p, const char* label);
+
+/// LayerNorm (autocast runs it in fp32): saves input, mean and rstd; output in the act dtype.
+tensor layer_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p);
+
+/// transformers' RMSNorm: upcast to fp32, pow(2).mean, x * rsqrt(var + eps), weight * x.to(dtype).
+tensor rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p);
+
+/// The model's norm: LayerNorm or RMSNorm.
+tensor norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p);
+
+/// Out-of-place add with type promotion; gradients pass through (cast when dtypes differ).
+tensor add(walker& w, const tensor& a, int a_bytes, const tensor& b, int b_bytes, u64 elems,
+           const char* label);
+
+/// How the attention core sees its inputs.
+struct attention_inputs {
+  const tensor& q;
+  const tensor& k;
+  const tensor& v;
+  int qkv_bytes = 2;    ///< element width of q and k
+  int v_bytes = 2;      ///< element width of v
+  bool packed = false;  ///< q, k and v are one packed qkv tensor (q names it)
+  bool causal = true;
+  double dropout = 0;
+};
+
+/// Attention core; returns the (b, s, heads*d) output in the low dtype.
+tensor attention(walker& w, const dims& D, const attention_inputs& in);
+
+/// Cross-entropy over (rows, V) logits as transformers' loss functions compute it: fp32 upcast
+/// (explicit with `explicit_upcast`), log_softmax (saved), nll_loss. Returns the scalar loss.
+tensor lm_loss(walker& w, const tensor& logits, u64 rows, i64 V, bool explicit_upcast);
+
+}  // namespace vramkit::plan::detail

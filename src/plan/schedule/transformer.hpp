@@ -1,0 +1,55 @@
+// The Hugging Face transformer families as the walker replays them: a layer is a norm, the
+// family's self-attention, the output projection and an MLP, arranged pre-norm (GPT-2, LLaMA,
+// GPT-NeoX), post-norm (BERT) or with a parallel residual (GPT-NeoX); the language-model step
+// adds embeddings, the head and the loss. A family differs in its self-attention (and its shape
+// fields); adding one is a new attention function and a row in families.cpp.
+#pragma once
+
+#include "ops.hpp"
+
+namespace vramkit::plan::detail {
+
+/// Self-attention of one layer from its normed input `in` (width in_bytes); returns the
+/// attention core's output (before the output projection).
+using self_attention_fn = tensor (*)(walker& w, const dims& D, const tensor& in, int in_bytes,
+                                     const layer_params& p);
+
+/// Where the norms sit in a layer.
+enum class block_layout { pre_norm, post_norm };
+
+/// What makes a transformer family's layer its own.
+struct transformer_family {
+  model_family family;
+  self_attention_fn self_attention;
+  block_layout layout;
+};
+
+/// The entry of a transformer family; logic_error for a family that is not a transformer.
+const transformer_family& transformer_family_of(model_family f);
+
+/// Layer sizes on this GPU (tensor- and sequence-parallel splits applied).
+dims lm_dims(const walker& w);
+
+/// The layer MLP (GELU, Python GELU or SwiGLU, after the shape) on the normed input.
+tensor mlp(walker& w, const dims& D, const tensor& in, int in_bytes, const layer_params& p);
+
+/// The families' self-attention functions.
+tensor gpt2_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
+                      const layer_params& p);
+tensor gpt_neox_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
+                          const layer_params& p);
+tensor llama_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
+                       const layer_params& p);
+tensor bert_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
+                      const layer_params& p);
+
+/// One layer; `x` is the layer input (fp32 under autocast, the model dtype otherwise).
+tensor transformer_block(walker& w, const tensor& x, int layer);
+
+/// The layer, under full activation checkpointing when the request asks for it.
+tensor run_layer(walker& w, const tensor& x, int layer);
+
+/// Forward and loss of one micro-batch of a language model; returns the loss.
+tensor lm_forward_loss(walker& w);
+
+}  // namespace vramkit::plan::detail

@@ -1,0 +1,116 @@
+// One transformer layer: the family's self-attention between norms and residual adds, pre-norm
+// (optionally with GPT-NeoX's parallel residual) or post-norm, and full activation
+// checkpointing around it.
+#include <algorithm>
+
+#include "transformer.hpp"
+
+namespace vramkit::plan::detail {
+
+dims lm_dims(const walker& w) {
+  const auto& t = w.model().t;
+  const auto& r = w.request();
+  dims D;
+  D.b = r.micro_batch;
+  D.s = r.seq;
+  D.h = t.hidden;
+  D.heads = t.heads / r.tp;
+  D.kv = std::max<i64>(1, t.kv_heads / r.tp);
+  D.d = t.head_dim;
+  D.f = t.intermediate / r.tp;
+  D.V = t.vocab;
+  if (r.sp && r.tp > 1) {
+    // Sequence parallel: every activation of the layer is split t ways (Korthikanti et al.);
+    // modelled as full heads over s/t tokens.
+    D.s = std::max<i64>(1, D.s / r.tp);
+    D.heads = t.heads;
+    D.kv = t.kv_heads;
+    D.f = t.intermediate;
+  }
+  return D;
+}
+
+namespace {
+
+/// Post-LN (BERT): attention -> dense -> dropout -> LayerNorm(x + .) -> MLP -> dropout ->
+/// LayerNorm(h + .).
+tensor post_norm_block(walker& w, const transformer_family& fam, const dims& D, const tensor& x,
+                       const layer_params& p) {
+  const auto& t = w.model().t;
+  const i64 rows = D.tok();
+  const u64 nh = static_cast<u64>(rows * D.h);
+  const int xb = w.dt().act;
+  const int nb = w.dt().amp ? 4 : w.dt().act;
+  const int low = w.dt().low;
+  tensor y = fam.self_attention(w, D, x, xb, p);
+  y = w.linear(y, rows, D.h, D.h, p.attn_out, low, "attention dense");
+  y = dropout(w, y, nh, low, t.hidden_dropout, "hidden dropout");
+  y = add(w, y, low, x, xb, nh, "residual");
+  tensor h1 = layer_norm(w, y, rows, D.h, std::max(low, xb), p.attn_norm);
+  y.reset();
+  y = mlp(w, D, h1, nb, p);
+  y = dropout(w, y, nh, low, t.hidden_dropout, "hidden dropout");
+  y = add(w, y, low, h1, nb, nh, "residual");
+  h1.reset();
+  return layer_norm(w, y, rows, D.h, std::max(low, nb), p.mlp_norm);
+}
+
+/// Pre-norm: x + attn(norm(x)), then h + mlp(norm(h)); with a parallel residual both branches
+/// read x: x + attn(norm1(x)) + mlp(norm2(x)).
+tensor pre_norm_block(walker& w, const transformer_family& fam, const dims& D, const tensor& x,
+                      const layer_params& p) {
+  const auto& t = w.model().t;
+  const i64 rows = D.tok();
+  const u64 nh = static_cast<u64>(rows * D.h);
+  const int xb = w.dt().act;
+  const int nb = w.dt().amp ? 4 : w.dt().act;
+  const int low = w.dt().low;
+  tensor n1 = norm(w, x, rows, D.h, xb, p.attn_norm);
+  tensor od = fam.self_attention(w, D, n1, nb, p);
+  od = w.linear(od, rows, D.heads * D.d, D.h, p.attn_out, low, "attention output projection");
+  od = dropout(w, od, nh, low, t.hidden_dropout, "residual dropout");
+  if (t.parallel_residual) {
+    tensor n2 = norm(w, x, rows, D.h, xb, p.mlp_norm);
+    n1.reset();
+    tensor m = mlp(w, D, n2, nb, p);
+    n2.reset();
+    m = dropout(w, m, nh, low, t.hidden_dropout, "residual dropout");
+    m = add(w, m, low, od, low, nh, "parallel sum");
+    od.reset();
+    return add(w, m, low, x, xb, nh, "residual");
+  }
+  n1.reset();
+  tensor h1 = add(w, od, low, x, xb, nh, "residual");
+  od.reset();
+  const int h1b = std::max(low, xb);
+  tensor m = norm(w, h1, rows, D.h, h1b, p.mlp_norm);
+  m = mlp(w, D, m, nb, p);
+  m = dropout(w, m, nh, low, t.hidden_dropout, "residual dropout");
+  m = add(w, m, low, h1, h1b, nh, "residual");
+  h1.reset();
+  return m;
+}
+
+}  // namespace
+
+tensor transformer_block(walker& w, const tensor& x, int l) {
+  w.set_layer(l);
+  if (w.current_phase() != phase::backward) w.set_phase(phase::forward);
+  const auto& fam = transformer_family_of(w.model().family);
+  const dims D = lm_dims(w);
+  const layer_params p = w.layer_param(l);
+  return fam.layout == block_layout::post_norm ? post_norm_block(w, fam, D, x, p)
+                                               : pre_norm_block(w, fam, D, x, p);
+}
+
+tensor run_layer(walker& w, const tensor& x, int l) {
+  if (w.request().ckpt != checkpointing::full || !w.grad_on()) return transformer_block(w, x, l);
+  // The forward runs without saving; one node keeps the layer input and backward re-runs it.
+  w.set_grad(false);
+  tensor y = transformer_block(w, x, l);
+  w.set_grad(true);
+  w.checkpoint(x, y, l);
+  return y;
+}
+
+}  // namespace vramkit::plan::detail

@@ -1,0 +1,254 @@
+// The walker: records a step of tensor allocations and frees as PyTorch and autograd make them.
+// Ops allocate their outputs through it and record autograd nodes (what is saved, which inputs
+// and parameters receive gradients); backward() walks the nodes in reverse. Tensors are held
+// through `tensor` handles that release their reference when they go out of scope.
+// Single-threaded; one walker per build_schedule call.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "vramkit/plan/training_schedule.hpp"
+
+namespace vramkit::plan::detail {
+
+using i64 = std::int64_t;
+using u64 = std::uint64_t;
+
+class walker;
+
+/// The autograd identity of a tensor without a reference to its storage: the output of an
+/// in-place op, whose data lives in the tensor it modified.
+struct view {
+  int id = -1;
+};
+
+/// A reference to a walker tensor. Copying takes another reference, destruction or reset()
+/// releases it; the tensor is freed (a free event) when its last reference goes. A default
+/// handle holds nothing.
+class tensor {
+ public:
+  tensor() noexcept = default;
+  tensor(const tensor& o) noexcept;
+  tensor(tensor&& o) noexcept : w_(o.w_), id_(o.id_) { o.w_ = nullptr; }
+  tensor& operator=(tensor o) noexcept {
+    swap(o);
+    return *this;
+  }
+  ~tensor() { reset(); }
+
+  /// Releases this reference now (the handle then holds nothing).
+  void reset() noexcept;
+  void swap(tensor& o) noexcept {
+    std::swap(w_, o.w_);
+    std::swap(id_, o.id_);
+  }
+  [[nodiscard]] bool empty() const noexcept { return w_ == nullptr; }
+  [[nodiscard]] int id() const noexcept { return w_ == nullptr ? -1 : id_; }
+  [[nodiscard]] view as_view() const noexcept { return {id()}; }
+
+ private:
+  friend class walker;
+  tensor(walker* w, int id) noexcept : w_(w), id_(id) {}
+  walker* w_ = nullptr;
+  int id_ = -1;
+};
+
+/// A tensor named in an op's saved list (implicit from a handle; an empty handle is skipped).
+struct saved_ref {
+  saved_ref(const tensor& t) noexcept : id(t.id()) {}  // NOLINT(google-explicit-constructor)
+  int id;
+};
+
+/// One gradient edge of an op: the input, the bytes of the gradient the op allocates for it,
+/// and whether the op passes its output gradient through unchanged (adds, views).
+struct edge {
+  edge() = default;
+  edge(const tensor& t, u64 grad, bool pass = false) noexcept
+      : grad_bytes(grad), id(t.id()), passthrough(pass) {}
+  edge(view v, u64 grad, bool pass = false) noexcept
+      : grad_bytes(grad), id(v.id), passthrough(pass) {}
+  u64 grad_bytes = 0;
+  int id = -1;
+  bool passthrough = false;
+};
+
+/// Byte widths of the precision regime.
+struct dtypes {
+  int param = 4;     ///< stored parameters (and their gradients, optimizer states follow them)
+  int low = 4;       ///< GEMM/conv outputs and the casts autocast makes
+  int act = 4;       ///< ops autocast keeps in fp32 (layer/RMS norm, softmax, pow, embedding) or,
+                     ///< without autocast, the model dtype
+  bool amp = false;  ///< autocast on: weight casts cached, fp32-list ops upcast
+  int cast = 4;      ///< width of the weight and GEMM-input casts (1 for fp8, else = low)
+};
+
+/// Parameter indices of one transformer layer, by role (parameter_tensors order).
+struct layer_params {
+  int attn_norm = -1, qkv = -1, attn_out = -1, mlp_norm = -1, mlp_in = -1, mlp_down = -1;
+};
+
+/// Parameter indices of a language model outside its layers (-1: the model has none).
+struct lm_params {
+  int embed = -1, pos = -1, types = -1, embed_norm = -1, final_norm = -1, head = -1,
+      head_transform = -1, head_bias = -1;
+};
+
+/// Forward of one layer, re-run by backward for a checkpointed layer.
+using layer_fn = tensor (*)(walker&, const tensor& x, int layer);
+
+class walker {
+ public:
+  walker(const model_description& m, const plan_request& r, schedule& s);
+  ~walker();
+  walker(const walker&) = delete;
+  walker& operator=(const walker&) = delete;
+
+  [[nodiscard]] const model_description& model() const noexcept { return m_; }
+  [[nodiscard]] const plan_request& request() const noexcept { return r_; }
+  [[nodiscard]] const dtypes& dt() const noexcept { return dt_; }
+
+  // ---- where the walk is (labels of the tensors allocated next) ------------------------------
+  [[nodiscard]] phase current_phase() const noexcept { return phase_; }
+  void set_phase(phase p) noexcept { phase_ = p; }
+  [[nodiscard]] int layer() const noexcept { return layer_; }
+  void set_layer(int l) noexcept { layer_ = l; }
+  void set_step(int s) noexcept { step_ = s; }
+  /// Autograd recording on (training forward) or off (no_grad, inference, a checkpointed
+  /// layer's first forward).
+  [[nodiscard]] bool grad_on() const noexcept { return grad_on_; }
+  void set_grad(bool on) noexcept { grad_on_ = on; }
+  /// True while backward re-runs a checkpointed layer.
+  [[nodiscard]] bool recomputing() const noexcept { return recomputing_; }
+
+  // ---- tensors -------------------------------------------------------------------------------
+  tensor alloc(u64 bytes, component c, const char* label);
+  /// Allocated and freed at once (an intermediate no one keeps).
+  void transient(u64 bytes, component c, const char* label);
+  /// Allocated for the rest of the schedule (weights, optimizer states, buffers).
+  int keep(u64 bytes, component c, const char* label);
+  [[nodiscard]] u64 bytes(const tensor& t) const { return s_.tensors[t.id()].bytes; }
+  /// Empties the handle and leaves its tensor allocated to the end of the schedule.
+  static void persist(tensor& t) noexcept { t.w_ = nullptr; }
+  /// Releases a handle's reference to the tensor `id` (the handle's destructor calls it).
+  void release(int id) noexcept;
+  /// Takes another reference (a copied handle).
+  void retain(int id) noexcept { ++meta_[id].refs; }
+
+  // ---- autograd ------------------------------------------------------------------------------
+  /// Records an op: allocates its output and, with grad on and any input or parameter needing
+  /// a gradient, a node saving `saved`.
+  tensor op(u64 out_bytes, const char* label, std::initializer_list<edge> edges,
+            std::initializer_list<saved_ref> saved, std::initializer_list<int> params = {},
+            u64 workspace = 0, component c = component::activations);
+  /// The op's own output is saved by its node too (softmax, tanh, flash attention output).
+  void save_output(const tensor& out);
+  /// The op that made `out` keeps nothing but the layer input and re-runs `layer` in backward.
+  void checkpoint(const tensor& x, const tensor& out, int layer);
+  /// Forward of a layer, for checkpointed re-runs.
+  void set_layer_forward(layer_fn f) noexcept { layer_forward_ = f; }
+  /// Backward from the scalar losses: gradients of every recorded node, then any left freed.
+  void backward(const std::vector<tensor>& losses);
+
+  // ---- parameters ----------------------------------------------------------------------------
+  /// Reads parameter_tensors() with the tensor-parallel split; records where each sits.
+  void setup_params();
+  [[nodiscard]] int param_count() const noexcept { return static_cast<int>(param_elems_.size()); }
+  [[nodiscard]] u64 param_elems(int p) const { return param_elems_[p]; }
+  void set_param_elems(int p, u64 e) { param_elems_[p] = e; }
+  void set_param_tensor(int p, int id) { param_tensor_[p] = id; }
+  [[nodiscard]] layer_params layer_param(int layer) const;
+  [[nodiscard]] const lm_params& lm() const noexcept { return lm_; }
+  /// The weight an op uses: the parameter itself, or under autocast its cached low-precision
+  /// copy (made once per forward, kept until clear_autocast_cache).
+  tensor weight(int p);
+  void clear_autocast_cache();
+  /// An input to a GEMM/conv: under autocast an fp32 tensor is cast (a fresh copy each call).
+  tensor gemm_input(const tensor& x, i64 elems, int elem_bytes);
+  /// F.linear: y = x W^T (+ b), saving the (cast) input and the weight.
+  tensor linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
+                const char* label, component c = component::activations);
+  /// zero_grad(set_to_none=True).
+  void zero_grad();
+  /// Optimizer state `which` (0 or 1) of parameter p, created on first use.
+  bool has_state(int p, int which) const { return state_[which][p] >= 0; }
+  void set_state(int p, int which, int id) { state_[which][p] = id; }
+
+ private:
+  struct tensor_meta {
+    int refs, grad, producer;
+  };
+  template <typename T, std::size_t N>
+  class small_vec {
+   public:
+    void push_back(const T& v);
+    [[nodiscard]] std::size_t size() const noexcept { return n_; }
+    [[nodiscard]] bool empty() const noexcept { return n_ == 0; }
+    const T& operator[](std::size_t i) const noexcept { return a_[i]; }
+    const T* begin() const noexcept { return a_.data(); }
+    const T* end() const noexcept { return a_.data() + n_; }
+
+   private:
+    std::array<T, N> a_{};
+    std::uint8_t n_ = 0;
+  };
+  /// A recorded autograd node; fixed capacity, since a plan records thousands of them.
+  struct node {
+    int out = -1;
+    small_vec<edge, 4> edges;
+    small_vec<int, 8> saved;
+    small_vec<int, 2> params;       ///< parameter indices receiving gradients here
+    small_vec<u64, 2> param_bytes;  ///< elements of each parameter gradient
+    small_vec<bool, 2> param_cast;  ///< gradient computed for an autocast copy
+    u64 workspace = 0;              ///< transient bytes inside this node's backward
+    int ckpt_layer = -1;            ///< >= 0: a checkpointed layer re-run in backward
+    int ckpt_input = -1;
+  };
+
+  tensor adopt(int id) noexcept { return tensor(this, id); }
+  int new_tensor(u64 bytes, component c, const char* label);
+  void push_event(u64 bytes, int t, component c, bool is_alloc);
+  [[nodiscard]] bool requires_grad(int t) const { return t >= 0 && meta_[t].producer != -1; }
+  void record(int out, std::initializer_list<edge> edges, std::initializer_list<saved_ref> saved,
+              std::initializer_list<int> params, u64 workspace);
+  void run_nodes_backward(std::size_t first);
+  void rerun_checkpointed(const node& n, int g_out);
+  void node_backward(const node& n, int g_out);
+  void input_gradient(const edge& e, int g_out);
+  void param_grad(int p, u64 elems, bool cast);
+
+  const model_description& m_;
+  const plan_request& r_;
+  schedule& s_;
+  dtypes dt_;
+  std::vector<tensor_meta> meta_;
+  std::vector<node> nodes_;
+  lm_params lm_;
+  int first_layer_param_ = 0;
+  int per_layer_ = 6;
+  std::vector<int> param_tensor_, cast_of_, param_grad_, cache_;
+  std::array<std::vector<int>, 2> state_;
+  std::vector<u64> param_elems_;
+  phase phase_ = phase::setup;
+  int layer_ = -1;
+  int step_ = 0;
+  bool grad_on_ = true;
+  bool recomputing_ = false;
+  bool backward_workspace_ = false;
+  layer_fn layer_forward_ = nullptr;
+};
+
+inline tensor::tensor(const tensor& o) noexcept : w_(o.w_), id_(o.id_) {
+  if (w_ != nullptr) w_->retain(id_);
+}
+
+inline void tensor::reset() noexcept {
+  if (w_ == nullptr) return;
+  walker* w = w_;
+  w_ = nullptr;
+  w->release(id_);
+}
+
+}  // namespace vramkit::plan::detail

@@ -1,0 +1,65 @@
+// The zero-copy section: a kernel reading and writing mapped pinned host memory.
+
+#include "common/cuda_check.hpp"
+#include "gpu_probe_detail.hpp"
+#include "launch_tuning.hpp"
+#include "vramkit/core/error.hpp"
+
+namespace vramkit::probe::detail {
+namespace {
+constexpr std::size_t MiB = std::size_t{1} << 20;
+constexpr std::size_t GiB = std::size_t{1} << 30;
+}  // namespace
+
+void run_zerocopy_section(gpu_context& ctx) {
+  if (!ctx.can_map_host) {
+    ctx.report->skips.push_back({ctx.tag + ".zerocopy", "the device cannot map host memory"});
+    return;
+  }
+  ctx.progress("zero-copy (kernel on mapped pinned host memory)");
+  const std::size_t bytes = ctx.quick() ? 128 * MiB : 512 * MiB;
+  const std::size_t words = bytes / 4;
+  pinned_buffer host(bytes, pinned_buffer::mapping::mapped);
+  auto* dev = static_cast<std::uint32_t*>(host.device_ptr());
+  device_buffer sum(sizeof(std::uint32_t));
+  auto* sum_p = static_cast<std::uint32_t*>(sum.get());
+  owned_cuda_stream stream;
+  stream_blocker blocker;
+  const cudaStream_t s = stream.get();
+  const launch_config cfg = ctx.default_launch();
+  const int samples = ctx.quick() ? 3 : 5, loops = 2, warmup = 1;
+  const std::uint32_t seed = 0x2E20C0F1u;
+  parallel_fill(host.words(), words, seed);
+
+  VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
+  auto secs = time_blocked(blocker, s, samples, loops, warmup,
+                           [&] { VRAMKIT_CUDA_TRY(launch_read(dev, words, sum_p, cfg, s)); });
+  std::uint32_t got = 0;
+  VRAMKIT_CUDA_TRY(cudaMemcpy(&got, sum_p, sizeof got, cudaMemcpyDeviceToHost));
+  const std::uint32_t want =
+      pattern_sum(words, seed) * static_cast<std::uint32_t>(samples * (loops + warmup));
+  {
+    auto m = bandwidth_measurement(ctx, ctx.key("zerocopy.read"), "zerocopy",
+                                   "kernel reading mapped pinned host memory",
+                                   byte_convention::read, bytes, double(bytes), secs);
+    m.peak = ctx.pcie_peak_gbps;
+    m.peak_basis = ctx.pcie_peak_basis;
+    m.note = "sum of all words checked against the pattern; " + cfg_note(cfg);
+    if (const int node = host_numa_node(host.get()); node >= 0) m.extra["host_numa_node"] = node;
+    add_verified(ctx, std::move(m), got == want, "read sum mismatch");
+  }
+  const std::uint32_t seed_w = seed + 99;
+  secs = time_blocked(blocker, s, samples, loops, warmup,
+                      [&] { VRAMKIT_CUDA_TRY(launch_fill(dev, words, seed_w, cfg, s)); });
+  const std::uint64_t bad = parallel_mismatches(host.words(), words, seed_w);
+  auto m = bandwidth_measurement(ctx, ctx.key("zerocopy.write"), "zerocopy",
+                                 "kernel writing mapped pinned host memory",
+                                 byte_convention::written, bytes, double(bytes), secs);
+  m.peak = ctx.pcie_peak_gbps;
+  m.peak_basis = ctx.pcie_peak_basis;
+  m.note = "host buffer checked word by word by the CPU; " + cfg_note(cfg);
+  if (const int node = host_numa_node(host.get()); node >= 0) m.extra["host_numa_node"] = node;
+  add_verified(ctx, std::move(m), bad == 0, mismatch_text(bad, words));
+}
+
+}  // namespace vramkit::probe::detail

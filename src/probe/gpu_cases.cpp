@@ -1,0 +1,163 @@
+// The GPU case table (see gpu_cases.hpp).
+#include "gpu_cases.hpp"
+
+#include <algorithm>
+
+#include "gpu_case_runners.hpp"
+#include "vramkit/config.hpp"
+#include "vramkit/core/error.hpp"
+#include "vramkit/probe/gpu_probe.hpp"
+#include "vramkit/probe/verdict.hpp"
+
+namespace vramkit::probe::detail {
+
+// Without CUDA the table is the same, only nothing can run.
+#if VRAMKIT_HAVE_CUDA
+#define VRAMKIT_RUNNER(fn) &fn
+#else
+#define VRAMKIT_RUNNER(fn) nullptr
+#endif
+
+const std::vector<probe_case>& gpu_cases() {
+  static const std::vector<probe_case> cases = {
+      {"gpu{N}.device.read", "device",
+       "kernel reading device memory with 16-byte loads (bytes read)",
+       VRAMKIT_RUNNER(run_device_section)},
+      {"gpu{N}.device.write", "device",
+       "kernel writing device memory with 16-byte stores (bytes written)",
+       VRAMKIT_RUNNER(run_device_section)},
+      {"gpu{N}.device.copy", "device",
+       "kernel copying device memory (read + written; copied once in extra)",
+       VRAMKIT_RUNNER(run_device_section)},
+      {"gpu{N}.device.memcpy", "device",
+       "cudaMemcpy device-to-device (copied once; read + written in extra)",
+       VRAMKIT_RUNNER(run_device_section)},
+      {"gpu{N}.h2d.pinned", "h2d",
+       "host-to-device cudaMemcpyAsync from pinned memory, largest size",
+       VRAMKIT_RUNNER(run_transfers_pinned)},
+      {"gpu{N}.d2h.pinned", "h2d", "device-to-host cudaMemcpyAsync to pinned memory, largest size",
+       VRAMKIT_RUNNER(run_transfers_pinned)},
+      {"gpu{N}.bidir.pinned", "h2d",
+       "H2D and D2H at once on two streams, pinned, both directions summed",
+       VRAMKIT_RUNNER(run_transfers_pinned)},
+      {"gpu{N}.h2d.pageable", "h2d",
+       "host-to-device copy from pageable (malloc'd) memory, largest size",
+       VRAMKIT_RUNNER(run_transfers_pageable)},
+      {"gpu{N}.d2h.pageable", "h2d",
+       "device-to-host copy to pageable (malloc'd) memory, largest size",
+       VRAMKIT_RUNNER(run_transfers_pageable)},
+      {"gpu{N}.bidir.pageable", "h2d",
+       "H2D and D2H at once from two host threads, pageable, summed",
+       VRAMKIT_RUNNER(run_transfers_pageable)},
+      {"gpu{N}.h2d.pinned.sweep", "h2d", "curve: pinned H2D bandwidth over transfer size",
+       VRAMKIT_RUNNER(run_transfers_pinned)},
+      {"gpu{N}.d2h.pinned.sweep", "h2d", "curve: pinned D2H bandwidth over transfer size",
+       VRAMKIT_RUNNER(run_transfers_pinned)},
+      {"gpu{N}.bidir.pinned.sweep", "h2d",
+       "curve: pinned bidirectional bandwidth over transfer size",
+       VRAMKIT_RUNNER(run_transfers_pinned)},
+      {"gpu{N}.h2d.pageable.sweep", "h2d", "curve: pageable H2D bandwidth over transfer size",
+       VRAMKIT_RUNNER(run_transfers_pageable)},
+      {"gpu{N}.d2h.pageable.sweep", "h2d", "curve: pageable D2H bandwidth over transfer size",
+       VRAMKIT_RUNNER(run_transfers_pageable)},
+      {"gpu{N}.bidir.pageable.sweep", "h2d",
+       "curve: pageable bidirectional bandwidth over transfer size",
+       VRAMKIT_RUNNER(run_transfers_pageable)},
+      {"gpu{N}.zerocopy.read", "zerocopy", "kernel reading mapped pinned host memory (bytes read)",
+       VRAMKIT_RUNNER(run_zerocopy_section)},
+      {"gpu{N}.zerocopy.write", "zerocopy",
+       "kernel writing mapped pinned host memory (bytes written)",
+       VRAMKIT_RUNNER(run_zerocopy_section)},
+      {"gpu{N}.managed.first_touch", "managed",
+       "kernel reading managed memory last written by the CPU (faults)",
+       VRAMKIT_RUNNER(run_managed_section)},
+      {"gpu{N}.managed.prefetch", "managed",
+       "cudaMemPrefetchAsync of CPU-written managed memory to the GPU",
+       VRAMKIT_RUNNER(run_managed_section)},
+      {"gpu{N}.managed.prefetched_touch", "managed",
+       "kernel reading managed memory after the prefetch", VRAMKIT_RUNNER(run_managed_section)},
+      {"gpu{N}.managed.advised_touch", "managed",
+       "kernel reading CPU-written managed memory advised preferred-location GPU + accessed-by",
+       VRAMKIT_RUNNER(run_managed_section)},
+      {"gpu{A}->gpu{B}.p2p.ce.unidir", "p2p", "cudaMemcpyPeerAsync from gpu A to gpu B",
+       VRAMKIT_RUNNER(run_p2p_from)},
+      {"gpu{A}->gpu{B}.p2p.ce.bidir", "p2p", "cudaMemcpyPeerAsync A->B and B->A at once, summed",
+       VRAMKIT_RUNNER(run_p2p_from)},
+      {"gpu{A}->gpu{B}.p2p.sm.unidir", "p2p", "copy kernel on gpu A writing into gpu B's memory",
+       VRAMKIT_RUNNER(run_p2p_from)},
+      {"gpu{A}->gpu{B}.p2p.sm.bidir", "p2p",
+       "copy kernels on A and B writing into each other, summed", VRAMKIT_RUNNER(run_p2p_from)},
+      {"gpu{N}.latency.sweep", "gpu-latency", "curve: dependent-load latency over working-set size",
+       VRAMKIT_RUNNER(run_latency_section)},
+      {"gpu{N}.latency.l1", "gpu-latency", "load latency with the working set in L1",
+       VRAMKIT_RUNNER(run_latency_section)},
+      {"gpu{N}.latency.l2", "gpu-latency", "load latency with the working set in L2",
+       VRAMKIT_RUNNER(run_latency_section)},
+      {"gpu{N}.latency.hbm", "gpu-latency",
+       "load latency with the working set in device memory (first set >= 4x L2)",
+       VRAMKIT_RUNNER(run_latency_section)},
+      {"gpu{N}.latency.zerocopy", "gpu-latency",
+       "load latency from the GPU to mapped pinned host memory",
+       VRAMKIT_RUNNER(run_zerocopy_latency)},
+      {"gpu{N}.alloc.cuda_malloc", "alloc", "cudaMalloc per call over a random size trace",
+       VRAMKIT_RUNNER(run_alloc_section)},
+      {"gpu{N}.alloc.cuda_free", "alloc", "cudaFree per call over the same trace",
+       VRAMKIT_RUNNER(run_alloc_section)},
+      {"gpu{N}.alloc.malloc_async", "alloc", "cudaMallocAsync per call from a warm pool",
+       VRAMKIT_RUNNER(run_alloc_section)},
+      {"gpu{N}.alloc.free_async", "alloc", "cudaFreeAsync per call into the warm pool",
+       VRAMKIT_RUNNER(run_alloc_section)},
+      {"gpu{N}.overlap", "overlap",
+       "serial time / concurrent time of a kernel, an H2D and a D2H copy",
+       VRAMKIT_RUNNER(run_overlap_section)},
+  };
+  return cases;
+}
+
+#undef VRAMKIT_RUNNER
+
+std::vector<std::string> gpu_sections() {
+  std::vector<std::string> out = {"gpu"};
+  for (const auto& c : gpu_cases()) {
+    if (std::find(out.begin(), out.end(), c.section) == out.end()) out.emplace_back(c.section);
+  }
+  return out;
+}
+
+bool wants_gpu_section(const probe_options& options, const std::string& section) {
+  return options.only.empty() || options.only.count("gpu") > 0 || options.only.count(section) > 0;
+}
+
+bool wants_any_gpu_section(const probe_options& options) {
+  const auto sections = gpu_sections();
+  return std::any_of(sections.begin(), sections.end(),
+                     [&](const std::string& s) { return wants_gpu_section(options, s); });
+}
+
+const probe_case* find_gpu_case(const std::string& key) {
+  for (const auto& c : gpu_cases()) {
+    if (key_matches(c.key, key)) return &c;
+  }
+  return nullptr;
+}
+
+const std::string& registered_key(const std::string& key) {
+  if (find_gpu_case(key) == nullptr) {
+    throw logic_error("GPU probe key '" + key + "' is not in the case table (gpu_cases.cpp)");
+  }
+  return key;
+}
+
+}  // namespace vramkit::probe::detail
+
+namespace vramkit::probe {
+
+std::vector<std::pair<std::string, std::string>> gpu_probe_keys() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& c : detail::gpu_cases()) out.emplace_back(c.key, c.description);
+  return out;
+}
+
+std::vector<std::string> gpu_probe_sections() { return detail::gpu_sections(); }
+
+}  // namespace vramkit::probe
