@@ -29,7 +29,7 @@ block_policy parse_block_policy(std::string_view s) {
   if (s == "offload") return block_policy::offload;
   if (s == "checkpoint") return block_policy::checkpoint;
   if (s == "keep") return block_policy::keep;
-  throw usage_error(fmt::format("block policy '{}': use offload, checkpoint or keep", s));
+  throw invalid_input(fmt::format("block policy '{}': use offload, checkpoint or keep", s));
 }
 
 offload_estimate simulate_offload(const std::vector<block_policy>& mix, const offload_inputs& in) {
@@ -41,7 +41,7 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   };
   const int n_off = count(block_policy::offload), n_ck = count(block_policy::checkpoint);
   if (n_off > 0 && (in.d2h_bytes_per_s <= 0 || in.h2d_bytes_per_s <= 0))
-    throw usage_error("offload model: the link rates must be positive to offload");
+    throw invalid_input("offload model: the link rates must be positive to offload");
   const double copy_out = n_off ? a / in.d2h_bytes_per_s : 0,
                copy_in = n_off ? a / in.h2d_bytes_per_s : 0;
   const auto window = static_cast<double>(in.window_bytes);
@@ -115,7 +115,7 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
 
 std::vector<block_policy> arrange_mix(int n_blocks, int n_offload, int n_checkpoint) {
   if (n_offload < 0 || n_checkpoint < 0 || n_offload + n_checkpoint > n_blocks)
-    throw usage_error(
+    throw invalid_input(
         fmt::format("offload mix: {} offloaded + {} checkpointed blocks exceed {} blocks",
                     n_offload, n_checkpoint, n_blocks));
   std::vector<block_policy> mix(static_cast<std::size_t>(n_blocks), block_policy::keep);
@@ -147,7 +147,7 @@ optimizer_offload_estimate estimate_optimizer_offload(std::uint64_t parameters,
                                                       double h2d_bytes_per_s,
                                                       std::uint64_t chunk_bytes) {
   if (d2h_bytes_per_s <= 0 || h2d_bytes_per_s <= 0)
-    throw usage_error("optimizer offload: the link rates must be positive");
+    throw invalid_input("optimizer offload: the link rates must be positive");
   const int tensors = master == master_weights::fp32_on_host ? 3 : 2;
   optimizer_offload_estimate e;
   e.host_bytes = parameters * 4 * static_cast<std::uint64_t>(tensors);
@@ -166,7 +166,7 @@ optimizer_offload_estimate estimate_optimizer_offload(std::uint64_t parameters,
 offload_option parse_offload_option(std::string_view value, int n_blocks) {
   offload_option o;
   const auto bad = [&](std::string_view why) {
-    return usage_error(fmt::format("--offload {}: {}", value, why));
+    return invalid_input(fmt::format("--offload {}: {}", value, why));
   };
   std::string_view head = value, count;
   if (const auto colon = value.find(':'); colon != std::string_view::npos) {

@@ -16,7 +16,7 @@ namespace vramkit::plan {
 
 enum class block_policy { offload, checkpoint, keep };
 const char* to_string(block_policy p) noexcept;
-/// "offload", "checkpoint" or "keep"; throws usage_error otherwise.
+/// "offload", "checkpoint" or "keep"; throws invalid_input otherwise.
 block_policy parse_block_policy(std::string_view s);
 
 /// What the model needs to know about one training step, per micro-batch.
@@ -43,12 +43,12 @@ struct offload_estimate {
   std::uint64_t host_pinned_bytes = 0;
 };
 
-/// The estimate for `mix` (one policy per block, forward order). Throws usage_error when the
+/// The estimate for `mix` (one policy per block, forward order). Throws invalid_input when the
 /// link rates are not positive while a block is offloaded.
 offload_estimate simulate_offload(const std::vector<block_policy>& mix, const offload_inputs& in);
 
 /// The mix with these counts the model favours: offloaded blocks spread evenly from the first,
-/// checkpointed ones among them, the last blocks kept. Throws usage_error if the counts exceed
+/// checkpointed ones among them, the last blocks kept. Throws invalid_input if the counts exceed
 /// n_blocks or are negative.
 std::vector<block_policy> arrange_mix(int n_blocks, int n_offload, int n_checkpoint);
 
@@ -88,7 +88,7 @@ struct offload_option {
   bool optimizer = false;
 };
 
-/// Parses `--offload VALUE` for a model of n_blocks blocks; throws usage_error with a one-line
+/// Parses `--offload VALUE` for a model of n_blocks blocks; throws invalid_input with a one-line
 /// message naming the value for anything else, N < 1 or N > n_blocks.
 offload_option parse_offload_option(std::string_view value, int n_blocks);
 

@@ -60,8 +60,8 @@ TEST(OffloadModel, OffloadMovesBytesToHostAndSlowLinksAreExposed) {
 TEST(OffloadModel, ArrangeSpreadsOffloadedBlocksAndRefusesTooMany) {
   EXPECT_EQ(arrange_mix(6, 2, 2), (std::vector<P>{P::offload, P::checkpoint, P::offload,
                                                   P::checkpoint, P::keep, P::keep}));
-  EXPECT_THROW(arrange_mix(4, 3, 2), usage_error);
-  EXPECT_THROW(arrange_mix(4, -1, 0), usage_error);
+  EXPECT_THROW(arrange_mix(4, 3, 2), invalid_input);
+  EXPECT_THROW(arrange_mix(4, -1, 0), invalid_input);
 }
 
 TEST(OffloadModel, ChoosesOffloadOnlyWhenItBeatsCheckpointing) {
@@ -90,7 +90,7 @@ TEST(OffloadModel, OptimizerOffloadHostBytesAndTime) {
   EXPECT_GT(e.step_time_s, 8e9 / 40e9);
   EXPECT_LT(e.step_time_s, 8e9 / 40e9 * 1.05);
   EXPECT_EQ(estimate_optimizer_offload(10, master_weights::fp32_on_host, 1, 1).host_bytes, 120u);
-  EXPECT_THROW(estimate_optimizer_offload(10, master_weights::none, 0, 1), usage_error);
+  EXPECT_THROW(estimate_optimizer_offload(10, master_weights::none, 0, 1), invalid_input);
 }
 
 TEST(OffloadOption, ParsesEveryFormAndRefusesBadOnes) {
@@ -109,7 +109,7 @@ TEST(OffloadOption, ParsesEveryFormAndRefusesBadOnes) {
     try {
       parse_offload_option(bad, 16);
       ADD_FAILURE() << bad << " was accepted";
-    } catch (const usage_error& e) {
+    } catch (const invalid_input& e) {
       EXPECT_NE(std::string(e.what()).find("--offload"), std::string::npos);
       EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
     }
