@@ -27,7 +27,7 @@ std::vector<gpu_state> gpus_from_fixture_json(std::string_view json_text, std::s
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw usage_error(fmt::format("{}: not valid JSON ({})", origin, e.what()));
   }
   if (!doc.is_object() || !doc.contains("gpus") || !doc["gpus"].is_array()) {
