@@ -21,6 +21,16 @@ std::uint64_t byte_field(const nlohmann::json& gpu, const char* key, bool requir
   throw usage_error(fmt::format("{}: gpus[{}].{} must be a non-negative integer", origin, i, key));
 }
 
+std::string string_field(const nlohmann::json& g, const char* key, std::string_view origin,
+                         std::size_t i) {
+  const auto it = g.find(key);
+  if (it == g.end()) return {};
+  if (!it->is_string()) {
+    throw usage_error(fmt::format("{}: gpus[{}].{} must be a string", origin, i, key));
+  }
+  return it->get<std::string>();
+}
+
 }  // namespace
 
 std::vector<gpu_state> gpus_from_fixture_json(std::string_view json_text, std::string_view origin) {
@@ -40,8 +50,8 @@ std::vector<gpu_state> gpus_from_fixture_json(std::string_view json_text, std::s
     if (!g.is_object()) throw usage_error(fmt::format("{}: gpus[{}] is not an object", origin, i));
     gpu_state s;
     s.index = static_cast<int>(i);
-    s.name = g.value("name", std::string{});
-    s.uuid = g.value("uuid", std::string{});
+    s.name = string_field(g, "name", origin, i);
+    s.uuid = string_field(g, "uuid", origin, i);
     s.total_bytes = byte_field(g, "memory_total_bytes", true, origin, i);
     s.used_bytes = byte_field(g, "memory_used_bytes", false, origin, i);
     s.reserved_bytes = byte_field(g, "memory_reserved_bytes", false, origin, i);
