@@ -323,7 +323,7 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
   json j;
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw invalid_input(fmt::format("{}: not valid JSON: {}", source, e.what()));
   }
   if (!j.is_object())
