@@ -382,7 +382,7 @@ recording parse_recording(const std::string& text) {
           // A repeated name would leave fewer columns than fields, and rows of that many fields
           // would then be read past their end.
           if (!col.emplace(fields[i], i).second)
-            throw usage_error("CSV header repeats column " + fields[i]);
+            throw invalid_input("CSV header repeats column " + fields[i]);
         }
         for (const char* need : {"epoch_ms", "device"}) {
           if (!col.count(need)) throw invalid_input(std::string("CSV header lacks column ") + need);

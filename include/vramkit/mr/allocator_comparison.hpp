@@ -47,7 +47,7 @@ struct comparison_options {
   std::optional<std::uint64_t> capacity_bytes;  ///< the device's memory, when asked to fit
 };
 
-/// Replays `t` through each allocator; throws vramkit::usage_error for an unknown allocator name.
+/// Replays `t` through each allocator; throws vramkit::invalid_input for an unknown allocator name.
 std::vector<allocator_replay_result> compare_allocators(const trace& t,
                                                         const comparison_options& options);
 

@@ -159,7 +159,7 @@ TEST(AllocatorComparison, CapacitySaysWhetherAndWhereTheTraceFails) {
 TEST(AllocatorComparison, UnknownAllocatorIsAUsageError) {
   comparison_options o;
   o.allocators = {"cnmem"};
-  EXPECT_THROW((void)compare_allocators(committed_trace(), o), usage_error);
+  EXPECT_THROW((void)compare_allocators(committed_trace(), o), invalid_input);
 }
 
 // The pool's target on every shape: reserved within 3% of requested, and never above the model
