@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   vramkit::cli::add_watch_command(app, ctx);
   vramkit::cli::add_serve_command(app, ctx);
   vramkit::cli::add_slurm_command(app, ctx);
+  vramkit::cli::add_texture_command(app, ctx);
 
   try {
     app.parse(argc, argv);
