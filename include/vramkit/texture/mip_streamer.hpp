@@ -38,7 +38,6 @@ struct mip_streamer_stats {
   std::uint64_t bytes_copied_on_device = 0;  ///< shared levels moved between chains
   std::uint64_t reads_pending = 0;
   std::uint64_t copies_pending = 0;
-  std::uint64_t blocking_waits = 0;  ///< update() calls that waited on a copy (always 0 by design)
 };
 
 class mip_streamer {

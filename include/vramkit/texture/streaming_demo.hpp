@@ -19,8 +19,8 @@ struct demo_options {
   int texture_size = 1024;  ///< side of each texture (power of two)
   int frames = 150;  ///< frames rendered in all, the last `still_frames` with the camera stopped
   int still_frames = 30;
-  int width = 640;
-  int height = 360;
+  int width = 1280;
+  int height = 720;
   int samples = 4;                            ///< samples per pixel: 1, 4, 9 or 16
   std::optional<std::uint64_t> budget_bytes;  ///< default: a quarter of the full-resolution set
   std::filesystem::path out_dir = "texture-demo";

@@ -200,7 +200,6 @@ TEST(TextureGpu, StreamerOnCudaEndsWithTheFilesLevels) {
       EXPECT_LE(max_error(sample(chain, l), cpu), 3.0f / 255) << "texture " << i << " level " << l;
     }
   }
-  EXPECT_EQ(s.stats().blocking_waits, 0u);
   VRAMKIT_CUDA_TRY(cudaStreamDestroy(render));
   std::filesystem::remove_all(dir);
 }
