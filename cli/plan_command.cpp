@@ -143,7 +143,10 @@ void add_plan_command(CLI::App& app, command_context& ctx) {
   sub->add_flag("--fit", a->fit,
                 "search the configurations that fit --gpu and rank them by estimated step time");
   sub->add_flag("--json", a->json, "print one JSON object");
-  sub->callback([a, &ctx] { run_plan(*a, ctx); });
+  auto* textures = add_plan_textures_subcommand(*sub, ctx);  // `vramkit plan textures ...`
+  sub->callback([a, textures, &ctx] {
+    if (!textures->parsed()) run_plan(*a, ctx);
+  });
 }
 
 }  // namespace vramkit::cli
