@@ -78,7 +78,8 @@ void run_cache_section(gpu_context& ctx) {
     const auto per_launch = static_cast<std::uint32_t>(reps) *
                             static_cast<std::uint32_t>(whole ? cfg.blocks : 1) *
                             pattern_sum(ws / 4, seed);
-    const auto want = per_launch * static_cast<std::uint32_t>(samples * (loops + warmup));
+    const auto want =
+        per_launch * static_cast<std::uint32_t>(blocked_calls(samples, loops, warmup));
     if (got != want) {
       ctx.report->skips.push_back({c.key,
                                    "verification failed, curve withheld: read sum mismatch at " +

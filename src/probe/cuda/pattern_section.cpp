@@ -42,7 +42,7 @@ struct pattern_run {
   int samples, loops;
   static constexpr int warmup = 1;
 
-  [[nodiscard]] int launches() const { return samples * (loops + warmup); }
+  [[nodiscard]] int launches() const { return blocked_calls(samples, loops, warmup); }
 
   std::uint32_t read_sum() const {
     std::uint32_t v = 0;
