@@ -460,6 +460,10 @@ def orchestrate(args):
         with open(args.summary, "w") as f:
             f.write(summary)
     print(summary)
+    # Nothing measured is a failure: every shape needs its reference run.
+    measured = [any(c["config"] == "reference" and c.get("ok") for c in e["configs"])
+                for e in results["shapes"].values()]
+    return 0 if measured and all(measured) else 1
 
 
 def summarize(results):
@@ -534,10 +538,12 @@ def main():
     if args.steps <= args.warmup:
         ap.error("--steps must exceed --warmup")
     if args.run_one:
+        args.config = args.run_one
         run_one(args)
     else:
-        orchestrate(args)
+        return orchestrate(args)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -34,7 +34,8 @@ def set_grads(params, step):
 
 
 def max_rel(a, b):
-    return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
+    a, b = a.float(), b.float().to(a.device)
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
 class OffloadedAdamWTest(unittest.TestCase):
