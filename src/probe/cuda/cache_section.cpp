@@ -106,7 +106,9 @@ void run_cache_section(gpu_context& ctx) {
     if (p.name == "L2 near") near = &p;
   for (const auto& p : plateaus) {
     if (p.name != "L1" && p.name != "L2" && p.name != "HBM") continue;
-    const auto& mid = c.points[(p.first + p.last) / 2];
+    // The device-memory level at its largest set (nearer sets still hit the L2 in part); the
+    // caches at the middle of their plateaus.
+    const auto& mid = c.points[p.name == "HBM" ? p.last : (p.first + p.last) / 2];
     measurement m;
     m.key = ctx.key(p.name == "L1" ? "cache.l1" : p.name == "L2" ? "cache.l2" : "cache.hbm");
     m.title = p.name + " read bandwidth (cache sweep plateau), " + ctx.tag;
@@ -133,9 +135,10 @@ void run_cache_section(gpu_context& ctx) {
       m.peak = ctx.hbm_peak_gbps;
       m.peak_basis = ctx.hbm_peak_basis;
     }
-    m.note =
-        "the median point of the plateau; its size is the largest working set still within 12% "
-        "of the plateau (log-interpolated); every launch's sum checked against the pattern";
+    m.note = std::string(p.name == "HBM" ? "the plateau's largest working set"
+                                         : "the plateau's middle point") +
+             "; a level's size is the largest working set still within 12% of the plateau "
+             "(log-interpolated); every launch's sum checked against the pattern";
     add_verified(ctx, std::move(m), true, "");
   }
   if (std::none_of(plateaus.begin(), plateaus.end(),
