@@ -169,9 +169,6 @@ shard_settings parse_shard_settings(const std::string& text, const std::string& 
       throw invalid_input(fmt::format("{}:{}: {} is out of range", origin, n, key));
     }
   }
-  if (!out.shard_bytes)
-    throw invalid_input(
-        fmt::format("{}: no shard_bytes= line (write it with vramkit slurm gres)", origin));
   return out;
 }
 
@@ -186,7 +183,7 @@ void run_shards(const shards_args& a, command_context& ctx) {
   if (!a.config.empty()) {
     const shard_settings settings =
         parse_shard_settings(read_input_file(a.config, "config"), a.config);
-    shard_bytes = *settings.shard_bytes;
+    if (settings.shard_bytes) shard_bytes = *settings.shard_bytes;
     max_shards = settings.max_gpu_shards;
   }
   if (shard_bytes == 0) throw invalid_input("--shard-size must be above zero");
