@@ -30,7 +30,7 @@ void run_extender(const extender_args& a, const std::string& command) {
   auto urls = cluster::parse_node_map(read_input_file(a.nodes, "--nodes file"), a.nodes);
   const std::size_t node_count = urls.size();
   if (!cluster::extender_server_available())
-    throw error("built without cpp-httplib: " + command + " is not available in this build");
+    throw error("built without libmicrohttpd: " + command + " is not available in this build");
   if (a.port < 0 || a.port > 65535)
     throw invalid_input(fmt::format("--port {} is not a TCP port (0-65535)", a.port));
 
@@ -41,8 +41,9 @@ void run_extender(const extender_args& a, const std::string& command) {
   stop_signals stop;
   cluster::extender_server server(std::move(lookup), config, a.bind, a.port);
   const int bound = server.bind();
-  std::printf("%s: listening on http://%s:%d/ (POST /filter, /prioritize), %zu nodes, policy %s\n",
-              command.c_str(), a.bind.c_str(), bound, node_count, a.policy.c_str());
+  std::printf("%s: listening on %s (POST /filter, /prioritize), %zu nodes, policy %s\n",
+              command.c_str(), monitor::http_url(a.bind, bound).c_str(), node_count,
+              a.policy.c_str());
   std::fflush(stdout);
   std::thread serving([&server] { server.run(); });
   stop.wait();

@@ -8,6 +8,7 @@
 #include "vramkit/core/error.hpp"
 #include "vramkit/monitor/exporter.hpp"
 #include "vramkit/monitor/gpu_source.hpp"
+#include "vramkit/monitor/http_server.hpp"
 #include "vramkit/monitor/sampler.hpp"
 
 namespace vramkit::cli {
@@ -29,7 +30,7 @@ struct serve_args {
 
 void run_serve(const serve_args& a) {
   if (!mon::exporter_built())
-    throw error("built without cpp-httplib: vramkit serve is not available in this build");
+    throw error("built without libmicrohttpd: vramkit serve is not available in this build");
   const int port = a.port.value_or(9410);
   if (port < 0 || port > 65535)
     throw invalid_input("--port " + std::to_string(port) + " is not a TCP port (0-65535)");
@@ -48,8 +49,8 @@ void run_serve(const serve_args& a) {
   eo.history_samples = a.history;
   mon::exporter server(std::make_unique<mon::sampler>(std::move(gpus), so), eo);
   const int bound = server.start();
-  std::printf("vramkit serve: listening on http://%s:%d/ (metrics at /metrics)\n", a.bind.c_str(),
-              bound);
+  std::printf("vramkit serve: listening on %s (metrics at /metrics)\n",
+              mon::http_url(a.bind, bound).c_str());
   std::fflush(stdout);
   stop.wait();
   server.stop();
@@ -78,7 +79,8 @@ void add_serve_command(CLI::App& app, command_context& ctx) {
       sub->add_option(
           "--fake-gpus", args->fake_gpus,
           "Read GPUs from a JSON fixture instead of the driver (reloaded when it changes)"),
-      sub->add_option("--history", args->history, "Samples kept for the live page")
+      sub->add_option("--history", args->history, "Samples kept for the live page (1-1000000)")
+          ->check(CLI::Range(std::size_t{1}, std::size_t{1000000}))
           ->capture_default_str(),
       sub->add_option("--host-root", args->host_root,
                       "Read /proc and /sys under this directory (tests)")

@@ -19,6 +19,7 @@
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/units.hpp"
 #include "vramkit/monitor/gpu_source.hpp"
+#include "vramkit/monitor/safe_text.hpp"
 
 namespace vramkit::cli {
 namespace {
@@ -34,6 +35,19 @@ std::string short_hostname() {
   std::string name(buf);
   if (const auto dot = name.find('.'); dot != std::string::npos) name.resize(dot);
   return name;
+}
+
+// A Slurm NodeName: a host name or a hostlist expression (gpu[01-04]); anything else (blanks,
+// '=', '#', control characters) would break the gres.conf line it is written into.
+void check_node_name(const std::string& name) {
+  const bool ok = !name.empty() && name.size() <= 255 &&
+                  name.find_first_not_of(
+                      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                      "0123456789.-_[],") == std::string::npos;
+  if (!ok)
+    throw invalid_input(fmt::format(
+        "--node '{}': not a Slurm NodeName (letters, digits, '.', '-', '_', hostlist [..,..])",
+        monitor::printable(name)));
 }
 
 // The local GPUs: the fixture when given, else the driver's.
@@ -73,6 +87,7 @@ void run_gres(const gres_args& a, command_context& ctx) {
   options.shard_bytes = parse_bytes(a.shard_size);
   if (options.shard_bytes == 0) throw invalid_input("--shard-size must be above zero");
   options.node_name = a.node.empty() ? short_hostname() : a.node;
+  check_node_name(options.node_name);
   options.device_prefix = a.device_prefix;
   options.safety = cluster::parse_headroom(a.headroom);
   const auto gpus = local_gpus(a.fixture);
@@ -121,20 +136,40 @@ void run_gres(const gres_args& a, command_context& ctx) {
   ctx.exit_code = 0;
 }
 
-// key=value settings written by `slurm gres` (vramkit-slurm.conf).
-std::optional<std::uint64_t> config_value(const std::string& text, const std::string& key,
-                                          const std::string& origin) {
+// The key=value settings written by `slurm gres` (vramkit-slurm.conf): every line is a comment,
+// blank, or one of the known keys with a whole number; anything else is refused by line number.
+struct shard_settings {
+  std::optional<std::uint64_t> shard_bytes;
+  std::optional<std::uint64_t> max_gpu_shards;
+};
+
+shard_settings parse_shard_settings(const std::string& text, const std::string& origin) {
+  shard_settings out;
   std::istringstream in(text);
   std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(key + "=", 0) != 0) continue;
+  for (std::size_t n = 1; std::getline(in, line); ++n) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const auto first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    const auto eq = line.find('=');
+    const std::string key = eq == std::string::npos ? line : line.substr(0, eq);
+    std::optional<std::uint64_t>* slot = key == "shard_bytes"      ? &out.shard_bytes
+                                         : key == "max_gpu_shards" ? &out.max_gpu_shards
+                                                                   : nullptr;
+    if (eq == std::string::npos || slot == nullptr)
+      throw invalid_input(fmt::format(
+          "{}:{}: expected shard_bytes=N or max_gpu_shards=N (from vramkit slurm gres), got '{}'",
+          origin, n, line.substr(0, 60)));
+    const std::string value = line.substr(eq + 1);
+    if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos)
+      throw invalid_input(fmt::format("{}:{}: {} is not a whole number", origin, n, key));
     try {
-      return std::stoull(line.substr(key.size() + 1));
-    } catch (...) {
-      throw invalid_input(fmt::format("{}: {} is not a number", origin, key));
+      *slot = std::stoull(value);
+    } catch (const std::exception&) {
+      throw invalid_input(fmt::format("{}:{}: {} is out of range", origin, n, key));
     }
   }
-  return std::nullopt;
+  return out;
 }
 
 void run_shards(const shards_args& a, command_context& ctx) {
@@ -146,9 +181,10 @@ void run_shards(const shards_args& a, command_context& ctx) {
   std::uint64_t shard_bytes = parse_bytes(a.shard_size);
   std::optional<std::uint64_t> max_shards;
   if (!a.config.empty()) {
-    const std::string text = read_input_file(a.config, "config");
-    if (auto v = config_value(text, "shard_bytes", a.config)) shard_bytes = *v;
-    max_shards = config_value(text, "max_gpu_shards", a.config);
+    const shard_settings settings =
+        parse_shard_settings(read_input_file(a.config, "config"), a.config);
+    if (settings.shard_bytes) shard_bytes = *settings.shard_bytes;
+    max_shards = settings.max_gpu_shards;
   }
   if (shard_bytes == 0) throw invalid_input("--shard-size must be above zero");
   const std::uint64_t shards = cluster::shards_for_request(request, shard_bytes);

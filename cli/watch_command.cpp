@@ -77,6 +77,10 @@ void run_replay(const watch_args& a) {
   if (rec.samples.empty())
     throw invalid_input("recording " + a.replay + " holds no readable sample");
   if (!(a.speed > 0)) throw invalid_input("--speed must be greater than 0");
+  if (!a.csv.empty()) {  // conversion: every sample of the recording into the CSV file
+    csv_sink sink(a.csv);
+    for (const auto& s : rec.samples) sink.write(s);
+  }
   if (a.once) {
     std::fputs(mon::format_snapshot(rec.samples.back()).c_str(), stdout);
     return;
@@ -85,6 +89,7 @@ void run_replay(const watch_args& a) {
     for (const auto& s : rec.samples) std::printf("%s\n", mon::to_json_line(s).c_str());
     return;
   }
+  if (!a.csv.empty()) return;
   std::size_t next = 0;
   mon::terminal_view_options opt;
   opt.title = "vramkit watch --replay " + std::filesystem::path(a.replay).filename().string();

@@ -2,7 +2,7 @@
 # nlohmann_json and CLI11 (headers only, where their CMake files are missing), hwloc and
 # cpp-httplib (pkg-config, else a plain search). Used by the build and by the installed
 # vramkitConfig.cmake, so a consumer resolves the same targets the libraries were built against.
-# Sets HWLOC_FOUND and HTTPLIB_FOUND. Set VRAMKIT_DEPS_WITH_CLI11 to look for CLI11 too.
+# Sets HWLOC_FOUND, HTTPLIB_FOUND and MHD_FOUND. Set VRAMKIT_DEPS_WITH_CLI11 to look for CLI11 too.
 if(NOT TARGET nlohmann_json::nlohmann_json)
   find_package(nlohmann_json 3 QUIET)
 endif()
@@ -29,6 +29,13 @@ if(PKG_CONFIG_FOUND)
   if(NOT TARGET PkgConfig::HTTPLIB)
     pkg_check_modules(HTTPLIB QUIET IMPORTED_TARGET cpp-httplib)
   endif()
+  # libmicrohttpd: the server of `vramkit serve` and `vramkit extender` (epoll, bounded).
+  if(NOT TARGET PkgConfig::MHD)
+    pkg_check_modules(MHD QUIET IMPORTED_TARGET libmicrohttpd)
+  endif()
+endif()
+if(TARGET PkgConfig::MHD)
+  set(MHD_FOUND 1)
 endif()
 if(TARGET PkgConfig::HWLOC)
   set(HWLOC_FOUND 1)

@@ -1,37 +1,20 @@
-// exporter: background sampler thread + cpp-httplib server. Handlers render from the history ring
-// and never sample. Without cpp-httplib (VRAMKIT_MONITOR_HTTP undefined) start() reports it.
+// exporter: background sampler thread + http_server. Handlers render from the history ring and
+// never sample. Without an HTTP server in the build start() reports it.
 #include "vramkit/monitor/exporter.hpp"
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "vramkit/core/error.hpp"
 #include "vramkit/monitor/recording.hpp"
 #include "vramkit_monitor_web_assets.hpp"
 
-#if defined(VRAMKIT_MONITOR_HTTP)
-#include <httplib.h>
-#endif
-
 namespace vramkit::monitor {
 
-bool exporter_built() noexcept {
-#if defined(VRAMKIT_MONITOR_HTTP)
-  return true;
-#else
-  return false;
-#endif
-}
+bool exporter_built() noexcept { return http_server_built(); }
 
 struct exporter::server {
-#if defined(VRAMKIT_MONITOR_HTTP)
-  httplib::Server http;
-#endif
+  std::unique_ptr<http_server> http;
 };
 
 exporter::exporter(std::unique_ptr<sampler> source, exporter_options options)
@@ -99,106 +82,86 @@ void exporter::sample_loop() {
   }
 }
 
-#if defined(VRAMKIT_MONITOR_HTTP)
-
 namespace {
 
-// Whether binding host:port fails with EADDRINUSE, tried with a socket of our own (the server's
-// errno is not reliable after its clean-up).
-bool port_in_use(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr)
-    return false;
-  int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
-  bool in_use = false;
-  if (fd >= 0) {
-    int yes = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    in_use = bind(fd, res->ai_addr, res->ai_addrlen) != 0 && errno == EADDRINUSE;
-    close(fd);
-  }
-  freeaddrinfo(res);
-  return in_use;
+http_response text(int status, std::string body) {
+  http_response r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
 }
 
 }  // namespace
 
-int exporter::start() {
-  history_.push(source_->take());
-  ++samples_;
-  auto& http = server_->http;
-  // cpp-httplib sets SO_REUSEPORT by default, which would let a second server bind a port that
-  // is in use; keep only SO_REUSEADDR so "port in use" is detected.
-  http.set_socket_options([](int sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  // Without TCP_NODELAY a response written in two parts waits for the peer's delayed ACK (40 ms).
-  http.set_tcp_nodelay(true);
-  // One thread serves one connection while it is kept alive: a bounded pool, and connections that
-  // close after a few requests, keep many concurrent scrapers from starving each other.
-  http.new_task_queue = [] { return new httplib::ThreadPool(64); };
-  http.set_keep_alive_max_count(20);
-  http.set_keep_alive_timeout(1);
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics(), exposition_content_type);
-  });
-  http.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+http_response exporter::handle(const http_request& req) {
+  if (req.method != "GET" && req.method != "HEAD")
+    return text(405, req.method + " is not served here (GET only)\n");
+  if (req.path == "/metrics") {
+    http_response r;
+    r.content_type = exposition_content_type;
+    r.body = metrics();
+    return r;
+  }
+  if (req.path == "/healthz") {
     auto latest = history_.latest();
     auto age_ms = latest ? now_ms() - latest->timestamp_ms : -1;
     bool fresh = latest && age_ms <= 3 * options_.interval.count() + 1000;
-    res.status = fresh ? 200 : 503;
-    res.set_content(fresh ? "ok\n" : "stale: no sample for " + std::to_string(age_ms) + " ms\n",
-                    "text/plain; charset=utf-8");
-  });
-  http.Get("/api/samples", [this](const httplib::Request& req, httplib::Response& res) {
+    return fresh ? text(200, "ok\n")
+                 : text(503, "stale: no sample for " + std::to_string(age_ms) + " ms\n");
+  }
+  if (req.path == "/api/samples") {
     std::int64_t since = 0;
-    if (req.has_param("since")) {
+    if (auto p = req.param("since")) {
       try {
-        since = std::stoll(req.get_param_value("since"));
+        std::size_t used = 0;
+        since = std::stoll(*p, &used);
+        if (used != p->size()) throw std::invalid_argument("trailing characters");
       } catch (const std::exception&) {
-        res.status = 400;
-        res.set_content("since must be milliseconds since the epoch\n",
-                        "text/plain; charset=utf-8");
-        return;
+        return text(400, "since must be milliseconds since the epoch\n");
       }
     }
-    res.set_header("Cache-Control", "no-store");
-    res.set_content(samples_json(since), "application/json");
-  });
-  auto serve_asset = [](const char* file, const char* type) {
-    return [file, type](const httplib::Request&, httplib::Response& res) {
-      for (const auto& a : web::assets) {
-        if (a.name == file) {
-          res.set_content(std::string(a.content), type);
-          return;
-        }
-      }
-      res.status = 404;
-    };
-  };
-  http.Get("/", serve_asset("index.html", "text/html; charset=utf-8"));
-  http.Get("/index.html", serve_asset("index.html", "text/html; charset=utf-8"));
-  http.Get("/monitor.js", serve_asset("monitor.js", "text/javascript; charset=utf-8"));
-  http.Get("/monitor.css", serve_asset("monitor.css", "text/css; charset=utf-8"));
-
-  int port = options_.port;
-  if (port == 0) {
-    port = http.bind_to_any_port(options_.bind_address);
-    if (port < 0)
-      throw error("cannot listen on " + options_.bind_address + ": " + std::strerror(errno));
-  } else if (!http.bind_to_port(options_.bind_address, port)) {
-    throw error("cannot listen on " + options_.bind_address + ":" + std::to_string(port) + ": " +
-                (port_in_use(options_.bind_address, port) ? "address already in use"
-                                                          : "cannot bind that address"));
+    http_response r;
+    r.content_type = "application/json";
+    r.headers.emplace_back("Cache-Control", "no-store");
+    r.body = samples_json(since);
+    return r;
   }
-  serve_thread_ = std::thread([this] { server_->http.listen_after_bind(); });
-  // stop() only reaches a server that is running: wait for it so an early stop cannot hang.
-  for (int i = 0; i < 2000 && !server_->http.is_running(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  struct asset {
+    const char* path;
+    const char* file;
+    const char* type;
+  };
+  static constexpr asset pages[] = {
+      {"/", "index.html", "text/html; charset=utf-8"},
+      {"/index.html", "index.html", "text/html; charset=utf-8"},
+      {"/monitor.js", "monitor.js", "text/javascript; charset=utf-8"},
+      {"/monitor.css", "monitor.css", "text/css; charset=utf-8"},
+  };
+  for (const auto& page : pages) {
+    if (req.path != page.path) continue;
+    for (const auto& a : web::assets) {
+      if (a.name == page.file) {
+        http_response r;
+        r.content_type = page.type;
+        r.body = std::string(a.content);
+        return r;
+      }
+    }
+  }
+  return text(404, "no such page: " + req.path + " (try /metrics, /healthz, /api/samples, /)\n");
+}
+
+int exporter::start() {
+  if (!http_server_built())
+    throw error("built without libmicrohttpd: vramkit serve is not available in this build");
+  history_.push(source_->take());
+  ++samples_;
+  http_server_options ho = options_.http;
+  ho.bind_address = options_.bind_address;
+  ho.port = options_.port;
+  server_->http =
+      std::make_unique<http_server>(ho, [this](const http_request& req) { return handle(req); });
+  const int port = server_->http->start();
   sample_thread_ = std::thread([this] { sample_loop(); });
   return port;
 }
@@ -208,22 +171,7 @@ void exporter::stop() noexcept {
   { std::lock_guard lock(wake_mutex_); }
   wake_.notify_all();
   if (sample_thread_.joinable()) sample_thread_.join();
-  server_->http.stop();
-  if (serve_thread_.joinable()) serve_thread_.join();
+  if (server_->http) server_->http->stop();
 }
-
-#else
-
-int exporter::start() {
-  throw error("built without cpp-httplib: vramkit serve is not available in this build");
-}
-
-void exporter::stop() noexcept {
-  stopping_ = true;
-  wake_.notify_all();
-  if (sample_thread_.joinable()) sample_thread_.join();
-}
-
-#endif
 
 }  // namespace vramkit::monitor

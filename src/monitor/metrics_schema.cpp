@@ -72,12 +72,22 @@ std::optional<T> detail::parse_number(const std::string& text, std::string_view 
   try {
     std::size_t used = 0;
     T v{};
-    if constexpr (std::is_floating_point_v<T>)
+    if constexpr (std::is_floating_point_v<T>) {
       v = static_cast<T>(std::stod(text, &used));
-    else
-      v = static_cast<T>(std::stoull(text, &used));
+    } else if constexpr (std::is_signed_v<T>) {
+      v = static_cast<T>(std::stoll(text, &used));
+    } else {
+      // stoull reads "-5" as 2^64-5: a negative count is refused, not wrapped.
+      if (text.find('-') != std::string::npos)
+        throw invalid_input(fmt::format("column {}: '{}' is negative", key, text));
+      const unsigned long long u = std::stoull(text, &used);
+      if (u > std::numeric_limits<T>::max()) throw std::out_of_range(text);
+      v = static_cast<T>(u);
+    }
     if (used != text.size()) throw std::invalid_argument(text);
     return v;
+  } catch (const invalid_input&) {
+    throw;
   } catch (const std::exception&) {
     throw invalid_input(fmt::format("column {}: '{}' is not a number", key, text));
   }

@@ -1,14 +1,18 @@
 // JSON Lines and CSV recording of samples, and the tolerant reader used by --replay.
 #include "vramkit/monitor/recording.hpp"
+#include "vramkit/monitor/safe_text.hpp"
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <ctime>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
+#include <type_traits>
 
 #include "vramkit/core/error.hpp"
 #include "vramkit/monitor/metrics_schema.hpp"
@@ -23,9 +27,36 @@ template <typename T>
 void put(json& j, const char* key, const std::optional<T>& v) {
   if (v) j[key] = *v;
 }
+// `v` as a T, refusing what a plain get<T>() would wrap or truncate: a negative or fractional
+// value for an unsigned field (a negative byte count would show as 16384 PiB), or one past T's
+// range.
+template <typename T>
+T number(const json& v, std::string_view key) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) throw invalid_input(fmt::format("{} is not a number", key));
+    return v.get<T>();
+  } else {
+    if (!v.is_number_integer())
+      throw invalid_input(fmt::format("{} is not an integer: {}", key, v.dump()));
+    if (v.is_number_unsigned()) {
+      const auto u = v.get<std::uint64_t>();
+      if (u > static_cast<std::uint64_t>(std::numeric_limits<T>::max()))
+        throw invalid_input(fmt::format("{} is out of range: {}", key, u));
+      return static_cast<T>(u);
+    }
+    const auto i = v.get<std::int64_t>();
+    if (i < static_cast<std::int64_t>(std::numeric_limits<T>::min()))
+      throw invalid_input(fmt::format("{} is negative: {}", key, i));
+    return static_cast<T>(i);
+  }
+}
+template <typename T>
+T number_at(const json& j, const char* key) {
+  return number<T>(j.at(key), key);
+}
 template <typename T>
 void take(const json& j, const char* key, std::optional<T>& v) {
-  if (auto it = j.find(key); it != j.end() && !it->is_null()) v = it->get<T>();
+  if (auto it = j.find(key); it != j.end() && !it->is_null()) v = number<T>(*it, key);
 }
 
 json gpu_to_json(const gpu_sample& g) {
@@ -68,7 +99,7 @@ json gpu_to_json(const gpu_sample& g) {
 
 gpu_sample gpu_from_json(const json& j) {
   gpu_sample g;
-  g.index = j.at("index").get<unsigned>();
+  g.index = number_at<unsigned>(j, "index");
   g.uuid = j.value("uuid", std::string());
   g.name = j.value("name", std::string());
   g.state = device_state_from_string(j.value("state", std::string("ok")));
@@ -90,7 +121,7 @@ gpu_sample gpu_from_json(const json& j) {
   if (auto it = j.find("processes"); it != j.end()) {
     for (const auto& pj : *it) {
       gpu_process p;
-      p.pid = pj.at("pid").get<std::uint32_t>();
+      p.pid = number_at<std::uint32_t>(pj, "pid");
       p.kind = pj.value("kind", std::string("compute"));
       p.command = pj.value("command", std::string());
       p.user = pj.value("user", std::string());
@@ -151,7 +182,7 @@ host_sample host_from_json(const json& j) {
   host_sample h;
   if (auto it = j.find("memory"); it != j.end()) {
     host_memory m;
-    m.total_bytes = it->at("total_bytes").get<std::uint64_t>();
+    m.total_bytes = number_at<std::uint64_t>(*it, "total_bytes");
     take(*it, "available_bytes", m.available_bytes);
     take(*it, "free_bytes", m.free_bytes);
     take(*it, "cached_bytes", m.cached_bytes);
@@ -168,9 +199,9 @@ host_sample host_from_json(const json& j) {
   if (auto it = j.find("numa"); it != j.end()) {
     for (const auto& nj : *it) {
       numa_node_memory n;
-      n.node = nj.at("node").get<unsigned>();
-      n.total_bytes = nj.at("total_bytes").get<std::uint64_t>();
-      n.free_bytes = nj.at("free_bytes").get<std::uint64_t>();
+      n.node = number_at<unsigned>(nj, "node");
+      n.total_bytes = number_at<std::uint64_t>(nj, "total_bytes");
+      n.free_bytes = number_at<std::uint64_t>(nj, "free_bytes");
       take(nj, "used_bytes", n.used_bytes);
       h.numa.push_back(n);
     }
@@ -186,7 +217,7 @@ host_sample host_from_json(const json& j) {
   if (auto it = j.find("processes"); it != j.end()) {
     for (const auto& pj : *it) {
       host_process p;
-      p.pid = pj.at("pid").get<std::uint32_t>();
+      p.pid = number_at<std::uint32_t>(pj, "pid");
       p.command = pj.value("command", std::string());
       p.user = pj.value("user", std::string());
       take(pj, "rss_bytes", p.rss_bytes);
@@ -338,8 +369,8 @@ std::vector<std::string> to_csv_lines(const sample& s) {
       f.resize(csv_columns().size() - 2);
     } else {
       f.push_back(std::to_string(g->index));
-      f.push_back(csv_quote(g->uuid));
-      f.push_back(csv_quote(g->name));
+      f.push_back(csv_quote(printable(g->uuid)));
+      f.push_back(csv_quote(printable(g->name)));
       f.push_back(to_string(g->state));
       for (const gpu_field* field : gpu_csv_fields()) f.push_back(field_text(*g, *field));
       f.push_back(std::to_string(g->processes.size()));
@@ -398,8 +429,32 @@ recording parse_recording(const std::string& text) {
         auto it = col.find(std::string(name));
         return it == col.end() ? std::string() : fields[it->second];
       };
+      // Everything of the row is parsed before the recording changes: a bad line leaves no
+      // half-filled sample behind.
       auto ts = csv_parse<std::int64_t>(field("epoch_ms"), "epoch_ms");
       if (!ts) throw invalid_input("column epoch_ms is empty");
+      std::optional<host_memory> host;
+      if (auto total = csv_parse<std::uint64_t>(field("host_memory_total_bytes"),
+                                                "host_memory_total_bytes")) {
+        host_memory m;
+        m.total_bytes = *total;
+        m.available_bytes = csv_parse<std::uint64_t>(field("host_memory_available_bytes"),
+                                                     "host_memory_available_bytes");
+        host = m;
+      }
+      std::optional<gpu_sample> gpu;
+      if (field("device") != "-") {
+        gpu_sample g;
+        auto idx = csv_parse<unsigned>(field("device"), "device");
+        if (!idx) throw invalid_input("column device is empty");
+        g.index = *idx;
+        g.uuid = field("uuid");
+        g.name = field("name");
+        std::string state = field("state");
+        g.state = state.empty() ? device_state::ok : device_state_from_string(state);
+        for (const gpu_field* f : gpu_csv_fields()) set_field_text(g, *f, field(f->key));
+        gpu = std::move(g);
+      }
       if (rec.samples.empty() || rec.samples.back().timestamp_ms != *ts) {
         sample s;
         s.timestamp_ms = *ts;
@@ -407,25 +462,8 @@ recording parse_recording(const std::string& text) {
         rec.samples.push_back(std::move(s));
       }
       sample& s = rec.samples.back();
-      if (auto total = csv_parse<std::uint64_t>(field("host_memory_total_bytes"),
-                                                "host_memory_total_bytes")) {
-        host_memory m;
-        m.total_bytes = *total;
-        m.available_bytes = csv_parse<std::uint64_t>(field("host_memory_available_bytes"),
-                                                     "host_memory_available_bytes");
-        s.host.memory = m;
-      }
-      if (field("device") == "-") continue;
-      gpu_sample g;
-      auto idx = csv_parse<unsigned>(field("device"), "device");
-      if (!idx) throw invalid_input("column device is empty");
-      g.index = *idx;
-      g.uuid = field("uuid");
-      g.name = field("name");
-      std::string state = field("state");
-      g.state = state.empty() ? device_state::ok : device_state_from_string(state);
-      for (const gpu_field* f : gpu_csv_fields()) set_field_text(g, *f, field(f->key));
-      s.gpus.push_back(std::move(g));
+      if (host) s.host.memory = host;
+      if (gpu) s.gpus.push_back(std::move(*gpu));
     } catch (const invalid_input& e) {
       rec.errors.push_back({line_no, e.what()});
     }

@@ -5,6 +5,7 @@
 
 #include "vramkit/core/units.hpp"
 #include "vramkit/monitor/recording.hpp"
+#include "vramkit/monitor/safe_text.hpp"
 #include "vramkit/monitor/terminal_view.hpp"
 
 namespace vramkit::monitor {
@@ -26,10 +27,10 @@ std::string format_snapshot(const sample& s) {
   std::string out;
   auto add = [&out](const std::string& line) { out += line + "\n"; };
   add(fmt::format("vramkit watch  {}  source: {}{}", format_iso8601_ms(s.timestamp_ms),
-                  s.gpu_source.empty() ? "none" : s.gpu_source,
-                  s.driver_version.empty() ? "" : "  driver " + s.driver_version));
+                  s.gpu_source.empty() ? "none" : printable(s.gpu_source),
+                  s.driver_version.empty() ? "" : "  driver " + printable(s.driver_version)));
   if (!s.gpu_unavailable_reason.empty())
-    add(s.gpu_unavailable_reason + ": showing host memory only");
+    add(printable(s.gpu_unavailable_reason) + ": showing host memory only");
   if (!s.gpus.empty()) {
     add("");
     add(fmt::format(
@@ -39,17 +40,17 @@ std::string format_snapshot(const sample& s) {
     for (const auto& g : s.gpus) {
       add(fmt::format(
           "{:>3} {:<24} {:<6} {:>11} {:>11} {:>11} {:>11} {:>5} {:>5} {:>7} {:>12} {:>12}", g.index,
-          g.name.substr(0, 24), to_string(g.state), bytes_or_dash(g.memory_used_bytes),
+          printable(g.name.substr(0, 24)), to_string(g.state), bytes_or_dash(g.memory_used_bytes),
           bytes_or_dash(g.memory_reserved_bytes), bytes_or_dash(g.memory_free_bytes),
           bytes_or_dash(g.memory_total_bytes), num_or_dash(g.utilization_gpu_percent, "{:.0f}"),
           num_or_dash(g.temperature_celsius, "{:.0f}C"), num_or_dash(g.power_watts, "{:.1f}W"),
           g.pcie_rx_bytes_per_second ? format_bandwidth(*g.pcie_rx_bytes_per_second) : "-",
           g.pcie_tx_bytes_per_second ? format_bandwidth(*g.pcie_tx_bytes_per_second) : "-"));
-      if (g.state != device_state::ok) add(fmt::format("    {}", g.state_reason));
+      if (g.state != device_state::ok) add(fmt::format("    {}", printable(g.state_reason)));
       for (const auto& m : g.mig) {
         add(fmt::format("    MIG gi {} ci {} {}  used {} of {}", m.gpu_instance_id,
-                        m.compute_instance_id, m.uuid, bytes_or_dash(m.memory_used_bytes),
-                        bytes_or_dash(m.memory_total_bytes)));
+                        m.compute_instance_id, printable(m.uuid),
+                        bytes_or_dash(m.memory_used_bytes), bytes_or_dash(m.memory_total_bytes)));
       }
     }
     std::vector<std::pair<unsigned, const gpu_process*>> procs;
@@ -69,9 +70,10 @@ std::string format_snapshot(const sample& s) {
       add(fmt::format("{:>8} {:<10} {:>3} {:>11} {:>11}  {}", "PID", "USER", "GPU", "GPU MEM",
                       "HOST RSS", "COMMAND"));
       for (const auto& [dev, p] : procs) {
-        add(fmt::format("{:>8} {:<10} {:>3} {:>11} {:>11}  {}", p->pid, p->user.substr(0, 10), dev,
+        add(fmt::format("{:>8} {:<10} {:>3} {:>11} {:>11}  {}", p->pid,
+                        printable(p->user.substr(0, 10)), dev,
                         p->used_bytes ? format_bytes(static_cast<double>(*p->used_bytes)) : "n/a",
-                        bytes_or_dash(p->host_rss_bytes), p->command.substr(0, 80)));
+                        bytes_or_dash(p->host_rss_bytes), printable(p->command.substr(0, 80))));
       }
     }
   }
@@ -93,7 +95,7 @@ std::string format_snapshot(const sample& s) {
   }
   if (s.host.cgroup) {
     add(fmt::format("  cgroup v{} {}: usage {}, limit {}", s.host.cgroup->version,
-                    s.host.cgroup->path, bytes_or_dash(s.host.cgroup->usage_bytes),
+                    printable(s.host.cgroup->path), bytes_or_dash(s.host.cgroup->usage_bytes),
                     s.host.cgroup->limit_bytes
                         ? format_bytes(static_cast<double>(*s.host.cgroup->limit_bytes))
                         : "none"));

@@ -55,6 +55,14 @@ struct fields {
     if (!v.is_number_integer() &&
         !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
       fail(fmt::format("field '{}' must be an integer, got {}", k, v.dump()));
+    // Range-check before converting: 1e30 (or an unsigned past INT64_MAX) would wrap to INT64_MIN.
+    const bool in_range = v.is_number_unsigned()
+                              ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(hi)
+                          : v.is_number_integer() ? true
+                                                  : v.get<double>() >= static_cast<double>(lo) &&
+                                                        v.get<double>() <= static_cast<double>(hi);
+    if (!in_range)
+      fail(fmt::format("field '{}' = {} is out of range [{}, {}]", k, v.dump(), lo, hi));
     const auto x =
         v.is_number_integer() ? v.get<std::int64_t>() : static_cast<std::int64_t>(v.get<double>());
     if (x < lo || x > hi)

@@ -1,7 +1,7 @@
 // exporter: the HTTP side of `vramkit serve`. A background thread samples every `interval` into a
 // history ring; HTTP handlers only render the latest sample (a scrape never samples). Endpoints:
 // /metrics (Prometheus text), /healthz, /api/samples (JSON history), / (the live page, embedded in
-// the binary). Needs cpp-httplib at build time; without it start() says so. Thread-safe.
+// the binary). Needs libmicrohttpd at build time; without it start() says so. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "vramkit/monitor/exposition.hpp"
+#include "vramkit/monitor/http_server.hpp"
 #include "vramkit/monitor/sample_history.hpp"
 #include "vramkit/monitor/sampler.hpp"
 
@@ -24,9 +25,11 @@ struct exporter_options {
   int port = 9464;  ///< 0 picks a free port
   std::chrono::milliseconds interval{1000};
   std::size_t history_samples = 600;  ///< ten minutes at 1 s
+  /// Connection limits and timeouts; its bind_address and port are taken from the fields above.
+  http_server_options http;
 };
 
-/// True when this build contains the HTTP server (cpp-httplib was found).
+/// True when this build contains the HTTP server (libmicrohttpd was found).
 bool exporter_built() noexcept;
 
 class exporter {
@@ -51,6 +54,7 @@ class exporter {
 
  private:
   void sample_loop();
+  http_response handle(const http_request& req);
 
   struct server;
   std::unique_ptr<sampler> source_;

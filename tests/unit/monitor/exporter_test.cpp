@@ -120,6 +120,52 @@ TEST(Exporter, ServesEveryEndpointOverHttp) {
   }
   ex.stop();
 }
+// A GPU that falls off the bus, then NVML failing entirely, while serve runs: every scrape still
+// answers 200, the device is marked down by its uuid, host figures stay, and it comes back.
+TEST(Exporter, KeepsServingWhileADeviceIsLostOrNvmlFails) {
+  fake_gpu g;
+  g.name = "Fake H200";
+  g.uuid = "GPU-lost";
+  g.memory_total_bytes = 100ULL << 30;
+  g.memory_used_bytes = 7;
+  auto fake = std::make_shared<fake_nvml>(std::vector<fake_gpu>{g});
+  exporter_options eo;
+  eo.port = 0;
+  eo.interval = std::chrono::milliseconds(20);
+  exporter ex(fixture_sampler(fake), eo);
+  httplib::Client cli("127.0.0.1", ex.start());
+  auto scrape_until = [&](const std::string& needle) {
+    std::string body;
+    for (int i = 0; i < 200; ++i) {
+      auto r = cli.Get("/metrics");
+      EXPECT_TRUE(r && r->status == 200);
+      if (r) body = r->body;
+      if (body.find(needle) != std::string::npos) return body;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "never saw " << needle << " in\n" << body;
+    return body;
+  };
+  scrape_until("vramkit_gpu_up{gpu=\"0\",uuid=\"GPU-lost\",name=\"Fake H200\"} 1");
+  fake->edit_gpu(0, [](fake_gpu& x) { x.lost = true; });
+  auto lost = scrape_until("vramkit_gpu_up{gpu=\"0\",uuid=\"GPU-lost\",name=\"Fake H200\"} 0");
+  EXPECT_NE(lost.find("vramkit_host_memory_total_bytes"), std::string::npos);
+  auto health = cli.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  fake->fail_all(vramkit::nvml_status::error);
+  for (int i = 0; i < 10; ++i) {
+    auto r = cli.Get("/metrics");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_NE(r->body.find("vramkit_host_memory_total_bytes"), std::string::npos);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  fake->fail_all(std::nullopt);
+  fake->edit_gpu(0, [](fake_gpu& x) { x.lost = false; });
+  scrape_until("vramkit_gpu_up{gpu=\"0\",uuid=\"GPU-lost\",name=\"Fake H200\"} 1");
+  ex.stop();
+}
 #endif
 
 }  // namespace
