@@ -481,19 +481,20 @@ def orchestrate(args):
             entry["planner"] = {"error": str(e)}
             entry["mix_source"] = "python model (vramkit plan unavailable: %s)" % e
         # Most important first: when the time budget runs out, the last ones are skipped.
+        # Compression is measured on the first shape only (the stage's time budget).
         todo = []
         if plan_act:
             todo.append(("vramkit-act", plan_act[0]))
         todo.append(("full-checkpoint", None))
-        if plan_act:
+        if k == 0:
+            todo.append(("vramkit-compress", None))
+            if plan_act:
+                todo.append(("vramkit-act+compress", plan_act[0]))
+        if plan_act and "offload" in plan_act[0]:
             todo.append(("vramkit-compute-only", [p if p != "offload" else "keep" for p in plan_act[0]]))
-        todo.append(("save-on-cpu", None))
         if plan_opt:
             todo.append(("vramkit-act+opt", plan_opt[0]))
-        if plan_act:
-            todo.append(("vramkit-act+compress", plan_act[0]))
-        todo.append(("vramkit-compress", None))
-        todo += [("torchtune-style", None), ("none-capped", None)]
+        todo += [("save-on-cpu", None), ("torchtune-style", None), ("none-capped", None)]
         for config, mix in todo:
             left = deadline - time.time()
             if left < 20:

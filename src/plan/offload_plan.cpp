@@ -159,8 +159,14 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   s.micro_batches = mbs;
   s.link = offload_link_for(o, &gpu);
   in.d2h_bytes_per_s = in.h2d_bytes_per_s = s.link.bytes_per_s;
-  const double all_saved = static_cast<double>(saved) * s.n_blocks;
-  double other = static_cast<double>(base.allocated_peak_bytes) - all_saved;
+  // Everything but the blocks' saved tensors, anchored to the memory model's plan with full
+  // checkpointing (the mixes under a cap are mostly checkpointed): its peak is other + the
+  // layers' inputs + one block's recompute.
+  plan_request rc = r;
+  rc.ckpt = checkpointing::full;
+  const plan_result full = make_plan(m, rc, o);
+  double other = static_cast<double>(full.allocated_peak_bytes) -
+                 static_cast<double>(in.input_bytes) * s.n_blocks - static_cast<double>(saved);
   if (optimizer) {
     if (r.optimizer != optimizer_kind::adam && r.optimizer != optimizer_kind::adamw)
       throw invalid_input(
@@ -173,7 +179,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
     s.optimizer_time_s = est.step_time_s;
   }
   in.other_bytes = static_cast<std::uint64_t>(std::max(0.0, other));
-  s.cache_bytes = base.reserved_peak_bytes - base.allocated_peak_bytes;
+  s.cache_bytes = full.reserved_peak_bytes - full.allocated_peak_bytes;
   s.context_bytes = base.context_bytes;
   return s;
 }
