@@ -338,6 +338,9 @@ def run_one(args):
     if comp is not None:
         st = comp.stats()
         out["compress_stats"] = {k: v // len(tokens) for k, v in st.items()}
+        from vramkit.activation_compress import compiled_in_use
+
+        out["compress_compiled"] = compiled_in_use()
     if use_offloaded_opt:
         out["pinned_host_bytes"] = (out["pinned_host_bytes"] or 0) + opt.host_state_bytes()
         out["optimizer_host_bytes"] = opt.host_state_bytes()

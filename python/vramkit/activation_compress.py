@@ -28,7 +28,6 @@ range. This first version packs with torch operations on torch.float8_e4m3fn (on
 each way when `compile=True` and torch.compile works, else a few elementwise kernels).
 """
 
-import functools
 import weakref
 
 import torch
@@ -54,13 +53,32 @@ def _unpack_eager(q, scale, dtype):
     return (q.float() * scale).to(dtype)
 
 
-@functools.lru_cache(maxsize=None)
-def _compiled(kind):
-    fn = _pack_eager if kind == "pack" else _unpack_eager
+_COMPILED = {}
+
+
+def _run(kind, *args):
+    """The compiled pack/unpack when torch.compile works here, else the eager one (a failure to
+    compile, which torch reports at the first call, switches to eager for good)."""
+    eager = _pack_eager if kind == "pack" else _unpack_eager
+    fn = _COMPILED.get(kind)
+    if fn is None:
+        try:
+            fn = torch.compile(eager, dynamic=True)
+        except Exception:  # noqa: BLE001 - no compiler: eager
+            fn = eager
+        _COMPILED[kind] = fn
+    if fn is eager:
+        return eager(*args)
     try:
-        return torch.compile(fn, dynamic=True)
-    except Exception:  # noqa: BLE001 - no compiler: the eager version
-        return fn
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - compilation failed at run time: eager from now on
+        _COMPILED[kind] = eager
+        return eager(*args)
+
+
+def compiled_in_use():
+    """{"pack": bool, "unpack": bool}: whether the compiled kernels are in use (after a call)."""
+    return {k: _COMPILED.get(k) not in (None, _pack_eager, _unpack_eager) for k in ("pack", "unpack")}
 
 
 class Packed:
@@ -89,8 +107,7 @@ def pack_tensor(t, fmt="e4m3", compile=False):
     if pad:
         flat = torch.nn.functional.pad(flat, (0, pad))
     x = flat.view(-1, BLOCK)
-    pack = _compiled("pack") if compile and t.is_cuda else _pack_eager
-    q, scale = pack(x, fmax, dtype8)
+    q, scale = _run("pack", x, fmax, dtype8) if compile and t.is_cuda else _pack_eager(x, fmax, dtype8)
     return Packed(q, scale, t.shape, t.dtype, n)
 
 
@@ -98,8 +115,10 @@ def unpack_tensor(p, q=None):
     """The tensor `p` holds, in its dtype and shape (contiguous). `q`: the payload when it was
     moved elsewhere meanwhile (offload)."""
     q = p.q if q is None else q
-    unpack = _compiled("unpack") if q.is_cuda and getattr(p, "_compile", False) else _unpack_eager
-    out = unpack(q, p.scale, p.dtype).reshape(-1)
+    if q.is_cuda and p._compile:
+        out = _run("unpack", q, p.scale, p.dtype).reshape(-1)
+    else:
+        out = _unpack_eager(q, p.scale, p.dtype).reshape(-1)
     return out[: p.numel].view(p.shape)
 
 
