@@ -38,7 +38,11 @@ def main():
         check("quick run <= 15 s", a.quick_ms <= 15000, f"{a.quick_ms / 1000:.1f} s")
     if a.full_ms is not None:
         check("full run <= 90 s", a.full_ms <= 90000, f"{a.full_ms / 1000:.1f} s")
-    failed = [s for s in doc.get("skips", []) if s.get("failed")]
+    # The report's key is "skipped" (report_json.cpp); a missing list is a bad report.
+    if "skipped" not in doc:
+        print(f"check_targets: {a.report}: not a probe report (no skipped list)", file=sys.stderr)
+        return 2
+    failed = [s for s in doc["skipped"] if s.get("failed")]
     check("no verification failed", not failed,
           "; ".join(f"{s['key']}: {s['reason']}" for s in failed) or "none")
     gpus = int(header.get("gpu.count", "0"))
@@ -67,9 +71,15 @@ def main():
     print()
     print("| pattern | ratio to unit stride (median) | useful GB/s |")
     print("| --- | ---: | ---: |")
+    rows = 0
     for key, r in results.items():
         if ".pattern." in key and r.get("unit") == "x":
+            rows += 1
             print(f"| {key} | {r['stats']['median']:.3f} | {r.get('extra', {}).get('useful_gbps', 0):.1f} |")
+    if rows == 0:
+        why = "; ".join(f"{s['key']}: {s['reason']}" for s in doc["skipped"]
+                        if ".pattern" in s["key"]) or "the section did not run"
+        print(f"| (no pattern ratios: {why}) | - | - |")
     print()
     print("| cache level | GB/s | ends at |")
     print("| --- | ---: | ---: |")
@@ -78,6 +88,10 @@ def main():
             end = r.get("extra", {}).get("measured_size_bytes")
             print(f"| {key} | {r['stats']['median']:.0f} | {end / 2**20:.1f} MiB |" if end else
                   f"| {key} | {r['stats']['median']:.0f} | - |")
+    times = [f"{k}: {v}" for k, v in sorted(header.items()) if k.endswith("section_ms")]
+    if times:
+        print()
+        print("GPU section wall times (ms): " + "; ".join(times))
     return 0 if ok else 1
 
 

@@ -37,21 +37,30 @@ std::vector<bandwidth_plateau> find_bandwidth_plateaus(const std::vector<curve::
     if (lone && r > 0 && r + 1 < runs.size()) continue;
     kept.push_back(runs[r]);
   }
-  // Where each plateau ends: the curve crosses the midpoint to the next plateau's bandwidth.
+  // Where each plateau ends: the largest working set still within `tolerance` of its bandwidth
+  // (on the side of the next plateau: a point faster than an L2 plateau has not left it), then
+  // interpolated in log x to where the curve crosses that bound on the way to the next point.
   for (std::size_t r = 0; r + 1 < kept.size(); ++r) {
-    const double mid = 0.5 * (kept[r].bandwidth + kept[r + 1].bandwidth);
-    const bool falling = kept[r + 1].bandwidth < kept[r].bandwidth;
-    for (std::size_t i = kept[r].last; i + 1 <= kept[r + 1].first; ++i) {
-      const double a = y(i), b = y(i + 1);
-      const bool crosses = falling ? (a >= mid && b <= mid) : (a <= mid && b >= mid);
-      if (!crosses) continue;
-      const double t = a == b ? 0.0 : (a - mid) / (a - b);
-      const double lx =
-          std::log2(points[i].x) + t * (std::log2(points[i + 1].x) - std::log2(points[i].x));
-      kept[r].end_x = std::exp2(lx);
-      break;
+    const double bw = kept[r].bandwidth;
+    const bool falling = kept[r + 1].bandwidth < bw;
+    const double bound = falling ? (1 - tolerance) * bw : (1 + tolerance) * bw;
+    auto inside = [&](std::size_t i) { return falling ? y(i) >= bound : y(i) <= bound; };
+    std::size_t j = kept[r + 1].first;
+    while (j + 1 < points.size() && inside(j)) ++j;  // (its median may sit just inside the band)
+    while (j > kept[r].first && !inside(j - 1)) --j;
+    // j is the first point of the tail that stays outside the band up to the next plateau; j - 1
+    // the last inside it (a transition point past the run may still be inside). A dip inside the
+    // run that comes back does not end it.
+    if (j == kept[r].first) {
+      kept[r].end_x = points[kept[r].last].x;
+      continue;
     }
-    if (kept[r].end_x == 0) kept[r].end_x = points[kept[r].last].x;
+    const std::size_t i = j - 1;
+    const double a = y(i), c = y(j);
+    const double t = a == c ? 0.0 : (a - bound) / (a - c);
+    const double lx =
+        std::log2(points[i].x) + t * (std::log2(points[j].x) - std::log2(points[i].x));
+    kept[r].end_x = std::exp2(lx);
   }
   return kept;
 }

@@ -1,9 +1,10 @@
 // The GPU cache-level section: read bandwidth over the working set, from 16 KiB to 4x the L2,
-// each set read again and again while it stays resident (gpu-benches' cache sweeps). Up to the L2
-// size every block streams the whole set, from its own starting point, so each multiprocessor's
-// L1 sees all of it; past the L2 the blocks share the set (each byte read once per pass, from
-// device memory). The plateaus of the curve are the L1/shared, L2 and device-memory levels, with
-// where each ends. Every launch's sum is checked against the pattern.
+// each set read again and again while it stays resident (gpu-benches' cache sweeps). Up to 1.5x
+// the L2 size every block streams the whole set, from its own starting point, so each
+// multiprocessor's L1 sees all of it and the fall off the L2 plateau is read one way; past that
+// the blocks share the set (each byte read once per pass, from device memory). The plateaus of the
+// curve are the L1/shared, L2 and device-memory levels, with where each ends (the last working
+// set within the plateau's band, see bandwidth_plateaus.hpp). Every launch's sum is checked.
 #include <algorithm>
 #include <cmath>
 
@@ -27,9 +28,11 @@ std::vector<std::size_t> cache_sizes(std::size_t max_ws, std::size_t l2, bool qu
     const std::size_t mid = p + p / 2;
     if (mid <= max_ws && (!quick || (mid >= l2 / 4 && mid <= 2 * l2))) out.push_back(mid);
   }
-  // Eighths of the L2 from half to one and a half L2: where the curve leaves the L2 plateau.
-  for (std::size_t k = 4; k <= 12; ++k) {
-    const std::size_t ws = l2 / 8 * k / 256 * 256;
+  // Eighths of the L2 from half to one and a half L2, and in a full run sixteenths from three
+  // quarters to one and a quarter: where the curve leaves the L2 plateau.
+  for (std::size_t k = 8; k <= 24; ++k) {
+    if (k % 2 == 1 && (quick || k < 12 || k > 20)) continue;
+    const std::size_t ws = l2 / 16 * k / 256 * 256;
     if (ws >= 16 * KiB && ws <= max_ws) out.push_back(ws);
   }
   std::sort(out.begin(), out.end());
@@ -66,7 +69,9 @@ void run_cache_section(gpu_context& ctx) {
   c.x_label = "bytes";
   c.y_unit = "GB/s";
   for (std::size_t ws : cache_sizes(max_ws, ctx.l2_bytes, ctx.quick())) {
-    const bool whole = ws <= ctx.l2_bytes;
+    // One way of reading across the whole knee (up to 1.5 x the L2), so the plateau's end is
+    // not where the method changes; past it the blocks share the set.
+    const bool whole = ws <= ctx.l2_bytes + ctx.l2_bytes / 2;
     const double per_rep = whole ? double(cfg.blocks) * ws : double(ws);
     const int reps = static_cast<int>(std::clamp(target / per_rep, 1.0, 1e5));
     VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
@@ -78,7 +83,8 @@ void run_cache_section(gpu_context& ctx) {
     const auto per_launch = static_cast<std::uint32_t>(reps) *
                             static_cast<std::uint32_t>(whole ? cfg.blocks : 1) *
                             pattern_sum(ws / 4, seed);
-    const auto want = per_launch * static_cast<std::uint32_t>(samples * (loops + warmup));
+    const auto want =
+        per_launch * static_cast<std::uint32_t>(blocked_calls(samples, loops, warmup));
     if (got != want) {
       ctx.report->skips.push_back({c.key,
                                    "verification failed, curve withheld: read sum mismatch at " +
@@ -100,7 +106,9 @@ void run_cache_section(gpu_context& ctx) {
     if (p.name == "L2 near") near = &p;
   for (const auto& p : plateaus) {
     if (p.name != "L1" && p.name != "L2" && p.name != "HBM") continue;
-    const auto& mid = c.points[(p.first + p.last) / 2];
+    // The device-memory level at its largest set (nearer sets still hit the L2 in part); the
+    // caches at the middle of their plateaus.
+    const auto& mid = c.points[p.name == "HBM" ? p.last : (p.first + p.last) / 2];
     measurement m;
     m.key = ctx.key(p.name == "L1" ? "cache.l1" : p.name == "L2" ? "cache.l2" : "cache.hbm");
     m.title = p.name + " read bandwidth (cache sweep plateau), " + ctx.tag;
@@ -127,9 +135,10 @@ void run_cache_section(gpu_context& ctx) {
       m.peak = ctx.hbm_peak_gbps;
       m.peak_basis = ctx.hbm_peak_basis;
     }
-    m.note =
-        "the median point of the plateau; its size is where the curve falls halfway to the "
-        "next plateau; every launch's sum checked against the pattern";
+    m.note = std::string(p.name == "HBM" ? "the plateau's largest working set"
+                                         : "the plateau's middle point") +
+             "; a level's size is the largest working set still within 12% of the plateau "
+             "(log-interpolated); every launch's sum checked against the pattern";
     add_verified(ctx, std::move(m), true, "");
   }
   if (std::none_of(plateaus.begin(), plateaus.end(),

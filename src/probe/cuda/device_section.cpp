@@ -59,7 +59,7 @@ void run_device_section(gpu_context& ctx) {
                            [&] { VRAMKIT_CUDA_TRY(launch_read(a.words(), words, sum_p, rc, s)); });
   std::uint32_t got = 0;
   VRAMKIT_CUDA_TRY(cudaMemcpy(&got, sum_p, sizeof got, cudaMemcpyDeviceToHost));
-  const auto launches = static_cast<std::uint32_t>(samples * (loops + warmup));
+  const auto launches = static_cast<std::uint32_t>(blocked_calls(samples, loops, warmup));
   const std::uint32_t want = pattern_sum(words, seed_a) * launches;
   {
     auto m = bandwidth_measurement(ctx, ctx.key("device.read"), "device",

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -92,6 +93,11 @@ std::vector<double> time_blocked(stream_blocker& blocker, cudaStream_t stream, i
   owned_cuda_event start, stop;
   std::vector<double> out;
   out.reserve(samples);
+  // One call before any blocking: the first launch of a kernel loads its module (lazy loading, the
+  // default since CUDA 12.2), which waits for the device to go idle, i.e. for the spin kernel.
+  // Behind the blocker that wait ends only when the spin kernel gives up, so prime it here.
+  op();
+  VRAMKIT_CUDA_TRY(cudaStreamSynchronize(stream));
   for (int s = 0; s < samples; ++s) {
     blocker.block(stream);
     for (int i = 0; i < warmup; ++i) op();
@@ -425,6 +431,7 @@ gpu_context describe_device(int ordinal, const probe_options& options, probe_rep
 // own key, and the other cases carry on.
 void run_case(gpu_context& ctx, const probe_case& pc) {
   if (!wants_gpu_section(*ctx.options, pc.section) || pc.run == nullptr) return;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     VRAMKIT_CUDA_TRY(cudaSetDevice(ctx.ordinal));
     pc.run(ctx);
@@ -434,6 +441,14 @@ void run_case(gpu_context& ctx, const probe_case& pc) {
     if (const auto at = key.find("gpu{N}"); at != std::string::npos) key.replace(at, 6, ctx.tag);
     ctx.report->skips.push_back({key, std::string("failed: ") + e.what(), true});
   }
+  // Wall time per section, in run order ("device 812, h2d 1230"), so a slow section shows.
+  const auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0);
+  const std::string hk = pc.scope == case_scope::all_gpus
+                             ? std::string("gpus.section_ms")
+                             : "gpu." + std::to_string(ctx.ordinal) + ".section_ms";
+  std::string& v = ctx.report->header[hk];
+  v += (v.empty() ? "" : ", ") + std::string(pc.section) + " " +
+       std::to_string(static_cast<long long>(std::llround(ms.count())));
 }
 
 // Each runner once, in table order: the first case of a group stands for all of it.

@@ -136,10 +136,17 @@ struct gpu_context {
   [[nodiscard]] launch_config default_launch() const;
 };
 
-/// Times `op` on `stream`: per sample, blocks the stream, enqueues `warmup` + `loops` calls with
-/// events around the last `loops`, releases it and waits. Returns seconds per call, per sample.
+/// Times `op` on `stream`: calls it once unblocked (so lazily loaded kernels are loaded before the
+/// blocker holds the device), then per sample blocks the stream, enqueues `warmup` + `loops` calls
+/// with events around the last `loops`, releases it and waits. Returns seconds per call, per
+/// sample. `op` therefore runs 1 + samples * (warmup + loops) times.
 std::vector<double> time_blocked(stream_blocker& blocker, cudaStream_t stream, int samples,
                                  int loops, int warmup, const std::function<void()>& op);
+
+/// How many times time_blocked calls its `op` (what a kernel that accumulates a sum adds up).
+constexpr int blocked_calls(int samples, int loops, int warmup) {
+  return 1 + samples * (loops + warmup);
+}
 
 /// A bandwidth measurement from seconds per operation that moves `bytes` (in `convention`).
 measurement bandwidth_measurement(const gpu_context& ctx, const std::string& key,

@@ -6,6 +6,7 @@
 // reference computed without loads; written words checked one by one) before its speed counts.
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "common/cuda_check.hpp"
 #include "gpu_probe_detail.hpp"
@@ -19,6 +20,12 @@ namespace {
 constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr std::size_t GiB = std::size_t{1} << 30;
 constexpr int strides[] = {1, 2, 4, 8, 16, 32, 64};
+constexpr int quick_strides[] = {1, 2, 8, 64};
+
+std::vector<int> stride_list(bool quick) {
+  if (quick) return {std::begin(quick_strides), std::end(quick_strides)};
+  return {std::begin(strides), std::end(strides)};
+}
 constexpr unsigned element_bytes[] = {4, 8, 16};
 
 unsigned floor_log2(std::uint64_t v) {
@@ -42,7 +49,7 @@ struct pattern_run {
   int samples, loops;
   static constexpr int warmup = 1;
 
-  [[nodiscard]] int launches() const { return samples * (loops + warmup); }
+  [[nodiscard]] int launches() const { return blocked_calls(samples, loops, warmup); }
 
   std::uint32_t read_sum() const {
     std::uint32_t v = 0;
@@ -112,7 +119,7 @@ void add_point(curve& c, double x, const measurement& m) {
 }
 
 std::vector<int> misaligned_offsets(bool quick) {
-  if (quick) return {0, 1, 2, 3, 4, 8, 16, 31};
+  if (quick) return {0, 1, 2, 4, 16, 31};
   std::vector<int> v;
   for (int k = 0; k < 32; ++k) v.push_back(k);
   return v;
@@ -129,7 +136,7 @@ void read_patterns(pattern_run& r, std::uint32_t seed, double base, std::uint32_
         ctx, "pattern.read.stride.e" + std::to_string(e),
         "read, " + std::to_string(e) + "-byte elements: ratio to unit stride, " + ctx.tag,
         "stride (elements)", true);
-    for (int st : strides) {
+    for (int st : stride_list(ctx.quick())) {
       const element_pattern pat{0, r.words / (st * run), static_cast<std::uint64_t>(st) * run, run};
       bool ok = false;
       const auto secs =
@@ -222,7 +229,7 @@ void write_patterns(pattern_run& r, double base, std::uint32_t* idx, std::size_t
         ctx, "pattern.write.stride.e" + std::to_string(e),
         "write, " + std::to_string(e) + "-byte elements: ratio to unit stride, " + ctx.tag,
         "stride (elements)", true);
-    for (int st : strides) {
+    for (int st : stride_list(ctx.quick())) {
       const element_pattern pat{0, r.words / (st * run), static_cast<std::uint64_t>(st) * run, run};
       reset();
       const auto secs = time_blocked(r.blocker, r.s, r.samples, r.loops, r.warmup, [&] {

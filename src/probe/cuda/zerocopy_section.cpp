@@ -37,7 +37,7 @@ void run_zerocopy_section(gpu_context& ctx) {
   std::uint32_t got = 0;
   VRAMKIT_CUDA_TRY(cudaMemcpy(&got, sum_p, sizeof got, cudaMemcpyDeviceToHost));
   const std::uint32_t want =
-      pattern_sum(words, seed) * static_cast<std::uint32_t>(samples * (loops + warmup));
+      pattern_sum(words, seed) * static_cast<std::uint32_t>(blocked_calls(samples, loops, warmup));
   {
     auto m = bandwidth_measurement(ctx, ctx.key("zerocopy.read"), "zerocopy",
                                    "kernel reading mapped pinned host memory",

@@ -17,8 +17,10 @@ namespace vramkit::probe::detail {
 struct bandwidth_plateau {
   std::size_t first = 0, last = 0;  ///< point indices
   double bandwidth = 0;             ///< median of the points' medians
-  /// The working set (x) where the curve, falling from this plateau, crosses halfway down to the
-  /// next one (interpolated in log x); 0 for the last plateau.
+  /// The largest working set (x) whose bandwidth is still within the plateau tolerance of
+  /// `bandwidth` on the way to the next plateau, interpolated in log x between the last point
+  /// inside that band and the first point of the fall that stays outside it; 0 for the last
+  /// plateau.
   double end_x = 0;
   std::string name;  ///< set by name_gpu_cache_plateaus: "L1", "L2", "HBM"
 };
