@@ -15,6 +15,7 @@
 #include "vramkit/plan/fit_search.hpp"
 #include "vramkit/plan/gpu_catalogue.hpp"
 #include "vramkit/plan/memory_model.hpp"
+#include "vramkit/plan/offload_plan.hpp"
 
 namespace vramkit::cli {
 
@@ -24,7 +25,9 @@ namespace {
 struct plan_args {
   plan::plan_request request;
   std::string model, probe, gpu;
-  bool json = false, fit = false, list = false;
+  std::string offload;   ///< vramkit offload (activations[:N], both[:N]); empty: none
+  std::string compress;  ///< --compress-activations; empty: none
+  bool json = false, fit = false, list = false, allow_lossy = false;
 };
 
 void print_list() {
@@ -57,6 +60,36 @@ void run_plan(const plan_args& a, command_context& ctx) {
   const auto overheads =
       a.probe.empty() ? plan::default_overheads() : plan::overheads_from_probe(a.probe);
   const plan::fit_options opt = gpu_options(a.gpu);
+  const plan::compress_option compress =
+      plan::parse_compress_option(a.compress.empty() ? "none" : a.compress);
+  if (a.allow_lossy && !a.fit)
+    throw invalid_input("--allow-lossy lets --fit consider lossy options; it needs --fit");
+  if (!a.offload.empty() || compress.enabled) {
+    if (a.fit && !a.offload.empty())
+      throw invalid_input("--fit chooses the offload mix itself: drop --offload " + a.offload);
+    if (a.fit && !a.allow_lossy)
+      throw invalid_input("--compress-activations is lossy: --fit considers it with --allow-lossy");
+    if (r.ckpt != plan::checkpointing::none && !a.fit)
+      throw invalid_input(
+          "--offload activations/--compress-activations with --checkpointing: give none (--fit "
+          "mixes checkpointing per block)");
+  }
+  if (!a.fit && (!a.offload.empty() || compress.enabled)) {
+    const auto oo = plan::parse_offload_option(a.offload.empty() ? "none" : a.offload,
+                                               static_cast<int>(model.t.layers));
+    r.device_capacity_bytes = 0;
+    const auto p = plan::make_plan(model, r, overheads);
+    const plan::gpu_spec& gpu = opt.gpu ? *opt.gpu : plan::find_gpu("H100 SXM 80GB");
+    const auto op = plan::plan_offload(model, r, oo, compress, gpu, overheads);
+    std::printf("%s\n", a.json ? plan::to_json(p, op).c_str()
+                               : (plan::to_table(p) + plan::to_table(op)).c_str());
+    if (opt.capacity_bytes != 0 && op.device_peak_bytes > opt.capacity_bytes) {
+      std::fprintf(stderr, "vramkit plan: does NOT fit in %s per GPU even with offload\n",
+                   format_bytes(static_cast<double>(opt.capacity_bytes)).c_str());
+      ctx.exit_code = 1;
+    }
+    return;
+  }
   if (!a.fit) {
     // With --gpu the allocator is modelled under that capacity and the plan says whether it fits.
     r.device_capacity_bytes = opt.capacity_bytes;
@@ -75,7 +108,7 @@ void run_plan(const plan_args& a, command_context& ctx) {
   }
   if (a.gpu.empty())
     throw invalid_input("--fit needs --gpu NAME or --gpu BYTES (e.g. --gpu h100 or --gpu 24GiB)");
-  const auto res = plan::fit_search(model, r, opt, overheads);
+  const auto res = plan::fit_search_with_offload(model, r, opt, a.allow_lossy, compress, overheads);
   if (a.json)
     std::printf("%s\n", plan::to_json(res).c_str());
   else
@@ -92,7 +125,7 @@ void add_enum(CLI::App* sub, const char* flag, Enum& field, Enum (*parse)(std::s
       ->default_str(plan::to_string(field));
 }
 
-void add_request_options(CLI::App* sub, plan::plan_request& r) {
+void add_request_options(CLI::App* sub, plan::plan_request& r, plan_args& a) {
   add_enum(sub, "--mode", r.mode, &plan::parse_mode, "train or infer");
   sub->add_option("--batch", r.batch, "global batch (samples per optimizer step)")
       ->capture_default_str();
@@ -117,8 +150,26 @@ void add_request_options(CLI::App* sub, plan::plan_request& r) {
   sub->add_option("--tp", r.tp, "tensor-parallel degree")->capture_default_str();
   sub->add_flag("--sp", r.sp, "sequence parallel with --tp");
   sub->add_option("--pp", r.pp, "pipeline-parallel degree")->capture_default_str();
-  add_enum(sub, "--offload", r.offload, &plan::parse_offload,
-           "none, optimizer or params (CPU offload, pinned host memory)");
+  sub->add_option_function<std::string>(
+      "--offload",
+      [&r, &a](const std::string& s) {
+        if (s == "none" || s == "optimizer" || s == "params") {
+          r.offload = plan::parse_offload(s);
+          a.offload.clear();
+        } else {
+          (void)plan::parse_offload_option(s, 1 << 30);  // the spelling; N is checked later
+          r.offload = plan::offload_kind::none;
+          a.offload = s;
+        }
+      },
+      "optimizer or params: ZeRO-Offload (CPU optimizer, pinned host states); activations[:N]: "
+      "vramkit.offload_activations of N blocks (default all); both[:N]: that plus "
+      "vramkit.OffloadedAdamW");
+  sub->add_option("--compress-activations", a.compress,
+                  "fp8[:mlp,attn] or fp8-e5m2[:...]: saved activations stored in 8 bits "
+                  "(vramkit.compress_activations)");
+  sub->add_flag("--allow-lossy", a.allow_lossy,
+                "let --fit consider lossy options (activation compression)");
   add_enum(sub, "--quant", r.quant, &plan::parse_quant, "inference weights: none, int8 or int4");
   add_enum(sub, "--serving", r.serving, &plan::parse_serving,
            "inference engine: generate (transformers) or paged (paged KV cache)");
@@ -133,7 +184,7 @@ void add_plan_command(CLI::App& app, command_context& ctx) {
   sub->add_option("model", a->model,
                   "preset name (see --list) or path to a Hugging Face config.json");
   sub->add_flag("--list", a->list, "list the presets and the GPU catalogue");
-  add_request_options(sub, a->request);
+  add_request_options(sub, a->request, *a);
   sub->add_option("--probe", a->probe,
                   "vramkit probe --json file with measured context and PCIe figures");
   sub->add_option("--gpu", a->gpu,

@@ -55,23 +55,41 @@ def build_model(shape, device):
         def forward(self, x):
             return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5).to(x.dtype) * self.weight
 
-    class Block(torch.nn.Module):
-        def __init__(self, d, heads, ffn):
+    # Attention and MLP are submodules named as in transformers' LLaMA (attn, mlp): the
+    # scopes vramkit.compress_activations selects.
+    class Attention(torch.nn.Module):
+        def __init__(self, d, heads):
             super().__init__()
             self.heads = heads
-            self.n1, self.n2 = RMSNorm(d), RMSNorm(d)
             self.qkv = torch.nn.Linear(d, 3 * d, bias=False)
             self.o = torch.nn.Linear(d, d, bias=False)
+
+        def forward(self, x):
+            b, s, d = x.shape
+            q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.o(a.transpose(1, 2).reshape(b, s, d))
+
+    class MLP(torch.nn.Module):
+        def __init__(self, d, ffn):
+            super().__init__()
             self.gate_up = torch.nn.Linear(d, 2 * ffn, bias=False)
             self.down = torch.nn.Linear(ffn, d, bias=False)
 
         def forward(self, x):
-            b, s, d = x.shape
-            q, k, v = self.qkv(self.n1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.o(a.transpose(1, 2).reshape(b, s, d))
-            g, u = self.gate_up(self.n2(x)).chunk(2, dim=-1)
-            return x + self.down(torch.nn.functional.silu(g) * u)
+            g, u = self.gate_up(x).chunk(2, dim=-1)
+            return self.down(torch.nn.functional.silu(g) * u)
+
+    class Block(torch.nn.Module):
+        def __init__(self, d, heads, ffn):
+            super().__init__()
+            self.n1, self.n2 = RMSNorm(d), RMSNorm(d)
+            self.attn = Attention(d, heads)
+            self.mlp = MLP(d, ffn)
+
+        def forward(self, x):
+            x = x + self.attn(self.n1(x))
+            return x + self.mlp(self.n2(x))
 
     class LM(torch.nn.Module):
         def __init__(self, c):
@@ -216,9 +234,14 @@ def run_one(args):
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
     mix = args.mix.split(",") if args.mix else None
-    ctx = None
-    if args.config in ("vramkit-act", "vramkit-act+opt", "vramkit-compute-only"):
-        ctx = vramkit.offload_activations(model, mix=mix, timing=args.config != "vramkit-compute-only")
+    ctx = comp = None
+    if args.config in ("vramkit-compress", "vramkit-act+compress"):
+        comp = vramkit.compress_activations(model, modules=("mlp", "attn"), compile=True)
+    if args.config == "vramkit-compress":
+        ctx = comp
+    elif args.config in ("vramkit-act", "vramkit-act+opt", "vramkit-compute-only", "vramkit-act+compress"):
+        ctx = vramkit.offload_activations(model, mix=mix, timing=args.config != "vramkit-compute-only",
+                                          compress=comp)
     elif args.config == "full-checkpoint":
         ctx = vramkit.offload_activations(model, mix=["checkpoint"] * shape["layers"])
     elif args.config == "save-on-cpu":
@@ -312,6 +335,12 @@ def run_one(args):
         out["pinned_host_bytes"] = ctx.bytes // len(tokens)
     elif args.config == "torchtune-style":
         out["pinned_host_bytes"] = ctx.offloaded_bytes[0] // len(tokens)
+    if comp is not None:
+        st = comp.stats()
+        out["compress_stats"] = {k: v // len(tokens) for k, v in st.items()}
+        from vramkit.activation_compress import compiled_in_use
+
+        out["compress_compiled"] = compiled_in_use()
     if use_offloaded_opt:
         out["pinned_host_bytes"] = (out["pinned_host_bytes"] or 0) + opt.host_state_bytes()
         out["optimizer_host_bytes"] = opt.host_state_bytes()
@@ -322,6 +351,7 @@ def run_one(args):
         out["block_forward_s"] = statistics.median(
             [events[i][2 * s].elapsed_time(events[i][2 * s + 1]) / 1e3 for i in events for s in range(args.warmup, len(tokens))])
         out["block_input_bytes"] = shape["batch"] * shape["seq"] * shape["d"] * 4
+        out["saved_bytes_total"] = sum(block_bytes.values())
         out["link_bytes_per_s"] = measure_link()
     print("RESULT " + json.dumps(out), flush=True)
 
@@ -376,6 +406,37 @@ def choose(ref, cap, shape, with_optimizer):
     return got, model
 
 
+def shape_config(shape):
+    """The shape as a Hugging Face LLaMA config.json (what `vramkit plan` reads)."""
+    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": shape["d"],
+            "intermediate_size": shape["ffn"], "num_hidden_layers": shape["layers"],
+            "num_attention_heads": shape["heads"], "num_key_value_heads": shape["heads"],
+            "vocab_size": shape["vocab"], "max_position_embeddings": max(4096, shape["seq"]),
+            "tie_word_embeddings": False, "torch_dtype": "float32"}
+
+
+def planner_fit(name, shape, cap, out_dir):
+    """`vramkit plan CONFIG --fit --json` under the cap: the planner's offload candidates, by
+    whether they offload the optimizer: {False: fit, True: fit} (absent when none fits), plus the
+    command line. The CLI is $VRAMKIT_CLI or a build folder's (vramkit.find_cli)."""
+    from vramkit.planner import find_cli
+
+    path = os.path.join(out_dir, "plan-%s.json" % name)
+    with open(path, "w") as f:
+        json.dump(shape_config(shape), f)
+    argv = [find_cli(), "plan", path, "--precision", "amp-bf16", "--batch", str(shape["batch"]),
+            "--seq", str(shape["seq"]), "--gpu", "%dMiB" % (cap >> 20), "--fit", "--json"]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode not in (0, 1):
+        raise RuntimeError("vramkit plan failed (exit %d): %s" % (proc.returncode, proc.stderr.strip()))
+    res = json.loads(proc.stdout)
+    got = {"argv": argv}
+    for fit in res["fits"]:
+        if fit.get("activation_mix") and fit["micro_batch"] == shape["batch"]:
+            got.setdefault(bool(fit["optimizer_offload"]), fit)
+    return got
+
+
 def sum_params(c):
     return c["layers"] * (4 * c["d"] ** 2 + 3 * c["d"] * c["ffn"] + 2 * c["d"]) + 2 * c["vocab"] * c["d"] + c["d"]
 
@@ -407,23 +468,42 @@ def orchestrate(args):
         plan_opt, model_opt = choose(ref, cap, shape, with_optimizer=True)
         entry["model_inputs"] = model
         entry["plan"] = {"act": plan_act, "act+opt": plan_opt}
+        # The mixes run are the planner's (vramkit plan --fit) when it answers; the Python model
+        # fitted to the reference run is kept beside it for comparison.
+        try:
+            fit = planner_fit(name, shape, cap, os.path.dirname(os.path.abspath(args.out)))
+            entry["planner"] = {"argv": fit["argv"]}
+            for key, opt in (("act", False), ("act+opt", True)):
+                f = fit.get(opt)
+                entry["planner"][key] = f
+            pa, po = entry["planner"]["act"], entry["planner"]["act+opt"]
+            plan_act = (pa["activation_mix"], None) if pa else None
+            plan_opt = (po["activation_mix"], None) if po else None
+            entry["mix_source"] = "vramkit plan --fit"
+        except (OSError, RuntimeError, ValueError) as e:
+            entry["planner"] = {"error": str(e)}
+            entry["mix_source"] = "python model (vramkit plan unavailable: %s)" % e
         # Most important first: when the time budget runs out, the last ones are skipped.
+        # Compression is measured on the first shape only (the stage's time budget).
         todo = []
         if plan_act:
             todo.append(("vramkit-act", plan_act[0]))
         todo.append(("full-checkpoint", None))
-        if plan_act:
+        if k == 0:
+            todo.append(("vramkit-compress", None))
+            if plan_act:
+                todo.append(("vramkit-act+compress", plan_act[0]))
+        if plan_act and "offload" in plan_act[0]:
             todo.append(("vramkit-compute-only", [p if p != "offload" else "keep" for p in plan_act[0]]))
-        todo.append(("save-on-cpu", None))
         if plan_opt:
             todo.append(("vramkit-act+opt", plan_opt[0]))
-        todo += [("torchtune-style", None), ("none-capped", None)]
+        todo += [("save-on-cpu", None), ("torchtune-style", None), ("none-capped", None)]
         for config, mix in todo:
             left = deadline - time.time()
             if left < 20:
                 entry["configs"].append({"config": config, "ok": False, "error": "skipped: time budget spent"})
                 continue
-            c = 0 if config == "vramkit-compute-only" else cap
+            c = 0 if config in ("vramkit-compute-only", "vramkit-compress") else cap
             entry["configs"].append(spawn(args, config, name, cap=c, mix=mix, timeout=min(150, left)))
         # Overlap: (T_compute + T_copy - T_both) / T_copy.
         by = {c["config"]: c for c in entry["configs"] if c.get("ok")}
@@ -433,6 +513,30 @@ def orchestrate(args):
             copy = sum(by["vramkit-act"]["copy_s"].values())
             entry["overlap"] = {"t_compute_s": comp, "t_copy_s": copy, "t_both_s": both,
                                 "overlap": (comp + copy - both) / copy if copy > 0 else None}
+        # Compression: saved bytes against the reference's, step time against uncompressed, the
+        # planner's allocated peak against the measured one.
+        if "vramkit-compress" in by and ref.get("saved_bytes_total"):
+            cs = by["vramkit-compress"]
+            st = cs["compress_stats"]
+            saved = ref["saved_bytes_total"] - st["input_bytes"] + st["stored_bytes"]
+            comp_entry = {"saved_bytes_ratio": saved / ref["saved_bytes_total"],
+                          "step_ratio_vs_reference": cs["step_time_s"]["median"] / ref["step_time_s"]["median"],
+                          "measured_peak_allocated_bytes": cs["peak_allocated_bytes"]}
+            if "vramkit-act+compress" in by and "vramkit-act" in by:
+                comp_entry["act+compress_vs_act"] = (by["vramkit-act+compress"]["step_time_s"]["median"]
+                                                     / by["vramkit-act"]["step_time_s"]["median"])
+            try:
+                from vramkit.planner import find_cli
+
+                path = os.path.join(os.path.dirname(os.path.abspath(args.out)), "plan-%s.json" % name)
+                argv = [find_cli(), "plan", path, "--precision", "amp-bf16", "--batch", str(shape["batch"]),
+                        "--seq", str(shape["seq"]), "--compress-activations", "fp8:mlp,attn", "--gpu", "h200", "--json"]
+                pj = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+                comp_entry["planner_allocated_peak_bytes"] = pj["offload"]["allocated_peak_bytes"]
+                comp_entry["planner_error"] = pj["offload"]["allocated_peak_bytes"] / cs["peak_allocated_bytes"] - 1
+            except (OSError, subprocess.CalledProcessError, ValueError, KeyError) as e:
+                comp_entry["planner"] = "unavailable: %s" % e
+            entry["compression"] = comp_entry
         # The model's predictions for the measured mixes, beside the measurements.
         from vramkit import offload_plan
 
@@ -475,6 +579,25 @@ def summarize(results):
         lines.append("## %s: %s" % (name, json.dumps(entry["shape"])))
         if "cap_bytes" in entry:
             lines.append("cap %.2f GiB (%.2f x the reference's peak reserved)" % (entry["cap_bytes"] / gib, results["cap_fraction"]))
+        if entry.get("mix_source"):
+            lines.append("mixes run: %s" % entry["mix_source"])
+        for k in ("act", "act+opt"):
+            f = (entry.get("planner") or {}).get(k)
+            if f:
+                meas = next((c for c in entry["configs"] if c["config"] == "vramkit-" + k and c.get("ok")), None)
+                ms = meas["step_time_s"]["median"] if meas else None
+                mp = meas["peak_allocated_bytes"] if meas else None
+                lines.append("planner's mix (%s): %s%s; predicted %.3f s/step, allocated peak %.2f GiB; "
+                             "measured %s s/step (%s), %s GiB (%s)"
+                             % (k, "".join(x[0] for x in f["activation_mix"]),
+                                "" if f["compress_activations"] == "none" else " " + f["compress_activations"],
+                                f["step_time_s"], f["allocated_peak_bytes"] / gib,
+                                "-" if ms is None else "%.3f" % ms,
+                                "-" if ms is None else "%+.1f%%" % (100 * (f["step_time_s"] / ms - 1)),
+                                "-" if mp is None else "%.2f" % (mp / gib),
+                                "-" if mp is None else "%+.1f%%" % (100 * (f["allocated_peak_bytes"] / mp - 1))))
+            elif (entry.get("planner") or {}).get("argv"):
+                lines.append("planner's mix (%s): none fits the cap" % k)
         for k, p in (entry.get("plan") or {}).items():
             if p:
                 lines.append("model's mix (%s; o offload, c checkpoint, k keep): %s; predicted %.3f s/step, peak %.2f GiB, overlap %.2f"
@@ -509,6 +632,17 @@ def summarize(results):
                     "-" if ms is None else "%+.1f%%" % (100 * (m["predicted_step_s"] / ms - 1)),
                     m["predicted_peak_bytes"] / gib, "-" if mp is None else "%.2f" % (mp / gib),
                     "-" if mp is None else "%+.1f%%" % (100 * (m["predicted_peak_bytes"] / mp - 1))))
+        if "compression" in entry:
+            c = entry["compression"]
+            lines.append("")
+            lines.append("compression fp8 (mlp, attn): saved activations %.1f%% of bf16 (target <= 55%%); step %.3fx "
+                         "uncompressed (target <= 1.05x); act+compress / act %s (target < 1); planner allocated "
+                         "peak %s vs measured %.2f GiB (%s; target within 5%%)"
+                         % (100 * c["saved_bytes_ratio"], c["step_ratio_vs_reference"],
+                            "%.3fx" % c["act+compress_vs_act"] if "act+compress_vs_act" in c else "-",
+                            "%.2f GiB" % (c["planner_allocated_peak_bytes"] / gib) if "planner_allocated_peak_bytes" in c else "-",
+                            c["measured_peak_allocated_bytes"] / gib,
+                            "%+.1f%%" % (100 * c["planner_error"]) if "planner_error" in c else c.get("planner", "-")))
         if "overlap" in entry:
             o = entry["overlap"]
             lines.append("")

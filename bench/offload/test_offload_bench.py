@@ -21,7 +21,8 @@ def fake_spawn(args, config, shape, cap=0, mix=None, timeout=150):
     if config in ("none-capped", "save-on-cpu"):
         return {"config": config, "shape": shape, "ok": False, "error": "out of memory"}
     step = {"reference": 1.0, "full-checkpoint": 1.3, "torchtune-style": 1.6, "vramkit-act": 1.1,
-            "vramkit-compute-only": 1.05, "vramkit-act+opt": 1.4}[config]
+            "vramkit-compute-only": 1.05, "vramkit-act+opt": 1.4, "vramkit-act+compress": 1.08,
+            "vramkit-compress": 1.03}[config]
     r = {"config": config, "shape": shape, "ok": True, "mix": mix, "losses": [10.0, 9.9, 9.8],
          "step_time_s": {"median": step, "min": step, "max": step, "n": 2},
          "forward_s": 0.3, "backward_s": 0.6, "optimizer_s": 0.1,
@@ -30,7 +31,10 @@ def fake_spawn(args, config, shape, cap=0, mix=None, timeout=150):
          "pinned_host_bytes": 10 * GiB, "copy_s": {"d2h": 0.2, "h2d": 0.2}}
     if config == "reference":
         r.update(block_bytes=[GiB] * n, block_forward_s=0.3 / n, block_input_bytes=GiB // 8,
-                 link_bytes_per_s={"d2h": 50e9, "h2d": 50e9})
+                 link_bytes_per_s={"d2h": 50e9, "h2d": 50e9}, saved_bytes_total=n * GiB)
+    if "compress" in config:
+        r["compress_stats"] = {"compressed": 10, "input_bytes": n * GiB // 2, "stored_bytes": n * GiB // 4,
+                               "skipped": 0, "deduplicated": 2}
     return r
 
 
@@ -56,10 +60,25 @@ class Orchestration(unittest.TestCase):
         self.assertIn("| full-checkpoint | 1.300", text)
         self.assertIn("model vs measured", text)
         self.assertTrue(e["plan"]["act"])
-        for n in ("vramkit-act", "vramkit-compute-only", "vramkit-act+opt"):
+        for n in ("vramkit-act", "vramkit-act+opt"):
             self.assertIn(n, names)
-        self.assertAlmostEqual(e["overlap"]["overlap"], (1.05 + 0.4 - 1.1) / 0.4)
-        self.assertIn("overlap (vramkit-act)", text)
+        act_mix = next(c for c in e["configs"] if c["config"] == "vramkit-act")["mix"]
+        if "offload" in act_mix:  # the overlap run exists only when blocks are offloaded
+            self.assertIn("vramkit-compute-only", names)
+            self.assertAlmostEqual(e["overlap"]["overlap"], (1.05 + 0.4 - 1.1) / 0.4)
+            self.assertIn("overlap (vramkit-act)", text)
+        else:
+            self.assertNotIn("vramkit-compute-only", names)
+        # Compression: saved bytes 1 - 1/2 + 1/4 of the reference's, step ratios.
+        self.assertAlmostEqual(e["compression"]["saved_bytes_ratio"], 0.75)
+        self.assertAlmostEqual(e["compression"]["act+compress_vs_act"], 1.08 / 1.1)
+        self.assertIn("compression fp8", text)
+        # With the CLI (ctest sets VRAMKIT_CLI) the mixes run are the planner's.
+        if os.environ.get("VRAMKIT_CLI"):
+            self.assertEqual(e["mix_source"], "vramkit plan --fit", e.get("planner"))
+            self.assertIn("planner's mix (act)", text)
+            mix = next(c for c in e["configs"] if c["config"] == "vramkit-act")["mix"]
+            self.assertEqual(mix, e["planner"]["act"]["activation_mix"])
 
 
 if __name__ == "__main__":

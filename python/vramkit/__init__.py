@@ -19,6 +19,10 @@ def __getattr__(name):
         from . import activation_offload
 
         return getattr(activation_offload, name)
+    if name in ("compress_activations", "pack_tensor", "unpack_tensor"):
+        from . import activation_compress
+
+        return getattr(activation_compress, name)
     if name == "OffloadedAdamW":
         from .offloaded_adamw import OffloadedAdamW
 

@@ -147,13 +147,16 @@ class offload_activations:
     - `offload_cpu_tensors=True` also moves CPU tensors through the pool (synchronously): it
       exercises the bookkeeping on machines without a GPU.
 
-    Gradients equal the run without offload bit for bit: the copies are exact and the tensor
+    - `compress`: a vramkit.compress_activations object: the tensors it selects are stored as fp8
+      (offloaded blocks move the fp8 payload, kept blocks keep it on the device); lossy.
+
+    Without `compress`, gradients equal the run without offload bit for bit: the copies are exact and the tensor
     comes back with its size, strides and dtype.
     """
 
     def __init__(self, model=None, *, blocks=None, mix=None, offload=None, checkpoint=None,
                  outside=None, min_bytes=1 << 20, prefetch=1, max_inflight_bytes=512 << 20, pool=None,
-                 offload_cpu_tensors=False, timing=False):
+                 offload_cpu_tensors=False, timing=False, compress=None):
         if blocks is None and model is not None:
             blocks = find_blocks(model)
         self.blocks = list(blocks) if blocks is not None else []
@@ -182,6 +185,7 @@ class offload_activations:
         if int(min_bytes) < 0 or int(prefetch) < 0 or int(max_inflight_bytes) < 0:
             raise ValueError("offload_activations: min_bytes, prefetch and max_inflight_bytes must be >= 0")
         self.model = model
+        self.compress = compress
         self.outside = outside
         self.min_bytes = int(min_bytes)
         self.prefetch = int(prefetch)
@@ -243,6 +247,8 @@ class offload_activations:
                 had = "forward" in b.__dict__
                 self._patched.append((b, had, b.__dict__.get("forward")))
                 b.forward = functools.partial(_checkpointed, b.forward)
+        if self.compress is not None:
+            self.compress._arm()  # noqa: SLF001 - the compressor's module scopes
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
         return self
@@ -257,6 +263,8 @@ class offload_activations:
             else:
                 del b.forward
         self._handles, self._patched = [], []
+        if self.compress is not None:
+            self.compress._disarm()  # noqa: SLF001
         self._seen = {}
         self._active = False
         return False
@@ -295,6 +303,15 @@ class offload_activations:
         st = self._stats
         st["packed"] += 1
         reason = self._keep_reason(t)
+        comp = self.compress
+        if comp is not None and reason in (None, "block", "outside") and comp.selects(t):
+            from .activation_compress import Packed  # noqa: F401 - type of the result
+
+            p = comp.pack(t)
+            if reason is not None or not isinstance(p.q, torch.Tensor):
+                return p  # kept compressed on the device, or a repeated save of one tensor
+            p.q = self._offload(p.q)
+            return p
         if reason is not None:
             st["kept"][reason] += 1
             # Detached: returning t itself would make an op's saved output hold the op's node
@@ -307,6 +324,13 @@ class offload_activations:
             if ref() is t and t._version == version and rec is not None:
                 st["deduplicated"] += 1
                 return rec
+        rec = self._offload(t)
+        self._seen[id(t)] = (weakref.ref(t), t._version, weakref.ref(rec))
+        return rec
+
+    def _offload(self, t):
+        """Starts the copy of `t` to a pinned buffer; returns its record."""
+        st = self._stats
         rec = _Record(self._step, self._group, t)
         rec.buf = self.pool.get(rec.nbytes)
         rec.host = rec.buf[: rec.nbytes].view(t.dtype).view(t.shape)
@@ -326,7 +350,6 @@ class offload_activations:
         else:
             rec.host.copy_(t)
         self._step.add(rec)
-        self._seen[id(t)] = (weakref.ref(t), t._version, weakref.ref(rec))
         st["offloaded"] += 1
         st["offloaded_bytes"] += rec.nbytes
         return rec
@@ -414,6 +437,12 @@ class offload_activations:
             self._fetch(r, prefetch)
 
     def _unpack(self, x):
+        if self.compress is not None and not isinstance(x, (_Record, torch.Tensor)):
+            from .activation_compress import Packed, unpack_tensor
+
+            if isinstance(x, Packed):
+                q = self._unpack(x.q) if isinstance(x.q, _Record) else x.q
+                return unpack_tensor(x, q)
         if not isinstance(x, _Record):
             return x
         rec, step = x, x.step

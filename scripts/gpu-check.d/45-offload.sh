@@ -1,7 +1,8 @@
 # Offload stage: activation and optimizer-state offload side by side on two LLaMA-shaped models
 # under a cap of half the uncapped peak (bench/offload/offload_bench.py; each config in its own
-# process, so an out-of-memory loses only that config). At most about 4 minutes: the bench stops
-# starting configs after OFFLOAD_BUDGET_S (default 200 s). The GPU tests of the Python package
+# process, so an out-of-memory loses only that config), with fp8 activation compression alone and
+# with offload, then compress_accuracy.py (loss curves, gradient error). At most about 4 minutes:
+# the bench stops starting configs after OFFLOAD_BUDGET_S (default 165 s), accuracy <= 45 s. The GPU tests of the Python package
 # (python.offload_gpu) run in the gpu-tests stage. Writes RESULTS_DIR/offload-summary.md and
 # offload-bench.json.
 set -uo pipefail
@@ -17,10 +18,17 @@ fi
   echo "- host: $(lscpu 2>/dev/null | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}'), $(awk '/MemAvailable/ {print int($2/1048576)}' /proc/meminfo) GiB available"
   echo
 } > "$RESULTS_DIR/offload-header.md"
-PYTHONUNBUFFERED=1 timeout 235 python3 bench/offload/offload_bench.py \
-  --shapes "${OFFLOAD_SHAPES:-1b,3b-wide}" --budget-s "${OFFLOAD_BUDGET_S:-200}" \
+# The planner's mixes come from the CLI built by gpu-check (vramkit plan --fit --json).
+if [ -z "${VRAMKIT_CLI:-}" ] && [ -x "${BUILD_DIR:-build-gpu}/vramkit" ]; then
+  export VRAMKIT_CLI="${BUILD_DIR:-build-gpu}/vramkit"
+fi
+PYTHONUNBUFFERED=1 timeout 190 python3 bench/offload/offload_bench.py \
+  --shapes "${OFFLOAD_SHAPES:-1b,3b-wide}" --budget-s "${OFFLOAD_BUDGET_S:-165}" \
   --out "$RESULTS_DIR/offload-bench.json" --summary "$RESULTS_DIR/offload-table.md"
 status=$?
-cat "$RESULTS_DIR/offload-header.md" "$RESULTS_DIR/offload-table.md" > "$summary" 2>/dev/null
+# Compression accuracy: loss curves with and without fp8 activations, gradient error per block.
+PYTHONUNBUFFERED=1 timeout 45 python3 bench/offload/compress_accuracy.py --steps "${COMPRESS_STEPS:-200}" \
+  --out "$RESULTS_DIR/compress-accuracy.json" --summary "$RESULTS_DIR/compress-accuracy.md" || status=1
+cat "$RESULTS_DIR/offload-header.md" "$RESULTS_DIR/offload-table.md" "$RESULTS_DIR/compress-accuracy.md" > "$summary" 2>/dev/null
 rm -f "$RESULTS_DIR/offload-header.md"
 exit $status

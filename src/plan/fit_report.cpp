@@ -32,6 +32,11 @@ std::string to_json(const fit_result& res) {
                    {"host_peak_bytes", c.host_peak_bytes},
                    {"step_time_s", c.step_time_s},
                    {"reasons", c.reasons}});
+    if (!c.activation_mix.empty()) {
+      arr.back()["activation_mix"] = c.activation_mix;
+      arr.back()["compress_activations"] = c.compress_activations;
+      arr.back()["optimizer_offload"] = c.optimizer_offload;
+    }
   }
   j["fits"] = arr;
   return j.dump(2);
@@ -61,6 +66,7 @@ std::string to_table(const fit_result& res) {
           c.step_time_s, format_bytes(static_cast<double>(c.device_peak_bytes)), q.batch,
           to_string(q.prec), to_string(q.quant), q.tp, q.pp);
     ++rank;
+    if (!c.activation_mix.empty()) out += "      (vramkit activation offload, see the reasons)\n";
     for (const auto& why : c.reasons) out += "      - " + why + "\n";
   }
   return out;

@@ -32,6 +32,10 @@ struct fit_candidate {
   std::uint64_t host_peak_bytes = 0;
   double step_time_s = 0;  ///< estimated seconds per optimizer step (or per generate call)
   std::vector<std::string> reasons;  ///< one line per choice
+  /// vramkit activation offload (fit_search_with_offload): one policy per block, empty otherwise.
+  std::vector<std::string> activation_mix;
+  std::string compress_activations;  ///< "none" or the fp8 modules; empty without offload
+  bool optimizer_offload = false;    ///< Adam moments in pinned host memory (OffloadedAdamW)
 };
 
 /// Result of a search: ranked fits (cheapest first), how many configurations were planned, and

@@ -1,0 +1,363 @@
+// The offload plan of a request (include/vramkit/plan/offload_plan.hpp): the memory model's
+// per-block saved bytes and the cost model's block times feed simulate_offload.
+#include "vramkit/plan/offload_plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
+#include "vramkit/plan/training_schedule.hpp"
+
+namespace vramkit::plan {
+
+namespace {
+
+/// Bytes per element of a compressed tensor: one fp8 byte plus one fp32 scale per 128 elements.
+constexpr double k_fp8_bytes = 1.0 + 4.0 / 128.0;
+/// Fraction of the HBM rate the pack/unpack kernels reach.
+constexpr double k_kernel_efficiency = 0.7;
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  while (true) {
+    const auto p = s.find(sep);
+    out.push_back(s.substr(0, p));
+    if (p == std::string_view::npos) break;
+    s = s.substr(p + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string compress_option::to_string() const {
+  if (!enabled) return "none";
+  std::string s = e5m2 ? "fp8-e5m2:" : "fp8:";
+  if (mlp) s += "mlp";
+  if (attn) s += mlp ? ",attn" : "attn";
+  return s;
+}
+
+compress_option parse_compress_option(std::string_view value) {
+  const auto bad = [&](std::string_view why) {
+    return invalid_input(fmt::format("--compress-activations {}: {}", value, why));
+  };
+  compress_option c;
+  if (value == "none") return c;
+  std::string_view head = value, mods;
+  const auto colon = value.find(':');
+  if (colon != std::string_view::npos) {
+    head = value.substr(0, colon);
+    mods = value.substr(colon + 1);
+    if (mods.empty()) throw bad("name the modules after ':' (mlp, attn or mlp,attn)");
+  }
+  if (head == "fp8" || head == "fp8-e4m3")
+    c.e5m2 = false;
+  else if (head == "fp8-e5m2")
+    c.e5m2 = true;
+  else
+    throw bad("use none, fp8[:mlp,attn] or fp8-e5m2[:mlp,attn]");
+  c.enabled = true;
+  if (mods.empty()) {
+    c.mlp = c.attn = true;
+    return c;
+  }
+  for (auto m : split(mods, ',')) {
+    if (m == "mlp")
+      c.mlp = true;
+    else if (m == "attn")
+      c.attn = true;
+    else
+      throw bad(fmt::format("module '{}' is not mlp or attn", m));
+  }
+  return c;
+}
+
+offload_link offload_link_for(const device_overheads& o, const gpu_spec* gpu) {
+  if (o.source != "default" && o.h2d_bytes_per_s > 0) return {o.h2d_bytes_per_s, "probe"};
+  if (gpu != nullptr) return {gpu->pcie_bytes_per_s(), "catalogue: " + gpu->name};
+  return {o.h2d_bytes_per_s, "default"};
+}
+
+offload_setup make_offload_setup(const model_description& m, const plan_request& r_in,
+                                 const compress_option& c, bool optimizer, const gpu_spec& gpu,
+                                 const device_overheads& o) {
+  if (r_in.mode != run_mode::train || m.is_vision())
+    throw invalid_input(
+        "--offload activations and --compress-activations are modelled for training transformer "
+        "language models");
+  plan_request r = r_in;
+  r.ckpt = checkpointing::none;
+  r.device_capacity_bytes = 0;  // the figures without offload, unconstrained
+  if (r.offload != offload_kind::none)
+    throw invalid_input(
+        "--offload takes one value: activations/both (vramkit) or optimizer/params (ZeRO-Offload)");
+  if (r.tp > 1 || r.pp > 1 || r.gpus > 1)
+    throw invalid_input("--offload activations is modelled for one GPU (--gpus 1)");
+  const plan_result base = make_plan(m, r, o);
+  r = base.request;
+  const auto& t = m.t;
+  offload_setup s;
+  s.n_blocks = static_cast<int>(t.layers);
+  // Bytes autograd saves in one block: the activations a middle layer allocates in the forward
+  // of the first step and that are still alive when the forward ends.
+  const schedule sch = build_schedule(m, r);
+  const int probe_layer = s.n_blocks > 2 ? 1 : 0;
+  std::vector<std::uint8_t> live(sch.tensors.size(), 0);
+  std::uint64_t saved = 0;
+  for (const auto& e : sch.events) {
+    const auto& ti = sch.tensors[e.tensor];
+    if (e.alloc && ti.step == 0 && ti.ph != phase::setup && ti.ph != phase::forward) break;
+    if (ti.comp != component::activations || ti.step != 0 || ti.ph != phase::forward ||
+        ti.layer != probe_layer)
+      continue;
+    if (e.alloc && !live[e.tensor]) {
+      live[e.tensor] = 1;
+      saved += ti.bytes;
+    } else if (!e.alloc && live[e.tensor]) {
+      live[e.tensor] = 0;
+      saved -= ti.bytes;
+    }
+  }
+  s.saved_bytes_per_block = saved;
+  const bool amp = r.prec == precision::amp_bf16 || r.prec == precision::amp_fp16;
+  const double low = r.prec == precision::fp32 ? 4 : 2;  // bytes of the GEMM inputs
+  const double resid = (r.prec == precision::fp32 || amp) ? 4 : 2;
+  const double rows = static_cast<double>(r.micro_batch * r.seq);
+  const double h = static_cast<double>(t.hidden), f = static_cast<double>(t.intermediate);
+  double elems = 0;
+  if (c.enabled) {
+    if (c.attn) elems += 2 * rows * h;  // q/k/v projections' shared input, o_proj's input
+    if (c.mlp) elems += rows * h + (t.mlp == mlp_kind::swiglu ? 4 : 2) * rows * f;
+  }
+  const double compressible = std::min(elems * low, 0.9 * static_cast<double>(saved));
+  s.compressible_bytes_per_block = static_cast<std::uint64_t>(compressible);
+  const double comp_elems = compressible / low;
+  const double hbm = gpu.hbm_bytes_per_s * k_kernel_efficiency;
+  s.pack_s_per_block = comp_elems * (2 * low + k_fp8_bytes) / hbm;
+  s.unpack_s_per_block = comp_elems * (k_fp8_bytes + low) / hbm;
+
+  auto& in = s.inputs;
+  in.block_bytes = static_cast<std::uint64_t>(static_cast<double>(saved) - compressible +
+                                              comp_elems * k_fp8_bytes);
+  in.input_bytes = static_cast<std::uint64_t>(rows * h * resid);
+  // Compute: the cost model's step split between the blocks (their share of the parameters)
+  // and the rest, per micro-batch.
+  const double T = estimate_step_time(m, r, gpu, o);
+  const double P = static_cast<double>(base.parameters);
+  const double embed = static_cast<double>(t.vocab) * h * (t.tied_embeddings ? 1 : 2);
+  const double frac = P > embed ? (P - embed) / P : 1.0;
+  const double mbs = static_cast<double>(r.batch / r.data_parallel() / r.micro_batch);
+  const double per_micro = T / mbs;
+  in.t_fwd_s = per_micro * frac / 3 / s.n_blocks + (c.enabled ? s.pack_s_per_block : 0);
+  in.t_bwd_s = 2 * per_micro * frac / 3 / s.n_blocks + (c.enabled ? s.unpack_s_per_block : 0);
+  in.other_time_s = per_micro * (1 - frac);
+  s.micro_batches = mbs;
+  s.link = offload_link_for(o, &gpu);
+  in.d2h_bytes_per_s = in.h2d_bytes_per_s = s.link.bytes_per_s;
+  // Everything but the blocks' saved tensors, anchored to the memory model's plan with full
+  // checkpointing (the mixes under a cap are mostly checkpointed): its peak is other + the
+  // layers' inputs + one block's recompute.
+  plan_request rc = r;
+  rc.ckpt = checkpointing::full;
+  const plan_result full = make_plan(m, rc, o);
+  double other = static_cast<double>(full.allocated_peak_bytes) -
+                 static_cast<double>(in.input_bytes) * s.n_blocks - static_cast<double>(saved);
+  if (optimizer) {
+    if (r.optimizer != optimizer_kind::adam && r.optimizer != optimizer_kind::adamw)
+      throw invalid_input(
+          "--offload both moves Adam's moments: it needs --optimizer adam or adamw");
+    const double w = r.prec == precision::bf16 ? 2 : 4;
+    const auto est = estimate_optimizer_offload(base.parameters, master_weights::none,
+                                                s.link.bytes_per_s, s.link.bytes_per_s);
+    other += static_cast<double>(est.device_buffer_bytes) - 2 * w * P;
+    s.optimizer_host_bytes = est.host_bytes;
+    s.optimizer_time_s = est.step_time_s;
+  }
+  in.other_bytes = static_cast<std::uint64_t>(std::max(0.0, other));
+  s.cache_bytes = full.reserved_peak_bytes - full.allocated_peak_bytes;
+  s.context_bytes = base.context_bytes;
+  return s;
+}
+
+offload_plan evaluate_offload(const offload_setup& s, const std::vector<block_policy>& mix,
+                              const compress_option& c, bool optimizer) {
+  offload_plan p;
+  p.mix = mix;
+  p.compress = c;
+  p.optimizer = optimizer;
+  p.setup = s;
+  p.estimate = simulate_offload(mix, s.inputs);
+  p.allocated_peak_bytes = p.estimate.device_peak_bytes;
+  p.device_peak_bytes = p.allocated_peak_bytes + s.cache_bytes + s.context_bytes;
+  p.host_pinned_bytes = p.estimate.host_pinned_bytes + s.optimizer_host_bytes;
+  p.step_time_s = s.micro_batches * p.estimate.step_time_s + s.optimizer_time_s;
+  return p;
+}
+
+offload_plan plan_offload(const model_description& m, const plan_request& r,
+                          const offload_option& opt, const compress_option& c, const gpu_spec& gpu,
+                          const device_overheads& o) {
+  const auto s = make_offload_setup(m, r, c, opt.optimizer, gpu, o);
+  const int n = opt.activations ? opt.activation_blocks : 0;
+  return evaluate_offload(s, arrange_mix(s.n_blocks, n, 0), c, opt.optimizer);
+}
+
+std::optional<offload_plan> fit_offload(const model_description& m, const plan_request& r,
+                                        std::uint64_t limit_bytes, bool allow_lossy,
+                                        const compress_option& lossy, const gpu_spec& gpu,
+                                        const device_overheads& o,
+                                        std::optional<bool> optimizer_only) {
+  std::optional<offload_plan> best;
+  std::vector<compress_option> comps{compress_option{}};
+  if (allow_lossy) comps.push_back(lossy.enabled ? lossy : parse_compress_option("fp8"));
+  for (const bool optimizer : {false, true}) {
+    if (optimizer && r.optimizer != optimizer_kind::adam && r.optimizer != optimizer_kind::adamw)
+      continue;
+    if (optimizer_only && *optimizer_only != optimizer) continue;
+    for (const auto& c : comps) {
+      const auto s = make_offload_setup(m, r, c, optimizer, gpu, o);
+      const std::uint64_t fixed = s.cache_bytes + s.context_bytes;
+      if (fixed >= limit_bytes) continue;
+      const auto choice = choose_offload_mix(s.n_blocks, limit_bytes - fixed, s.inputs);
+      if (!choice) continue;
+      auto p = evaluate_offload(s, choice->mix, c, optimizer);
+      if (!best || p.step_time_s < best->step_time_s) best = std::move(p);
+    }
+  }
+  return best;
+}
+
+namespace {
+
+std::string mix_summary(const std::vector<block_policy>& mix) {
+  const auto n = [&](block_policy p) { return std::count(mix.begin(), mix.end(), p); };
+  return fmt::format("{} offloaded, {} checkpointed, {} kept", n(block_policy::offload),
+                     n(block_policy::checkpoint), n(block_policy::keep));
+}
+
+bool plain(const offload_plan& p) {
+  return !p.compress.enabled && !p.optimizer &&
+         std::all_of(p.mix.begin(), p.mix.end(),
+                     [](block_policy b) { return b == block_policy::keep; });
+}
+
+}  // namespace
+
+fit_result fit_search_with_offload(const model_description& m, const plan_request& base,
+                                   const fit_options& opt, bool allow_lossy,
+                                   const compress_option& lossy, const device_overheads& o) {
+  fit_result res = fit_search(m, base, opt, o);
+  if (base.mode != run_mode::train || m.is_vision() || base.gpus > 1) return res;
+  const gpu_spec& gpu = opt.gpu ? *opt.gpu : find_gpu("H100 SXM 80GB");
+  const auto limit =
+      static_cast<std::uint64_t>(static_cast<double>(opt.capacity_bytes) * (1.0 - opt.margin));
+  plan_request r = base;
+  r.offload = offload_kind::none;
+  r.validate(m);
+  // The best mix without and with optimizer offload: two candidates, ranked with the rest.
+  for (const bool optimizer : {false, true}) {
+    std::optional<offload_plan> best;
+    try {
+      best = fit_offload(m, r, limit, allow_lossy, lossy, gpu, o, optimizer);
+    } catch (const invalid_input&) {
+      return res;  // the request cannot be offloaded (e.g. its optimizer has no moments)
+    }
+    if (!best || plain(*best)) continue;
+    fit_candidate c;
+    c.request = r;
+    c.device_peak_bytes = best->device_peak_bytes;
+    c.allocated_peak_bytes = best->allocated_peak_bytes;
+    c.host_peak_bytes = best->host_pinned_bytes;
+    c.step_time_s = best->step_time_s;
+    for (auto b : best->mix) c.activation_mix.push_back(to_string(b));
+    c.compress_activations = best->compress.to_string();
+    c.optimizer_offload = best->optimizer;
+    c.reasons.push_back(
+        "per block: " + mix_summary(best->mix) +
+        " (vramkit.offload_activations), the fastest mix that fits" +
+        (best->estimate.copy_s > 0
+             ? fmt::format(" ({:.0f}% of the {:.1f} ms copy time hidden)",
+                           best->estimate.overlap * 100, best->estimate.copy_s * 1e3)
+             : std::string()));
+    if (best->compress.enabled)
+      c.reasons.push_back("activations compressed to " + best->compress.to_string() +
+                          " (lossy, --allow-lossy)");
+    if (best->optimizer)
+      c.reasons.push_back("Adam moments in pinned host memory (vramkit.OffloadedAdamW)");
+    c.reasons.push_back(fmt::format("device peak {} of {}, pinned host {}",
+                                    format_bytes(static_cast<double>(c.device_peak_bytes)),
+                                    format_bytes(static_cast<double>(opt.capacity_bytes)),
+                                    format_bytes(static_cast<double>(c.host_peak_bytes))));
+    res.fits.push_back(std::move(c));
+  }
+  std::stable_sort(
+      res.fits.begin(), res.fits.end(),
+      [](const fit_candidate& a, const fit_candidate& b) { return a.step_time_s < b.step_time_s; });
+  if (res.fits.size() > opt.max_results) res.fits.resize(opt.max_results);
+  return res;
+}
+
+std::string offload_json(const offload_plan& p) {
+  nlohmann::ordered_json j;
+  const auto& s = p.setup;
+  const auto n = [&](block_policy b) { return std::count(p.mix.begin(), p.mix.end(), b); };
+  j["activation_blocks"] = n(block_policy::offload);
+  j["optimizer"] = p.optimizer;
+  j["compress_activations"] = p.compress.to_string();
+  auto mix = nlohmann::ordered_json::array();
+  for (auto b : p.mix) mix.push_back(to_string(b));
+  j["mix"] = mix;
+  j["allocated_peak_bytes"] = p.allocated_peak_bytes;
+  j["device_peak_bytes"] = p.device_peak_bytes;
+  j["host_pinned_bytes"] = p.host_pinned_bytes;
+  j["step_time_s"] = p.step_time_s;
+  j["compute_s"] = p.estimate.compute_s;
+  j["copy_s"] = p.estimate.copy_s;
+  j["exposed_copy_s"] = p.estimate.exposed_copy_s;
+  j["overlap"] = p.estimate.overlap;
+  j["optimizer_time_s"] = s.optimizer_time_s;
+  j["saved_bytes_per_block"] = s.saved_bytes_per_block;
+  j["stored_bytes_per_block"] = s.inputs.block_bytes;
+  j["compressible_bytes_per_block"] = s.compressible_bytes_per_block;
+  j["pack_s_per_block"] = p.compress.enabled ? s.pack_s_per_block : 0.0;
+  j["unpack_s_per_block"] = p.compress.enabled ? s.unpack_s_per_block : 0.0;
+  j["block_forward_s"] = s.inputs.t_fwd_s;
+  j["block_backward_s"] = s.inputs.t_bwd_s;
+  j["link_bytes_per_s"] = s.link.bytes_per_s;
+  j["link_source"] = s.link.source;
+  return j.dump(2);
+}
+
+std::string to_json(const plan_result& base, const offload_plan& p) {
+  auto j = nlohmann::ordered_json::parse(to_json(base));
+  j["offload"] = nlohmann::ordered_json::parse(offload_json(p));
+  return j.dump(2);
+}
+
+std::string to_table(const offload_plan& p) {
+  const auto& s = p.setup;
+  std::string out = "\n  with vramkit offload";
+  if (p.compress.enabled) out += " and " + p.compress.to_string() + " compression";
+  out += fmt::format(" ({}{}):\n", mix_summary(p.mix),
+                     p.optimizer ? ", Adam moments on the host" : "");
+  const auto line = [&](const std::string& k, const std::string& v) {
+    out += fmt::format("  {:<58} {:>12}\n", k, v);
+  };
+  const auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
+  line("saved activations per block (stored)", b(s.inputs.block_bytes));
+  line("allocated peak with offload", b(p.allocated_peak_bytes));
+  line("device peak with offload (nvidia-smi used)", b(p.device_peak_bytes));
+  line("pinned host bytes", b(p.host_pinned_bytes));
+  line("estimated step time", fmt::format("{:.1f} ms", p.step_time_s * 1e3));
+  line("  of it copy time not hidden by compute",
+       fmt::format("{:.1f} ms", p.estimate.exposed_copy_s * 1e3));
+  line("host link (" + s.link.source + ")", fmt::format("{:.1f} GB/s", s.link.bytes_per_s / 1e9));
+  return out;
+}
+
+}  // namespace vramkit::plan

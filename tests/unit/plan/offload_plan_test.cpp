@@ -1,0 +1,98 @@
+// The offload plan of a request: figures that move the right way with the mix, compression and
+// optimizer offload, the fit choosing offload only when it helps, the option parsers.
+#include "vramkit/plan/offload_plan.hpp"
+
+#include <algorithm>
+
+#include <gtest/gtest.h>
+
+#include "vramkit/core/error.hpp"
+#include "vramkit/plan/config_loader.hpp"
+
+namespace vramkit::plan {
+namespace {
+
+struct OffloadPlan : ::testing::Test {
+  model_description m = preset_model("tinyllama-1.1b");
+  plan_request r;
+  const gpu_spec& gpu = find_gpu("h200");
+  OffloadPlan() {
+    r.prec = precision::amp_bf16;
+    r.batch = 8;
+    r.seq = 2048;
+  }
+  offload_plan with(int blocks, const char* compress = "none", bool optimizer = false) {
+    offload_option o;
+    o.activations = blocks > 0;
+    o.activation_blocks = blocks;
+    o.optimizer = optimizer;
+    return plan_offload(m, r, o, parse_compress_option(compress), gpu, default_overheads());
+  }
+};
+
+TEST_F(OffloadPlan, MoreOffloadedBlocksLowerTheDevicePeakAndRaiseHostBytes) {
+  const auto none = with(0), half = with(11), all = with(22);
+  const auto base = make_plan(m, r);
+  EXPECT_GT(none.setup.saved_bytes_per_block, 0u);
+  // Every block checkpointed: the memory model's full-checkpointing peak (the anchor); nothing
+  // offloaded or checkpointed: within 6% of the memory model's plan.
+  plan_request rc = r;
+  rc.ckpt = checkpointing::full;
+  const auto ck = evaluate_offload(none.setup, arrange_mix(22, 0, 22), {}, false);
+  EXPECT_NEAR(static_cast<double>(ck.allocated_peak_bytes),
+              static_cast<double>(make_plan(m, rc).allocated_peak_bytes), 1e6);
+  EXPECT_NEAR(static_cast<double>(none.allocated_peak_bytes),
+              static_cast<double>(base.allocated_peak_bytes),
+              0.06 * static_cast<double>(base.allocated_peak_bytes));
+  EXPECT_EQ(none.host_pinned_bytes, 0u);
+  EXPECT_LT(half.allocated_peak_bytes, none.allocated_peak_bytes);
+  EXPECT_LT(all.allocated_peak_bytes, half.allocated_peak_bytes);
+  EXPECT_EQ(all.host_pinned_bytes, 22 * all.setup.inputs.block_bytes);
+  EXPECT_GE(all.step_time_s, none.step_time_s);
+  EXPECT_EQ(all.setup.link.source, "catalogue: " + gpu.name);
+}
+
+TEST_F(OffloadPlan, CompressionHalvesStoredBytesAndCountsPackTime) {
+  const auto plain = with(22), comp = with(22, "fp8");
+  EXPECT_LT(comp.setup.inputs.block_bytes, plain.setup.inputs.block_bytes);
+  EXPECT_LT(comp.host_pinned_bytes, plain.host_pinned_bytes);
+  EXPECT_GT(comp.setup.pack_s_per_block, 0);
+  EXPECT_GT(comp.setup.inputs.t_fwd_s, plain.setup.inputs.t_fwd_s);
+  const auto mlp = with(0, "fp8:mlp"), both = with(0, "fp8:mlp,attn");
+  EXPECT_LT(mlp.setup.compressible_bytes_per_block, both.setup.compressible_bytes_per_block);
+  EXPECT_LT(both.allocated_peak_bytes, with(0).allocated_peak_bytes);
+}
+
+TEST_F(OffloadPlan, OptimizerOffloadMovesTheMoments) {
+  const auto a = with(22), b = with(22, "none", true);
+  EXPECT_LT(b.allocated_peak_bytes, a.allocated_peak_bytes);
+  EXPECT_EQ(b.host_pinned_bytes - a.host_pinned_bytes, 8 * make_plan(m, r).parameters);
+  EXPECT_GT(b.step_time_s, a.step_time_s);
+}
+
+TEST_F(OffloadPlan, FitOffloadsOnlyWhenItHelps) {
+  const auto big = fit_offload(m, r, 140ull << 30, false, {}, gpu, default_overheads());
+  ASSERT_TRUE(big);
+  EXPECT_TRUE(std::all_of(big->mix.begin(), big->mix.end(),
+                          [](block_policy p) { return p == block_policy::keep; }));
+  const std::uint64_t half = with(0).device_peak_bytes / 2;
+  const auto capped = fit_offload(m, r, half, false, {}, gpu, default_overheads());
+  ASSERT_TRUE(capped);
+  EXPECT_LE(capped->device_peak_bytes, half);
+  EXPECT_FALSE(capped->compress.enabled);  // lossy only when allowed
+  EXPECT_FALSE(fit_offload(m, r, 1ull << 30, false, {}, gpu, default_overheads()));
+}
+
+TEST(OffloadPlanOptions, CompressOption) {
+  EXPECT_FALSE(parse_compress_option("none").enabled);
+  const auto c = parse_compress_option("fp8");
+  EXPECT_TRUE(c.enabled && c.mlp && c.attn && !c.e5m2);
+  const auto d = parse_compress_option("fp8-e5m2:attn");
+  EXPECT_TRUE(d.enabled && !d.mlp && d.attn && d.e5m2);
+  EXPECT_EQ(d.to_string(), "fp8-e5m2:attn");
+  for (const char* bad : {"fp4", "fp8:", "fp8:softmax", "fp8:mlp,", "int8"})
+    EXPECT_THROW(parse_compress_option(bad), invalid_input) << bad;
+}
+
+}  // namespace
+}  // namespace vramkit::plan
