@@ -117,6 +117,9 @@ void add_request_options(CLI::App* sub, plan::plan_request& r) {
   sub->add_option("--tp", r.tp, "tensor-parallel degree")->capture_default_str();
   sub->add_flag("--sp", r.sp, "sequence parallel with --tp");
   sub->add_option("--pp", r.pp, "pipeline-parallel degree")->capture_default_str();
+  sub->add_option("--ep", r.ep,
+                  "expert-parallel degree (mixture-of-experts: experts / N per GPU, all-to-all)")
+      ->capture_default_str();
   add_enum(sub, "--offload", r.offload, &plan::parse_offload,
            "none, optimizer or params (CPU offload, pinned host memory)");
   add_enum(sub, "--quant", r.quant, &plan::parse_quant, "inference weights: none, int8 or int4");
