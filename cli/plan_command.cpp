@@ -150,6 +150,9 @@ void add_request_options(CLI::App* sub, plan::plan_request& r, plan_args& a) {
   sub->add_option("--tp", r.tp, "tensor-parallel degree")->capture_default_str();
   sub->add_flag("--sp", r.sp, "sequence parallel with --tp");
   sub->add_option("--pp", r.pp, "pipeline-parallel degree")->capture_default_str();
+  sub->add_option("--ep", r.ep,
+                  "expert-parallel degree (mixture-of-experts: experts / N per GPU, all-to-all)")
+      ->capture_default_str();
   sub->add_option_function<std::string>(
       "--offload",
       [&r, &a](const std::string& s) {

@@ -215,6 +215,13 @@ PRESET_CONFIGS["llama-3-8b-l4"] = dict(PRESET_CONFIGS["llama-3-8b"], num_hidden_
 PRESET_CONFIGS["mistral-7b-l4-w1024"] = dict(PRESET_CONFIGS["mistral-7b"], num_hidden_layers=4,
                                              sliding_window=1024)
 
+# Mixture-of-experts families (published config.json field values, committed under
+# tests/data/plan/configs), reduced to 2 layers (DeepSeek-V3: layer 0 dense, layer 1 MoE) for one GPU.
+_CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "plan", "configs")
+for _name in ("mixtral-8x7b-l2", "qwen1.5-moe-a2.7b-l2", "qwen3-30b-a3b-l2", "deepseek-v2-lite-l2", "deepseek-v3-l2"):
+    with open(os.path.join(_CONFIG_DIR, _name + ".json")) as _f:
+        PRESET_CONFIGS[_name] = json.load(_f)
+
 TORCHVISION_MODELS = {"resnet-18": "resnet18", "resnet-50": "resnet50", "resnet-101": "resnet101", "vit-b-16": "vit_b_16"}
 
 # ---------------------------------------------------------------------------------------------
@@ -312,6 +319,18 @@ CASES = [
     # Phi-3 (packed qkv_proj and gate_up_proj).
     _train("phi-3-mini-l8", 4, 1024, "amp-bf16", "adamw", 30),
     _infer("phi-3-mini", 4, 512, 128, "bf16", 12),
+    # Mixture of experts (transformers' eager expert loop) and DeepSeek's latent attention.
+    _train("mixtral-8x7b-l2", 2, 1024, "bf16", "sgd", 20),
+    _train("mixtral-8x7b-l2", 1, 1024, "amp-bf16", "adamw", 64),
+    _infer("mixtral-8x7b-l2", 4, 512, 64, "bf16", 8),
+    _train("qwen1.5-moe-a2.7b-l2", 4, 1024, "amp-bf16", "adamw", 36),
+    _infer("qwen1.5-moe-a2.7b-l2", 8, 512, 64, "bf16", 6),
+    _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 40),
+    _infer("qwen3-30b-a3b-l2", 8, 512, 64, "bf16", 6),
+    _train("deepseek-v2-lite-l2", 4, 1024, "amp-bf16", "adamw", 28),
+    _infer("deepseek-v2-lite-l2", 8, 512, 64, "bf16", 6),
+    _train("deepseek-v3-l2", 1, 512, "bf16", "sgd", 64),
+    _infer("deepseek-v3-l2", 2, 512, 32, "bf16", 32),
 ]
 
 OUTPUT_KEYS = [
@@ -489,6 +508,9 @@ def build_model(torch, case, device):
                     model = auto_class.from_config(cfg, attn_implementation=case["attention"], torch_dtype=dtype)
     finally:
         torch.set_default_dtype(old_dtype)
+    # transformers 5 may pick a grouped-mm expert kernel; the planner models the eager loop.
+    if hasattr(model, "set_experts_implementation") and getattr(model.config, "num_experts_per_tok", None):
+        model.set_experts_implementation("eager")
     first = next(model.parameters())
     if first.device.type != torch.device(device).type or first.dtype != dtype:
         model = model.to(device=device, dtype=dtype)

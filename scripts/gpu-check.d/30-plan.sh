@@ -54,6 +54,22 @@ if [ "${PLAN_FRESH:-1}" != 0 ] && python3 -c 'import torch, transformers' 2>/dev
     echo
   } >> "$summary"
 fi
+if [ "${PLAN_FRESH:-1}" != 0 ] && python3 -c 'import torch, transformers' 2>/dev/null; then
+  # New families (issue 17): Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (MoE with the eager
+  # expert loop, latent attention), reduced layer counts, random weights; at most 3 minutes.
+  # plan-new-families.json is in the ground-truth format (commit it to tests/data/plan).
+  timeout 180 python3 bench/plan/measure_ground_truth.py --out "$RESULTS_DIR/plan-new-families.json" \
+    --log-dir "$RESULTS_DIR/plan-new-families-logs" --jobs 3 --total-timeout 170 \
+    --only mixtral-8x7b-l2 --only qwen1.5-moe-a2.7b-l2 --only qwen3-30b-a3b-l2 \
+    --only deepseek-v2-lite-l2 --only deepseek-v3-l2 \
+    > "$RESULTS_DIR/plan-new-families.txt" 2>&1 || status=1
+  {
+    echo "## New families measured in this run (MoE: Mixtral, Qwen-MoE, DeepSeek MLA)"
+    echo
+    "$report" "$RESULTS_DIR/plan-new-families.json" tests/data/plan 2>&1 || status=1
+    echo
+  } >> "$summary"
+fi
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
 if [ "${PLAN_FRESH:-1}" != 0 ] && [ "$gpus" -ge 2 ] && python3 -c 'import torch, transformers' 2>/dev/null; then
   # Data-parallel cases afresh (DistributedDataParallel over every GPU of this machine).

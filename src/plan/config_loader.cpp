@@ -22,9 +22,20 @@ namespace {
 
 using json = nlohmann::json;
 
-const std::vector<std::string> k_model_types = {
-    "gpt2",           "llama", "mistral", "qwen2", "phi3", "gpt_neox", "bert", "torchvision_resnet",
-    "torchvision_vit"};
+const std::vector<std::string> k_model_types = {"gpt2",
+                                                "llama",
+                                                "mistral",
+                                                "qwen2",
+                                                "phi3",
+                                                "mixtral",
+                                                "qwen2_moe",
+                                                "qwen3_moe",
+                                                "deepseek_v2",
+                                                "deepseek_v3",
+                                                "gpt_neox",
+                                                "bert",
+                                                "torchvision_resnet",
+                                                "torchvision_vit"};
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -223,14 +234,108 @@ model_description parse_llama_like(const fields& f, const std::string& type) {
   if (act != "silu" && act != "swish")
     f.fail(fmt::format("field 'hidden_act' = \"{}\" is not supported for {} (silu)", act, type));
   t.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
-  // Qwen2 always has q/k/v biases; LLaMA and Mistral take attention_bias (default false).
-  t.qkv_bias = type == "qwen2" ? true : f.boolean_or("attention_bias", false);
-  t.out_bias = type == "qwen2" ? false : t.qkv_bias;
+  // Qwen2 (and Qwen2-MoE) always has q/k/v biases; LLaMA and Mistral take attention_bias
+  // (default false).
+  const bool qwen2 = type == "qwen2" || type == "qwen2_moe";
+  t.qkv_bias = qwen2 ? true : f.boolean_or("attention_bias", false);
+  t.out_bias = qwen2 ? false : t.qkv_bias;
   t.mlp_bias = f.boolean_or("mlp_bias", false);
   t.layer_norm = false;
   t.attention_dropout = f.number_or("attention_dropout", 0.0, 0, 1);
   check_heads(f, t, "num_attention_heads");
-  read_sliding_window(f, t, type);
+  read_sliding_window(f, t, type.rfind("qwen", 0) == 0 ? "qwen2" : type);
+  return m;
+}
+
+/// Which layers are MoE blocks: Qwen2/3-MoE every decoder_sparse_step-th layer outside
+/// mlp_only_layers; DeepSeek from first_k_dense_replace on, every moe_layer_freq-th.
+void read_sparse_layers(const fields& f, transformer_shape& t, const std::string& type) {
+  auto& moe = t.moe;
+  moe.sparse.assign(static_cast<std::size_t>(t.layers), 1);
+  if (type == "qwen2_moe" || type == "qwen3_moe") {
+    const auto step = f.integer_or("decoder_sparse_step", 1, 1, k_max_layers);
+    for (std::int64_t l = 0; l < t.layers; ++l) moe.sparse[l] = (l + 1) % step == 0;
+    if (f.has("mlp_only_layers")) {
+      const auto& a = f.j.at("mlp_only_layers");
+      if (!a.is_array()) f.fail("field 'mlp_only_layers' must be an array of layer indices");
+      for (const auto& v : a) {
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
+            v.get<std::int64_t>() >= t.layers)
+          f.fail(fmt::format("field 'mlp_only_layers' holds {}, not a layer index below {}",
+                             v.dump(), t.layers));
+        moe.sparse[v.get<std::size_t>()] = 0;
+      }
+    }
+  } else if (type == "deepseek_v2" || type == "deepseek_v3") {
+    const auto first = f.integer_or("first_k_dense_replace", 0, 0, k_max_layers);
+    const auto freq = f.integer_or("moe_layer_freq", 1, 1, k_max_layers);
+    for (std::int64_t l = 0; l < t.layers; ++l) moe.sparse[l] = l >= first && l % freq == 0;
+  }
+}
+
+void check_moe(const fields& f, const moe_shape& moe) {
+  if (moe.top_k > moe.experts)
+    f.fail(fmt::format("num_experts_per_tok {} exceeds the {} experts", moe.top_k, moe.experts));
+}
+
+/// Mixtral, Qwen2-MoE, Qwen3-MoE: LLaMA-shaped attention with sparse MoE blocks.
+model_description parse_moe(const fields& f, const std::string& type) {
+  model_description m = parse_llama_like(f, type);
+  m.family = model_family::moe;
+  auto& t = m.t;
+  auto& moe = t.moe;
+  if (type == "mixtral") {
+    moe.experts = f.integer("num_local_experts", 1, 1 << 16);
+    moe.expert_ffn = t.intermediate;
+  } else {
+    moe.experts = f.integer("num_experts", 1, 1 << 16);
+    moe.expert_ffn = f.integer("moe_intermediate_size", 1, 64 * k_max_hidden);
+  }
+  moe.top_k = f.integer("num_experts_per_tok", 1, 1 << 16);
+  if (type == "qwen2_moe") {
+    moe.shared_ffn = f.integer_or("shared_expert_intermediate_size", 0, 0, 64 * k_max_hidden);
+    moe.shared_gate = moe.shared_ffn > 0;
+  }
+  t.qk_norm = type == "qwen3_moe";
+  read_sparse_layers(f, t, type);
+  check_moe(f, moe);
+  return m;
+}
+
+/// DeepSeek-V2 / V3: multi-head latent attention, dense MLPs in the first layers, then MoE
+/// blocks with n_shared_experts shared experts of moe_intermediate_size each.
+model_description parse_deepseek(const fields& f, const std::string& type) {
+  model_description m;
+  m.family = model_family::deepseek;
+  auto& t = m.t;
+  read_hf_shape(f, t);
+  t.kv_heads = f.integer_or("num_key_value_heads", t.heads, 1, 4096);
+  auto& mla = t.mla;
+  mla.q_lora_rank = f.integer_or("q_lora_rank", 0, 1, k_max_hidden);
+  mla.kv_lora_rank = f.integer("kv_lora_rank", 1, k_max_hidden);
+  mla.qk_nope = f.integer("qk_nope_head_dim", 0, 4096);
+  mla.qk_rope = f.integer("qk_rope_head_dim", 1, 4096);
+  mla.v_head = f.integer("v_head_dim", 1, 4096);
+  t.head_dim = mla.qk_nope + mla.qk_rope;
+  t.rotary_fraction = static_cast<double>(mla.qk_rope) / static_cast<double>(t.head_dim);
+  t.mlp = mlp_kind::swiglu;
+  const auto act = f.string_or("hidden_act", "silu");
+  if (act != "silu")
+    f.fail(fmt::format("field 'hidden_act' = \"{}\" is not supported for {} (silu)", act, type));
+  t.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
+  if (f.boolean_or("attention_bias", false))
+    f.fail("attention_bias = true is not modelled for " + type);
+  t.layer_norm = false;
+  t.attention_dropout = f.number_or("attention_dropout", 0.0, 0, 1);
+  auto& moe = t.moe;
+  moe.experts = f.integer_or("n_routed_experts", 0, 0, 1 << 16);
+  if (moe.experts > 0) {
+    moe.top_k = f.integer("num_experts_per_tok", 1, 1 << 16);
+    moe.expert_ffn = f.integer("moe_intermediate_size", 1, 64 * k_max_hidden);
+    moe.shared_ffn = f.integer_or("n_shared_experts", 0, 0, 1 << 10) * moe.expert_ffn;
+    read_sparse_layers(f, t, type);
+    check_moe(f, moe);
+  }
   return m;
 }
 
@@ -347,6 +452,10 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
     m = parse_llama_like(f, type);
   else if (type == "phi3")
     m = parse_phi3(f);
+  else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe")
+    m = parse_moe(f, type);
+  else if (type == "deepseek_v2" || type == "deepseek_v3")
+    m = parse_deepseek(f, type);
   else if (type == "gpt_neox")
     m = parse_neox(f);
   else if (type == "bert")

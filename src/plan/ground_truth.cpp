@@ -35,6 +35,11 @@ plan_request request_of(const json& c) {
   // Multi-GPU cases (measure_ddp.py): all GPUs, the ZeRO stage; `batch` is the global batch.
   if (has(c, "gpus")) r.gpus = c.at("gpus").get<int>();
   if (has(c, "zero")) r.zero = c.at("zero").get<int>();
+  // Parallel cases (measure_parallel.py): tensor, sequence, pipeline and expert parallelism.
+  if (has(c, "tp")) r.tp = c.at("tp").get<int>();
+  if (has(c, "sp")) r.sp = c.at("sp").get<bool>();
+  if (has(c, "pp")) r.pp = c.at("pp").get<int>();
+  if (has(c, "ep")) r.ep = c.at("ep").get<int>();
   return r;
 }
 

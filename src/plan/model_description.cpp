@@ -22,6 +22,10 @@ const char* to_string(model_family f) noexcept {
       return "vit";
     case model_family::phi3:
       return "phi3";
+    case model_family::moe:
+      return "moe";
+    case model_family::deepseek:
+      return "deepseek";
   }
   return "?";
 }
@@ -43,11 +47,43 @@ void transformer_params(const model_description& m, list& out) {
   if (t.max_positions > 0) add(out, "embed_positions", t.max_positions * h);
   if (t.type_vocab > 0) add(out, "embed_token_types", t.type_vocab * h);
   if (m.family == model_family::bert) add(out, "embed_norm", norm);
+  const auto& mla = t.mla;
+  const auto& moe = t.moe;
   for (int l = 0; l < t.layers; ++l) {
     add(out, "attn_norm", norm, l);
-    add(out, "attn_qkv", h * (q + 2 * kv) + (t.qkv_bias ? q + 2 * kv : 0), l);
-    add(out, "attn_out", q * h + (t.out_bias ? h : 0), l);
+    if (t.latent_attention()) {
+      // DeepseekV3Attention: q through a low-rank pair (or one q_proj), the compressed KV and
+      // the shared rotary key from kv_a_proj_with_mqa, then kv_b_proj to per-head keys/values.
+      const std::int64_t qh = t.heads * (mla.qk_nope + mla.qk_rope);
+      if (mla.q_lora_rank > 0) {
+        add(out, "mla_q_a", h * mla.q_lora_rank, l);
+        add(out, "mla_q_a_norm", mla.q_lora_rank, l);
+        add(out, "mla_q_b", mla.q_lora_rank * qh, l);
+      } else {
+        add(out, "mla_q", h * qh, l);
+      }
+      add(out, "mla_kv_a", h * (mla.kv_lora_rank + mla.qk_rope), l);
+      add(out, "mla_kv_a_norm", mla.kv_lora_rank, l);
+      add(out, "mla_kv_b", mla.kv_lora_rank * t.heads * (mla.qk_nope + mla.v_head), l);
+      add(out, "attn_out", t.heads * mla.v_head * h, l);
+    } else {
+      add(out, "attn_qkv", h * (q + 2 * kv) + (t.qkv_bias ? q + 2 * kv : 0), l);
+      if (t.qk_norm) add(out, "attn_qk_norm", 2 * t.head_dim, l);
+      add(out, "attn_out", q * h + (t.out_bias ? h : 0), l);
+    }
     add(out, "mlp_norm", norm, l);
+    if (t.sparse(l)) {
+      // transformers 5 keeps the routed experts as two 3-D parameters per layer.
+      add(out, "moe_router", moe.experts * h, l);
+      add(out, "moe_experts_gate_up", moe.experts * 2 * h * moe.expert_ffn, l);
+      add(out, "moe_experts_down", moe.experts * moe.expert_ffn * h, l);
+      if (moe.shared_ffn > 0) {
+        add(out, "moe_shared_gate_up", 2 * h * moe.shared_ffn, l);
+        add(out, "moe_shared_down", moe.shared_ffn * h, l);
+      }
+      if (moe.shared_gate) add(out, "moe_shared_gate", h, l);
+      continue;
+    }
     if (t.mlp == mlp_kind::swiglu || t.mlp == mlp_kind::swiglu_packed) {
       add(out, "mlp_gate_up", 2 * h * f + (t.mlp_bias ? 2 * f : 0), l);
     } else {

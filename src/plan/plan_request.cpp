@@ -147,7 +147,17 @@ void check_layout(plan_request& r, const model_description& m) {
     if (r.tp > 1 && (t.heads % r.tp != 0))
       refuse(fmt::format("--tp {} does not divide the {} attention heads", r.tp, t.heads));
     if (r.pp > t.layers) refuse(fmt::format("--pp {} exceeds the {} layers", r.pp, t.layers));
+    if (r.ep != 1) {
+      if (t.moe.experts == 0)
+        refuse("--ep splits the experts of a mixture-of-experts model; " + m.name + " has none");
+      if (r.ep < 1 || t.moe.experts % r.ep != 0)
+        refuse(fmt::format("--ep {} does not divide the {} experts", r.ep, t.moe.experts));
+      if ((r.gpus / r.pp) % r.ep != 0)
+        refuse(fmt::format("--ep {} does not divide the {} GPUs of a pipeline stage", r.ep,
+                           r.gpus / r.pp));
+    }
   }
+  if (m.is_vision() && r.ep != 1) refuse("--ep applies to mixture-of-experts models");
   if (r.gpus_per_node != 8 && r.offload == offload_kind::none)
     refuse(
         "--gpus-per-node sets the per-node host figure of --offload runs; without --offload it "

@@ -11,7 +11,9 @@
 namespace vramkit::plan {
 
 /// The implementation family whose op sequence the planner replays.
-enum class model_family { gpt2, llama, gpt_neox, bert, resnet, vit, phi3 };
+/// `moe`: Mixtral / Qwen2-MoE / Qwen3-MoE (LLaMA attention, sparse MoE blocks); `deepseek`:
+/// DeepSeek-V2/V3 (multi-head latent attention, MoE with shared experts).
+enum class model_family { gpt2, llama, gpt_neox, bert, resnet, vit, phi3, moe, deepseek };
 const char* to_string(model_family f) noexcept;
 
 /// How weights are stored: full precision, or quantised (inference). int8: LLM.int8-style rows
@@ -26,6 +28,25 @@ enum class mlp_kind {
   gelu,           ///< one fused GELU kernel (BERT, GPT-NeoX, ViT)
   swiglu,         ///< gate/up/down with SiLU (LLaMA, Mistral, Qwen2)
   swiglu_packed,  ///< one gate_up projection chunked in two, then SiLU (Phi-3)
+};
+
+/// Sparse mixture-of-experts MLP (transformers' eager expert loop: dropless, no capacity factor).
+struct moe_shape {
+  std::int64_t experts = 0;          ///< routed experts per MoE layer (0: dense model)
+  std::int64_t top_k = 0;            ///< experts per token
+  std::int64_t expert_ffn = 0;       ///< inner size of one routed expert
+  std::int64_t shared_ffn = 0;       ///< inner size of the shared expert(s) together (0: none)
+  bool shared_gate = false;          ///< Qwen2-MoE: sigmoid gate Linear(h, 1) on the shared expert
+  std::vector<std::uint8_t> sparse;  ///< per layer, 1 = MoE block, 0 = dense MLP
+};
+
+/// DeepSeek multi-head latent attention (q_lora_rank 0: a plain q_proj).
+struct mla_shape {
+  std::int64_t q_lora_rank = 0;
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t qk_nope = 0;
+  std::int64_t qk_rope = 0;
+  std::int64_t v_head = 0;
 };
 
 /// Shapes of a transformer with an LM or MLM head. `head_dim` is taken from the config when given.
@@ -53,6 +74,14 @@ struct transformer_shape {
   std::int64_t max_context = 0;              ///< max_position_embeddings (0: not given)
   std::int64_t sliding_window = 0;           ///< tokens a sliding-window layer attends to (0: none)
   std::vector<std::uint8_t> sliding_layers;  ///< per layer, 1 = sliding window (empty: none)
+  bool qk_norm = false;                      ///< Qwen3: RMSNorm over each query and key head
+  moe_shape moe;
+  mla_shape mla;
+  [[nodiscard]] bool sparse(std::int64_t layer) const noexcept {
+    return moe.experts > 0 && static_cast<std::size_t>(layer) < moe.sparse.size() &&
+           moe.sparse[static_cast<std::size_t>(layer)] != 0;
+  }
+  [[nodiscard]] bool latent_attention() const noexcept { return mla.kv_lora_rank > 0; }
   [[nodiscard]] bool sliding(std::int64_t layer) const noexcept {
     return sliding_window > 0 && static_cast<std::size_t>(layer) < sliding_layers.size() &&
            sliding_layers[static_cast<std::size_t>(layer)] != 0;

@@ -63,6 +63,7 @@ struct plan_request {
   int tp = 1;             ///< tensor-parallel degree (with sequence parallel when sp)
   bool sp = false;        ///< sequence parallel with tp
   int pp = 1;             ///< pipeline-parallel degree (1F1B)
+  int ep = 1;             ///< expert-parallel degree (MoE: experts / ep per rank, all-to-all)
   offload_kind offload = offload_kind::none;
   quant_kind quant = quant_kind::none;
   serving_kind serving = serving_kind::generate;

@@ -33,6 +33,11 @@ tensor llama_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
   tensor k = w.linear(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "key");
   tensor v = w.linear(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "value");
   const int rb = w.dt().amp ? 4 : low;
+  if (p.qk_norm >= 0) {
+    // Qwen3: RMSNorm over each head of q and k before RoPE.
+    q = rms_norm(w, q, rows * D.heads, D.d, low, p.qk_norm);
+    k = rms_norm(w, k, rows * D.kv, D.d, low, p.qk_norm);
+  }
   q = rope(w, q, nq, "query rotated");
   k = rope(w, k, nkv, "key rotated");
   tensor o = attention(w, D, {q, k, v, rb, low, false, true, w.model().t.attention_dropout});

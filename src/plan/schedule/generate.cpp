@@ -162,6 +162,68 @@ tensor infer_mlp(walker& w, u64 rows, u64 nh, u64 nf) {
   return w.alloc(nh * low, tmp, "residual");
 }
 
+/// A sparse MoE block at inference (the eager expert loop, balanced routing): router logits and
+/// fp32 softmax, the one_hot mask, then per expert of this rank its gathered tokens, gate_up,
+/// SiLU, product, down, the scaled output and its index_add_ into the zero-filled output; the
+/// shared expert after. With --ep the dispatch and combine all-to-all buffers.
+tensor infer_moe(walker& w, u64 rows, u64 nh) {
+  const auto& moe = w.model().t.moe;
+  const int low = w.dt().low;
+  const int ep = w.request().ep;
+  const u64 E = static_cast<u64>(moe.experts), k = static_cast<u64>(moe.top_k);
+  const u64 h = nh / rows;
+  const u64 local = E / static_cast<u64>(ep);
+  const u64 ef = static_cast<u64>(moe.expert_ffn / (ep > 1 ? 1 : w.request().tp));
+  tensor lg = w.alloc(rows * E * low, tmp, "router logits");
+  tensor pr = w.alloc(rows * E * 4, tmp, "router softmax");
+  lg.reset();
+  tensor top = w.alloc(rows * k * 12, tmp, "router top-k");
+  pr.reset();
+  tensor mask = w.alloc(rows * k * E * 8, tmp, "expert mask (one_hot)");
+  tensor out = w.alloc(nh * low, tmp, "moe output (zeros)");
+  tensor send, recv;
+  if (ep > 1) {
+    send = w.alloc(rows * k * h * low, tmp, "all-to-all dispatch send");
+    recv = w.alloc(rows * k * h * low, tmp, "all-to-all dispatch receive");
+  }
+  const u64 tokens = rows * k;
+  for (u64 e = 0; e < local && e < tokens; ++e) {
+    const u64 n = tokens / local + (e < tokens % local ? 1 : 0);
+    tensor idx = w.alloc(n * 16, tmp, "expert token index");
+    tensor x = w.alloc(n * h * low, tmp, "expert tokens");
+    tensor gu = w.alloc(n * 2 * ef * low, tmp, "expert gate_up");
+    x.reset();
+    tensor a = w.alloc(n * ef * low, tmp, "expert silu");
+    tensor m = w.alloc(n * ef * low, tmp, "expert product");
+    a.reset();
+    gu.reset();
+    tensor dn = w.alloc(n * h * low, tmp, "expert down");
+    m.reset();
+    w.transient(n * h * low, tmp, "expert scaled");
+  }
+  mask.reset();
+  if (ep > 1) {
+    recv.reset();
+    send.reset();
+    w.transient(rows * k * h * low, tmp, "all-to-all combine buffer");
+  }
+  if (moe.shared_ffn > 0) {
+    const u64 sf = rows * static_cast<u64>(moe.shared_ffn / w.request().tp);
+    tensor g = w.alloc(sf * low, tmp, "shared expert gate");
+    tensor a = w.alloc(sf * low, tmp, "mlp act");
+    g.reset();
+    tensor u = w.alloc(sf * low, tmp, "shared expert up");
+    tensor m = w.alloc(sf * low, tmp, "mlp product");
+    a.reset();
+    u.reset();
+    tensor sh = w.alloc(nh * low, tmp, "shared expert down");
+    m.reset();
+    if (moe.shared_gate) sh = w.alloc(nh * low, tmp, "shared expert gated");
+    out = w.alloc(nh * low, tmp, "moe + shared expert");
+  }
+  return w.alloc(nh * low, tmp, "residual");
+}
+
 /// One forward of `q_len` new tokens per sequence with `past` tokens cached.
 void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i64 past) {
   const int low = w.dt().low;
@@ -182,7 +244,7 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
     proj.reset();
     x.reset();
     w.transient(nh * low, tmp, "norm output");
-    x = infer_mlp(w, rows, nh, nf);
+    x = w.model().t.sparse(l) ? infer_moe(w, rows, nh) : infer_mlp(w, rows, nh, nf);
     h1.reset();
   }
   w.set_layer(-1);
@@ -234,6 +296,17 @@ void generate(walker& w) {
   D.f = t.intermediate / r.tp;
   D.layers = t.layers / r.pp;
   D.kv_tok = static_cast<u64>(D.kv * D.d) * w.dt().low;
+  if (t.latent_attention()) {
+    const auto& mla = t.mla;
+    // transformers' cache holds the decompressed per-head keys (qk_nope + qk_rope) and values
+    // (v_head); a paged engine with MLA (vLLM) keeps the compressed latent and the rotary key,
+    // kv_lora_rank + qk_rope per token and layer, for all heads. kv_tok is half of the token's
+    // K+V bytes (the cache is modelled as a K and a V tensor of equal size).
+    const u64 per_token = r.serving == serving_kind::paged
+                              ? static_cast<u64>(mla.kv_lora_rank + mla.qk_rope)
+                              : static_cast<u64>(D.kv * (mla.qk_nope + mla.qk_rope + mla.v_head));
+    D.kv_tok = per_token * w.dt().low / 2;
+  }
   kv_cache cache{std::vector<tensor>(D.layers), std::vector<tensor>(D.layers)};
   w.keep(static_cast<u64>(b * p) * 16, component::inputs, "input ids and mask");
   if (r.serving == serving_kind::paged) {

@@ -1,5 +1,7 @@
 // The transformer MLPs: SwiGLU (LLaMA, Mistral, Qwen2), one fused GELU kernel (BERT, GPT-NeoX)
 // and GPT-2's "gelu_new" written as Python tensor ops.
+#include <algorithm>
+
 #include "transformer.hpp"
 
 namespace vramkit::plan::detail {
@@ -62,6 +64,126 @@ tensor swiglu_packed(walker& w, const dims& D, const tensor& in, int in_bytes,
   return w.linear(m, rows, D.f, D.h, p.mlp_down, low, "mlp down");
 }
 
+/// A dense SwiGLU MLP on given parameters (the shared experts of Qwen2-MoE and DeepSeek).
+tensor swiglu_on(walker& w, i64 rows, i64 h, i64 f, const tensor& in, int in_bytes, int p_in,
+                 int p_down, const char* label) {
+  const int low = w.dt().low;
+  const u64 nf = static_cast<u64>(rows * f);
+  tensor g = w.linear(in, rows, h, f, p_in, in_bytes, label);
+  tensor a = w.op(nf * low, "mlp silu", {edge{g, nf * low}}, {g});
+  g.reset();
+  tensor u = w.linear(in, rows, h, f, p_in, in_bytes, label);
+  tensor m = w.op(nf * low, "mlp product", {edge{a, nf * low}, edge{u, nf * low}}, {a, u});
+  a.reset();
+  u.reset();
+  return w.linear(m, rows, f, h, p_down, low, label);
+}
+
+/// Sparse MoE block as transformers 5 runs it with the eager experts (MixtralSparseMoeBlock,
+/// Qwen2MoeSparseMoeBlock, DeepseekV3MoE): router logits, softmax (fp32), top-k and its
+/// normalisation, a one_hot (tokens, k, experts) int64 mask, then a loop over the experts that
+/// gathers each one's tokens, runs its SwiGLU on its slices of the 3-D gate_up/down parameters,
+/// scales by the routing weight and index_add_s into a zero-filled output; the shared expert
+/// (with Qwen2-MoE's sigmoid gate) is added after. Routing is taken as balanced: each expert
+/// gets tokens x k / experts tokens (the remainder spread one each). With --ep N each rank holds
+/// experts / N of them and exchanges k copies of each of its tokens with the others (all-to-all
+/// send and receive buffers), so its experts see N times its tokens in all.
+tensor moe_block(walker& w, const dims& D, const tensor& in, int in_bytes, const layer_params& p) {
+  const auto& moe = w.model().t.moe;
+  const int low = w.dt().low;
+  const i64 rows = D.tok();
+  const i64 E = moe.experts, k = moe.top_k;
+  const int ep = w.request().ep;
+  const i64 local = E / ep;
+  const i64 ef = moe.expert_ffn / (ep > 1 ? 1 : w.request().tp);
+  const u64 nh = static_cast<u64>(rows * D.h);
+  const bool fp32_router = w.model().family == model_family::deepseek;
+  tensor logits = fp32_router ? w.op(static_cast<u64>(rows * E) * 4, "router logits fp32",
+                                     {edge{in, nh * in_bytes}}, {in}, {p.router})
+                              : w.linear(in, rows, D.h, E, p.router, in_bytes, "router logits");
+  tensor probs = w.op(static_cast<u64>(rows * E) * 4, "router softmax",
+                      {edge{logits, static_cast<u64>(rows * E) * (fp32_router ? 4 : low)}}, {});
+  w.save_output(probs);
+  logits.reset();
+  const tensor top_idx =
+      w.alloc(static_cast<u64>(rows * k) * 8, component::activations, "router top-k indices");
+  tensor top = w.op(static_cast<u64>(rows * k) * 4, "router top-k",
+                    {edge{probs, static_cast<u64>(rows * E) * 4}}, {top_idx});
+  probs.reset();
+  top = w.op(static_cast<u64>(rows * k) * 4, "routing weights",
+             {edge{top, static_cast<u64>(rows * k) * 4}}, {top});
+  // one_hot(top_k_index, num_experts) is int64; it lives through the expert loop.
+  tensor mask =
+      w.alloc(static_cast<u64>(rows * k * E) * 8, component::temporaries, "expert mask (one_hot)");
+  const int ob = in_bytes;  // zeros_like(hidden_states): the output takes the input's dtype
+  tensor src = in;
+  int src_bytes = in_bytes;
+  i64 tokens = rows * k;  // token copies this rank's experts process
+  tensor send, recv;
+  if (ep > 1) {
+    send = w.alloc(static_cast<u64>(rows * k * D.h) * low, component::temporaries,
+                   "all-to-all dispatch send");
+    recv = w.op(static_cast<u64>(rows * k * D.h) * low, "all-to-all dispatch receive",
+                {edge{in, nh * in_bytes}}, {});
+    send.reset();
+    src = recv;
+    src_bytes = low;
+  }
+  tensor store = w.alloc(nh * ob, component::activations, "moe output (zeros)");
+  view acc{};
+  for (i64 e = 0; e < local; ++e) {
+    const i64 n = tokens / local + (e < tokens % local ? 1 : 0);
+    if (n <= 0) break;
+    const u64 nf = static_cast<u64>(n * ef);
+    const u64 nxh = static_cast<u64>(n * D.h);
+    const tensor idx =
+        w.alloc(static_cast<u64>(n) * 16, component::activations, "expert token index");
+    tensor x = w.op(nxh * src_bytes, "expert tokens", {edge{src, w.bytes(src)}}, {idx});
+    tensor gu = w.expert_linear(x, n, D.h, 2 * ef, p.mlp_in, src_bytes, "expert gate_up");
+    x.reset();
+    tensor a = w.op(nf * low, "expert silu", {edge{gu, nf * low}}, {gu});
+    tensor m = w.op(nf * low, "expert product", {edge{a, nf * low}, edge{gu, nf * low}}, {a, gu});
+    a.reset();
+    gu.reset();
+    tensor dn = w.expert_linear(m, n, ef, D.h, p.mlp_down, low, "expert down");
+    m.reset();
+    tensor sc = w.op(nxh * low, "expert scaled",
+                     {edge{dn, nxh * low}, edge{top, static_cast<u64>(n) * 4}}, {dn, top});
+    dn.reset();
+    if (ob != low) sc = w.op(nxh * ob, "expert output cast", {edge{sc, nxh * low}}, {});
+    const tensor added = acc.id < 0 ? w.op(0, "index_add_ (in place)", {edge{sc, nxh * ob}}, {idx})
+                                    : w.op(0, "index_add_ (in place)",
+                                           {edge{acc, nh * ob, true}, edge{sc, nxh * ob}}, {idx});
+    acc = added.as_view();
+  }
+  mask.reset();
+  recv.reset();
+  tensor out;
+  if (ep > 1) {
+    // The combine all-to-all returns each token's k expert outputs to its rank.
+    w.transient(static_cast<u64>(rows * k * D.h) * low, component::temporaries,
+                "all-to-all combine buffer");
+  }
+  out = w.op(nh * ob, "moe output", {edge{acc, nh * ob, true}}, {});
+  store.reset();
+  if (moe.shared_ffn > 0) {
+    const i64 sf = moe.shared_ffn / w.request().tp;
+    tensor sh =
+        swiglu_on(w, rows, D.h, sf, in, in_bytes, p.shared_in, p.shared_down, "shared expert");
+    if (p.shared_gate >= 0) {
+      tensor gl = w.linear(in, rows, D.h, 1, p.shared_gate, in_bytes, "shared expert gate");
+      tensor gs = w.op(static_cast<u64>(rows) * low, "shared gate sigmoid",
+                       {edge{gl, static_cast<u64>(rows) * low}}, {});
+      w.save_output(gs);
+      gl.reset();
+      sh = w.op(nh * low, "shared expert gated",
+                {edge{gs, rows * static_cast<u64>(low)}, edge{sh, nh * low}}, {gs, sh});
+    }
+    out = add(w, out, ob, sh, low, nh, "moe + shared expert");
+  }
+  return out;
+}
+
 tensor gelu(walker& w, const dims& D, const tensor& in, int in_bytes, const layer_params& p) {
   const i64 rows = D.tok();
   const int low = w.dt().low;
@@ -75,6 +197,7 @@ tensor gelu(walker& w, const dims& D, const tensor& in, int in_bytes, const laye
 }  // namespace
 
 tensor mlp(walker& w, const dims& D, const tensor& in, int in_bytes, const layer_params& p) {
+  if (p.router >= 0) return moe_block(w, D, in, in_bytes, p);
   switch (w.model().t.mlp) {
     case mlp_kind::swiglu:
       return swiglu(w, D, in, in_bytes, p);

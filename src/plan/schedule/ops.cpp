@@ -64,7 +64,7 @@ tensor sdpa(walker& w, const dims& D, const attention_inputs& in) {
   if (!in.packed) {
     qc = cast_in(in.q, n_q, in.qkv_bytes);
     kc = cast_in(in.k, n_kv, in.qkv_bytes);
-    vc = cast_in(in.v, n_kv, in.v_bytes);
+    vc = cast_in(in.v, static_cast<u64>(D.tok() * D.kv * D.v_dim()), in.v_bytes);
   } else {
     qc = in.q;
   }
@@ -77,12 +77,14 @@ tensor sdpa(walker& w, const dims& D, const attention_inputs& in) {
                        "attention logsumexp");
   // Backward: flash keeps an fp32 dq accumulator (and expanded dk/dv for grouped heads).
   const u64 ws = n_q * 4 + (D.kv != D.heads ? 2 * n_q * low : 0);
-  const u64 ob = n_q * low;
+  const u64 n_o = static_cast<u64>(D.tok() * D.heads * D.v_dim());
+  const u64 n_v = static_cast<u64>(D.tok() * D.kv * D.v_dim());
+  const u64 ob = n_o * low;
   tensor out = in.packed ? w.op(ob, "attention output",
                                 {edge{in.q, n_q * in.qkv_bytes + 2 * n_kv * in.qkv_bytes}},
                                 {in.q, lse}, {}, ws)
                          : w.op(ob, "attention output",
-                                {edge{qc, n_q * low}, edge{kc, n_kv * low}, edge{vc, n_kv * low}},
+                                {edge{qc, n_q * low}, edge{kc, n_kv * low}, edge{vc, n_v * low}},
                                 {qc, kc, vc, lse}, {}, ws);
   w.save_output(out);
   lse.reset();
@@ -111,10 +113,12 @@ tensor eager_attention(walker& w, const dims& D, const attention_inputs& in) {
   if (w.dt().amp) probs = w.op(n_s * low, "softmax cast", {edge{probs, n_s * 4}}, {});
   probs = dropout(w, probs, n_s, low, in.dropout, "attention dropout");
   const tensor& v = in.packed ? in.q : in.v;
-  tensor ctx = w.op(n_q * low, "attention context",
-                    {edge{probs, n_s * low}, edge{v, in.packed ? 0 : n_kv * low}}, {probs, v});
+  const u64 n_o = static_cast<u64>(D.tok() * D.heads * D.v_dim());
+  const u64 n_v = static_cast<u64>(D.tok() * D.kv * D.v_dim());
+  tensor ctx = w.op(n_o * low, "attention context",
+                    {edge{probs, n_s * low}, edge{v, in.packed ? 0 : n_v * low}}, {probs, v});
   probs.reset();
-  return w.op(n_q * low, "attention output", {edge{ctx, n_q * low}}, {});
+  return w.op(n_o * low, "attention output", {edge{ctx, n_o * low}}, {});
 }
 
 /// Selective recompute (Korthikanti et al., section 4.3): the attention core runs without

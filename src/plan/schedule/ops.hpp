@@ -13,7 +13,9 @@ struct dims {
   /// Sequence parallel: the layer's activations hold s = seq / sp tokens with all heads, while
   /// the attention core runs on all seq tokens with heads / sp (Korthikanti et al.).
   i64 sp = 1;
+  i64 vd = 0;  ///< value head dim when it differs from the query/key one (latent attention)
   [[nodiscard]] i64 tok() const { return b * s; }
+  [[nodiscard]] i64 v_dim() const { return vd > 0 ? vd : d; }
   /// Elements of one s x s score tensor of the attention core on this GPU.
   [[nodiscard]] u64 score_elems() const {
     return static_cast<u64>(b * heads / sp) * static_cast<u64>(s * sp) * static_cast<u64>(s * sp);

@@ -42,6 +42,8 @@ tensor llama_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
                        const layer_params& p);
 tensor phi3_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
                       const layer_params& p);
+tensor deepseek_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
+                          const layer_params& p);
 tensor bert_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
                       const layer_params& p);
 

@@ -19,6 +19,7 @@ dims lm_dims(const walker& w) {
   D.d = t.head_dim;
   D.f = t.intermediate / r.tp;
   D.V = t.vocab;
+  if (t.latent_attention()) D.vd = t.mla.v_head;
   if (r.sp && r.tp > 1) {
     // Sequence parallel: every activation of the layer is split t ways (Korthikanti et al.);
     // modelled as full heads over s/t tokens.
@@ -68,7 +69,7 @@ tensor pre_norm_block(walker& w, const transformer_family& fam, const dims& D, c
   const int low = w.dt().low;
   tensor n1 = norm(w, x, rows, D.h, xb, p.attn_norm);
   tensor od = fam.self_attention(w, D, n1, nb, p);
-  od = w.linear(od, rows, D.heads * D.d, D.h, p.attn_out, low, "attention output projection");
+  od = w.linear(od, rows, D.heads * D.v_dim(), D.h, p.attn_out, low, "attention output projection");
   od = dropout(w, od, nh, low, t.hidden_dropout, "residual dropout");
   if (t.parallel_residual) {
     tensor n2 = norm(w, x, rows, D.h, xb, p.mlp_norm);

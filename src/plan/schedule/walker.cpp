@@ -2,6 +2,7 @@
 // backward with its gradient accumulation rules, parameter gradients and autocast weight casts.
 #include "walker.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "vramkit/core/error.hpp"
@@ -298,17 +299,41 @@ void walker::setup_params() {
   state_[1].assign(n, -1);
   param_elems_.resize(n);
   const int tp = r_.tp;
-  int first_layer = -1;
+  const int ep = r_.ep;
+  layer_params_.assign(static_cast<std::size_t>(std::max<i64>(0, m_.t.layers)), layer_params{});
   for (int i = 0; i < n; ++i) {
-    // Tensor parallel splits the layer matrices (not norms) and the vocabulary.
+    // Tensor parallel splits the layer matrices (not norms, not the MoE router and shared-expert
+    // gate) and the vocabulary; expert parallel splits the routed experts.
+    const auto& nm = params[i].name;
     i64 e = params[i].elements;
-    if (tp > 1 && params[i].layer >= 0 && params[i].name.find("norm") == std::string::npos) e /= tp;
-    if (tp > 1 && (params[i].name == "embed_tokens" || params[i].name == "lm_head")) e /= tp;
+    const bool replicated =
+        nm.find("norm") != std::string::npos || nm == "moe_router" || nm == "moe_shared_gate";
+    if (tp > 1 && params[i].layer >= 0 && !replicated) e /= tp;
+    if (tp > 1 && (nm == "embed_tokens" || nm == "lm_head")) e /= tp;
+    if (ep > 1 && nm.rfind("moe_experts", 0) == 0) e /= ep;
     param_elems_[i] = static_cast<u64>(e);
-    if (params[i].layer == 0 && first_layer < 0) first_layer = i;
+    if (params[i].layer < 0 || params[i].layer >= static_cast<int>(layer_params_.size())) continue;
+    auto& lp = layer_params_[static_cast<std::size_t>(params[i].layer)];
+    int* slot = nm == "attn_norm"                                      ? &lp.attn_norm
+                : nm == "attn_qkv" || nm == "mla_q" || nm == "mla_q_b" ? &lp.qkv
+                : nm == "attn_qk_norm"                                 ? &lp.qk_norm
+                : nm == "attn_out"                                     ? &lp.attn_out
+                : nm == "mlp_norm"                                     ? &lp.mlp_norm
+                : nm == "mlp_gate_up" || nm == "mlp_up" || nm == "moe_experts_gate_up" ? &lp.mlp_in
+                : nm == "mlp_down" || nm == "moe_experts_down" ? &lp.mlp_down
+                : nm == "moe_router"                           ? &lp.router
+                : nm == "moe_shared_gate_up"                   ? &lp.shared_in
+                : nm == "moe_shared_down"                      ? &lp.shared_down
+                : nm == "moe_shared_gate"                      ? &lp.shared_gate
+                : nm == "mla_q_a"                              ? &lp.q_a
+                : nm == "mla_q_a_norm"                         ? &lp.q_a_norm
+                : nm == "mla_kv_a"                             ? &lp.kv_a
+                : nm == "mla_kv_a_norm"                        ? &lp.kv_a_norm
+                : nm == "mla_kv_b"                             ? &lp.kv_b
+                                                               : nullptr;
+    if (slot != nullptr) *slot = i;
   }
   lm_ = lm_params{};
-  first_layer_param_ = first_layer < 0 ? 0 : first_layer;
   for (int i = 0; i < n; ++i) {
     if (params[i].layer >= 0) continue;
     const auto& nm = params[i].name;
@@ -326,8 +351,7 @@ void walker::setup_params() {
 }
 
 layer_params walker::layer_param(int layer) const {
-  const int b = first_layer_param_ + layer * per_layer_;
-  return {b, b + 1, b + 2, b + 3, b + 4, b + 5};
+  return layer_params_[static_cast<std::size_t>(layer)];
 }
 
 tensor walker::weight(int p) {
@@ -369,6 +393,24 @@ tensor walker::linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_e
   return op(static_cast<u64>(rows * out) * dt_.low, label,
             {edge{xin, static_cast<u64>(rows * in) * (dt_.amp ? dt_.low : x_elem_bytes)}}, {xin, w},
             {p}, 0, c);
+}
+
+tensor walker::expert_linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
+                             const char* label) {
+  const tensor xin = gemm_input(x, rows * in, x_elem_bytes);
+  const u64 slice = static_cast<u64>(in * out);
+  tensor wt;
+  if (dt_.amp)
+    wt = alloc(slice * static_cast<u64>(dt_.cast), component::autocast_weight_cache,
+               "expert weight cast");
+  else
+    wt = weight(p);
+  // The slice's gradient (and its fp32 copy through the cast under autocast) lives while the
+  // select's backward scatters it into the zero-filled whole-parameter gradient.
+  const u64 ws = slice * static_cast<u64>(dt_.low + (dt_.amp ? 4 : 0));
+  return op(static_cast<u64>(rows * out) * dt_.low, label,
+            {edge{xin, static_cast<u64>(rows * in) * (dt_.amp ? dt_.low : x_elem_bytes)}},
+            {xin, wt}, {p}, ws);
 }
 
 void walker::zero_grad() {

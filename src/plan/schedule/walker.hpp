@@ -88,6 +88,9 @@ struct dtypes {
 /// Parameter indices of one transformer layer, by role (parameter_tensors order).
 struct layer_params {
   int attn_norm = -1, qkv = -1, attn_out = -1, mlp_norm = -1, mlp_in = -1, mlp_down = -1;
+  int qk_norm = -1;  ///< Qwen3 per-head q/k norms
+  int router = -1, shared_in = -1, shared_down = -1, shared_gate = -1;  ///< MoE block
+  int q_a = -1, q_a_norm = -1, kv_a = -1, kv_a_norm = -1, kv_b = -1;    ///< latent attention
 };
 
 /// Parameter indices of a language model outside its layers (-1: the model has none).
@@ -175,6 +178,11 @@ class walker {
   /// F.linear: y = x W^T (+ b), saving the (cast) input and the weight.
   tensor linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
                 const char* label, component c = component::activations);
+  /// F.linear with one expert's slice `parameter[e]` of a 3-D expert parameter p as the weight:
+  /// autocast casts the slice afresh each call (a view is no leaf, so nothing is cached), and
+  /// the select's backward hands AccumulateGrad a zero-filled gradient of the whole parameter.
+  tensor expert_linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
+                       const char* label);
   /// zero_grad(set_to_none=True).
   void zero_grad();
   /// Optimizer state `which` (0 or 1) of parameter p, created on first use.
@@ -231,8 +239,7 @@ class walker {
   std::vector<tensor_meta> meta_;
   std::vector<node> nodes_;
   lm_params lm_;
-  int first_layer_param_ = 0;
-  int per_layer_ = 6;
+  std::vector<layer_params> layer_params_;
   std::vector<int> param_tensor_, cast_of_, param_grad_, cache_;
   std::array<std::vector<int>, 2> state_;
   std::vector<u64> param_elems_;

@@ -72,6 +72,18 @@ TEST(PlanAccuracy, EveryFullyShardedCaseWithinTolerance) {
   expect_within_tolerance("ground_truth_fsdp.json");
 }
 
+TEST(PlanAccuracy, EveryParallelCaseWithinTolerance) {
+  // measure_parallel.py: TP / SP / EP on several GPUs, each case planned with its gpus, tp, sp
+  // and ep (the figures are the most loaded rank's).
+  expect_within_tolerance("ground_truth_parallel.json");
+}
+
+TEST(PlanAccuracy, EveryNewFamilyCaseWithinTolerance) {
+  // gpu-check's plan stage writes plan-new-families.json (MoE and latent-attention families);
+  // committed as ground_truth_new_families.json.
+  expect_within_tolerance("ground_truth_new_families.json");
+}
+
 TEST(PlanAccuracy, MalformedGroundTruthNamesFileAndCase) {
   const std::string path = testing::TempDir() + "/vramkit_bad_ground_truth.json";
   {

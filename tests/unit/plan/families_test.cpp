@@ -2,9 +2,11 @@
 // the ops that set each family apart.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "vramkit/core/error.hpp"
 #include "vramkit/plan/config_loader.hpp"
 #include "vramkit/plan/memory_model.hpp"
 #include "vramkit/plan/training_schedule.hpp"
@@ -50,4 +52,114 @@ TEST(Families, Phi3PacksQkvAndGateUpIntoOneProjectionEach) {
   // With activations dominating (SGD, longer sequences) the saved casts show in the peak.
   r.optimizer = optimizer_kind::sgd, r.batch = 4, r.seq = 1024;
   EXPECT_LT(make_plan(m, r).allocated_peak_bytes, make_plan(llama, r).allocated_peak_bytes);
+}
+
+// ---- mixture of experts and latent attention ------------------------------------------------
+
+namespace {
+
+std::uint64_t sum_bytes(const schedule& s, component c) {
+  std::uint64_t n = 0;
+  for (const auto& e : s.events)
+    if (e.alloc && e.comp == c && s.tensors[e.tensor].ph == phase::setup) n += e.bytes;
+  return n;
+}
+
+std::uint64_t kv_bytes(const schedule& s) {
+  std::uint64_t live = 0, peak = 0;
+  for (const auto& e : s.events) {
+    if (e.comp != component::kv_cache) continue;
+    live = e.alloc ? live + e.bytes : live - e.bytes;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+}  // namespace
+
+TEST(Families, MoeModelsHaveTheirPublishedParameterCounts) {
+  // Hugging Face model cards: Mixtral-8x7B 46.7B, Qwen1.5-MoE-A2.7B 14.3B, Qwen3-30B-A3B 30.5B,
+  // DeepSeek-V2-Lite 15.7B, DeepSeek-V3 671B (without the multi-token-prediction layer, which
+  // transformers does not load).
+  EXPECT_EQ(parameter_count(load_model_config(data("mixtral-8x7b.json"))), 46702792704u);
+  EXPECT_EQ(parameter_count(load_model_config(data("qwen1.5-moe-a2.7b.json"))), 14315784192u);
+  EXPECT_EQ(parameter_count(load_model_config(data("qwen3-30b-a3b.json"))), 30532122624u);
+  EXPECT_EQ(parameter_count(load_model_config(data("deepseek-v2-lite.json"))), 15706484224u);
+  const auto v3 = load_model_config(data("deepseek-v3.json"));
+  EXPECT_EQ(v3.family, model_family::deepseek);
+  EXPECT_NEAR(static_cast<double>(parameter_count(v3)), 671.0e9, 0.1e9);
+  EXPECT_FALSE(v3.t.sparse(2));  // first_k_dense_replace = 3
+  EXPECT_TRUE(v3.t.sparse(3));
+}
+
+TEST(Families, MoeBlockLoopsOverTheExpertsWithBalancedRouting) {
+  const auto m = load_model_config(data("mixtral-8x7b-l2.json"));
+  plan_request r;
+  r.batch = 1, r.seq = 512, r.prec = precision::amp_bf16, r.steps = 1;
+  r.validate(m);
+  const auto s = build_schedule(m, r);
+  // 2 layers x 8 experts: one gathered token set, gate_up and down per expert.
+  EXPECT_EQ(count(s, "expert tokens"), 16);
+  EXPECT_EQ(count(s, "expert gate_up"), 16);
+  EXPECT_EQ(count(s, "expert weight cast"), 32);  // autocast casts each slice afresh
+  EXPECT_EQ(count(s, "expert mask (one_hot)"), 2);
+  for (const auto& t : s.tensors)
+    if (std::strcmp(t.label, "expert gate_up") == 0) {
+      // 512 tokens x top-2 / 8 experts = 128 tokens each, 2 x 14336 outputs in bf16.
+      EXPECT_EQ(t.bytes, 128u * 2 * 14336 * 2);
+    }
+  // Each expert's backward scatters into a whole-parameter gradient (select backward).
+  EXPECT_GE(count(s, "gradient to accumulate"), 2 * 2 * 7);
+}
+
+TEST(Families, ExpertParallelSplitsExpertWeightsAndAddsAllToAllBuffers) {
+  const auto m = load_model_config(data("qwen1.5-moe-a2.7b-l2.json"));
+  plan_request r;
+  r.batch = 4, r.seq = 256, r.prec = precision::bf16, r.gpus = 4, r.steps = 1;
+  r.validate(m);
+  const auto one = build_schedule(m, r);
+  r.ep = 4;
+  r.validate(m);
+  const auto four = build_schedule(m, r);
+  const std::uint64_t experts = 2ull * 60 * 3 * 2048 * 1408 * 2;  // bf16 routed experts
+  EXPECT_EQ(sum_bytes(one, component::weights) - sum_bytes(four, component::weights),
+            experts - experts / 4);
+  EXPECT_EQ(count(one, "all-to-all dispatch receive"), 0);
+  EXPECT_EQ(count(four, "all-to-all dispatch receive"), 2);
+  EXPECT_EQ(count(four, "expert gate_up"), 2 * 15);
+  EXPECT_EQ(count(four, "shared expert gate"), 2);
+  r.ep = 7;
+  EXPECT_THROW(r.validate(m), vramkit::invalid_input);
+  auto dense = load_model_config(data("llama-3-8b-l4.json"));
+  plan_request d;
+  d.ep = 2, d.gpus = 2;
+  EXPECT_THROW(d.validate(dense), vramkit::invalid_input);
+}
+
+TEST(Families, LatentAttentionCachesDecompressedKvInGenerateAndTheLatentWhenPaged) {
+  const auto m = load_model_config(data("deepseek-v2-lite-l2.json"));
+  plan_request r;
+  r.mode = run_mode::infer, r.batch = 2, r.prompt = 256, r.new_tokens = 1;
+  r.validate(m);
+  // transformers: 16 heads x (192-dim keys + 128-dim values), bf16, per token and layer.
+  EXPECT_EQ(kv_bytes(build_schedule(m, r)), 2u * 2 * 2 * 256 * (16 * (192 + 128) * 2 / 2));
+  r.serving = serving_kind::paged;
+  r.validate(m);
+  // Paged (vLLM MLA): kv_lora_rank 512 + rope 64 per token and layer, blocks of 16 tokens.
+  EXPECT_EQ(kv_bytes(build_schedule(m, r)), 2u * 2 * 272 * (512 + 64) * 2);
+}
+
+TEST(Families, LatentAttentionTrainsWithItsProjections) {
+  const auto m = load_model_config(data("deepseek-v3-l2.json"));
+  plan_request r;
+  r.batch = 1, r.seq = 128, r.prec = precision::bf16, r.steps = 1;
+  r.validate(m);
+  const auto s = build_schedule(m, r);
+  EXPECT_EQ(count(s, "q_a_proj"), 2);
+  EXPECT_EQ(count(s, "kv_b_proj"), 2);
+  EXPECT_EQ(count(s, "mlp gate"), 1);            // layer 0 is dense
+  EXPECT_EQ(count(s, "router logits fp32"), 1);  // DeepSeek routes in fp32
+  for (const auto& t : s.tensors)
+    if (std::strcmp(t.label, "attention output") == 0) EXPECT_EQ(t.bytes, 128u * 128 * 128 * 2);
+  EXPECT_GT(make_plan(m, r).allocated_peak_bytes, sum_bytes(s, component::weights));
 }

@@ -51,6 +51,8 @@ std::vector<mutation> mutations() {
   add("--gpus 2 --tp 2 --sp", [](plan_request& r) { r.gpus = 2, r.tp = 2, r.sp = true; });
   add("--sp (no --tp)", [](plan_request& r) { r.sp = true; });
   add("--gpus 2 --pp 2", [](plan_request& r) { r.gpus = 2, r.pp = 2; });
+  add("--gpus 2 --ep 2", [](plan_request& r) { r.gpus = 2, r.ep = 2; });
+  add("--gpus 2 --tp 2 --ep 2", [](plan_request& r) { r.gpus = 2, r.tp = 2, r.ep = 2; });
   for (auto o : {offload_kind::optimizer, offload_kind::params})
     add(std::string("--offload ") + to_string(o), [o](plan_request& r) { r.offload = o; });
   for (auto q : {quant_kind::int8, quant_kind::int4, quant_kind::nf4, quant_kind::fp8})
@@ -123,4 +125,17 @@ TEST(OptionWalk, EveryOptionChangesAVisionPlanOrIsRefused) {
   plan_request r;
   r.batch = 8;
   walk(preset_model("resnet-18"), r);
+}
+
+TEST(OptionWalk, EveryOptionChangesAMixtureOfExpertsPlanOrIsRefused) {
+  const auto m = load_model_config(std::string(VRAMKIT_SOURCE_DIR) +
+                                   "/tests/data/plan/configs/qwen1.5-moe-a2.7b-l2.json");
+  plan_request r;
+  // 100 tokens: flash attention's unrounded log-sum-exp differs from SDPA's 128-row rounding;
+  // SGD keeps the peak in backward, where the saved activations are live.
+  r.batch = 2, r.seq = 100, r.prec = precision::amp_bf16, r.optimizer = optimizer_kind::sgd;
+  walk(m, r);
+  plan_request i;
+  i.mode = run_mode::infer, i.batch = 2, i.prompt = 128, i.new_tokens = 8;
+  walk(m, i);
 }
