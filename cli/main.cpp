@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   vramkit::cli::add_serve_command(app, ctx);
   vramkit::cli::add_slurm_command(app, ctx);
   vramkit::cli::add_extender_command(app, ctx);
+  vramkit::cli::add_device_plugin_command(app, ctx);
 
   try {
     app.parse(argc, argv);
