@@ -220,12 +220,12 @@ void run_extender(const extender_args& a, const std::string& command) {
   cluster::extender_server server(std::move(lookup), config, a.bind, a.port);
   if (binder) server.serve_bind([binder](std::string_view body) { return binder->bind(body); });
   const int bound = server.bind();
-  std::printf(
-      "%s: listening on http://%s:%d/ (POST /filter, /prioritize%s), %s, policy %s, %s\n",
-      command.c_str(), a.bind.c_str(), bound, binder ? ", /bind" : "", nodes_text.c_str(),
-      a.policy.c_str(),
-      background ? fmt::format("scraped every {} ms in the background", bo.interval.count()).c_str()
-                 : "scraped on request");
+  const std::string scraping =
+      background ? fmt::format("scraped every {} ms in the background", bo.interval.count())
+                 : std::string("scraped on request");
+  std::printf("%s: listening on http://%s:%d/ (POST /filter, /prioritize%s; %s), %s, policy %s\n",
+              command.c_str(), a.bind.c_str(), bound, binder ? ", /bind" : "", scraping.c_str(),
+              nodes_text.c_str(), a.policy.c_str());
   std::fflush(stdout);
   std::thread serving([&server] { server.run(); });
   stop.wait();
