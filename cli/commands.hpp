@@ -23,6 +23,11 @@ void add_serve_command(CLI::App& app, command_context& ctx);
 void add_slurm_command(CLI::App& app, command_context& ctx);
 void add_extender_command(CLI::App& app, command_context& ctx);
 void add_device_plugin_command(CLI::App& app, command_context& ctx);
+void add_replay_command(CLI::App& app, command_context& ctx);
+void add_texture_command(CLI::App& app, command_context& ctx);
+/// Adds `textures` (the texture budget planner) under `vramkit plan`; plan's own callback must
+/// return at once when this subcommand was parsed.
+CLI::App* add_plan_textures_subcommand(CLI::App& plan, command_context& ctx);
 
 /// The options of `vramkit extender` (extender_command.cpp).
 struct extender_args {

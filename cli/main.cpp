@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   vramkit::cli::add_slurm_command(app, ctx);
   vramkit::cli::add_extender_command(app, ctx);
   vramkit::cli::add_device_plugin_command(app, ctx);
+  vramkit::cli::add_replay_command(app, ctx);
+  vramkit::cli::add_texture_command(app, ctx);
 
   try {
     app.parse(argc, argv);
@@ -52,8 +54,9 @@ int main(int argc, char** argv) {
   }
   if (app.get_subcommands().empty()) {
     std::fprintf(stderr,
-                 "vramkit: a subcommand is required: probe, plan, watch, serve, slurm or extender "
-                 "(see vramkit --help)\n");
+                 "vramkit: a subcommand is required: probe, plan, watch, serve, slurm, extender, "
+                 "device-plugin, "
+                 "replay or texture (see vramkit --help)\n");
     return 2;
   }
   return ctx.exit_code;

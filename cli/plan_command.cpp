@@ -37,18 +37,13 @@ void print_list() {
   std::printf("%s\n", out.c_str());
 }
 
-/// --gpu NAME|BYTES: the catalogue's GPU, or a capacity.
+/// --gpu NAME|CAPACITY: the catalogue's GPU, or a capacity.
 plan::fit_options gpu_options(const std::string& gpu) {
   plan::fit_options opt;
   if (gpu.empty()) return opt;
-  if (std::isdigit(static_cast<unsigned char>(gpu[0]))) {
-    opt.capacity_bytes = parse_bytes(gpu);
-    if (opt.capacity_bytes < 256 * MiB)
-      throw invalid_input(fmt::format("--gpu {} is below 256 MiB: not a GPU capacity", gpu));
-  } else {
-    opt.gpu = plan::find_gpu(gpu);
-    opt.capacity_bytes = opt.gpu->memory_bytes;
-  }
+  const auto target = plan::parse_gpu_target(gpu);
+  if (target.gpu != nullptr) opt.gpu = *target.gpu;
+  opt.capacity_bytes = target.capacity_bytes;
   return opt;
 }
 
@@ -69,8 +64,9 @@ void run_plan(const plan_args& a, command_context& ctx) {
     std::printf("%s\n", a.json ? plan::to_json(p).c_str() : plan::to_table(p).c_str());
     if (!p.fits()) {
       std::fprintf(stderr,
-                   "vramkit plan: does NOT fit in %s (%zu allocations fail even after the "
-                   "allocator frees its cache)\n",
+                   "vramkit plan: does NOT fit in %s per GPU (%zu allocations fail even after "
+                   "the allocator frees its cache); add --fit to search the configurations "
+                   "that fit\n",
                    format_bytes(static_cast<double>(r.device_capacity_bytes)).c_str(),
                    p.out_of_memory);
       ctx.exit_code = 1;
@@ -147,7 +143,10 @@ void add_plan_command(CLI::App& app, command_context& ctx) {
   sub->add_flag("--fit", a->fit,
                 "search the configurations that fit --gpu and rank them by estimated step time");
   sub->add_flag("--json", a->json, "print one JSON object");
-  sub->callback([a, &ctx] { run_plan(*a, ctx); });
+  auto* textures = add_plan_textures_subcommand(*sub, ctx);  // `vramkit plan textures ...`
+  sub->callback([a, textures, &ctx] {
+    if (!textures->parsed()) run_plan(*a, ctx);
+  });
 }
 
 }  // namespace vramkit::cli

@@ -113,8 +113,13 @@ void add_probe_command(CLI::App& app, command_context& ctx) {
                 "shorter run (a few seconds on the host, <= 15 s with one H200)");
   sub->add_option(
          "--only", args->only,
-         "sections to run, comma list or repeated: host, latency, gpu, device, h2d, zerocopy, "
-         "managed, p2p, gpu-latency, alloc, overlap")
+         "sections to run, comma list or repeated: " +
+             [] {
+               std::string all;
+               for (const auto& name : probe::probe_sections())
+                 all += (all.empty() ? "" : ", ") + name;
+               return all;
+             }())
       ->delimiter(',');
   sub->add_flag("--list", args->list,
                 "print the stable key of every test with its description, then exit");

@@ -110,3 +110,35 @@ def empty_cache(device=None):
     not reach a pluggable allocator)."""
     if _load().vramkit_trim(_device_index(device)) != 0:
         raise RuntimeError("vramkit_trim failed (see stderr)")
+
+
+_POOL_KINDS = ("pool", "vmm")
+
+
+def _before_first_allocation(what):
+    if _LIB is not None and _LIB.vramkit_memory_stats_json(0, None, 0) > 0:
+        stats = memory_stats(0)
+        if stats.get("pools"):
+            raise RuntimeError("%s must be set before vramkit's pool serves its first allocation" % what)
+
+
+def set_pool_maximum(max_bytes):
+    """Caps the bytes vramkit's pool reserves on each device (VRAMKIT_POOL_MAXIMUM); past it an
+    allocation fails and PyTorch raises its out-of-memory error. Must run before the first CUDA
+    allocation. A size as an int of bytes or a string such as "40GiB"."""
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, (int, str)):
+        raise TypeError("set_pool_maximum takes bytes as an int or a size string such as '40GiB'")
+    if isinstance(max_bytes, int) and max_bytes <= 0:
+        raise ValueError("set_pool_maximum: the maximum must be positive (got %d)" % max_bytes)
+    _before_first_allocation("set_pool_maximum")
+    os.environ["VRAMKIT_POOL_MAXIMUM"] = str(max_bytes)
+
+
+def set_pool_kind(kind):
+    """Chooses the pool (VRAMKIT_POOL_KIND): "pool" (chunks from cudaMallocAsync, the default) or
+    "vmm" (virtual-memory segments that grow in place and remap free granules). Must run before the
+    first CUDA allocation."""
+    if kind not in _POOL_KINDS:
+        raise ValueError("set_pool_kind: kind must be one of %s (got %r)" % (", ".join(_POOL_KINDS), kind))
+    _before_first_allocation("set_pool_kind")
+    os.environ["VRAMKIT_POOL_KIND"] = kind

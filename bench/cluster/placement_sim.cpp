@@ -146,8 +146,6 @@ struct outcome {
   double peak_mem_util = 0;
 };
 
-double percentile(std::vector<double> v, double q) { return vramkit::percentile(std::move(v), q); }
-
 outcome simulate(policy pol, const std::vector<job>& stream, std::vector<node_state> cluster) {
   outcome o;
   o.pol = pol;
@@ -297,7 +295,7 @@ outcome simulate(policy pol, const std::vector<job>& stream, std::vector<node_st
   double sum = 0;
   for (double w : waits) sum += w;
   o.mean_wait = waits.empty() ? 0 : sum / static_cast<double>(waits.size());
-  o.p95_wait = percentile(waits, 0.95);
+  o.p95_wait = vramkit::percentile(waits, 0.95);
   o.mem_util = mem_integral / ((horizon - warmup) * static_cast<double>(total_bytes));
   o.gpu_busy = busy_integral / ((horizon - warmup) * static_cast<double>(gpu_count));
   return o;
@@ -428,10 +426,10 @@ int main(int argc, char** argv) {
     std::printf(
         "| %s | %zu | %.1f us | %.1f us | %.1f us | %.1f%% | %.2fx | %.1f%% | %.1f%% | %zu | %zu | "
         "%.3f | %.3f | %.2f | %.2fx |\n",
-        name_of(o.pol), o.latency_us.size(), percentile(o.latency_us, 0.5),
-        percentile(o.latency_us, 0.99), percentile(o.latency_us, 1.0), 100 * o.mem_util,
-        o.mem_util / base.mem_util, 100 * o.peak_mem_util, 100 * o.gpu_busy, o.refused, o.queued,
-        o.mean_wait, o.p95_wait, o.makespan, o.makespan / base.makespan);
+        name_of(o.pol), o.latency_us.size(), vramkit::percentile(o.latency_us, 0.5),
+        vramkit::percentile(o.latency_us, 0.99), vramkit::percentile(o.latency_us, 1.0),
+        100 * o.mem_util, o.mem_util / base.mem_util, 100 * o.peak_mem_util, 100 * o.gpu_busy,
+        o.refused, o.queued, o.mean_wait, o.p95_wait, o.makespan, o.makespan / base.makespan);
   }
   std::printf(
       "\nmemory used: time average of job bytes / all GPU memory, from 20%% of the arrivals to the "

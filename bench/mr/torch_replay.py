@@ -42,8 +42,18 @@ def read_trace(path):
     return events
 
 
+# Each allocator runs in its own process: kind -> environment it needs.
+KINDS = {
+    "torch": {},
+    "torch_expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+    "vramkit": {"VRAMKIT_POOL_KIND": "pool"},
+    "vramkit_vmm": {"VRAMKIT_POOL_KIND": "vmm"},
+}
+
+
 def run_one(kind, trace_path, lib, repeats):
-    if kind == "vramkit":
+    is_torch = kind.startswith("torch")
+    if not is_torch:
         import vramkit_torch
         vramkit_torch.use_vramkit_allocator(lib)
     import torch
@@ -98,7 +108,7 @@ def run_one(kind, trace_path, lib, repeats):
     if mismatches:
         raise SystemExit("verification failed: %d bytes changed while their tensor was live" % mismatches)
     torch.cuda.synchronize()
-    if kind == "torch":
+    if is_torch:
         torch.cuda.reset_peak_memory_stats()
     else:
         import vramkit_torch
@@ -129,7 +139,7 @@ def run_one(kind, trace_path, lib, repeats):
         "peak_requested_bytes": peak_live,
         "verified": True,
     }
-    if kind == "torch":
+    if is_torch:
         out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
         out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
     else:
@@ -151,7 +161,9 @@ def main():
     ap.add_argument("--trace", default=os.path.join(ROOT, "tests/data/mr/llama_step.trace"))
     ap.add_argument("--lib", default=None, help="path of libvramkit_torch.so")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--run", choices=["torch", "vramkit"])
+    ap.add_argument("--run", choices=sorted(KINDS))
+    ap.add_argument("--kinds", default="torch,torch_expandable,vramkit,vramkit_vmm",
+                    help="allocators to compare, comma-separated (torch and vramkit always run)")
     ap.add_argument("--json", help="write the comparison here")
     args = ap.parse_args()
     if not os.path.isfile(args.trace):
@@ -161,12 +173,23 @@ def main():
         print(json.dumps(run_one(args.run, args.trace, args.lib, args.repeats)))
         return 0
     results = {}
-    for kind in ("torch", "vramkit"):
+    kinds = [k for k in args.kinds.split(",") if k]
+    for k in kinds:
+        if k not in KINDS:
+            print("--kinds: unknown allocator %r (known: %s)" % (k, ", ".join(sorted(KINDS))), file=sys.stderr)
+            return 2
+    for required in ("vramkit", "torch"):
+        if required not in kinds:
+            kinds.insert(0, required)
+    for kind in kinds:
         cmd = [sys.executable, os.path.abspath(__file__), "--trace", args.trace, "--run", kind,
                "--repeats", str(args.repeats)]
         if args.lib:
             cmd += ["--lib", args.lib]
-        p = subprocess.run(cmd, capture_output=True, text=True)
+        env = dict(os.environ)
+        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        env.update(KINDS[kind])
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if p.returncode != 0:
             print("%s run failed:\n%s" % (kind, p.stderr[-3000:]), file=sys.stderr)
             return 1
@@ -176,9 +199,15 @@ def main():
         "alloc_free_median_vramkit_over_torch": v["alloc_free_median_ns"] / max(1e-9, t["alloc_free_median_ns"]),
         "peak_reserved_vramkit_over_torch": v["peak_reserved_bytes"] / max(1, t["peak_reserved_bytes"]),
     }
-    for kind in ("torch", "vramkit"):
+    for other in ("torch_expandable", "vramkit_vmm"):
+        if other in results:
+            results["ratios"]["peak_reserved_%s_over_torch" % other] = (
+                results[other]["peak_reserved_bytes"] / max(1, t["peak_reserved_bytes"]))
+            results["ratios"]["alloc_free_median_%s_over_torch" % other] = (
+                results[other]["alloc_free_median_ns"] / max(1e-9, t["alloc_free_median_ns"]))
+    for kind in kinds:
         r = results[kind]
-        print("%-8s alloc %7.0f ns  free %7.0f ns  peak reserved %8.1f MiB  peak allocated %8.1f MiB  "
+        print("%-16s alloc %7.0f ns  free %7.0f ns  peak reserved %8.1f MiB  peak allocated %8.1f MiB  "
               "reserved/allocated %.3f  reserved/requested %.3f" % (
                   kind, r["alloc_median_ns"], r["free_median_ns"], r["peak_reserved_bytes"] / 2**20,
                   r["peak_allocated_bytes"] / 2**20, r["peak_reserved_over_peak_allocated"],

@@ -177,6 +177,43 @@ PRESET_CONFIGS = {
 PRESET_CONFIGS["mistral-7b"].pop("head_dim", None)
 PRESET_CONFIGS["mistral-7b"].pop("mlp_bias", None)
 PRESET_CONFIGS["mistral-7b"].pop("attention_bias", None)
+# Reduced-layer variants (random weights; the planner reads the same files): Llama-3-8B with 4
+# layers for eager attention at inference, Mistral-7B with 4 layers and a 1024-token window so
+# that a 3000-token prompt crosses it.
+# Phi-3-mini-4k-instruct as published (microsoft/Phi-3-mini-4k-instruct config.json field values),
+# and with 8 layers for training on one GPU.
+PRESET_CONFIGS["phi-3-mini"] = {
+    "architectures": ["Phi3ForCausalLM"],
+    "model_type": "phi3",
+    "vocab_size": 32064,
+    "hidden_size": 3072,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "hidden_act": "silu",
+    "max_position_embeddings": 4096,
+    "original_max_position_embeddings": 4096,
+    "initializer_range": 0.02,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "rope_scaling": None,
+    "sliding_window": 2047,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "embd_pdrop": 0.0,
+    "resid_pdrop": 0.0,
+    "bos_token_id": 1,
+    "eos_token_id": 32000,
+    "pad_token_id": 32000,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+}
+PRESET_CONFIGS["phi-3-mini-l8"] = dict(PRESET_CONFIGS["phi-3-mini"], num_hidden_layers=8)
+PRESET_CONFIGS["llama-3-8b-l4"] = dict(PRESET_CONFIGS["llama-3-8b"], num_hidden_layers=4)
+PRESET_CONFIGS["mistral-7b-l4-w1024"] = dict(PRESET_CONFIGS["mistral-7b"], num_hidden_layers=4,
+                                             sliding_window=1024)
 
 TORCHVISION_MODELS = {"resnet-18": "resnet18", "resnet-50": "resnet50", "resnet-101": "resnet101", "vit-b-16": "vit_b_16"}
 
@@ -211,9 +248,10 @@ def _train(model, batch, seq, precision, optimizer, est_gib, checkpointing="none
     }
 
 
-def _infer(model, batch, prompt, new_tokens, precision, est_gib):
+def _infer(model, batch, prompt, new_tokens, precision, est_gib, attention="sdpa"):
     return {
-        "name": "%s-infer-%s-b%d-p%d-n%d" % (model, precision, batch, prompt, new_tokens),
+        "name": "%s-infer-%s-b%d-p%d-n%d%s" % (model, precision, batch, prompt, new_tokens,
+                                               "" if attention == "sdpa" else "-" + attention),
         "model": model,
         "mode": "infer",
         "batch": batch,
@@ -222,7 +260,7 @@ def _infer(model, batch, prompt, new_tokens, precision, est_gib):
         "precision": precision,
         "optimizer": None,
         "checkpointing": "none",
-        "attention": "sdpa",
+        "attention": attention,
         "prompt": prompt,
         "new_tokens": new_tokens,
         "est_gib": est_gib,
@@ -266,6 +304,14 @@ CASES = [
     _infer("tinyllama-1.1b", 16, 256, 1536, "bf16", 14),
     # KV tensors past 10 MiB: each layer's cache lives in a segment of its own size.
     _infer("tinyllama-1.1b", 64, 256, 2048, "bf16", 40),
+    # Eager attention materialises the (b, heads, q, kv) scores at inference; a sliding window
+    # bounds each layer's cache (transformers' DynamicSlidingWindowLayer).
+    _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 14, attention="eager"),
+    _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 10),
+    _infer("mistral-7b-l4-w1024", 4, 3000, 256, "bf16", 10),
+    # Phi-3 (packed qkv_proj and gate_up_proj).
+    _train("phi-3-mini-l8", 4, 1024, "amp-bf16", "adamw", 30),
+    _infer("phi-3-mini", 4, 512, 128, "bf16", 12),
 ]
 
 OUTPUT_KEYS = [

@@ -20,14 +20,38 @@ else
   echo "mr_pool_bench not built"; status=1
 fi
 
-echo "== replayed trace: PyTorch allocator vs vramkit pluggable allocator"
-if [ -f "$TRACE" ]; then
-  timeout 120 python3 bench/mr/torch_replay.py --trace "$TRACE" --lib "$LIB" --json "$OUT/torch_replay.json" \
-    2>&1 | tee "$OUT/torch_replay.txt"
+echo "== replayed traces: PyTorch native, expandable_segments:True, vramkit pool and vramkit vmm pool"
+# Every committed trace plus a random one (sizes 512 B - 64 MiB, frees interleaved), each through
+# torch.empty under the four allocators (one process each) and through `vramkit replay` (vramkit
+# on the simulated device and the planner's models of PyTorch), for the side-by-side table.
+RANDOM_TRACE=$OUT/random.trace
+python3 - "$RANDOM_TRACE" <<'PY'
+import random, sys
+rng = random.Random(7)
+live, out, t = [], ["# vramkit-trace v1", "# source: random sizes 512 B - 64 MiB, seed 7"], 0
+for i in range(1, 4001):
+    if live and (rng.random() < 0.45 or len(live) > 300):
+        ident, size = live.pop(rng.randrange(len(live)))
+        out.append("f %d %d 0 %d" % (ident, size, t))
+    else:
+        size = rng.randint(512, 64 << 20) if rng.random() < 0.3 else rng.randint(512, 1 << 20)
+        live.append((i, size))
+        out.append("a %d %d 0 %d" % (i, size, t))
+    t += 1000
+open(sys.argv[1], "w").write("\n".join(out) + "\n")
+PY
+for tr in "$ROOT"/tests/data/mr/*.trace "$RANDOM_TRACE"; do
+  name=$(basename "$tr" .trace)
+  reps=1
+  [ "$tr" = "$TRACE" ] && reps=3
+  timeout 240 python3 bench/mr/torch_replay.py --trace "$tr" --lib "$LIB" --repeats $reps \
+    --json "$OUT/torch_replay_$name.json" 2>&1 | tee "$OUT/torch_replay_$name.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-else
-  echo "no $TRACE yet: replay comparison skipped"
-fi
+  if [ -x "$BUILD_DIR/vramkit" ]; then
+    "$BUILD_DIR/vramkit" replay "$tr" --json > "$OUT/vramkit_replay_$name.json" 2> "$OUT/vramkit_replay_$name.err" || status=1
+  fi
+done
+[ -f "$OUT/torch_replay_llama_step.json" ] && cp "$OUT/torch_replay_llama_step.json" "$OUT/torch_replay.json"
 
 echo "== replayed trace, allocator calls from C++: PyTorch caching allocator vs vramkit, one process"
 # torch_replay.py times torch.empty from Python, whose dispatch noise (2.4-4.1 us per call between
@@ -63,6 +87,10 @@ else
     timeout 120 "$TAC" --trace "$TRACE" --lib "$LIB" --repeats 5 --torch-version "$TV" \
       --json "$OUT/torch_alloc_compare.json" 2>&1 | tee "$OUT/torch_alloc_compare.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "torch_alloc_compare FAILED"; status=1; }
+    echo "-- the same with the virtual-memory pool (VRAMKIT_POOL_KIND=vmm)"
+    VRAMKIT_POOL_KIND=vmm timeout 120 "$TAC" --trace "$TRACE" --lib "$LIB" --repeats 5 --torch-version "$TV" \
+      --json "$OUT/torch_alloc_compare_vmm.json" 2>&1 | tee "$OUT/torch_alloc_compare_vmm.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "torch_alloc_compare (vmm) FAILED"; status=1; }
   else
     echo "torch_alloc_compare: compile FAILED (log: $OUT/torch_alloc_compare.build.log)"
     grep -E "error|Error" "$OUT/torch_alloc_compare.build.log" | head -30
@@ -73,6 +101,11 @@ fi
 echo "== training step: PyTorch allocator vs vramkit pluggable allocator"
 timeout 150 python3 bench/mr/torch_train_compare.py --lib "$LIB" --json "$OUT/torch_train.json" \
   2>&1 | tee "$OUT/torch_train.txt"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
+echo "-- the same with the virtual-memory pool (VRAMKIT_POOL_KIND=vmm)"
+VRAMKIT_POOL_KIND=vmm timeout 150 python3 bench/mr/torch_train_compare.py --lib "$LIB" \
+  --json "$OUT/torch_train_vmm.json" 2>&1 | tee "$OUT/torch_train_vmm.txt"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 
@@ -161,6 +194,30 @@ if cc:
         for pt, pv in zip(t["passes"], v["passes"])), ""]
 else:
     lines += ["no result (not built, failed, or skipped: see 30-mr.log and mr/torch_alloc_compare.build.log)", ""]
+import glob
+side = sorted(glob.glob(os.path.join(out, "torch_replay_*.json")))
+if side:
+    lines += ["## peak reserved / peak requested, side by side (same run; torch.empty; verified)", "",
+              "| trace | PyTorch native | expandable_segments:True | vramkit pool | vramkit vmm pool | vmm <= 1.03 and <= expandable | model native | model expandable | model vmm (host sim) |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for p in side:
+        name = os.path.basename(p)[len("torch_replay_"):-len(".json")]
+        r = load(os.path.basename(p))
+        m = load("vramkit_replay_%s.json" % name) or {}
+        models = {a["name"]: a["reserved_over_requested"] for a in m.get("allocators", [])}
+        def q(k):
+            return r[k]["peak_reserved_over_peak_requested"] if k in r else None
+        def f(x):
+            return "-" if x is None else "%.3f" % x
+        ok = q("vramkit_vmm") is not None and q("torch_expandable") is not None and \
+            q("vramkit_vmm") <= 1.03 and q("vramkit_vmm") <= q("torch_expandable")
+        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            name, f(q("torch")), f(q("torch_expandable")), f(q("vramkit")), f(q("vramkit_vmm")),
+            "yes" if ok else "NO", f(models.get("pytorch_native")),
+            f(models.get("pytorch_expandable_segments")), f(models.get("vramkit_vmm_pool"))))
+    lines += ["", "alloc+free median (torch.empty from Python) vmm / native per trace: " + "; ".join(
+        "%s %.3f" % (os.path.basename(p)[13:-5], load(os.path.basename(p))["ratios"].get("alloc_free_median_vramkit_vmm_over_torch", float("nan")))
+        for p in side), ""]
 tr = load("torch_train.json")
 if tr:
     t, v = tr["torch"], tr["vramkit"]
@@ -174,6 +231,20 @@ if tr:
         tr["losses_identical"], tr["max_loss_diff"], tr.get("torch_repeatable"), tr["ratios"]["step_time_vramkit_over_torch"],
         tr["ratios"].get("step_time_torch_repeat_over_torch", float("nan")),
         tr["ratios"]["peak_reserved_vramkit_over_torch"]), ""]
+ccv = load("torch_alloc_compare_vmm.json")
+if ccv:
+    r = ccv["ratios"]
+    lines += ["vmm pool, allocator calls from C++: alloc+free median %.0f ns, vmm / PyTorch native %.3f "
+              "(targets <= 500 ns and <= 0.5); peak reserved vmm / PyTorch native %.3f; verification %s" % (
+                  ccv["vramkit"]["alloc_free_median_ns"], r["alloc_free_median_vramkit_over_torch"],
+                  r["peak_reserved_vramkit_over_torch"], "passed" if ccv["verification"]["passed"] else "FAILED"), ""]
+trv = load("torch_train_vmm.json")
+if trv:
+    lines += ["vmm pool, training step: losses identical %s (max difference %.3g); step time vmm / PyTorch %.4f; "
+              "peak reserved vmm / PyTorch native %.3f; median step %.4f s vs %.4f s" % (
+                  trv["losses_identical"], trv["max_loss_diff"], trv["ratios"]["step_time_vramkit_over_torch"],
+                  trv["ratios"]["peak_reserved_vramkit_over_torch"], trv["vramkit"]["median_step_s"],
+                  trv["torch"]["median_step_s"]), ""]
 with open(md, "w") as f:
     f.write("\n".join(lines) + "\n")
 print("\n".join(lines))

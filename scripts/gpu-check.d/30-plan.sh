@@ -38,6 +38,22 @@ else
   echo "PyTorch, transformers or torchvision not importable here: no fresh measurement." >> "$summary"
   status=1
 fi
+if [ "${PLAN_FRESH:-1}" != 0 ] && python3 -c 'import torch, transformers' 2>/dev/null; then
+  # Cases of the planner's newer modelling (eager attention at inference, sliding-window KV,
+  # the Phi-3 family):
+  # written in the ground-truth format (plan-fixes.json) so that they can be committed to
+  # tests/data/plan; about a minute.
+  timeout 180 python3 bench/plan/measure_ground_truth.py --out "$RESULTS_DIR/plan-fixes.json" \
+    --log-dir "$RESULTS_DIR/plan-fixes-logs" --jobs 3 \
+    --only llama-3-8b-l4-infer --only mistral-7b-l4-w1024-infer --only phi-3-mini \
+    > "$RESULTS_DIR/plan-fixes.txt" 2>&1 || status=1
+  {
+    echo "## Newer modelling measured in this run (eager attention at inference, sliding window, Phi-3)"
+    echo
+    "$report" "$RESULTS_DIR/plan-fixes.json" tests/data/plan 2>&1 || status=1
+    echo
+  } >> "$summary"
+fi
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
 if [ "${PLAN_FRESH:-1}" != 0 ] && [ "$gpus" -ge 2 ] && python3 -c 'import torch, transformers' 2>/dev/null; then
   # Data-parallel cases afresh (DistributedDataParallel over every GPU of this machine).

@@ -17,7 +17,7 @@ exporter_scrape parse_exporter_scrape(const std::string& name, std::string_view 
   const std::vector<metric_sample> samples = parse_prometheus_text(text);
   exporter_scrape out;
   node_state state{name, gpus_from_metrics(samples)};
-  if (state.gpus.empty()) throw usage_error("the exporter reports no GPU metrics");
+  if (state.gpus.empty()) throw invalid_input("the exporter reports no GPU metrics");
   out.state = std::make_shared<const node_state>(std::move(state));
   std::optional<std::int64_t> newest_ms;
   for (const metric_sample& s : samples) {

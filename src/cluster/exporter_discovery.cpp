@@ -48,11 +48,11 @@ std::map<std::string, std::string> exporters_from_pod_list(std::string_view json
   try {
     doc = json::parse(json_text);
   } catch (const json::parse_error& e) {
-    throw usage_error(fmt::format("pod list is not JSON: {}", e.what()));
+    throw invalid_input(fmt::format("pod list is not JSON: {}", e.what()));
   }
   if (!doc.is_object() || doc.value("kind", "") != "PodList" || !doc.contains("items") ||
       !(doc["items"].is_array() || doc["items"].is_null())) {
-    throw usage_error("pod list: expected a v1 PodList with items");
+    throw invalid_input("pod list: expected a v1 PodList with items");
   }
   std::map<std::string, std::string> out;
   if (doc["items"].is_null()) return out;
@@ -80,7 +80,7 @@ result<std::map<std::string, std::string>> discover_exporters(const std::string&
   if (!body) return body.error();
   try {
     return exporters_from_pod_list(*body, port);
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     return unavailable{unavailable_kind::failed, fmt::format("{}: {}", url, e.what())};
   }
 }

@@ -65,7 +65,7 @@ std::map<std::string, std::string> parse_node_map(std::string_view text, std::st
     nlohmann::json doc;
     try {
       doc = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       throw invalid_input(fmt::format("{}: not valid JSON ({})", origin, e.what()));
     }
     for (auto it = doc.begin(); it != doc.end(); ++it) {

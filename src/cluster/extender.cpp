@@ -109,7 +109,7 @@ struct parsed_args {
 parsed_args parse_args(std::string_view body, json& doc) {
   try {
     doc = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw invalid_input(fmt::format("request body is not JSON: {}", e.what()));
   }
   if (!doc.is_object()) throw invalid_input("request body must be a JSON object (ExtenderArgs)");
@@ -253,7 +253,7 @@ std::optional<std::uint64_t> pod_memory_request(std::string_view pod_json,
   json pod;
   try {
     pod = json::parse(pod_json);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw invalid_input(fmt::format("pod is not JSON: {}", e.what()));
   }
   return request_of(pod, config);

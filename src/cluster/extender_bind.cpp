@@ -26,7 +26,7 @@ std::string string_field(const json& object, std::string_view name) {
     }
     if (!same) continue;
     if (!it->is_string())
-      throw usage_error(fmt::format("ExtenderBindingArgs.{} must be a string", name));
+      throw invalid_input(fmt::format("ExtenderBindingArgs.{} must be a string", name));
     return it->get<std::string>();
   }
   return {};
@@ -68,14 +68,14 @@ extender_response bind_service::bind(std::string_view body) {
   bind_decision d;
   try {
     json doc = json::parse(body);
-    if (!doc.is_object()) throw usage_error("request body must be a JSON object");
+    if (!doc.is_object()) throw invalid_input("request body must be a JSON object");
     d.pod_name = string_field(doc, "PodName");
     d.pod_namespace = string_field(doc, "PodNamespace");
     d.pod_uid = string_field(doc, "PodUID");
     d.node = string_field(doc, "Node");
   } catch (const json::parse_error& e) {
     return {400, fmt::format("request body is not JSON: {}\n", e.what()), "text/plain"};
-  } catch (const usage_error& e) {
+  } catch (const invalid_input& e) {
     return {400, std::string(e.what()) + "\n", "text/plain"};
   }
   if (d.pod_uid.empty() || d.node.empty() || d.pod_name.empty()) {

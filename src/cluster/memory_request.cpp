@@ -24,7 +24,7 @@ std::uint64_t request_from_plan_json(std::string_view json_text, std::string_vie
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error&) {
+  } catch (const nlohmann::json::exception&) {
     throw invalid_input(
         fmt::format("{}: not valid JSON (expected vramkit plan --json output)", origin));
   }

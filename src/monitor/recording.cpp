@@ -377,7 +377,13 @@ recording parse_recording(const std::string& text) {
       }
       auto fields = csv_split(line);
       if (!header_seen) {
-        for (std::size_t i = 0; i < fields.size(); ++i) col[fields[i]] = i;
+        col.clear();
+        for (std::size_t i = 0; i < fields.size(); ++i) {
+          // A repeated name would leave fewer columns than fields, and rows of that many fields
+          // would then be read past their end.
+          if (!col.emplace(fields[i], i).second)
+            throw invalid_input("CSV header repeats column " + fields[i]);
+        }
         for (const char* need : {"epoch_ms", "device"}) {
           if (!col.count(need)) throw invalid_input(std::string("CSV header lacks column ") + need);
         }

@@ -20,6 +20,7 @@
 #include "vramkit/mr/memory_summary.hpp"
 #include "vramkit/mr/pool_resource.hpp"
 #include "vramkit/mr/tracing_adaptor.hpp"
+#include "vramkit/mr/vmm_pool_resource.hpp"
 
 namespace vramkit::mr {
 namespace {
@@ -29,8 +30,10 @@ constexpr int max_devices = 64;
 struct device_stack {
   std::shared_ptr<device_api> api;
   std::shared_ptr<cuda_async_resource> async_upstream;  // when the upstream is cudaMallocAsync
-  std::shared_ptr<pool_resource> pool;
-  std::shared_ptr<tracing_adaptor> tracing;  // when VRAMKIT_TRACE_FILE is set
+  std::shared_ptr<pool_resource> pool;                  // VRAMKIT_POOL_KIND=pool
+  std::shared_ptr<vmm_pool_resource> vmm;               // VRAMKIT_POOL_KIND=vmm
+  std::shared_ptr<memory_resource> pool_top;            // whichever of the two
+  std::shared_ptr<tracing_adaptor> tracing;             // when VRAMKIT_TRACE_FILE is set
   memory_resource* top = nullptr;
 };
 
@@ -99,6 +102,17 @@ class device_guard {
   int previous_ = 0;
 };
 
+// The pool kind of the C API; "pool" until the virtual-memory pool has shown on the GPU that it
+// wins (bench/mr/torch_replay.py prints both).
+std::string pool_kind() {
+  const char* kind = env("VRAMKIT_POOL_KIND");
+  const std::string k = kind != nullptr ? kind : "pool";
+  if (k != "pool" && k != "vmm") {
+    throw invalid_input("VRAMKIT_POOL_KIND must be 'pool' or 'vmm' (got '" + k + "')");
+  }
+  return k;
+}
+
 device_stack* make_stack(int device) {
   auto d = std::make_unique<device_stack>();
   state& g = global();
@@ -110,6 +124,21 @@ device_stack* make_stack(int device) {
     d->api = *api;
   }
   device_guard guard(*d->api, device);
+  if (pool_kind() == "vmm") {
+    vmm_pool_options v;
+    v.rounding = env_bytes("VRAMKIT_POOL_ROUNDING", v.rounding);
+    v.maximum_size = env_bytes("VRAMKIT_POOL_MAXIMUM", v.maximum_size);
+    for (const char* other :
+         {"VRAMKIT_POOL_UPSTREAM", "VRAMKIT_POOL_INITIAL", "VRAMKIT_POOL_MAX_SPLIT",
+          "VRAMKIT_POOL_LARGE_CHUNK", "VRAMKIT_POOL_LARGE_EXACT",
+          "VRAMKIT_POOL_MIN_SPLIT_REMAINDER", "VRAMKIT_POOL_GROWTH"}) {
+      if (env(other) != nullptr) {
+        throw invalid_input(std::string(other) + " does not apply to VRAMKIT_POOL_KIND=vmm");
+      }
+    }
+    d->vmm = std::make_shared<vmm_pool_resource>(d->api, v);
+    d->pool_top = d->vmm;
+  }
   std::shared_ptr<memory_resource> upstream;
   const char* kind = env("VRAMKIT_POOL_UPSTREAM");
   const std::string up = kind != nullptr ? kind : "async";
@@ -125,36 +154,41 @@ device_stack* make_stack(int device) {
   } else {
     throw invalid_input("VRAMKIT_POOL_UPSTREAM must be 'async' or 'cuda' (got '" + up + "')");
   }
-  pool_options o;
-  o.initial_size = env_bytes("VRAMKIT_POOL_INITIAL", 0);
-  o.rounding = env_bytes("VRAMKIT_POOL_ROUNDING", o.rounding);
-  o.max_split = env_bytes("VRAMKIT_POOL_MAX_SPLIT", o.max_split);
-  o.large_chunk_size = env_bytes("VRAMKIT_POOL_LARGE_CHUNK", o.large_chunk_size);
-  o.large_exact_size = env_bytes("VRAMKIT_POOL_LARGE_EXACT", o.large_exact_size);
-  o.large_min_split_remainder =
-      env_bytes("VRAMKIT_POOL_MIN_SPLIT_REMAINDER", o.large_min_split_remainder);
-  o.maximum_size = env_bytes("VRAMKIT_POOL_MAXIMUM", o.maximum_size);
-  // Returning idle chunks before growing suits a stream-ordered upstream only (no host sync). Not
-  // the default: on the replayed LLaMA step it cost ~2 us per torch.empty in cudaMallocAsync calls.
-  const char* growth = env("VRAMKIT_POOL_GROWTH");
-  const std::string g_policy = growth != nullptr ? growth : "keep";
-  if (g_policy == "release") {
-    if (!d->async_upstream && !g.override_api) {
-      throw invalid_input("VRAMKIT_POOL_GROWTH=release needs VRAMKIT_POOL_UPSTREAM=async");
+  if (!d->vmm) {
+    pool_options o;
+    o.initial_size = env_bytes("VRAMKIT_POOL_INITIAL", 0);
+    o.rounding = env_bytes("VRAMKIT_POOL_ROUNDING", o.rounding);
+    o.max_split = env_bytes("VRAMKIT_POOL_MAX_SPLIT", o.max_split);
+    o.large_chunk_size = env_bytes("VRAMKIT_POOL_LARGE_CHUNK", o.large_chunk_size);
+    o.large_exact_size = env_bytes("VRAMKIT_POOL_LARGE_EXACT", o.large_exact_size);
+    o.large_min_split_remainder =
+        env_bytes("VRAMKIT_POOL_MIN_SPLIT_REMAINDER", o.large_min_split_remainder);
+    o.maximum_size = env_bytes("VRAMKIT_POOL_MAXIMUM", o.maximum_size);
+    // Returning idle chunks before growing suits a stream-ordered upstream only (no host sync). Not
+    // the default: on the replayed LLaMA step it cost ~2 us per torch.empty in cudaMallocAsync
+    // calls.
+    const char* growth = env("VRAMKIT_POOL_GROWTH");
+    const std::string g_policy = growth != nullptr ? growth : "keep";
+    if (g_policy == "release") {
+      if (!d->async_upstream && !g.override_api) {
+        throw invalid_input("VRAMKIT_POOL_GROWTH=release needs VRAMKIT_POOL_UPSTREAM=async");
+      }
+      o.growth = pool_options::growth_policy::release_on_grow;
+    } else if (g_policy != "keep") {
+      throw invalid_input("VRAMKIT_POOL_GROWTH must be 'keep' or 'release' (got '" + g_policy +
+                          "')");
     }
-    o.growth = pool_options::growth_policy::release_on_grow;
-  } else if (g_policy != "keep") {
-    throw invalid_input("VRAMKIT_POOL_GROWTH must be 'keep' or 'release' (got '" + g_policy + "')");
+    d->pool = std::make_shared<pool_resource>(upstream, d->api, o);
+    d->pool_top = d->pool;
   }
-  d->pool = std::make_shared<pool_resource>(upstream, d->api, o);
-  d->top = d->pool.get();
+  d->top = d->pool_top.get();
   const char* trace_file = env("VRAMKIT_TRACE_FILE");
   const char* chrome_file = env("VRAMKIT_TRACE_CHROME_FILE");
   if (trace_file != nullptr || chrome_file != nullptr) {
     tracing_options t;
     if (trace_file != nullptr) t.compact_trace_path = with_device(trace_file, device);
     if (chrome_file != nullptr) t.chrome_trace_path = with_device(chrome_file, device);
-    d->tracing = std::make_shared<tracing_adaptor>(d->pool, t);
+    d->tracing = std::make_shared<tracing_adaptor>(d->pool_top, t);
     d->top = d->tracing.get();
     static std::once_flag once;
     std::call_once(once, [] { std::atexit(flush_traces); });
@@ -278,7 +312,11 @@ extern "C" int vramkit_trim(int device) {
     device_stack* d = vramkit::mr::existing(device);
     if (d == nullptr) return 0;
     vramkit::mr::device_guard guard(*d->api, device);
-    d->pool->trim();
+    if (d->vmm) {
+      d->vmm->trim();
+    } else {
+      d->pool->trim();
+    }
     if (d->async_upstream) d->async_upstream->trim_to(0);
     return 0;
   } catch (const std::exception& e) {

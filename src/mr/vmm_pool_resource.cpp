@@ -367,11 +367,11 @@ struct vmm_pool_resource::impl {
 
   // Merges the free blocks after b whose frees are complete into b, whichever streams' lists
   // hold them: no stream has work left on them, so the merged block needs no wait (seq 0).
-  void merge_completed_run(block* b, const block* keep) {
+  void merge_completed_run(block* b, const block* keep, const block* keep2) {
     block* n = b->next;
-    if (n == nullptr || !n->is_free() || n == keep || !complete(n)) return;
+    if (n == nullptr || !n->is_free() || n == keep || n == keep2 || !complete(n)) return;
     list_erase(b);
-    while ((n = b->next) != nullptr && n->is_free() && n != keep && complete(n)) {
+    while ((n = b->next) != nullptr && n->is_free() && n != keep && n != keep2 && complete(n)) {
       list_erase(n);
       absorb_next(b);
     }
@@ -381,14 +381,14 @@ struct vmm_pool_resource::impl {
 
   // Unmaps up to `want` granules lying wholly in free space whose frees are known complete,
   // skipping block `keep`; returns the granules gained.
-  std::size_t reclaim(std::size_t want, const block* keep) {
+  std::size_t reclaim(std::size_t want, const block* keep, const block* keep2) {
     std::size_t gained = 0;
     for (arena* a : {&large_arena, &small_arena}) {
       block* b = a->first;
       while (b != nullptr && gained < want) {
         block* next = b->next;
-        if (b->is_free() && b != keep && complete(b)) {
-          merge_completed_run(b, keep);
+        if (b->is_free() && b != keep && b != keep2 && complete(b)) {
+          merge_completed_run(b, keep, keep2);
           next = b->next;
           const std::uintptr_t lo = align_up(b->ptr, g);
           const std::uintptr_t hi = (b->ptr + b->size) / g * g;
@@ -410,7 +410,7 @@ struct vmm_pool_resource::impl {
 
   // Granules that reclaim could unmap now: wholly inside runs of free blocks (runs of blocks with
   // completed frees, or single blocks when `completed_only` is false).
-  std::size_t reclaimable(bool completed_only, const block* keep) const {
+  std::size_t reclaimable(bool completed_only, const block* keep, const block* keep2) const {
     std::size_t n = 0;
     for (const arena* a : {&large_arena, &small_arena}) {
       for (const block* b = a->first; b != nullptr; b = b->next) {
@@ -432,21 +432,40 @@ struct vmm_pool_resource::impl {
 
   struct growth_plan {
     block* hole = nullptr;
-    block* prev_free = nullptr;  // st's free block just below the hole, extended by the growth
+    std::uintptr_t at = 0;  // where the granules go, inside the hole
     std::size_t granules = 0;
+    block* prev_free = nullptr;  // st's free blocks beside the hole that the growth extends
+    block* next_free = nullptr;
   };
 
-  // The hole that needs the fewest granules mapped (st's free block just below it counts), the
-  // lowest such.
+  // The placement that needs the fewest granules mapped, the lowest such: at a hole's low end
+  // (extending st's free block below it), at its high end (extending the one above), or the
+  // whole hole (joining both).
   growth_plan plan_growth(stream_state* st, arena& a, std::size_t size) const {
     growth_plan best;
+    auto consider = [&](block* h, std::uintptr_t at, std::size_t n, block* p, block* q) {
+      if (n == 0 || n * g > h->size || (best.hole != nullptr && n >= best.granules)) return;
+      best = {h, at, n, p, q};
+    };
     for (auto& [addr, h] : a.holes) {
       block* p = h->prev;
-      const std::size_t below = (p != nullptr && p->is_free() && p->stream == st) ? p->size : 0;
-      const std::size_t need = size > below ? size - below : 0;
-      const std::size_t n = std::max<std::size_t>((need + g - 1) / g, 1);
-      if (n * g > h->size || (best.hole != nullptr && n >= best.granules)) continue;
-      best = {h, below > 0 ? p : nullptr, n};
+      block* q = h->next;
+      const bool p_ok = p != nullptr && p->is_free() && p->stream == st;
+      const bool q_ok = q != nullptr && q->is_free() && q->stream == st;
+      const std::size_t below = p_ok ? p->size : 0;
+      const std::size_t above = q_ok ? q->size : 0;
+      const std::size_t n_low =
+          std::max<std::size_t>((size > below ? size - below : 0) + g - 1, g) / g;
+      consider(h, h->ptr, n_low, p_ok ? p : nullptr, nullptr);
+      if (q_ok) {
+        const std::size_t n_high =
+            std::max<std::size_t>((size > above ? size - above : 0) + g - 1, g) / g;
+        if (n_high * g <= h->size) {
+          consider(h, h->ptr + h->size - n_high * g, n_high, nullptr, q);
+        }
+        if (below + h->size + above >= size)
+          consider(h, h->ptr, h->size / g, p_ok ? p : nullptr, q);
+      }
     }
     return best;
   }
@@ -467,14 +486,15 @@ struct vmm_pool_resource::impl {
     if (plan.granules > cache.size()) {
       const std::size_t shortfall = plan.granules - cache.size();
       refresh_completed();
-      const std::size_t ready = reclaimable(true, plan.prev_free);
-      if (ready < shortfall && !synced && reclaimable(false, plan.prev_free) > ready) {
+      const std::size_t ready = reclaimable(true, plan.prev_free, plan.next_free);
+      if (ready < shortfall && !synced &&
+          reclaimable(false, plan.prev_free, plan.next_free) > ready) {
         // Free space whose frees may still run on the device: wait for them rather than grow.
         synced = true;
         sync_frees(lock);
         return grow_result::retry;
       }
-      if (reclaim(shortfall, plan.prev_free) > 0) {
+      if (reclaim(shortfall, plan.prev_free, plan.next_free) > 0) {
         ++stats.vmm.defragmentations;
         plan = plan_growth(st, a, size);  // holes merged: the old plan's pointers are stale
         if (plan.hole == nullptr) {
@@ -515,23 +535,34 @@ struct vmm_pool_resource::impl {
       why = why.substr(0, why.find('\n'));
       return grow_result::failed;
     }
-    const std::uintptr_t at = plan.hole->ptr;
+    const std::uintptr_t at = plan.at;
     map_run(a, at, hs);
     stats.vmm.granules_remapped += remapped;
-    // The hole's low end is mapped now: split it and free the mapped part on st.
+    // Split the hole around the mapped range, which becomes a free block of st.
     block* h = plan.hole;
     a.holes.erase(h->ptr);
     const std::size_t len = hs.size() * g;
+    const std::uintptr_t hole_end = h->ptr + h->size;
+    if (at > h->ptr) {
+      block* mid = new_block();
+      mid->ptr = at;
+      mid->size = len;
+      mid->owner = &a;
+      h->size = at - h->ptr;
+      link_after(h, mid);
+      a.holes[h->ptr] = h;
+      h = mid;
+    }
     block* fresh = h;
-    if (len < h->size) {
+    fresh->size = len;
+    if (at + len < hole_end) {
       block* rest = new_block();
-      rest->ptr = h->ptr + len;
-      rest->size = h->size - len;
+      rest->ptr = at + len;
+      rest->size = hole_end - at - len;
       rest->owner = &a;
       rest->state = block_state::unmapped;
-      link_after(h, rest);
+      link_after(fresh, rest);
       a.holes[rest->ptr] = rest;
-      h->size = len;
     }
     fresh->state = block_state::allocated;
     fresh->seq = 0;  // fresh or reclaimed after completion: nothing to wait for
@@ -757,7 +788,7 @@ std::size_t vmm_pool_resource::trim() {
   impl& s = *impl_;
   std::unique_lock lock(s.m);
   s.sync_frees(lock);
-  s.reclaim(std::numeric_limits<std::size_t>::max(), nullptr);
+  s.reclaim(std::numeric_limits<std::size_t>::max(), nullptr, nullptr);
   ++s.stats.trims;
   return s.release_cache();
 }

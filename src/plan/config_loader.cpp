@@ -4,7 +4,9 @@
 #include "vramkit/plan/config_loader.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -21,7 +23,7 @@ namespace {
 using json = nlohmann::json;
 
 const std::vector<std::string> k_model_types = {
-    "gpt2",           "llama", "mistral", "qwen2", "gpt_neox", "bert", "torchvision_resnet",
+    "gpt2",           "llama", "mistral", "qwen2", "phi3", "gpt_neox", "bert", "torchvision_resnet",
     "torchvision_vit"};
 
 std::string join(const std::vector<std::string>& v) {
@@ -96,6 +98,67 @@ void read_hf_shape(const fields& f, transformer_shape& t) {
   t.kv_heads = t.heads;
   t.intermediate = f.integer("intermediate_size", 1, 64 * k_max_hidden);
   t.vocab = f.integer("vocab_size", 1, k_max_vocab);
+  t.max_context = f.integer_or("max_position_embeddings", 0, 1, k_max_positions);
+}
+
+/// Sliding-window layers: transformers 5 configs list them in layer_types; older Mistral configs
+/// give sliding_window for every layer; Qwen2 applies it from max_window_layers on when
+/// use_sliding_window is set.
+void read_sliding_window(const fields& f, transformer_shape& t, const std::string& type) {
+  t.sliding_window = f.integer_or("sliding_window", 0, 1, k_max_positions);
+  t.sliding_layers.clear();
+  if (t.sliding_window == 0) return;
+  t.sliding_layers.assign(static_cast<std::size_t>(t.layers), 0);
+  if (f.has("layer_types")) {
+    const auto& lt = f.j.at("layer_types");
+    if (!lt.is_array() || lt.size() != static_cast<std::size_t>(t.layers))
+      f.fail(fmt::format("field 'layer_types' must list the {} layers", t.layers));
+    for (std::size_t l = 0; l < lt.size(); ++l)
+      t.sliding_layers[l] = lt[l].is_string() && lt[l].get<std::string>() == "sliding_attention";
+    return;
+  }
+  if (type == "qwen2") {
+    if (!f.boolean_or("use_sliding_window", false)) return;
+    const auto from = f.integer_or("max_window_layers", t.layers, 0, k_max_layers);
+    for (std::int64_t l = from; l < t.layers; ++l) t.sliding_layers[l] = 1;
+    return;
+  }
+  t.sliding_layers.assign(static_cast<std::size_t>(t.layers), 1);
+}
+
+/// quantization_config of a quantised checkpoint: AWQ and GPTQ (bits, group_size),
+/// bitsandbytes (load_in_4bit as NF4/FP4, load_in_8bit), fp8 checkpoints.
+stored_weights read_quantization(const fields& f) {
+  stored_weights w;
+  if (!f.has("quantization_config")) return w;
+  const auto& qj = f.j.at("quantization_config");
+  if (!qj.is_object()) f.fail("field 'quantization_config' must be an object");
+  const fields q{qj, f.source + ": quantization_config"};
+  w.method = q.string_or("quant_method", "");
+  if (w.method == "awq" || w.method == "gptq") {
+    const auto bits = q.has("bits") ? q.integer("bits", 2, 8) : q.integer_or("w_bit", 4, 2, 8);
+    if (bits != 4 && bits != 8)
+      q.fail(fmt::format("{} with {} bits is not modelled (4 or 8)", w.method, bits));
+    w.quant = bits == 4 ? quant_kind::int4 : quant_kind::int8;
+    const auto g = q.has("group_size") ? q.integer("group_size", -1, 1 << 20)
+                                       : q.integer_or("q_group_size", 128, -1, 1 << 20);
+    w.group_size = g <= 0 ? 1 << 20 : static_cast<int>(g);  // -1: one scale per output row
+  } else if (w.method == "bitsandbytes") {
+    if (q.boolean_or("load_in_4bit", false)) {
+      w.quant = quant_kind::nf4;
+      w.group_size = 64;
+    } else if (q.boolean_or("load_in_8bit", false)) {
+      w.quant = quant_kind::int8;
+    } else {
+      q.fail("bitsandbytes without load_in_4bit or load_in_8bit");
+    }
+  } else if (w.method == "fp8" || w.method == "fbgemm_fp8") {
+    w.quant = quant_kind::fp8;
+  } else {
+    q.fail(fmt::format("quant_method \"{}\" is not modelled (awq, gptq, bitsandbytes, fp8)",
+                       w.method));
+  }
+  return w;
 }
 
 void check_heads(const fields& f, transformer_shape& t, const char* heads_key) {
@@ -159,6 +222,17 @@ model_description parse_llama_like(const fields& f, const std::string& type) {
   t.layer_norm = false;
   t.attention_dropout = f.number_or("attention_dropout", 0.0, 0, 1);
   check_heads(f, t, "num_attention_heads");
+  read_sliding_window(f, t, type);
+  return m;
+}
+
+/// Phi-3: LLaMA-shaped with packed qkv_proj and gate_up_proj (the parameter tensors are the same).
+model_description parse_phi3(const fields& f) {
+  model_description m = parse_llama_like(f, "phi3");
+  m.family = model_family::phi3;
+  m.t.mlp = mlp_kind::swiglu_packed;
+  if (f.number_or("partial_rotary_factor", 1.0, 0, 1) != 1.0)
+    f.fail("partial_rotary_factor below 1 is not modelled for phi3");
   return m;
 }
 
@@ -249,7 +323,7 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
   json j;
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw invalid_input(fmt::format("{}: not valid JSON: {}", source, e.what()));
   }
   if (!j.is_object())
@@ -263,6 +337,8 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
     m = parse_gpt2(f);
   else if (type == "llama" || type == "mistral" || type == "qwen2")
     m = parse_llama_like(f, type);
+  else if (type == "phi3")
+    m = parse_phi3(f);
   else if (type == "gpt_neox")
     m = parse_neox(f);
   else if (type == "bert")
@@ -273,6 +349,9 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
     m = parse_vit(f);
   else
     f.fail(fmt::format("unsupported model_type \"{}\"; supported: {}", type, join(k_model_types)));
+  // transformers 5 writes "dtype", earlier versions "torch_dtype".
+  m.torch_dtype = f.string_or("dtype", f.string_or("torch_dtype", ""));
+  m.weights = read_quantization(f);
   m.source = std::string(source);
   m.name = stem_of(source);
   return m;
@@ -294,28 +373,76 @@ std::vector<std::string> preset_names() {
   return v;
 }
 
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string o(s);
+  for (auto& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return o;
+}
+
+/// Levenshtein distance (for the did-you-mean hint).
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
 model_description preset_model(std::string_view name) {
+  const std::string key = lower(name);
+  std::string best;
+  std::size_t best_d = std::string::npos;
   for (std::size_t i = 0; i < detail::preset_file_count; ++i) {
-    if (name == detail::preset_files[i].name) {
-      auto m = parse_model_config(detail::preset_files[i].text,
-                                  std::string("preset ") + std::string(name));
-      m.name = std::string(name);
+    const std::string preset = detail::preset_files[i].name;
+    if (key == preset) {
+      auto m = parse_model_config(detail::preset_files[i].text, "preset " + preset);
+      m.name = preset;
       m.source = "preset";
       return m;
     }
+    const std::size_t d = edit_distance(key, preset);
+    if (d < best_d) best_d = d, best = preset;
   }
+  const std::string hint = best_d <= std::max<std::size_t>(2, key.size() / 4)
+                               ? fmt::format(" (did you mean '{}'?)", best)
+                               : "";
   throw invalid_input(
-      fmt::format("unknown model '{}': not a preset ({}) and not a path to a config.json", name,
-                  join(preset_names())));
+      fmt::format("unknown model '{}'{}: not a preset ({}) and not a path to a config.json or a "
+                  "model directory",
+                  name, hint, join(preset_names())));
 }
 
 model_description resolve_model(std::string_view name_or_path) {
   if (name_or_path.empty())
     throw invalid_input("no model given: a preset name or a path to a config.json");
+  const std::string path(name_or_path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    // A Hugging Face model directory (a snapshot or save_pretrained output): its config.json.
+    const auto config = std::filesystem::path(path) / "config.json";
+    if (!std::filesystem::exists(config, ec))
+      throw invalid_input(fmt::format("{}: a model directory needs a config.json in it", path));
+    auto m = load_model_config(config.string());
+    auto dir = std::filesystem::path(path);
+    if (!dir.has_filename()) dir = dir.parent_path();
+    m.name = dir.filename().string();
+    return m;
+  }
   const bool path_like =
       name_or_path.find('/') != std::string_view::npos ||
       (name_or_path.size() > 5 && name_or_path.substr(name_or_path.size() - 5) == ".json");
-  if (path_like) return load_model_config(std::string(name_or_path));
+  if (path_like) return load_model_config(path);
   return preset_model(name_or_path);
 }
 

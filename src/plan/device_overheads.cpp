@@ -42,7 +42,7 @@ device_overheads overheads_from_probe(const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw invalid_input(fmt::format("--probe {}: not valid JSON: {}", path, e.what()));
   }
   device_overheads o = default_overheads();

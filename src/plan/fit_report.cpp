@@ -18,7 +18,9 @@ std::string to_json(const fit_result& res) {
   auto arr = nlohmann::ordered_json::array();
   for (const auto& c : res.fits) {
     const auto& q = c.request;
-    arr.push_back({{"micro_batch", q.micro_batch},
+    arr.push_back({{"batch", q.batch},
+                   {"micro_batch", q.micro_batch},
+                   {"quant", to_string(q.quant)},
                    {"precision", to_string(q.prec)},
                    {"checkpointing", to_string(q.ckpt)},
                    {"zero", q.zero},
@@ -46,12 +48,19 @@ std::string to_table(const fit_result& res) {
   int rank = 1;
   for (const auto& c : res.fits) {
     const auto& q = c.request;
-    out += fmt::format(
-        "\n  #{}  est. {:.3f} s/step  device {}  micro-batch {}  {}  ckpt {}  zero {}  offload "
-        "{}  tp {}  pp {}\n",
-        rank++, c.step_time_s, format_bytes(static_cast<double>(c.device_peak_bytes)),
-        q.micro_batch, to_string(q.prec), to_string(q.ckpt), q.zero, to_string(q.offload), q.tp,
-        q.pp);
+    if (q.mode == run_mode::train)
+      out += fmt::format(
+          "\n  #{}  est. {:.3f} s/step  device {}  micro-batch {}  {}  ckpt {}  zero {}  offload "
+          "{}  tp {}  pp {}\n",
+          rank, c.step_time_s, format_bytes(static_cast<double>(c.device_peak_bytes)),
+          q.micro_batch, to_string(q.prec), to_string(q.ckpt), q.zero, to_string(q.offload), q.tp,
+          q.pp);
+    else
+      out += fmt::format(
+          "\n  #{}  est. {:.3f} s/call  device {}  batch {}  {}  quant {}  tp {}  pp {}\n", rank,
+          c.step_time_s, format_bytes(static_cast<double>(c.device_peak_bytes)), q.batch,
+          to_string(q.prec), to_string(q.quant), q.tp, q.pp);
+    ++rank;
     for (const auto& why : c.reasons) out += "      - " + why + "\n";
   }
   return out;

@@ -35,9 +35,10 @@ double estimate_step_time(const model_description& m, const plan_request& r, con
   if (r.mode == run_mode::infer) {
     // Decode is bound by reading the weights once per token; prefill by 2 P FLOPs per token.
     const double wbytes = P *
-                          (r.quant == quant_kind::int4   ? 0.5
-                           : r.quant == quant_kind::int8 ? 1
-                                                         : 2) /
+                          (r.quant == quant_kind::int4 || r.quant == quant_kind::nf4 ? 0.5
+                           : r.quant == quant_kind::int8 || r.quant == quant_kind::fp8
+                               ? 1
+                               : (r.prec == precision::fp32 ? 4 : 2)) /
                           r.tp;
     const double prefill = 2 * P * static_cast<double>(r.batch * r.prompt) / (rate * 0.5 * r.tp);
     return prefill + static_cast<double>(r.new_tokens) * wbytes / gpu.hbm_bytes_per_s;
@@ -81,219 +82,306 @@ double estimate_step_time(const model_description& m, const plan_request& r, con
   return t;
 }
 
+namespace {
+
+/// What the search varies around the request.
+struct search_axes {
+  std::vector<precision> precs;
+  std::vector<quant_kind> quants;
+  std::vector<checkpointing> ckpts;
+  std::vector<int> zeros;
+  std::vector<offload_kind> offloads;
+  std::vector<std::pair<int, int>> layouts;  ///< (tp, pp), narrowest first
+};
+
+search_axes axes_of(const model_description& m, const plan_request& base, const fit_options& opt) {
+  search_axes a;
+  const bool train = base.mode == run_mode::train;
+  a.precs = {base.prec};
+  if (opt.vary_precision) {
+    const auto more = train ? std::vector<precision>{precision::amp_bf16, precision::bf16}
+                            : std::vector<precision>{precision::bf16};
+    for (auto p : more)
+      if (std::find(a.precs.begin(), a.precs.end(), p) == a.precs.end()) a.precs.push_back(p);
+  }
+  // Inference may quantise the weights (int8, then AWQ/GPTQ-style int4) when the request does
+  // not fix a quantisation.
+  a.quants = {base.quant};
+  if (!train && base.quant == quant_kind::none && !m.is_vision())
+    a.quants = {quant_kind::none, quant_kind::fp8, quant_kind::int8, quant_kind::int4};
+  a.ckpts = {checkpointing::none};
+  // Selective recompute only drops eager attention's s x s tensors.
+  if (train && !m.is_vision()) {
+    a.ckpts = {checkpointing::none, checkpointing::full};
+    if (base.attention == attention_kind::eager)
+      a.ckpts.insert(a.ckpts.begin() + 1, checkpointing::selective);
+  }
+  // ZeRO-1 and ZeRO-2 cost the same communication as plain data parallel in the cost model and
+  // never need more memory, so among stages 0-2 only ZeRO-2 can rank first; ZeRO-3 trades 1.5x
+  // communication for sharded parameters.
+  a.zeros = {0};
+  a.offloads = {offload_kind::none};
+  if (train) {
+    a.offloads = {offload_kind::none, offload_kind::optimizer};
+    if (base.gpus > 1) {
+      a.zeros = {2, 3};
+      a.offloads.push_back(offload_kind::params);
+    }
+  }
+  a.layouts = {{1, 1}};
+  if (base.gpus > 1 && !m.is_vision()) {
+    a.layouts.clear();
+    for (int tp = 1; tp <= std::min(base.gpus, 8); tp *= 2) {
+      if (base.gpus % tp || m.t.heads % tp) continue;
+      for (int pp = 1; pp <= 4; pp *= 2) {
+        if ((base.gpus / tp) % pp || pp > m.t.layers) continue;
+        // Inference plans one replica over all the GPUs.
+        if (!train && tp * pp != base.gpus) continue;
+        if ((base.batch % (base.gpus / tp / pp)) != 0) continue;
+        a.layouts.push_back({tp, pp});
+      }
+    }
+  }
+  // Tensor and pipeline parallelism only add communication and bubbles in the cost model: wider
+  // layouts are tried only while no narrower one fits the whole per-GPU batch.
+  std::stable_sort(a.layouts.begin(), a.layouts.end(), [](const auto& x, const auto& y) {
+    return x.first * x.second < y.first * y.second;
+  });
+  return a;
+}
+
+/// One group: a layout, a precision, a quantisation and a ZeRO stage; its offload and
+/// checkpointing variants are searched in order, each pruning the next. Groups are independent
+/// of each other.
+struct group {
+  int tp, pp;
+  precision prec;
+  quant_kind quant;
+  int z;
+  std::vector<fit_candidate> fits;
+  std::size_t planned = 0;
+  bool whole_plain = false;  ///< the whole per-GPU batch fits without recompute or offload
+  std::exception_ptr error;
+};
+
+class searcher {
+ public:
+  searcher(const model_description& m, const plan_request& base, const fit_options& opt,
+           const device_overheads& o, const search_axes& axes)
+      : m_(m),
+        base_(base),
+        opt_(opt),
+        o_(o),
+        axes_(axes),
+        gpu_(opt.gpu ? *opt.gpu : generic_gpu()),
+        limit_(static_cast<std::uint64_t>(static_cast<double>(opt.capacity_bytes) *
+                                          (1.0 - opt.margin))) {}
+
+  void search_group(group& gr) const {
+    bool whole_fits = false, fits_without_offload = false;
+    for (auto off : axes_.offloads) {
+      // Offload only where nothing fits without it: it costs PCIe traffic every step.
+      if (whole_fits || (off != offload_kind::none && fits_without_offload)) break;
+      if (off == offload_kind::params && gr.z != 3) continue;
+      if (off != offload_kind::none && gr.z == 0 && base_.gpus > 1) continue;
+      for (auto ck : axes_.ckpts) {
+        if (whole_fits) break;
+        if (gr.z > 0 && base_.gpus / (gr.tp * gr.pp) < 2) continue;
+        plan_request r = base_;
+        r.prec = gr.prec, r.quant = gr.quant, r.ckpt = ck, r.zero = gr.z, r.offload = off;
+        r.tp = gr.tp, r.pp = gr.pp, r.steps = 2;
+        // The allocator works under the memory left after the margin: it flushes its cache
+        // before it fails, as PyTorch's does.
+        r.device_capacity_bytes = limit_;
+        const int dp = base_.gpus / (gr.tp * gr.pp);
+        if (base_.mode == run_mode::train && base_.batch % dp != 0) continue;
+        const std::int64_t per_gpu = base_.mode == run_mode::train ? base_.batch / dp : base_.batch;
+        plan_result best;
+        const std::int64_t mb = largest_fitting(r, per_gpu, gr, best);
+        if (mb == 0) continue;
+        if (mb == per_gpu) whole_fits = true;
+        if (off == offload_kind::none) fits_without_offload = true;
+        if (mb == per_gpu && ck == checkpointing::none && off == offload_kind::none)
+          gr.whole_plain = true;
+        gr.fits.push_back(candidate(best, mb, per_gpu));
+      }
+    }
+  }
+
+ private:
+  bool try_plan(plan_request& r, std::int64_t mb, group& gr, plan_result& p) const {
+    if (base_.mode == run_mode::train)
+      r.micro_batch = mb;
+    else
+      r.batch = mb;
+    try {
+      p = make_plan(m_, r, o_);
+    } catch (const invalid_input&) {
+      return false;
+    }
+    ++gr.planned;
+    return p.fits() && p.device_peak_bytes <= limit_;
+  }
+
+  /// Memory grows with the micro-batch (training: a divisor of the per-GPU batch; inference:
+  /// the concurrent sequences, at most the batch asked for), so the largest that fits is found
+  /// by bisection after checking that the smallest fits at all. 0 when nothing fits.
+  std::int64_t largest_fitting(plan_request& r, std::int64_t per_gpu, group& gr,
+                               plan_result& best) const {
+    std::vector<std::int64_t> sizes;
+    for (std::int64_t mb = 1; mb <= per_gpu; ++mb)
+      if (base_.mode == run_mode::infer || per_gpu % mb == 0) sizes.push_back(mb);
+    if (base_.mode == run_mode::infer && try_plan(r, per_gpu, gr, best)) return per_gpu;
+    if (!try_plan(r, sizes.front(), gr, best)) return 0;
+    std::size_t lo = 0, hi = sizes.size() - 1;
+    plan_result probe;
+    while (lo < hi) {
+      const std::size_t mid = (lo + hi + 1) / 2;
+      if (try_plan(r, sizes[mid], gr, probe)) {
+        lo = mid;
+        best = probe;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return sizes[lo];
+  }
+
+  fit_candidate candidate(const plan_result& p, std::int64_t mb, std::int64_t per_gpu) const {
+    fit_candidate c;
+    c.request = p.request;
+    c.device_peak_bytes = p.device_peak_bytes;
+    c.allocated_peak_bytes = p.allocated_peak_bytes;
+    c.host_peak_bytes = p.host_peak_bytes;
+    c.step_time_s = estimate_step_time(m_, p.request, gpu_, o_);
+    const auto& q = p.request;
+    if (q.mode == run_mode::train) {
+      c.reasons.push_back(
+          mb == per_gpu
+              ? fmt::format("micro-batch {}: the whole per-GPU batch fits", mb)
+              : fmt::format("micro-batch {} x {} accumulation steps: the largest divisor of {} "
+                            "that fits",
+                            mb, per_gpu / mb, per_gpu));
+      c.reasons.push_back(
+          q.ckpt == checkpointing::none ? "checkpointing none: no recompute"
+          : q.ckpt == checkpointing::selective
+              ? "checkpointing selective: eager attention's s x s tensors recomputed (a few % "
+                "more compute)"
+              : "checkpointing full: one extra forward per step (about +33% compute) to keep "
+                "only layer inputs");
+    } else {
+      c.reasons.push_back(
+          mb == per_gpu
+              ? fmt::format("batch {}: every sequence asked for fits", mb)
+              : fmt::format("batch {} of the {} asked for: the most that fit", mb, per_gpu));
+      c.reasons.push_back(q.quant == quant_kind::none
+                              ? std::string("weights not quantised")
+                              : fmt::format("weights quantised to {}{}", to_string(q.quant),
+                                            q.quant == base_.quant ? " (as asked)" : ""));
+    }
+    c.reasons.push_back(
+        fmt::format("precision {}{}", to_string(q.prec),
+                    q.prec == base_.prec        ? " (as asked)"
+                    : q.mode == run_mode::infer ? ": 16-bit weights"
+                    : q.prec == precision::bf16
+                        ? ": 16-bit weights and states halve model memory"
+                        : ": autocast runs GEMMs in 16 bits, keeps fp32 master weights"));
+    layout_reasons(p, c.reasons);
+    return c;
+  }
+
+  void layout_reasons(const plan_result& p, std::vector<std::string>& out) const {
+    const auto& q = p.request;
+    if (q.gpus > 1 && q.mode == run_mode::train)
+      out.push_back(q.zero == 0
+                        ? "ZeRO 0: plain data parallel (replicated states, least communication)"
+                        : fmt::format("ZeRO {}: shards {} over {} data-parallel ranks", q.zero,
+                                      q.zero == 1   ? "optimizer states"
+                                      : q.zero == 2 ? "optimizer states and gradients"
+                                                    : "states, gradients and parameters",
+                                      q.data_parallel()));
+    if (q.offload != offload_kind::none)
+      out.push_back(
+          fmt::format("offload {}: moves them to pinned host memory ({} per node) at PCIe cost",
+                      to_string(q.offload), format_bytes(static_cast<double>(p.host_peak_bytes))));
+    if (q.tp > 1 || q.pp > 1)
+      out.push_back(fmt::format("tensor {} x pipeline {}: splits layers and weights across GPUs",
+                                q.tp, q.pp));
+    if (p.cache_flushes > 0)
+      out.push_back(fmt::format(
+          "fits only by flushing the allocator's cache {} time(s) in the replayed run (slow)",
+          p.cache_flushes));
+    out.push_back(fmt::format("device peak {} of {} ({:.0f}% margin kept)",
+                              format_bytes(static_cast<double>(p.device_peak_bytes)),
+                              format_bytes(static_cast<double>(opt_.capacity_bytes)),
+                              opt_.margin * 100));
+  }
+
+  const model_description& m_;
+  const plan_request& base_;
+  const fit_options& opt_;
+  const device_overheads& o_;
+  const search_axes& axes_;
+  const gpu_spec& gpu_;
+  std::uint64_t limit_;
+};
+
+/// Runs the groups on up to `threads` threads; rethrows the first group's error.
+void run_groups(std::vector<group>& groups, const searcher& s, unsigned threads) {
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < groups.size();) {
+      try {
+        s.search_group(groups[i]);
+      } catch (...) {
+        groups[i].error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  const unsigned n = std::min<unsigned>(threads, static_cast<unsigned>(groups.size()));
+  for (unsigned t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+}
+
+}  // namespace
+
 fit_result fit_search(const model_description& m, const plan_request& base_in,
                       const fit_options& opt, const device_overheads& o) {
   if (opt.capacity_bytes == 0) throw invalid_input("--fit needs --gpu NAME or a capacity in bytes");
   plan_request base = base_in;
   base.validate(m);
-  const gpu_spec& gpu = opt.gpu ? *opt.gpu : generic_gpu();
-  const auto limit =
-      static_cast<std::uint64_t>(static_cast<double>(opt.capacity_bytes) * (1.0 - opt.margin));
   fit_result out;
   out.model = m.name;
   out.gpu = opt.gpu ? opt.gpu->name : "";
   out.capacity_bytes = opt.capacity_bytes;
-
-  std::vector<precision> precs{base.prec};
-  if (base.mode == run_mode::train && opt.vary_precision) {
-    for (auto p : {precision::amp_bf16, precision::bf16})
-      if (std::find(precs.begin(), precs.end(), p) == precs.end()) precs.push_back(p);
-  }
-  std::vector<checkpointing> ckpts{checkpointing::none};
-  if (base.mode == run_mode::train && !m.is_vision())
-    ckpts = {checkpointing::none, checkpointing::selective, checkpointing::full};
-  // ZeRO-1 and ZeRO-2 cost the same communication as plain data parallel in the cost model and
-  // never need more memory, so among stages 0-2 only ZeRO-2 can rank first; ZeRO-3 trades 1.5x
-  // communication for sharded parameters.
-  std::vector<int> zeros{0};
-  std::vector<offload_kind> offloads{offload_kind::none};
-  if (base.mode == run_mode::train) {
-    offloads = {offload_kind::none, offload_kind::optimizer};
-    if (base.gpus > 1) {
-      zeros = {2, 3};
-      offloads.push_back(offload_kind::params);
-    }
-  }
-  std::vector<std::pair<int, int>> layouts{{1, 1}};
-  if (base.gpus > 1 && !m.is_vision()) {
-    layouts.clear();
-    for (int tp = 1; tp <= std::min(base.gpus, 8); tp *= 2) {
-      if (base.gpus % tp || m.t.heads % tp) continue;
-      for (int pp = 1; pp <= 4; pp *= 2) {
-        if ((base.gpus / tp) % pp || pp > m.t.layers) continue;
-        if ((base.batch % (base.gpus / tp / pp)) != 0) continue;
-        layouts.push_back({tp, pp});
-      }
-    }
-  }
-  // Memory grows with the micro-batch, so per configuration the largest fitting divisor of the
-  // per-GPU batch is found by bisection after checking that micro-batch 1 fits at all. A
-  // configuration that already fits the whole per-GPU batch makes costlier variants of it
-  // (more recompute, more offload) pointless: they are skipped.
-  const std::int64_t base_per_gpu = base.mode == run_mode::train ? 0 : base.batch;
-  // Tensor and pipeline parallelism only add communication and bubbles in the cost model: wider
-  // layouts are tried only while no narrower one fits the whole per-GPU batch.
-  std::stable_sort(layouts.begin(), layouts.end(), [](const auto& a, const auto& b) {
-    return a.first * a.second < b.first * b.second;
-  });
-
-  // One group: a layout, a precision and a ZeRO stage; its offload and checkpointing variants are
-  // searched in order, each pruning the next. Groups are independent of each other.
-  struct group {
-    int tp, pp;
-    precision prec;
-    int z;
-    std::vector<fit_candidate> fits;
-    std::size_t planned = 0;
-    bool whole_plain = false;  ///< the whole per-GPU batch fits without recompute or offload
-    std::exception_ptr error;
-  };
-  auto search_group = [&](group& gr) {
-    const int tp = gr.tp, pp = gr.pp, z = gr.z;
-    const precision prec = gr.prec;
-    bool whole_fits = false;
-    bool fits_without_offload = false;
-    for (auto off : offloads) {
-      if (whole_fits) break;
-      // Offload only where nothing fits without it: it costs PCIe traffic every step.
-      if (off != offload_kind::none && fits_without_offload) break;
-      if (off == offload_kind::params && z != 3) continue;
-      if (off != offload_kind::none && z == 0 && base.gpus > 1) continue;
-      for (auto ck : ckpts) {
-        if (whole_fits) break;
-        if (z > 0 && base.gpus / (tp * pp) < 2) continue;
-        plan_request r = base;
-        r.prec = prec;
-        r.ckpt = ck;
-        r.zero = z;
-        r.offload = off;
-        r.tp = tp;
-        r.pp = pp;
-        r.steps = 2;
-        // The allocator works under the memory left after the margin: it flushes its cache
-        // before it fails, as PyTorch's does.
-        r.device_capacity_bytes = limit;
-        const int dp = base.gpus / (tp * pp);
-        if (base.mode == run_mode::train && base.batch % dp != 0) continue;
-        const std::int64_t per_gpu = base.mode == run_mode::train ? base.batch / dp : base_per_gpu;
-        std::vector<std::int64_t> divisors;
-        for (std::int64_t mb = 1; mb <= per_gpu; ++mb)
-          if (per_gpu % mb == 0) divisors.push_back(mb);
-        if (base.mode == run_mode::infer) divisors = {per_gpu};
-        auto try_plan = [&](std::int64_t mb, plan_result& p) {
-          r.micro_batch = base.mode == run_mode::train ? mb : 0;
-          try {
-            p = make_plan(m, r, o);
-          } catch (const invalid_input&) {
-            return false;
-          }
-          ++gr.planned;
-          return p.fits() && p.device_peak_bytes <= limit;
-        };
-        plan_result best, probe;
-        if (!try_plan(divisors.front(), best)) continue;
-        std::size_t lo = 0, hi = divisors.size() - 1;
-        std::int64_t best_mb = divisors.front();
-        while (lo < hi) {
-          const std::size_t mid = (lo + hi + 1) / 2;
-          if (try_plan(divisors[mid], probe)) {
-            lo = mid;
-            best = probe;
-            best_mb = divisors[mid];
-          } else {
-            hi = mid - 1;
-          }
-        }
-        const std::int64_t mb = best_mb;
-        if (mb == per_gpu) whole_fits = true;
-        if (off == offload_kind::none) fits_without_offload = true;
-        if (mb == per_gpu && ck == checkpointing::none && off == offload_kind::none)
-          gr.whole_plain = true;
-        const plan_result& p = best;
-        fit_candidate c;
-        c.request = p.request;
-        c.device_peak_bytes = p.device_peak_bytes;
-        c.allocated_peak_bytes = p.allocated_peak_bytes;
-        c.host_peak_bytes = p.host_peak_bytes;
-        c.step_time_s = estimate_step_time(m, p.request, gpu, o);
-        const auto& q = p.request;
-        const std::int64_t accum = per_gpu / std::max<std::int64_t>(1, mb);
-        if (q.mode == run_mode::train) {
-          c.reasons.push_back(mb == per_gpu
-                                  ? fmt::format("micro-batch {}: the whole per-GPU batch fits", mb)
-                                  : fmt::format("micro-batch {} x {} accumulation steps: the "
-                                                "largest divisor of {} that fits",
-                                                mb, accum, per_gpu));
-          c.reasons.push_back(
-              q.ckpt == checkpointing::none ? "checkpointing none: no recompute"
-              : q.ckpt == checkpointing::selective
-                  ? "checkpointing selective: attention core recomputed (a few % more compute)"
-                  : "checkpointing full: one extra forward per step (about +33% compute) to keep "
-                    "only layer inputs");
-          c.reasons.push_back(
-              fmt::format("precision {}{}", to_string(q.prec),
-                          q.prec == base.prec ? " (as asked)"
-                          : q.prec == precision::bf16
-                              ? ": 16-bit weights and states halve model memory"
-                              : ": autocast runs GEMMs in 16 bits, keeps fp32 master weights"));
-        }
-        if (q.gpus > 1)
-          c.reasons.push_back(
-              q.zero == 0 ? "ZeRO 0: plain data parallel (replicated states, least communication)"
-                          : fmt::format("ZeRO {}: shards {} over {} data-parallel ranks", q.zero,
-                                        q.zero == 1   ? "optimizer states"
-                                        : q.zero == 2 ? "optimizer states and gradients"
-                                                      : "states, gradients and parameters",
-                                        q.data_parallel()));
-        if (q.offload != offload_kind::none)
-          c.reasons.push_back(fmt::format(
-              "offload {}: moves them to pinned host memory ({} per node) at PCIe cost",
-              to_string(q.offload), format_bytes(static_cast<double>(p.host_peak_bytes))));
-        if (q.tp > 1 || q.pp > 1)
-          c.reasons.push_back(fmt::format(
-              "tensor {} x pipeline {}: splits layers and weights across GPUs", q.tp, q.pp));
-        if (p.cache_flushes > 0)
-          c.reasons.push_back(fmt::format(
-              "fits only by flushing the allocator's cache {} time(s) in the replayed run (slow)",
-              p.cache_flushes));
-        c.reasons.push_back(fmt::format("device peak {} of {} ({:.0f}% margin kept)",
-                                        format_bytes(static_cast<double>(p.device_peak_bytes)),
-                                        format_bytes(static_cast<double>(opt.capacity_bytes)),
-                                        opt.margin * 100));
-        gr.fits.push_back(std::move(c));
-      }
-    }
-  };
-
+  const search_axes axes = axes_of(m, base, opt);
+  const searcher s(m, base, opt, o, axes);
   // Groups of one layout width run in parallel (plans are independent and make_plan keeps its
   // buffers per thread); results are merged in the sequential order, so the ranking is the same
   // on any number of threads.
   const unsigned threads = std::max(
       1u, std::min(opt.threads > 0 ? opt.threads : std::thread::hardware_concurrency(), 64u));
   std::size_t li = 0;
-  while (li < layouts.size()) {
-    const int width = layouts[li].first * layouts[li].second;
+  while (li < axes.layouts.size()) {
+    const int width = axes.layouts[li].first * axes.layouts[li].second;
     std::vector<group> groups;
-    for (; li < layouts.size() && layouts[li].first * layouts[li].second == width; ++li)
-      for (auto prec : precs)
-        for (int z : zeros)
-          groups.push_back(
-              group{layouts[li].first, layouts[li].second, prec, z, {}, 0, false, nullptr});
-    std::atomic<std::size_t> next{0};
-    auto work = [&] {
-      for (std::size_t i; (i = next.fetch_add(1)) < groups.size();) {
-        try {
-          search_group(groups[i]);
-        } catch (...) {
-          groups[i].error = std::current_exception();
-        }
-      }
-    };
-    std::vector<std::thread> pool;
-    const unsigned n = std::min<unsigned>(threads, static_cast<unsigned>(groups.size()));
-    for (unsigned t = 1; t < n; ++t) pool.emplace_back(work);
-    work();
-    for (auto& t : pool) t.join();
+    for (; li < axes.layouts.size() && axes.layouts[li].first * axes.layouts[li].second == width;
+         ++li)
+      for (auto prec : axes.precs)
+        for (auto quant : axes.quants)
+          for (int z : axes.zeros)
+            groups.push_back(group{axes.layouts[li].first,
+                                   axes.layouts[li].second,
+                                   prec,
+                                   quant,
+                                   z,
+                                   {},
+                                   0,
+                                   false,
+                                   nullptr});
+    run_groups(groups, s, threads);
     bool layout_done = false;
     for (auto& gr : groups) {
       if (gr.error) std::rethrow_exception(gr.error);

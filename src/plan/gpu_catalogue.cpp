@@ -1,6 +1,7 @@
 // GPU catalogue parsed once from the embedded data/plan/gpus.json.
 #include "vramkit/plan/gpu_catalogue.hpp"
 
+#include <algorithm>
 #include <cctype>
 
 #include <fmt/format.h>
@@ -56,6 +57,41 @@ std::vector<gpu_spec> load() {
 const std::vector<gpu_spec>& gpu_catalogue() {
   static const std::vector<gpu_spec> catalogue = load();
   return catalogue;
+}
+
+gpu_target parse_gpu_target(std::string_view text) {
+  const auto key = canonical(text);
+  for (const auto& g : gpu_catalogue()) {
+    if (canonical(g.name) == key) return {&g, g.memory_bytes};
+    for (const auto& a : g.aliases)
+      if (canonical(a) == key) return {&g, g.memory_bytes};
+  }
+  // A model number alone ("4090", "a6000"): the one entry whose name or alias ends with it.
+  const gpu_spec* found = nullptr;
+  int matches = 0;
+  auto ends_with = [&](const std::string& s) {
+    return s.size() > key.size() && s.compare(s.size() - key.size(), key.size(), key) == 0;
+  };
+  for (const auto& g : gpu_catalogue()) {
+    bool hit = ends_with(canonical(g.name));
+    for (const auto& a : g.aliases) hit = hit || ends_with(canonical(a));
+    if (hit) found = &g, ++matches;
+  }
+  if (matches == 1) return {found, found->memory_bytes};
+  const bool digits_only = !key.empty() && std::all_of(key.begin(), key.end(),
+                                                       [](char c) { return c >= '0' && c <= '9'; });
+  if (!key.empty() && key[0] >= '0' && key[0] <= '9' && !digits_only) {
+    const std::uint64_t bytes = parse_bytes(std::string(text));
+    if (bytes < 256 * MiB)
+      throw invalid_input(fmt::format("--gpu {} is below 256 MiB: not a GPU capacity", text));
+    return {nullptr, bytes};
+  }
+  if (digits_only)
+    throw invalid_input(fmt::format(
+        "--gpu {}: no GPU of the catalogue is named so, and a capacity needs a unit (e.g. 24GiB)",
+        text));
+  find_gpu(text);  // throws, listing the catalogue
+  return {};
 }
 
 const gpu_spec& find_gpu(std::string_view name) {

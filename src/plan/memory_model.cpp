@@ -23,22 +23,27 @@ std::uint64_t host_offload_bytes(const model_description& m, const plan_request&
                                  std::uint64_t params) {
   if (r.offload == offload_kind::none || r.mode != run_mode::train) return 0;
   const double per_rank = static_cast<double>(params) / (r.tp * r.pp) / r.data_parallel();
-  double bytes_per_param = 4 /* fp32 master */ + 4 /* fp32 gradients */;
+  // The host copy keeps the dtypes the device would: fp32 master weights, gradients and states
+  // for fp32 and autocast runs, 16-bit ones for pure bf16; 8-bit Adam's two 1-byte states.
+  const double w = r.prec == precision::bf16 ? 2 : 4;
+  double bytes_per_param = w /* master weights */ + w /* gradients */;
   switch (r.optimizer) {
     case optimizer_kind::adam:
     case optimizer_kind::adamw:
-      bytes_per_param += 8;
+      bytes_per_param += 2 * w;
       break;
     case optimizer_kind::adamw_8bit:
       bytes_per_param += 2;
       break;
     case optimizer_kind::sgd_momentum:
-      bytes_per_param += 4;
+      bytes_per_param += w;
       break;
     case optimizer_kind::sgd:
       break;
   }
-  if (r.offload == offload_kind::params) bytes_per_param += 2;  // 16-bit parameter copy
+  // The 16-bit copy the device gathers from (the master itself when that is 16-bit already).
+  if (r.offload == offload_kind::params && w == 4 && r.prec != precision::fp32)
+    bytes_per_param += 2;
   const int ranks_on_node = std::min(r.gpus, r.gpus_per_node);
   (void)m;
   return static_cast<std::uint64_t>(per_rank * bytes_per_param * ranks_on_node);
@@ -248,8 +253,12 @@ std::string to_table(const plan_result& p) {
         r.quant == quant_kind::none ? "" : std::string(" quantised ") + to_string(r.quant),
         r.serving == serving_kind::paged ? "paged KV cache" : "generate()");
   }
-  out += fmt::format("\n  gpus {} (data {} x tensor {} x pipeline {}), zero {}, offload {}\n\n",
+  out += fmt::format("\n  gpus {} (data {} x tensor {} x pipeline {}), zero {}, offload {}\n",
                      r.gpus, r.data_parallel(), r.tp, r.pp, r.zero, to_string(r.offload));
+  if (r.gpus > 1)
+    out += fmt::format("  device figures are per GPU (the most loaded of the {}), host per node\n",
+                       r.gpus);
+  out += "\n";
   out += fmt::format(
       "  {:<58} {:>12}  {}\n",
       "at the peak (" + p.peak_phase +

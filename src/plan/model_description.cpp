@@ -20,6 +20,8 @@ const char* to_string(model_family f) noexcept {
       return "resnet";
     case model_family::vit:
       return "vit";
+    case model_family::phi3:
+      return "phi3";
   }
   return "?";
 }
@@ -46,7 +48,7 @@ void transformer_params(const model_description& m, list& out) {
     add(out, "attn_qkv", h * (q + 2 * kv) + (t.qkv_bias ? q + 2 * kv : 0), l);
     add(out, "attn_out", q * h + (t.out_bias ? h : 0), l);
     add(out, "mlp_norm", norm, l);
-    if (t.mlp == mlp_kind::swiglu) {
+    if (t.mlp == mlp_kind::swiglu || t.mlp == mlp_kind::swiglu_packed) {
       add(out, "mlp_gate_up", 2 * h * f + (t.mlp_bias ? 2 * f : 0), l);
     } else {
       add(out, "mlp_up", h * f + (t.mlp_bias ? f : 0), l);

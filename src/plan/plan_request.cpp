@@ -32,12 +32,13 @@ const char* name_of(E v, const std::array<std::pair<const char*, E>, N>& table) 
 
 constexpr std::array<std::pair<const char*, run_mode>, 2> k_modes{
     {{"train", run_mode::train}, {"infer", run_mode::infer}}};
-constexpr std::array<std::pair<const char*, precision>, 5> k_prec{
+constexpr std::array<std::pair<const char*, precision>, 6> k_prec{
     {{"fp32", precision::fp32},
      {"amp-bf16", precision::amp_bf16},
      {"amp-fp16", precision::amp_fp16},
      {"bf16", precision::bf16},
-     {"fp8", precision::fp8}}};
+     {"fp8", precision::fp8},
+     {"auto", precision::automatic}}};
 constexpr std::array<std::pair<const char*, optimizer_kind>, 5> k_opt{
     {{"sgd", optimizer_kind::sgd},
      {"sgd-momentum", optimizer_kind::sgd_momentum},
@@ -56,8 +57,11 @@ constexpr std::array<std::pair<const char*, offload_kind>, 3> k_off{
     {{"none", offload_kind::none},
      {"optimizer", offload_kind::optimizer},
      {"params", offload_kind::params}}};
-constexpr std::array<std::pair<const char*, quant_kind>, 3> k_quant{
-    {{"none", quant_kind::none}, {"int8", quant_kind::int8}, {"int4", quant_kind::int4}}};
+constexpr std::array<std::pair<const char*, quant_kind>, 5> k_quant{{{"none", quant_kind::none},
+                                                                     {"int8", quant_kind::int8},
+                                                                     {"int4", quant_kind::int4},
+                                                                     {"nf4", quant_kind::nf4},
+                                                                     {"fp8", quant_kind::fp8}}};
 constexpr std::array<std::pair<const char*, serving_kind>, 2> k_serve{
     {{"generate", serving_kind::generate}, {"paged", serving_kind::paged}}};
 
@@ -85,74 +89,170 @@ offload_kind parse_offload(std::string_view s) { return parse_enum(s, k_off, "of
 quant_kind parse_quant(std::string_view s) { return parse_enum(s, k_quant, "quant"); }
 serving_kind parse_serving(std::string_view s) { return parse_enum(s, k_serve, "serving"); }
 
-void plan_request::validate(const model_description& m) {
-  constexpr std::int64_t k_max_batch = 1 << 20;
-  constexpr std::int64_t k_max_tokens = 1 << 24;
-  if (gpus < 1 || gpus > 65536) refuse(fmt::format("--gpus {} must be in [1, 65536]", gpus));
-  if (gpus_per_node < 1 || gpus_per_node > 64)
-    refuse(fmt::format("gpus per node {} must be in [1, 64]", gpus_per_node));
-  if (tp < 1 || pp < 1) refuse(fmt::format("--tp {} and --pp {} must be at least 1", tp, pp));
-  if (gpus % (tp * pp) != 0)
-    refuse(fmt::format("--gpus {} is not a multiple of --tp {} x --pp {}", gpus, tp, pp));
-  if (zero < 0 || zero > 3) refuse(fmt::format("--zero {} must be 0, 1, 2 or 3", zero));
-  if (batch < 1 || batch > k_max_batch)
-    refuse(fmt::format("--batch {} must be in [1, {}]", batch, k_max_batch));
-  if (steps < 1 || steps > 16) refuse(fmt::format("steps {} must be in [1, 16]", steps));
-  const int dp = data_parallel();
+namespace {
+
+constexpr std::int64_t k_max_batch = 1 << 20;
+constexpr std::int64_t k_max_tokens = 1 << 24;
+
+/// The precision transformers loads a model in for inference with dtype="auto": the config's
+/// torch_dtype; without one, fp32 for GPT-2/BERT-era configs and bf16 for the rotary families
+/// (their published checkpoints are 16-bit).
+precision inference_precision(const model_description& m) {
+  const auto& d = m.torch_dtype;
+  if (d == "float32") return precision::fp32;
+  if (d == "bfloat16" || d == "float16") return precision::bf16;
+  if (m.is_vision() || m.family == model_family::gpt2 || m.family == model_family::bert)
+    return precision::fp32;
+  return precision::bf16;
+}
+
+void check_layout(plan_request& r, const model_description& m) {
+  if (r.gpus < 1 || r.gpus > 65536) refuse(fmt::format("--gpus {} must be in [1, 65536]", r.gpus));
+  if (r.gpus_per_node < 1 || r.gpus_per_node > 64)
+    refuse(fmt::format("gpus per node {} must be in [1, 64]", r.gpus_per_node));
+  if (r.tp < 1 || r.pp < 1)
+    refuse(fmt::format("--tp {} and --pp {} must be at least 1", r.tp, r.pp));
+  if (r.gpus % (r.tp * r.pp) != 0)
+    refuse(fmt::format("--gpus {} is not a multiple of --tp {} x --pp {}", r.gpus, r.tp, r.pp));
+  if (r.zero < 0 || r.zero > 3) refuse(fmt::format("--zero {} must be 0, 1, 2 or 3", r.zero));
+  if (r.sp && r.tp < 2)
+    refuse("--sp splits the sequence across tensor-parallel ranks: it needs --tp 2 or more");
+  if (r.zero > 0 && r.data_parallel() == 1 && r.offload == offload_kind::none)
+    refuse(fmt::format(
+        "--zero {} shards over data-parallel ranks and there is only one (--gpus {}, --tp {}, "
+        "--pp {}): it would change nothing",
+        r.zero, r.gpus, r.tp, r.pp));
+  if (r.batch < 1 || r.batch > k_max_batch)
+    refuse(fmt::format("--batch {} must be in [1, {}]", r.batch, k_max_batch));
+  if (r.steps < 1 || r.steps > 16) refuse(fmt::format("steps {} must be in [1, 16]", r.steps));
   if (m.is_vision()) {
-    if (image_size < 16 || image_size > 8192)
-      refuse(fmt::format("--image-size {} must be in [16, 8192]", image_size));
-    if (m.family == model_family::vit && image_size % m.vit.patch != 0)
-      refuse(fmt::format("--image-size {} is not a multiple of the patch size {}", image_size,
+    if (r.image_size == 0) r.image_size = 224;
+    if (r.seq != 0) refuse("--seq applies to language models, not to " + m.name);
+    if (r.attention != attention_kind::sdpa)
+      refuse("--attention chooses the Hugging Face transformers' attention implementation; " +
+             m.name + " (torchvision) always runs scaled_dot_product_attention");
+    if (r.image_size < 16 || r.image_size > 8192)
+      refuse(fmt::format("--image-size {} must be in [16, 8192]", r.image_size));
+    if (m.family == model_family::vit && r.image_size % m.vit.patch != 0)
+      refuse(fmt::format("--image-size {} is not a multiple of the patch size {}", r.image_size,
                          m.vit.patch));
-    if (mode == run_mode::infer && (prompt != 0 || new_tokens != 0))
-      refuse("--prompt/--new-tokens apply to language models, not to " + m.name);
-    if (tp > 1 || pp > 1) refuse("--tp/--pp are modelled for transformers only, not for " + m.name);
+    if (r.tp > 1 || r.pp > 1)
+      refuse("--tp/--pp are modelled for transformers only, not for " + m.name);
+    if (r.ckpt != checkpointing::none)
+      refuse("--checkpointing is modelled for the transformer language models, not for " + m.name);
   } else {
     const auto& t = m.t;
-    if (tp > 1 && (t.heads % tp != 0))
-      refuse(fmt::format("--tp {} does not divide the {} attention heads", tp, t.heads));
-    if (pp > t.layers) refuse(fmt::format("--pp {} exceeds the {} layers", pp, t.layers));
+    if (r.image_size != 0)
+      refuse("--image-size applies to vision models (resnet, vit), not to " + m.name);
+    if (r.tp > 1 && (t.heads % r.tp != 0))
+      refuse(fmt::format("--tp {} does not divide the {} attention heads", r.tp, t.heads));
+    if (r.pp > t.layers) refuse(fmt::format("--pp {} exceeds the {} layers", r.pp, t.layers));
   }
-  if (mode == run_mode::train) {
-    if (m.is_vision()) {
-      seq = 0;
-    } else {
-      if (seq == 0)
-        seq = m.t.max_positions > 0 ? std::min<std::int64_t>(1024, m.t.max_positions) : 1024;
-      if (seq < 1 || seq > k_max_tokens)
-        refuse(fmt::format("--seq {} must be in [1, {}]", seq, k_max_tokens));
-      if (m.t.max_positions > 0 && seq > m.t.max_positions)
-        refuse(fmt::format("--seq {} exceeds the model's {} learned positions", seq,
-                           m.t.max_positions));
-    }
-    if (batch % dp != 0)
-      refuse(fmt::format("--batch {} is not divisible by the {} data-parallel ranks", batch, dp));
-    if (micro_batch == 0) micro_batch = batch / dp;
-    if (micro_batch < 1 || (batch / dp) % micro_batch != 0)
-      refuse(fmt::format("--micro-batch {} must divide the per-GPU batch {}", micro_batch,
-                         batch / dp));
-    if (quant != quant_kind::none)
-      refuse("--quant applies to inference (--mode infer); training keeps full-precision weights");
+  if (r.gpus_per_node != 8 && r.offload == offload_kind::none)
+    refuse(
+        "--gpus-per-node sets the per-node host figure of --offload runs; without --offload it "
+        "would change nothing");
+  if (r.ckpt == checkpointing::selective && r.attention != attention_kind::eager)
+    refuse(
+        "--checkpointing selective recomputes the attention core's s x s scores; with --attention "
+        "sdpa or flash none are stored, so it would change nothing (use none or full)");
+}
+
+void check_train(plan_request& r, const model_description& m) {
+  const int dp = r.data_parallel();
+  if (r.prec == precision::automatic) r.prec = precision::fp32;
+  if (r.prompt != 0 || r.new_tokens != 0)
+    refuse("--prompt and --new-tokens apply to inference (--mode infer); training uses --seq");
+  if (r.serving != serving_kind::generate) refuse("--serving applies to inference (--mode infer)");
+  if (r.attention == attention_kind::flash && r.prec == precision::fp32)
+    refuse("--attention flash needs 16-bit inputs: use --precision amp-bf16, amp-fp16 or bf16");
+  if (m.is_vision()) {
+    r.seq = 0;
   } else {
-    if (m.is_vision()) {
-      prompt = new_tokens = 0;
-    } else {
-      if (prompt == 0) prompt = seq > 0 ? seq : 512;
-      if (new_tokens == 0) new_tokens = 128;
-      if (prompt < 1 || prompt > k_max_tokens)
-        refuse(fmt::format("--prompt {} must be in [1, {}]", prompt, k_max_tokens));
-      if (new_tokens < 1 || new_tokens > k_max_tokens)
-        refuse(fmt::format("--new-tokens {} must be in [1, {}]", new_tokens, k_max_tokens));
-      if (m.t.max_positions > 0 && prompt + new_tokens > m.t.max_positions)
-        refuse(fmt::format("--prompt {} + --new-tokens {} exceeds the model's {} positions", prompt,
-                           new_tokens, m.t.max_positions));
-    }
-    micro_batch = batch;
-    if (zero != 0 || offload == offload_kind::optimizer)
-      refuse("--zero and --offload optimizer apply to training (--mode train)");
-    if (ckpt != checkpointing::none) refuse("--checkpointing applies to training (--mode train)");
+    const auto& t = m.t;
+    const std::int64_t limit = t.max_positions > 0 ? t.max_positions : t.max_context;
+    if (r.seq == 0) r.seq = limit > 0 ? std::min<std::int64_t>(1024, limit) : 1024;
+    if (r.seq < 1 || r.seq > k_max_tokens)
+      refuse(fmt::format("--seq {} must be in [1, {}]", r.seq, k_max_tokens));
+    if (t.max_positions > 0 && r.seq > t.max_positions)
+      refuse(
+          fmt::format("--seq {} exceeds the model's {} learned positions", r.seq, t.max_positions));
+    if (t.max_context > 0 && r.seq > t.max_context)
+      refuse(fmt::format("--seq {} exceeds the model's max_position_embeddings {}", r.seq,
+                         t.max_context));
   }
+  if (r.batch % dp != 0)
+    refuse(fmt::format("--batch {} is not divisible by the {} data-parallel ranks", r.batch, dp));
+  if (r.micro_batch == 0) r.micro_batch = r.batch / dp;
+  if (r.micro_batch < 1 || (r.batch / dp) % r.micro_batch != 0)
+    refuse(fmt::format("--micro-batch {} must divide the per-GPU batch {}", r.micro_batch,
+                       r.batch / dp));
+  if (r.quant != quant_kind::none)
+    refuse("--quant applies to inference (--mode infer); training keeps full-precision weights");
+  if (m.weights.quant != quant_kind::none)
+    refuse(fmt::format(
+        "{} stores {}-quantised weights (quantization_config): full training of a quantised "
+        "checkpoint is not possible; plan the unquantised model",
+        m.name, m.weights.method));
+}
+
+void check_infer(plan_request& r, const model_description& m) {
+  if (r.prec == precision::automatic) r.prec = inference_precision(m);
+  if (r.prec != precision::fp32 && r.prec != precision::bf16)
+    refuse(fmt::format(
+        "--precision {} is a training regime; inference runs fp32 or bf16 weights (--quant fp8 "
+        "for 8-bit ones)",
+        to_string(r.prec)));
+  if (r.optimizer != optimizer_kind::adamw)
+    refuse("--optimizer applies to training (--mode train)");
+  if (r.attention == attention_kind::flash)
+    refuse("--attention flash: at inference flash attention uses the memory of sdpa (give sdpa)");
+  if (r.gpus != r.tp * r.pp)
+    refuse(fmt::format(
+        "inference on --gpus {} with --tp {} x --pp {} would run independent replicas: plan one "
+        "replica (--gpus {})",
+        r.gpus, r.tp, r.pp, r.tp * r.pp));
+  if (!m.is_vision() && r.seq != 0 && r.prompt != 0 && r.seq != r.prompt)
+    refuse("--seq and --prompt both given: at inference --seq is the prompt length");
+  if (r.quant == quant_kind::none) r.quant = m.weights.quant;
+  if (m.is_vision()) {
+    if (r.prompt != 0 || r.new_tokens != 0)
+      refuse("--prompt/--new-tokens apply to language models, not to " + m.name);
+    r.prompt = r.new_tokens = 0;
+  } else {
+    const auto& t = m.t;
+    if (r.prompt == 0) r.prompt = r.seq > 0 ? r.seq : 512;
+    if (r.new_tokens == 0) r.new_tokens = 128;
+    if (r.prompt < 1 || r.prompt > k_max_tokens)
+      refuse(fmt::format("--prompt {} must be in [1, {}]", r.prompt, k_max_tokens));
+    if (r.new_tokens < 1 || r.new_tokens > k_max_tokens)
+      refuse(fmt::format("--new-tokens {} must be in [1, {}]", r.new_tokens, k_max_tokens));
+    if (t.max_positions > 0 && r.prompt + r.new_tokens > t.max_positions)
+      refuse(fmt::format("--prompt {} + --new-tokens {} exceeds the model's {} positions", r.prompt,
+                         r.new_tokens, t.max_positions));
+    if (t.max_context > 0 && r.prompt > t.max_context)
+      refuse(fmt::format("--prompt {} exceeds the model's max_position_embeddings {}", r.prompt,
+                         t.max_context));
+  }
+  if (r.micro_batch != 0 && r.micro_batch != r.batch)
+    refuse("--micro-batch applies to training; inference runs the whole --batch at once");
+  r.micro_batch = r.batch;
+  if (r.attention == attention_kind::flash && r.prec == precision::fp32)
+    refuse("--attention flash needs 16-bit inputs: use --precision bf16");
+  if (r.zero != 0 || r.offload != offload_kind::none)
+    refuse("--zero and --offload apply to training (--mode train)");
+  if (r.ckpt != checkpointing::none) refuse("--checkpointing applies to training (--mode train)");
+  if (r.sp) refuse("--sp applies to training (--mode train)");
+}
+
+}  // namespace
+
+void plan_request::validate(const model_description& m) {
+  check_layout(*this, m);
+  if (mode == run_mode::train)
+    check_train(*this, m);
+  else
+    check_infer(*this, m);
   if (offload != offload_kind::none && zero == 0 && mode == run_mode::train)
     zero = offload == offload_kind::params ? 3 : 2;  // offload runs through a ZeRO engine
   if (offload == offload_kind::params && mode == run_mode::train && zero != 3)

@@ -138,7 +138,9 @@ comm_buffers comm_buffers_of(const walker& w, const std::vector<parameter_tensor
   comm_buffers c;
   if (dp > 1 && r.zero == 0) c.ddp_buckets = total_elems * static_cast<u64>(w.dt().param);
   // DeepSpeed's default reduce_bucket_size is 5e8 elements (2-byte gradients).
-  if (dp > 1 && r.zero >= 1) c.zero_bucket = std::min<u64>(total_elems, 500000000ull) * 2;
+  // With offload the bucket exists on one GPU too: gradients reach the host through it.
+  if ((dp > 1 && r.zero >= 1) || r.offload != offload_kind::none)
+    c.zero_bucket = std::min<u64>(total_elems, 500000000ull) * 2;
   if (dp > 1 && r.zero >= 3) c.zero3_gather = 2 * largest_layer * static_cast<u64>(w.dt().param);
   return c;
 }

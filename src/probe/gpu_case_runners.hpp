@@ -16,5 +16,9 @@ void run_latency_section(gpu_context& ctx);
 void run_zerocopy_latency(gpu_context& ctx);
 void run_alloc_section(gpu_context& ctx);
 void run_overlap_section(gpu_context& ctx);
+void run_pattern_section(gpu_context& ctx);
+void run_cache_section(gpu_context& ctx);
+void run_numa_transfers(gpu_context& ctx);    // pinned H2D/D2H from memory on each NUMA node
+void run_all_gpus_section(gpu_context& ctx);  // every GPU copying at once (scope all_gpus)
 
 }  // namespace vramkit::probe::detail

@@ -15,6 +15,7 @@
 #include <ctime>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
@@ -422,9 +423,279 @@ void run_latency(const host_topology& topo, const probe_options& options, probe_
   report.curves.push_back(std::move(cv));
 }
 
+// --- latency per NUMA node and under load ------------------------------------------------------
+
+// Dependent loads through a random single cycle of the `lines` 64-byte lines at `buf` (linked by
+// the caller's thread): `reps` timed runs of `loads` loads from the start, each checked to stop
+// where the permutation says.
+struct chase_outcome {
+  std::vector<double> ns;
+  bool ok = true;
+};
+
+class dram_chase {
+ public:
+  dram_chase(char* buf, std::size_t lines, std::uint64_t seed)
+      : buf_(buf), next_(detail::make_cyclic_permutation(lines, seed)) {
+    for (std::size_t i = 0; i < lines; ++i)
+      *reinterpret_cast<char**>(buf + i * 64) = buf + static_cast<std::size_t>(next_[i]) * 64;
+  }
+  // Loads for a run of about `seconds`, from a first untimed run.
+  std::size_t calibrate(double seconds) {
+    const std::size_t probe_loads = std::min<std::size_t>(next_.size(), 1 << 16);
+    const auto t0 = steady::now();
+    (void)detail::kernel_chase(buf_, probe_loads);
+    const double ns = seconds_since(t0) * 1e9 / static_cast<double>(probe_loads);
+    std::size_t loads = static_cast<std::size_t>(seconds * 1e9 / std::max(ns, 1.0));
+    loads = std::clamp<std::size_t>(loads, 10'000, next_.size() / 2);
+    expected_ = buf_;
+    std::uint32_t idx = 0;
+    for (std::size_t k = 0; k < loads; ++k) idx = next_[idx];
+    expected_ = buf_ + static_cast<std::size_t>(idx) * 64;
+    loads_ = loads;
+    return loads;
+  }
+  chase_outcome run(int reps) const {
+    chase_outcome out;
+    for (int r = 0; r < reps; ++r) {
+      const auto t0 = steady::now();
+      const void* end = detail::kernel_chase(buf_, loads_);
+      out.ns.push_back(seconds_since(t0) * 1e9 / static_cast<double>(loads_));
+      if (end != expected_) out.ok = false;
+    }
+    return out;
+  }
+  [[nodiscard]] std::size_t loads() const { return loads_; }
+
+ private:
+  char* buf_;
+  std::vector<std::uint32_t> next_;
+  const char* expected_ = nullptr;
+  std::size_t loads_ = 0;
+};
+
+// A working set that lives in DRAM: 4x the last-level cache, at least 256 MiB (quick 128 MiB).
+std::size_t dram_working_set(const host_topology& topo, const probe_options& options) {
+  std::size_t ws = std::max<std::size_t>(4 * topo.last_level_cache_bytes(),
+                                         options.quick ? 128 * MiB : 256 * MiB);
+  std::uint64_t mem = 0;
+  for (const auto& nd : topo.numa_nodes()) mem += nd.memory_bytes;
+  while (mem > 0 && ws > 16 * MiB && ws > mem / 8) ws /= 2;
+  return ws / (2 * MiB) * (2 * MiB);
+}
+
+measurement latency_measurement(std::string key, std::string section, std::string title,
+                                std::string device, std::size_t ws, std::vector<double> ns) {
+  measurement m;
+  m.key = std::move(key);
+  m.section = std::move(section);
+  m.title = std::move(title);
+  m.device = std::move(device);
+  m.unit = "ns";
+  m.size_bytes = ws;
+  m.repetitions = static_cast<int>(ns.size());
+  m.samples = std::move(ns);
+  m.stats = sample_stats::of(m.samples);
+  m.verified = true;
+  return m;
+}
+
+void run_node_latency(const host_topology& topo, const probe_options& options,
+                      probe_report& report) {
+  const std::size_t ws = dram_working_set(topo, options);
+  for (const auto& nd : topo.numa_nodes()) {
+    const std::string name = fmt::format("numa{}", nd.os_index);
+    const std::string key = "host." + name + ".latency.dram";
+    const auto* near = detail::nearest_cpu_node(topo.numa_nodes(), nd.os_index);
+    if (near == nullptr || nd.memory_bytes < 4 * ws) {
+      report.skips.push_back({key, "no CPUs to run from, or too little memory on the node"});
+      continue;
+    }
+    char* buf = static_cast<char*>(topo.allocate(ws, nd.os_index));
+    if (buf == nullptr) {
+      report.skips.push_back(
+          {key, "could not allocate memory bound to NUMA node " + std::to_string(nd.os_index)});
+      continue;
+    }
+    chase_outcome out;
+    std::size_t loads = 0;
+    std::thread worker([&] {
+      topo.pin_current_thread(near->pus.front());
+      dram_chase chase(buf, ws / 64, 0x0DE5 + static_cast<std::uint64_t>(nd.os_index));
+      loads = chase.calibrate(options.quick ? 0.01 : 0.02);
+      out = chase.run(options.host_repetitions > 0 ? options.host_repetitions : 3);
+    });
+    worker.join();
+    topo.free_memory(buf, ws, nd.os_index);
+    if (!out.ok) {
+      report.skips.push_back({key, "pointer chase stopped at the wrong line: not reported", true});
+      continue;
+    }
+    auto m = latency_measurement(
+        key, "latency",
+        fmt::format("DRAM load latency, memory on NUMA node {} ({}), thread on node {}",
+                    nd.os_index, detail::to_string(detail::classify(nd)), near->os_index),
+        name, ws, out.ns);
+    m.note = fmt::format(
+        "{} dependent loads per sample over a random single cycle of 64 B lines in {} bound "
+        "to the node; end of chase checked",
+        loads, format_bytes(static_cast<double>(ws)));
+    m.extra["host_numa_node"] = nd.os_index;
+    m.extra["thread_numa_node"] = near->os_index;
+    m.extra["memory_only_node"] = nd.pus.empty() ? 1 : 0;
+    report.results.push_back(std::move(m));
+  }
+}
+
+// Loaded latency (Intel MLC's idea): one thread chases pointers through DRAM while every other
+// thread streams reads of its own buffer, pausing `delay` ns after each 64 KiB; from no streaming
+// through lighter loads to full speed. Every chunk a streamer reads is checked against its sum.
+void run_loaded_latency(const host_topology& topo, const probe_options& options,
+                        probe_report& report) {
+  const auto pus = topo.spread(topo.pus(), 0);
+  if (pus.size() < 2) {
+    report.skips.push_back({"host.latency.loaded", "one CPU: nothing to load the memory with"});
+    return;
+  }
+  const std::size_t ws = dram_working_set(topo, options);
+  const std::size_t streamers = pus.size() - 1;
+  constexpr std::size_t chunk_words = 64 * KiB / 8;
+  const std::size_t per_words =
+      std::max<std::size_t>(16 * MiB, 2 * topo.last_level_cache_bytes() / streamers) / 8 /
+      chunk_words * chunk_words;
+  std::vector<std::unique_ptr<std::uint64_t[]>> bufs(streamers);
+  for (auto& b : bufs) b.reset(new std::uint64_t[per_words]);
+  char* chase_buf = static_cast<char*>(topo.allocate(ws, -1));
+  if (chase_buf == nullptr) {
+    report.skips.push_back({"host.latency.loaded", "could not map the chase buffer"});
+    return;
+  }
+  curve cv;
+  cv.key = "host.latency.loaded";
+  cv.section = "loaded-latency";
+  cv.title = "host DRAM load latency while other threads stream (x: their GB/s)";
+  cv.x_label = "GB/s";
+  cv.y_unit = "ns";
+  cv.log_x = false;
+  std::string failure;
+  std::vector<double> max_ns;
+  double max_gbps = 0;
+  std::size_t loads = 0;
+  const int reps = options.host_repetitions > 0 ? options.host_repetitions : 3;
+  std::vector<std::uint64_t> delays = {UINT64_MAX};  // UINT64_MAX: no streaming at all
+  for (auto d : detail::loaded_latency_delays(options.quick)) delays.push_back(d);
+
+  std::thread chaser([&] {
+    topo.pin_current_thread(pus.front());
+    dram_chase chase(chase_buf, ws / 64, 0x10AD);
+    loads = chase.calibrate(options.quick ? 0.01 : 0.02);
+    for (const std::uint64_t delay : delays) {
+      std::atomic<bool> stop{false};
+      std::atomic<std::size_t> started{0}, bad{0};
+      std::vector<std::atomic<std::uint64_t>> bytes(streamers);
+      std::vector<std::thread> team;
+      if (delay != UINT64_MAX) {
+        for (std::size_t t = 0; t < streamers; ++t) {
+          team.emplace_back([&, t] {
+            topo.pin_current_thread(pus[t + 1]);
+            std::uint64_t* b = bufs[t].get();
+            for (std::size_t i = 0; i < per_words; ++i) b[i] = b_value(i);  // first touch
+            started.fetch_add(1);
+            for (std::size_t c = 0; !stop.load(std::memory_order_relaxed);
+                 c = (c + chunk_words) % per_words) {
+              if (detail::kernel_read(b + c, chunk_words) != sum_b(c, c + chunk_words))
+                bad.fetch_add(1);
+              bytes[t].fetch_add(chunk_words * 8, std::memory_order_relaxed);
+              if (delay > 0) {
+                const auto until = steady::now() + std::chrono::nanoseconds(delay);
+                while (steady::now() < until) {
+                }
+              }
+            }
+          });
+        }
+        while (started.load() < streamers) std::this_thread::yield();
+      }
+      auto total = [&] {
+        std::uint64_t s = 0;
+        for (auto& b : bytes) s += b.load();
+        return s;
+      };
+      const std::uint64_t b0 = total();
+      const auto t0 = steady::now();
+      const chase_outcome out = chase.run(reps);
+      const double sec = seconds_since(t0);
+      const std::uint64_t b1 = total();
+      stop.store(true);
+      for (auto& th : team) th.join();
+      if (!out.ok || bad.load() != 0) {
+        failure = !out.ok ? "the pointer chase stopped at the wrong line"
+                          : "a streaming thread read a wrong sum";
+        return;
+      }
+      curve::point p;
+      p.x = static_cast<double>(b1 - b0) / sec / 1e9;
+      p.samples = out.ns;
+      p.y = sample_stats::of(p.samples);
+      say(options, fmt::format("  loaded latency {:>8.2f} ns at {:>8.2f} GB/s", p.y.median, p.x));
+      if (delay == 0) {
+        max_ns = out.ns;
+        max_gbps = p.x;
+      }
+      cv.points.push_back(std::move(p));
+    }
+  });
+  chaser.join();
+  topo.free_memory(chase_buf, ws, -1);
+  if (!failure.empty()) {
+    report.skips.push_back({"host.latency.loaded", failure + ": not reported", true});
+    return;
+  }
+  const std::string how = fmt::format(
+      "{} dependent loads per sample over a random cycle of 64 B lines in {}; {} streaming "
+      "threads reading {} each, pausing after every 64 KiB; chase ends and every streamed chunk "
+      "checked",
+      loads, format_bytes(static_cast<double>(ws)), streamers,
+      format_bytes(static_cast<double>(per_words * 8)));
+  auto idle = latency_measurement("host.latency.loaded.idle", "loaded-latency",
+                                  "DRAM load latency, no other thread streaming", "host", ws,
+                                  cv.points.front().samples);
+  idle.note = how;
+  report.results.push_back(std::move(idle));
+  auto full = latency_measurement(
+      "host.latency.loaded.max", "loaded-latency",
+      fmt::format("DRAM load latency, {} threads streaming at full speed", streamers), "host", ws,
+      max_ns);
+  full.extra["streamed_gbps"] = max_gbps;
+  full.note = how;
+  report.results.push_back(std::move(full));
+  if (const auto at = detail::bandwidth_at_latency(cv.points, 2.0)) {
+    measurement m;
+    m.key = "host.latency.loaded.double_at";
+    m.section = "loaded-latency";
+    m.title = "streamed bandwidth at which the DRAM load latency doubles";
+    m.device = "host";
+    m.unit = "GB/s";
+    m.convention = byte_convention::read;
+    m.samples = {*at};
+    m.repetitions = 1;
+    m.stats = sample_stats::of(m.samples);
+    m.verified = true;
+    m.note =
+        "read off the loaded-latency curve, interpolated between its two points around "
+        "twice the idle latency";
+    report.results.push_back(std::move(m));
+  } else {
+    report.skips.push_back(
+        {"host.latency.loaded.double_at",
+         fmt::format("the latency never doubled, up to {:.1f} GB/s streamed", max_gbps)});
+  }
+  report.curves.push_back(std::move(cv));
+}
+
 }  // namespace
 
-std::vector<std::string> host_probe_sections() { return {"host", "latency"}; }
+std::vector<std::string> host_probe_sections() { return {"host", "latency", "loaded-latency"}; }
 
 std::vector<std::pair<std::string, std::string>> host_probe_keys() {
   std::vector<std::pair<std::string, std::string>> keys;
@@ -450,6 +721,18 @@ std::vector<std::pair<std::string, std::string>> host_probe_keys() {
                     "curve: load latency vs working set, 4 KiB to >= 1 GiB (quick: 256 MiB), ns");
   keys.emplace_back("host.latency.{level}",
                     "load latency of a level read off the curve: l1d, l2, l3, dram, ns");
+  keys.emplace_back("host.numa{N}.latency.dram",
+                    "DRAM load latency with the memory on NUMA node N, memory-only nodes included "
+                    "(several nodes only), ns");
+  keys.emplace_back("host.latency.loaded",
+                    "curve: DRAM load latency while other threads stream at increasing rates "
+                    "(x: their GB/s), ns");
+  keys.emplace_back("host.latency.loaded.idle",
+                    "DRAM load latency with no other thread streaming, ns");
+  keys.emplace_back("host.latency.loaded.max",
+                    "DRAM load latency with every other thread streaming at full speed, ns");
+  keys.emplace_back("host.latency.loaded.double_at",
+                    "streamed bandwidth at which the load latency is twice the idle one, GB/s");
   return keys;
 }
 
@@ -489,6 +772,7 @@ void fill_host_header(const probe_options& options, probe_report& report) {
     h[fmt::format("host.numa.{}.memory", nd.os_index)] =
         format_bytes(static_cast<double>(nd.memory_bytes));
     h[fmt::format("host.numa.{}.threads", nd.os_index)] = std::to_string(nd.pus.size());
+    h[fmt::format("host.numa.{}.kind", nd.os_index)] = detail::to_string(detail::classify(nd));
   }
   for (const auto& c : topo.caches()) {
     h["host.cache." + c.name] =
@@ -497,7 +781,8 @@ void fill_host_header(const probe_options& options, probe_report& report) {
 }
 
 void run_host_probe(const probe_options& options, probe_report& report) {
-  if (!options.wants("host") && !options.wants("latency")) return;
+  if (!options.wants("host") && !options.wants("latency") && !options.wants("loaded-latency"))
+    return;
   host_topology topo;
   if (options.wants("host")) {
     const int reps = options.host_repetitions > 0 ? options.host_repetitions
@@ -549,8 +834,20 @@ void run_host_probe(const probe_options& options, probe_report& report) {
         std::find(all_kinds.begin(), all_kinds.end(), bw_kind::copy) != all_kinds.end();
     if (nodes.size() > 1) {
       for (const auto& nd : nodes) {
-        if (nd.pus.empty()) continue;
         const std::string name = fmt::format("numa{}", nd.os_index);
+        if (nd.pus.empty()) {
+          // A memory-only node is measured from the nearest node with CPUs.
+          const auto* near = detail::nearest_cpu_node(nodes, nd.os_index);
+          if (near == nullptr || nd.memory_bytes == 0) continue;
+          if (!options.quick || copy_asked) {
+            placements.push_back({"host." + name + ".bw", name,
+                                  fmt::format("NUMA node {} (memory-only; threads on node {})",
+                                              nd.os_index, near->os_index),
+                                  topo.spread(near->pus, 0), nd.os_index, false,
+                                  options.quick ? std::vector<bw_kind>{bw_kind::copy} : all_kinds});
+          }
+          continue;
+        }
         if (!options.quick || copy_asked) {
           placements.push_back({"host." + name + ".bw", name,
                                 "NUMA node " + std::to_string(nd.os_index), topo.spread(nd.pus, 0),
@@ -582,6 +879,11 @@ void run_host_probe(const probe_options& options, probe_report& report) {
   if (options.wants("latency")) {
     say(options, "host latency: pointer chase");
     run_latency(topo, options, report);
+    if (topo.numa_nodes().size() > 1) run_node_latency(topo, options, report);
+  }
+  if (options.wants("loaded-latency")) {
+    say(options, "host loaded latency: pointer chase while other threads stream");
+    run_loaded_latency(topo, options, report);
   }
 }
 

@@ -6,8 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
+#include <stdexcept>
 
 #include "vramkit/config.hpp"
 
@@ -50,10 +54,131 @@ struct host_topology::impl {
 #endif
 };
 
-host_topology::host_topology() : impl_(std::make_unique<impl>()) {
+const char* to_string(numa_kind k) noexcept {
+  switch (k) {
+    case numa_kind::memory_only:
+      return "memory-only";
+    case numa_kind::cpus_only:
+      return "CPUs only";
+    default:
+      return "CPUs and memory";
+  }
+}
+
+numa_kind classify(const numa_node_info& node) noexcept {
+  if (node.pus.empty()) return numa_kind::memory_only;
+  if (node.memory_bytes == 0) return numa_kind::cpus_only;
+  return numa_kind::cpus_and_memory;
+}
+
+std::vector<int> parse_cpulist(const std::string& text) {
+  std::vector<int> out;
+  std::string t;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) t += c;
+  std::size_t i = 0;
+  auto number = [&]() {
+    std::size_t j = i;
+    while (j < t.size() && std::isdigit(static_cast<unsigned char>(t[j]))) ++j;
+    if (j == i || j - i > 7) throw std::invalid_argument("cpulist: malformed '" + text + "'");
+    const int v = std::stoi(t.substr(i, j - i));
+    i = j;
+    return v;
+  };
+  while (i < t.size()) {
+    const int a = number();
+    int b = a;
+    if (i < t.size() && t[i] == '-') {
+      ++i;
+      b = number();
+      if (b < a) throw std::invalid_argument("cpulist: descending range in '" + text + "'");
+    }
+    for (int c = a; c <= b; ++c) out.push_back(c);
+    if (i < t.size()) {
+      if (t[i] != ',') throw std::invalid_argument("cpulist: malformed '" + text + "'");
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::vector<numa_node_info> numa_nodes_from_sysfs(const std::string& sysfs_root) {
+  namespace fs = std::filesystem;
+  std::vector<numa_node_info> nodes;
+  const fs::path dir = fs::path(sysfs_root) / "devices/system/node";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return nodes;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("node", 0) != 0 || name.size() == 4 ||
+        !std::all_of(name.begin() + 4, name.end(), [](char c) { return std::isdigit(c); }))
+      continue;
+    numa_node_info n;
+    n.os_index = std::stoi(name.substr(4));
+    std::ifstream cpus(entry.path() / "cpulist");
+    std::string line;
+    std::getline(cpus, line);
+    try {
+      n.pus = parse_cpulist(line);
+    } catch (const std::invalid_argument&) {
+      throw std::invalid_argument((entry.path() / "cpulist").string() + ": malformed '" + line +
+                                  "'");
+    }
+    std::ifstream mem(entry.path() / "meminfo");
+    while (std::getline(mem, line)) {
+      // "Node 2 MemTotal:       67108864 kB"
+      const auto at = line.find("MemTotal:");
+      if (at == std::string::npos) continue;
+      std::istringstream in(line.substr(at + 9));
+      std::uint64_t kb = 0;
+      std::string unit;
+      if (!(in >> kb >> unit) || unit != "kB")
+        throw std::invalid_argument((entry.path() / "meminfo").string() + ": malformed '" + line +
+                                    "'");
+      n.memory_bytes = kb * 1024;
+    }
+    std::ifstream dist(entry.path() / "distance");
+    for (int d = 0; dist >> d;) n.distances.push_back(d);
+    nodes.push_back(std::move(n));
+  }
+  std::sort(nodes.begin(), nodes.end(), [](const numa_node_info& a, const numa_node_info& b) {
+    return a.os_index < b.os_index;
+  });
+  return nodes;
+}
+
+const numa_node_info* nearest_cpu_node(const std::vector<numa_node_info>& nodes, int os_index) {
+  const numa_node_info* self = nullptr;
+  for (const auto& n : nodes)
+    if (n.os_index == os_index) self = &n;
+  if (self != nullptr && !self->pus.empty()) return self;
+  const numa_node_info* best = nullptr;
+  int best_d = 0;
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    const auto& n = nodes[k];
+    if (n.pus.empty()) continue;
+    // distances are listed in node order, which is OS-index order under /sys
+    const int d = self != nullptr && k < self->distances.size() ? self->distances[k] : 0;
+    if (best == nullptr || d < best_d) {
+      best = &n;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+host_topology::host_topology() : host_topology("/sys") {}
+
+host_topology::host_topology(const std::string& sysfs_root, const std::string& hwloc_xml)
+    : impl_(std::make_unique<impl>()) {
   cpu_model_ = cpu_model_from_proc();
 #if VRAMKIT_HAVE_HWLOC
-  if (hwloc_topology_init(&impl_->topo) == 0 && hwloc_topology_load(impl_->topo) == 0) {
+  const bool init = hwloc_topology_init(&impl_->topo) == 0;
+  if (init && !hwloc_xml.empty() && hwloc_topology_set_xml(impl_->topo, hwloc_xml.c_str()) != 0) {
+    hwloc_topology_destroy(impl_->topo);
+    impl_->topo = nullptr;
+  }
+  if (init && impl_->topo != nullptr && hwloc_topology_load(impl_->topo) == 0) {
     hwloc_topology_t t = impl_->topo;
     const int npu = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
     for (int i = 0; i < npu; ++i) {
@@ -75,6 +200,20 @@ host_topology::host_topology() : impl_(std::make_unique<impl>()) {
         }
       }
       nodes_.push_back(std::move(info));
+    }
+    // Linux gives every CPU one home node, hwloc gives a CPU-less node the CPUs of its locality:
+    // a node whose CPUs all belong to a node listed before it has none of its own.
+    std::vector<int> claimed;
+    for (auto& n : nodes_) {
+      const bool all_claimed =
+          !n.pus.empty() && std::all_of(n.pus.begin(), n.pus.end(), [&](int pu) {
+            return std::find(claimed.begin(), claimed.end(), pu) != claimed.end();
+          });
+      if (all_claimed) {
+        n.pus.clear();
+      } else {
+        claimed.insert(claimed.end(), n.pus.begin(), n.pus.end());
+      }
     }
     const std::pair<hwloc_obj_type_t, const char*> levels[] = {{HWLOC_OBJ_L1CACHE, "L1d"},
                                                                {HWLOC_OBJ_L2CACHE, "L2"},
@@ -108,6 +247,28 @@ host_topology::host_topology() : impl_(std::make_unique<impl>()) {
     if (pus_.empty()) pus_.push_back(0);
     for (std::size_t k = 0; k < pus_.size(); ++k) core_of_pu_.push_back(static_cast<int>(k));
     cores_ = static_cast<int>(pus_.size());
+  }
+  // The kernel's view of each node's CPUs and distances wins: hwloc gives a memory-only node the
+  // CPUs of its locality, and has no distances here. Without hwloc, the nodes come from /sys.
+  const auto sys_nodes = numa_nodes_from_sysfs(sysfs_root);
+  if (nodes_.empty() && sys_nodes.size() > 1) {
+    for (auto n : sys_nodes) {
+      std::vector<int> usable;
+      for (int pu : n.pus)
+        if (std::find(pus_.begin(), pus_.end(), pu) != pus_.end()) usable.push_back(pu);
+      n.pus = usable.empty() && !n.pus.empty() ? n.pus : usable;
+      nodes_.push_back(std::move(n));
+    }
+  }
+  for (auto& n : nodes_) {
+    for (const auto& k : sys_nodes) {
+      if (k.os_index != n.os_index) continue;
+      std::vector<int> own;  // the kernel's CPUs of the node that this process may use
+      for (int pu : k.pus)
+        if (std::find(pus_.begin(), pus_.end(), pu) != pus_.end()) own.push_back(pu);
+      if (k.pus.empty() || !own.empty()) n.pus = own;
+      n.distances = k.distances;
+    }
   }
   if (nodes_.empty()) {
     numa_node_info info;

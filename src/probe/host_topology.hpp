@@ -12,12 +12,37 @@
 
 namespace vramkit::probe::detail {
 
-/// One NUMA node: its OS index, local memory and the OS indices of its processing units.
+/// One NUMA node: its OS index, local memory and the OS indices of its processing units (none for
+/// a memory-only node), and the kernel's distances to every node (by OS index; empty if unknown).
 struct numa_node_info {
   int os_index = 0;
   std::uint64_t memory_bytes = 0;
   std::vector<int> pus;
+  std::vector<int> distances;
 };
+
+/// What a NUMA node holds, as the kernel sees it.
+enum class numa_kind {
+  cpus_and_memory,
+  memory_only,  ///< no CPUs of its own: a CXL memory expander, HBM-only or other far memory
+  cpus_only,    ///< CPUs whose memory lives elsewhere
+};
+/// "CPUs and memory", "memory-only", "CPUs only".
+const char* to_string(numa_kind k) noexcept;
+numa_kind classify(const numa_node_info& node) noexcept;
+
+/// The NUMA nodes under `sysfs_root` (normally "/sys"), from devices/system/node/node<N>/cpulist,
+/// meminfo ("Node N MemTotal: K kB") and distance, in OS-index order; empty when the directory is
+/// missing. Throws std::invalid_argument naming the file when one is malformed.
+std::vector<numa_node_info> numa_nodes_from_sysfs(const std::string& sysfs_root);
+
+/// The CPUs of a kernel cpulist ("0-3,8,10-11"; "" = none); throws std::invalid_argument on
+/// malformed text.
+std::vector<int> parse_cpulist(const std::string& text);
+
+/// The node with CPUs nearest to node `os_index` by the kernel's distances (itself when it has
+/// CPUs; the first node with CPUs when no distances are known), or nullptr when none has CPUs.
+const numa_node_info* nearest_cpu_node(const std::vector<numa_node_info>& nodes, int os_index);
 
 /// One level of data (or unified) cache: "L1d", "L2", "L3"; size of one instance; instances.
 struct cache_level_info {
@@ -28,7 +53,13 @@ struct cache_level_info {
 
 class host_topology {
  public:
+  /// The machine's topology; NUMA nodes as the kernel lists them under /sys take precedence for
+  /// which CPUs a node has (hwloc gives a memory-only node the CPUs it is local to).
   host_topology();
+  /// The same with the node facts read under `sysfs_root` instead of /sys and, when `hwloc_xml`
+  /// is not empty, the topology loaded from that hwloc XML file (tests; pinning and binding then
+  /// refer to the described machine, not this one).
+  explicit host_topology(const std::string& sysfs_root, const std::string& hwloc_xml = "");
   ~host_topology();
   host_topology(const host_topology&) = delete;
   host_topology& operator=(const host_topology&) = delete;

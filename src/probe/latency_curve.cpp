@@ -156,4 +156,24 @@ std::vector<memory_level> find_levels(const std::vector<curve::point>& points,
   return levels;
 }
 
+std::optional<double> bandwidth_at_latency(const std::vector<curve::point>& points, double factor) {
+  if (points.size() < 2) return std::nullopt;
+  std::vector<curve::point> p = points;
+  std::sort(p.begin(), p.end(),
+            [](const curve::point& a, const curve::point& b) { return a.x < b.x; });
+  const double limit = factor * p.front().y.median;
+  for (std::size_t i = 1; i < p.size(); ++i) {
+    if (p[i].y.median < limit) continue;
+    const double y0 = p[i - 1].y.median, y1 = p[i].y.median;
+    const double t = y1 > y0 ? (limit - y0) / (y1 - y0) : 1.0;
+    return p[i - 1].x + std::clamp(t, 0.0, 1.0) * (p[i].x - p[i - 1].x);
+  }
+  return std::nullopt;
+}
+
+std::vector<std::uint64_t> loaded_latency_delays(bool quick) {
+  if (quick) return {20000, 2000, 200, 0};
+  return {50000, 20000, 8000, 3000, 1000, 400, 150, 50, 0};
+}
+
 }  // namespace vramkit::probe::detail

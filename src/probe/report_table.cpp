@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "vramkit/core/units.hpp"
+#include "vramkit/probe/hierarchy.hpp"
 
 namespace vramkit::probe {
 
@@ -21,9 +22,29 @@ std::string format_figure(double v) {
   return fmt::format("{:.3f}", v);
 }
 
+std::string summary_table(const probe_report& report) {
+  const auto levels = hierarchy(report);
+  if (levels.empty()) return {};
+  std::string out = "memory hierarchy at a glance (median of each figure):\n";
+  const std::string row = "  {:<6} {:<34} {:>11} {:>12} {:>11} {:>6}  {}\n";
+  out += fmt::format(fmt::runtime(row), "device", "level", "size", "bandwidth", "latency", "%peak",
+                     "verdict");
+  for (const auto& l : levels) {
+    out += fmt::format(
+        fmt::runtime(row), l.device, l.name,
+        l.size_bytes ? format_bytes(static_cast<double>(*l.size_bytes)) : "-",
+        l.bandwidth_gbps ? format_figure(*l.bandwidth_gbps) + " GB/s" : "-",
+        l.latency_ns ? format_figure(*l.latency_ns) + " ns" : "-",
+        l.percent_of_peak ? fmt::format("{:.1f}", *l.percent_of_peak) : "-",
+        std::string(to_string(l.verdict)) + (l.note.empty() ? "" : " (" + l.note + ")"));
+  }
+  return out;
+}
+
 std::string to_table(const probe_report& report) {
   std::string out;
   out += "vramkit probe\n";
+  if (const auto s = summary_table(report); !s.empty()) out += "\n" + s + "\n";
   for (const auto& [k, v] : report.header) out += fmt::format("  {:<28} {}\n", k, v);
 
   // Sections in the order they first appear.

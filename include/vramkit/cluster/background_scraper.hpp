@@ -34,7 +34,7 @@ struct exporter_scrape {
   std::set<std::string> pods;
 };
 
-/// Reads one exporter's /metrics text for node `name`; throws usage_error on malformed text or
+/// Reads one exporter's /metrics text for node `name`; throws invalid_input on malformed text or
 /// when it names no GPU.
 [[nodiscard]] exporter_scrape parse_exporter_scrape(const std::string& name, std::string_view text);
 

@@ -15,7 +15,7 @@ namespace vramkit::cluster {
 /// Reads a v1 PodList (the API's answer to a pod list): every Running, Ready pod with a
 /// spec.nodeName and a status.podIP gives node -> http://<podIP>:<port>/metrics (IPv6 in
 /// brackets). With the DaemonSet on the host network the pod IP is the node IP. Throws
-/// usage_error on text that is not a PodList.
+/// invalid_input on text that is not a PodList.
 [[nodiscard]] std::map<std::string, std::string> exporters_from_pod_list(std::string_view json_text,
                                                                          int port);
 

@@ -31,6 +31,17 @@ struct gpu_spec {
 /// Every entry, in catalogue order.
 const std::vector<gpu_spec>& gpu_catalogue();
 
+/// What --gpu names: a catalogue GPU, or a bare capacity.
+struct gpu_target {
+  const gpu_spec* gpu = nullptr;  ///< the catalogue entry; null for a capacity
+  std::uint64_t capacity_bytes = 0;
+};
+
+/// Reads --gpu: a catalogue name or alias ("h100"), a unique model number ("4090" is the RTX
+/// 4090, never 4090 bytes), or a capacity with its unit ("24GiB", at least 256 MiB). Throws
+/// invalid_input naming the value otherwise.
+gpu_target parse_gpu_target(std::string_view text);
+
 /// The entry whose name or alias matches (case-insensitive, spaces and dashes ignored); throws
 /// invalid_input listing the catalogue when there is none.
 const gpu_spec& find_gpu(std::string_view name);

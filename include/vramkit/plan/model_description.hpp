@@ -11,14 +11,21 @@
 namespace vramkit::plan {
 
 /// The implementation family whose op sequence the planner replays.
-enum class model_family { gpt2, llama, gpt_neox, bert, resnet, vit };
+enum class model_family { gpt2, llama, gpt_neox, bert, resnet, vit, phi3 };
 const char* to_string(model_family f) noexcept;
+
+/// How weights are stored: full precision, or quantised (inference). int8: LLM.int8-style rows
+/// with one fp16 scale each; int4: AWQ/GPTQ groups with an fp16 scale and zero per group;
+/// nf4: bitsandbytes 4-bit blocks of 64 with double-quantised absmax; fp8: one byte per weight
+/// with per-tensor scales.
+enum class quant_kind { none, int8, int4, nf4, fp8 };
 
 /// MLP flavour of a transformer block.
 enum class mlp_kind {
-  gelu_python,  ///< GPT-2 "gelu_new": tanh GELU written as Python tensor ops (saves 4 tensors)
-  gelu,         ///< one fused GELU kernel (BERT, GPT-NeoX, ViT)
-  swiglu,       ///< gate/up/down with SiLU (LLaMA, Mistral, Qwen2)
+  gelu_python,    ///< GPT-2 "gelu_new": tanh GELU written as Python tensor ops (saves 4 tensors)
+  gelu,           ///< one fused GELU kernel (BERT, GPT-NeoX, ViT)
+  swiglu,         ///< gate/up/down with SiLU (LLaMA, Mistral, Qwen2)
+  swiglu_packed,  ///< one gate_up projection chunked in two, then SiLU (Phi-3)
 };
 
 /// Shapes of a transformer with an LM or MLM head. `head_dim` is taken from the config when given.
@@ -43,6 +50,20 @@ struct transformer_shape {
   double attention_dropout = 0;
   double hidden_dropout = 0;
   double embedding_dropout = 0;
+  std::int64_t max_context = 0;              ///< max_position_embeddings (0: not given)
+  std::int64_t sliding_window = 0;           ///< tokens a sliding-window layer attends to (0: none)
+  std::vector<std::uint8_t> sliding_layers;  ///< per layer, 1 = sliding window (empty: none)
+  [[nodiscard]] bool sliding(std::int64_t layer) const noexcept {
+    return sliding_window > 0 && static_cast<std::size_t>(layer) < sliding_layers.size() &&
+           sliding_layers[static_cast<std::size_t>(layer)] != 0;
+  }
+};
+
+/// Weights as a checkpoint stores them (its quantization_config).
+struct stored_weights {
+  quant_kind quant = quant_kind::none;
+  int group_size = 128;  ///< weights per scale (AWQ/GPTQ); 64 for nf4
+  std::string method;    ///< quant_method as the config names it ("awq", "gptq", ...)
 };
 
 /// torchvision ResNet: block kind and blocks per stage.
@@ -70,6 +91,8 @@ struct model_description {
   transformer_shape t;
   resnet_shape resnet;
   vit_shape vit;
+  std::string torch_dtype;  ///< the config's torch_dtype / dtype ("bfloat16", ...; empty if absent)
+  stored_weights weights;
 
   [[nodiscard]] bool is_vision() const noexcept {
     return family == model_family::resnet || family == model_family::vit;

@@ -12,12 +12,13 @@
 namespace vramkit::plan {
 
 enum class run_mode { train, infer };
-enum class precision { fp32, amp_bf16, amp_fp16, bf16, fp8 };
+/// `automatic`: inference in the config's torch_dtype (bf16 when absent for the rotary families,
+/// fp32 for GPT-2/BERT, as transformers loads with dtype="auto"); training in fp32.
+enum class precision { fp32, amp_bf16, amp_fp16, bf16, fp8, automatic };
 enum class optimizer_kind { sgd, sgd_momentum, adam, adamw, adamw_8bit };
 enum class checkpointing { none, full, selective };
 enum class attention_kind { sdpa, flash, eager };
 enum class offload_kind { none, optimizer, params };
-enum class quant_kind { none, int8, int4 };
 /// How inference runs: transformers' generate() (contiguous cache grown by concatenation) or a
 /// serving engine with a paged KV cache (blocks of 16 tokens, reserved for the whole context).
 enum class serving_kind { generate, paged };
@@ -49,10 +50,10 @@ struct plan_request {
   std::int64_t micro_batch =
       0;  ///< samples per forward/backward on one GPU; 0 = batch / data-parallel degree
   std::int64_t seq = 0;  ///< tokens per sample (train); 0 = 1024 capped at the model's positions
-  std::int64_t image_size = 224;  ///< CNN/ViT input side
-  std::int64_t prompt = 0;        ///< infer: prompt tokens (0 = 512)
-  std::int64_t new_tokens = 0;    ///< infer: generated tokens (0 = 128)
-  precision prec = precision::fp32;
+  std::int64_t image_size = 0;  ///< CNN/ViT input side (0 = 224)
+  std::int64_t prompt = 0;      ///< infer: prompt tokens (0 = 512)
+  std::int64_t new_tokens = 0;  ///< infer: generated tokens (0 = 128)
+  precision prec = precision::automatic;
   optimizer_kind optimizer = optimizer_kind::adamw;
   checkpointing ckpt = checkpointing::none;
   attention_kind attention = attention_kind::sdpa;
@@ -70,6 +71,8 @@ struct plan_request {
   /// modelled under memory pressure (cache flushes before out of memory) and the plan says
   /// whether the run fits.
   std::uint64_t device_capacity_bytes = 0;
+
+  bool operator==(const plan_request&) const = default;
 
   /// Data-parallel degree = gpus / (tp * pp).
   [[nodiscard]] int data_parallel() const noexcept { return gpus / (tp * pp); }

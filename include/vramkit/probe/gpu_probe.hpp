@@ -1,5 +1,6 @@
 // The GPU sections of `vramkit probe`: device memory, host<->device copies, zero-copy, managed
-// memory, peer copies, latency, allocation cost and copy/compute overlap, for every CUDA device.
+// memory, peer copies, latency, allocation cost, copy/compute overlap, access patterns, cache
+// levels, transfers per NUMA node and all GPUs at once, for every CUDA device.
 // Plain C++ (no CUDA headers). Not thread-safe: run one probe at a time per process.
 #pragma once
 
@@ -25,7 +26,7 @@ std::vector<std::pair<std::string, std::string>> gpu_probe_keys();
 
 /// The `--only` section names the GPU probe understands: "gpu" (all of them), then each section
 /// of the case table once ("device", "h2d", "zerocopy", "managed", "p2p", "gpu-latency", "alloc",
-/// "overlap").
+/// "overlap", "patterns", "gpu-cache", "h2d-numa", "all-gpus").
 std::vector<std::string> gpu_probe_sections();
 
 }  // namespace vramkit::probe

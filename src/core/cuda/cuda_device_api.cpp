@@ -291,9 +291,10 @@ class cuda_api final : public device_api {
     if (!d.missing.empty()) return 0;
     int supported = 0;
     const int dev = current_device();
-    if (cudaDeviceGetAttribute(&supported, cudaDevAttrVirtualMemoryManagementSupported, dev) !=
-            cudaSuccess ||
-        supported == 0) {
+    // The runtime's attribute numbers are the driver's; it names no constant for this one.
+    const auto attr =
+        static_cast<cudaDeviceAttr>(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED);
+    if (cudaDeviceGetAttribute(&supported, attr, dev) != cudaSuccess || supported == 0) {
       (void)cudaGetLastError();
       return 0;
     }

@@ -9,11 +9,12 @@ namespace vramkit::plan::detail {
 
 namespace {
 
-constexpr std::array<transformer_family, 4> k_families{{
+constexpr std::array<transformer_family, 5> k_families{{
     {model_family::gpt2, &gpt2_attention, block_layout::pre_norm},
     {model_family::llama, &llama_attention, block_layout::pre_norm},
     {model_family::gpt_neox, &gpt_neox_attention, block_layout::pre_norm},
     {model_family::bert, &bert_attention, block_layout::post_norm},
+    {model_family::phi3, &phi3_attention, block_layout::pre_norm},
 }};
 
 }  // namespace

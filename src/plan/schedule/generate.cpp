@@ -10,16 +10,25 @@ namespace vramkit::plan::detail {
 
 u64 inference_weight_bytes(const walker& w, int i, const parameter_tensor& p) {
   const u64 e = w.param_elems(i);
+  // Quantisers leave norms, embeddings and the head in 16 bits.
   const bool matrix = p.layer >= 0 && p.name.find("norm") == std::string::npos;
+  const u64 group = static_cast<u64>(std::max(1, w.model().weights.group_size));
   switch (w.request().quant) {
     case quant_kind::none:
       return e * static_cast<u64>(w.dt().param);
     // int8 (LLM.int8 style): 1 byte per weight + one fp16 scale per output row (~h per matrix).
     case quant_kind::int8:
       return matrix ? e + e / static_cast<u64>(std::max<i64>(1, w.model().t.hidden)) * 2 : e * 2;
-    // int4 with group size 128: 0.5 byte + fp16 scale and zero per 128 weights.
+    // AWQ / GPTQ int4: 0.5 byte + an fp16 scale and zero per group (128 unless the config says).
     case quant_kind::int4:
-      return matrix ? e / 2 + e / 128 * 4 : e * 2;
+      return matrix ? e / 2 + e / group * 4 : e * 2;
+    // bitsandbytes NF4 with double quantisation (QLoRA paper): 0.5 byte + one 8-bit absmax per
+    // block of 64 + one fp32 scale per 256 of those = 4.127 bits per weight.
+    case quant_kind::nf4:
+      return matrix ? e / 2 + e / 64 + e / (64 * 256) * 4 : e * 2;
+    // fp8 checkpoints (e4m3): one byte per weight and an fp32 scale per tensor.
+    case quant_kind::fp8:
+      return matrix ? e + 4 : e * 2;
   }
   return e * 2;
 }
@@ -56,6 +65,26 @@ void norm_temporaries(walker& w, u64 nh) {
   }
 }
 
+/// Eager attention at inference (transformers' eager_attention_forward): repeat_kv copies K and
+/// V out to every query head, the q k^T scores are scaled and masked out of place, softmax runs
+/// in fp32 and is cast back, then multiplies V. The score tensors are (b, heads, q, kv).
+void eager_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
+  const int low = w.dt().low;
+  const u64 n_s = static_cast<u64>(D.b * D.heads) * static_cast<u64>(q_len * kv_len);
+  tensor k, v;
+  if (D.kv != D.heads) {
+    const u64 n_rep = static_cast<u64>(D.b * D.heads * kv_len * D.d) * low;
+    k = w.alloc(n_rep, tmp, "repeat_kv keys");
+    v = w.alloc(n_rep, tmp, "repeat_kv values");
+  }
+  tensor s = w.alloc(n_s * low, tmp, "attention scores");
+  s = w.alloc(n_s * low, tmp, "scaled scores");
+  s = w.alloc(n_s * low, tmp, "masked scores");
+  tensor p = w.alloc(n_s * 4, tmp, "softmax fp32");
+  s.reset();
+  p = w.alloc(n_s * low, tmp, "softmax cast");
+}
+
 /// Attention of one layer: projections, RoPE, the cache append, the output projection.
 tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u64 rows, i64 past) {
   const int low = w.dt().low;
@@ -69,9 +98,15 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
     w.transient(rows * D.heads * D.d * low, tmp, "rope");
     w.transient(rows * D.heads * D.d * low, tmp, "rope");
   }
+  const i64 q_len = static_cast<i64>(rows) / D.b;
+  // A sliding-window layer (transformers' DynamicSlidingWindowLayer) keeps window - 1 tokens
+  // between steps, so each step's cat holds at most window - 1 cached tokens plus the new ones.
+  const auto& t = w.model().t;
+  const i64 cached = t.sliding(l) ? std::min<i64>(past, t.sliding_window - 1) : past;
+  if (w.request().attention == attention_kind::eager) eager_scores(w, D, q_len, cached + q_len);
   if (w.request().serving == serving_kind::generate) {
     // DynamicCache: keys = cat([keys, new]) allocates the grown tensor, then the old one dies.
-    const u64 total = static_cast<u64>(D.b) * (past + rows / D.b) * D.kv_tok;
+    const u64 total = static_cast<u64>(D.b) * (cached + q_len) * D.kv_tok;
     cache.k[l] = w.alloc(total, component::kv_cache, "KV cache (K)");
     cache.v[l] = w.alloc(total, component::kv_cache, "KV cache (V)");
   }
@@ -87,7 +122,13 @@ tensor infer_mlp(walker& w, u64 rows, u64 nh, u64 nf) {
   const int low = w.dt().low;
   const auto kind = w.model().t.mlp;
   tensor a;
-  if (kind == mlp_kind::swiglu) {
+  if (kind == mlp_kind::swiglu_packed) {
+    tensor gu = w.alloc(2 * nf * low, tmp, "mlp gate_up");
+    tensor s = w.alloc(nf * low, tmp, "mlp act");
+    a = w.alloc(nf * low, tmp, "mlp product");
+    s.reset();
+    gu.reset();
+  } else if (kind == mlp_kind::swiglu) {
     tensor g = w.alloc(nf * low, tmp, "mlp gate");
     a = w.alloc(nf * low, tmp, "mlp act");
     g.reset();
@@ -128,6 +169,11 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
   const u64 nh = rows * D.h;
   const u64 nf = rows * D.f;
   tensor x = w.alloc(nh * low, tmp, "hidden states");
+  // Eager attention needs the (b, 1, q, kv) additive causal mask, built once per forward.
+  tensor mask;
+  if (w.request().attention == attention_kind::eager)
+    mask = w.alloc(static_cast<u64>(D.b * q_len) * static_cast<u64>(past + q_len) * low, tmp,
+                   "causal mask");
   for (int l = 0; l < D.layers; ++l) {
     w.set_layer(l);
     norm_temporaries(w, nh);
@@ -192,8 +238,10 @@ void generate(walker& w) {
   w.keep(static_cast<u64>(b * p) * 16, component::inputs, "input ids and mask");
   if (r.serving == serving_kind::paged) {
     // Paged engine: blocks of 16 tokens for the whole context, reserved up front.
-    const u64 blocks = static_cast<u64>((p + n + 15) / 16);
     for (int l = 0; l < D.layers; ++l) {
+      // A sliding-window layer needs blocks for its window only.
+      const i64 tokens = t.sliding(l) ? std::min<i64>(p + n, t.sliding_window) : p + n;
+      const u64 blocks = static_cast<u64>((tokens + 15) / 16);
       cache.k[l] = w.alloc(blocks * 16 * D.kv_tok * b, component::kv_cache, "paged KV blocks (K)");
       cache.v[l] = w.alloc(blocks * 16 * D.kv_tok * b, component::kv_cache, "paged KV blocks (V)");
     }

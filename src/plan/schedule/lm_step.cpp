@@ -58,7 +58,9 @@ tensor lm_forward_loss(walker& w) {
   // A causal eager mask (b, 1, s, s) in the residual dtype lives through the forward.
   tensor mask;
   if (r.attention == attention_kind::eager && w.model().family != model_family::bert)
-    mask = w.alloc(static_cast<u64>(D.b * D.s * D.s) * eb, component::temporaries, "causal mask");
+    mask = w.alloc(
+        static_cast<u64>(D.b) * static_cast<u64>(D.s * D.sp) * static_cast<u64>(D.s * D.sp) * eb,
+        component::temporaries, "causal mask");
   int xb = eb;
   const i64 layers = t.layers / r.pp;
   for (int l = 0; l < layers; ++l) {

@@ -47,6 +47,21 @@ tensor gelu_python(walker& w, const dims& D, const tensor& in, int in_bytes,
   return w.linear(a, rows, D.f, D.h, p.mlp_down, eb, "mlp down");
 }
 
+/// Phi3MLP: up_states = gate_up_proj(x); gate, up = chunk(2); up * silu(gate). silu saves its
+/// input, a view that keeps the whole 2f projection alive until backward.
+tensor swiglu_packed(walker& w, const dims& D, const tensor& in, int in_bytes,
+                     const layer_params& p) {
+  const i64 rows = D.tok();
+  const int low = w.dt().low;
+  const u64 nf = static_cast<u64>(rows * D.f);
+  tensor gu = w.linear(in, rows, D.h, 2 * D.f, p.mlp_in, in_bytes, "mlp gate_up");
+  tensor a = w.op(nf * low, "mlp silu", {edge{gu, nf * low}}, {gu});
+  tensor m = w.op(nf * low, "mlp product", {edge{a, nf * low}, edge{gu, nf * low}}, {a, gu});
+  a.reset();
+  gu.reset();
+  return w.linear(m, rows, D.f, D.h, p.mlp_down, low, "mlp down");
+}
+
 tensor gelu(walker& w, const dims& D, const tensor& in, int in_bytes, const layer_params& p) {
   const i64 rows = D.tok();
   const int low = w.dt().low;
@@ -63,6 +78,8 @@ tensor mlp(walker& w, const dims& D, const tensor& in, int in_bytes, const layer
   switch (w.model().t.mlp) {
     case mlp_kind::swiglu:
       return swiglu(w, D, in, in_bytes, p);
+    case mlp_kind::swiglu_packed:
+      return swiglu_packed(w, D, in, in_bytes, p);
     case mlp_kind::gelu_python:
       return gelu_python(w, D, in, in_bytes, p);
     case mlp_kind::gelu:

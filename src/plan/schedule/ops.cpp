@@ -68,8 +68,12 @@ tensor sdpa(walker& w, const dims& D, const attention_inputs& in) {
   } else {
     qc = in.q;
   }
-  const u64 s_round = static_cast<u64>((D.s + 127) / 128 * 128);
-  tensor lse = w.alloc(static_cast<u64>(D.b * D.heads) * s_round * 4, component::activations,
+  // PyTorch's SDPA rounds the log-sum-exp rows up to 128; flash-attn 2 (attn_implementation
+  // "flash_attention_2") allocates exactly seq of them.
+  const i64 seq = D.s * D.sp;
+  const u64 s_round = static_cast<u64>(
+      w.request().attention == attention_kind::flash ? seq : (seq + 127) / 128 * 128);
+  tensor lse = w.alloc(static_cast<u64>(D.b * D.heads / D.sp) * s_round * 4, component::activations,
                        "attention logsumexp");
   // Backward: flash keeps an fp32 dq accumulator (and expanded dk/dv for grouped heads).
   const u64 ws = n_q * 4 + (D.kv != D.heads ? 2 * n_q * low : 0);
@@ -94,7 +98,7 @@ tensor eager_attention(walker& w, const dims& D, const attention_inputs& in) {
   const u64 n_q = static_cast<u64>(D.tok() * D.heads * D.d);
   const u64 n_kv = static_cast<u64>(D.tok() * D.kv * D.d);
   const int low = w.dt().low;
-  const u64 n_s = static_cast<u64>(D.b * D.heads) * static_cast<u64>(D.s * D.s);
+  const u64 n_s = D.score_elems();
   const u64 qkv_edge =
       in.packed ? n_q * in.qkv_bytes + 2 * n_kv * in.qkv_bytes : n_q * in.qkv_bytes;
   tensor s = w.op(n_s * low, "attention scores", {edge{in.q, qkv_edge}}, {in.q});
@@ -113,13 +117,38 @@ tensor eager_attention(walker& w, const dims& D, const attention_inputs& in) {
   return w.op(n_q * low, "attention output", {edge{ctx, n_q * low}}, {});
 }
 
+/// Selective recompute (Korthikanti et al., section 4.3): the attention core runs without
+/// saving; its node keeps q, k and v, and backward re-materialises the s x s tensors (scores,
+/// softmax, dropout mask and their gradient) as a workspace while it produces dq, dk and dv.
+tensor selective_eager_attention(walker& w, const dims& D, const attention_inputs& in) {
+  const u64 n_q = static_cast<u64>(D.tok() * D.heads * D.d);
+  const u64 n_kv = static_cast<u64>(D.tok() * D.kv * D.d);
+  const int low = w.dt().low;
+  const u64 n_s = D.score_elems();
+  w.set_grad(false);
+  tensor out = eager_attention(w, D, in);
+  w.set_grad(true);
+  const u64 per_score = static_cast<u64>(low) /* scores */ + (w.dt().amp ? 4 + low : low) +
+                        (in.dropout > 0 ? 1 + low : 0) + low /* gradient */;
+  const u64 qkv_grad =
+      in.packed ? n_q * in.qkv_bytes + 2 * n_kv * in.qkv_bytes : n_q * in.qkv_bytes;
+  if (in.packed)
+    w.attach(out, {edge{in.q, qkv_grad}}, {in.q}, n_s * per_score);
+  else
+    w.attach(out,
+             {edge{in.q, qkv_grad}, edge{in.k, n_kv * in.qkv_bytes}, edge{in.v, n_kv * in.v_bytes}},
+             {in.q, in.k, in.v}, n_s * per_score);
+  return out;
+}
+
 }  // namespace
 
 tensor attention(walker& w, const dims& D, const attention_inputs& in) {
   const auto& r = w.request();
-  const bool eager = r.attention == attention_kind::eager &&
-                     !(w.recomputing() && r.ckpt == checkpointing::selective);
-  return eager && w.grad_on() ? eager_attention(w, D, in) : sdpa(w, D, in);
+  if (r.attention != attention_kind::eager || !w.grad_on()) return sdpa(w, D, in);
+  if (r.ckpt == checkpointing::selective && !w.recomputing())
+    return selective_eager_attention(w, D, in);
+  return eager_attention(w, D, in);
 }
 
 tensor lm_loss(walker& w, const tensor& logits, u64 rows, i64 V, bool explicit_upcast) {

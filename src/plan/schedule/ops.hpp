@@ -10,7 +10,14 @@ namespace vramkit::plan::detail {
 /// Attention and MLP sizes of one layer on this GPU.
 struct dims {
   i64 b = 1, s = 1, h = 1, heads = 1, kv = 1, d = 1, f = 1, V = 1;
+  /// Sequence parallel: the layer's activations hold s = seq / sp tokens with all heads, while
+  /// the attention core runs on all seq tokens with heads / sp (Korthikanti et al.).
+  i64 sp = 1;
   [[nodiscard]] i64 tok() const { return b * s; }
+  /// Elements of one s x s score tensor of the attention core on this GPU.
+  [[nodiscard]] u64 score_elems() const {
+    return static_cast<u64>(b * heads / sp) * static_cast<u64>(s * sp) * static_cast<u64>(s * sp);
+  }
 };
 
 /// Native dropout: output and a 1-byte mask (saved). p == 0 (or no grad) is the identity.

@@ -40,6 +40,8 @@ tensor gpt_neox_attention(walker& w, const dims& D, const tensor& in, int in_byt
                           const layer_params& p);
 tensor llama_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
                        const layer_params& p);
+tensor phi3_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
+                      const layer_params& p);
 tensor bert_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
                       const layer_params& p);
 

@@ -23,6 +23,7 @@ dims lm_dims(const walker& w) {
     // Sequence parallel: every activation of the layer is split t ways (Korthikanti et al.);
     // modelled as full heads over s/t tokens.
     D.s = std::max<i64>(1, D.s / r.tp);
+    D.sp = r.tp;
     D.heads = t.heads;
     D.kv = t.kv_heads;
     D.f = t.intermediate;

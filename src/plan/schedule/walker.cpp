@@ -32,6 +32,7 @@ dtypes dtypes_of(const plan_request& r) {
     return r.prec == precision::fp32 ? dtypes{4, 4, 4, false, 4} : dtypes{2, 2, 2, false, 2};
   switch (r.prec) {
     case precision::fp32:
+    case precision::automatic:  // resolved by validate(); fp32 is its training meaning
       return {4, 4, 4, false, 4};
     case precision::amp_bf16:
     case precision::amp_fp16:
@@ -170,6 +171,12 @@ void walker::param_grad(int p, u64 elems, bool cast) {
   if (cast)
     transient(elems * static_cast<u64>(dt_.low), component::activation_gradients,
               "weight grad (low precision)");
+  if (r_.offload != offload_kind::none) {
+    // ZeRO-Offload: each gradient is reduced into the reduce bucket and copied to pinned host
+    // buffers as soon as it is produced; no .grad stays on the device.
+    transient(full, component::activation_gradients, "gradient (streamed to host)");
+    return;
+  }
   if (param_grad_[p] == -1) {
     // AccumulateGrad steals the freshly computed gradient as .grad.
     param_grad_[p] = new_tensor(full, component::gradients, "parameter gradient");

@@ -143,6 +143,11 @@ class walker {
   tensor op(u64 out_bytes, const char* label, std::initializer_list<edge> edges,
             std::initializer_list<saved_ref> saved, std::initializer_list<int> params = {},
             u64 workspace = 0, component c = component::activations);
+  /// Records a node for an output made without grad (a region recomputed in backward).
+  void attach(const tensor& out, std::initializer_list<edge> edges,
+              std::initializer_list<saved_ref> saved, u64 workspace) {
+    record(out.id(), edges, saved, {}, workspace);
+  }
   /// The op's own output is saved by its node too (softmax, tanh, flash attention output).
   void save_output(const tensor& out);
   /// The op that made `out` keeps nothing but the layer input and re-runs `layer` in backward.

@@ -13,6 +13,7 @@
 #include "vramkit/mr/cuda_async_resource.hpp"
 #include "vramkit/mr/cuda_device_resource.hpp"
 #include "vramkit/mr/pool_resource.hpp"
+#include "vramkit/mr/vmm_pool_resource.hpp"
 
 namespace vramkit::mr {
 namespace {
@@ -53,8 +54,17 @@ struct counter {
   unsigned long long* p = nullptr;
 };
 
+// Runs the stress on `pool`; after every allocation that remapped granules (vmm pools), every live
+// block is checked by a kernel on its stream.
+template <typename Pool>
+void stress_pool(const std::shared_ptr<device_api>& api, const std::shared_ptr<Pool>& pool);
+
 void stress(const std::shared_ptr<device_api>& api, std::shared_ptr<memory_resource> upstream) {
-  auto pool = std::make_shared<pool_resource>(std::move(upstream), api);
+  stress_pool(api, std::make_shared<pool_resource>(std::move(upstream), api));
+}
+
+template <typename Pool>
+void stress_pool(const std::shared_ptr<device_api>& api, const std::shared_ptr<Pool>& pool) {
   std::vector<std::unique_ptr<owned_stream>> streams;
   for (int i = 0; i < 4; ++i) streams.push_back(std::make_unique<owned_stream>(*api));
   counter bad(*api);
@@ -71,7 +81,13 @@ void stress(const std::shared_ptr<device_api>& api, std::shared_ptr<memory_resou
     if (blocks.size() < 200 && (blocks.empty() || rng() % 100 < 55)) {
       const std::size_t n = rng() % 10 < 8 ? 4 + rng() % (1 * MiB) : 1 * MiB + rng() % (48 * MiB);
       const int st = static_cast<int>(rng() % streams.size());
+      const std::uint64_t remaps_before = pool->report().vmm.granules_remapped;
       void* p = pool->allocate(n, 256, *streams[st]);
+      if (pool->report().vmm.granules_remapped != remaps_before) {
+        for (const live& b : blocks) {
+          testing::launch_count_mismatches(b.p, b.n, b.v, bad.p, streams[b.st]->view().handle);
+        }
+      }
       const auto a = reinterpret_cast<std::uintptr_t>(p);
       ASSERT_EQ(a % 256, 0u);
       auto next = spans.lower_bound(a);
@@ -118,6 +134,18 @@ void stress(const std::shared_ptr<device_api>& api, std::shared_ptr<memory_resou
 TEST(PoolResourceGpu, StressOverCudaMallocAsyncKeepsEveryBlockIntact) {
   VRAMKIT_GPU_OR_SKIP(api);
   stress(api, std::make_shared<cuda_async_resource>());
+}
+
+TEST(VmmPoolResourceGpu, StressOnRealVirtualMemoryKeepsEveryBlockIntactAcrossRemaps) {
+  VRAMKIT_GPU_OR_SKIP(api);
+  if (api->vmm_granularity() == 0) GTEST_SKIP() << "device without virtual memory management";
+  vmm_pool_options o;
+  o.maximum_size = 6 * GiB;  // tight enough that growth remaps free granules
+  auto pool = std::make_shared<vmm_pool_resource>(api, o);
+  stress_pool(api, pool);
+  EXPECT_GT(pool->report().vmm.granules_remapped, 0u);
+  EXPECT_EQ(pool->mapped_granules(), 0u);
+  EXPECT_EQ(pool->cached_granules(), 0u);
 }
 
 TEST(PoolResourceGpu, StressOverCudaMallocKeepsEveryBlockIntact) {

@@ -3,12 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <vector>
 
 #include "probe/cuda/chase_order.hpp"
 #include "probe/cuda/pattern.hpp"
+#include "probe/gpu_cases.hpp"
+#include "vramkit/config.hpp"
 #include "vramkit/core/cuda_device_api.hpp"
+#include "vramkit/core/error.hpp"
 #include "vramkit/probe/gpu_probe.hpp"
 
 namespace vramkit::probe {
@@ -20,7 +24,7 @@ TEST(GpuProbeKeys, AreUniqueAndDescribed) {
   std::set<std::string> seen;
   for (const auto& [key, description] : keys) {
     EXPECT_TRUE(seen.insert(key).second) << "duplicate key " << key;
-    EXPECT_EQ(key.rfind("gpu{", 0), 0u) << key;
+    EXPECT_TRUE(key.rfind("gpu{", 0) == 0 || key.rfind("gpus.", 0) == 0) << key;
     EXPECT_FALSE(description.empty()) << key;
   }
 }
@@ -45,6 +49,51 @@ TEST(GpuProbeSections, ListEveryGpuSection) {
     EXPECT_NE(std::find(s.begin(), s.end(), name), s.end()) << name;
   }
   EXPECT_EQ(std::set<std::string>(s.begin(), s.end()).size(), s.size());
+}
+
+TEST(GpuCases, ListIsTheCaseTable) {
+  // --list reads the same table the run loop does: same keys, same order, same descriptions.
+  const auto keys = gpu_probe_keys();
+  const auto& cases = detail::gpu_cases();
+  ASSERT_EQ(keys.size(), cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(keys[i].first, cases[i].key);
+    EXPECT_EQ(keys[i].second, cases[i].description);
+  }
+}
+
+TEST(GpuCases, EverySectionComesFromTheTable) {
+  const auto sections = gpu_probe_sections();
+  ASSERT_FALSE(sections.empty());
+  EXPECT_EQ(sections.front(), "gpu");
+  for (const auto& c : detail::gpu_cases()) {
+    EXPECT_NE(std::find(sections.begin(), sections.end(), c.section), sections.end()) << c.key;
+  }
+}
+
+TEST(GpuCases, EveryCaseRunsInACudaBuildAndNoneWithout) {
+  for (const auto& c : detail::gpu_cases()) {
+    EXPECT_EQ(c.run != nullptr, VRAMKIT_HAVE_CUDA == 1) << c.key;
+  }
+}
+
+TEST(GpuCases, ConcreteKeysFindTheirCase) {
+  const auto* c = detail::find_gpu_case("gpu3.device.read");
+  ASSERT_NE(c, nullptr);
+  EXPECT_STREQ(c->section, "device");
+  c = detail::find_gpu_case("gpu0->gpu1.p2p.ce.bidir");
+  ASSERT_NE(c, nullptr);
+  EXPECT_STREQ(c->section, "p2p");
+  // A sweep is its own case, not the figure whose key it extends.
+  c = detail::find_gpu_case("gpu0.h2d.pinned.sweep");
+  ASSERT_NE(c, nullptr);
+  EXPECT_STREQ(c->key, "gpu{N}.h2d.pinned.sweep");
+}
+
+TEST(GpuCases, AnUnlistedKeyIsALogicError) {
+  EXPECT_THROW(detail::registered_key("gpu0.device.reed"), logic_error);
+  EXPECT_THROW(detail::registered_key("gpu0.device.read.extra"), logic_error);
+  EXPECT_EQ(detail::registered_key("gpu12.overlap"), "gpu12.overlap");
 }
 
 TEST(GpuProbe, SkipsWithReasonWithoutGpu) {
@@ -125,6 +174,45 @@ TEST(GpuPattern, ClosedFormSumMatchesTheWords) {
 TEST(GpuPattern, NeighbouringWordsDiffer) {
   for (std::uint64_t i = 0; i < 100000; ++i) {
     ASSERT_NE(detail::pattern_word(i, 5), detail::pattern_word(i + 1, 5));
+  }
+}
+
+TEST(GpuPattern, StridedSumMatchesTheWordsItCovers) {
+  // (first, elements, period, run): strides of 4/8/16-byte elements, a misaligned run, one word.
+  const std::uint64_t shapes[][4] = {{0, 1000, 1, 1}, {0, 333, 8, 2},  {0, 100, 64, 4},
+                                     {7, 999, 1, 1},  {4, 50, 128, 4}, {0, 1, 1, 1},
+                                     {0, 0, 4, 1},    {12, 77, 6, 2}};
+  for (const auto& sh : shapes) {
+    for (std::uint32_t seed : {0u, 0x7A77E201u}) {
+      std::uint32_t sum = 0;
+      for (std::uint64_t e = 0; e < sh[1]; ++e)
+        for (std::uint64_t w = 0; w < sh[3]; ++w)
+          sum += detail::pattern_word(sh[0] + e * sh[2] + w, seed);
+      EXPECT_EQ(detail::strided_pattern_sum(sh[0], sh[1], sh[2], sh[3], seed), sum)
+          << sh[0] << " " << sh[1] << " " << sh[2] << " " << sh[3];
+    }
+  }
+  // Large counts wrap the same way the kernels do.
+  EXPECT_EQ(detail::strided_pattern_sum(0, 1ull << 29, 1, 1, 3),
+            detail::pattern_sum(1ull << 29, 3));
+}
+
+TEST(GpuPattern, MixIndexIsABijection) {
+  for (unsigned bits : {1u, 2u, 5u, 12u, 16u}) {
+    const std::uint64_t n = 1ull << bits;
+    std::vector<bool> seen(n, false);
+    std::uint64_t neighbours_apart = 0;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const std::uint32_t k = detail::mix_index(i, bits, 0x6A7E5u);
+      ASSERT_LT(k, n);
+      EXPECT_FALSE(seen[k]) << "bits " << bits << " index " << i;
+      seen[k] = true;
+      if (i > 0 && std::abs(static_cast<long long>(k) -
+                            static_cast<long long>(detail::mix_index(i - 1, bits, 0x6A7E5u))) > 32)
+        ++neighbours_apart;
+    }
+    // Neighbouring indices land far apart (so a gather is not secretly coalesced).
+    if (bits >= 12) EXPECT_GT(neighbours_apart, n * 9 / 10) << bits;
   }
 }
 

@@ -200,5 +200,59 @@ TEST(GpuProbe, OverlapIsBetweenSerialAndIdeal) {
   EXPECT_LT(m->stats.median, m->extra.at("ideal_ratio") * 1.1);
 }
 
+TEST(GpuProbe, AccessPatternsAreRatiosOfAVerifiedUnitStride) {
+  REQUIRE_GPU_OR_SKIP();
+  auto r = run_section("patterns");
+  expect_sane(r, "patterns");
+  const auto* unit = find(r, "gpu0.pattern.read.unit");
+  ASSERT_NE(unit, nullptr);
+  EXPECT_EQ(unit->unit, "GB/s");
+  for (const char* k : {"gpu0.pattern.read.stride1.e16", "gpu0.pattern.read.stride64.e4",
+                        "gpu0.pattern.read.misaligned.worst", "gpu0.pattern.read.gather.uniform",
+                        "gpu0.pattern.read.gather.l2_window", "gpu0.pattern.write.stride8.e8",
+                        "gpu0.pattern.write.scatter.uniform"}) {
+    const auto* m = find(r, k);
+    ASSERT_NE(m, nullptr) << k;
+    EXPECT_EQ(m->unit, "x") << k;
+    EXPECT_LT(m->stats.median, 1.5) << k << ": a pattern far above the unit-stride read";
+  }
+  // Wider strides of small elements waste most of each sector: far below unit stride.
+  EXPECT_LT(find(r, "gpu0.pattern.read.stride64.e4")->stats.median, 0.5);
+  EXPECT_LT(find(r, "gpu0.pattern.read.gather.uniform")->stats.median,
+            find(r, "gpu0.pattern.read.gather.l2_window")->stats.median);
+}
+
+TEST(GpuProbe, CacheSweepFindsAnL2Plateau) {
+  REQUIRE_GPU_OR_SKIP();
+  auto r = run_section("gpu-cache");
+  expect_sane(r, "gpu-cache");
+  bool curve_found = false;
+  for (const auto& c : r.curves) curve_found = curve_found || c.key == "gpu0.cache.sweep";
+  EXPECT_TRUE(curve_found);
+  const auto* l2 = find(r, "gpu0.cache.l2");
+  ASSERT_NE(l2, nullptr);
+  EXPECT_GT(l2->extra.at("measured_size_bytes"), 0);
+  if (const auto* hbm = find(r, "gpu0.cache.hbm")) EXPECT_GT(l2->stats.median, hbm->stats.median);
+}
+
+TEST(GpuProbe, AllGpusAtOnceSaysOneGpu) {
+  REQUIRE_GPU_OR_SKIP();
+  auto r = run_section("all-gpus");
+  if (std::stoi(r.header.at("gpu.count")) == 1) {
+    ASSERT_FALSE(r.skips.empty());
+    EXPECT_NE(r.skips[0].reason.find("one GPU"), std::string::npos);
+  } else {
+    expect_sane(r, "all-gpus");
+    EXPECT_NE(find(r, "gpus.h2d.all_at_once"), nullptr);
+  }
+}
+
+TEST(GpuProbe, NumaTransfersVerifyOrSayWhyNot) {
+  REQUIRE_GPU_OR_SKIP();
+  auto r = run_section("h2d-numa");
+  expect_sane(r, "h2d-numa");
+  EXPECT_TRUE(!r.results.empty() || !r.skips.empty());
+}
+
 }  // namespace
 }  // namespace vramkit::probe

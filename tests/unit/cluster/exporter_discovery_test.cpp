@@ -25,10 +25,11 @@ TEST(ExporterDiscovery, ReadyDaemonSetPodsGiveTheNodeMap) {
 }
 
 TEST(ExporterDiscovery, RefusesWhatIsNotAPodList) {
-  EXPECT_THROW((void)exporters_from_pod_list("{", 9410), usage_error);
+  EXPECT_THROW((void)exporters_from_pod_list("{", 9410), invalid_input);
   EXPECT_THROW((void)exporters_from_pod_list(R"({"kind":"NodeList","items":[]})", 9410),
-               usage_error);
-  EXPECT_THROW((void)exporters_from_pod_list(R"({"kind":"PodList","items":5})", 9410), usage_error);
+               invalid_input);
+  EXPECT_THROW((void)exporters_from_pod_list(R"({"kind":"PodList","items":5})", 9410),
+               invalid_input);
   EXPECT_TRUE(exporters_from_pod_list(R"({"kind":"PodList","items":null})", 9410).empty());
 }
 

@@ -143,6 +143,20 @@ TEST(Recording, MalformedCsvLinesAreReportedByLineAndSkipped) {
   EXPECT_EQ(rec.errors[1].line, 5U);
 }
 
+// Found by tests/fuzz (recording): a header naming a column twice has fewer distinct columns than
+// fields, and rows with that many fields were read past their end.
+TEST(Recording, CsvHeaderRepeatingAColumnIsReportedNotRead) {
+  const std::string text =
+      "epoch_ms,device,name,name\n"
+      "1000,0,a\n";
+  const auto rec = parse_recording(text);
+  ASSERT_FALSE(rec.errors.empty());
+  EXPECT_EQ(rec.errors[0].line, 1U);
+  EXPECT_NE(rec.errors[0].message.find("repeats column name"), std::string::npos)
+      << rec.errors[0].message;
+  EXPECT_TRUE(rec.samples.empty());
+}
+
 TEST(Recording, UnreadableFileIsAUsageError) {
   EXPECT_THROW(read_recording("/no/such/recording.jsonl"), invalid_input);
   EXPECT_THROW(read_recording(data), invalid_input) << "a directory is not a recording";

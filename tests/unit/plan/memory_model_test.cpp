@@ -281,6 +281,7 @@ TEST(MemoryModel, GpuCapacityModelsMemoryPressure) {
   const auto m = preset_model("llama-3-8b");
   plan_request r;
   r.mode = run_mode::infer;
+  r.prec = precision::fp32;
   r.batch = 16;
   r.prompt = 512;
   r.new_tokens = 2048;

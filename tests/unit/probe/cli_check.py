@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/ usr / bin / env python3
 """Runs the built `vramkit` binary for one `probe` case and checks its exit code and output.
 
 usage: cli_check.py VRAMKIT CASE [WORKDIR]
@@ -20,7 +20,7 @@ def expect(cond, what, out="", err=""):
         sys.exit(1)
 
 
-def usage_error(binary, args, must_name):
+def invalid_input(binary, args, must_name):
     rc, out, err = run(binary, *args)
     expect(rc == 2, f"exit code 2 for {args}, got {rc}", out, err)
     lines = [l for l in err.strip().splitlines() if l]
@@ -59,13 +59,13 @@ def main():
     binary, case = sys.argv[1], sys.argv[2]
     workdir = sys.argv[3] if len(sys.argv) > 3 else "."
     if case == "bad_flag":
-        usage_error(binary, ["--no-such-flag"], ["--no-such-flag"])
+        invalid_input(binary, ["--no-such-flag"], ["--no-such-flag"])
     elif case == "bad_only":
-        usage_error(binary, ["--only", "host,warp"], ["warp", "latency", "h2d"])
+        invalid_input(binary, ["--only", "host,warp"], ["warp", "latency", "h2d"])
     elif case == "bad_size":
-        usage_error(binary, ["--size", "12XB"], ["12XB"])
+        invalid_input(binary, ["--size", "12XB"], ["12XB"])
     elif case == "bad_threads":
-        usage_error(binary, ["--threads", "-3", "--only", "host"], ["--threads"])
+        invalid_input(binary, ["--threads", "-3", "--only", "host"], ["--threads"])
     elif case == "list":
         rc, out, err = run(binary, "--list")
         expect(rc == 0, "exit 0", out, err)

@@ -94,8 +94,11 @@ TEST(ReportHtml, NeedsNoNetwork) {
 TEST(ReportHtml, DrawsOneChartPerCurveWithLevels) {
   const auto html = to_html(sample_report());
   std::size_t charts = 0;
-  for (auto p = html.find("<svg"); p != std::string::npos; p = html.find("<svg", p + 1)) ++charts;
+  const std::string chart = "<svg class=\"chart\"";
+  for (auto p = html.find(chart); p != std::string::npos; p = html.find(chart, p + 1)) ++charts;
   EXPECT_EQ(charts, 2u);
+  // Plus the hierarchy picture at the top, before the first chart.
+  EXPECT_LT(html.find("<svg class=\"hier\""), html.find(chart));
   EXPECT_NE(html.find("log scale"), std::string::npos);
   EXPECT_NE(html.find("class=\"lvl\""), std::string::npos) << "latency levels are marked";
   EXPECT_NE(html.find("host.bw.copy.all_threads"), std::string::npos);

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,5 +43,15 @@ std::vector<memory_level> find_levels(const std::vector<curve::point>& points,
 /// `min_bytes` to `max_bytes` inclusive, each a multiple of 64 bytes.
 std::vector<std::uint64_t> latency_sizes(std::uint64_t min_bytes, std::uint64_t max_bytes,
                                          bool half_steps);
+
+/// Reading a loaded-latency curve (x = streamed GB/s, y = latency in ns, in any order): the
+/// bandwidth at which the latency first reaches `factor` times the idle latency (the point with
+/// the lowest bandwidth), interpolated between the two points around it; nullopt when it never
+/// does or the curve has fewer than two points.
+std::optional<double> bandwidth_at_latency(const std::vector<curve::point>& points, double factor);
+
+/// The injection delays (ns of pause after each 64 KiB a streaming thread reads) of the loaded
+/// latency sweep, from the lightest load to none (full speed). Quick runs take fewer.
+std::vector<std::uint64_t> loaded_latency_delays(bool quick);
 
 }  // namespace vramkit::probe::detail

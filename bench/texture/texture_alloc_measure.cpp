@@ -1,0 +1,189 @@
+// texture_alloc_measure: allocates real CUDA mipmapped arrays of each format, size, mip and layer
+// configuration the planner offers and records the free-memory delta per array (cudaMemGetInfo
+// before and after N identical allocations, divided by N), the deferred-mapping size and
+// alignment (cudaMipmappedArrayGetMemoryRequirements), the tight size and the planner's model,
+// into a JSON file. Usage: texture_alloc_measure [--json FILE] [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "vramkit/texture/cuda_allocation_model.hpp"
+
+using namespace vramkit::texture;
+
+namespace {
+
+#define CHECK(call)                                                         \
+  do {                                                                      \
+    const cudaError_t s_ = (call);                                          \
+    if (s_ != cudaSuccess) {                                                \
+      std::fprintf(stderr, "texture_alloc_measure: %s failed: %s\n", #call, \
+                   cudaGetErrorString(s_));                                 \
+      std::exit(1);                                                         \
+    }                                                                       \
+  } while (0)
+
+cudaChannelFormatDesc channel_of(texture_format f) {
+  switch (f) {
+    case texture_format::rgba8:
+      return cudaCreateChannelDesc<uchar4>();
+    case texture_format::bc1:
+      return cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed1>();
+    case texture_format::bc2:
+      return cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed2>();
+    case texture_format::bc3:
+      return cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed3>();
+    case texture_format::bc4:
+      return cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed4>();
+    case texture_format::bc5:
+      return cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed5>();
+    case texture_format::bc6h:
+      return cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed6H>();
+    case texture_format::bc7:
+      return cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed7>();
+    default:
+      break;
+  }
+  std::fprintf(stderr, "texture_alloc_measure: no CUDA format\n");
+  std::exit(1);
+}
+
+struct config {
+  pixel_format f;
+  int w, h, levels, layers;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path = "texture-alloc.json";
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
+      json_path = argv[++i];
+    } else if (!std::strcmp(argv[i], "--quick")) {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "usage: texture_alloc_measure [--json FILE] [--quick]\n");
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "texture_alloc_measure: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  int driver = 0, runtime = 0;
+  CHECK(cudaDriverGetVersion(&driver));
+  CHECK(cudaRuntimeGetVersion(&runtime));
+
+  using tf = texture_format;
+  std::vector<config> configs;
+  const tf formats[] = {tf::rgba8, tf::bc1, tf::bc4, tf::bc5, tf::bc6h, tf::bc7};
+  const std::pair<int, int> sizes[] = {{64, 64},     {256, 256},   {300, 200},  {1000, 600},
+                                       {1024, 1024}, {2048, 1024}, {4096, 4096}};
+  for (tf f : formats) {
+    for (auto [w, h] : sizes) {
+      if (quick && f != tf::bc1 && f != tf::bc7 && f != tf::rgba8) continue;
+      const int full = full_mip_levels(w, h);
+      std::vector<int> level_counts = {full, 1, std::min(full, 7)};
+      std::sort(level_counts.begin(), level_counts.end());
+      level_counts.erase(std::unique(level_counts.begin(), level_counts.end()), level_counts.end());
+      for (int levels : level_counts) configs.push_back({pixel_format::of(f), w, h, levels, 1});
+    }
+  }
+  configs.push_back({pixel_format::of(tf::bc1), 1024, 1024, 11, 16});
+  configs.push_back({pixel_format::of(tf::bc7), 512, 512, 10, 8});
+  configs.push_back({pixel_format::of(tf::bc7), 2048, 2048, 12, 4});
+  configs.push_back({pixel_format::of(tf::rgba8), 256, 256, 9, 32});
+  // The sweep that locates the small/large allocation threshold (between 57 KB and 2.8 MB).
+  for (int s : {128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536}) {
+    configs.push_back({pixel_format::of(tf::bc1), s, s, 1, 1});
+    configs.push_back({pixel_format::of(tf::bc7), s, s, full_mip_levels(s, s), 1});
+  }
+
+  const cuda_allocation_model model;
+  nlohmann::json cases = nlohmann::json::array();
+  double worst = 0;
+  int within = 0;
+  std::printf("%-8s %11s %4s %5s %5s %12s %12s %12s %12s %9s\n", "format", "size", "lvl", "layer",
+              "N", "tight", "measured", "model", "deferred", "model err");
+  for (const auto& c : configs) {
+    const std::uint64_t tight = chain_bytes(c.f, c.w, c.h, c.levels, 0, c.layers);
+    const std::uint64_t predicted = model.device_bytes(c.f, c.w, c.h, c.levels, 0, c.layers);
+    // Enough arrays that the 2 MiB page granularity averages out, within a few GiB.
+    const int n = static_cast<int>(std::clamp<std::uint64_t>(
+        (256ull << 20) / std::max<std::uint64_t>(predicted, 1), 16, 1024));
+    const cudaChannelFormatDesc ch = channel_of(c.f.format);
+    const cudaExtent extent = make_cudaExtent(c.w, c.h, c.layers > 1 ? c.layers : 0);
+    const unsigned flags = c.layers > 1 ? cudaArrayLayered : 0;
+    std::vector<cudaMipmappedArray_t> arrays(n);
+    CHECK(cudaDeviceSynchronize());
+    std::size_t free0 = 0, free1 = 0, total = 0;
+    CHECK(cudaMemGetInfo(&free0, &total));
+    for (auto& a : arrays) CHECK(cudaMallocMipmappedArray(&a, &ch, extent, c.levels, flags));
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaMemGetInfo(&free1, &total));
+    for (auto& a : arrays) CHECK(cudaFreeMipmappedArray(a));
+    const double measured = static_cast<double>(free0 - free1) / n;
+    // Deferred mapping: what the driver says the array needs.
+    cudaMipmappedArray_t deferred = nullptr;
+    std::uint64_t dsize = 0, dalign = 0;
+    if (cudaMallocMipmappedArray(&deferred, &ch, extent, c.levels,
+                                 flags | cudaArrayDeferredMapping) == cudaSuccess) {
+      cudaArrayMemoryRequirements req{};
+      if (cudaMipmappedArrayGetMemoryRequirements(&req, deferred, 0) == cudaSuccess) {
+        dsize = req.size;
+        dalign = req.alignment;
+      }
+      CHECK(cudaFreeMipmappedArray(deferred));
+    } else {
+      (void)cudaGetLastError();
+    }
+    const double err = measured > 0 ? (static_cast<double>(predicted) - measured) / measured : 0.0;
+    worst = std::max(worst, std::fabs(err));
+    within += std::fabs(err) <= 0.02 ? 1 : 0;
+    std::printf("%-8s %5dx%-5d %4d %5d %5d %12llu %12.0f %12llu %12llu %8.2f%%\n",
+                c.f.name().c_str(), c.w, c.h, c.levels, c.layers, n,
+                static_cast<unsigned long long>(tight), measured,
+                static_cast<unsigned long long>(predicted), static_cast<unsigned long long>(dsize),
+                100 * err);
+    cases.push_back({{"format", c.f.name()},
+                     {"width", c.w},
+                     {"height", c.h},
+                     {"mip_levels", c.levels},
+                     {"layers", c.layers},
+                     {"arrays", n},
+                     {"tight_bytes", tight},
+                     {"measured_bytes", measured},
+                     {"model_bytes", predicted},
+                     {"deferred_size", dsize},
+                     {"deferred_alignment", dalign},
+                     {"model_error", err}});
+  }
+  nlohmann::json out;
+  out["schema_version"] = 1;
+  out["device"] = prop.name;
+  out["driver_version"] = driver;
+  out["runtime_version"] = runtime;
+  out["method"] =
+      "cudaMemGetInfo delta over N identical cudaMallocMipmappedArray calls, divided by N";
+  out["cases"] = cases;
+  out["within_2pct"] = within;
+  out["case_count"] = cases.size();
+  out["max_abs_model_error"] = worst;
+  std::ofstream(json_path) << out.dump(2) << "\n";
+  std::printf("model within 2%% of the measured delta in %d of %zu cases; worst |error| %.2f%%\n",
+              within, cases.size(), 100 * worst);
+  return 0;
+}

@@ -1,0 +1,95 @@
+// The offload model: for a mix of per-block policies (offload to pinned host memory, checkpoint,
+// keep), the step time with copies overlapped the way vramkit.offload_activations runs them, the
+// device peak and the pinned host bytes; the fastest mix under a capacity; optimizer-state
+// offload (vramkit.OffloadedAdamW); and the `--offload` option. Pure functions; thread-safe.
+// python/vramkit/offload_plan.py is the same model; tests/data/offload/model_cases.json holds
+// cases both answer alike. docs/offload.md states the model.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace vramkit::plan {
+
+enum class block_policy { offload, checkpoint, keep };
+const char* to_string(block_policy p) noexcept;
+/// "offload", "checkpoint" or "keep"; throws invalid_input otherwise.
+block_policy parse_block_policy(std::string_view s);
+
+/// What the model needs to know about one training step, per micro-batch.
+struct offload_inputs {
+  std::uint64_t block_bytes = 0;  ///< bytes a block saves for backward (activations, not weights)
+  std::uint64_t input_bytes = 0;  ///< a block's input: what a checkpointed block keeps
+  double t_fwd_s = 0;             ///< forward time of one block
+  double t_bwd_s = 0;             ///< backward time of one block (without recompute)
+  double d2h_bytes_per_s = 0;     ///< pinned device-to-host copy rate
+  double h2d_bytes_per_s = 0;     ///< pinned host-to-device copy rate
+  std::uint64_t other_bytes = 0;  ///< everything else at the peak (states, gradients, logits)
+  double other_time_s = 0;        ///< the rest of the step (head, loss, optimizer)
+  std::uint64_t window_bytes = 512ull << 20;  ///< copy-out bytes the forward runs ahead of
+  int prefetch = 1;                           ///< offloaded blocks fetched ahead in backward
+};
+
+struct offload_estimate {
+  double step_time_s = 0;     ///< estimated step, compute plus exposed copies
+  double compute_s = 0;       ///< compute alone (with recompute of checkpointed blocks)
+  double copy_s = 0;          ///< all copies, out and back
+  double exposed_copy_s = 0;  ///< copy time not hidden behind compute
+  double overlap = 1;         ///< 1 - exposed / copy (1 when nothing is copied)
+  std::uint64_t device_peak_bytes = 0;
+  std::uint64_t host_pinned_bytes = 0;
+};
+
+/// The estimate for `mix` (one policy per block, forward order). Throws invalid_input when the
+/// link rates are not positive while a block is offloaded.
+offload_estimate simulate_offload(const std::vector<block_policy>& mix, const offload_inputs& in);
+
+/// The mix with these counts the model favours: offloaded blocks spread evenly from the first,
+/// checkpointed ones among them, the last blocks kept. Throws invalid_input if the counts exceed
+/// n_blocks or are negative.
+std::vector<block_policy> arrange_mix(int n_blocks, int n_offload, int n_checkpoint);
+
+enum class mix_search { offload_and_checkpoint, checkpoint_only };
+
+struct offload_choice {
+  std::vector<block_policy> mix;
+  offload_estimate estimate;
+};
+
+/// The fastest arranged mix whose device peak fits capacity_bytes (ties: fewer host bytes), or
+/// nullopt when none does.
+std::optional<offload_choice> choose_offload_mix(
+    int n_blocks, std::uint64_t capacity_bytes, const offload_inputs& in,
+    mix_search search = mix_search::offload_and_checkpoint);
+
+/// Optimizer-state offload as vramkit.OffloadedAdamW runs it: Adam's two fp32 moments (and fp32
+/// master weights when asked) in pinned host memory, streamed through the device in chunks.
+struct optimizer_offload_estimate {
+  std::uint64_t host_bytes = 0;           ///< pinned host bytes of the state
+  std::uint64_t device_bytes_saved = 0;   ///< state bytes no longer on the device
+  std::uint64_t device_buffer_bytes = 0;  ///< the two chunk slots on the device
+  double step_time_s = 0;                 ///< copies in and out overlap each other and the update
+};
+
+enum class master_weights { none, fp32_on_host };
+
+optimizer_offload_estimate estimate_optimizer_offload(std::uint64_t parameters,
+                                                      master_weights master, double d2h_bytes_per_s,
+                                                      double h2d_bytes_per_s,
+                                                      std::uint64_t chunk_bytes = 64ull << 20);
+
+/// The `--offload` option: none, activations[:N], optimizer or both (activations with optimizer).
+struct offload_option {
+  bool activations = false;
+  int activation_blocks = 0;  ///< blocks to offload; n_blocks when no N was given
+  bool optimizer = false;
+};
+
+/// Parses `--offload VALUE` for a model of n_blocks blocks; throws invalid_input with a one-line
+/// message naming the value for anything else, N < 1 or N > n_blocks.
+offload_option parse_offload_option(std::string_view value, int n_blocks);
+
+}  // namespace vramkit::plan

@@ -1,0 +1,450 @@
+"""Activation offload: tensors autograd saves for backward move to pinned host memory during the
+forward and come back, prefetched in reverse block order, during the backward.
+
+One `offload_activations` object serves many steps; enter it around each forward. Pack hooks run
+on the thread of the forward, unpack hooks and frees on autograd's thread; the shared state is
+either per-step (written in forward, read in backward) or behind the pool's lock.
+"""
+
+import bisect
+import functools
+import itertools
+import weakref
+
+import torch
+
+from .pinned_pool import PinnedPool
+
+#: Block policies accepted in `mix`.
+POLICIES = ("offload", "checkpoint", "keep")
+
+
+def _storage_ptr(t):
+    if hasattr(t, "untyped_storage"):
+        return t.untyped_storage().data_ptr()
+    return t.storage().data_ptr()
+
+
+def _is_parameter(t):
+    return isinstance(t, torch.nn.Parameter) or isinstance(getattr(t, "_base", None), torch.nn.Parameter)
+
+
+def find_blocks(model):
+    """The model's repeated blocks: its longest nn.ModuleList (e.g. a LLaMA's `layers`).
+
+    Raises ValueError when the model has none.
+    """
+    best = None
+    for _, m in model.named_modules():
+        if isinstance(m, torch.nn.ModuleList) and (best is None or len(m) > len(best)):
+            best = m
+    if best is None or len(best) == 0:
+        raise ValueError("offload_activations: the model has no nn.ModuleList of blocks; pass blocks=")
+    return list(best)
+
+
+def _resolve(spec, blocks, what):
+    """Block indices named by spec: "all", None, an int count is NOT accepted (ambiguous); a
+    sequence of indices or of modules from blocks."""
+    if spec is None:
+        return set()
+    if isinstance(spec, str):
+        if spec == "all":
+            return set(range(len(blocks)))
+        raise ValueError("offload_activations: %s=%r: use 'all', indices or modules" % (what, spec))
+    out = set()
+    for s in spec:
+        if isinstance(s, int) and not isinstance(s, bool):
+            if not -len(blocks) <= s < len(blocks):
+                raise ValueError("offload_activations: %s index %d is out of range (%d blocks)"
+                                 % (what, s, len(blocks)))
+            out.add(s % len(blocks))
+        elif isinstance(s, torch.nn.Module):
+            idx = [i for i, b in enumerate(blocks) if b is s]
+            if not idx:
+                raise ValueError("offload_activations: a module in %s= is not one of the blocks" % what)
+            out.add(idx[0])
+        else:
+            raise ValueError("offload_activations: %s= holds %r: use indices or modules" % (what, s))
+    return out
+
+
+def _checkpointed(forward, *args, **kwargs):
+    from torch.utils.checkpoint import checkpoint
+
+    return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+
+class _Step:
+    """Records of one forward, by group (groups number the forward's blocks in order)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.groups = {}  # group -> [weakref(record)]
+        self.group_ids = []  # ascending
+        self.entered = set()  # groups whose backward has started
+
+    def add(self, rec):
+        if rec.group not in self.groups:
+            self.groups[rec.group] = []
+            bisect.insort(self.group_ids, rec.group)
+        self.groups[rec.group].append(weakref.ref(rec))
+
+    def alive(self, group):
+        return [r for r in (w() for w in self.groups.get(group, ())) if r is not None]
+
+
+class _Record:
+    """One offloaded tensor: its host copy, and its device copy once fetched back."""
+
+    __slots__ = ("step", "group", "shape", "stride", "dtype", "device", "nbytes", "buf", "host",
+                 "d2h_event", "gpu_ref", "device_tensor", "h2d_event", "stream_recorded",
+                 "unpacked", "__weakref__")
+
+    def __init__(self, step, group, t):
+        self.step, self.group = step, group
+        self.shape, self.stride, self.dtype, self.device = t.shape, t.stride(), t.dtype, t.device
+        self.nbytes = t.numel() * t.element_size()
+        self.buf = self.host = None
+        self.d2h_event = self.h2d_event = self.gpu_ref = self.device_tensor = None
+        self.stream_recorded = self.unpacked = False
+        step.engine._live_records += 1
+
+    def __del__(self):
+        buf, pool = self.buf, self.step.engine.pool
+        if buf is not None:
+            self.buf = None
+            ev = self.h2d_event if self.h2d_event is not None else self.d2h_event
+            pool.put(buf, ev)
+        self.step.engine._live_records -= 1
+
+
+class offload_activations:
+    """Context manager: inside it, saved tensors of at least `min_bytes` go to a pinned host pool.
+
+        ctx = vramkit.offload_activations(model, mix=["offload"] * 12 + ["checkpoint"] * 4)
+        for x, y in data:
+            with ctx:
+                loss = model(x, y)
+            loss.backward()
+
+    - `blocks`: the model's repeated modules (default: its longest nn.ModuleList).
+    - `mix`: one policy per block, "offload", "checkpoint" (torch.utils.checkpoint, non-reentrant)
+      or "keep"; or give `offload=` / `checkpoint=` as "all" or sequences of indices or modules
+      (blocks in neither are kept). Default: offload every block.
+    - `outside`: "keep" or "offload" for tensors saved outside the blocks (default "keep" with a
+      model, "offload" without one, when every saved tensor is its own group).
+    - Parameters, views of parameters, buffers and tensors under `min_bytes` stay where they are.
+    - The forward never waits for a copy unless more than `max_inflight_bytes` of tensors are
+      still being copied out; then the compute stream (not the host) waits for the oldest. Those
+      bytes stay on the device meanwhile (the window the planner counts in the peak).
+    - In backward, entering block g fetches its tensors and prefetches those of the next
+      `prefetch` blocks (g-1, ...) on the copy stream, so the copies overlap block g's backward;
+      every use waits on its copy's event.
+    - Host buffers return to the pool when their copy back has completed, or when the graph is
+      freed without a backward: nothing is held across steps (see `stats()` and `pool.stats()`).
+    - `timing=True` records CUDA events around every copy; `copy_times()` sums them.
+    - `offload_cpu_tensors=True` also moves CPU tensors through the pool (synchronously): it
+      exercises the bookkeeping on machines without a GPU.
+
+    Gradients equal the run without offload bit for bit: the copies are exact and the tensor
+    comes back with its size, strides and dtype.
+    """
+
+    def __init__(self, model=None, *, blocks=None, mix=None, offload=None, checkpoint=None,
+                 outside=None, min_bytes=1 << 20, prefetch=1, max_inflight_bytes=512 << 20, pool=None,
+                 offload_cpu_tensors=False, timing=False):
+        if blocks is None and model is not None:
+            blocks = find_blocks(model)
+        self.blocks = list(blocks) if blocks is not None else []
+        n = len(self.blocks)
+        if mix is not None:
+            if offload is not None or checkpoint is not None:
+                raise ValueError("offload_activations: give mix= or offload=/checkpoint=, not both")
+            mix = list(mix)
+            if len(mix) != n:
+                raise ValueError("offload_activations: mix has %d entries for %d blocks" % (len(mix), n))
+            for p in mix:
+                if p not in POLICIES:
+                    raise ValueError("offload_activations: mix entry %r is not one of %s" % (p, ", ".join(POLICIES)))
+            self.mix = mix
+        else:
+            off = _resolve("all" if offload is None and checkpoint is None else offload, self.blocks, "offload")
+            ck = _resolve(checkpoint, self.blocks, "checkpoint")
+            both = off & ck
+            if both:
+                raise ValueError("offload_activations: block %d is both offloaded and checkpointed" % min(both))
+            self.mix = ["offload" if i in off else "checkpoint" if i in ck else "keep" for i in range(n)]
+        if outside is None:
+            outside = "keep" if self.blocks else "offload"
+        if outside not in ("keep", "offload"):
+            raise ValueError("offload_activations: outside=%r: use 'keep' or 'offload'" % (outside,))
+        if int(min_bytes) < 0 or int(prefetch) < 0 or int(max_inflight_bytes) < 0:
+            raise ValueError("offload_activations: min_bytes, prefetch and max_inflight_bytes must be >= 0")
+        self.model = model
+        self.outside = outside
+        self.min_bytes = int(min_bytes)
+        self.prefetch = int(prefetch)
+        self.max_inflight_bytes = int(max_inflight_bytes)
+        self.timing = bool(timing)
+        self._copy_events = []  # (start, end, bytes, direction) when timing
+        self.offload_cpu_tensors = bool(offload_cpu_tensors)
+        self.pool = pool if pool is not None else PinnedPool()
+        self._copy_streams = {}
+        self._live_records = 0
+        self._active = False
+        self._reset_stats()
+
+    # -- statistics ---------------------------------------------------------------------------
+    def _reset_stats(self):
+        self._stats = {
+            "packed": 0, "offloaded": 0, "offloaded_bytes": 0, "deduplicated": 0,
+            "kept": {"small": 0, "parameter": 0, "device": 0, "block": 0, "outside": 0},
+            "fetched": 0, "fetched_bytes": 0, "from_stash": 0, "prefetched": 0,
+            "forward_waits": 0, "fetch_order": [],
+        }
+
+    def stats(self):
+        """Counters since construction or reset_stats(): tensors packed, offloaded (and bytes),
+        kept by reason, fetched back, prefetched ahead of use, forward waits, the order in which
+        groups were fetched, and `live_records` (offloaded tensors whose graph is still alive)."""
+        s = dict(self._stats)
+        s["kept"] = dict(s["kept"])
+        s["fetch_order"] = list(s["fetch_order"])
+        s["live_records"] = self._live_records
+        return s
+
+    def reset_stats(self):
+        self._reset_stats()
+
+    # -- context ------------------------------------------------------------------------------
+    def __enter__(self):
+        if self._active:
+            raise RuntimeError("offload_activations: already entered")
+        self._active = True
+        self._step = _Step(self)
+        self._group = 0
+        self._block_stack = []
+        self._seen = {}
+        self._inflight = []
+        self._param_storages = set()
+        if self.model is not None:
+            for p in itertools.chain(self.model.parameters(), self.model.buffers()):
+                self._param_storages.add(_storage_ptr(p))
+        for b in self.blocks:
+            for p in itertools.chain(b.parameters(), b.buffers()):
+                self._param_storages.add(_storage_ptr(p))
+        self._handles = []
+        self._patched = []
+        for i, b in enumerate(self.blocks):
+            self._handles.append(b.register_forward_pre_hook(functools.partial(self._enter_block, i)))
+            self._handles.append(b.register_forward_hook(functools.partial(self._leave_block, i)))
+            if self.mix[i] == "checkpoint":
+                had = "forward" in b.__dict__
+                self._patched.append((b, had, b.__dict__.get("forward")))
+                b.forward = functools.partial(_checkpointed, b.forward)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._hooks.__exit__(*exc)
+        for h in self._handles:
+            h.remove()
+        for b, had, fwd in self._patched:
+            if had:
+                b.forward = fwd
+            else:
+                del b.forward
+        self._handles, self._patched = [], []
+        self._seen = {}
+        self._active = False
+        return False
+
+    def _enter_block(self, i, module, args):
+        self._group += 1
+        self._block_stack.append(i)
+
+    def _leave_block(self, i, module, args, output):
+        if self._block_stack and self._block_stack[-1] == i:
+            self._block_stack.pop()
+        self._group += 1
+
+    # -- pack ---------------------------------------------------------------------------------
+    def _keep_reason(self, t):
+        if t.device.type != "cuda" and not (self.offload_cpu_tensors and t.device.type == "cpu"):
+            return "device"
+        if t.numel() * t.element_size() < self.min_bytes:
+            return "small"
+        if _is_parameter(t) or _storage_ptr(t) in self._param_storages:
+            return "parameter"
+        if self._block_stack:
+            if self.mix[self._block_stack[-1]] != "offload":
+                return "block"
+        elif self.outside != "offload":
+            return "outside"
+        return None
+
+    def _copy_stream(self, device):
+        s = self._copy_streams.get(device)
+        if s is None:
+            s = self._copy_streams[device] = torch.cuda.Stream(device)
+        return s
+
+    def _pack(self, t):
+        st = self._stats
+        st["packed"] += 1
+        reason = self._keep_reason(t)
+        if reason is not None:
+            st["kept"][reason] += 1
+            # Detached: returning t itself would make an op's saved output hold the op's node
+            # (a reference cycle through C++ that no collector frees). Autograd re-attaches it.
+            return t.detach()
+        seen = self._seen.get(id(t))
+        if seen is not None:
+            ref, version, rec_ref = seen
+            rec = rec_ref()
+            if ref() is t and t._version == version and rec is not None:
+                st["deduplicated"] += 1
+                return rec
+        rec = _Record(self._step, self._group, t)
+        rec.buf = self.pool.get(rec.nbytes)
+        rec.host = rec.buf[: rec.nbytes].view(t.dtype).view(t.shape)
+        if t.device.type == "cuda":
+            compute = torch.cuda.current_stream(t.device)
+            copy = self._copy_stream(t.device)
+            copy.wait_stream(compute)  # the producer of t must have finished
+            with torch.cuda.stream(copy):
+                start = self._timing_start(copy)
+                rec.host.copy_(t, non_blocking=True)
+                rec.d2h_event = torch.cuda.Event(enable_timing=self.timing)
+                rec.d2h_event.record(copy)
+                self._timing_end(start, rec.d2h_event, rec.nbytes, "d2h")
+            rec.gpu_ref = t.detach()  # t's memory must outlive the copy: see _retire
+            self._inflight.append(weakref.ref(rec))  # weak: a freed graph frees its records
+            self._retire(compute)
+        else:
+            rec.host.copy_(t)
+        self._step.add(rec)
+        self._seen[id(t)] = (weakref.ref(t), t._version, weakref.ref(rec))
+        st["offloaded"] += 1
+        st["offloaded_bytes"] += rec.nbytes
+        return rec
+
+    def _timing_start(self, stream):
+        if not self.timing:
+            return None
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record(stream)
+        return ev
+
+    def _timing_end(self, start, end, nbytes, direction):
+        if start is not None:
+            self._copy_events.append((start, end, nbytes, direction))
+
+    def copy_times(self):
+        """With timing=True: {"d2h": (seconds, bytes), "h2d": (seconds, bytes)} of the copies
+        since the last call (synchronizes the copy streams)."""
+        for s in self._copy_streams.values():
+            s.synchronize()
+        out = {"d2h": [0.0, 0], "h2d": [0.0, 0]}
+        for start, end, nbytes, direction in self._copy_events:
+            out[direction][0] += start.elapsed_time(end) / 1e3
+            out[direction][1] += nbytes
+        self._copy_events = []
+        return {k: tuple(v) for k, v in out.items()}
+
+    def _retire(self, compute):
+        """Drops device references whose copy out has finished; above max_inflight_bytes, makes
+        the compute stream wait for the oldest copy (no host sync), after which its memory may be
+        reused by later compute work."""
+        keep = []
+        for ref in self._inflight:
+            rec = ref()
+            if rec is None or rec.gpu_ref is None:
+                continue
+            if rec.d2h_event.query():
+                rec.gpu_ref = None
+            else:
+                keep.append(rec)
+        while keep and sum(r.nbytes for r in keep) > self.max_inflight_bytes:
+            oldest = keep.pop(0)
+            compute.wait_event(oldest.d2h_event)
+            oldest.gpu_ref = None
+            self._stats["forward_waits"] += 1
+        self._inflight = [weakref.ref(r) for r in keep]
+
+    # -- unpack -------------------------------------------------------------------------------
+    def _fetch(self, rec, prefetch):
+        if rec.device_tensor is not None:
+            return
+        st = self._stats
+        if rec.gpu_ref is not None:
+            # Still on the device (the copy out may be in flight): use it as is.
+            rec.device_tensor, rec.gpu_ref = rec.gpu_ref, None
+            st["from_stash"] += 1
+            return
+        st["fetched"] += 1
+        st["fetched_bytes"] += rec.nbytes
+        if prefetch:
+            st["prefetched"] += 1
+        if rec.device.type == "cuda":
+            copy = self._copy_stream(rec.device)
+            with torch.cuda.stream(copy):
+                dev = torch.empty_strided(rec.shape, rec.stride, dtype=rec.dtype, device=rec.device)
+                start = self._timing_start(copy)
+                dev.copy_(rec.host, non_blocking=True)
+                rec.h2d_event = torch.cuda.Event(enable_timing=self.timing)
+                rec.h2d_event.record(copy)
+                self._timing_end(start, rec.h2d_event, rec.nbytes, "h2d")
+            rec.device_tensor = dev
+            self.pool.put(rec.buf, rec.h2d_event)
+        else:
+            dev = torch.empty_strided(rec.shape, rec.stride, dtype=rec.dtype, device=rec.device)
+            dev.copy_(rec.host)
+            rec.device_tensor = dev
+            self.pool.put(rec.buf, None)
+        rec.buf = rec.host = None
+
+    def _fetch_group(self, step, group, prefetch):
+        recs = step.alive(group)
+        if recs:
+            self._stats["fetch_order"].append(group)
+        for r in recs:
+            self._fetch(r, prefetch)
+
+    def _unpack(self, x):
+        if not isinstance(x, _Record):
+            return x
+        rec, step = x, x.step
+        if rec.group not in step.entered:
+            step.entered.add(rec.group)
+            self._fetch_group(step, rec.group, prefetch=False)
+            # Prefetch the next blocks of the backward: lower groups with offloaded tensors.
+            i = bisect.bisect_left(step.group_ids, rec.group)
+            ahead = 0
+            for g in reversed(step.group_ids[:i]):
+                if ahead >= self.prefetch:
+                    break
+                if g in step.entered or not step.alive(g):
+                    continue
+                step.entered.add(g)
+                self._fetch_group(step, g, prefetch=True)
+                ahead += 1
+        self._fetch(rec, prefetch=False)
+        rec.unpacked = True
+        dev = rec.device_tensor
+        if rec.h2d_event is not None and not rec.stream_recorded:
+            compute = torch.cuda.current_stream(rec.device)
+            compute.wait_event(rec.h2d_event)
+            # Allocated on the copy stream, used on the compute stream: free only after both.
+            dev.record_stream(compute)
+            rec.stream_recorded = True
+        return dev
+
+    def wait(self):
+        """Blocks until every copy of this object's tensors has completed and their host
+        buffers are back in the pool."""
+        for s in self._copy_streams.values():
+            s.synchronize()
+        self.pool.wait_all()

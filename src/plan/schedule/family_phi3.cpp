@@ -1,0 +1,42 @@
+// Phi-3: one packed qkv_proj (a single autocast cast of the norm output), q, k and v as views of
+// it, RoPE on q and k as LLaMA applies it, then cat([rotated, pass-through]) which copies even
+// when the rotary part is the whole head.
+#include "transformer.hpp"
+
+namespace vramkit::plan::detail {
+
+namespace {
+
+tensor rope_cat(walker& w, const tensor& qkv, u64 n, const char* label) {
+  const int low = w.dt().low;
+  const int rb = w.dt().amp ? 4 : low;
+  tensor a = w.op(n * rb, "rope q*cos", {edge{qkv, n * low}}, {});
+  w.transient(n / 2 * low, component::temporaries, "rope neg");
+  tensor rh = w.op(n * low, "rope rotate_half", {edge{qkv, 0, true}}, {});
+  tensor b = w.op(n * rb, "rope rot*sin", {edge{rh, n * low}}, {});
+  rh.reset();
+  tensor c = w.op(n * rb, "rope sum", {edge{a, n * rb, true}, edge{b, n * rb, true}}, {});
+  a.reset();
+  b.reset();
+  return w.op(n * rb, label, {edge{c, n * rb, true}}, {});
+}
+
+}  // namespace
+
+tensor phi3_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
+                      const layer_params& p) {
+  const i64 rows = D.tok();
+  const int low = w.dt().low;
+  const u64 nq = static_cast<u64>(rows * D.heads * D.d);
+  const u64 nkv = static_cast<u64>(rows * D.kv * D.d);
+  const tensor qkv = w.linear(in, rows, D.h, (D.heads + 2 * D.kv) * D.d, p.qkv, in_bytes, "qkv");
+  tensor q = rope_cat(w, qkv, nq, "query rotated");
+  tensor k = rope_cat(w, qkv, nkv, "key rotated");
+  const int rb = w.dt().amp ? 4 : low;
+  tensor o = attention(w, D, {q, k, qkv, rb, low, false, true, w.model().t.attention_dropout});
+  q.reset();
+  k.reset();
+  return o;
+}
+
+}  // namespace vramkit::plan::detail

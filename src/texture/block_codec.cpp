@@ -1,0 +1,388 @@
+// BCn reference decoder from the format specifications (the D3D11 functional specification's BC
+// sections, as reproduced in the Khronos Data Format Specification's "BC1-BC7" chapter): bit
+// layouts, partition and anchor tables, interpolation weights. docs/texture.md lists the sources.
+#include "vramkit/texture/block_codec.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "vramkit/core/error.hpp"
+
+namespace vramkit::texture {
+namespace {
+
+// BC7 two-subset partitions: bit i is the subset of texel i (row-major).
+constexpr std::uint16_t partitions2[64] = {
+    0xCCCC, 0x8888, 0xEEEE, 0xECC8, 0xC880, 0xFEEC, 0xFEC8, 0xEC80, 0xC800, 0xFFEC, 0xFE80,
+    0xE800, 0xFFE8, 0xFF00, 0xFFF0, 0xF000, 0xF710, 0x008E, 0x7100, 0x08CE, 0x008C, 0x7310,
+    0x3100, 0x8CCE, 0x088C, 0x3110, 0x6666, 0x366C, 0x17E8, 0x0FF0, 0x718E, 0x399C, 0xAAAA,
+    0xF0F0, 0x5A5A, 0x33CC, 0x3C3C, 0x55AA, 0x9696, 0xA55A, 0x73CE, 0x13C8, 0x324C, 0x3BDC,
+    0x6996, 0xC33C, 0x9966, 0x0660, 0x0272, 0x04E4, 0x4E40, 0x2720, 0xC936, 0x936C, 0x39C6,
+    0x639C, 0x9336, 0x9CC6, 0x817E, 0xE718, 0xCCF0, 0x0FCC, 0x7744, 0xEE22};
+
+// BC7 three-subset partitions: bits 2i..2i+1 are the subset of texel i.
+constexpr std::uint32_t partitions3[64] = {
+    0xAA685050, 0x6A5A5040, 0x5A5A4200, 0x5450A0A8, 0xA5A50000, 0xA0A05050, 0x5555A0A0, 0x5A5A5050,
+    0xAA550000, 0xAA555500, 0xAAAA5500, 0x90909090, 0x94949494, 0xA4A4A4A4, 0xA9A59450, 0x2A0A4250,
+    0xA5945040, 0x0A425054, 0xA5A5A500, 0x55A0A0A0, 0xA8A85454, 0x6A6A4040, 0xA4A45000, 0x1A1A0500,
+    0x0050A4A4, 0xAAA59090, 0x14696914, 0x69691400, 0xA08585A0, 0xAA821414, 0x50A4A450, 0x6A5A0200,
+    0xA9A58000, 0x5090A0A8, 0xA8A09050, 0x24242424, 0x00AA5500, 0x24924924, 0x24499224, 0x50A50A50,
+    0x500AA550, 0xAAAA4444, 0x66660000, 0xA5A0A5A0, 0x50A050A0, 0x69286928, 0x44AAAA44, 0x66666600,
+    0xAA444444, 0x54A854A8, 0x95809580, 0x96969600, 0xA85454A8, 0x80959580, 0xAA141414, 0x96960000,
+    0xAAAA1414, 0xA05050A0, 0xA0A5A5A0, 0x96000000, 0x40804080, 0xA9A8A9A8, 0xAAAAAA44, 0x2A4A5254};
+
+// Anchor texels (their index loses its top bit): subset 1 of two; subsets 1 and 2 of three.
+constexpr std::uint8_t anchor2_1[64] = {
+    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 2,  8, 2, 2, 8,
+    8,  15, 2,  8,  2,  2,  8,  8,  2,  2,  15, 15, 6,  8,  2,  8,  15, 15, 2, 8, 2, 2,
+    2,  15, 15, 6,  6,  2,  6,  8,  15, 15, 2,  2,  15, 15, 15, 15, 15, 2,  2, 15};
+constexpr std::uint8_t anchor3_1[64] = {
+    3,  3,  15, 15, 8, 3,  15, 15, 8,  8,  6, 6,  6, 5,  3, 3,  3,  3,  8,  15, 3,  3,
+    6,  10, 5,  8,  8, 6,  8,  5,  15, 15, 8, 15, 3, 5,  6, 10, 8,  15, 15, 3,  15, 5,
+    15, 15, 15, 15, 3, 15, 5,  5,  5,  8,  5, 10, 5, 10, 8, 13, 15, 12, 3,  3};
+constexpr std::uint8_t anchor3_2[64] = {
+    15, 8, 8, 3,  15, 15, 3,  8,  15, 15, 15, 15, 15, 15, 15, 8,  15, 8,  15, 3,  15, 8,
+    15, 8, 3, 15, 6,  10, 15, 15, 10, 8,  15, 3,  15, 10, 10, 8,  9,  10, 6,  15, 8,  15,
+    3,  6, 6, 8,  15, 3,  15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 3,  15, 15, 8};
+
+constexpr int weights2[4] = {0, 21, 43, 64};
+constexpr int weights3[8] = {0, 9, 18, 27, 37, 46, 55, 64};
+constexpr int weights4[16] = {0, 4, 9, 13, 17, 21, 26, 30, 34, 38, 43, 47, 51, 55, 60, 64};
+
+struct bc7_mode {
+  int subsets, partition_bits, rotation_bits, selector_bits, color_bits, alpha_bits;
+  int endpoint_pbits, shared_pbits, index_bits, index2_bits;
+};
+constexpr bc7_mode bc7_modes[8] = {{3, 4, 0, 0, 4, 0, 1, 0, 3, 0}, {2, 6, 0, 0, 6, 0, 0, 1, 3, 0},
+                                   {3, 6, 0, 0, 5, 0, 0, 0, 2, 0}, {2, 6, 0, 0, 7, 0, 1, 0, 2, 0},
+                                   {1, 0, 2, 1, 5, 6, 0, 0, 2, 3}, {1, 0, 2, 0, 7, 8, 0, 0, 2, 2},
+                                   {1, 0, 0, 0, 7, 7, 1, 0, 4, 0}, {2, 6, 0, 0, 5, 5, 1, 0, 2, 0}};
+
+// Reads a 128-bit block least-significant bit first.
+class bit_reader {
+ public:
+  explicit bit_reader(const std::uint8_t* p) {
+    std::memcpy(&lo_, p, 8);
+    std::memcpy(&hi_, p + 8, 8);
+  }
+  int read(int bits) {
+    int v = 0;
+    for (int i = 0; i < bits; ++i, ++pos_) {
+      const std::uint64_t word = pos_ < 64 ? lo_ : hi_;
+      v |= static_cast<int>((word >> (pos_ & 63)) & 1) << i;
+    }
+    return v;
+  }
+
+ private:
+  std::uint64_t lo_ = 0, hi_ = 0;
+  int pos_ = 0;
+};
+
+int interpolate(int e0, int e1, int weight) { return ((64 - weight) * e0 + weight * e1 + 32) >> 6; }
+
+int weight_of(int bits, int index) {
+  return bits == 2 ? weights2[index] : bits == 3 ? weights3[index] : weights4[index];
+}
+
+void decode_bc7(const std::uint8_t* block, texel out[16]) {
+  int mode = 0;
+  while (mode < 8 && !(block[0] & (1 << mode))) ++mode;
+  if (mode == 8) {
+    for (int i = 0; i < 16; ++i) out[i] = {0, 0, 0, 0};
+    return;
+  }
+  const bc7_mode& m = bc7_modes[mode];
+  bit_reader bits(block);
+  bits.read(mode + 1);
+  const int partition = bits.read(m.partition_bits);
+  const int rotation = bits.read(m.rotation_bits);
+  const int selector = bits.read(m.selector_bits);
+  const int endpoints = 2 * m.subsets;
+  int ep[6][4] = {};
+  for (int c = 0; c < 3; ++c) {
+    for (int e = 0; e < endpoints; ++e) ep[e][c] = bits.read(m.color_bits);
+  }
+  for (int e = 0; e < endpoints; ++e) ep[e][3] = m.alpha_bits ? bits.read(m.alpha_bits) : 255;
+  int color_bits = m.color_bits;
+  int alpha_bits = m.alpha_bits;
+  if (m.endpoint_pbits || m.shared_pbits) {
+    int pbit[6] = {};
+    if (m.endpoint_pbits) {
+      for (int e = 0; e < endpoints; ++e) pbit[e] = bits.read(1);
+    } else {
+      for (int s = 0; s < m.subsets; ++s) pbit[2 * s] = pbit[2 * s + 1] = bits.read(1);
+    }
+    for (int e = 0; e < endpoints; ++e) {
+      for (int c = 0; c < 3; ++c) ep[e][c] = ep[e][c] << 1 | pbit[e];
+      if (m.alpha_bits) ep[e][3] = ep[e][3] << 1 | pbit[e];
+    }
+    ++color_bits;
+    if (m.alpha_bits) ++alpha_bits;
+  }
+  // Unquantize: shift to the top of 8 bits and replicate the high bits into the low ones.
+  for (int e = 0; e < endpoints; ++e) {
+    for (int c = 0; c < 3; ++c) {
+      ep[e][c] = (ep[e][c] << (8 - color_bits)) | (ep[e][c] << (8 - color_bits) >> color_bits);
+    }
+    if (m.alpha_bits) {
+      ep[e][3] = (ep[e][3] << (8 - alpha_bits)) | (ep[e][3] << (8 - alpha_bits) >> alpha_bits);
+    }
+  }
+  int subset[16] = {};
+  for (int i = 0; i < 16; ++i) {
+    if (m.subsets == 2) subset[i] = (partitions2[partition] >> i) & 1;
+    if (m.subsets == 3) subset[i] = static_cast<int>((partitions3[partition] >> (2 * i)) & 3);
+  }
+  auto is_anchor = [&](int i) {
+    if (i == 0) return true;
+    if (m.subsets == 2) return i == anchor2_1[partition];
+    if (m.subsets == 3) return i == anchor3_1[partition] || i == anchor3_2[partition];
+    return false;
+  };
+  int index[16];
+  int index2[16] = {};
+  for (int i = 0; i < 16; ++i) index[i] = bits.read(is_anchor(i) ? m.index_bits - 1 : m.index_bits);
+  if (m.index2_bits) {
+    for (int i = 0; i < 16; ++i) index2[i] = bits.read(i == 0 ? m.index2_bits - 1 : m.index2_bits);
+  }
+  for (int i = 0; i < 16; ++i) {
+    const int* e0 = ep[2 * subset[i]];
+    const int* e1 = ep[2 * subset[i] + 1];
+    int color_weight = weight_of(m.index_bits, index[i]);
+    int alpha_weight = color_weight;
+    if (m.index2_bits) {
+      // Mode 4's selector bit swaps which index set drives colour and which alpha.
+      const int w2 = weight_of(m.index2_bits, index2[i]);
+      if (selector) {
+        alpha_weight = color_weight;
+        color_weight = w2;
+      } else {
+        alpha_weight = w2;
+      }
+    }
+    int rgba[4];
+    for (int c = 0; c < 3; ++c) rgba[c] = interpolate(e0[c], e1[c], color_weight);
+    rgba[3] = m.alpha_bits ? interpolate(e0[3], e1[3], alpha_weight) : 255;
+    if (rotation) std::swap(rgba[3], rgba[rotation - 1]);
+    out[i] = {rgba[0] / 255.0f, rgba[1] / 255.0f, rgba[2] / 255.0f, rgba[3] / 255.0f};
+  }
+}
+
+// BC1 colour block; BC2/BC3 use it in four-colour mode whatever the endpoint order.
+void decode_bc1_color(const std::uint8_t* block, texel out[16], bool four_color_always) {
+  const int c0 = block[0] | block[1] << 8;
+  const int c1 = block[2] | block[3] << 8;
+  auto expand = [](int c) {
+    return texel{((c >> 11) & 31) / 31.0f, ((c >> 5) & 63) / 63.0f, (c & 31) / 31.0f, 1.0f};
+  };
+  texel palette[4] = {expand(c0), expand(c1), {}, {}};
+  auto mix = [&](float w0, float w1, float d) {
+    return texel{(w0 * palette[0].r + w1 * palette[1].r) / d,
+                 (w0 * palette[0].g + w1 * palette[1].g) / d,
+                 (w0 * palette[0].b + w1 * palette[1].b) / d, 1.0f};
+  };
+  if (c0 > c1 || four_color_always) {
+    palette[2] = mix(2, 1, 3);
+    palette[3] = mix(1, 2, 3);
+  } else {
+    palette[2] = mix(1, 1, 2);
+    palette[3] = {0, 0, 0, 0};
+  }
+  const std::uint32_t indices =
+      block[4] | block[5] << 8 | block[6] << 16 | static_cast<std::uint32_t>(block[7]) << 24;
+  for (int i = 0; i < 16; ++i) out[i] = palette[(indices >> (2 * i)) & 3];
+}
+
+// One BC4 channel (also BC3's alpha and each BC5 channel).
+void decode_bc4_channel(const std::uint8_t* block, bool snorm, float out[16]) {
+  float v[8];
+  float e0, e1;
+  bool six;
+  if (snorm) {
+    const int s0 = std::max(-127, static_cast<int>(static_cast<std::int8_t>(block[0])));
+    const int s1 = std::max(-127, static_cast<int>(static_cast<std::int8_t>(block[1])));
+    e0 = s0 / 127.0f;
+    e1 = s1 / 127.0f;
+    six = !(static_cast<std::int8_t>(block[0]) > static_cast<std::int8_t>(block[1]));
+  } else {
+    e0 = block[0] / 255.0f;
+    e1 = block[1] / 255.0f;
+    six = !(block[0] > block[1]);
+  }
+  v[0] = e0;
+  v[1] = e1;
+  if (!six) {
+    for (int i = 2; i < 8; ++i) v[i] = ((8 - i) * e0 + (i - 1) * e1) / 7.0f;
+  } else {
+    for (int i = 2; i < 6; ++i) v[i] = ((6 - i) * e0 + (i - 1) * e1) / 5.0f;
+    v[6] = snorm ? -1.0f : 0.0f;
+    v[7] = 1.0f;
+  }
+  std::uint64_t indices = 0;
+  for (int i = 0; i < 6; ++i) indices |= static_cast<std::uint64_t>(block[2 + i]) << (8 * i);
+  for (int i = 0; i < 16; ++i) out[i] = v[(indices >> (3 * i)) & 7];
+}
+
+}  // namespace
+
+bool can_decode(const pixel_format& f) noexcept {
+  return f.format != texture_format::bc6h && f.format != texture_format::astc;
+}
+
+void decode_block(const pixel_format& f, const std::uint8_t* block, texel out[16]) {
+  float ch[16];
+  switch (f.format) {
+    case texture_format::bc1:
+      decode_bc1_color(block, out, false);
+      return;
+    case texture_format::bc2:
+      decode_bc1_color(block + 8, out, true);
+      for (int i = 0; i < 16; ++i) out[i].a = ((block[i / 2] >> (4 * (i & 1))) & 15) / 15.0f;
+      return;
+    case texture_format::bc3:
+      decode_bc1_color(block + 8, out, true);
+      decode_bc4_channel(block, false, ch);
+      for (int i = 0; i < 16; ++i) out[i].a = ch[i];
+      return;
+    case texture_format::bc4:
+      decode_bc4_channel(block, f.snorm, ch);
+      for (int i = 0; i < 16; ++i) out[i] = {ch[i], 0, 0, 1};
+      return;
+    case texture_format::bc5: {
+      float g[16];
+      decode_bc4_channel(block, f.snorm, ch);
+      decode_bc4_channel(block + 8, f.snorm, g);
+      for (int i = 0; i < 16; ++i) out[i] = {ch[i], g[i], 0, 1};
+      return;
+    }
+    case texture_format::bc7:
+      decode_bc7(block, out);
+      return;
+    case texture_format::rgba8:
+      out[0] = {block[0] / 255.0f, block[1] / 255.0f, block[2] / 255.0f, block[3] / 255.0f};
+      return;
+    default:
+      throw logic_error("decode_block: no CPU decoder for " + f.name());
+  }
+}
+
+std::vector<texel> decode_level(const pixel_format& f, int width, int height,
+                                std::span<const std::uint8_t> data) {
+  if (!can_decode(f)) throw logic_error("decode_level: no CPU decoder for " + f.name());
+  if (data.size() < level_bytes(f, width, height))
+    throw logic_error("decode_level: data shorter than the level");
+  std::vector<texel> out(static_cast<std::size_t>(width) * height);
+  if (f.format == texture_format::rgba8) {
+    for (std::size_t i = 0; i < out.size(); ++i) decode_block(f, &data[4 * i], &out[i]);
+    return out;
+  }
+  const int bw = (width + 3) / 4;
+  const int bh = (height + 3) / 4;
+  texel block[16];
+  for (int by = 0; by < bh; ++by) {
+    for (int bx = 0; bx < bw; ++bx) {
+      decode_block(f, &data[(static_cast<std::size_t>(by) * bw + bx) * f.block_bytes], block);
+      for (int y = 0; y < 4 && by * 4 + y < height; ++y) {
+        for (int x = 0; x < 4 && bx * 4 + x < width; ++x) {
+          out[static_cast<std::size_t>(by * 4 + y) * width + bx * 4 + x] = block[y * 4 + x];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::uint8_t> decode_level_rgba8(const pixel_format& f, int width, int height,
+                                             std::span<const std::uint8_t> data) {
+  const auto texels = decode_level(f, width, height, data);
+  std::vector<std::uint8_t> out(texels.size() * 4);
+  auto q = [&](float v) {
+    if (f.snorm) v = (v + 1.0f) * 0.5f;
+    return static_cast<std::uint8_t>(std::lround(std::clamp(v, 0.0f, 1.0f) * 255.0f));
+  };
+  for (std::size_t i = 0; i < texels.size(); ++i) {
+    out[4 * i] = q(texels[i].r);
+    out[4 * i + 1] = q(texels[i].g);
+    out[4 * i + 2] = q(texels[i].b);
+    out[4 * i + 3] = f.snorm ? 255 : q(texels[i].a);
+  }
+  return out;
+}
+
+std::vector<std::uint8_t> encode_bc1(int width, int height, std::span<const std::uint8_t> rgba) {
+  if (rgba.size() != static_cast<std::size_t>(width) * height * 4) {
+    throw logic_error("encode_bc1: buffer size differs from width x height x 4");
+  }
+  const int bw = (width + 3) / 4;
+  const int bh = (height + 3) / 4;
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(bw) * bh * 8);
+  for (int by = 0; by < bh; ++by) {
+    for (int bx = 0; bx < bw; ++bx) {
+      int px[16][3];
+      int lo[3] = {255, 255, 255};
+      int hi[3] = {0, 0, 0};
+      for (int i = 0; i < 16; ++i) {
+        // Texels past the edge repeat the last row/column.
+        const int x = std::min(bx * 4 + (i & 3), width - 1);
+        const int y = std::min(by * 4 + (i >> 2), height - 1);
+        for (int c = 0; c < 3; ++c) {
+          px[i][c] = rgba[(static_cast<std::size_t>(y) * width + x) * 4 + c];
+          lo[c] = std::min(lo[c], px[i][c]);
+          hi[c] = std::max(hi[c], px[i][c]);
+        }
+      }
+      auto pack = [](const int c[3]) {
+        return (((c[0] * 31 + 127) / 255) << 11) | (((c[1] * 63 + 127) / 255) << 5) |
+               ((c[2] * 31 + 127) / 255);
+      };
+      int c0 = pack(hi);
+      int c1 = pack(lo);
+      std::uint8_t* block = &out[(static_cast<std::size_t>(by) * bw + bx) * 8];
+      if (c0 == c1) {
+        // One colour: four-colour mode needs c0 > c1; the texels all pick the exact endpoint.
+        if (c0 == 0) {
+          c0 = 1;
+        } else {
+          c1 = c0 - 1;
+        }
+      }
+      if (c0 < c1) std::swap(c0, c1);
+      block[0] = static_cast<std::uint8_t>(c0);
+      block[1] = static_cast<std::uint8_t>(c0 >> 8);
+      block[2] = static_cast<std::uint8_t>(c1);
+      block[3] = static_cast<std::uint8_t>(c1 >> 8);
+      // Index k in every texel decodes to palette entry k.
+      texel entries[4];
+      for (int k = 0; k < 4; ++k) {
+        std::uint8_t probe[8];
+        std::memcpy(probe, block, 4);
+        std::memset(probe + 4, k * 0x55, 4);
+        texel decoded[16];
+        decode_block(pixel_format::of(texture_format::bc1), probe, decoded);
+        entries[k] = decoded[0];
+      }
+      std::uint32_t indices = 0;
+      for (int i = 0; i < 16; ++i) {
+        int best = 0;
+        float best_d = 1e30f;
+        for (int k = 0; k < 4; ++k) {
+          const float dr = entries[k].r * 255 - px[i][0];
+          const float dg = entries[k].g * 255 - px[i][1];
+          const float db = entries[k].b * 255 - px[i][2];
+          const float d = dr * dr + dg * dg + db * db;
+          if (d < best_d) {
+            best_d = d;
+            best = k;
+          }
+        }
+        indices |= static_cast<std::uint32_t>(best) << (2 * i);
+      }
+      for (int k = 0; k < 4; ++k) block[4 + k] = static_cast<std::uint8_t>(indices >> (8 * k));
+    }
+  }
+  return out;
+}
+
+}  // namespace vramkit::texture

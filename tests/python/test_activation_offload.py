@@ -1,0 +1,170 @@
+"""CPU tests of vramkit.offload_activations: selection, thresholds, bookkeeping, no leak, exact
+gradients. The CUDA cases are in test_offload_gpu.py."""
+
+import copy
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _skip import need_torch  # noqa: E402
+
+need_torch()
+
+import torch  # noqa: E402
+
+import vramkit  # noqa: E402
+from _models import TinyLM, grads  # noqa: E402
+
+
+def run(model, tokens, ctx=None):
+    model.zero_grad(set_to_none=True)
+    if ctx is None:
+        loss = model(tokens)
+    else:
+        with ctx:
+            loss = model(tokens)
+    loss.backward()
+    return loss.detach(), grads(model)
+
+
+class ActivationOffloadCpu(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(0)
+        self.model = TinyLM()
+        self.tokens = torch.randint(0, 64, (2, 16))
+
+    def ctx(self, **kw):
+        kw.setdefault("min_bytes", 256)
+        return vramkit.offload_activations(self.model, offload_cpu_tensors=True, **kw)
+
+    def assert_bitwise(self, ref, got):
+        self.assertTrue(torch.equal(ref[0], got[0]))
+        for a, b in zip(ref[1], got[1]):
+            self.assertTrue(torch.equal(a, b))
+
+    def test_gradients_bitwise_equal_for_every_mix(self):
+        ref = run(self.model, self.tokens)
+        for mix in (["offload"] * 4, ["keep"] * 4, ["checkpoint"] * 4,
+                    ["offload", "checkpoint", "keep", "offload"]):
+            for outside in ("keep", "offload"):
+                with self.subTest(mix=mix, outside=outside):
+                    ctx = self.ctx(mix=mix, outside=outside)
+                    self.assert_bitwise(ref, run(self.model, self.tokens, ctx))
+
+    def test_offloads_only_selected_blocks(self):
+        everything = self.ctx(mix=["offload"] * 4)
+        run(self.model, self.tokens, everything)
+        half = self.ctx(mix=["offload", "keep", "offload", "keep"])
+        run(self.model, self.tokens, half)
+        n_all, n_half = everything.stats()["offloaded"], half.stats()["offloaded"]
+        self.assertGreater(n_all, 0)
+        self.assertEqual(n_half * 2, n_all)  # the blocks are identical
+        self.assertGreater(half.stats()["kept"]["block"], 0)
+        self.assertEqual(everything.stats()["kept"]["block"], 0)
+
+    def test_checkpointed_blocks_save_nothing_and_are_restored(self):
+        ctx = self.ctx(mix=["checkpoint"] * 4)
+        run(self.model, self.tokens, ctx)
+        self.assertEqual(ctx.stats()["offloaded"], 0)
+        for layer in self.model.layers:
+            self.assertNotIn("forward", layer.__dict__)
+
+    def test_threshold_and_parameters_stay(self):
+        big = self.ctx(min_bytes=1 << 40)
+        run(self.model, self.tokens, big)
+        s = big.stats()
+        self.assertEqual(s["offloaded"], 0)
+        self.assertEqual(s["kept"]["small"], s["packed"])
+        zero = self.ctx(min_bytes=0)
+        run(self.model, self.tokens, zero)
+        s = zero.stats()
+        self.assertGreater(s["kept"]["parameter"], 0)  # linear weights saved for backward
+        self.assertGreater(s["offloaded"], 0)
+        self.assertEqual(s["offloaded"] + s["deduplicated"] + sum(s["kept"].values()), s["packed"])
+
+    def test_views_of_parameters_stay(self):
+        w = torch.nn.Parameter(torch.randn(64, 64))
+        ctx = vramkit.offload_activations(min_bytes=0, offload_cpu_tensors=True)
+        with ctx:
+            y = (torch.randn(8, 64, requires_grad=True) @ w.t()).sum()  # saves w.t(), a view
+        y.backward()
+        self.assertGreater(ctx.stats()["kept"]["parameter"], 0)
+
+    def test_cpu_tensors_stay_unless_asked(self):
+        ctx = vramkit.offload_activations(self.model, min_bytes=0)
+        run(self.model, self.tokens, ctx)
+        s = ctx.stats()
+        self.assertEqual(s["offloaded"], 0)
+        self.assertEqual(s["kept"]["device"], s["packed"])
+
+    def test_no_pinned_memory_held_after_backward_or_dropped_graph(self):
+        ctx = self.ctx()
+        for _ in range(3):
+            run(self.model, self.tokens, ctx)
+            self.assertEqual(ctx.pool.stats()["in_use_bytes"], 0)
+            self.assertEqual(ctx.stats()["live_records"], 0)
+        allocations = ctx.pool.stats()["host_allocations"]
+        run(self.model, self.tokens, ctx)
+        self.assertEqual(ctx.pool.stats()["host_allocations"], allocations)  # buffers reused
+        with ctx:
+            loss = self.model(self.tokens)
+        self.assertGreater(ctx.pool.stats()["in_use_bytes"], 0)
+        del loss  # graph freed without a backward
+        self.assertEqual(ctx.pool.stats()["in_use_bytes"], 0)
+        self.assertEqual(ctx.stats()["live_records"], 0)
+
+    def test_backward_fetches_in_reverse_block_order_with_prefetch(self):
+        ctx = self.ctx(prefetch=1)
+        run(self.model, self.tokens, ctx)
+        order = ctx.stats()["fetch_order"]
+        self.assertEqual(order, sorted(order, reverse=True))
+        self.assertEqual(len(order), len(set(order)))
+        self.assertGreater(ctx.stats()["prefetched"], 0)
+        none = self.ctx(prefetch=0)
+        run(self.model, self.tokens, none)
+        self.assertEqual(none.stats()["prefetched"], 0)
+
+    def test_same_tensor_saved_twice_is_copied_once(self):
+        x = torch.randn(1024, requires_grad=True)
+        ctx = vramkit.offload_activations(min_bytes=0, offload_cpu_tensors=True)
+        with ctx:
+            h = x * 2
+            y = (h * h).sum()  # mul saves h twice
+        y.backward()
+        self.assertEqual(ctx.stats()["deduplicated"], 1)
+        self.assertTrue(torch.equal(x.grad, 8 * x.detach()))
+
+    def test_strides_and_bits_come_back(self):
+        base = torch.randn(32, 16)
+        for t in (base.t(), base[:, ::2], base.to(torch.bfloat16), base > 0):
+            ctx = vramkit.offload_activations(min_bytes=0, offload_cpu_tensors=True)
+            with ctx:
+                rec = ctx._pack(t)
+            self.assertEqual(ctx.stats()["offloaded"], 1)
+            back = ctx._unpack(rec)
+            self.assertEqual((back.shape, back.stride(), back.dtype), (t.shape, t.stride(), t.dtype))
+            self.assertTrue(torch.equal(back, t))
+            self.assertNotEqual(back.data_ptr(), t.data_ptr())
+
+    def test_bad_options(self):
+        with self.assertRaises(ValueError):
+            vramkit.offload_activations(self.model, mix=["offload"] * 3)
+        with self.assertRaises(ValueError):
+            vramkit.offload_activations(self.model, mix=["offload", "bogus", "keep", "keep"])
+        with self.assertRaises(ValueError):
+            vramkit.offload_activations(self.model, offload=[0, 1], checkpoint=[1])
+        with self.assertRaises(ValueError):
+            vramkit.offload_activations(self.model, offload=[4])
+        with self.assertRaises(ValueError):
+            vramkit.offload_activations(self.model, outside="maybe")
+        with self.assertRaises(ValueError):
+            vramkit.offload_activations(torch.nn.Linear(2, 2))  # no blocks
+        ctx = vramkit.offload_activations(self.model, offload=[self.model.layers[2]])
+        self.assertEqual(ctx.mix, ["keep", "keep", "offload", "keep"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,126 @@
+"""GPU tests of vramkit's offload (CTest label gpu): exact gradients with activation offload under
+amp-bf16, a capped run that runs out of memory without offload and completes with it, and
+OffloadedAdamW against torch.optim.AdamW with pinned state and copy streams."""
+
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, HERE)
+
+from _skip import need_cuda  # noqa: E402
+
+if __name__ == "__main__" and "--capped-child" not in sys.argv:
+    need_cuda()
+
+import torch  # noqa: E402
+
+import vramkit  # noqa: E402
+from _models import TinyLM, grads  # noqa: E402
+
+
+def step(model, tokens, ctx=None):
+    model.zero_grad(set_to_none=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        if ctx is None:
+            loss = model(tokens)
+        else:
+            with ctx:
+                loss = model(tokens)
+    loss.backward()
+    return loss.detach(), grads(model)
+
+
+def capped_child():
+    """Measures peaks, caps between them, and reports what ran out of memory (one JSON line)."""
+    torch.manual_seed(0)
+    model = TinyLM(vocab=512, d=512, ffn=1536, layers=8).cuda()
+    tokens = torch.randint(0, 512, (32, 512), device="cuda")
+    mix = ["offload"] * 8
+    out = {}
+    for name, make in (("plain", lambda: None),
+                       ("offload", lambda: vramkit.offload_activations(model, mix=mix, min_bytes=1 << 16))):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        ctx = make()
+        step(model, tokens, ctx)
+        if ctx is not None:
+            ctx.wait()
+        out[name + "_peak"] = torch.cuda.max_memory_allocated()
+    cap = (out["plain_peak"] + out["offload_peak"]) // 2
+    out["cap"] = cap
+    total = torch.cuda.get_device_properties(0).total_memory
+    for name, make in (("plain", lambda: None),
+                       ("offload", lambda: vramkit.offload_activations(model, mix=mix, min_bytes=1 << 16))):
+        torch.cuda.empty_cache()
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        # The cap applies to this process's whole pool: the model's own memory counts against it.
+        torch.cuda.set_per_process_memory_fraction(cap / total)
+        try:
+            loss, _ = step(model, tokens, make())
+            out[name] = "ok"
+            out[name + "_loss"] = loss.item()
+        except torch.cuda.OutOfMemoryError:
+            out[name] = "oom"
+        finally:
+            torch.cuda.set_per_process_memory_fraction(1.0)
+        out[name + "_base"] = base
+    print("RESULT " + json.dumps(out))
+
+
+class OffloadGpu(unittest.TestCase):
+    def test_gradients_bitwise_equal_with_offload(self):
+        torch.manual_seed(0)
+        model = TinyLM(vocab=256, d=256, ffn=768, layers=6).cuda()
+        tokens = torch.randint(0, 256, (8, 256), device="cuda")
+        ref = step(model, tokens)
+        for mix, prefetch in ((["offload"] * 6, 1), (["offload", "checkpoint", "keep"] * 2, 2),
+                              (["offload"] * 6, 0)):
+            with self.subTest(mix=mix, prefetch=prefetch):
+                ctx = vramkit.offload_activations(model, mix=mix, min_bytes=4096, prefetch=prefetch,
+                                                  max_inflight_bytes=1 << 20)
+                for _ in range(2):  # the second step reuses the pool's buffers
+                    got = step(model, tokens, ctx)
+                    ctx.wait()
+                    self.assertTrue(torch.equal(ref[0], got[0]))
+                    for a, b in zip(ref[1], got[1]):
+                        self.assertTrue(torch.equal(a, b))
+                s = ctx.stats()
+                self.assertGreater(s["offloaded"], 0)
+                self.assertGreater(s["fetched"], 0)
+                self.assertEqual(s["live_records"], 0)
+                self.assertEqual(ctx.pool.stats()["in_use_bytes"], 0)
+                self.assertTrue(ctx.pool.pin)
+
+    def test_capped_run_needs_offload(self):
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--capped-child"],
+                           capture_output=True, text=True, timeout=240)
+        line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+        self.assertTrue(line, p.stderr[-2000:])
+        r = json.loads(line[0][7:])
+        print(r)
+        self.assertLess(r["offload_peak"], r["plain_peak"])
+        self.assertEqual(r["plain"], "oom")
+        self.assertEqual(r["offload"], "ok")
+
+    def test_offloaded_adamw_matches_adamw(self):
+        from test_offloaded_adamw import OffloadedAdamWTest
+
+        t = OffloadedAdamWTest()
+        for chunk in (4096, 1 << 20):
+            opt = t.compare("cuda", chunk)
+            st = next(iter(opt.state.values()))
+            self.assertEqual(st["exp_avg"].device.type, "cpu")
+            self.assertTrue(st["exp_avg"].is_pinned())
+
+
+if __name__ == "__main__":
+    if "--capped-child" in sys.argv:
+        capped_child()
+    else:
+        unittest.main()

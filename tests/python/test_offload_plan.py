@@ -1,0 +1,97 @@
+"""vramkit.offload_plan: the offload time and peak model and the mix it chooses. The cases in
+tests/data/offload/model_cases.json are answered by the C++ model too (offload_model_test)."""
+
+import json
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+from vramkit import offload_plan as om  # noqa: E402
+
+GiB = 1 << 30
+BASE = dict(block_bytes=2 * GiB, input_bytes=GiB // 8, t_fwd=0.02, t_bwd=0.04,
+            d2h_bytes_per_s=50e9, h2d_bytes_per_s=50e9, other_bytes=20 * GiB, other_time_s=0.05)
+
+
+def sim(mix, **kw):
+    args = dict(BASE)
+    args.update(kw)
+    return om.simulate(mix, **args)
+
+
+class OffloadModel(unittest.TestCase):
+    def test_keep_everything_costs_compute_only(self):
+        r = sim(["keep"] * 8)
+        self.assertAlmostEqual(r["step_time_s"], 8 * 0.06 + 0.05)
+        self.assertEqual(r["device_peak_bytes"], 20 * GiB + 16 * GiB)
+        self.assertEqual(r["host_pinned_bytes"], 0)
+        self.assertEqual(r["copy_s"], 0)
+
+    def test_checkpoint_costs_one_forward_and_keeps_inputs(self):
+        r = sim(["checkpoint"] * 8)
+        self.assertAlmostEqual(r["step_time_s"], 8 * 0.08 + 0.05)
+        self.assertEqual(r["device_peak_bytes"], 20 * GiB + GiB + 2 * GiB)
+
+    def test_offload_moves_bytes_to_the_host(self):
+        r = sim(["offload"] * 8)
+        self.assertEqual(r["host_pinned_bytes"], 16 * GiB)
+        self.assertLess(r["device_peak_bytes"], sim(["keep"] * 8)["device_peak_bytes"])
+        self.assertAlmostEqual(r["copy_s"], 8 * 2 * (2 * GiB / 50e9))
+
+    def test_fast_link_hides_copies(self):
+        r = sim(["offload"] * 8, d2h_bytes_per_s=1e15, h2d_bytes_per_s=1e15)
+        self.assertAlmostEqual(r["step_time_s"], 8 * 0.06 + 0.05, places=4)
+        # Only the first copy back of the backward has nothing to hide behind.
+        self.assertAlmostEqual(r["overlap"], 15 / 16, places=3)
+
+    def test_slow_link_is_exposed_and_time_grows_with_offloaded_blocks(self):
+        times = [sim(om.arrange(8, n, 0), d2h_bytes_per_s=5e9, h2d_bytes_per_s=5e9)["step_time_s"]
+                 for n in range(9)]
+        self.assertEqual(times, sorted(times))
+        self.assertLess(sim(["offload"] * 8, d2h_bytes_per_s=5e9)["overlap"], 0.5)
+
+    def test_arrange_spreads_offloaded_blocks(self):
+        self.assertEqual(om.arrange(6, 2, 2), ["offload", "checkpoint", "offload", "checkpoint", "keep", "keep"])
+        self.assertEqual(om.arrange(4, 0, 0), ["keep"] * 4)
+        with self.assertRaises(ValueError):
+            om.arrange(4, 3, 2)
+        with self.assertRaises(ValueError):
+            sim(["offload", "bogus"])
+
+    def test_choose_keeps_everything_when_it_fits(self):
+        mix, r = om.choose_mix(8, 100 * GiB, **BASE)
+        self.assertEqual(mix, ["keep"] * 8)
+
+    def test_choose_offloads_only_when_it_beats_checkpointing(self):
+        cap = 28 * GiB
+        fast = dict(BASE, d2h_bytes_per_s=100e9, h2d_bytes_per_s=100e9)  # a copy ~ a block's forward
+        mix, r = om.choose_mix(8, cap, **fast)
+        self.assertIn("offload", mix)
+        self.assertLessEqual(r["device_peak_bytes"], cap)
+        no_off = om.choose_mix(8, cap, allow_offload=False, **fast)
+        self.assertLess(r["step_time_s"], no_off[1]["step_time_s"])
+        # A link so slow that checkpointing wins: no block offloaded.
+        slow = dict(BASE, d2h_bytes_per_s=1e8, h2d_bytes_per_s=1e8)
+        mix, _ = om.choose_mix(8, cap, **slow)
+        self.assertNotIn("offload", mix)
+
+    def test_nothing_fits(self):
+        self.assertIsNone(om.choose_mix(8, 10 * GiB, **BASE))
+
+    def test_shared_cases(self):
+        path = os.path.join(HERE, "..", "data", "offload", "model_cases.json")
+        with open(path) as f:
+            cases = json.load(f)
+        self.assertGreater(len(cases), 3)
+        for c in cases:
+            with self.subTest(name=c["name"]):
+                r = om.simulate(c["mix"], **c["inputs"])
+                for k, v in c["expect"].items():
+                    self.assertAlmostEqual(r[k], v, delta=1e-9 * max(1.0, abs(v)), msg=k)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,157 @@
+// The offload model: keep/checkpoint/offload arithmetic, the mix choice, optimizer offload, the
+// --offload option, and the cases tests/data/offload/model_cases.json shares with the Python model.
+#include "vramkit/plan/offload_model.hpp"
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "vramkit/core/error.hpp"
+
+namespace vramkit::plan {
+namespace {
+
+constexpr std::uint64_t GiB = 1ull << 30;
+using P = block_policy;
+
+offload_inputs base() {
+  offload_inputs in;
+  in.block_bytes = 2 * GiB;
+  in.input_bytes = GiB / 8;
+  in.t_fwd_s = 0.02;
+  in.t_bwd_s = 0.04;
+  in.d2h_bytes_per_s = in.h2d_bytes_per_s = 50e9;
+  in.other_bytes = 20 * GiB;
+  in.other_time_s = 0.05;
+  return in;
+}
+
+TEST(OffloadModel, KeepEverythingCostsComputeOnly) {
+  const auto e = simulate_offload(std::vector<P>(8, P::keep), base());
+  EXPECT_DOUBLE_EQ(e.step_time_s, 8 * 0.06 + 0.05);
+  EXPECT_EQ(e.device_peak_bytes, 36 * GiB);
+  EXPECT_EQ(e.host_pinned_bytes, 0u);
+  EXPECT_EQ(e.overlap, 1.0);
+}
+
+TEST(OffloadModel, CheckpointAddsOneForwardAndKeepsInputs) {
+  const auto e = simulate_offload(std::vector<P>(8, P::checkpoint), base());
+  EXPECT_NEAR(e.step_time_s, 8 * 0.08 + 0.05, 1e-12);
+  EXPECT_EQ(e.device_peak_bytes, 20 * GiB + GiB + 2 * GiB);
+}
+
+TEST(OffloadModel, OffloadMovesBytesToHostAndSlowLinksAreExposed) {
+  auto in = base();
+  const auto all = simulate_offload(std::vector<P>(8, P::offload), in);
+  EXPECT_EQ(all.host_pinned_bytes, 16 * GiB);
+  EXPECT_LT(all.device_peak_bytes, 36 * GiB);
+  in.d2h_bytes_per_s = in.h2d_bytes_per_s = 1e15;
+  EXPECT_NEAR(simulate_offload(std::vector<P>(8, P::offload), in).overlap, 15.0 / 16, 1e-3);
+  in.d2h_bytes_per_s = in.h2d_bytes_per_s = 5e9;
+  double last = 0;
+  for (int n = 0; n <= 8; ++n) {
+    const double t = simulate_offload(arrange_mix(8, n, 0), in).step_time_s;
+    EXPECT_GE(t, last);
+    last = t;
+  }
+}
+
+TEST(OffloadModel, ArrangeSpreadsOffloadedBlocksAndRefusesTooMany) {
+  EXPECT_EQ(arrange_mix(6, 2, 2), (std::vector<P>{P::offload, P::checkpoint, P::offload,
+                                                  P::checkpoint, P::keep, P::keep}));
+  EXPECT_THROW(arrange_mix(4, 3, 2), invalid_input);
+  EXPECT_THROW(arrange_mix(4, -1, 0), invalid_input);
+}
+
+TEST(OffloadModel, ChoosesOffloadOnlyWhenItBeatsCheckpointing) {
+  auto in = base();
+  EXPECT_EQ(choose_offload_mix(8, 100 * GiB, in)->mix, std::vector<P>(8, P::keep));
+  in.d2h_bytes_per_s = in.h2d_bytes_per_s = 100e9;
+  const auto with = choose_offload_mix(8, 28 * GiB, in);
+  ASSERT_TRUE(with);
+  EXPECT_NE(std::find(with->mix.begin(), with->mix.end(), P::offload), with->mix.end());
+  EXPECT_LE(with->estimate.device_peak_bytes, 28 * GiB);
+  const auto without = choose_offload_mix(8, 28 * GiB, in, mix_search::checkpoint_only);
+  ASSERT_TRUE(without);
+  EXPECT_LT(with->estimate.step_time_s, without->estimate.step_time_s);
+  in.d2h_bytes_per_s = in.h2d_bytes_per_s = 1e8;
+  const auto slow = choose_offload_mix(8, 28 * GiB, in);
+  ASSERT_TRUE(slow);
+  EXPECT_EQ(std::find(slow->mix.begin(), slow->mix.end(), P::offload), slow->mix.end());
+  EXPECT_FALSE(choose_offload_mix(8, 10 * GiB, base()));
+}
+
+TEST(OffloadModel, OptimizerOffloadHostBytesAndTime) {
+  const auto e = estimate_optimizer_offload(1'000'000'000, master_weights::none, 50e9, 40e9);
+  EXPECT_EQ(e.host_bytes, 8'000'000'000u);
+  EXPECT_EQ(e.device_bytes_saved, 8'000'000'000u);
+  EXPECT_EQ(e.device_buffer_bytes, 4 * (64ull << 20));
+  EXPECT_GT(e.step_time_s, 8e9 / 40e9);
+  EXPECT_LT(e.step_time_s, 8e9 / 40e9 * 1.05);
+  EXPECT_EQ(estimate_optimizer_offload(10, master_weights::fp32_on_host, 1, 1).host_bytes, 120u);
+  EXPECT_THROW(estimate_optimizer_offload(10, master_weights::none, 0, 1), invalid_input);
+}
+
+TEST(OffloadOption, ParsesEveryFormAndRefusesBadOnes) {
+  EXPECT_FALSE(parse_offload_option("none", 16).activations);
+  EXPECT_TRUE(parse_offload_option("optimizer", 16).optimizer);
+  const auto a = parse_offload_option("activations", 16);
+  EXPECT_TRUE(a.activations);
+  EXPECT_EQ(a.activation_blocks, 16);
+  EXPECT_FALSE(a.optimizer);
+  const auto b = parse_offload_option("both:4", 16);
+  EXPECT_TRUE(b.activations && b.optimizer);
+  EXPECT_EQ(b.activation_blocks, 4);
+  EXPECT_EQ(parse_offload_option("activations:16", 16).activation_blocks, 16);
+  for (const char* bad : {"bogus", "activations:17", "activations:0", "activations:x",
+                          "activations:", "optimizer:2", "activations:3x", ""}) {
+    try {
+      parse_offload_option(bad, 16);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const invalid_input& e) {
+      EXPECT_NE(std::string(e.what()).find("--offload"), std::string::npos);
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    }
+  }
+}
+
+TEST(OffloadModel, AgreesWithThePythonModelOnSharedCases) {
+  std::ifstream f(VRAMKIT_SOURCE_DIR "/tests/data/offload/model_cases.json");
+  ASSERT_TRUE(f) << "tests/data/offload/model_cases.json";
+  const auto cases = nlohmann::json::parse(f);
+  ASSERT_GT(cases.size(), 3u);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    std::vector<P> mix;
+    for (const auto& p : c["mix"]) mix.push_back(parse_block_policy(p.get<std::string>()));
+    const auto& j = c["inputs"];
+    offload_inputs in;
+    in.block_bytes = j["block_bytes"];
+    in.input_bytes = j["input_bytes"];
+    in.t_fwd_s = j["t_fwd"];
+    in.t_bwd_s = j["t_bwd"];
+    in.d2h_bytes_per_s = j["d2h_bytes_per_s"];
+    in.h2d_bytes_per_s = j["h2d_bytes_per_s"];
+    in.other_bytes = j.value("other_bytes", 0ull);
+    in.other_time_s = j.value("other_time_s", 0.0);
+    in.window_bytes = j.value("window_bytes", 512ull << 20);
+    in.prefetch = j.value("prefetch", 1);
+    const auto e = simulate_offload(mix, in);
+    const auto& x = c["expect"];
+    const auto near = [](double a, double b) {
+      return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b));
+    };
+    EXPECT_TRUE(near(e.step_time_s, x["step_time_s"]))
+        << e.step_time_s << " vs " << x["step_time_s"];
+    EXPECT_TRUE(near(e.compute_s, x["compute_s"]));
+    EXPECT_TRUE(near(e.copy_s, x["copy_s"]));
+    EXPECT_TRUE(near(e.exposed_copy_s, x["exposed_copy_s"]));
+    EXPECT_TRUE(near(e.overlap, x["overlap"]));
+    EXPECT_EQ(e.device_peak_bytes, x["device_peak_bytes"].get<std::uint64_t>());
+    EXPECT_EQ(e.host_pinned_bytes, x["host_pinned_bytes"].get<std::uint64_t>());
+  }
+}
+
+}  // namespace
+}  // namespace vramkit::plan

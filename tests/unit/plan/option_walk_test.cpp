@@ -1,0 +1,126 @@
+// Every plan option, applied to a training and an inference request: the plan must change
+// (some figure differs) or the request must be refused with a invalid_input. An option that is
+// accepted and changes nothing is a bug (the house rule for every flag).
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "vramkit/core/error.hpp"
+#include "vramkit/plan/config_loader.hpp"
+#include "vramkit/plan/memory_model.hpp"
+
+using namespace vramkit::plan;
+
+namespace {
+
+struct mutation {
+  std::string name;
+  std::function<void(plan_request&)> apply;
+};
+
+std::vector<mutation> mutations() {
+  std::vector<mutation> v;
+  auto add = [&](std::string n, std::function<void(plan_request&)> f) {
+    v.push_back({std::move(n), std::move(f)});
+  };
+  add("--mode infer", [](plan_request& r) { r.mode = run_mode::infer; });
+  add("--batch 4", [](plan_request& r) { r.batch = 4; });
+  add("--micro-batch 1", [](plan_request& r) { r.batch = 4, r.micro_batch = 1; });
+  add("--seq 256", [](plan_request& r) { r.seq = 256; });
+  add("--prompt 300", [](plan_request& r) { r.prompt = 300; });
+  add("--new-tokens 64", [](plan_request& r) { r.new_tokens = 64; });
+  add("--image-size 256", [](plan_request& r) { r.image_size = 256; });
+  for (auto p :
+       {precision::fp32, precision::amp_bf16, precision::amp_fp16, precision::bf16, precision::fp8})
+    add(std::string("--precision ") + to_string(p), [p](plan_request& r) { r.prec = p; });
+  for (auto o : {optimizer_kind::sgd, optimizer_kind::sgd_momentum, optimizer_kind::adam,
+                 optimizer_kind::adamw_8bit})
+    add(std::string("--optimizer ") + to_string(o), [o](plan_request& r) { r.optimizer = o; });
+  for (auto c : {checkpointing::full, checkpointing::selective})
+    add(std::string("--checkpointing ") + to_string(c), [c](plan_request& r) { r.ckpt = c; });
+  for (auto a : {attention_kind::flash, attention_kind::eager})
+    add(std::string("--attention ") + to_string(a), [a](plan_request& r) { r.attention = a; });
+  add("--gpus 2", [](plan_request& r) { r.gpus = 2; });
+  add("--gpus-per-node 4", [](plan_request& r) { r.gpus_per_node = 4; });
+  for (int z : {1, 2, 3})
+    add("--gpus 2 --zero " + std::to_string(z), [z](plan_request& r) { r.gpus = 2, r.zero = z; });
+  add("--zero 1 (one GPU)", [](plan_request& r) { r.zero = 1; });
+  add("--gpus 2 --tp 2", [](plan_request& r) { r.gpus = 2, r.tp = 2; });
+  add("--gpus 2 --tp 2 --sp", [](plan_request& r) { r.gpus = 2, r.tp = 2, r.sp = true; });
+  add("--sp (no --tp)", [](plan_request& r) { r.sp = true; });
+  add("--gpus 2 --pp 2", [](plan_request& r) { r.gpus = 2, r.pp = 2; });
+  for (auto o : {offload_kind::optimizer, offload_kind::params})
+    add(std::string("--offload ") + to_string(o), [o](plan_request& r) { r.offload = o; });
+  for (auto q : {quant_kind::int8, quant_kind::int4, quant_kind::nf4, quant_kind::fp8})
+    add(std::string("--quant ") + to_string(q), [q](plan_request& r) { r.quant = q; });
+  add("--serving paged", [](plan_request& r) { r.serving = serving_kind::paged; });
+  return v;
+}
+
+/// What a plan reports: the figures, when the peak happens, and the schedule's length (an option
+/// may leave the peak alone in one request, e.g. more decode steps after a prefill peak, and
+/// still change the step that was planned).
+std::vector<std::uint64_t> figures(const plan_result& p) {
+  std::vector<std::uint64_t> f{p.allocated_peak_bytes,
+                               p.reserved_peak_bytes,
+                               p.device_peak_bytes,
+                               p.host_peak_bytes,
+                               p.events,
+                               static_cast<std::uint64_t>(p.peak_step),
+                               static_cast<std::uint64_t>(p.peak_layer + 1)};
+  for (const auto& c : p.components) f.push_back(c.bytes);
+  return f;
+}
+
+/// Options that are accepted and leave the memory unchanged by design, with the reason (each is
+/// documented in docs/plan.md): nothing else may be.
+bool same_memory_by_design(const std::string& name) {
+  // torch.optim.Adam and AdamW keep the same two fp32 moments; they differ in the update only.
+  return name == "--optimizer adam";
+}
+
+void walk(const model_description& m, plan_request base) {
+  base.validate(m);
+  const auto before = figures(make_plan(m, base));
+  int refused = 0, changed = 0;
+  for (const auto& mu : mutations()) {
+    SCOPED_TRACE(mu.name);
+    plan_request r = base;
+    mu.apply(r);
+    try {
+      r.validate(m);
+    } catch (const vramkit::invalid_input&) {
+      ++refused;
+      continue;
+    }
+    if (r == base) continue;  // the option's value is the one the base already has
+    const auto after = figures(make_plan(m, r));
+    if (same_memory_by_design(mu.name)) continue;
+    EXPECT_NE(after, before) << mu.name << " is accepted and changes nothing";
+    ++changed;
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(changed, 5);
+}
+
+}  // namespace
+
+TEST(OptionWalk, EveryOptionChangesATrainingPlanOrIsRefused) {
+  plan_request r;
+  r.batch = 2, r.seq = 128, r.prec = precision::fp32;
+  walk(preset_model("tinyllama-1.1b"), r);
+}
+
+TEST(OptionWalk, EveryOptionChangesAnInferencePlanOrIsRefused) {
+  plan_request r;
+  r.mode = run_mode::infer, r.batch = 2, r.prompt = 128, r.new_tokens = 16;
+  walk(preset_model("tinyllama-1.1b"), r);
+}
+
+TEST(OptionWalk, EveryOptionChangesAVisionPlanOrIsRefused) {
+  plan_request r;
+  r.batch = 8;
+  walk(preset_model("resnet-18"), r);
+}

@@ -1,0 +1,227 @@
+// Regression tests for modelling bugs found by outside checks (each failed before its fix):
+// selective recompute, sequence parallelism's s^2 term, packed qkv under tensor parallelism,
+// gradients streamed to host under offload, host bytes in the actual dtypes, sliding-window KV,
+// quantization_config, eager attention at inference, and the refusals of no-op combinations.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "vramkit/core/error.hpp"
+#include "vramkit/plan/config_loader.hpp"
+#include "vramkit/plan/gpu_catalogue.hpp"
+#include "vramkit/plan/memory_model.hpp"
+#include "vramkit/plan/training_schedule.hpp"
+
+using namespace vramkit::plan;
+using ::testing::HasSubstr;
+
+namespace {
+
+/// The largest tensor of the schedule with that label (0 if none).
+std::uint64_t largest(const schedule& s, const char* label) {
+  std::uint64_t b = 0;
+  for (const auto& t : s.tensors)
+    if (std::strcmp(t.label, label) == 0) b = std::max(b, t.bytes);
+  return b;
+}
+
+schedule schedule_of(const model_description& m, plan_request r) {
+  r.validate(m);
+  return build_schedule(m, r);
+}
+
+std::uint64_t component_bytes(const plan_result& p, const std::string& name) {
+  for (const auto& c : p.components)
+    if (c.name == name) return c.bytes;
+  return 0;
+}
+
+std::string refusal(const model_description& m, plan_request r) {
+  try {
+    r.validate(m);
+  } catch (const vramkit::invalid_input& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const char* k_llama_like = R"({"model_type": "mistral", "hidden_size": 1024,
+  "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 4,
+  "intermediate_size": 2816, "vocab_size": 32000, "max_position_embeddings": 32768,
+  "sliding_window": 4096, "torch_dtype": "bfloat16"})";
+
+}  // namespace
+
+TEST(PlannerFixes, SelectiveCheckpointingDropsEagerScoresAndIsRefusedWithoutThem) {
+  const auto m = preset_model("gpt2");
+  plan_request r;
+  r.batch = 8, r.seq = 1024, r.prec = precision::amp_bf16, r.attention = attention_kind::eager;
+  const auto none = make_plan(m, r);
+  r.ckpt = checkpointing::selective;
+  const auto sel = make_plan(m, r);
+  r.ckpt = checkpointing::full;
+  const auto full = make_plan(m, r);
+  // The s x s tensors of 12 layers are no longer saved: far below no recompute, above full.
+  EXPECT_LT(sel.allocated_peak_bytes, none.allocated_peak_bytes * 0.7);
+  EXPECT_GT(sel.allocated_peak_bytes, full.allocated_peak_bytes);
+  r.attention = attention_kind::sdpa;
+  r.ckpt = checkpointing::selective;
+  EXPECT_THAT(refusal(m, r), HasSubstr("would change nothing"));
+}
+
+TEST(PlannerFixes, SequenceParallelDividesScoresByTNotTSquared) {
+  const auto m = preset_model("llama-2-7b");
+  plan_request r;
+  r.batch = 1, r.seq = 2048, r.prec = precision::bf16, r.attention = attention_kind::eager;
+  r.gpus = 4, r.tp = 4, r.sp = true;
+  const auto s = schedule_of(m, r);
+  // Per rank: 32 / 4 heads over all 2048 x 2048 positions, 2 bytes each.
+  EXPECT_EQ(largest(s, "attention scores"), 1ull * 8 * 2048 * 2048 * 2);
+  // The causal mask covers the whole sequence on every rank.
+  EXPECT_EQ(largest(s, "causal mask"), 1ull * 2048 * 2048 * 2);
+}
+
+TEST(PlannerFixes, PackedQkvIsSplitUnderTensorParallelism) {
+  const auto m = preset_model("gpt2");
+  plan_request r;
+  r.batch = 1, r.seq = 1024, r.gpus = 2, r.tp = 2;
+  const auto s = schedule_of(m, r);
+  EXPECT_EQ(largest(s, "qkv"), 1ull * 1024 * 3 * 768 / 2 * 4);
+  const auto neox = preset_model("pythia-410m");
+  EXPECT_EQ(largest(schedule_of(neox, r), "qkv"), 1ull * 1024 * 3 * 1024 / 2 * 4);
+}
+
+TEST(PlannerFixes, OffloadStreamsGradientsToHost) {
+  const auto m = preset_model("llama-2-7b");
+  plan_request r;
+  r.batch = 1, r.seq = 512, r.prec = precision::bf16, r.offload = offload_kind::optimizer;
+  const auto p = make_plan(m, r);
+  // 6.7B bf16 gradients would be 12.5 GiB; only the reduce bucket and one layer's worth remain.
+  EXPECT_LT(component_bytes(p, "gradients"), 1ull << 30);
+  EXPECT_LT(p.allocated_peak_bytes, 18ull << 30);
+}
+
+TEST(PlannerFixes, HostBytesFollowTheStateDtypes) {
+  const auto m = preset_model("llama-2-7b");
+  plan_request r;
+  r.batch = 2, r.seq = 512, r.gpus = 2, r.offload = offload_kind::optimizer;
+  r.prec = precision::amp_bf16;
+  const auto amp = make_plan(m, r);
+  r.prec = precision::bf16;
+  const auto bf16 = make_plan(m, r);
+  // fp32 master + grads + 2 Adam states = 16 B/param; pure bf16 keeps them in 2 bytes: 8.
+  EXPECT_NEAR(static_cast<double>(bf16.host_peak_bytes) / amp.host_peak_bytes, 0.5, 0.01);
+}
+
+TEST(PlannerFixes, SlidingWindowBoundsTheKvCache) {
+  const auto m = parse_model_config(k_llama_like, "mistral-like");
+  ASSERT_TRUE(m.t.sliding(0));
+  plan_request r;
+  r.mode = run_mode::infer, r.batch = 1, r.prompt = 6000, r.new_tokens = 64;
+  const auto s = schedule_of(m, r);
+  // After the prefill each layer keeps window - 1 tokens, plus the new one.
+  const std::uint64_t kv_tok = 4 * 64 * 2;
+  std::uint64_t last = 0;
+  for (const auto& t : s.tensors)
+    if (std::strcmp(t.label, "KV cache (K)") == 0 && t.ph == phase::decode) last = t.bytes;
+  EXPECT_EQ(last, 4096 * kv_tok);
+}
+
+TEST(PlannerFixes, QuantizationConfigSetsTheWeightBytes) {
+  std::string awq = k_llama_like;
+  awq.insert(awq.size() - 1,
+             R"(, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128})");
+  const auto qm = parse_model_config(awq, "awq-model");
+  const auto m = parse_model_config(k_llama_like, "bf16-model");
+  plan_request r;
+  r.mode = run_mode::infer, r.batch = 1, r.prompt = 128, r.new_tokens = 8;
+  const auto q = make_plan(qm, r);
+  const auto full = make_plan(m, r);
+  EXPECT_EQ(q.request.quant, quant_kind::int4);
+  // 45M layer weights at 4.25 bits instead of 16; the 16-bit embeddings and head stay.
+  const double layers = 4.0 * (1024 * (1024 + 2 * 256) + 1024 * 1024 + 3 * 1024 * 2816);
+  EXPECT_NEAR(static_cast<double>(component_bytes(full, "weights") - component_bytes(q, "weights")),
+              layers * (2 - 0.5 - 4.0 / 128), layers * 0.01);
+  plan_request t;
+  EXPECT_THAT(refusal(qm, t), HasSubstr("quantised"));
+  std::string bnb = k_llama_like;
+  bnb.insert(bnb.size() - 1,
+             R"(, "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": true})");
+  EXPECT_EQ(parse_model_config(bnb, "bnb").weights.quant, quant_kind::nf4);
+}
+
+TEST(PlannerFixes, EagerAttentionAtInferenceMaterialisesTheScores) {
+  const auto m = preset_model("llama-3-8b");
+  plan_request r;
+  r.mode = run_mode::infer, r.batch = 1, r.prompt = 8000, r.new_tokens = 1;
+  const auto sdpa = make_plan(m, r);
+  r.attention = attention_kind::eager;
+  const auto eager = make_plan(m, r);
+  // 32 heads x 8000^2 scores: fp32 softmax + the 16-bit masked scores = 6 bytes each.
+  const double scores = 32.0 * 8000 * 8000 * 6;
+  EXPECT_GT(static_cast<double>(eager.allocated_peak_bytes - sdpa.allocated_peak_bytes),
+            0.9 * scores);
+}
+
+TEST(PlannerFixes, NoOpCombinationsAreRefused) {
+  const auto m = preset_model("gpt2");
+  plan_request r;
+  r.sp = true;
+  EXPECT_THAT(refusal(m, r), HasSubstr("--tp 2"));
+  r = plan_request{};
+  r.zero = 3;
+  EXPECT_THAT(refusal(m, r), HasSubstr("change nothing"));
+  r = plan_request{};
+  r.ckpt = checkpointing::full;
+  EXPECT_THAT(refusal(preset_model("resnet-50"), r), HasSubstr("--checkpointing"));
+  r = plan_request{};
+  r.image_size = 384;
+  EXPECT_THAT(refusal(m, r), HasSubstr("--image-size"));
+  r = plan_request{};
+  r.prompt = 64;
+  EXPECT_THAT(refusal(m, r), HasSubstr("--prompt"));
+}
+
+TEST(PlannerFixes, PromptBeyondMaxPositionEmbeddingsIsRefused) {
+  const auto m = preset_model("llama-3-8b");
+  plan_request r;
+  r.mode = run_mode::infer, r.prompt = 9000;
+  EXPECT_THAT(refusal(m, r), HasSubstr("max_position_embeddings 8192"));
+  plan_request t;
+  t.seq = 16384;
+  EXPECT_THAT(refusal(m, t), HasSubstr("max_position_embeddings"));
+}
+
+TEST(PlannerInput, PresetsAreCaseInsensitiveWithAHint) {
+  EXPECT_EQ(preset_model("Llama-3-8B").name, "llama-3-8b");
+  try {
+    preset_model("llama-3-8");
+    FAIL();
+  } catch (const vramkit::invalid_input& e) {
+    EXPECT_THAT(e.what(), HasSubstr("did you mean 'llama-3-8b'"));
+  }
+}
+
+TEST(PlannerInput, DefaultPrecisionFollowsTorchDtype) {
+  plan_request r;
+  r.mode = run_mode::infer;
+  r.validate(parse_model_config(k_llama_like, "m"));
+  EXPECT_EQ(r.prec, precision::bf16);
+  plan_request g;
+  g.mode = run_mode::infer;
+  g.validate(preset_model("gpt2"));
+  EXPECT_EQ(g.prec, precision::fp32);
+  plan_request t;
+  t.validate(preset_model("gpt2"));
+  EXPECT_EQ(t.prec, precision::fp32);
+}
+
+TEST(PlannerInput, GpuModelNumbersNameGpus) {
+  const auto t = parse_gpu_target("4090");
+  ASSERT_NE(t.gpu, nullptr);
+  EXPECT_EQ(t.gpu->name, find_gpu("rtx4090").name);
+  EXPECT_EQ(parse_gpu_target("24GiB").capacity_bytes, 24ull << 30);
+  EXPECT_THROW(parse_gpu_target("123456"), vramkit::invalid_input);
+}

@@ -1,0 +1,204 @@
+// The BCn reference decoder against independent decoders: Pillow (python3-pil) on random blocks of
+// every BC7 mode and on nvcompress files, nvdecompress (libnvtt-bin) on BC1/BC3/BC4/BC5; plus
+// hand-built blocks whose texels the specification fixes, and the BC1 encoder's quality.
+#include "vramkit/texture/block_codec.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "texture_test_support.hpp"
+#include "vramkit/texture/texture_file.hpp"
+
+namespace vramkit::texture {
+namespace {
+
+using testing::temp_dir;
+using tf = texture_format;
+
+const std::string python = VRAMKIT_TEST_PYTHON;
+
+bool have_pillow() { return testing::run_quiet(python + " -c 'import PIL'") == 0; }
+
+std::vector<std::uint8_t> pillow_decode(const std::filesystem::path& dds, const temp_dir& dir) {
+  const auto out = dir / "pil.raw";
+  const std::string script = std::string(VRAMKIT_SOURCE_DIR) + "/tests/unit/texture/pil_decode.py";
+  EXPECT_EQ(testing::run_quiet(python + " " + script + " " + dds.string() + " " + out.string()), 0);
+  return testing::read_all(out);
+}
+
+// Random 16-byte blocks cycling through BC7 modes 0-7. (The reserved mode is left out: the
+// specification decodes it to transparent black, Pillow to opaque black; the GPU test checks it.)
+std::vector<std::uint8_t> random_bc7_blocks(int blocks, std::uint32_t seed) {
+  auto data = testing::random_bytes(static_cast<std::size_t>(blocks) * 16, seed);
+  for (int i = 0; i < blocks; ++i) {
+    const int mode = i % 8;
+    std::uint8_t& b0 = data[static_cast<std::size_t>(i) * 16];
+    if (mode == 8) {
+      b0 = 0;
+    } else {
+      b0 = static_cast<std::uint8_t>((b0 & ~((2u << mode) - 1)) | (1u << mode));
+    }
+  }
+  return data;
+}
+
+TEST(BlockCodec, Bc7EveryModeMatchesPillowExactly) {
+  if (!have_pillow()) GTEST_SKIP() << "Pillow not installed (Debian package python3-pil)";
+  temp_dir dir;
+  const int w = 128, h = 96;  // 768 blocks: 96 of each mode
+  texture_image img;
+  img.info.format = pixel_format::of(tf::bc7);
+  img.info.width = w;
+  img.info.height = h;
+  img.info.data_bytes = level_bytes(img.info.format, w, h);
+  img.data = random_bc7_blocks((w / 4) * (h / 4), 7);
+  write_dds(dir / "bc7.dds", img);
+  const auto mine = decode_level_rgba8(img.info.format, w, h, img.data);
+  const auto theirs = pillow_decode(dir / "bc7.dds", dir);
+  ASSERT_EQ(theirs.size(), mine.size());
+  int mismatched = 0;
+  for (std::size_t i = 0; i < mine.size(); ++i) mismatched += mine[i] != theirs[i];
+  EXPECT_EQ(mismatched, 0) << "of " << mine.size() << " channel values";
+}
+
+struct tool_case {
+  const char* flag;
+  tf format;
+  int channels;  // channels both decoders define: BC4 R, BC5 R and G
+};
+
+// nvcompress files decoded by nvdecompress (TGA) and by Pillow, against ours; BC1/BC3 colour
+// interpolation is allowed to round differently by one step of 8 bits.
+TEST(BlockCodec, NvcompressFilesMatchNvdecompressAndPillow) {
+  if (!testing::have_tool("nvcompress") || !testing::have_tool("nvdecompress")) {
+    GTEST_SKIP() << "nvcompress/nvdecompress not installed (Debian package libnvtt-bin)";
+  }
+  temp_dir dir;
+  const int w = 300, h = 200;
+  write_png_rgba8(dir / "src.png", w, h, testing::test_picture(w, h, 3));
+  for (const auto& k : {tool_case{"-bc1", tf::bc1, 3}, tool_case{"-bc3", tf::bc3, 4},
+                        tool_case{"-bc4", tf::bc4, 1}, tool_case{"-bc5", tf::bc5, 2}}) {
+    const auto dds = dir / (std::string(k.flag + 1) + ".dds");
+    ASSERT_EQ(testing::run_quiet("nvcompress " + std::string(k.flag) + " " +
+                                 (dir / "src.png").string() + " " + dds.string()),
+              0);
+    const auto img = load_texture(dds);
+    ASSERT_EQ(img.info.format.format, k.format);
+    const auto mine = decode_level_rgba8(img.info.format, w, h, img.level(0, 0));
+    // nvdecompress FILE.dds writes FILE.tga: 18-byte header, 32-bit B,G,R,A, top-left origin.
+    ASSERT_EQ(testing::run_quiet("cd " + dir.path().string() + " && nvdecompress " +
+                                 dds.filename().string()),
+              0);
+    auto tga = dds;
+    tga.replace_extension(".tga");
+    const auto t = testing::read_all(tga);
+    ASSERT_EQ(t[2], 2) << "uncompressed true-colour TGA";
+    ASSERT_TRUE(t[16] == 32 || t[16] == 24);
+    const int bpp = t[16] / 8;  // nvdecompress writes 24-bit for BC4
+    ASSERT_GE(t.size(), 18u + w * h * bpp) << k.flag;
+    const bool top_left = (t[17] & 0x20) != 0;
+    int worst_nv = 0;
+    for (int y = 0; y < h; ++y) {
+      const int ty = top_left ? y : h - 1 - y;
+      for (int x = 0; x < w; ++x) {
+        const auto* p = &t[18 + (static_cast<std::size_t>(ty) * w + x) * bpp];
+        const std::uint8_t nv[4] = {p[2], p[1], p[0],
+                                    static_cast<std::uint8_t>(bpp == 4 ? p[3] : 255)};
+        for (int c = 0; c < k.channels; ++c) {
+          worst_nv = std::max(
+              worst_nv,
+              std::abs(int(nv[c]) - int(mine[(static_cast<std::size_t>(y) * w + x) * 4 + c])));
+        }
+      }
+    }
+    EXPECT_LE(worst_nv, 1) << k.flag << " against nvdecompress";
+    if (have_pillow()) {
+      const auto pil = pillow_decode(dds, dir);
+      ASSERT_EQ(pil.size(), mine.size());
+      int worst = 0;
+      for (std::size_t i = 0; i < mine.size(); i += 4) {
+        for (int c = 0; c < k.channels; ++c)
+          worst = std::max(worst, std::abs(int(pil[i + c]) - int(mine[i + c])));
+      }
+      EXPECT_LE(worst, 1) << k.flag << " against Pillow";
+    }
+  }
+}
+
+TEST(BlockCodec, HandBuiltBlocksDecodeAsTheSpecificationSays) {
+  texel out[16];
+  // BC1 three-colour mode (c0 <= c1): index 2 is the midpoint, index 3 transparent black.
+  const std::uint8_t bc1[8] = {0x00,       0x00, 0xFF, 0xFF,
+                               0b11100100, 0,    0,    0};  // texels 0..3 = 0,1,2,3
+  decode_block(pixel_format::of(tf::bc1), bc1, out);
+  EXPECT_FLOAT_EQ(out[0].r, 0.0f);
+  EXPECT_FLOAT_EQ(out[1].g, 1.0f);
+  EXPECT_NEAR(out[2].b, 0.5f, 1e-6);
+  EXPECT_FLOAT_EQ(out[3].a, 0.0f);
+  EXPECT_FLOAT_EQ(out[0].a, 1.0f);
+  // BC4 six-value mode (r0 <= r1): codes 6 and 7 are 0 and 1.
+  std::uint8_t bc4[8] = {10, 200, 0, 0, 0, 0, 0, 0};
+  const std::uint64_t codes = 6 | 7 << 3 | 2 << 6;
+  std::memcpy(bc4 + 2, &codes, 6);
+  decode_block(pixel_format::of(tf::bc4), bc4, out);
+  EXPECT_FLOAT_EQ(out[0].r, 0.0f);
+  EXPECT_FLOAT_EQ(out[1].r, 1.0f);
+  EXPECT_NEAR(out[2].r, (4 * 10 + 1 * 200) / 5.0f / 255.0f, 1e-6);
+  EXPECT_FLOAT_EQ(out[0].g, 0.0f);
+  // BC7 mode 6 with every index 0: every texel is endpoint 0 (7 bits + p-bit, 8 bits in all).
+  std::uint8_t bc7[16] = {};
+  bc7[0] = 0x40;  // mode 6
+  // R0 = 0x7F (bits 7..13): all ones; G0 = 0 ; the p-bit of endpoint 0 (bit 63) = 1.
+  std::uint64_t lo = 0x40 | (std::uint64_t{0x7F} << 7) | (std::uint64_t{1} << 63);
+  std::memcpy(bc7, &lo, 8);
+  decode_block(pixel_format::of(tf::bc7), bc7, out);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_FLOAT_EQ(out[i].r, 1.0f);
+    EXPECT_FLOAT_EQ(out[i].g, 1.0f / 255.0f);  // 0 << 1 | p-bit 1
+  }
+  // The reserved mode (no mode bit) decodes to transparent black.
+  std::uint8_t reserved[16] = {};
+  reserved[5] = 0xFF;
+  decode_block(pixel_format::of(tf::bc7), reserved, out);
+  EXPECT_FLOAT_EQ(out[7].a, 0.0f);
+  EXPECT_FLOAT_EQ(out[7].r, 0.0f);
+  EXPECT_FALSE(can_decode(pixel_format::of(tf::bc6h)));
+  EXPECT_THROW(decode_block(pixel_format::of(tf::bc6h), bc7, out), logic_error);
+}
+
+TEST(BlockCodec, Bc1EncoderKeepsSolidColoursAndSmoothPictures) {
+  const int w = 64, h = 48;
+  std::vector<std::uint8_t> solid(w * h * 4);
+  for (std::size_t i = 0; i < solid.size(); i += 4) {
+    solid[i] = 255;
+    solid[i + 1] = 0;
+    solid[i + 2] = 0;
+    solid[i + 3] = 255;
+  }
+  const auto enc = encode_bc1(w, h, solid);
+  ASSERT_EQ(enc.size(), level_bytes(pixel_format::of(tf::bc1), w, h));
+  const auto dec = decode_level_rgba8(pixel_format::of(tf::bc1), w, h, enc);
+  EXPECT_EQ(dec, solid);
+  std::vector<std::uint8_t> pic(w * h * 4);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      auto* p = &pic[(y * w + x) * 4];
+      p[0] = static_cast<std::uint8_t>(128 + 100 * std::sin(x * 0.15));
+      p[1] = static_cast<std::uint8_t>(4 * y);
+      p[2] = static_cast<std::uint8_t>(128 + 100 * std::cos((x + y) * 0.1));
+      p[3] = 255;
+    }
+  }
+  const auto back = decode_level_rgba8(pixel_format::of(tf::bc1), w, h, encode_bc1(w, h, pic));
+  double se = 0;
+  for (std::size_t i = 0; i < pic.size(); i += 4) {
+    for (int c = 0; c < 3; ++c) se += std::pow(double(pic[i + c]) - back[i + c], 2);
+  }
+  const double psnr = 10 * std::log10(255.0 * 255.0 / (se / (w * h * 3)));
+  EXPECT_GT(psnr, 30.0);  // range-fit BC1 on smooth content (31 dB measured)
+}
+
+}  // namespace
+}  // namespace vramkit::texture
