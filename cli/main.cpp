@@ -55,8 +55,7 @@ int main(int argc, char** argv) {
   if (app.get_subcommands().empty()) {
     std::fprintf(stderr,
                  "vramkit: a subcommand is required: probe, plan, watch, serve, slurm, extender, "
-                 "device-plugin, "
-                 "replay or texture (see vramkit --help)\n");
+                 "device-plugin, replay or texture (see vramkit --help)\n");
     return 2;
   }
   return ctx.exit_code;
