@@ -3,6 +3,7 @@
 #pragma once
 
 #include <csignal>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ void add_watch_command(CLI::App& app, command_context& ctx);
 void add_serve_command(CLI::App& app, command_context& ctx);
 void add_slurm_command(CLI::App& app, command_context& ctx);
 void add_extender_command(CLI::App& app, command_context& ctx);
+void add_device_plugin_command(CLI::App& app, command_context& ctx);
 void add_replay_command(CLI::App& app, command_context& ctx);
 void add_texture_command(CLI::App& app, command_context& ctx);
 /// Adds `textures` (the texture budget planner) under `vramkit plan`; plan's own callback must
@@ -32,12 +34,21 @@ struct extender_args {
   std::string nodes;
   std::string policy = "pack";
   std::string headroom = "0";
-  std::string ttl = "2s";
+  std::optional<std::string> ttl;  // on-request scraping only; 2s when not given
   std::string timeout = "1s";
   std::string resource = "vramkit.io/gpu-memory";
+  std::string resource_unit = "1GiB";  // bytes per unit of the resource (the device plugin's unit)
   std::string annotation = "vramkit.io/plan";
   int port = 9411;
   std::string bind = "127.0.0.1";
+  bool bind_verb = false;
+  std::optional<std::string> api_url;
+  std::optional<std::string> reservation_ttl;
+  std::optional<std::string> scrape_interval;
+  std::optional<std::string> max_sample_age;
+  std::optional<std::string> discover_namespace;
+  std::optional<std::string> discover_selector;
+  std::optional<int> exporter_port;
 };
 
 /// Adds the extender's options except --port and --bind to `cmd`, bound to `a`; returns them (the

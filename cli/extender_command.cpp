@@ -1,54 +1,238 @@
-// `vramkit extender`: the kube-scheduler extender (filter and prioritize verbs) over the live
-// figures of the nodes' `vramkit serve` exporters. Parses, builds the library objects, serves.
+// `vramkit extender`: the kube-scheduler extender (filter, prioritize and optionally bind verbs)
+// over the live figures of the nodes' `vramkit serve` exporters. Parses, builds the library
+// objects, serves.
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "vramkit/cluster/background_scraper.hpp"
+#include "vramkit/cluster/exporter_discovery.hpp"
 #include "vramkit/cluster/exporter_scraper.hpp"
 #include "vramkit/cluster/extender.hpp"
+#include "vramkit/cluster/extender_bind.hpp"
 #include "vramkit/cluster/extender_server.hpp"
+#include "vramkit/cluster/kube_binding_writer.hpp"
 #include "vramkit/cluster/placement.hpp"
+#include "vramkit/cluster/reservation_table.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/units.hpp"
 
 namespace vramkit::cli {
+namespace {
+
+// API calls (binding, discovery) must answer well inside kube-scheduler's 5 s default
+// httpTimeout for the bind verb.
+constexpr std::chrono::milliseconds api_timeout{3000};
+// Node discovery: retried quickly until the first list succeeds, then refreshed at this period.
+constexpr std::chrono::seconds discovery_retry{5};
+constexpr std::chrono::seconds discovery_period{30};
+
+// Refuses the combinations that would leave a flag without effect.
+void check_combinations(const extender_args& a) {
+  const bool discovery = a.discover_namespace.has_value();
+  if (discovery && !a.nodes.empty())
+    throw invalid_input(
+        "--nodes and --discover-namespace are exclusive: a static map or discovery");
+  if (!discovery && a.nodes.empty())
+    throw invalid_input(
+        "the extender needs --nodes FILE (node name -> URL) or --discover-namespace NS");
+  if (!discovery && a.discover_selector)
+    throw invalid_input("--discover-selector needs --discover-namespace");
+  if (!discovery && a.exporter_port)
+    throw invalid_input("--exporter-port needs --discover-namespace");
+  if ((a.bind_verb || discovery) && !a.api_url)
+    throw invalid_input(
+        fmt::format("{} needs --api-url URL (a kubectl proxy, e.g. http://127.0.0.1:8001)",
+                    a.bind_verb ? "--bind-verb" : "--discover-namespace"));
+  if (a.api_url && !a.bind_verb && !discovery)
+    throw invalid_input("--api-url is used only by --bind-verb and --discover-namespace");
+  if (a.reservation_ttl && !a.bind_verb)
+    throw invalid_input("--reservation-ttl needs --bind-verb (reservations are made by bind)");
+  const bool background = a.scrape_interval || a.bind_verb || discovery;
+  if (background && a.ttl)
+    throw invalid_input(
+        "--scrape-ttl applies to on-request scraping only; scraping is in the background "
+        "(--scrape-interval, --bind-verb or discovery): use --max-sample-age");
+  if (!background && a.max_sample_age)
+    throw invalid_input("--max-sample-age needs background scraping (--scrape-interval)");
+  if (a.exporter_port && (*a.exporter_port <= 0 || *a.exporter_port > 65535))
+    throw invalid_input(
+        fmt::format("--exporter-port {} is not a TCP port (1-65535)", *a.exporter_port));
+  if (a.api_url && a.api_url->rfind("http://", 0) != 0)
+    throw invalid_input(
+        fmt::format("--api-url '{}' must be a plain http:// URL (a kubectl proxy)", *a.api_url));
+}
+
+// Re-lists the exporter pods and hands the node map to the scraper until stopped.
+class discovery_loop {
+ public:
+  discovery_loop(std::shared_ptr<cluster::background_scraper> scraper, std::string api_url,
+                 std::string ns, std::string selector, int port)
+      : scraper_(std::move(scraper)),
+        api_url_(std::move(api_url)),
+        ns_(std::move(ns)),
+        selector_(std::move(selector)),
+        port_(port) {}
+  ~discovery_loop() { stop(); }
+
+  /// Lists once on the calling thread; returns the node count or the reason it failed.
+  result<std::size_t> refresh() {
+    auto found = cluster::discover_exporters(api_url_, ns_, selector_, port_, api_timeout);
+    if (!found) return found.error();
+    const std::size_t n = found->size();
+    scraper_->set_nodes(std::move(*found));
+    return n;
+  }
+
+  void start(bool listed) {
+    thread_ = std::thread([this, listed] {
+      bool ok = listed;
+      std::unique_lock lock(mutex_);
+      while (!stopping_) {
+        wake_.wait_for(lock, ok ? std::chrono::seconds(discovery_period) : discovery_retry,
+                       [this] { return stopping_; });
+        if (stopping_) break;
+        lock.unlock();
+        auto r = refresh();
+        if (!r)
+          std::fprintf(stderr, "vramkit extender: node discovery failed: %s\n",
+                       r.error().reason.c_str());
+        ok = r.has_value();
+        lock.lock();
+      }
+    });
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::shared_ptr<cluster::background_scraper> scraper_;
+  std::string api_url_, ns_, selector_;
+  int port_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
 
 void run_extender(const extender_args& a, const std::string& command) {
-  if (a.nodes.empty()) throw invalid_input("the extender needs --nodes FILE (node name -> URL)");
+  check_combinations(a);
   cluster::extender_config config;
   config.placement.policy = cluster::parse_placement_policy(a.policy);
   config.placement.safety = cluster::parse_headroom(a.headroom);
   config.resource_name = a.resource;
+  config.resource_unit_bytes = parse_bytes(a.resource_unit);
+  if (config.resource_unit_bytes == 0) throw invalid_input("--resource-unit must be above zero");
   config.plan_annotation = a.annotation;
-  cluster::scraper_options so;
-  so.ttl = parse_duration(a.ttl, "--scrape-ttl");
-  so.timeout = parse_duration(a.timeout, "--scrape-timeout");
-  if (so.timeout.count() == 0) throw invalid_input("--scrape-timeout must be above zero");
-  auto urls = cluster::parse_node_map(read_input_file(a.nodes, "--nodes file"), a.nodes);
+  const auto timeout = parse_duration(a.timeout, "--scrape-timeout");
+  if (timeout.count() == 0) throw invalid_input("--scrape-timeout must be above zero");
+  const bool discovery = a.discover_namespace.has_value();
+  const bool background = a.scrape_interval || a.bind_verb || discovery;
+  cluster::background_options bo;
+  bo.timeout = timeout;
+  if (a.scrape_interval) bo.interval = parse_duration(*a.scrape_interval, "--scrape-interval");
+  if (a.max_sample_age) bo.max_age = parse_duration(*a.max_sample_age, "--max-sample-age");
+  if (background && bo.interval.count() == 0)
+    throw invalid_input("--scrape-interval must be above zero");
+  if (background && bo.max_age < bo.interval)
+    throw invalid_input(fmt::format(
+        "--max-sample-age ({} ms) is shorter than --scrape-interval ({} ms): every sample would "
+        "be stale",
+        bo.max_age.count(), bo.interval.count()));
+  std::chrono::milliseconds reservation_ttl = std::chrono::minutes(5);
+  if (a.reservation_ttl) {
+    reservation_ttl = parse_duration(*a.reservation_ttl, "--reservation-ttl");
+    if (reservation_ttl.count() == 0) throw invalid_input("--reservation-ttl must be above zero");
+  }
+  std::map<std::string, std::string> urls;
+  if (!discovery) urls = cluster::parse_node_map(read_input_file(a.nodes, "--nodes file"), a.nodes);
   const std::size_t node_count = urls.size();
   if (!cluster::extender_server_available())
     throw error("built without libmicrohttpd: " + command + " is not available in this build");
   if (a.port < 0 || a.port > 65535)
     throw invalid_input(fmt::format("--port {} is not a TCP port (0-65535)", a.port));
 
-  auto scraper = std::make_shared<cluster::exporter_scraper>(std::move(urls), so);
-  cluster::node_lookup lookup = [scraper](const std::vector<std::string>& names) {
-    return scraper->states(names);
-  };
+  // Threads started from here on inherit the blocked SIGINT/SIGTERM.
   stop_signals stop;
+  cluster::node_lookup lookup;
+  std::shared_ptr<cluster::background_scraper> background_scraper;
+  if (background) {
+    background_scraper = std::make_shared<cluster::background_scraper>(std::move(urls), bo);
+    lookup = [s = background_scraper](const std::vector<std::string>& names) {
+      return s->states(names);
+    };
+  } else {
+    cluster::scraper_options so;
+    so.ttl = a.ttl ? parse_duration(*a.ttl, "--scrape-ttl") : std::chrono::milliseconds(2000);
+    so.timeout = timeout;
+    auto scraper = std::make_shared<cluster::exporter_scraper>(std::move(urls), so);
+    lookup = [scraper](const std::vector<std::string>& names) { return scraper->states(names); };
+  }
+
+  std::shared_ptr<cluster::bind_service> binder;
+  if (a.bind_verb) {
+    auto table = std::make_shared<cluster::reservation_table>(reservation_ttl);
+    binder = std::make_shared<cluster::bind_service>(
+        lookup, table, config, cluster::kube_api_binding_writer(*a.api_url, api_timeout));
+    config.on_request = [binder](const std::string& uid, std::uint64_t bytes) {
+      binder->remember(uid, bytes);
+    };
+    background_scraper->on_sample(
+        [table](const std::string& node, const std::set<std::string>& pods) {
+          table->confirm(node, pods);
+        });
+    lookup = binder->effective_lookup();
+  }
+
+  std::unique_ptr<discovery_loop> discover;
+  std::string nodes_text = fmt::format("{} nodes", node_count);
+  if (discovery) {
+    const std::string selector = a.discover_selector.value_or("app=vramkit-exporter");
+    discover =
+        std::make_unique<discovery_loop>(background_scraper, *a.api_url, *a.discover_namespace,
+                                         selector, a.exporter_port.value_or(9410));
+    auto first = discover->refresh();
+    if (first)
+      nodes_text =
+          fmt::format("{} nodes from pods {} in {}", *first, selector, *a.discover_namespace);
+    else
+      std::fprintf(stderr, "vramkit extender: node discovery failed (retrying every %llds): %s\n",
+                   static_cast<long long>(discovery_retry.count()), first.error().reason.c_str());
+    if (!first) nodes_text = "0 nodes yet (discovery retrying)";
+    discover->start(first.has_value());
+  }
+  if (background_scraper) background_scraper->start();
+
   cluster::extender_server server(std::move(lookup), config, a.bind, a.port);
+  if (binder) server.serve_bind([binder](std::string_view body) { return binder->bind(body); });
   const int bound = server.bind();
-  std::printf("%s: listening on %s (POST /filter, /prioritize), %zu nodes, policy %s\n",
-              command.c_str(), monitor::http_url(a.bind, bound).c_str(), node_count,
-              a.policy.c_str());
+  const std::string scraping =
+      background ? fmt::format("scraped every {} ms in the background", bo.interval.count())
+                 : std::string("scraped on request");
+  std::printf("%s: listening on %s (POST /filter, /prioritize%s; %s), %s, policy %s\n",
+              command.c_str(), monitor::http_url(a.bind, bound).c_str(), binder ? ", /bind" : "",
+              scraping.c_str(), nodes_text.c_str(), a.policy.c_str());
   std::fflush(stdout);
   std::thread serving([&server] { server.run(); });
   stop.wait();
   server.stop();
   serving.join();
+  if (discover) discover->stop();
+  if (background_scraper) background_scraper->stop();
 }
 
 std::vector<CLI::Option*> add_extender_options(CLI::App& cmd, extender_args& a) {
@@ -59,14 +243,37 @@ std::vector<CLI::Option*> add_extender_options(CLI::App& cmd, extender_args& a) 
       cmd.add_option("--headroom", a.headroom,
                      "memory kept free on every GPU: bytes (2GiB) or percent (5%)")
           ->capture_default_str(),
-      cmd.add_option("--scrape-ttl", a.ttl, "how long a node's figures stay fresh (500ms, 2s, 1m)")
-          ->capture_default_str(),
+      cmd.add_option("--scrape-ttl", a.ttl,
+                     "on-request scraping: how long a node's figures stay fresh (default 2s)"),
       cmd.add_option("--scrape-timeout", a.timeout, "per-node scrape timeout")
           ->capture_default_str(),
       cmd.add_option("--resource-name", a.resource, "extended resource carrying the pod's request")
           ->capture_default_str(),
+      cmd.add_option("--resource-unit", a.resource_unit,
+                     "bytes per unit of the resource: 1GiB as the device plugin advertises it, 1 "
+                     "when pods give bytes (24Gi)")
+          ->capture_default_str(),
       cmd.add_option("--plan-annotation", a.annotation, "pod annotation carrying planner JSON")
           ->capture_default_str(),
+      cmd.add_flag("--bind-verb", a.bind_verb,
+                   "serve POST /bind: reserve the GPU per pod, annotate the pod, create its "
+                   "Binding (needs --api-url)"),
+      cmd.add_option("--api-url", a.api_url,
+                     "Kubernetes API over plain HTTP (a kubectl proxy sidecar), for --bind-verb "
+                     "and discovery"),
+      cmd.add_option("--reservation-ttl", a.reservation_ttl,
+                     "how long a reservation waits for the pod's process to show (default 5m)"),
+      cmd.add_option("--scrape-interval", a.scrape_interval,
+                     "scrape exporters in the background at this interval (default 2s with "
+                     "--bind-verb or discovery)"),
+      cmd.add_option("--max-sample-age", a.max_sample_age,
+                     "background scraping: older samples count as unknown (default 10s)"),
+      cmd.add_option("--discover-namespace", a.discover_namespace,
+                     "find exporters as the pods of this namespace (instead of --nodes)"),
+      cmd.add_option("--discover-selector", a.discover_selector,
+                     "label selector of the exporter pods (default app=vramkit-exporter)"),
+      cmd.add_option("--exporter-port", a.exporter_port,
+                     "port of the discovered exporters (default 9410)"),
   };
 }
 
@@ -74,7 +281,7 @@ void add_extender_command(CLI::App& app, command_context& ctx) {
   auto a = std::make_shared<extender_args>();
   auto* sub = app.add_subcommand(
       "extender",
-      "kube-scheduler extender (filter, prioritize) over the nodes' vramkit serve exporters");
+      "kube-scheduler extender (filter, prioritize, bind) over the nodes' vramkit serve exporters");
   add_extender_options(*sub, *a);
   sub->add_option("--port", a->port, "TCP port (0 picks a free one and prints it)")
       ->capture_default_str();

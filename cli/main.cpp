@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   vramkit::cli::add_serve_command(app, ctx);
   vramkit::cli::add_slurm_command(app, ctx);
   vramkit::cli::add_extender_command(app, ctx);
+  vramkit::cli::add_device_plugin_command(app, ctx);
   vramkit::cli::add_replay_command(app, ctx);
   vramkit::cli::add_texture_command(app, ctx);
 
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
   if (app.get_subcommands().empty()) {
     std::fprintf(stderr,
                  "vramkit: a subcommand is required: probe, plan, watch, serve, slurm, extender, "
-                 "replay or texture (see vramkit --help)\n");
+                 "device-plugin, replay or texture (see vramkit --help)\n");
     return 2;
   }
   return ctx.exit_code;

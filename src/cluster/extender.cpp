@@ -1,7 +1,9 @@
 // kube-scheduler extender verbs over JSON: ExtenderArgs -> ExtenderFilterResult / HostPriorityList.
 #include "vramkit/cluster/extender.hpp"
 
+#include <algorithm>
 #include <cctype>
+#include <limits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -76,7 +78,13 @@ std::optional<std::uint64_t> request_of(const json& pod, const extender_config& 
       sum = std::max(sum, r);
     }
   }
-  if (found) return sum;
+  if (found) {
+    const std::uint64_t unit = std::max<std::uint64_t>(config.resource_unit_bytes, 1);
+    if (sum > std::numeric_limits<std::uint64_t>::max() / unit)
+      throw invalid_input(
+          fmt::format("{} of {} units of {} bytes overflows", config.resource_name, sum, unit));
+    return sum * unit;
+  }
   if (const json* ann = path(pod, {"metadata", "annotations"}); ann && ann->is_object()) {
     auto it = ann->find(config.plan_annotation);
     if (it != ann->end()) {

@@ -24,7 +24,10 @@ namespace vramkit::cluster {
 struct extender_config {
   placement_options placement{};
   std::string resource_name = "vramkit.io/gpu-memory";  ///< extended resource, a quantity
-  std::string plan_annotation = "vramkit.io/plan";      ///< annotation holding planner JSON
+  /// Bytes per unit of the resource: 1 when pods give bytes ("24Gi"), 1 GiB with the vramkit
+  /// device plugin, whose resource counts GiB ("24").
+  std::uint64_t resource_unit_bytes = 1;
+  std::string plan_annotation = "vramkit.io/plan";  ///< annotation holding planner JSON
   /// Called by filter with the pod's metadata.uid and its request, so that a bind verb (which
   /// is sent no pod spec) knows how much to reserve; empty: not called.
   std::function<void(const std::string& pod_uid, std::uint64_t bytes)> on_request;
@@ -48,9 +51,9 @@ struct extender_response {
 };
 
 /// The pod's per-GPU memory request in bytes: the sum over containers of `resource_name` in
-/// limits (or requests), at least the largest init container's, else the plan annotation's
-/// device_peak_bytes; nullopt when the pod asks for neither. Throws invalid_input on a malformed
-/// quantity or plan.
+/// limits (or requests) times resource_unit_bytes, at least the largest init container's, else the
+/// plan annotation's device_peak_bytes; nullopt when the pod asks for neither. Throws invalid_input
+/// on a malformed quantity or plan.
 [[nodiscard]] std::optional<std::uint64_t> pod_memory_request(std::string_view pod_json,
                                                               const extender_config& config);
 

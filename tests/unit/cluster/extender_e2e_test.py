@@ -149,7 +149,7 @@ def main():
         json.dump(urls, f)
     print(f"exporters: {'vramkit serve' if use_serve else 'python stand-ins'}")
 
-    _, port = start(["serve", "--extender", "--port", "0", "--nodes", node_map, "--policy", "pack",
+    _, port = start(["serve", "--extender", "--port", "0", "--nodes", node_map, "--resource-unit", "1", "--policy", "pack",
                      "--scrape-ttl", "300ms", "--scrape-timeout", "500ms"])
     prefix = f"http://127.0.0.1:{port}/vramkit"  # urlPrefix; verbs are appended as kube-scheduler does
 

@@ -3,11 +3,14 @@
 # loopback with a configuration written here (two fake GPUs of 80 GiB and 40 GiB exposed as 4 GiB
 # shards by `vramkit slurm gres`, slurm/job_submit.lua as the submit plugin), submits jobs with
 # sbatch --comment=vram=..., and checks placement, queueing and refusal with squeue/scontrol.
-# Usage: slurm_e2e_test.sh VRAMKIT_BINARY SOURCE_DIR. Exits 77 (skipped) without root or Slurm.
+# Usage: slurm_e2e_test.sh VRAMKIT_BINARY SOURCE_DIR [POOL_CAP_PROBE]. Exits 77 (skipped) without
+# root or Slurm. With the probe, a job also allocates through the vramkit pool within and past
+# its cap.
 set -euo pipefail
 
 VRAMKIT=${1:?usage: slurm_e2e_test.sh VRAMKIT_BINARY SOURCE_DIR}
 SRC=${2:?usage: slurm_e2e_test.sh VRAMKIT_BINARY SOURCE_DIR}
+PROBE=${3:-}
 
 skip() { echo "SKIPPED: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "slurmd and munged must run as root here"
@@ -191,5 +194,22 @@ grep -q "^SLURM_SHARDS_ON_NODE=2$" "$TMP/env.txt" || fail "job E: no SLURM_SHARD
 grep -q "^VRAMKIT_POOL_MAXIMUM=$((8 << 30))$" "$TMP/env.txt" \
   || fail "job E: VRAMKIT_POOL_MAXIMUM is not $((8 << 30)): $(grep VRAMKIT "$TMP/env.txt")"
 
+# Enforcement inside a job: the vramkit pool, configured by the TaskProlog's cap (8 GiB), gives
+# 5 GiB and then refuses 4 GiB more (out of memory); a job of 16 GiB gets both.
+if [ -n "$PROBE" ]; then
+  for spec in "8GiB:F" "16GiB:G"; do
+    vram=${spec%%:*}
+    J=$(sbatch --parsable -o "$TMP/probe-$vram.txt" -e "$TMP/probe-$vram.err" --comment="vram=$vram" \
+      --wrap="'$PROBE' 5GiB 4GiB; echo exit=\$?" 2>&1) || fail "sbatch --comment=vram=$vram was refused: $J"
+    J=$(echo "$J" | tail -n 1)
+    for _ in $(seq 100); do [ -z "$(state "$J")" ] && break; sleep 0.2; done
+  done
+  grep -q "^allocated 5GiB$" "$TMP/probe-8GiB.txt" && grep -q "^out of memory at 4GiB$" "$TMP/probe-8GiB.txt" \
+    && grep -q "^exit=3$" "$TMP/probe-8GiB.txt" \
+    || fail "8 GiB job: 5 GiB then 4 GiB should be out of memory: $(cat "$TMP/probe-8GiB.txt" "$TMP/probe-8GiB.err")"
+  grep -q "^allocated 4GiB$" "$TMP/probe-16GiB.txt" && grep -q "^exit=0$" "$TMP/probe-16GiB.txt" \
+    || fail "16 GiB job: 5 + 4 GiB should fit: $(cat "$TMP/probe-16GiB.txt" "$TMP/probe-16GiB.err")"
+fi
+
 scancel "$B" "$P" "$C"
-echo "PASSED: placement by memory, queueing, refusal, plan requests and the TaskProlog cap through slurmctld"
+echo "PASSED: placement by memory, queueing, refusal, plan requests and the TaskProlog cap through slurmctld${PROBE:+, the pool refusing past the cap inside a job}"
