@@ -52,6 +52,8 @@ def _load(path=None):
         lib.vramkit_reset_peak.argtypes = [ctypes.c_int]
         lib.vramkit_trim.restype = ctypes.c_int
         lib.vramkit_trim.argtypes = [ctypes.c_int]
+        lib.vramkit_last_error.restype = ctypes.c_size_t
+        lib.vramkit_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         _LIB = lib
     return _LIB
 
@@ -60,13 +62,16 @@ def use_vramkit_allocator(path=None):
     """Makes vramkit's pool PyTorch's CUDA allocator; must run before any CUDA allocation.
 
     Returns the torch.cuda.memory.CUDAPluggableAllocator. Raises RuntimeError (from PyTorch) when
-    the native allocator was already used in this process.
+    the native allocator was already used in this process. Past the pool's limit
+    (set_pool_maximum) or the device's memory, an allocation raises torch.OutOfMemoryError whose
+    message holds the pool's summary (last_error() keeps the text).
     """
     import torch
 
     lib_path = find_library(path)
     _load(lib_path)
-    allocator = torch.cuda.memory.CUDAPluggableAllocator(lib_path, "vramkit_malloc", "vramkit_free")
+    # vramkit_torch_malloc throws on failure (PyTorch would keep a NULL as the tensor's data).
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(lib_path, "vramkit_torch_malloc", "vramkit_free")
     torch.cuda.memory.change_current_allocator(allocator)
     return allocator
 
@@ -75,6 +80,16 @@ def _read(fn, device):
     n = fn(device, None, 0)
     buf = ctypes.create_string_buffer(n + 1)
     fn(device, buf, n + 1)
+    return buf.value.decode()
+
+
+def last_error():
+    """The message of the process's most recent failed vramkit allocation (with the pool's summary
+    for an out-of-memory error), or "" if none failed."""
+    lib = _load()
+    n = lib.vramkit_last_error(None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    lib.vramkit_last_error(buf, n + 1)
     return buf.value.decode()
 
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "mr/c_api_testing.hpp"
+#include "mr/torch_error.hpp"
 #include "vramkit/core/cuda_device_api.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/units.hpp"
@@ -39,6 +40,8 @@ struct device_stack {
 
 struct state {
   std::mutex m;
+  std::mutex error_m;
+  std::string last_error;  // of the most recent failed allocation, any thread
   std::shared_ptr<device_api> override_api;
   std::array<std::atomic<device_stack*>, max_devices> stacks{};
 };
@@ -227,6 +230,23 @@ std::size_t copy_out(const std::string& s, char* buf, std::size_t cap) {
   return s.size();
 }
 
+void set_last_error(const std::string& message) {
+  state& g = global();
+  std::lock_guard lock(g.error_m);
+  g.last_error = message;
+}
+
+void* allocate_on(ssize_t size, int device, void* stream) {
+  device_stack& d = stack_for(device);
+  device_guard guard(*d.api, device);
+  return d.top->allocate(static_cast<std::size_t>(size), default_alignment, stream_view{stream});
+}
+
+std::string failure_message(ssize_t size, int device, const char* what) {
+  return "vramkit_malloc(" + std::to_string(size) + " bytes, device " + std::to_string(device) +
+         ") failed: " + what;
+}
+
 }  // namespace
 
 namespace detail {
@@ -248,17 +268,41 @@ using vramkit::mr::device_stack;
 extern "C" void* vramkit_malloc(ssize_t size, int device, void* stream) {
   if (size <= 0) return nullptr;
   try {
-    device_stack& d = vramkit::mr::stack_for(device);
-    vramkit::mr::device_guard guard(*d.api, device);
-    return d.top->allocate(static_cast<std::size_t>(size), vramkit::mr::default_alignment,
-                           vramkit::stream_view{stream});
+    return vramkit::mr::allocate_on(size, device, stream);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "vramkit_malloc(%zd bytes, device %d) failed: %s\n", size, device,
-                 e.what());
+    const std::string m = vramkit::mr::failure_message(size, device, e.what());
+    vramkit::mr::set_last_error(m);
+    std::fprintf(stderr, "%s\n", m.c_str());
   } catch (...) {
-    std::fprintf(stderr, "vramkit_malloc(%zd bytes, device %d) failed\n", size, device);
+    const std::string m = vramkit::mr::failure_message(size, device, "unknown exception");
+    vramkit::mr::set_last_error(m);
+    std::fprintf(stderr, "%s\n", m.c_str());
   }
   return nullptr;
+}
+
+extern "C" void* vramkit_torch_malloc(ssize_t size, int device, void* stream) {
+  if (size <= 0) return nullptr;
+  try {
+    return vramkit::mr::allocate_on(size, device, stream);
+  } catch (const vramkit::out_of_memory& e) {
+    const std::string m = vramkit::mr::failure_message(size, device, e.what());
+    vramkit::mr::set_last_error(m);
+    vramkit::mr::detail::rethrow_as_torch_out_of_memory(m);
+  } catch (const std::exception& e) {
+    vramkit::mr::set_last_error(vramkit::mr::failure_message(size, device, e.what()));
+    throw;
+  }
+}
+
+extern "C" size_t vramkit_last_error(char* buf, size_t cap) {
+  vramkit::mr::state& g = vramkit::mr::global();
+  std::string copy;
+  {
+    std::lock_guard lock(g.error_m);
+    copy = g.last_error;
+  }
+  return vramkit::mr::copy_out(copy, buf, cap);
 }
 
 extern "C" void vramkit_free(void* ptr, ssize_t size, int device, void* stream) {
