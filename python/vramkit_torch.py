@@ -52,6 +52,8 @@ def _load(path=None):
         lib.vramkit_reset_peak.argtypes = [ctypes.c_int]
         lib.vramkit_trim.restype = ctypes.c_int
         lib.vramkit_trim.argtypes = [ctypes.c_int]
+        lib.vramkit_memory_snapshot_json.restype = ctypes.c_size_t
+        lib.vramkit_memory_snapshot_json.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
         lib.vramkit_last_error.restype = ctypes.c_size_t
         lib.vramkit_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         _LIB = lib
@@ -113,6 +115,36 @@ def memory_stats(device=None):
     """The pool's figures as a dict with torch.cuda.memory_stats()-style keys
     ("allocated_bytes.all.peak", "reserved_bytes.all.current", ...)."""
     return json.loads(_read(_load().vramkit_memory_stats_json, _device_index(device)))
+
+
+def _snapshot_from_json(text):
+    """torch.cuda.memory._snapshot()'s structure from vramkit_memory_snapshot_json's text (the
+    segment_pool_id pairs become tuples, as PyTorch returns them)."""
+    snap = json.loads(text)
+    if "error" in snap:
+        raise RuntimeError("vramkit memory snapshot: %s" % snap["error"])
+    for seg in snap["segments"]:
+        seg["segment_pool_id"] = tuple(seg["segment_pool_id"])
+    return snap
+
+
+def memory_snapshot(device=None):
+    """The device's vramkit pool in the structure of torch.cuda.memory._snapshot() (which does not
+    work with a pluggable allocator): {"segments": [...with "blocks"...], "device_traces": [...],
+    "allocator_settings": {}}, so torch.cuda._memory_viz draws it, e.g.
+    open("pool.html", "w").write(torch.cuda._memory_viz.segment_plot(vramkit_torch.memory_snapshot())).
+    Segments are the pool's chunks (pool) or runs of mapped granules (vmm); no stack frames. The
+    device trace holds every allocation and free when VRAMKIT_TRACE_FILE was set before the first
+    allocation (time_us counts from the pool's start), else it is empty."""
+    import torch
+
+    index = _device_index(device)
+    count = torch.cuda.device_count()
+    lib = _load()
+    n = lib.vramkit_memory_snapshot_json(index, count, None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    lib.vramkit_memory_snapshot_json(index, count, buf, n + 1)
+    return _snapshot_from_json(buf.value.decode())
 
 
 def reset_peak_memory_stats(device=None):

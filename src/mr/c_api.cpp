@@ -19,6 +19,7 @@
 #include "vramkit/mr/cuda_async_resource.hpp"
 #include "vramkit/mr/device_api_resource.hpp"
 #include "vramkit/mr/memory_summary.hpp"
+#include "vramkit/mr/pool_layout.hpp"
 #include "vramkit/mr/pool_resource.hpp"
 #include "vramkit/mr/tracing_adaptor.hpp"
 #include "vramkit/mr/vmm_pool_resource.hpp"
@@ -343,6 +344,25 @@ extern "C" size_t vramkit_memory_stats_json(int device, char* buf, size_t cap) {
     return vramkit::mr::copy_out(vramkit::mr::memory_stats_json(*d->top), buf, cap);
   } catch (const std::exception& e) {
     return vramkit::mr::copy_out("{\"schema_version\":1,\"error\":\"stats failed\"}", buf, cap);
+  }
+}
+
+extern "C" size_t vramkit_memory_snapshot_json(int device, int device_count, char* buf,
+                                               size_t cap) {
+  try {
+    device_stack* d = vramkit::mr::existing(device);
+    std::vector<vramkit::mr::pool_segment_info> segments;
+    std::vector<vramkit::mr::traced_event> events;
+    if (d != nullptr) {
+      segments = d->vmm ? d->vmm->layout() : d->pool->layout();
+      if (d->tracing) events = d->tracing->events();
+    }
+    return vramkit::mr::copy_out(
+        vramkit::mr::torch_snapshot_json(segments, device, device_count,
+                                         d != nullptr && d->tracing ? &events : nullptr),
+        buf, cap);
+  } catch (const std::exception& e) {
+    return vramkit::mr::copy_out("{\"error\":\"snapshot failed\"}", buf, cap);
   }
 }
 

@@ -579,6 +579,22 @@ std::size_t pool_resource::trim() {
   return s.release(chunks);
 }
 
+std::vector<pool_segment_info> pool_resource::layout() const {
+  std::lock_guard lock(impl_->m);
+  std::vector<pool_segment_info> out;
+  out.reserve(impl_->chunks.size());
+  for (const chunk* c : impl_->chunks) {
+    pool_segment_info& seg = out.emplace_back();
+    seg.address = c->base;
+    seg.size = c->size;
+    seg.small = c->small;
+    for (const block* b = c->first; b != nullptr; b = b->next) {
+      seg.blocks.push_back({b->ptr, b->size, b->free ? 0 : b->requested, !b->free});
+    }
+  }
+  return out;
+}
+
 pool_report pool_resource::report() const {
   std::lock_guard lock(impl_->m);
   return impl_->snapshot();

@@ -828,6 +828,30 @@ std::size_t vmm_pool_resource::cached_granules() const {
   return impl_->cache.size();
 }
 
+std::vector<pool_segment_info> vmm_pool_resource::layout() const {
+  std::lock_guard lock(impl_->m);
+  std::vector<pool_segment_info> out;
+  for (const arena* a : {&impl_->small_arena, &impl_->large_arena}) {
+    pool_segment_info* seg = nullptr;
+    for (const block* b = a->first; b != nullptr; b = b->next) {
+      if (b->state == block_state::unmapped) {
+        seg = nullptr;
+        continue;
+      }
+      if (seg == nullptr) {
+        seg = &out.emplace_back();
+        seg->address = b->ptr;
+        seg->small = a->small;
+        seg->expandable = true;
+      }
+      const bool allocated = b->state == block_state::allocated;
+      seg->blocks.push_back({b->ptr, b->size, allocated ? b->requested : 0, allocated});
+      seg->size += b->size;
+    }
+  }
+  return out;
+}
+
 std::size_t vmm_pool_resource::segment_count() const {
   std::lock_guard lock(impl_->m);
   return static_cast<std::size_t>(impl_->stats.chunks.all.current);

@@ -39,6 +39,11 @@ VRAMKIT_C_API void vramkit_free(void* ptr, ssize_t size, int device, void* strea
 VRAMKIT_C_API size_t vramkit_memory_summary(int device, char* buf, size_t cap);
 /* The same figures as JSON (keys after torch.cuda.memory_stats()); same buffer rules. */
 VRAMKIT_C_API size_t vramkit_memory_stats_json(int device, char* buf, size_t cap);
+/* torch.cuda.memory._snapshot()'s structure as JSON: the device's segments with their blocks, and
+ * device_count device traces (the device's from VRAMKIT_TRACE_FILE's tracer when it is on, else
+ * empty); same buffer rules. */
+VRAMKIT_C_API size_t vramkit_memory_snapshot_json(int device, int device_count, char* buf,
+                                                  size_t cap);
 /* Sets every peak figure of the device's pool to its current value. */
 VRAMKIT_C_API void vramkit_reset_peak(int device);
 /* Returns the device's wholly free cached chunks to the driver; 0 on success, -1 on failure. */

@@ -138,6 +138,95 @@ TEST_F(CApi, TorchEntryPointThrowsC10OutOfMemoryWhenLibc10IsLoaded) {
   vramkit_free(p, 4096, 0, nullptr);
 }
 
+nlohmann::json snapshot(int device, int device_count) {
+  std::string s(vramkit_memory_snapshot_json(device, device_count, nullptr, 0), '\0');
+  vramkit_memory_snapshot_json(device, device_count, s.data(), s.size() + 1);
+  return nlohmann::json::parse(s);
+}
+
+// What torch.cuda._memory_viz relies on: blocks tile each segment (segsum asserts it), the
+// segment's allocated size is its active blocks', and device traces carry the addresses.
+void expect_consistent(const nlohmann::json& snap, std::size_t active_blocks) {
+  std::size_t active = 0;
+  for (const auto& seg : snap["segments"]) {
+    std::size_t sum = 0;
+    std::size_t allocated = 0;
+    std::uint64_t next = seg["address"];
+    for (const auto& b : seg["blocks"]) {
+      EXPECT_EQ(b["address"], next);
+      next += b["size"].get<std::uint64_t>();
+      sum += b["size"].get<std::size_t>();
+      if (b["state"] == "active_allocated") {
+        allocated += b["size"].get<std::size_t>();
+        EXPECT_LE(b["requested_size"].get<std::size_t>(), b["size"].get<std::size_t>());
+        ++active;
+      } else {
+        EXPECT_EQ(b["state"], "inactive");
+      }
+      EXPECT_TRUE(b["frames"].is_array());
+    }
+    EXPECT_EQ(sum, seg["total_size"]);
+    EXPECT_EQ(allocated, seg["allocated_size"]);
+    EXPECT_TRUE(seg["segment_type"] == "small" || seg["segment_type"] == "large");
+  }
+  EXPECT_EQ(active, active_blocks);
+}
+
+TEST_F(CApi, MemorySnapshotHasPyTorchsStructureForBothPools) {
+  for (const char* kind : {"pool", "vmm"}) {
+    SCOPED_TRACE(kind);
+    detail::set_c_api_device_api(dev);  // fresh pools
+    setenv("VRAMKIT_POOL_KIND", kind, 1);
+    void* a = vramkit_malloc(1000, 0, nullptr);
+    void* b = vramkit_malloc(3 << 20, 0, nullptr);
+    void* c = vramkit_malloc(30 << 20, 0, nullptr);
+    ASSERT_TRUE(a != nullptr && b != nullptr && c != nullptr);
+    vramkit_free(b, 3 << 20, 0, nullptr);
+    const auto snap = snapshot(0, 2);
+    ASSERT_EQ(snap["device_traces"].size(), 2u);
+    EXPECT_TRUE(snap["device_traces"][0].empty());  // no tracer on this device
+    expect_consistent(snap, 2);
+    std::size_t reserved = 0;
+    for (const auto& seg : snap["segments"]) reserved += seg["total_size"].get<std::size_t>();
+    EXPECT_EQ(reserved, stats(0)["reserved_bytes.all.current"]);
+    bool found = false;
+    for (const auto& seg : snap["segments"]) {
+      for (const auto& blk : seg["blocks"]) {
+        if (blk["address"] == reinterpret_cast<std::uintptr_t>(c)) {
+          found = true;
+          EXPECT_EQ(blk["requested_size"], 30 << 20);
+          EXPECT_EQ(seg["is_expandable"], std::string(kind) == "vmm");
+        }
+      }
+    }
+    EXPECT_TRUE(found);
+    vramkit_free(a, 1000, 0, nullptr);
+    vramkit_free(c, 30 << 20, 0, nullptr);
+    expect_consistent(snapshot(0, 1), 0);
+  }
+  unsetenv("VRAMKIT_POOL_KIND");
+}
+
+TEST_F(CApi, MemorySnapshotTracesAllocationsWhenTracing) {
+  const std::string path = ::testing::TempDir() + "vramkit_snapshot_test.trace";
+  setenv("VRAMKIT_TRACE_FILE", path.c_str(), 1);
+  void* p = vramkit_malloc(5000, 0, nullptr);
+  ASSERT_NE(p, nullptr);
+  vramkit_free(p, 5000, 0, nullptr);
+  unsetenv("VRAMKIT_TRACE_FILE");
+  const auto snap = snapshot(0, 1);
+  const auto& t = snap["device_traces"][0];
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0]["action"], "alloc");
+  EXPECT_EQ(t[1]["action"], "free_requested");
+  EXPECT_EQ(t[2]["action"], "free_completed");
+  for (const auto& e : t) {
+    EXPECT_EQ(e["addr"], reinterpret_cast<std::uintptr_t>(p));
+    EXPECT_EQ(e["size"], 5000);
+  }
+  EXPECT_LE(t[0]["time_us"].get<std::int64_t>(), t[2]["time_us"].get<std::int64_t>());
+}
+
 TEST_F(CApi, ReadsPoolOptionsFromTheEnvironmentAndRejectsBadOnes) {
   setenv("VRAMKIT_POOL_ROUNDING", "4KiB", 1);
   void* p = vramkit_malloc(100, 0, nullptr);
