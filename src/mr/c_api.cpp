@@ -12,6 +12,7 @@
 #include <string>
 
 #include "mr/c_api_testing.hpp"
+#include "mr/nvtx_range.hpp"
 #include "mr/torch_error.hpp"
 #include "vramkit/core/cuda_device_api.hpp"
 #include "vramkit/core/error.hpp"
@@ -128,6 +129,7 @@ device_stack* make_stack(int device) {
     d->api = *api;
   }
   device_guard guard(*d->api, device);
+  detail::check_nvtx_setting();
   if (pool_kind() == "vmm") {
     vmm_pool_options v;
     v.rounding = env_bytes("VRAMKIT_POOL_ROUNDING", v.rounding);

@@ -235,6 +235,16 @@ TEST_F(CApi, ReadsPoolOptionsFromTheEnvironmentAndRejectsBadOnes) {
   vramkit_free(p, 100, 0, nullptr);
   setenv("VRAMKIT_POOL_ROUNDING", "lots", 1);
   EXPECT_EQ(vramkit_malloc(100, 1, nullptr), nullptr);  // device 1's pool cannot be built
+  unsetenv("VRAMKIT_POOL_ROUNDING");
+  setenv("VRAMKIT_NVTX", "yes", 1);
+  EXPECT_EQ(vramkit_malloc(100, 1, nullptr), nullptr);
+  EXPECT_NE(last_error().find("VRAMKIT_NVTX must be '0' or '1' (got 'yes')"), std::string::npos)
+      << last_error();
+  setenv("VRAMKIT_NVTX", "0", 1);
+  void* q = vramkit_malloc(100, 1, nullptr);
+  EXPECT_NE(q, nullptr);
+  vramkit_free(q, 100, 1, nullptr);
+  unsetenv("VRAMKIT_NVTX");
 }
 
 }  // namespace
