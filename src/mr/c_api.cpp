@@ -245,6 +245,14 @@ void* allocate_on(ssize_t size, int device, void* stream) {
   return d.top->allocate(static_cast<std::size_t>(size), default_alignment, stream_view{stream});
 }
 
+// For callers whose `device` is the calling thread's current device: no device guard and its two
+// cudaGetDevice calls, the main difference in code between a cached allocation through the C API
+// (alloc median 385 ns from C++) and the pool called directly (135-164 ns; H200, 2026-12-01).
+void* allocate_on_current(ssize_t size, int device, void* stream) {
+  device_stack& d = stack_for(device);
+  return d.top->allocate(static_cast<std::size_t>(size), default_alignment, stream_view{stream});
+}
+
 std::string failure_message(ssize_t size, int device, const char* what) {
   return "vramkit_malloc(" + std::to_string(size) + " bytes, device " + std::to_string(device) +
          ") failed: " + what;
@@ -287,7 +295,9 @@ extern "C" void* vramkit_malloc(ssize_t size, int device, void* stream) {
 extern "C" void* vramkit_torch_malloc(ssize_t size, int device, void* stream) {
   if (size <= 0) return nullptr;
   try {
-    return vramkit::mr::allocate_on(size, device, stream);
+    // PyTorch's CUDAPluggableAllocator passes the current device (c10::cuda::GetDevice in its
+    // allocate, raw_alloc and raw_alloc_with_stream).
+    return vramkit::mr::allocate_on_current(size, device, stream);
   } catch (const vramkit::out_of_memory& e) {
     const std::string m = vramkit::mr::failure_message(size, device, e.what());
     vramkit::mr::set_last_error(m);

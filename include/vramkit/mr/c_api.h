@@ -26,7 +26,8 @@ VRAMKIT_C_API void* vramkit_malloc(ssize_t size, int device, void* stream);
  * a C++ exception instead of returning NULL (PyTorch keeps a NULL as a tensor's data pointer).
  * Out of memory throws c10::OutOfMemoryError (built from the libc10 loaded in the process), which
  * PyTorch raises as torch.OutOfMemoryError with the message and the pool's summary; without
- * libc10, and for other failures, a std::exception that PyTorch raises as RuntimeError. */
+ * libc10, and for other failures, a std::exception that PyTorch raises as RuntimeError. `device`
+ * must be the calling thread's current device (PyTorch always passes it). */
 VRAMKIT_C_API void* vramkit_torch_malloc(ssize_t size, int device, void* stream);
 /* The message of the most recent failed allocation of the process (any thread, any device),
  * empty if none; same buffer rules as vramkit_memory_summary. */
