@@ -121,6 +121,11 @@ def main():
     if not os.path.isfile(args.config):
         print("config %s not found" % args.config, file=sys.stderr)
         return 2
+    labels = [x for x in args.runs.split(",") if x]
+    unknown = [x for x in labels if x not in RUNS]
+    if unknown:
+        print("--runs: unknown run %s (known: %s)" % (", ".join(unknown), ", ".join(RUNS)), file=sys.stderr)
+        return 2
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -133,11 +138,6 @@ def main():
     if not torch.cuda.is_available():
         print("skipped: PyTorch sees no CUDA device", file=sys.stderr)
         return SKIP
-    labels = [x for x in args.runs.split(",") if x]
-    unknown = [x for x in labels if x not in RUNS]
-    if unknown:
-        print("--runs: unknown run %s (known: %s)" % (", ".join(unknown), ", ".join(RUNS)), file=sys.stderr)
-        return 2
     for required in ("vramkit", "torch"):
         if required not in labels:
             labels.insert(0, required)
