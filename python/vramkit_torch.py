@@ -52,6 +52,10 @@ def _load(path=None):
         lib.vramkit_reset_peak.argtypes = [ctypes.c_int]
         lib.vramkit_trim.restype = ctypes.c_int
         lib.vramkit_trim.argtypes = [ctypes.c_int]
+        lib.vramkit_memory_snapshot_json.restype = ctypes.c_size_t
+        lib.vramkit_memory_snapshot_json.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+        lib.vramkit_last_error.restype = ctypes.c_size_t
+        lib.vramkit_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         _LIB = lib
     return _LIB
 
@@ -60,13 +64,16 @@ def use_vramkit_allocator(path=None):
     """Makes vramkit's pool PyTorch's CUDA allocator; must run before any CUDA allocation.
 
     Returns the torch.cuda.memory.CUDAPluggableAllocator. Raises RuntimeError (from PyTorch) when
-    the native allocator was already used in this process.
+    the native allocator was already used in this process. Past the pool's limit
+    (set_pool_maximum) or the device's memory, an allocation raises torch.OutOfMemoryError whose
+    message holds the pool's summary (last_error() keeps the text).
     """
     import torch
 
     lib_path = find_library(path)
     _load(lib_path)
-    allocator = torch.cuda.memory.CUDAPluggableAllocator(lib_path, "vramkit_malloc", "vramkit_free")
+    # vramkit_torch_malloc throws on failure (PyTorch would keep a NULL as the tensor's data).
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(lib_path, "vramkit_torch_malloc", "vramkit_free")
     torch.cuda.memory.change_current_allocator(allocator)
     return allocator
 
@@ -75,6 +82,16 @@ def _read(fn, device):
     n = fn(device, None, 0)
     buf = ctypes.create_string_buffer(n + 1)
     fn(device, buf, n + 1)
+    return buf.value.decode()
+
+
+def last_error():
+    """The message of the process's most recent failed vramkit allocation (with the pool's summary
+    for an out-of-memory error), or "" if none failed."""
+    lib = _load()
+    n = lib.vramkit_last_error(None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    lib.vramkit_last_error(buf, n + 1)
     return buf.value.decode()
 
 
@@ -98,6 +115,36 @@ def memory_stats(device=None):
     """The pool's figures as a dict with torch.cuda.memory_stats()-style keys
     ("allocated_bytes.all.peak", "reserved_bytes.all.current", ...)."""
     return json.loads(_read(_load().vramkit_memory_stats_json, _device_index(device)))
+
+
+def _snapshot_from_json(text):
+    """torch.cuda.memory._snapshot()'s structure from vramkit_memory_snapshot_json's text (the
+    segment_pool_id pairs become tuples, as PyTorch returns them)."""
+    snap = json.loads(text)
+    if "error" in snap:
+        raise RuntimeError("vramkit memory snapshot: %s" % snap["error"])
+    for seg in snap["segments"]:
+        seg["segment_pool_id"] = tuple(seg["segment_pool_id"])
+    return snap
+
+
+def memory_snapshot(device=None):
+    """The device's vramkit pool in the structure of torch.cuda.memory._snapshot() (which does not
+    work with a pluggable allocator): {"segments": [...with "blocks"...], "device_traces": [...],
+    "allocator_settings": {}}, so torch.cuda._memory_viz draws it, e.g.
+    open("pool.html", "w").write(torch.cuda._memory_viz.segment_plot(vramkit_torch.memory_snapshot())).
+    Segments are the pool's chunks (pool) or runs of mapped granules (vmm); no stack frames. The
+    device trace holds every allocation and free when VRAMKIT_TRACE_FILE was set before the first
+    allocation (time_us counts from the pool's start), else it is empty."""
+    import torch
+
+    index = _device_index(device)
+    count = torch.cuda.device_count()
+    lib = _load()
+    n = lib.vramkit_memory_snapshot_json(index, count, None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    lib.vramkit_memory_snapshot_json(index, count, buf, n + 1)
+    return _snapshot_from_json(buf.value.decode())
 
 
 def reset_peak_memory_stats(device=None):

@@ -1,5 +1,5 @@
 // torch_alloc_compare: replays a compact allocation trace against PyTorch's CUDA caching allocator
-// (c10 raw_alloc_with_stream / raw_delete) and against vramkit's pool (vramkit_malloc /
+// (c10 raw_alloc_with_stream / raw_delete) and against vramkit's pool (vramkit_torch_malloc /
 // vramkit_free, dlopen()ed from libvramkit_torch.so) in one process, and compares the per-call
 // cost of each allocator without PyTorch's Python dispatch in the way. Single-threaded.
 //
@@ -270,7 +270,8 @@ vramkit_api load_vramkit(const std::string& path) {
     if (s == nullptr) throw run_error(path + ": no symbol " + name);
     return s;
   };
-  v.malloc = reinterpret_cast<vramkit_api::malloc_fn>(sym("vramkit_malloc"));
+  // The entry point PyTorch's pluggable allocator calls (vramkit_torch.use_vramkit_allocator).
+  v.malloc = reinterpret_cast<vramkit_api::malloc_fn>(sym("vramkit_torch_malloc"));
   v.free = reinterpret_cast<vramkit_api::free_fn>(sym("vramkit_free"));
   v.stats_json = reinterpret_cast<vramkit_api::stats_fn>(sym("vramkit_memory_stats_json"));
   v.reset_peak = reinterpret_cast<vramkit_api::reset_fn>(sym("vramkit_reset_peak"));

@@ -9,10 +9,17 @@ on the GPU at its free (one synchronization at the end): a mismatch fails the ru
 timing is reported. Then it replays `--repeats` more times, timed.
 
     python3 bench/mr/torch_replay.py --trace FILE [--lib libvramkit_torch.so] [--json OUT]
+    python3 bench/mr/torch_replay.py --trace A --trace B ... --json-dir DIR   # DIR/torch_replay_A.json, ...
     python3 bench/mr/torch_replay.py --trace FILE --run torch|vramkit   # one process, JSON on stdout
+
+With several traces, each allocator still runs in one process of its own, replaying the traces one
+after the other; between two traces every tensor is freed, the cache emptied
+(torch.cuda.empty_cache / vramkit_torch.empty_cache) and the peaks reset, so each trace's figures
+are its own. A trace may be gzip-compressed (NAME.trace.gz).
 """
 
 import argparse
+import gzip
 import json
 import os
 import statistics
@@ -25,9 +32,17 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 
+def trace_name(path):
+    base = os.path.basename(path)
+    for ext in (".gz", ".trace"):
+        if base.endswith(ext):
+            base = base[: -len(ext)]
+    return base
+
+
 def read_trace(path):
     events = []
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         first = f.readline().strip()
         if first != "# vramkit-trace v1":
             raise SystemExit("%s: line 1: expected '# vramkit-trace v1'" % path)
@@ -51,7 +66,8 @@ KINDS = {
 }
 
 
-def run_one(kind, trace_path, lib, repeats):
+def run_all(kind, trace_paths, lib, repeats):
+    """Replays every trace in this process under `kind`; returns one result per trace."""
     is_torch = kind.startswith("torch")
     if not is_torch:
         import vramkit_torch
@@ -60,6 +76,21 @@ def run_one(kind, trace_path, lib, repeats):
 
     if not torch.cuda.is_available():
         raise SystemExit("no CUDA device visible to PyTorch")
+    out = []
+    for path in trace_paths:
+        torch.cuda.synchronize()
+        if is_torch:
+            torch.cuda.empty_cache()
+        else:
+            vramkit_torch.empty_cache()
+        r = run_one(torch, kind, path, repeats)
+        r["trace"] = trace_name(path)
+        out.append(r)
+    return out
+
+
+def run_one(torch, kind, trace_path, repeats):
+    is_torch = kind.startswith("torch")
     events = read_trace(trace_path)
     streams = {}
 
@@ -158,21 +189,33 @@ def run_one(kind, trace_path, lib, repeats):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trace", default=os.path.join(ROOT, "tests/data/mr/llama_step.trace"))
+    ap.add_argument("--trace", action="append", help="trace file (repeatable; default the committed LLaMA step)")
     ap.add_argument("--lib", default=None, help="path of libvramkit_torch.so")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--run", choices=sorted(KINDS))
     ap.add_argument("--kinds", default="torch,torch_expandable,vramkit,vramkit_vmm",
                     help="allocators to compare, comma-separated (torch and vramkit always run)")
-    ap.add_argument("--json", help="write the comparison here")
+    ap.add_argument("--json", help="write the comparison here (one trace only)")
+    ap.add_argument("--json-dir", help="write DIR/torch_replay_NAME.json for each trace")
     args = ap.parse_args()
-    if not os.path.isfile(args.trace):
-        print("trace %s not found" % args.trace, file=sys.stderr)
+    traces = args.trace or [os.path.join(ROOT, "tests/data/mr/llama_step.trace")]
+    for t in traces:
+        if not os.path.isfile(t):
+            print("trace %s not found" % t, file=sys.stderr)
+            return 2
+    if len({trace_name(t) for t in traces}) != len(traces):
+        print("--trace: two traces have the same name", file=sys.stderr)
+        return 2
+    if args.json and len(traces) > 1:
+        print("--json takes one trace; use --json-dir with several", file=sys.stderr)
+        return 2
+    if args.repeats < 1:
+        print("--repeats must be at least 1", file=sys.stderr)
         return 2
     if args.run:
-        print(json.dumps(run_one(args.run, args.trace, args.lib, args.repeats)))
+        print(json.dumps(run_all(args.run, traces, args.lib, args.repeats)))
         return 0
-    results = {}
+    per_kind = {}
     kinds = [k for k in args.kinds.split(",") if k]
     for k in kinds:
         if k not in KINDS:
@@ -182,8 +225,9 @@ def main():
         if required not in kinds:
             kinds.insert(0, required)
     for kind in kinds:
-        cmd = [sys.executable, os.path.abspath(__file__), "--trace", args.trace, "--run", kind,
-               "--repeats", str(args.repeats)]
+        cmd = [sys.executable, os.path.abspath(__file__), "--run", kind, "--repeats", str(args.repeats)]
+        for t in traces:
+            cmd += ["--trace", t]
         if args.lib:
             cmd += ["--lib", args.lib]
         env = dict(os.environ)
@@ -193,7 +237,21 @@ def main():
         if p.returncode != 0:
             print("%s run failed:\n%s" % (kind, p.stderr[-3000:]), file=sys.stderr)
             return 1
-        results[kind] = json.loads(p.stdout.strip().splitlines()[-1])
+        per_kind[kind] = json.loads(p.stdout.strip().splitlines()[-1])
+    for i, path in enumerate(traces):
+        results = {kind: per_kind[kind][i] for kind in kinds}
+        print("== %s" % trace_name(path))
+        report(results, kinds)
+        target = args.json or (os.path.join(args.json_dir, "torch_replay_%s.json" % trace_name(path))
+                               if args.json_dir else None)
+        if target:
+            with open(target, "w") as f:
+                json.dump(results, f, indent=1)
+    return 0
+
+
+def report(results, kinds):
+    """Adds the ratios to results and prints one line per allocator."""
     t, v = results["torch"], results["vramkit"]
     results["ratios"] = {
         "alloc_free_median_vramkit_over_torch": v["alloc_free_median_ns"] / max(1e-9, t["alloc_free_median_ns"]),
@@ -212,10 +270,6 @@ def main():
                   kind, r["alloc_median_ns"], r["free_median_ns"], r["peak_reserved_bytes"] / 2**20,
                   r["peak_allocated_bytes"] / 2**20, r["peak_reserved_over_peak_allocated"],
                   r["peak_reserved_over_peak_requested"]))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-    return 0
 
 
 if __name__ == "__main__":

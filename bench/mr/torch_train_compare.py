@@ -27,6 +27,16 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 SKIP = 77
 
 
+# Each run is a fresh process: label -> (allocator, environment).
+RUNS = {
+    "torch": ("torch", {}),
+    "torch_expandable": ("torch", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+    "vramkit": ("vramkit", {"VRAMKIT_POOL_KIND": "pool"}),
+    "vramkit_vmm": ("vramkit", {"VRAMKIT_POOL_KIND": "vmm"}),
+    "torch_repeat": ("torch", {}),  # shows whether the runs are repeatable at all
+}
+
+
 def run_one(args):
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if args.run == "vramkit":
@@ -47,7 +57,9 @@ def run_one(args):
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.benchmark = False
-    model = transformers.LlamaForCausalLM(config).cuda()
+    # Built on the GPU: initializing 1.1B parameters on the CPU took most of a run's ~37 s.
+    with torch.device("cuda"):
+        model = transformers.LlamaForCausalLM(config)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=False, foreach=True)
     gen = torch.Generator(device="cpu").manual_seed(args.seed + 1)
@@ -100,12 +112,19 @@ def main():
     ap.add_argument("--lib", default=None)
     ap.add_argument("--run", choices=["torch", "vramkit"])
     ap.add_argument("--json")
+    ap.add_argument("--runs", default="torch,vramkit,torch_repeat",
+                    help="comma-separated, from %s (torch and vramkit always run)" % ",".join(RUNS))
     args = ap.parse_args()
     if args.steps <= args.warmup:
         print("--steps must exceed --warmup", file=sys.stderr)
         return 2
     if not os.path.isfile(args.config):
         print("config %s not found" % args.config, file=sys.stderr)
+        return 2
+    labels = [x for x in args.runs.split(",") if x]
+    unknown = [x for x in labels if x not in RUNS]
+    if unknown:
+        print("--runs: unknown run %s (known: %s)" % (", ".join(unknown), ", ".join(RUNS)), file=sys.stderr)
         return 2
     try:
         import torch  # noqa: F401
@@ -119,39 +138,59 @@ def main():
     if not torch.cuda.is_available():
         print("skipped: PyTorch sees no CUDA device", file=sys.stderr)
         return SKIP
+    for required in ("vramkit", "torch"):
+        if required not in labels:
+            labels.insert(0, required)
     results = {}
-    # A second PyTorch-allocator run shows whether the runs are repeatable at all.
-    for label, kind in (("torch", "torch"), ("vramkit", "vramkit"), ("torch_repeat", "torch")):
+    for label in labels:
+        kind, extra_env = RUNS[label]
+        env = dict(os.environ)
+        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        env.update(extra_env)
         cmd = [sys.executable, os.path.abspath(__file__), "--run", kind]
         for k in ("config", "layers", "steps", "warmup", "batch", "seq", "seed", "lib"):
             v = getattr(args, k)
             if v not in (None, ""):
                 cmd += ["--" + k, str(v)]
-        p = subprocess.run(cmd, capture_output=True, text=True)
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if p.returncode != 0:
             print("%s run failed (exit %d):\n%s" % (label, p.returncode, p.stderr[-4000:]), file=sys.stderr)
             return 1
         results[label] = json.loads(p.stdout.strip().splitlines()[-1])
-    t, v, t2 = results["torch"], results["vramkit"], results["torch_repeat"]
+        results[label]["allocator"] = label
+    t, v = results["torch"], results["vramkit"]
     identical = t["losses"] == v["losses"]
     results["losses_identical"] = identical
     results["max_loss_diff"] = max(abs(a - b) for a, b in zip(t["losses"], v["losses"]))
-    results["torch_repeatable"] = t["losses"] == t2["losses"]
-    results["max_loss_diff_torch_repeat"] = max(abs(a - b) for a, b in zip(t["losses"], t2["losses"]))
     results["ratios"] = {
         "step_time_vramkit_over_torch": v["median_step_s"] / t["median_step_s"],
-        "step_time_torch_repeat_over_torch": t2["median_step_s"] / t["median_step_s"],
         "peak_reserved_vramkit_over_torch": v["peak_reserved_bytes"] / max(1, t["peak_reserved_bytes"]),
     }
-    for kind in ("torch", "vramkit"):
+    if "torch_repeat" in results:
+        t2 = results["torch_repeat"]
+        results["torch_repeatable"] = t["losses"] == t2["losses"]
+        results["max_loss_diff_torch_repeat"] = max(abs(a - b) for a, b in zip(t["losses"], t2["losses"]))
+        results["ratios"]["step_time_torch_repeat_over_torch"] = t2["median_step_s"] / t["median_step_s"]
+    if "vramkit_vmm" in results:
+        m = results["vramkit_vmm"]
+        results["vmm_losses_identical"] = t["losses"] == m["losses"]
+        identical = identical and results["vmm_losses_identical"]
+        results["max_loss_diff_vmm"] = max(abs(a - b) for a, b in zip(t["losses"], m["losses"]))
+        results["ratios"]["step_time_vramkit_vmm_over_torch"] = m["median_step_s"] / t["median_step_s"]
+        results["ratios"]["peak_reserved_vramkit_vmm_over_torch"] = m["peak_reserved_bytes"] / max(1, t["peak_reserved_bytes"])
+        if "torch_expandable" in results:
+            results["ratios"]["peak_reserved_vramkit_vmm_over_torch_expandable"] = (
+                m["peak_reserved_bytes"] / max(1, results["torch_expandable"]["peak_reserved_bytes"]))
+    for kind in labels:
         r = results[kind]
-        print("%-8s median step %.4f s  peak reserved %8.1f MiB  peak allocated %8.1f MiB  "
+        print("%-16s median step %.4f s  peak reserved %8.1f MiB  peak allocated %8.1f MiB  "
               "reserved/allocated %.3f  losses %s" % (
                   kind, r["median_step_s"], r["peak_reserved_bytes"] / 2**20,
                   r["peak_allocated_bytes"] / 2**20, r["peak_reserved_over_peak_allocated"],
                   " ".join("%.6f" % x for x in r["losses"])))
-    print("losses identical: %s (max difference %.3g); PyTorch run twice: identical %s (max difference %.3g)" % (
-        identical, results["max_loss_diff"], results["torch_repeatable"], results["max_loss_diff_torch_repeat"]))
+    print("losses identical (every run vs torch): %s; PyTorch run twice: identical %s" % (
+        identical, results.get("torch_repeatable", "not run")))
+    print("ratios: " + ", ".join("%s %.4f" % kv for kv in sorted(results["ratios"].items())))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -1,7 +1,8 @@
 # mr stage: allocator benchmarks (vramkit pool vs cudaMallocAsync warm vs cudaMalloc, random and
-# replayed PyTorch traces), the replayed trace under PyTorch's allocator vs the pluggable vramkit
-# allocator (through torch.empty, and from C++ in one process: bench/mr/torch_alloc_compare.cpp),
-# and a LLaMA-shaped training step under both. Writes RESULTS_DIR/mr-summary.md.
+# replayed PyTorch traces), four traces recorded from real PyTorch runs into RESULTS_DIR/traces,
+# every trace under PyTorch's allocators vs the pluggable vramkit pools (through torch.empty, and
+# from C++ in one process: bench/mr/torch_alloc_compare.cpp), and a LLaMA-shaped training step
+# under all four. Writes RESULTS_DIR/mr-summary.md. About 4 minutes on an H200.
 set -uo pipefail
 : "${BUILD_DIR:?}" "${RESULTS_DIR:?}"
 ROOT=$(pwd)
@@ -20,10 +21,20 @@ else
   echo "mr_pool_bench not built"; status=1
 fi
 
+echo "== recording traces from real PyTorch runs (bench/mr/record_traces.py)"
+# GPT-2 with checkpointing, generate() with a growing KV cache, ResNet-50, and GPT-2 training whose
+# sequence length changes every step, each under PyTorch's allocator with its memory history on.
+TRACES_OUT=$RESULTS_DIR/traces
+mkdir -p "$TRACES_OUT"
+timeout 150 python3 bench/mr/record_traces.py --out-dir "$TRACES_OUT" 2>&1 | tee "$OUT/record_traces.txt"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
+
 echo "== replayed traces: PyTorch native, expandable_segments:True, vramkit pool and vramkit vmm pool"
-# Every committed trace plus a random one (sizes 512 B - 64 MiB, frees interleaved), each through
-# torch.empty under the four allocators (one process each) and through `vramkit replay` (vramkit
-# on the simulated device and the planner's models of PyTorch), for the side-by-side table.
+# Every committed trace, every trace just recorded (unless committed under the same name) and a
+# random one (sizes 512 B - 64 MiB, frees interleaved), through torch.empty under the four
+# allocators (one process per allocator for all traces) and through `vramkit replay` (vramkit on
+# the simulated device and the planner's models of PyTorch), for the side-by-side table.
 RANDOM_TRACE=$OUT/random.trace
 python3 - "$RANDOM_TRACE" <<'PY'
 import random, sys
@@ -40,17 +51,32 @@ for i in range(1, 4001):
     t += 1000
 open(sys.argv[1], "w").write("\n".join(out) + "\n")
 PY
-for tr in "$ROOT"/tests/data/mr/*.trace "$RANDOM_TRACE"; do
-  name=$(basename "$tr" .trace)
-  reps=1
-  [ "$tr" = "$TRACE" ] && reps=3
-  timeout 240 python3 bench/mr/torch_replay.py --trace "$tr" --lib "$LIB" --repeats $reps \
-    --json "$OUT/torch_replay_$name.json" 2>&1 | tee "$OUT/torch_replay_$name.txt"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-  if [ -x "$BUILD_DIR/vramkit" ]; then
-    "$BUILD_DIR/vramkit" replay "$tr" --json > "$OUT/vramkit_replay_$name.json" 2> "$OUT/vramkit_replay_$name.err" || status=1
-  fi
+replay_traces=()
+committed=" "
+for tr in "$ROOT"/tests/data/mr/*.trace "$ROOT"/tests/data/mr/*.trace.gz; do
+  [ -f "$tr" ] || continue
+  replay_traces+=("$tr"); committed+="$(basename "${tr%.gz}" .trace) "
 done
+for tr in "$TRACES_OUT"/*.trace "$TRACES_OUT"/*.trace.gz; do
+  [ -f "$tr" ] || continue
+  n=$(basename "${tr%.gz}" .trace)
+  [[ "$committed" == *" $n "* ]] || replay_traces+=("$tr")
+done
+replay_traces+=("$RANDOM_TRACE")
+targs=()
+for tr in "${replay_traces[@]}"; do targs+=(--trace "$tr"); done
+timeout 200 python3 bench/mr/torch_replay.py "${targs[@]}" --lib "$LIB" --repeats 3 \
+  --json-dir "$OUT" 2>&1 | tee "$OUT/torch_replay.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+if [ -x "$BUILD_DIR/vramkit" ]; then
+  for tr in "${replay_traces[@]}"; do
+    name=$(basename "${tr%.gz}" .trace)
+    plain=$tr
+    if [[ "$tr" == *.gz ]]; then plain=$OUT/$name.trace; gzip -dc "$tr" > "$plain"; fi
+    "$BUILD_DIR/vramkit" replay "$plain" --json > "$OUT/vramkit_replay_$name.json" 2> "$OUT/vramkit_replay_$name.err" || status=1
+    [[ "$tr" == *.gz ]] && rm -f "$plain"
+  done
+fi
 [ -f "$OUT/torch_replay_llama_step.json" ] && cp "$OUT/torch_replay_llama_step.json" "$OUT/torch_replay.json"
 
 echo "== replayed trace, allocator calls from C++: PyTorch caching allocator vs vramkit, one process"
@@ -98,14 +124,9 @@ else
   fi
 fi
 
-echo "== training step: PyTorch allocator vs vramkit pluggable allocator"
-timeout 150 python3 bench/mr/torch_train_compare.py --lib "$LIB" --json "$OUT/torch_train.json" \
-  2>&1 | tee "$OUT/torch_train.txt"
-rc=${PIPESTATUS[0]}
-[ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
-echo "-- the same with the virtual-memory pool (VRAMKIT_POOL_KIND=vmm)"
-VRAMKIT_POOL_KIND=vmm timeout 150 python3 bench/mr/torch_train_compare.py --lib "$LIB" \
-  --json "$OUT/torch_train_vmm.json" 2>&1 | tee "$OUT/torch_train_vmm.txt"
+echo "== training step: PyTorch native and expandable segments vs both vramkit pools"
+timeout 150 python3 bench/mr/torch_train_compare.py --lib "$LIB" --runs torch,torch_expandable,vramkit,vramkit_vmm \
+  --json "$OUT/torch_train.json" 2>&1 | tee "$OUT/torch_train.txt"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 
@@ -220,17 +241,31 @@ if side:
         for p in side), ""]
 tr = load("torch_train.json")
 if tr:
-    t, v = tr["torch"], tr["vramkit"]
-    lines += ["## training step (LLaMA-shaped, %d layers, batch %d x %d, amp bf16, AdamW)" % (t["layers"], t["batch"], t["seq"]), "",
-              "| allocator | median step s | peak reserved MiB | peak allocated MiB | reserved/allocated |",
-              "|---|---|---|---|---|"]
-    for r in (t, v) + ((tr["torch_repeat"],) if "torch_repeat" in tr else ()):
-        lines.append("| %s | %.4f | %.1f | %.1f | %.3f |" % (r["allocator"], r["median_step_s"],
-                     r["peak_reserved_bytes"] / 2**20, r["peak_allocated_bytes"] / 2**20, r["peak_reserved_over_peak_allocated"]))
-    lines += ["", "losses identical: %s (max difference %.3g); PyTorch vs PyTorch again: identical %s; step time vramkit / PyTorch %.4f (target <= 1.02; PyTorch again / PyTorch %.4f); peak reserved vramkit / PyTorch %.3f" % (
-        tr["losses_identical"], tr["max_loss_diff"], tr.get("torch_repeatable"), tr["ratios"]["step_time_vramkit_over_torch"],
-        tr["ratios"].get("step_time_torch_repeat_over_torch", float("nan")),
-        tr["ratios"]["peak_reserved_vramkit_over_torch"]), ""]
+    t = tr["torch"]
+    runs = [k for k in ("torch", "torch_expandable", "vramkit", "vramkit_vmm", "torch_repeat") if k in tr]
+    lines += ["## training step (LLaMA-shaped, %d layers, batch %d x %d, amp bf16, AdamW; one process per allocator)" % (
+                  t["layers"], t["batch"], t["seq"]), "",
+              "| allocator | median step s | step / PyTorch native | peak reserved MiB | peak allocated MiB | reserved/allocated | losses identical to native |",
+              "|---|---|---|---|---|---|---|"]
+    for k in runs:
+        r = tr[k]
+        lines.append("| %s | %.4f | %.4f | %.1f | %.1f | %.3f | %s |" % (
+            k, r["median_step_s"], r["median_step_s"] / t["median_step_s"], r["peak_reserved_bytes"] / 2**20,
+            r["peak_allocated_bytes"] / 2**20, r["peak_reserved_over_peak_allocated"], r["losses"] == t["losses"]))
+    rr = tr["ratios"]
+    lines += ["", "targets (vmm): identical losses, step time within 1%% of native (%.4f), peak reserved <= expandable (%s)" % (
+        rr.get("step_time_vramkit_vmm_over_torch", float("nan")),
+        "%.3f" % rr["peak_reserved_vramkit_vmm_over_torch_expandable"] if "peak_reserved_vramkit_vmm_over_torch_expandable" in rr else "-"), ""]
+rec = sorted(glob.glob(os.path.join(os.path.dirname(out), "traces", "*.json")))
+if rec:
+    lines += ["## recorded traces (PyTorch native allocator, memory history on)", "",
+              "| trace | events | file | bytes | peak live MiB | PyTorch peak reserved MiB | description |", "|---|---|---|---|---|---|---|"]
+    for p in rec:
+        with open(p) as f:
+            d = json.load(f)
+        lines.append("| %s | %d | %s | %d | %.1f | %.1f | %s |" % (d["name"], d["events"], d["file"], d["bytes"],
+                     d["trace_peak_live_bytes"] / 2**20, d["max_reserved_bytes"] / 2**20, d["description"]))
+    lines.append("")
 ccv = load("torch_alloc_compare_vmm.json")
 if ccv:
     r = ccv["ratios"]
@@ -238,13 +273,6 @@ if ccv:
               "(targets <= 500 ns and <= 0.5); peak reserved vmm / PyTorch native %.3f; verification %s" % (
                   ccv["vramkit"]["alloc_free_median_ns"], r["alloc_free_median_vramkit_over_torch"],
                   r["peak_reserved_vramkit_over_torch"], "passed" if ccv["verification"]["passed"] else "FAILED"), ""]
-trv = load("torch_train_vmm.json")
-if trv:
-    lines += ["vmm pool, training step: losses identical %s (max difference %.3g); step time vmm / PyTorch %.4f; "
-              "peak reserved vmm / PyTorch native %.3f; median step %.4f s vs %.4f s" % (
-                  trv["losses_identical"], trv["max_loss_diff"], trv["ratios"]["step_time_vramkit_over_torch"],
-                  trv["ratios"]["peak_reserved_vramkit_over_torch"], trv["vramkit"]["median_step_s"],
-                  trv["torch"]["median_step_s"]), ""]
 with open(md, "w") as f:
     f.write("\n".join(lines) + "\n")
 print("\n".join(lines))

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "free_index.hpp"
+#include "mr/nvtx_range.hpp"
 #include "vramkit/core/error.hpp"
 
 namespace vramkit::mr {
@@ -491,6 +492,7 @@ void* pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, strea
         given_back = s.take_idle_chunks(small, want);
       }
       lock.unlock();
+      const detail::nvtx_range range("vramkit pool grow");
       s.release(given_back);
       try {
         p = s.upstream->allocate(want, default_alignment, stream);
@@ -521,6 +523,7 @@ void* pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, strea
     }
     ++s.stats.out_of_memory_errors;
     lock.unlock();
+    detail::nvtx_mark("vramkit pool out of memory");
     std::string detail = "upstream: " + upstream_error.substr(0, upstream_error.find('\n')) + "\n" +
                          memory_summary(*this);
     throw out_of_memory(bytes, s.name, detail);
@@ -570,6 +573,7 @@ void pool_resource::do_deallocate(void* ptr, std::size_t bytes, std::size_t,
 }
 
 std::size_t pool_resource::trim() {
+  const detail::nvtx_range range("vramkit pool trim");
   impl& s = *impl_;
   std::unique_lock lock(s.m);
   s.sync_frees(lock);
@@ -577,6 +581,22 @@ std::size_t pool_resource::trim() {
   ++s.stats.trims;
   lock.unlock();
   return s.release(chunks);
+}
+
+std::vector<pool_segment_info> pool_resource::layout() const {
+  std::lock_guard lock(impl_->m);
+  std::vector<pool_segment_info> out;
+  out.reserve(impl_->chunks.size());
+  for (const chunk* c : impl_->chunks) {
+    pool_segment_info& seg = out.emplace_back();
+    seg.address = c->base;
+    seg.size = c->size;
+    seg.small = c->small;
+    for (const block* b = c->first; b != nullptr; b = b->next) {
+      seg.blocks.push_back({b->ptr, b->size, b->free ? 0 : b->requested, !b->free});
+    }
+  }
+  return out;
 }
 
 pool_report pool_resource::report() const {

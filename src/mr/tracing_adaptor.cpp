@@ -67,7 +67,7 @@ std::uint32_t tracing_adaptor::tag_number() {
 }
 
 void tracing_adaptor::record(trace_event::op_t op, std::uint64_t id, std::size_t bytes,
-                             stream_view s) {
+                             stream_view s, const void* address) {
   const auto now = std::chrono::steady_clock::now();
   // Lock held by the caller.
   if (events_.size() >= options_.max_events) {
@@ -84,6 +84,7 @@ void tracing_adaptor::record(trace_event::op_t op, std::uint64_t id, std::size_t
     e.event.time_ns = events_.back().event.time_ns;  // keep time monotone across threads
   }
   e.tag = tag_number();
+  e.address = reinterpret_cast<std::uintptr_t>(address);
   events_.push_back(e);
 }
 
@@ -93,7 +94,7 @@ void* tracing_adaptor::do_allocate(std::size_t bytes, std::size_t alignment, str
   std::lock_guard lock(mutex_);
   const std::uint64_t id = next_id_++;
   live_ids_[p] = id;
-  record(trace_event::op_t::allocate, id, bytes, stream);
+  record(trace_event::op_t::allocate, id, bytes, stream, p);
   return p;
 }
 
@@ -104,7 +105,7 @@ void tracing_adaptor::do_deallocate(void* ptr, std::size_t bytes, std::size_t al
     auto it = live_ids_.find(ptr);
     if (it != live_ids_.end()) {
       try {
-        record(trace_event::op_t::free, it->second, bytes, stream);
+        record(trace_event::op_t::free, it->second, bytes, stream, ptr);
       } catch (...) {
         ++dropped_;
       }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "free_index.hpp"
+#include "mr/nvtx_range.hpp"
 #include "vramkit/core/error.hpp"
 
 namespace vramkit::mr {
@@ -494,7 +495,12 @@ struct vmm_pool_resource::impl {
         sync_frees(lock);
         return grow_result::retry;
       }
-      if (reclaim(shortfall, plan.prev_free, plan.next_free) > 0) {
+      std::size_t reclaimed = 0;
+      {
+        const detail::nvtx_range range("vramkit vmm remap");
+        reclaimed = reclaim(shortfall, plan.prev_free, plan.next_free);
+      }
+      if (reclaimed > 0) {
         ++stats.vmm.defragmentations;
         plan = plan_growth(st, a, size);  // holes merged: the old plan's pointers are stale
         if (plan.hole == nullptr) {
@@ -721,7 +727,11 @@ void* vmm_pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, s
     if (s.steal(st, small, size)) {
       if (block* b = st->list(small).find(size)) return s.hand_out(st, b, size, bytes);
     }
-    const auto r = s.grow(st, small, size, synced, lock, why);
+    impl::grow_result r = impl::grow_result::failed;
+    {
+      const detail::nvtx_range range("vramkit vmm grow");
+      r = s.grow(st, small, size, synced, lock, why);
+    }
     if (r != impl::grow_result::failed) {
       st = s.stream_for(stream);
       continue;
@@ -739,6 +749,7 @@ void* vmm_pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, s
     }
     ++s.stats.out_of_memory_errors;
     lock.unlock();
+    detail::nvtx_mark("vramkit vmm out of memory");
     throw out_of_memory(bytes, s.name, "cannot grow: " + why + "\n" + memory_summary(*this));
   }
 }
@@ -785,6 +796,7 @@ void vmm_pool_resource::do_deallocate(void* ptr, std::size_t bytes, std::size_t,
 }
 
 std::size_t vmm_pool_resource::trim() {
+  const detail::nvtx_range range("vramkit vmm trim");
   impl& s = *impl_;
   std::unique_lock lock(s.m);
   s.sync_frees(lock);
@@ -826,6 +838,30 @@ std::size_t vmm_pool_resource::mapped_granules() const {
 std::size_t vmm_pool_resource::cached_granules() const {
   std::lock_guard lock(impl_->m);
   return impl_->cache.size();
+}
+
+std::vector<pool_segment_info> vmm_pool_resource::layout() const {
+  std::lock_guard lock(impl_->m);
+  std::vector<pool_segment_info> out;
+  for (const arena* a : {&impl_->small_arena, &impl_->large_arena}) {
+    pool_segment_info* seg = nullptr;
+    for (const block* b = a->first; b != nullptr; b = b->next) {
+      if (b->state == block_state::unmapped) {
+        seg = nullptr;
+        continue;
+      }
+      if (seg == nullptr) {
+        seg = &out.emplace_back();
+        seg->address = b->ptr;
+        seg->small = a->small;
+        seg->expandable = true;
+      }
+      const bool allocated = b->state == block_state::allocated;
+      seg->blocks.push_back({b->ptr, b->size, allocated ? b->requested : 0, allocated});
+      seg->size += b->size;
+    }
+  }
+  return out;
 }
 
 std::size_t vmm_pool_resource::segment_count() const {

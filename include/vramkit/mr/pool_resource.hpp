@@ -18,6 +18,7 @@
 #include "vramkit/core/units.hpp"
 #include "vramkit/mr/memory_resource.hpp"
 #include "vramkit/mr/memory_summary.hpp"
+#include "vramkit/mr/pool_layout.hpp"
 
 namespace vramkit::mr {
 
@@ -95,6 +96,8 @@ class pool_resource final : public memory_resource {
   std::size_t trim();
   /// The pool's figures (a consistent snapshot).
   [[nodiscard]] pool_report report() const;
+  /// The chunks (one segment each) and their blocks now.
+  [[nodiscard]] std::vector<pool_segment_info> layout() const;
   /// Bytes held from the upstream.
   [[nodiscard]] std::size_t reserved_bytes() const;
   /// Bytes of blocks handed out (after rounding).

@@ -44,7 +44,8 @@ struct tracing_options {
 /// One recorded event, with its tag.
 struct traced_event {
   trace_event event;
-  std::uint32_t tag = 0;  ///< index into tracing_adaptor::tags()
+  std::uint32_t tag = 0;       ///< index into tracing_adaptor::tags()
+  std::uintptr_t address = 0;  ///< the block's address
 };
 
 class tracing_adaptor final : public memory_resource {
@@ -75,7 +76,8 @@ class tracing_adaptor final : public memory_resource {
                      stream_view stream) noexcept override;
   std::uint32_t stream_number(stream_view s);  // lock held
   std::uint32_t tag_number();                  // lock held
-  void record(trace_event::op_t op, std::uint64_t id, std::size_t bytes, stream_view s);
+  void record(trace_event::op_t op, std::uint64_t id, std::size_t bytes, stream_view s,
+              const void* address);
 
   std::shared_ptr<memory_resource> upstream_;
   tracing_options options_;

@@ -16,6 +16,7 @@
 #include "vramkit/core/units.hpp"
 #include "vramkit/mr/memory_resource.hpp"
 #include "vramkit/mr/memory_summary.hpp"
+#include "vramkit/mr/pool_layout.hpp"
 #include "vramkit/mr/pool_resource.hpp"
 
 namespace vramkit::mr {
@@ -54,6 +55,8 @@ class vmm_pool_resource final : public memory_resource {
   /// with every cached granule. Returns the physical bytes released.
   std::size_t trim();
   [[nodiscard]] pool_report report() const;
+  /// The segments (maximal runs of mapped granules, small range first) and their blocks now.
+  [[nodiscard]] std::vector<pool_segment_info> layout() const;
   /// Physical bytes held: mapped plus cached unmapped granules.
   [[nodiscard]] std::size_t reserved_bytes() const;
   /// Bytes of blocks handed out (after rounding).
