@@ -41,8 +41,8 @@ TEST(CudaAllocationModel, ReproducesEveryMeasuredH200Footprint) {
   // A chain that starts at level 1 costs what a chain of the half-size texture costs.
   EXPECT_EQ(m.device_bytes(pixel_format::of(tf::bc7), 4096, 4096, 13, 1),
             m.device_bytes(pixel_format::of(tf::bc7), 2048, 2048, 12));
-  // Small arrays share pages: five 344 KiB arrays fill a 2 MiB page, so each costs a fifth.
-  EXPECT_EQ(m.array_bytes(pixel_format::of(tf::rgba8), 256, 256, 9), 352256u);
+  // Small arrays share pages: five 343.5 KiB arrays fill a 2 MiB page, so each costs a fifth.
+  EXPECT_EQ(m.array_bytes(pixel_format::of(tf::rgba8), 256, 256, 9), 351744u);
   EXPECT_EQ(m.device_bytes(pixel_format::of(tf::rgba8), 256, 256, 9), (2u << 20) / 5 + 1);
   EXPECT_EQ(m.device_bytes_of(6, pixel_format::of(tf::rgba8), 256, 256, 9), 4u << 20);
 }
