@@ -120,10 +120,14 @@ int main(int argc, char** argv) {
               "N", "tight", "measured", "model", "deferred", "model err");
   for (const auto& c : configs) {
     const std::uint64_t tight = chain_bytes(c.f, c.w, c.h, c.levels, 0, c.layers);
-    const std::uint64_t predicted = model.device_bytes(c.f, c.w, c.h, c.levels, 0, c.layers);
     // Enough arrays that the 2 MiB page granularity averages out, within a few GiB.
     const int n = static_cast<int>(std::clamp<std::uint64_t>(
-        (256ull << 20) / std::max<std::uint64_t>(predicted, 1), 16, 1024));
+        (256ull << 20) /
+            std::max<std::uint64_t>(model.device_bytes(c.f, c.w, c.h, c.levels, 0, c.layers), 1),
+        16, 1024));
+    // The model's delta for these n arrays (whole pages), per array, as measured.
+    const double predicted =
+        static_cast<double>(model.device_bytes_of(n, c.f, c.w, c.h, c.levels, 0, c.layers)) / n;
     const cudaChannelFormatDesc ch = channel_of(c.f.format);
     const cudaExtent extent = make_cudaExtent(c.w, c.h, c.layers > 1 ? c.layers : 0);
     const unsigned flags = c.layers > 1 ? cudaArrayLayered : 0;

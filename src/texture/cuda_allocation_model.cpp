@@ -46,12 +46,30 @@ std::uint64_t cuda_allocation_model::padded_chain_bytes(const pixel_format& f, i
   return total;
 }
 
-std::uint64_t cuda_allocation_model::device_bytes(const pixel_format& f, int width, int height,
-                                                  int levels, int first_level,
-                                                  int layers) const noexcept {
+std::uint64_t cuda_allocation_model::array_bytes(const pixel_format& f, int width, int height,
+                                                 int levels, int first_level,
+                                                 int layers) const noexcept {
   std::uint64_t bytes = padded_chain_bytes(f, width, height, levels, first_level);
   if (layers > 1) bytes = round_up(bytes, layer_alignment) * static_cast<std::uint64_t>(layers);
   return round_up(bytes, bytes < large_threshold ? small_granularity : large_granularity);
+}
+
+std::uint64_t cuda_allocation_model::device_bytes(const pixel_format& f, int width, int height,
+                                                  int levels, int first_level,
+                                                  int layers) const noexcept {
+  const std::uint64_t bytes = array_bytes(f, width, height, levels, first_level, layers);
+  if (bytes >= large_threshold || bytes == 0) return bytes;
+  const std::uint64_t per_page = large_granularity / bytes;
+  return (large_granularity + per_page - 1) / per_page;
+}
+
+std::uint64_t cuda_allocation_model::device_bytes_of(std::uint64_t count, const pixel_format& f,
+                                                     int width, int height, int levels,
+                                                     int first_level, int layers) const noexcept {
+  const std::uint64_t bytes = array_bytes(f, width, height, levels, first_level, layers);
+  if (bytes >= large_threshold || bytes == 0) return bytes * count;
+  const std::uint64_t per_page = large_granularity / bytes;
+  return (count + per_page - 1) / per_page * large_granularity;
 }
 
 }  // namespace vramkit::texture

@@ -17,6 +17,14 @@ struct texel {
   float r = 0, g = 0, b = 0, a = 1;
 };
 
+/// Which arithmetic turns BC1-BC3 colour endpoints into palette colours. The format specification
+/// leaves BC1-BC5 interpolation loosely defined; GPUs differ by a few 8-bit steps.
+enum class bc_decoder {
+  reference,  ///< exact: endpoints c/31, c/63 and (2a + b) / 3 in real arithmetic
+  nvidia,     ///< NVIDIA's texture unit: 8-bit palette from integer formulas (docs/texture.md);
+              ///< BC4/BC5 and BC3 alpha stay as the reference
+};
+
 /// Whether decode_block knows `f` (BC1-BC5, BC7 and RGBA8; not BC6H or ASTC).
 bool can_decode(const pixel_format& f) noexcept;
 
@@ -24,12 +32,14 @@ bool can_decode(const pixel_format& f) noexcept;
 /// footprint. BC4/BC5 read as (r, 0, 0, 1) / (r, g, 0, 1) as GPUs sample them; a BC7 block with
 /// the reserved mode 8 decodes to transparent black. Throws logic_error for a format can_decode
 /// rejects.
-void decode_block(const pixel_format& f, const std::uint8_t* block, texel out[16]);
+void decode_block(const pixel_format& f, const std::uint8_t* block, texel out[16],
+                  bc_decoder decoder = bc_decoder::reference);
 
 /// Decodes a whole `width` x `height` level (data as stored: rows of blocks) into width x height
 /// texels, row-major; padding texels of partial blocks are dropped.
 std::vector<texel> decode_level(const pixel_format& f, int width, int height,
-                                std::span<const std::uint8_t> data);
+                                std::span<const std::uint8_t> data,
+                                bc_decoder decoder = bc_decoder::reference);
 
 /// The same as 8-bit RGBA (each channel rounded from [0, 1]; SNORM mapped from [-1, 1]).
 std::vector<std::uint8_t> decode_level_rgba8(const pixel_format& f, int width, int height,
