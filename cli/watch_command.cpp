@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "commands.hpp"
+#include "vramkit/cluster/workload_attribution.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/monitor/gpu_source.hpp"
 #include "vramkit/monitor/recording.hpp"
@@ -31,6 +32,7 @@ struct watch_args {
   std::string csv;
   std::string replay;
   double speed = 1.0;
+  std::string max_gap = "5s";
   std::string fake_gpus;
   std::string host_root = "/";
   long count = 0;
@@ -85,21 +87,23 @@ void run_replay(const watch_args& a) {
     for (const auto& s : rec.samples) std::printf("%s\n", mon::to_json_line(s).c_str());
     return;
   }
-  std::size_t next = 0;
   mon::terminal_view_options opt;
   opt.title = "vramkit watch --replay " + std::filesystem::path(a.replay).filename().string();
-  auto samples = std::make_shared<std::vector<mon::sample>>(std::move(rec.samples));
-  opt.delay_after = [samples, &next, speed = a.speed](const mon::sample& cur) {
-    if (next >= samples->size()) return std::chrono::milliseconds(0);
-    auto gap = static_cast<double>((*samples)[next].timestamp_ms - cur.timestamp_ms) / speed;
-    return std::chrono::milliseconds(static_cast<std::int64_t>(std::clamp(gap, 0.0, 3600e3)));
-  };
-  mon::run_terminal_view(
-      [samples, &next]() -> std::optional<mon::sample> {
-        if (next >= samples->size()) return std::nullopt;
-        return (*samples)[next++];
-      },
-      opt);
+  opt.recording = std::make_shared<const std::vector<mon::sample>>(std::move(rec.samples));
+  opt.speed = a.speed;
+  opt.max_gap = mon::parse_interval(a.max_gap);
+  mon::run_terminal_view({}, opt);
+}
+
+// "pod <uid>" or "slurm job <id>" from /proc/<pid>/cgroup under the host root; empty otherwise.
+std::string workload_of(const std::filesystem::path& host_root, std::uint32_t pid) {
+  std::ifstream in(host_root / "proc" / std::to_string(pid) / "cgroup");
+  if (!in) return {};
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto w = vramkit::cluster::workload_of_proc_cgroup(text);
+  if (!w.pod_uid.empty()) return "pod " + w.pod_uid;
+  if (!w.slurm_job.empty()) return "slurm job " + w.slurm_job;
+  return {};
 }
 
 void run_watch(const watch_args& a, command_context& ctx) {
@@ -113,6 +117,9 @@ void run_watch(const watch_args& a, command_context& ctx) {
   mon::sampler_options so;
   so.host_root = a.host_root;
   so.devices = a.devices;
+  so.workload_of = [root = std::filesystem::path(a.host_root)](std::uint32_t pid) {
+    return workload_of(root, pid);
+  };
   mon::sampler sampler(std::move(gpus), so);
   sampler.validate_devices();
 
@@ -186,9 +193,15 @@ void add_watch_command(CLI::App& app, command_context& ctx) {
                 "Print one JSON object per sample per line (JSON Lines) on stdout");
   sub->add_option("--csv", args->csv, "Append one CSV line per device per sample to FILE");
   sub->add_option("--count", args->count, "Stop after N samples (0 = until interrupted)");
-  sub->add_option("--replay", args->replay, "Show a JSON Lines or CSV recording again");
+  auto* replay =
+      sub->add_option("--replay", args->replay, "Show a JSON Lines or CSV recording again");
   sub->add_option("--speed", args->speed, "Replay speed factor (2 = twice as fast)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(replay);
+  sub->add_option("--max-gap", args->max_gap,
+                  "Replay: a longer gap between two samples is skipped, not waited through")
+      ->capture_default_str()
+      ->needs(replay);
   sub->add_option("--fake-gpus", args->fake_gpus,
                   "Read GPUs from a JSON fixture instead of the driver (reloaded when it changes)");
   sub->add_option("--host-root", args->host_root,
