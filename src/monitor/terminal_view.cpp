@@ -237,19 +237,19 @@ void draw_time_axis(int y, int x, int width, const std::deque<sample>& h) {
   };
   const int label_w = 8;
   int left = x + width - n;
-  int next_free = left;
-  // Ticks every ~20 columns, from the newest backwards so the newest time is always shown.
+  // Ticks every 20 columns back from the newest sample (whose time is always shown), then the
+  // oldest; labels placed right to left, one skipped where it would touch its right neighbour.
   std::vector<int> ticks;
   for (int col = n - 1; col >= 0; col -= 20) ticks.push_back(col);
-  std::reverse(ticks.begin(), ticks.end());
+  if (ticks.back() != 0) ticks.push_back(0);
+  int limit = x + width;  // labels end before this column
   for (int col : ticks) {
     int xx = left + col;
-    int lx = std::min(xx - label_w / 2, x + width - label_w);
-    lx = std::max(lx, x);
-    if (lx < next_free) continue;
+    int lx = std::max(std::min(xx - label_w / 2, x + width - label_w), x);
+    if (lx + label_w > limit) continue;
     mvaddstr(y, xx, "|");
     put(y + 1, lx, clock_hms(t_at(col)), A_DIM);
-    next_free = lx + label_w + 2;
+    limit = lx - 2;
   }
   put(y, x + width + 1, "UTC", A_DIM);
 }
@@ -345,7 +345,8 @@ int draw_gpu(int y, const gpu_sample& g, view_state& st, int rows) {
   auto tx =
       series_of(st.history, key, [](const gpu_sample& x) { return x.pcie_tx_bytes_per_second; });
   double pcie_top = std::max({max_of(rx, 0), max_of(tx, 0), 1.0});
-  std::string pcie_scale = "0-" + format_bandwidth(pcie_top);
+  bool any_pcie = std::any_of(rx.begin(), rx.end(), [](const auto& v) { return v.has_value(); });
+  std::string pcie_scale = any_pcie ? "0-" + format_bandwidth(pcie_top) : "";
   draw_spark(yy++, "rx",
              g.pcie_rx_bytes_per_second ? format_bandwidth(*g.pcie_rx_bytes_per_second) : "n/a", rx,
              pcie_top, pcie_scale, st.utf8, 4, graph_x, graph_w);
@@ -466,6 +467,7 @@ void draw_processes(int y, int bottom, view_state& st) {
     lines.push_back(static_cast<int>(i));
   }
   int visible = std::max(1, bottom - y);
+  const int first_y = y;
   st.page_rows = visible;
   int sel_line = 0;
   for (std::size_t i = 0; i < lines.size(); ++i)
@@ -484,9 +486,9 @@ void draw_processes(int y, int bottom, view_state& st) {
     if (sel) text += std::string(static_cast<std::size_t>(std::max(0, COLS - cells(text))), ' ');
     put(y++, 0, fit(text, COLS), sel ? A_REVERSE : 0);
   }
-  if (st.scroll > 0) put(y - visible > 0 ? bottom - visible : y, COLS - 10, " more ^ ", A_DIM);
+  if (st.scroll > 0) put(first_y, COLS - 8, " more ^ ", A_DIM);
   if (st.scroll + visible < static_cast<int>(lines.size()))
-    put(bottom - 1, COLS - 10, " more v ", A_DIM);
+    put(bottom - 1, COLS - 8, " more v ", A_DIM);
   if (st.rows.empty() && y < bottom)
     put(y++, 0,
         st.filter.empty() ? "no GPU processes"

@@ -5,6 +5,7 @@ process after confirmation (and not sent when cancelled), resize, and clean exit
 Ctrl-C."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -49,8 +50,31 @@ def styled(session="v"):
     return tm("capture-pane", "-p", "-e", "-t", session)
 
 
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
 def reversed_lines(text):
-    return [l for l in text.splitlines() if "\x1b[7m" in l]
+    """Lines drawn in reverse video (the highlight), escape sequences removed. tmux carries the
+    attributes from line to line, so the reverse state is followed through the whole screen."""
+    out, rev = [], False
+    for line in text.splitlines():
+        plain, any_rev, pos = "", False, 0
+        for m in list(SGR.finditer(line)) + [None]:
+            chunk = line[pos:m.start()] if m else line[pos:]
+            plain += chunk
+            any_rev = any_rev or (rev and chunk.strip() != "")
+            if m is None:
+                break
+            params = [int(p) if p else 0 for p in m.group(1).split(";")]
+            for p in params:
+                if p == 0 or p == 27:
+                    rev = False
+                elif p == 7:
+                    rev = True
+            pos = m.end()
+        if any_rev:
+            out.append(plain)
+    return out
 
 
 def pid_order(text):
@@ -88,7 +112,7 @@ try:
     check("host [" in s and "NUMA 1" in s, "host memory panel with NUMA nodes")
     check("sort: memory" in s and pid_order(s) == ["4343", "4242", "5151"], f"sorted by device memory first ({pid_order(s)})")
     # History graphs of every figure, each with its scale, and a wall-clock axis.
-    wait_for("a history of a few samples", lambda: screen().count("UTC") >= 3, 10)
+    wait_for("a history with a time axis per GPU", lambda: screen().count("UTC") >= 2 and screen().count("|") >= 4, 10)
     s = screen()
     for label, scale in (("util", "0-100 %"), ("temp", "0-100 C"), ("power", "0-500 W"), ("rx", "0-1.05 GB/s")):
         row = [l for l in s.splitlines() if l.startswith(label + " ")]
@@ -130,7 +154,7 @@ try:
     keys("Home")
     wait_for("the first row selected", lambda: any(f"{victim.pid} " in l and "sleep" in l for l in reversed_lines(styled())), 5)
     keys("Down")
-    wait_for("the second row selected", lambda: any(l.split("\x1b[7m")[-1].split()[:1] == ["4343"] or " 4343 " in l for l in reversed_lines(styled())), 5)
+    wait_for("the second row selected", lambda: any(l.split()[:1] == ["4343"] for l in reversed_lines(styled())), 5)
     print("ok: Down moves the selection")
 
     # Filter.
