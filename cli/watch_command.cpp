@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "commands.hpp"
-#include "vramkit/cluster/workload_attribution.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/monitor/gpu_source.hpp"
 #include "vramkit/monitor/recording.hpp"
@@ -79,6 +78,7 @@ void run_replay(const watch_args& a) {
   if (rec.samples.empty())
     throw invalid_input("recording " + a.replay + " holds no readable sample");
   if (!(a.speed > 0)) throw invalid_input("--speed must be greater than 0");
+  auto max_gap = mon::parse_interval(a.max_gap);
   if (a.once) {
     std::fputs(mon::format_snapshot(rec.samples.back()).c_str(), stdout);
     return;
@@ -91,19 +91,8 @@ void run_replay(const watch_args& a) {
   opt.title = "vramkit watch --replay " + std::filesystem::path(a.replay).filename().string();
   opt.recording = std::make_shared<const std::vector<mon::sample>>(std::move(rec.samples));
   opt.speed = a.speed;
-  opt.max_gap = mon::parse_interval(a.max_gap);
+  opt.max_gap = max_gap;
   mon::run_terminal_view({}, opt);
-}
-
-// "pod <uid>" or "slurm job <id>" from /proc/<pid>/cgroup under the host root; empty otherwise.
-std::string workload_of(const std::filesystem::path& host_root, std::uint32_t pid) {
-  std::ifstream in(host_root / "proc" / std::to_string(pid) / "cgroup");
-  if (!in) return {};
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto w = vramkit::cluster::workload_of_proc_cgroup(text);
-  if (!w.pod_uid.empty()) return "pod " + w.pod_uid;
-  if (!w.slurm_job.empty()) return "slurm job " + w.slurm_job;
-  return {};
 }
 
 void run_watch(const watch_args& a, command_context& ctx) {
@@ -117,9 +106,7 @@ void run_watch(const watch_args& a, command_context& ctx) {
   mon::sampler_options so;
   so.host_root = a.host_root;
   so.devices = a.devices;
-  so.workload_of = [root = std::filesystem::path(a.host_root)](std::uint32_t pid) {
-    return workload_of(root, pid);
-  };
+  so.workload_of = workload_reader(a.host_root);
   mon::sampler sampler(std::move(gpus), so);
   sampler.validate_devices();
 

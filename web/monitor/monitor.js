@@ -20,7 +20,7 @@
   function formatRate(b) {
     var units = [[1e9, 'GB/s'], [1e6, 'MB/s'], [1e3, 'kB/s']];
     for (var i = 0; i < units.length; i++) if (Math.abs(b) >= units[i][0]) return (b / units[i][0]).toFixed(b >= 100 * units[i][0] ? 0 : 1) + ' ' + units[i][1];
-    return b.toFixed(0) + ' B/s';
+    return b.toFixed(b < 10 && b !== Math.round(b) ? 1 : 0) + ' B/s';
   }
   function formatPercent(v) { return v.toFixed(0) + ' %'; }
   function formatCelsius(v) { return v.toFixed(0) + ' °C'; }
