@@ -3,6 +3,8 @@
 #pragma once
 
 #include <csignal>
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +63,10 @@ void run_extender(const extender_args& a, const std::string& command);
 
 /// The text of the file at `path`; throws invalid_input "cannot read WHAT 'PATH'".
 std::string read_input_file(const std::string& path, const char* what);
+
+/// For sampler_options::workload_of: "pod <uid>" or "slurm job <id>" from /proc/<pid>/cgroup
+/// under `host_root` (cluster attribution); empty when the file is unreadable or names neither.
+std::function<std::string(std::uint32_t)> workload_reader(const std::string& host_root);
 
 /// Blocks SIGINT and SIGTERM in this thread and every thread it starts afterwards, so that the
 /// signal cannot land in a server thread; wait() then takes one synchronously.

@@ -40,6 +40,7 @@ void run_serve(const serve_args& a) {
     std::fprintf(stderr, "vramkit: %s: exporting host memory only\n", gpus.error().reason.c_str());
   mon::sampler_options so;
   so.host_root = a.host_root;
+  so.workload_of = workload_reader(a.host_root);
 
   stop_signals stop;
   mon::exporter_options eo;

@@ -31,6 +31,7 @@ struct watch_args {
   std::string csv;
   std::string replay;
   double speed = 1.0;
+  std::string max_gap = "5s";
   std::string fake_gpus;
   std::string host_root = "/";
   long count = 0;
@@ -77,6 +78,7 @@ void run_replay(const watch_args& a) {
   if (rec.samples.empty())
     throw invalid_input("recording " + a.replay + " holds no readable sample");
   if (!(a.speed > 0)) throw invalid_input("--speed must be greater than 0");
+  auto max_gap = mon::parse_interval(a.max_gap);
   if (!a.csv.empty()) {  // conversion: every sample of the recording into the CSV file
     csv_sink sink(a.csv);
     for (const auto& s : rec.samples) sink.write(s);
@@ -90,21 +92,12 @@ void run_replay(const watch_args& a) {
     return;
   }
   if (!a.csv.empty()) return;
-  std::size_t next = 0;
   mon::terminal_view_options opt;
   opt.title = "vramkit watch --replay " + std::filesystem::path(a.replay).filename().string();
-  auto samples = std::make_shared<std::vector<mon::sample>>(std::move(rec.samples));
-  opt.delay_after = [samples, &next, speed = a.speed](const mon::sample& cur) {
-    if (next >= samples->size()) return std::chrono::milliseconds(0);
-    auto gap = static_cast<double>((*samples)[next].timestamp_ms - cur.timestamp_ms) / speed;
-    return std::chrono::milliseconds(static_cast<std::int64_t>(std::clamp(gap, 0.0, 3600e3)));
-  };
-  mon::run_terminal_view(
-      [samples, &next]() -> std::optional<mon::sample> {
-        if (next >= samples->size()) return std::nullopt;
-        return (*samples)[next++];
-      },
-      opt);
+  opt.recording = std::make_shared<const std::vector<mon::sample>>(std::move(rec.samples));
+  opt.speed = a.speed;
+  opt.max_gap = max_gap;
+  mon::run_terminal_view({}, opt);
 }
 
 void run_watch(const watch_args& a, command_context& ctx) {
@@ -118,6 +111,7 @@ void run_watch(const watch_args& a, command_context& ctx) {
   mon::sampler_options so;
   so.host_root = a.host_root;
   so.devices = a.devices;
+  so.workload_of = workload_reader(a.host_root);
   mon::sampler sampler(std::move(gpus), so);
   sampler.validate_devices();
 
@@ -191,9 +185,15 @@ void add_watch_command(CLI::App& app, command_context& ctx) {
                 "Print one JSON object per sample per line (JSON Lines) on stdout");
   sub->add_option("--csv", args->csv, "Append one CSV line per device per sample to FILE");
   sub->add_option("--count", args->count, "Stop after N samples (0 = until interrupted)");
-  sub->add_option("--replay", args->replay, "Show a JSON Lines or CSV recording again");
+  auto* replay =
+      sub->add_option("--replay", args->replay, "Show a JSON Lines or CSV recording again");
   sub->add_option("--speed", args->speed, "Replay speed factor (2 = twice as fast)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(replay);
+  sub->add_option("--max-gap", args->max_gap,
+                  "Replay: a longer gap between two samples is skipped, not waited through")
+      ->capture_default_str()
+      ->needs(replay);
   sub->add_option("--fake-gpus", args->fake_gpus,
                   "Read GPUs from a JSON fixture instead of the driver (reloaded when it changes)");
   sub->add_option("--host-root", args->host_root,

@@ -2,6 +2,7 @@
 // never sample. Without an HTTP server in the build start() reports it.
 #include "vramkit/monitor/exporter.hpp"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -31,6 +32,26 @@ std::string exporter::metrics() {
   return render_metrics(latest ? *latest : sample{}, stats);
 }
 
+namespace {
+
+// The processes with the most device memory on one GPU (at most 8), for the live page's
+// per-process history: [{"pid", "used", "command"}].
+nlohmann::json top_processes_json(const gpu_sample& g) {
+  std::vector<const gpu_process*> ps;
+  for (const auto& p : g.processes)
+    if (p.used_bytes) ps.push_back(&p);
+  std::sort(ps.begin(), ps.end(), [](const gpu_process* a, const gpu_process* b) {
+    return *a->used_bytes > *b->used_bytes;
+  });
+  if (ps.size() > 8) ps.resize(8);
+  auto out = nlohmann::json::array();
+  for (const auto* p : ps)
+    out.push_back({{"pid", p->pid}, {"used", *p->used_bytes}, {"command", p->command}});
+  return out;
+}
+
+}  // namespace
+
 std::string exporter::samples_json(std::int64_t since_ms) const {
   using nlohmann::json;
   json out;
@@ -49,6 +70,11 @@ std::string exporter::samples_json(std::int64_t since_ms) const {
       if (g.memory_total_bytes) gj["total"] = *g.memory_total_bytes;
       if (g.memory_reserved_bytes) gj["reserved"] = *g.memory_reserved_bytes;
       if (g.utilization_gpu_percent) gj["util"] = *g.utilization_gpu_percent;
+      if (g.temperature_celsius) gj["temp"] = *g.temperature_celsius;
+      if (g.power_watts) gj["power"] = *g.power_watts;
+      if (g.pcie_rx_bytes_per_second) gj["rx"] = *g.pcie_rx_bytes_per_second;
+      if (g.pcie_tx_bytes_per_second) gj["tx"] = *g.pcie_tx_bytes_per_second;
+      gj["procs"] = top_processes_json(g);
       gpus.push_back(std::move(gj));
     }
     j["gpus"] = std::move(gpus);
@@ -56,6 +82,12 @@ std::string exporter::samples_json(std::int64_t since_ms) const {
     if (s.host.memory) {
       j["host_total"] = s.host.memory->total_bytes;
       if (s.host.memory->available_bytes) j["host_available"] = *s.host.memory->available_bytes;
+    }
+    if (!s.host.numa.empty()) {
+      json numa = json::array();
+      for (const auto& n : s.host.numa)
+        numa.push_back({{"node", n.node}, {"total", n.total_bytes}, {"free", n.free_bytes}});
+      j["numa"] = std::move(numa);
     }
     arr.push_back(std::move(j));
   }

@@ -90,6 +90,7 @@ json gpu_to_json(const gpu_sample& g) {
     json pj{{"pid", p.pid}, {"kind", p.kind}, {"command", p.command}, {"user", p.user}};
     put(pj, "used_bytes", p.used_bytes);
     put(pj, "host_rss_bytes", p.host_rss_bytes);
+    if (!p.workload.empty()) pj["workload"] = p.workload;
     procs.push_back(std::move(pj));
   }
   j["processes"] = std::move(procs);
@@ -127,6 +128,7 @@ gpu_sample gpu_from_json(const json& j) {
       p.user = pj.value("user", std::string());
       take(pj, "used_bytes", p.used_bytes);
       take(pj, "host_rss_bytes", p.host_rss_bytes);
+      p.workload = pj.value("workload", std::string());
       g.processes.push_back(std::move(p));
     }
   }

@@ -1,13 +1,16 @@
 // The ncurses live view of `vramkit watch`. One thread: it polls keys every 100 ms, asks the
-// source for a sample when one is due, and redraws. SIGINT sets a flag the loop checks, so Ctrl-C
-// leaves through the same path as q and the terminal is always restored (endwin).
+// source for a sample when one is due (or steps through the recording in replay), and redraws.
+// SIGINT sets a flag the loop checks, so Ctrl-C leaves through the same path as q and the terminal
+// is always restored (endwin).
 #include "vramkit/monitor/terminal_view.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
+#include <ctime>
 #include <deque>
 #include <map>
 
@@ -32,6 +35,24 @@ bool terminal_view_built() noexcept {
 #endif
 }
 
+std::vector<std::string> terminal_view_keys() {
+  return {
+      "q          quit (Ctrl-C too)",
+      "h ?        this help (any key closes it)",
+      "m p c      sort processes by GPU memory / pid / command",
+      "d Tab      show one device after the other, then all (the selected one is highlighted)",
+      "Up Down    select a process; PgUp PgDn a page; Home End the first / last (live view)",
+      "/          filter processes: type text (pid, user, command, workload), Enter keeps, Esc "
+      "clears",
+      "g          group processes by workload (Kubernetes pod or Slurm job)",
+      "T K I      send SIGTERM / SIGKILL / SIGINT to the selected process (asks y/n first;",
+      "           only your own processes unless you are root)",
+      "Space      replay: pause / resume",
+      "Left Right replay: seek 10 s back / forward (Shift: 60 s); Home End: first / last sample",
+      "+ -        replay: twice / half the speed",
+  };
+}
+
 #if !defined(VRAMKIT_MONITOR_CURSES)
 
 void run_terminal_view(const sample_source&, const terminal_view_options&) {
@@ -47,28 +68,90 @@ void on_sigint(int) { g_interrupted = 1; }
 
 constexpr std::size_t k_history_points = 600;
 
+// One row of the process table.
+struct proc_row {
+  unsigned dev = 0;
+  gpu_process p;
+};
+
+struct pending_signal {
+  std::uint32_t pid = 0;
+  int sig = 0;
+  std::string command;
+};
+
 struct view_state {
   process_sort sort = process_sort::memory;
-  int selected = -1;                                   // -1 = all devices
-  std::map<std::string, std::deque<double> > history;  // uuid/index -> used fraction per sample
+  int selected = -1;           // device index, -1 = all devices
+  std::deque<sample> history;  // newest last
   bool utf8 = false;
+  bool help = false;
+  bool group = false;
+  bool editing_filter = false;
+  std::string filter;
+  std::uint32_t selected_pid = 0;  // the selected process, kept across refreshes
+  unsigned selected_pid_dev = 0;
+  int selected_row = 0;
+  int scroll = 0;
+  int page_rows = 10;
+  std::optional<pending_signal> confirm;
+  std::string message;  // one-line status (signal sent, refused, gap skipped)
+  // replay
+  bool replay = false;
+  std::size_t pos = 0;
+  bool paused = false;
+  double speed = 1.0;
+  bool at_end = false;
+  std::vector<proc_row> rows;  // as last drawn, filtered and ordered
 };
 
 std::string key_of(const gpu_sample& g) {
   return g.uuid.empty() ? fmt::format("#{}", g.index) : g.uuid;
 }
 
+// Display width in cells of UTF-8 text (one cell per code point; the view draws no wide glyphs).
+int cells(const std::string& s) {
+  int n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80 ? 1 : 0;
+  return n;
+}
+
 std::string fit(const std::string& s, int width) {
   if (width <= 0) return {};
-  if (static_cast<int>(s.size()) <= width) return s;
-  return s.substr(0, static_cast<std::size_t>(width));
+  if (cells(s) <= width) return s;
+  std::string out;
+  int n = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if ((c & 0xC0) != 0x80 && n++ == width) break;
+    out += s[i];
+  }
+  return out;
 }
 
 void put(int y, int x, const std::string& s, int attr = 0) {
-  if (y < 0 || y >= LINES || x >= COLS) return;
+  if (y < 0 || y >= LINES || x >= COLS || x < 0) return;
   if (attr != 0) attron(attr);
-  mvaddnstr(y, x, s.c_str(), COLS - x);
+  mvaddstr(y, x, fit(s, COLS - x).c_str());
   if (attr != 0) attroff(attr);
+}
+
+std::string bytes(const std::optional<std::uint64_t>& v) {
+  return v ? format_bytes(static_cast<double>(*v)) : "-";
+}
+
+std::string clock_hms(std::int64_t epoch_ms) {
+  std::time_t t = static_cast<std::time_t>(epoch_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  return fmt::format("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
+std::string duration_text(std::int64_t ms) {
+  auto s = ms / 1000;
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s / 60) % 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{:.1f}s", static_cast<double>(ms) / 1000);
 }
 
 // A memory bar: used (solid) with the reserved part marked, then free, over `width` cells.
@@ -88,143 +171,331 @@ void draw_bar(int y, int x, int width, double used_frac, double reserved_frac) {
   put(y, x + width - 1, "]");
 }
 
-// The history graph: one column per sample (newest at the right), `height` rows, 8 levels per row
-// with block characters where the terminal speaks UTF-8, '#' otherwise.
-void draw_graph(int y, int x, int width, int height, const std::deque<double>& points, bool utf8) {
+// One figure of one GPU over the history, oldest first; empty where the sample has no value.
+using series = std::vector<std::optional<double> >;
+
+series series_of(const std::deque<sample>& h, const std::string& key,
+                 const std::function<std::optional<double>(const gpu_sample&)>& get) {
+  series out;
+  out.reserve(h.size());
+  for (const auto& s : h) {
+    std::optional<double> v;
+    for (const auto& g : s.gpus) {
+      if (key_of(g) == key && g.state == device_state::ok) v = get(g);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+// A graph of the last `width` points of `points` scaled to [0, top], `height` rows, newest at the
+// right, 8 levels per row with block characters where the terminal speaks UTF-8, ASCII otherwise.
+void draw_graph(int y, int x, int width, int height, const series& points, double top, bool utf8,
+                int color) {
   static const char* blocks[] = {" ",      "\u2581", "\u2582", "\u2583", "\u2584",
                                  "\u2585", "\u2586", "\u2587", "\u2588"};
+  static const char ascii[] = {' ', ' ', '.', '.', '-', '-', '=', '=', '#'};
   int n = std::min<int>(width, static_cast<int>(points.size()));
   for (int col = 0; col < n; ++col) {
-    double v = std::clamp(
-        points[points.size() - static_cast<std::size_t>(n) + static_cast<std::size_t>(col)], 0.0,
-        1.0);
+    const auto& p =
+        points[points.size() - static_cast<std::size_t>(n) + static_cast<std::size_t>(col)];
+    int xx = x + width - n + col;
+    if (!p) {
+      if (height == 1) put(y, xx, utf8 ? "\u00b7" : " ", A_DIM);
+      continue;
+    }
+    double v = top > 0 ? std::clamp(*p / top, 0.0, 1.0) : 0.0;
     int eighths = static_cast<int>(v * height * 8 + 0.5);
+    if (*p > 0 && eighths == 0) eighths = 1;  // a non-zero value is never drawn as nothing
     for (int row = 0; row < height; ++row) {
       int level = std::clamp(eighths - row * 8, 0, 8);
       int yy = y + height - 1 - row;
-      if (utf8) {
-        attron(COLOR_PAIR(1));
-        mvaddstr(yy, x + width - n + col, blocks[level]);
-        attroff(COLOR_PAIR(1));
-      } else if (level >= 4) {
-        mvaddch(yy, x + width - n + col, '#');
-      }
+      attron(COLOR_PAIR(color));
+      if (utf8)
+        mvaddstr(yy, xx, blocks[level]);
+      else
+        mvaddch(yy, xx, ascii[level]);
+      attroff(COLOR_PAIR(color));
     }
   }
 }
 
-std::string bytes(const std::optional<std::uint64_t>& v) {
-  return v ? format_bytes(static_cast<double>(*v)) : "-";
+double max_of(const series& s, double floor_value) {
+  double m = floor_value;
+  for (const auto& v : s)
+    if (v) m = std::max(m, *v);
+  return m;
 }
 
-void draw(const sample& s, view_state& st, const terminal_view_options& opt) {
-  erase();
-  int y = 0;
-  const char* sort_name = st.sort == process_sort::memory ? "memory"
-                          : st.sort == process_sort::pid ? "pid"
-                                                         : "command";
-  std::string dev_name = st.selected < 0 ? "all" : std::to_string(st.selected);
-  put(y++, 0,
-      fit(fmt::format("{}  {}  sort: {}  device: {}", opt.title, format_iso8601_ms(s.timestamp_ms),
-                      sort_name, dev_name),
-          COLS),
-      A_BOLD);
-  if (!opt.notice.empty()) put(y++, 0, fit(opt.notice, COLS), COLOR_PAIR(2));
-  if (s.gpus.empty() && !s.gpu_unavailable_reason.empty() && opt.notice.empty())
-    put(y++, 0, fit(s.gpu_unavailable_reason, COLS), COLOR_PAIR(2));
-
-  // Rows: keep 2 for the key help and host lines (2-4), the rest shared by GPUs and processes.
-  int host_rows =
-      2 + static_cast<int>(std::min<std::size_t>(s.host.numa.size(), 4)) + (s.host.cgroup ? 1 : 0);
-  int avail = LINES - y - host_rows - 1;
-  int gpus = static_cast<int>(s.gpus.size());
-  std::size_t proc_count = 0;
-  for (const auto& g : s.gpus) proc_count += g.processes.size();
-  // The process table gets what it needs up to half the space; graphs share the rest.
-  int proc_rows = std::min(static_cast<int>(proc_count) + 2, std::max(4, avail / 2));
-  int per_gpu = gpus == 0 ? 0 : std::max(1, (avail - proc_rows) / gpus);
-  int graph_h = per_gpu >= 5 ? std::min(8, per_gpu - 2) : 0;
-  for (const auto& g : s.gpus) {
-    if (y >= LINES - host_rows - 2) break;
-    bool sel = st.selected == static_cast<int>(g.index);
-    std::string head = fmt::format("GPU {} {}", g.index, g.name);
-    if (g.state != device_state::ok) {
-      put(y++, 0, fit(head + "  [" + to_string(g.state) + "] " + g.state_reason, COLS),
-          COLOR_PAIR(2) | (sel ? A_REVERSE : 0));
-      continue;
-    }
-    std::string figures;
-    if (g.utilization_gpu_percent)
-      figures += fmt::format("  util {:.0f}%", *g.utilization_gpu_percent);
-    if (g.temperature_celsius) figures += fmt::format("  {:.0f}C", *g.temperature_celsius);
-    if (g.power_watts) figures += fmt::format("  {:.0f}W", *g.power_watts);
-    if (g.sm_clock_mhz) figures += fmt::format("  SM {} MHz", *g.sm_clock_mhz);
-    if (g.pcie_rx_bytes_per_second)
-      figures += "  PCIe rx " + format_bandwidth(*g.pcie_rx_bytes_per_second) + " tx " +
-                 format_bandwidth(g.pcie_tx_bytes_per_second.value_or(0));
-    put(y++, 0, fit(head + figures, COLS), A_BOLD | (sel ? A_REVERSE : 0));
-    double total = static_cast<double>(g.memory_total_bytes.value_or(0));
-    double used = total > 0 ? static_cast<double>(g.memory_used_bytes.value_or(0)) / total : 0;
-    double reserved =
-        total > 0 ? static_cast<double>(g.memory_reserved_bytes.value_or(0)) / total : 0;
-    std::string label = fmt::format(
-        " {} / {}{}", bytes(g.memory_used_bytes), bytes(g.memory_total_bytes),
-        g.memory_reserved_bytes ? " (reserved " + bytes(g.memory_reserved_bytes) + ")" : "");
-    int bar_w = std::max(10, COLS - static_cast<int>(label.size()) - 6);
-    put(y, 0, "mem");
-    draw_bar(y, 4, bar_w, used, reserved);
-    put(y++, 4 + bar_w, label);
-    if (graph_h > 0 && y + graph_h < LINES - host_rows - 2) {
-      draw_graph(y, 4, COLS - 5, graph_h, st.history[key_of(g)], st.utf8);
-      put(y, 0, "100%");
-      put(y + graph_h - 1, 0, "  0%");
-      y += graph_h;
-    }
-  }
-
-  // Process table.
-  struct row {
-    unsigned dev;
-    const gpu_process* p;
+// The wall-clock axis under a graph of `width` columns ending at the newest sample: tick marks
+// with HH:MM:SS (UTC) of the samples under them, labels never overlapping.
+void draw_time_axis(int y, int x, int width, const std::deque<sample>& h) {
+  int n = std::min<int>(width, static_cast<int>(h.size()));
+  if (n <= 0) return;
+  auto t_at = [&](int col) {  // col in [0, n)
+    return h[h.size() - static_cast<std::size_t>(n) + static_cast<std::size_t>(col)].timestamp_ms;
   };
-  std::vector<row> rows;
+  const int label_w = 8;
+  int left = x + width - n;
+  // Ticks every 20 columns back from the newest sample (whose time is always shown), then the
+  // oldest; labels placed right to left, one skipped where it would touch its right neighbour.
+  std::vector<int> ticks;
+  for (int col = n - 1; col >= 0; col -= 20) ticks.push_back(col);
+  if (ticks.back() != 0) ticks.push_back(0);
+  int limit = x + width;  // labels end before this column
+  for (int col : ticks) {
+    int xx = left + col;
+    int lx = std::max(std::min(xx - label_w / 2, x + width - label_w), x);
+    if (lx + label_w > limit) continue;
+    mvaddstr(y, xx, "|");
+    put(y + 1, lx, clock_hms(t_at(col)), A_DIM);
+    limit = lx - 2;
+  }
+  put(y, x + width + 1, "UTC", A_DIM);
+}
+
+// Rows of one GPU panel: compact = header + memory bar; full adds the memory graph (mem_h rows),
+// five one-row graphs and the two-row time axis.
+constexpr int k_compact_rows = 2;
+constexpr int k_detail_rows = 2 + 5 + 2;
+
+// One labelled one-row graph: "label value | graph | scale".
+void draw_spark(int y, const std::string& label, const std::string& value, const series& s,
+                double top, const std::string& scale, bool utf8, int color, int graph_x,
+                int graph_w) {
+  put(y, 0, fmt::format("{:<6}{:>12}", label, value));
+  draw_graph(y, graph_x, graph_w, 1, s, top, utf8, color);
+  put(y, graph_x + graph_w + 1, scale, A_DIM);
+}
+
+std::string opt_fmt(const std::optional<double>& v, const char* pattern) {
+  return v ? fmt::format(fmt::runtime(pattern), *v) : std::string("n/a");
+}
+
+int draw_gpu(int y, const gpu_sample& g, view_state& st, int rows) {
+  bool sel = st.selected == static_cast<int>(g.index);
+  std::string head = fmt::format("{}GPU {} {}", sel ? "> " : "", g.index, g.name);
+  if (g.state != device_state::ok) {
+    put(y, 0, fit(head + "  [" + to_string(g.state) + "] " + g.state_reason, COLS),
+        COLOR_PAIR(2) | (sel ? A_REVERSE : 0));
+    return 1;
+  }
+  std::string figures;
+  if (g.utilization_gpu_percent)
+    figures += fmt::format("  util {:.0f}%", *g.utilization_gpu_percent);
+  if (g.temperature_celsius) figures += fmt::format("  {:.0f}C", *g.temperature_celsius);
+  if (g.power_watts) figures += fmt::format("  {:.0f}W", *g.power_watts);
+  if (g.sm_clock_mhz) figures += fmt::format("  SM {} MHz", *g.sm_clock_mhz);
+  if (g.pcie_rx_bytes_per_second)
+    figures += "  PCIe rx " + format_bandwidth(*g.pcie_rx_bytes_per_second) + " tx " +
+               format_bandwidth(g.pcie_tx_bytes_per_second.value_or(0));
+  std::string line = head + figures;
+  if (sel) line += std::string(static_cast<std::size_t>(std::max(0, COLS - cells(line))), ' ');
+  put(y, 0, fit(line, COLS), A_BOLD | (sel ? A_REVERSE : 0));
+  double total = static_cast<double>(g.memory_total_bytes.value_or(0));
+  double used = total > 0 ? static_cast<double>(g.memory_used_bytes.value_or(0)) / total : 0;
+  double reserved =
+      total > 0 ? static_cast<double>(g.memory_reserved_bytes.value_or(0)) / total : 0;
+  std::string label = fmt::format(
+      " {} / {}{}", bytes(g.memory_used_bytes), bytes(g.memory_total_bytes),
+      g.memory_reserved_bytes ? " (reserved " + bytes(g.memory_reserved_bytes) + ")" : "");
+  int bar_w = std::max(10, COLS - cells(label) - 6);
+  put(y + 1, 0, "mem");
+  draw_bar(y + 1, 4, bar_w, used, reserved);
+  put(y + 1, 4 + bar_w, label);
+  if (rows < k_detail_rows) return k_compact_rows;
+
+  // History graphs: one column per sample, newest at the right, all sharing the time axis.
+  const int graph_x = 19, scale_w = 16;
+  int graph_w = std::max(10, COLS - graph_x - scale_w - 1);
+  std::string key = key_of(g);
+  int mem_h = std::clamp(rows - k_detail_rows, 0, 6);
+  int yy = y + 2;
+  auto mem = series_of(st.history, key, [](const gpu_sample& x) -> std::optional<double> {
+    if (!x.memory_used_bytes) return std::nullopt;
+    return static_cast<double>(*x.memory_used_bytes);
+  });
+  double mem_top = total > 0 ? total : max_of(mem, 1);
+  if (mem_h >= 2) {
+    draw_graph(yy, graph_x, graph_w, mem_h, mem, mem_top, st.utf8, 1);
+    put(yy, 0, fmt::format("{:<6}{:>12}", "mem", format_bytes(mem_top)));
+    if (mem_h >= 4) put(yy + mem_h / 2, 0, fmt::format("{:>18}", format_bytes(mem_top / 2)));
+    put(yy + mem_h - 1, 0, fmt::format("{:>18}", "0 B"));
+    put(yy, graph_x + graph_w + 1, "used, bytes", A_DIM);
+    put(yy + 1, graph_x + graph_w + 1, "y: 0 - total", A_DIM);
+    yy += mem_h;
+  } else {
+    draw_spark(yy++, "mem", bytes(g.memory_used_bytes), mem, mem_top, "0-" + format_bytes(mem_top),
+               st.utf8, 1, graph_x, graph_w);
+  }
+  auto util =
+      series_of(st.history, key, [](const gpu_sample& x) { return x.utilization_gpu_percent; });
+  draw_spark(yy++, "util", opt_fmt(g.utilization_gpu_percent, "{:.0f} %"), util, 100, "0-100 %",
+             st.utf8, 1, graph_x, graph_w);
+  auto temp = series_of(st.history, key, [](const gpu_sample& x) { return x.temperature_celsius; });
+  double temp_top = std::ceil(max_of(temp, 100) / 10) * 10;
+  draw_spark(yy++, "temp", opt_fmt(g.temperature_celsius, "{:.0f} C"), temp, temp_top,
+             fmt::format("0-{:.0f} C", temp_top), st.utf8, 3, graph_x, graph_w);
+  auto power = series_of(st.history, key, [](const gpu_sample& x) { return x.power_watts; });
+  double power_top = std::max(100.0, std::ceil(max_of(power, 0) / 100) * 100);
+  draw_spark(yy++, "power", opt_fmt(g.power_watts, "{:.0f} W"), power, power_top,
+             fmt::format("0-{:.0f} W", power_top), st.utf8, 3, graph_x, graph_w);
+  auto rx =
+      series_of(st.history, key, [](const gpu_sample& x) { return x.pcie_rx_bytes_per_second; });
+  auto tx =
+      series_of(st.history, key, [](const gpu_sample& x) { return x.pcie_tx_bytes_per_second; });
+  double pcie_top = std::max({max_of(rx, 0), max_of(tx, 0), 1.0});
+  bool any_pcie = std::any_of(rx.begin(), rx.end(), [](const auto& v) { return v.has_value(); });
+  std::string pcie_scale = any_pcie ? "0-" + format_bandwidth(pcie_top) : "";
+  draw_spark(yy++, "rx",
+             g.pcie_rx_bytes_per_second ? format_bandwidth(*g.pcie_rx_bytes_per_second) : "n/a", rx,
+             pcie_top, pcie_scale, st.utf8, 4, graph_x, graph_w);
+  draw_spark(yy++, "tx",
+             g.pcie_tx_bytes_per_second ? format_bandwidth(*g.pcie_tx_bytes_per_second) : "n/a", tx,
+             pcie_top, pcie_scale, st.utf8, 4, graph_x, graph_w);
+  put(yy, 0, "time (1 col = 1 sample)", A_DIM);
+  draw_time_axis(yy, graph_x, graph_w, st.history);
+  return yy + 2 - y;
+}
+
+std::string sort_name(process_sort s) {
+  return s == process_sort::memory ? "memory" : s == process_sort::pid ? "pid" : "command";
+}
+
+bool matches(const proc_row& r, const std::string& filter) {
+  if (filter.empty()) return true;
+  auto lower = [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s;
+  };
+  std::string hay = lower(fmt::format("{} {} {} {}", r.p.pid, r.p.user, r.p.command, r.p.workload));
+  return hay.find(lower(filter)) != std::string::npos;
+}
+
+std::vector<proc_row> process_rows(const sample& s, const view_state& st) {
+  std::vector<proc_row> rows;
   for (const auto& g : s.gpus) {
     if (st.selected >= 0 && static_cast<int>(g.index) != st.selected) continue;
-    for (const auto& p : g.processes) rows.push_back({g.index, &p});
+    for (const auto& p : g.processes) {
+      proc_row r{g.index, p};
+      if (matches(r, st.filter)) rows.push_back(std::move(r));
+    }
   }
-  std::stable_sort(rows.begin(), rows.end(), [&](const row& a, const row& b) {
+  std::stable_sort(rows.begin(), rows.end(), [&](const proc_row& a, const proc_row& b) {
+    if (st.group && a.p.workload != b.p.workload) {
+      if (a.p.workload.empty() != b.p.workload.empty()) return b.p.workload.empty();
+      return a.p.workload < b.p.workload;
+    }
     switch (st.sort) {
       case process_sort::memory:
-        return a.p->used_bytes.value_or(0) > b.p->used_bytes.value_or(0);
+        return a.p.used_bytes.value_or(0) > b.p.used_bytes.value_or(0);
       case process_sort::pid:
-        return a.p->pid < b.p->pid;
+        return a.p.pid < b.p.pid;
       case process_sort::command:
-        return a.p->command < b.p->command;
+        return a.p.command < b.p.command;
     }
     return false;
   });
-  y++;
-  if (y < LINES - host_rows - 1) {
-    put(y++, 0,
-        fit(fmt::format("{:>8} {:<10} {:>3} {:>11} {:>11}  {}", "PID", "USER", "GPU", "GPU MEM",
-                        "HOST RSS", "COMMAND"),
-            COLS),
-        A_REVERSE);
-  }
-  for (const auto& r : rows) {
-    if (y >= LINES - host_rows - 1) break;
-    put(y++, 0,
-        fit(fmt::format(
-                "{:>8} {:<10} {:>3} {:>11} {:>11}  {}", r.p->pid, fit(r.p->user, 10), r.dev,
-                r.p->used_bytes ? format_bytes(static_cast<double>(*r.p->used_bytes)) : "n/a",
-                bytes(r.p->host_rss_bytes), r.p->command),
-            COLS));
-  }
-  if (rows.empty() && y < LINES - host_rows - 1)
-    put(y++, 0, s.gpus.empty() ? "" : "no GPU processes");
+  return rows;
+}
 
-  // Host panel at the bottom.
-  y = LINES - host_rows - 1;
+// Keeps the selection on the same process across refreshes, else at the same row.
+void settle_selection(view_state& st) {
+  int n = static_cast<int>(st.rows.size());
+  if (n == 0) {
+    st.selected_row = 0;
+    st.selected_pid = 0;
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    const auto& r = st.rows[static_cast<std::size_t>(i)];
+    if (r.p.pid == st.selected_pid && r.dev == st.selected_pid_dev) {
+      st.selected_row = i;
+      return;
+    }
+  }
+  st.selected_row = std::clamp(st.selected_row, 0, n - 1);
+  st.selected_pid = st.rows[static_cast<std::size_t>(st.selected_row)].p.pid;
+  st.selected_pid_dev = st.rows[static_cast<std::size_t>(st.selected_row)].dev;
+}
+
+void move_selection(view_state& st, int delta) {
+  int n = static_cast<int>(st.rows.size());
+  if (n == 0) return;
+  st.selected_row = std::clamp(st.selected_row + delta, 0, n - 1);
+  st.selected_pid = st.rows[static_cast<std::size_t>(st.selected_row)].p.pid;
+  st.selected_pid_dev = st.rows[static_cast<std::size_t>(st.selected_row)].dev;
+}
+
+void draw_processes(int y, int bottom, view_state& st) {
+  bool any_workload = std::any_of(st.rows.begin(), st.rows.end(),
+                                  [](const proc_row& r) { return !r.p.workload.empty(); });
+  bool workload_col = any_workload && !st.group;
+  auto line_of = [&](const proc_row& r) {
+    return fmt::format(
+        "{:>8} {:<10} {:>3} {:>11} {:>11}  {}{}", r.p.pid, fit(r.p.user, 10), r.dev,
+        r.p.used_bytes ? format_bytes(static_cast<double>(*r.p.used_bytes)) : "n/a",
+        bytes(r.p.host_rss_bytes),
+        workload_col ? fmt::format("{:<24} ", fit(r.p.workload.empty() ? "-" : r.p.workload, 24))
+                     : "",
+        r.p.command);
+  };
+  if (y >= bottom) return;
+  std::string head =
+      fmt::format("{:>8} {:<10} {:>3} {:>11} {:>11}  {}COMMAND", "PID", "USER", "GPU", "GPU MEM",
+                  "HOST RSS", workload_col ? fmt::format("{:<24} ", "WORKLOAD") : "");
+  head += std::string(static_cast<std::size_t>(std::max(0, COLS - cells(head))), ' ');
+  put(y++, 0, fit(head, COLS), A_REVERSE);
+  // Lines: group headings (-1 - group number) and rows (index).
+  std::vector<int> lines;
+  std::vector<std::string> headings;
+  for (std::size_t i = 0; i < st.rows.size(); ++i) {
+    if (st.group && (i == 0 || st.rows[i].p.workload != st.rows[i - 1].p.workload)) {
+      std::uint64_t sum = 0;
+      int count = 0;
+      for (std::size_t j = i; j < st.rows.size() && st.rows[j].p.workload == st.rows[i].p.workload;
+           ++j) {
+        sum += st.rows[j].p.used_bytes.value_or(0);
+        ++count;
+      }
+      headings.push_back(
+          fmt::format("{} {}: {} process{}, {}", st.utf8 ? "\u25be" : "-",
+                      st.rows[i].p.workload.empty() ? "no workload (host)" : st.rows[i].p.workload,
+                      count, count == 1 ? "" : "es", format_bytes(static_cast<double>(sum))));
+      lines.push_back(-static_cast<int>(headings.size()));
+    }
+    lines.push_back(static_cast<int>(i));
+  }
+  int visible = std::max(1, bottom - y);
+  const int first_y = y;
+  st.page_rows = visible;
+  int sel_line = 0;
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    if (lines[i] == st.selected_row) sel_line = static_cast<int>(i);
+  if (sel_line < st.scroll) st.scroll = sel_line;
+  if (sel_line >= st.scroll + visible) st.scroll = sel_line - visible + 1;
+  st.scroll = std::clamp(st.scroll, 0, std::max(0, static_cast<int>(lines.size()) - visible));
+  for (int i = st.scroll; i < static_cast<int>(lines.size()) && y < bottom; ++i) {
+    int l = lines[static_cast<std::size_t>(i)];
+    if (l < 0) {
+      put(y++, 0, fit(headings[static_cast<std::size_t>(-l - 1)], COLS), A_BOLD | COLOR_PAIR(4));
+      continue;
+    }
+    std::string text = line_of(st.rows[static_cast<std::size_t>(l)]);
+    bool sel = l == st.selected_row;
+    if (sel) text += std::string(static_cast<std::size_t>(std::max(0, COLS - cells(text))), ' ');
+    put(y++, 0, fit(text, COLS), sel ? A_REVERSE : 0);
+  }
+  if (st.scroll > 0) put(first_y, COLS - 8, " more ^ ", A_DIM);
+  if (st.scroll + visible < static_cast<int>(lines.size()))
+    put(bottom - 1, COLS - 8, " more v ", A_DIM);
+  if (st.rows.empty() && y < bottom)
+    put(y++, 0,
+        st.filter.empty() ? "no GPU processes"
+                          : "no process matches the filter \"" + st.filter + "\"");
+}
+
+void draw_host(int y, const sample& s) {
   if (s.host.memory) {
     const auto& m = *s.host.memory;
     double total = static_cast<double>(m.total_bytes);
@@ -244,29 +515,111 @@ void draw(const sample& s, view_state& st, const terminal_view_options& opt) {
   for (std::size_t i = 0; i < s.host.numa.size() && i < 4; ++i) {
     const auto& n = s.host.numa[i];
     put(y++, 0,
-        fit(fmt::format("  NUMA {}: free {} of {}", n.node,
-                        format_bytes(static_cast<double>(n.free_bytes)),
-                        format_bytes(static_cast<double>(n.total_bytes))),
-            COLS));
+        fmt::format("  NUMA {}: free {} of {}", n.node,
+                    format_bytes(static_cast<double>(n.free_bytes)),
+                    format_bytes(static_cast<double>(n.total_bytes))));
   }
   if (s.host.cgroup) {
     put(y++, 0,
-        fit(fmt::format("  cgroup v{}: usage {}  limit {}", s.host.cgroup->version,
-                        bytes(s.host.cgroup->usage_bytes),
-                        s.host.cgroup->limit_bytes ? bytes(s.host.cgroup->limit_bytes) : "none"),
-            COLS));
+        fmt::format("  cgroup v{}: usage {}  limit {}", s.host.cgroup->version,
+                    bytes(s.host.cgroup->usage_bytes),
+                    s.host.cgroup->limit_bytes ? bytes(s.host.cgroup->limit_bytes) : "none"));
   }
-  put(LINES - 1, 0, fit("q quit  m/p/c sort by memory/pid/command  d/Tab device", COLS), A_DIM);
+}
+
+void draw_help(const view_state& st) {
+  erase();
+  put(0, 0, "vramkit watch: keys", A_BOLD);
+  int y = 2;
+  for (const auto& k : terminal_view_keys()) put(y++, 2, k);
+  y++;
+  put(y++, 2, "Graphs: one column per sample, newest at the right; times under them are UTC.");
+  put(y++, 2, "mem is drawn in bytes from 0 to the device's total; util 0-100 %; temp, power and");
+  put(y++, 2, "PCIe from 0 to the scale shown at the right of each graph.");
+  if (st.replay)
+    put(y++, 2, "Replay: gaps longer than the longest wait are skipped (the status line says so).");
+  y++;
+  put(y, 2, "press any key to close this help", A_DIM);
+  refresh();
+}
+
+std::string footer_text(const view_state& st) {
+  if (st.editing_filter) return "filter: " + st.filter + "_   (Enter keeps, Esc clears)";
+  std::string keys =
+      "q quit  h help  m/p/c sort  d/Tab device  Up/Down select  / filter  g group  T/K/I signal";
+  if (st.replay)
+    keys = "q quit  h help  Space pause  Left/Right seek  +/- speed  " + keys.substr(14);
+  return keys;
+}
+
+void draw(const sample& s, view_state& st, const terminal_view_options& opt) {
+  if (st.help) {
+    draw_help(st);
+    return;
+  }
+  erase();
+  int y = 0;
+  std::string dev_name = st.selected < 0 ? "all" : std::to_string(st.selected);
+  std::string title = fmt::format("{}  {}  sort: {}  device: {}", opt.title,
+                                  format_iso8601_ms(s.timestamp_ms), sort_name(st.sort), dev_name);
+  if (st.replay && opt.recording) {
+    title +=
+        fmt::format("  sample {}/{}  speed {:g}x{}", st.pos + 1, opt.recording->size(), st.speed,
+                    st.at_end ? "  end"
+                    : st.paused ? "  paused"
+                                : "");
+  }
+  if (!st.filter.empty()) title += "  filter: " + st.filter;
+  if (st.group) title += "  grouped by workload";
+  put(y++, 0, title, A_BOLD);
+  if (!opt.notice.empty()) put(y++, 0, opt.notice, COLOR_PAIR(2));
+  if (s.gpus.empty() && !s.gpu_unavailable_reason.empty() && opt.notice.empty())
+    put(y++, 0, s.gpu_unavailable_reason, COLOR_PAIR(2));
+
+  int host_rows =
+      1 + static_cast<int>(std::min<std::size_t>(s.host.numa.size(), 4)) + (s.host.cgroup ? 1 : 0);
+  int host_y = LINES - host_rows - 1;
+  int avail = host_y - y - 1;
+  int gpus = static_cast<int>(s.gpus.size());
+  st.rows = process_rows(s, st);
+  settle_selection(st);
+  int proc_rows =
+      std::min(static_cast<int>(st.rows.size()) + 3 + (st.group ? 4 : 0), std::max(4, avail / 3));
+  int gpu_space = avail - proc_rows;
+  // The selected device gets the detail; with all devices shown they share the space.
+  for (const auto& g : s.gpus) {
+    if (y >= host_y - 2) break;
+    int rows = k_compact_rows;
+    if (st.selected < 0)
+      rows = gpus == 0 ? 0 : gpu_space / gpus;
+    else if (static_cast<int>(g.index) == st.selected)
+      rows = gpu_space - (gpus - 1) * k_compact_rows;
+    rows = std::min(rows, host_y - 2 - y);
+    y += draw_gpu(y, g, st, rows);
+  }
+  draw_processes(y + 1, host_y, st);
+  draw_host(host_y, s);
+  if (!st.message.empty() && !st.editing_filter)
+    put(LINES - 1, 0, st.message, A_BOLD);
+  else
+    put(LINES - 1, 0, footer_text(st), A_DIM);
+  if (st.confirm) {
+    std::string q =
+        fmt::format(" Send {} to pid {} ({})?  y = send, any other key = cancel ",
+                    signal_name(st.confirm->sig), st.confirm->pid, fit(st.confirm->command, 30));
+    int w = std::min(COLS, cells(q) + 2);
+    int cy = LINES / 2 - 1, cx = std::max(0, (COLS - w) / 2);
+    std::string blank(static_cast<std::size_t>(w), ' ');
+    put(cy - 1, cx, blank, A_REVERSE);
+    put(cy, cx, fit(" " + q + blank, w), A_REVERSE | A_BOLD);
+    put(cy + 1, cx, blank, A_REVERSE);
+  }
   refresh();
 }
 
 void remember(const sample& s, view_state& st) {
-  for (const auto& g : s.gpus) {
-    auto& h = st.history[key_of(g)];
-    double total = static_cast<double>(g.memory_total_bytes.value_or(0));
-    h.push_back(total > 0 ? static_cast<double>(g.memory_used_bytes.value_or(0)) / total : 0);
-    while (h.size() > k_history_points) h.pop_front();
-  }
+  st.history.push_back(s);
+  while (st.history.size() > k_history_points) st.history.pop_front();
 }
 
 // Restores the terminal and the previous SIGINT handler on every way out of the view.
@@ -283,6 +636,7 @@ struct curses_session {
     cbreak();
     noecho();
     keypad(stdscr, TRUE);
+    set_escdelay(50);
     curs_set(0);
     timeout(100);
     if (has_colors()) {
@@ -291,12 +645,63 @@ struct curses_session {
       init_pair(1, COLOR_GREEN, -1);
       init_pair(2, COLOR_RED, -1);
       init_pair(3, COLOR_YELLOW, -1);
+      init_pair(4, COLOR_CYAN, -1);
     }
   }
   ~curses_session() {
     endwin();
     sigaction(SIGINT, &old, nullptr);
   }
+  curses_session(const curses_session&) = delete;
+  curses_session& operator=(const curses_session&) = delete;
+};
+
+// The replay's clock: where it is in the recording and when the next sample is due.
+class replay_clock {
+ public:
+  replay_clock(const std::vector<sample>& rec, std::chrono::milliseconds max_gap)
+      : rec_(rec), max_gap_ms_(max_gap.count()) {
+    std::vector<std::int64_t> steps;
+    for (std::size_t i = 1; i < rec.size(); ++i)
+      steps.push_back(std::max<std::int64_t>(0, rec[i].timestamp_ms - rec[i - 1].timestamp_ms));
+    if (!steps.empty()) {
+      std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2),
+                       steps.end());
+      typical_ms_ = std::min(steps[steps.size() / 2], max_gap_ms_);
+    }
+  }
+  /// Wall time to wait after showing sample `pos`, at `speed`; `skipped` set when the gap to the
+  /// next sample is longer than the longest wait.
+  std::chrono::milliseconds wait_after(std::size_t pos, double speed, bool& skipped) const {
+    skipped = false;
+    if (pos + 1 >= rec_.size()) return std::chrono::milliseconds(0);
+    auto gap = std::max<std::int64_t>(0, rec_[pos + 1].timestamp_ms - rec_[pos].timestamp_ms);
+    if (gap > max_gap_ms_) {
+      skipped = true;
+      gap = typical_ms_;
+    }
+    return std::chrono::milliseconds(static_cast<std::int64_t>(static_cast<double>(gap) / speed));
+  }
+  /// The sample `delta_ms` of recording time from `pos`: the first at or after the target going
+  /// forward, the last at or before it going back.
+  std::size_t seek(std::size_t pos, std::int64_t delta_ms) const {
+    auto target = rec_[pos].timestamp_ms + delta_ms;
+    auto by_time = [](const sample& s, std::int64_t t) { return s.timestamp_ms < t; };
+    if (delta_ms >= 0) {
+      auto it = std::lower_bound(rec_.begin(), rec_.end(), target, by_time);
+      auto i = static_cast<std::size_t>(it - rec_.begin());
+      return std::max(pos + 1 < rec_.size() ? pos + 1 : pos, std::min(i, rec_.size() - 1));
+    }
+    auto it = std::upper_bound(rec_.begin(), rec_.end(), target,
+                               [](std::int64_t t, const sample& s) { return t < s.timestamp_ms; });
+    auto i = it == rec_.begin() ? std::size_t{0} : static_cast<std::size_t>(it - rec_.begin()) - 1;
+    return std::min(i, pos > 0 ? pos - 1 : 0);
+  }
+
+ private:
+  const std::vector<sample>& rec_;
+  std::int64_t max_gap_ms_;
+  std::int64_t typical_ms_ = 1000;
 };
 
 }  // namespace
@@ -305,53 +710,222 @@ void run_terminal_view(const sample_source& source, const terminal_view_options&
   if (isatty(STDOUT_FILENO) == 0 || isatty(STDIN_FILENO) == 0) {
     throw error("the live view needs a terminal: use --once, --json or --csv FILE");
   }
+  if (options.recording && options.recording->empty())
+    throw invalid_input("the recording holds no sample");
+  auto send = options.send_signal ? options.send_signal : send_process_signal;
+  auto refusal = options.refusal ? options.refusal : signal_refusal;
   curses_session session;
   view_state st;
   const char* codeset = nl_langinfo(CODESET);
   st.utf8 = codeset != nullptr && std::string(codeset) == "UTF-8";
+  st.replay = options.recording != nullptr;
+  st.speed = options.speed > 0 ? options.speed : 1.0;
+  using clock = std::chrono::steady_clock;
   std::optional<sample> current;
-  auto next_due = std::chrono::steady_clock::now();
+  std::optional<replay_clock> rclock;
+  auto next_due = clock::now();
+  auto message_until = clock::time_point::min();
+  auto say = [&](std::string m) {
+    st.message = std::move(m);
+    message_until = clock::now() + std::chrono::seconds(5);
+  };
+  // Replay: show sample `pos`, the history being the samples up to it.
+  auto show_replay = [&](std::size_t pos, bool rebuild) {
+    const auto& rec = *options.recording;
+    st.pos = pos;
+    if (rebuild) {
+      st.history.clear();
+      for (std::size_t i = pos + 1 > k_history_points ? pos + 1 - k_history_points : 0; i <= pos;
+           ++i)
+        remember(rec[i], st);
+    } else {
+      remember(rec[pos], st);
+    }
+    current = rec[pos];
+    st.at_end = pos + 1 >= rec.size();
+    bool skipped = false;
+    next_due = clock::now() + rclock->wait_after(pos, st.speed, skipped);
+    if (skipped && !st.at_end)
+      say(fmt::format("gap of {} in the recording skipped ({} -> {} UTC)",
+                      duration_text(rec[pos + 1].timestamp_ms - rec[pos].timestamp_ms),
+                      clock_hms(rec[pos].timestamp_ms), clock_hms(rec[pos + 1].timestamp_ms)));
+  };
+  if (st.replay) {
+    rclock.emplace(*options.recording, options.max_gap);
+    show_replay(0, true);
+  }
+  bool dirty = true;
   while (g_interrupted == 0) {
-    auto now = std::chrono::steady_clock::now();
-    bool dirty = false;
-    if (now >= next_due) {
+    auto now = clock::now();
+    if (st.replay) {
+      if (!st.paused && !st.at_end && now >= next_due) {
+        show_replay(st.pos + 1, false);
+        dirty = true;
+      }
+    } else if (!st.at_end && now >= next_due) {
       auto s = source();
       if (!s) {
-        // The recording is over: keep its last frame on screen until q.
-        next_due = std::chrono::steady_clock::time_point::max();
-        if (current) {
-          draw(*current, st, options);
-          move(LINES - 1, 0);
-          clrtoeol();
-          put(LINES - 1, 0, "end of recording: q to quit", A_BOLD);
-          refresh();
-        } else {
-          return;
-        }
-        continue;
+        st.at_end = true;
+        if (!current) return;
+        say("no more samples: q to quit");
+        message_until = clock::time_point::max();
+      } else {
+        remember(*s, st);
+        current = std::move(s);
+        next_due = now + options.interval;
       }
-      remember(*s, st);
-      current = std::move(s);
-      auto delay = options.delay_after ? options.delay_after(*current) : options.interval;
-      next_due = now + delay;
       dirty = true;
     }
+    if (!st.message.empty() && now > message_until) {
+      st.message.clear();
+      dirty = true;
+    }
+    if (st.replay && st.at_end && st.message.empty()) {
+      st.message = "end of recording: q to quit, Left/Home to go back";
+      message_until = clock::time_point::max();
+    }
+    if (dirty && current) draw(*current, st, options);
+    dirty = false;
     int ch = getch();
+    if (ch == ERR) continue;
+    dirty = true;
+    if (ch == KEY_RESIZE) {
+      clear();
+      continue;
+    }
+    if (st.confirm) {
+      auto c = *st.confirm;
+      st.confirm.reset();
+      if (ch == 'y' || ch == 'Y') {
+        say(send(c.pid, c.sig).message);
+      } else {
+        say(fmt::format("{} to pid {} cancelled", signal_name(c.sig), c.pid));
+      }
+      continue;
+    }
+    if (st.help) {
+      st.help = false;
+      clear();
+      continue;
+    }
+    if (st.editing_filter) {
+      if (ch == '\n' || ch == '\r' || ch == KEY_ENTER) {
+        st.editing_filter = false;
+      } else if (ch == 27) {
+        st.editing_filter = false;
+        st.filter.clear();
+      } else if (ch == KEY_BACKSPACE || ch == 127 || ch == 8) {
+        if (!st.filter.empty()) st.filter.pop_back();
+      } else if (ch >= 32 && ch < 127) {
+        st.filter += static_cast<char>(ch);
+      }
+      st.scroll = 0;
+      continue;
+    }
+    if (st.message == "end of recording: q to quit, Left/Home to go back" ||
+        message_until != clock::time_point::max())
+      st.message.clear();
+    auto replay_only = [&] {
+      if (!st.replay)
+        say("Space, Left/Right and +/- control a replay (vramkit watch --replay FILE)");
+      return st.replay;
+    };
     switch (ch) {
       case 'q':
       case 'Q':
         return;
+      case 'h':
+      case '?':
+        st.help = true;
+        break;
       case 'm':
         st.sort = process_sort::memory;
-        dirty = true;
         break;
       case 'p':
         st.sort = process_sort::pid;
-        dirty = true;
         break;
       case 'c':
         st.sort = process_sort::command;
-        dirty = true;
+        break;
+      case 'g':
+        st.group = !st.group;
+        break;
+      case '/':
+        st.editing_filter = true;
+        break;
+      case 27:
+        st.filter.clear();
+        break;
+      case KEY_UP:
+        move_selection(st, -1);
+        break;
+      case KEY_DOWN:
+        move_selection(st, 1);
+        break;
+      case KEY_PPAGE:
+        move_selection(st, -st.page_rows);
+        break;
+      case KEY_NPAGE:
+        move_selection(st, st.page_rows);
+        break;
+      case KEY_HOME:
+        if (st.replay)
+          show_replay(0, true);
+        else
+          move_selection(st, -1 << 20);
+        break;
+      case KEY_END:
+        if (st.replay)
+          show_replay(options.recording->size() - 1, true);
+        else
+          move_selection(st, 1 << 20);
+        break;
+      case 'T':
+      case 'K':
+      case 'I': {
+        int sig = ch == 'T' ? SIGTERM : ch == 'K' ? SIGKILL : SIGINT;
+        if (st.rows.empty()) {
+          say("no process selected");
+          break;
+        }
+        const auto& r = st.rows[static_cast<std::size_t>(
+            std::clamp<int>(st.selected_row, 0, static_cast<int>(st.rows.size()) - 1))];
+        if (auto why = refusal(r.p.pid); !why.empty()) {
+          say(why);
+          break;
+        }
+        st.confirm = pending_signal{r.p.pid, sig, r.p.command};
+        break;
+      }
+      case ' ':
+        if (replay_only()) {
+          st.paused = !st.paused;
+          if (!st.paused) {
+            bool skipped = false;
+            next_due = clock::now() + rclock->wait_after(st.pos, st.speed, skipped);
+          }
+        }
+        break;
+      case KEY_RIGHT:
+      case KEY_SRIGHT:
+      case KEY_LEFT:
+      case KEY_SLEFT:
+        if (replay_only()) {
+          std::int64_t step = (ch == KEY_SRIGHT || ch == KEY_SLEFT) ? 60000 : 10000;
+          if (ch == KEY_LEFT || ch == KEY_SLEFT) step = -step;
+          show_replay(rclock->seek(st.pos, step), true);
+        }
+        break;
+      case '+':
+      case '=':
+      case '-':
+      case '_':
+        if (replay_only()) {
+          st.speed = (ch == '+' || ch == '=') ? std::min(st.speed * 2, 1024.0)
+                                              : std::max(st.speed / 2, 1.0 / 64);
+          bool skipped = false;
+          next_due = clock::now() + rclock->wait_after(st.pos, st.speed, skipped);
+        }
         break;
       case 'd':
       case '\t': {
@@ -369,24 +943,11 @@ void run_terminal_view(const sample_source& source, const terminal_view_options&
           st.selected =
               pos < 0 ? -1 : static_cast<int>(current->gpus[static_cast<std::size_t>(pos)].index);
         }
-        dirty = true;
         break;
       }
-      case KEY_RESIZE:
-        clear();
-        dirty = true;
-        break;
       default:
+        dirty = false;
         break;
-    }
-    if (dirty && current) {
-      draw(*current, st, options);
-      if (next_due == std::chrono::steady_clock::time_point::max()) {
-        move(LINES - 1, 0);
-        clrtoeol();
-        put(LINES - 1, 0, "end of recording: q to quit", A_BOLD);
-        refresh();
-      }
     }
   }
 }

@@ -31,6 +31,9 @@ struct gpu_process {
   std::string command;                          ///< command line from /proc, else the driver's name
   std::string user;                             ///< owner from /proc status Uid; empty when unknown
   std::optional<std::uint64_t> host_rss_bytes;  ///< VmRSS; empty when the pid is not visible
+  /// The workload the process runs in ("pod <uid>", "pod <uid>/<container>", "slurm job 42"),
+  /// filled by whoever knows (cluster attribution); empty when none or unknown.
+  std::string workload;
 };
 
 struct mig_instance {

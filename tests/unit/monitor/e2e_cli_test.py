@@ -32,6 +32,16 @@ check(first["schema_version"] == 1 and first["gpus"][0]["memory_used_bytes"] == 
 t = [json.loads(x)["timestamp_ms"] for x in lines]
 check(t[0] < t[1] < t[2], "timestamps increase")
 
+r = run("watch", "--speed", "2", "--once", "--fake-gpus", fixture, "--host-root", host)
+check(r.returncode == 2 and "--replay" in r.stderr, "--speed without --replay is refused with exit 2")
+r = run("watch", "--max-gap", "10s", "--once", "--fake-gpus", fixture, "--host-root", host)
+check(r.returncode == 2 and "--replay" in r.stderr, "--max-gap without --replay is refused with exit 2")
+jl = os.path.join(tmp, "rec.jsonl")
+with open(jl, "w") as f:
+    f.write(lines[0] + "\n")
+r = run("watch", "--replay", jl, "--max-gap", "soon", "--once")
+check(r.returncode == 2 and "soon" in r.stderr, f"a bad --max-gap is refused with exit 2 ({r.stderr.strip()})")
+
 csv = os.path.join(tmp, "rec.csv")
 for _ in range(2):
     r = run("watch", "--csv", csv, "--count", "2", "--interval", "50ms", "--fake-gpus", fixture, "--host-root", host)

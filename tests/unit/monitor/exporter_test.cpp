@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "vramkit/core/error.hpp"
@@ -74,6 +75,19 @@ TEST(Exporter, MetricsAndHistoryComeFromTheBackgroundSampler) {
   std::string j = ex0.samples_json(0);
   EXPECT_NE(j.find("\"latest\""), std::string::npos);
   EXPECT_NE(j.find("\"used\":40802189312"), std::string::npos);
+  // The live page's history: every figure, the top processes by memory, each NUMA node.
+  auto doc = nlohmann::json::parse(j);
+  const auto& first = doc.at("samples").at(0);
+  const auto& g0 = first.at("gpus").at(0);
+  EXPECT_EQ(g0.at("temp"), 54);
+  EXPECT_EQ(g0.at("power"), 412.5);
+  EXPECT_EQ(g0.at("rx"), 1048576000.0);
+  ASSERT_EQ(g0.at("procs").size(), 2U);
+  EXPECT_EQ(g0.at("procs").at(0).at("pid"), 4343);  // largest first
+  EXPECT_EQ(g0.at("procs").at(0).at("used"), 34359738368ULL);
+  EXPECT_EQ(g0.at("procs").at(1).at("pid"), 4242);
+  ASSERT_EQ(first.at("numa").size(), 2U);
+  EXPECT_EQ(first.at("numa").at(1).at("node"), 1);
   ex0.stop();
   ex0.stop();  // idempotent
 }

@@ -39,6 +39,20 @@ TEST(Recording, JsonLineRoundTripsEveryField) {
       << line.substr(0, 200);
 }
 
+TEST(Recording, WorkloadOfTheSamplerRoundTripsThroughJson) {
+  auto fake = fake_nvml::from_file(data / "fake_gpus.json");
+  sampler_options o;
+  o.host_root = data / "host";
+  o.workload_of = [](std::uint32_t pid) { return pid == 4242 ? std::string("slurm job 7") : ""; };
+  sample s = sampler(std::shared_ptr<nvml_api>(fake), o).take();
+  ASSERT_EQ(s.gpus[0].processes.size(), 2U);
+  EXPECT_EQ(s.gpus[0].processes[0].workload, "slurm job 7");
+  EXPECT_EQ(s.gpus[0].processes[1].workload, "");
+  sample back = sample_from_json(to_json_line(s));
+  EXPECT_EQ(back.gpus[0].processes[0].workload, "slurm job 7");
+  EXPECT_EQ(back.gpus[0].processes[1].workload, "");
+}
+
 TEST(Recording, CsvRoundTripsTheDeviceColumns) {
   sample s = fixture_sample(1'700'000'000'000);
   std::string text = csv_header() + "\n";
