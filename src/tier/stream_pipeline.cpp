@@ -274,25 +274,42 @@ struct stream_pipeline::impl {
 
   pipeline_stats run(const pipeline_input& input, const chunk_callback& callback,
                      const pipeline_output& output);
+
+ private:
+  struct run_plan;
+  static std::size_t open_input(const pipeline_input& input, std::size_t element,
+                                file_descriptor& fd);
+  static void open_output(const pipeline_output& output, std::size_t total, file_descriptor& fd);
+  void read_chunks(run_plan& p, run_state& state);
+  void write_chunks(run_plan& p, run_state& state);
+  void dispatch_chunks(run_plan& p, run_state& state, const chunk_callback& callback,
+                       pipeline_stats& stats);
+  void finish(run_plan& p, run_state& state, std::thread& reader, std::thread& writer);
 };
 
-pipeline_stats stream_pipeline::impl::run(const pipeline_input& input,
-                                          const chunk_callback& callback,
-                                          const pipeline_output& output) {
-  if (!callback) throw invalid_input("stream_pipeline: run() needs a chunk callback");
-  const std::size_t element = options.element_bytes;
+// What one run() moves, fixed before any stage starts.
+struct stream_pipeline::impl::run_plan {
+  run_plan(const pipeline_input& in, const pipeline_output& out) : input(in), output(out) {}
+  const pipeline_input& input;
+  const pipeline_output& output;
+  file_descriptor in_fd, out_fd;
+  std::size_t total = 0, chunk = 0, chunks = 0;
+  int depth = 0;
+  bool stage_in = false, has_output = false, stage_out = false;
+};
 
-  // --- validate the input and the output before anything is allocated ---------------------------
+// Opens a file input and checks either input against the element size; returns its bytes.
+std::size_t stream_pipeline::impl::open_input(const pipeline_input& input, std::size_t element,
+                                              file_descriptor& fd) {
   std::size_t total = 0;
-  file_descriptor in_fd;
   if (input.source == pipeline_input::kind::file) {
-    in_fd.reset(::open(input.path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (in_fd.get() < 0) {
+    fd.reset(::open(input.path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) {
       throw invalid_input("stream_pipeline: cannot open input file '" + input.path +
                           "': " + std::strerror(errno));
     }
     struct stat st {};
-    if (::fstat(in_fd.get(), &st) != 0) {
+    if (::fstat(fd.get(), &st) != 0) {
       throw invalid_input("stream_pipeline: cannot stat input file '" + input.path +
                           "': " + std::strerror(errno));
     }
@@ -319,224 +336,213 @@ pipeline_stats stream_pipeline::impl::run(const pipeline_input& input,
                           "-byte elements");
     }
   }
-  file_descriptor out_fd;
+  return total;
+}
+
+// Checks a host output's size or creates the output file, before anything is allocated.
+void stream_pipeline::impl::open_output(const pipeline_output& output, std::size_t total,
+                                        file_descriptor& fd) {
   if (output.sink == pipeline_output::kind::host) {
     if (output.data == nullptr || output.bytes < total) {
       throw invalid_input("stream_pipeline: host output of " + std::to_string(output.bytes) +
                           " bytes is smaller than the input (" + std::to_string(total) + " bytes)");
     }
   } else if (output.sink == pipeline_output::kind::file) {
-    out_fd.reset(::open(output.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (out_fd.get() < 0) {
+    fd.reset(::open(output.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) {
       throw invalid_input("stream_pipeline: cannot create output file '" + output.path +
                           "': " + std::strerror(errno));
     }
   }
+}
 
-  pipeline_stats stats;
-  if (total == 0) return stats;
-  const std::size_t chunk = options.chunk_bytes;
-  const std::size_t chunks = (total + chunk - 1) / chunk;
-  const int depth = options.depth;
-  const bool stage_in =
-      input.source == pipeline_input::kind::file || input.memory == host_memory::pageable;
-  const bool has_output = output.sink != pipeline_output::kind::none;
-  const bool stage_out =
-      output.sink == pipeline_output::kind::file ||
-      (output.sink == pipeline_output::kind::host && output.memory == host_memory::pageable);
-  ensure_buffers(stage_in, stage_out);
-
-  run_state state;
-  state.staged.assign(static_cast<std::size_t>(depth), -1);
-  state.in_free.assign(static_cast<std::size_t>(depth), 1);
-  state.out_free.assign(static_cast<std::size_t>(depth), 1);
-  const std::int64_t t_begin = detail::now_ns();
-
-  // --- reader: file or pageable host -> pinned input slots ---------------------------------------
-  std::thread reader;
-  if (stage_in) {
-    reader = std::thread([&] {
-      try {
-        for (std::size_t i = 0; i < chunks; ++i) {
-          const int k = static_cast<int>(i % static_cast<std::size_t>(depth));
-          if (!state.wait([&] { return state.in_free[k] != 0; }, &state.read)) return;
-          {
-            std::lock_guard lock(state.m);
-            state.in_free[k] = 0;
-          }
-          const std::size_t offset = i * chunk;
-          const std::size_t n = std::min(chunk, total - offset);
-          state.read.start(detail::now_ns());
-          state.read.last_end = 0;  // host stage: its stall is the wait above, not the gap
-          char* dst = static_cast<char*>(slots[k].stage_in);
-          if (input.source == pipeline_input::kind::file) {
-            std::size_t done = 0;
-            while (done < n) {
-              const ssize_t r =
-                  ::pread(in_fd.get(), dst + done, n - done, static_cast<off_t>(offset + done));
-              if (r < 0 && errno == EINTR) continue;
-              if (r < 0) {
-                throw error("stream_pipeline: read of input file '" + input.path +
-                            "' failed at byte " + std::to_string(offset + done) + ": " +
-                            std::strerror(errno));
-              }
-              if (r == 0) {
-                throw invalid_input("stream_pipeline: truncated input file '" + input.path +
-                                    "': end of file at byte " + std::to_string(offset + done) +
-                                    ", " + std::to_string(total) + " expected");
-              }
-              done += static_cast<std::size_t>(r);
-            }
-          } else {
-            pool.copy(dst, static_cast<const char*>(input.data) + offset, n);
-          }
-          state.read.stop(detail::now_ns(), n);
-          {
-            std::lock_guard lock(state.m);
-            state.staged[k] = static_cast<std::int64_t>(i);
-          }
-          state.cv.notify_all();
+// The reader stage: file or pageable host -> pinned input slots.
+void stream_pipeline::impl::read_chunks(run_plan& p, run_state& state) {
+  const pipeline_input& input = p.input;
+  const std::size_t total = p.total, chunk = p.chunk, chunks = p.chunks;
+  const int depth = p.depth;
+  file_descriptor& in_fd = p.in_fd;
+  for (std::size_t i = 0; i < chunks; ++i) {
+    const int k = static_cast<int>(i % static_cast<std::size_t>(depth));
+    if (!state.wait([&] { return state.in_free[k] != 0; }, &state.read)) return;
+    {
+      std::lock_guard lock(state.m);
+      state.in_free[k] = 0;
+    }
+    const std::size_t offset = i * chunk;
+    const std::size_t n = std::min(chunk, total - offset);
+    state.read.start(detail::now_ns());
+    state.read.last_end = 0;  // host stage: its stall is the wait above, not the gap
+    char* dst = static_cast<char*>(slots[k].stage_in);
+    if (input.source == pipeline_input::kind::file) {
+      std::size_t done = 0;
+      while (done < n) {
+        const ssize_t r =
+            ::pread(in_fd.get(), dst + done, n - done, static_cast<off_t>(offset + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+          throw error("stream_pipeline: read of input file '" + input.path + "' failed at byte " +
+                      std::to_string(offset + done) + ": " + std::strerror(errno));
         }
-      } catch (...) {
-        state.fail(std::current_exception());
+        if (r == 0) {
+          throw invalid_input("stream_pipeline: truncated input file '" + input.path +
+                              "': end of file at byte " + std::to_string(offset + done) + ", " +
+                              std::to_string(total) + " expected");
+        }
+        done += static_cast<std::size_t>(r);
       }
-    });
+    } else {
+      pool.copy(dst, static_cast<const char*>(input.data) + offset, n);
+    }
+    state.read.stop(detail::now_ns(), n);
+    {
+      std::lock_guard lock(state.m);
+      state.staged[k] = static_cast<std::int64_t>(i);
+    }
+    state.cv.notify_all();
   }
+}
 
-  // --- writer: pinned output slots -> pageable host or file --------------------------------------
-  std::thread writer;
-  if (stage_out) {
-    writer = std::thread([&] {
-      try {
-        for (std::size_t done_chunks = 0; done_chunks < chunks; ++done_chunks) {
-          if (!state.wait([&] { return !state.results.empty(); }, &state.write)) return;
-          std::pair<std::size_t, int> r;
-          {
-            std::lock_guard lock(state.m);
-            r = state.results.front();
-            state.results.pop_front();
-          }
-          const auto [i, k] = r;
-          const std::size_t offset = i * chunk;
-          const std::size_t n = std::min(chunk, total - offset);
-          state.write.start(detail::now_ns());
-          state.write.last_end = 0;
-          const char* src = static_cast<const char*>(slots[k].stage_out);
-          if (output.sink == pipeline_output::kind::file) {
-            std::size_t done = 0;
-            while (done < n) {
-              const ssize_t w =
-                  ::pwrite(out_fd.get(), src + done, n - done, static_cast<off_t>(offset + done));
-              if (w < 0 && errno == EINTR) continue;
-              if (w <= 0) {
-                throw error("stream_pipeline: write of output file '" + output.path +
-                            "' failed at byte " + std::to_string(offset + done) + ": " +
-                            std::strerror(errno));
-              }
-              done += static_cast<std::size_t>(w);
-            }
-          } else {
-            pool.copy(static_cast<char*>(output.data) + offset, src, n);
-          }
-          state.write.stop(detail::now_ns(), n);
-          {
-            std::lock_guard lock(state.m);
-            state.out_free[k] = 1;
-          }
-          state.cv.notify_all();
+// The writer stage: pinned output slots -> pageable host or file.
+void stream_pipeline::impl::write_chunks(run_plan& p, run_state& state) {
+  const pipeline_output& output = p.output;
+  const std::size_t total = p.total, chunk = p.chunk, chunks = p.chunks;
+  file_descriptor& out_fd = p.out_fd;
+  for (std::size_t done_chunks = 0; done_chunks < chunks; ++done_chunks) {
+    if (!state.wait([&] { return !state.results.empty(); }, &state.write)) return;
+    std::pair<std::size_t, int> r;
+    {
+      std::lock_guard lock(state.m);
+      r = state.results.front();
+      state.results.pop_front();
+    }
+    const auto [i, k] = r;
+    const std::size_t offset = i * chunk;
+    const std::size_t n = std::min(chunk, total - offset);
+    state.write.start(detail::now_ns());
+    state.write.last_end = 0;
+    const char* src = static_cast<const char*>(slots[k].stage_out);
+    if (output.sink == pipeline_output::kind::file) {
+      std::size_t done = 0;
+      while (done < n) {
+        const ssize_t w =
+            ::pwrite(out_fd.get(), src + done, n - done, static_cast<off_t>(offset + done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+          throw error("stream_pipeline: write of output file '" + output.path +
+                      "' failed at byte " + std::to_string(offset + done) + ": " +
+                      std::strerror(errno));
         }
-      } catch (...) {
-        state.fail(std::current_exception());
+        done += static_cast<std::size_t>(w);
       }
-    });
+    } else {
+      pool.copy(static_cast<char*>(output.data) + offset, src, n);
+    }
+    state.write.stop(detail::now_ns(), n);
+    {
+      std::lock_guard lock(state.m);
+      state.out_free[k] = 1;
+    }
+    state.cv.notify_all();
   }
+}
 
-  // --- dispatch: enqueue copy in, callback, copy back for each chunk -----------------------------
-  try {
-    for (std::size_t i = 0; i < chunks; ++i) {
-      const int k = static_cast<int>(i % static_cast<std::size_t>(depth));
-      const std::size_t offset = i * chunk;
-      const std::size_t n = std::min(chunk, total - offset);
-      const void* src = nullptr;
-      if (stage_in) {
-        if (!state.wait([&] { return state.staged[k] == static_cast<std::int64_t>(i); }, nullptr)) {
-          break;
+// Enqueues copy in, the callback and copy back of every chunk; stops early on an abort.
+void stream_pipeline::impl::dispatch_chunks(run_plan& p, run_state& state,
+                                            const chunk_callback& callback, pipeline_stats& stats) {
+  const pipeline_input& input = p.input;
+  const pipeline_output& output = p.output;
+  const std::size_t total = p.total, chunk = p.chunk, chunks = p.chunks;
+  const int depth = p.depth;
+  const bool stage_in = p.stage_in, has_output = p.has_output, stage_out = p.stage_out;
+  for (std::size_t i = 0; i < chunks; ++i) {
+    const int k = static_cast<int>(i % static_cast<std::size_t>(depth));
+    const std::size_t offset = i * chunk;
+    const std::size_t n = std::min(chunk, total - offset);
+    const void* src = nullptr;
+    if (stage_in) {
+      if (!state.wait([&] { return state.staged[k] == static_cast<std::int64_t>(i); }, nullptr)) {
+        break;
+      }
+      src = slots[k].stage_in;
+    } else {
+      src = static_cast<const char*>(input.data) + offset;
+    }
+    {
+      std::lock_guard lock(state.m);
+      if (state.abort) break;
+    }
+    // The device slot is free once the previous chunk in it is computed (and copied back).
+    if (i >= static_cast<std::size_t>(depth)) {
+      api.stream_wait_event(h2d_stream, has_output ? d2h_done[k] : compute_done[k]);
+    }
+    stamp_start(h2d_stream, state.h2d);
+    api.copy_async(slots[k].device, src, n, copy_kind::host_to_device, h2d_stream);
+    stamp_stop(h2d_stream, state.h2d, n);
+    if (stage_in) {
+      api.launch_host_func(h2d_stream, [&state, k] {
+        {
+          std::lock_guard lock(state.m);
+          state.in_free[k] = 1;
+          state.staged[k] = -1;
         }
-        src = slots[k].stage_in;
+        state.cv.notify_all();
+      });
+    }
+    api.record_event(h2d_done[k], h2d_stream);
+
+    api.stream_wait_event(compute_stream, h2d_done[k]);
+    stamp_start(compute_stream, state.compute);
+    try {
+      callback(chunk_view{slots[k].device, n, i, offset}, compute_stream.view());
+    } catch (const std::exception& e) {
+      throw error("stream_pipeline: the chunk callback failed on chunk " + std::to_string(i) +
+                  " (bytes " + std::to_string(offset) + ".." + std::to_string(offset + n) +
+                  "): " + e.what());
+    } catch (...) {
+      throw error("stream_pipeline: the chunk callback failed on chunk " + std::to_string(i) +
+                  " with an unknown exception");
+    }
+    stamp_stop(compute_stream, state.compute, n);
+    api.record_event(compute_done[k], compute_stream);
+
+    if (has_output) {
+      void* dst = nullptr;
+      if (stage_out) {
+        if (!state.wait([&] { return state.out_free[k] != 0; }, nullptr)) break;
+        {
+          std::lock_guard lock(state.m);
+          state.out_free[k] = 0;
+        }
+        dst = slots[k].stage_out;
       } else {
-        src = static_cast<const char*>(input.data) + offset;
+        dst = static_cast<char*>(output.data) + offset;
       }
-      {
-        std::lock_guard lock(state.m);
-        if (state.abort) break;
-      }
-      // The device slot is free once the previous chunk in it is computed (and copied back).
-      if (i >= static_cast<std::size_t>(depth)) {
-        api.stream_wait_event(h2d_stream, has_output ? d2h_done[k] : compute_done[k]);
-      }
-      stamp_start(h2d_stream, state.h2d);
-      api.copy_async(slots[k].device, src, n, copy_kind::host_to_device, h2d_stream);
-      stamp_stop(h2d_stream, state.h2d, n);
-      if (stage_in) {
-        api.launch_host_func(h2d_stream, [&state, k] {
+      api.stream_wait_event(d2h_stream, compute_done[k]);
+      stamp_start(d2h_stream, state.d2h);
+      api.copy_async(dst, slots[k].device, n, copy_kind::device_to_host, d2h_stream);
+      stamp_stop(d2h_stream, state.d2h, n);
+      api.record_event(d2h_done[k], d2h_stream);
+      if (stage_out) {
+        api.launch_host_func(d2h_stream, [&state, i, k] {
           {
             std::lock_guard lock(state.m);
-            state.in_free[k] = 1;
-            state.staged[k] = -1;
+            state.results.emplace_back(i, k);
           }
           state.cv.notify_all();
         });
       }
-      api.record_event(h2d_done[k], h2d_stream);
-
-      api.stream_wait_event(compute_stream, h2d_done[k]);
-      stamp_start(compute_stream, state.compute);
-      try {
-        callback(chunk_view{slots[k].device, n, i, offset}, compute_stream.view());
-      } catch (const std::exception& e) {
-        throw error("stream_pipeline: the chunk callback failed on chunk " + std::to_string(i) +
-                    " (bytes " + std::to_string(offset) + ".." + std::to_string(offset + n) +
-                    "): " + e.what());
-      } catch (...) {
-        throw error("stream_pipeline: the chunk callback failed on chunk " + std::to_string(i) +
-                    " with an unknown exception");
-      }
-      stamp_stop(compute_stream, state.compute, n);
-      api.record_event(compute_done[k], compute_stream);
-
-      if (has_output) {
-        void* dst = nullptr;
-        if (stage_out) {
-          if (!state.wait([&] { return state.out_free[k] != 0; }, nullptr)) break;
-          {
-            std::lock_guard lock(state.m);
-            state.out_free[k] = 0;
-          }
-          dst = slots[k].stage_out;
-        } else {
-          dst = static_cast<char*>(output.data) + offset;
-        }
-        api.stream_wait_event(d2h_stream, compute_done[k]);
-        stamp_start(d2h_stream, state.d2h);
-        api.copy_async(dst, slots[k].device, n, copy_kind::device_to_host, d2h_stream);
-        stamp_stop(d2h_stream, state.d2h, n);
-        api.record_event(d2h_done[k], d2h_stream);
-        if (stage_out) {
-          api.launch_host_func(d2h_stream, [&state, i, k] {
-            {
-              std::lock_guard lock(state.m);
-              state.results.emplace_back(i, k);
-            }
-            state.cv.notify_all();
-          });
-        }
-      }
-      ++stats.chunks;
     }
-  } catch (...) {
-    state.fail(std::current_exception());
+    ++stats.chunks;
   }
+}
 
+// Joins the stages, drains the streams and rethrows the first failure; flushes a file output.
+void stream_pipeline::impl::finish(run_plan& p, run_state& state, std::thread& reader,
+                                   std::thread& writer) {
+  const pipeline_output& output = p.output;
+  const bool has_output = p.has_output;
+  file_descriptor& out_fd = p.out_fd;
   if (writer.joinable()) writer.join();  // returns after the last chunk, or at once on abort
   if (reader.joinable()) {
     if (state.abort) state.cv.notify_all();
@@ -560,9 +566,50 @@ pipeline_stats stream_pipeline::impl::run(const pipeline_input& input,
                   "': " + std::strerror(errno));
     }
   }
+}
+
+pipeline_stats stream_pipeline::impl::run(const pipeline_input& input,
+                                          const chunk_callback& callback,
+                                          const pipeline_output& output) {
+  if (!callback) throw invalid_input("stream_pipeline: run() needs a chunk callback");
+  run_plan p(input, output);
+  p.total = open_input(input, options.element_bytes, p.in_fd);
+  open_output(output, p.total, p.out_fd);
+
+  pipeline_stats stats;
+  if (p.total == 0) return stats;
+  p.chunk = options.chunk_bytes;
+  p.chunks = (p.total + p.chunk - 1) / p.chunk;
+  p.depth = options.depth;
+  p.stage_in = input.source == pipeline_input::kind::file || input.memory == host_memory::pageable;
+  p.has_output = output.sink != pipeline_output::kind::none;
+  p.stage_out =
+      output.sink == pipeline_output::kind::file ||
+      (output.sink == pipeline_output::kind::host && output.memory == host_memory::pageable);
+  ensure_buffers(p.stage_in, p.stage_out);
+
+  run_state state;
+  state.staged.assign(static_cast<std::size_t>(p.depth), -1);
+  state.in_free.assign(static_cast<std::size_t>(p.depth), 1);
+  state.out_free.assign(static_cast<std::size_t>(p.depth), 1);
+  const std::int64_t t_begin = detail::now_ns();
+  auto guarded = [&state](auto&& stage) {
+    return [&state, stage] {
+      try {
+        stage();
+      } catch (...) {
+        state.fail(std::current_exception());
+      }
+    };
+  };
+  std::thread reader, writer;
+  if (p.stage_in) reader = std::thread(guarded([&] { read_chunks(p, state); }));
+  if (p.stage_out) writer = std::thread(guarded([&] { write_chunks(p, state); }));
+  guarded([&] { dispatch_chunks(p, state, callback, stats); })();
+  finish(p, state, reader, writer);
 
   stats.elapsed = std::chrono::nanoseconds(detail::now_ns() - t_begin);
-  stats.bytes = total;
+  stats.bytes = p.total;
   stats.read = state.read.result();
   stats.h2d = state.h2d.result();
   stats.compute = state.compute.result();
