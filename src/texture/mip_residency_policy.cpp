@@ -40,10 +40,11 @@ int mip_residency_policy::add_texture(const mip_chain_desc& desc) {
   const std::uint64_t bytes = chain_bytes_from(id, t.tail);
   if (stats_.committed_bytes + bytes > options_.budget_bytes) {
     textures_.pop_back();
-    throw usage_error("texture budget " + format_bytes(static_cast<double>(options_.budget_bytes)) +
-                      " is smaller than the always-resident mip tails (" +
-                      format_bytes(static_cast<double>(stats_.committed_bytes + bytes)) +
-                      " with texture " + std::to_string(id) + ")");
+    throw invalid_input("texture budget " +
+                        format_bytes(static_cast<double>(options_.budget_bytes)) +
+                        " is smaller than the always-resident mip tails (" +
+                        format_bytes(static_cast<double>(stats_.committed_bytes + bytes)) +
+                        " with texture " + std::to_string(id) + ")");
   }
   stats_.committed_bytes += bytes;
   stats_.resident_bytes += bytes;

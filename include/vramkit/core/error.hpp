@@ -29,10 +29,6 @@ class invalid_input : public error {
   using error::error;
 };
 
-/// The former name of invalid_input, kept only so that code written before the rename still
-/// builds; new code names invalid_input. To be removed.
-using usage_error = invalid_input;
-
 /// A CUDA runtime call failed; carries the numeric CUDA error code.
 class cuda_error : public error {
  public:

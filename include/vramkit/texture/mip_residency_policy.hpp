@@ -67,7 +67,7 @@ class mip_residency_policy {
   explicit mip_residency_policy(residency_policy_options options);
 
   /// Registers a texture; its tail is resident from the start (the caller uploads it before the
-  /// first frame). Throws usage_error when the tails alone exceed the budget.
+  /// first frame). Throws invalid_input when the tails alone exceed the budget.
   int add_texture(const mip_chain_desc& desc);
 
   /// Starts a frame: requests from now on belong to it.

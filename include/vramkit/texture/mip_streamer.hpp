@@ -50,7 +50,7 @@ class mip_streamer {
   mip_streamer& operator=(const mip_streamer&) = delete;
 
   /// Adds the DDS (or PNG) texture in `file` and uploads its mip tail (waits for that copy).
-  /// Throws texture_file_error for a bad file, usage_error when the tails exceed the budget.
+  /// Throws texture_file_error for a bad file, invalid_input when the tails exceed the budget.
   int add_texture(const std::filesystem::path& file);
 
   /// Fills the staging pool with blocks of the level sizes loads will need (pinning is slow); call

@@ -17,10 +17,10 @@
 namespace vramkit::texture {
 
 /// A texture file that cannot be read: "FILE: what is wrong". A usage error (exit 2 in the CLI).
-class texture_file_error : public usage_error {
+class texture_file_error : public invalid_input {
  public:
   texture_file_error(const std::filesystem::path& file, const std::string& what)
-      : usage_error(file.string() + ": " + what) {}
+      : invalid_input(file.string() + ": " + what) {}
 };
 
 enum class file_container { dds, png, astc };

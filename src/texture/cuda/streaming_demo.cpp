@@ -282,7 +282,7 @@ demo_result run_streaming_demo(const demo_options& o) {
       o.frames < 2 || o.still_frames < 1 || o.still_frames >= o.frames || o.width < 16 ||
       o.height < 16 || (o.samples != 1 && o.samples != 4 && o.samples != 9 && o.samples != 16) ||
       o.png_every < 1) {
-    throw usage_error(
+    throw invalid_input(
         "texture demo: surfaces >= 1, texture size a power of two >= 16, 1 <= still frames < "
         "frames, "
         "width and height >= 16, samples 1, 4, 9 or 16");
