@@ -155,7 +155,9 @@ TEST(TexturePlan, FolderOfToolOutputs) {
   const auto& t = plan["textures"];
   EXPECT_EQ(t[0]["file"], "a.dds");
   EXPECT_EQ(t[0]["data_bytes"], 43832 - 128);
-  EXPECT_EQ(t[0]["device_bytes"], 45056);  // measured for a 256^2 BC1 chain
+  // Measured on the H200: 47104 bytes per 256^2 BC1 chain (1024 arrays, tests/data/texture/
+  // h200-alloc.json); the planner must be within 2% of it.
+  EXPECT_NEAR(t[0]["device_bytes"].get<double>(), 47104.0, 0.02 * 47104.0);
   EXPECT_EQ(t[1]["format"], "BC5");
   EXPECT_EQ(t[1]["data_bytes"], std::filesystem::file_size(dir / "set/b.dds") - 128);
   EXPECT_EQ(t[2]["format"], "ASTC_8x8");
