@@ -31,7 +31,8 @@ TEST(CudaAllocationModel, ReproducesEveryMeasuredH200Footprint) {
     const int layers = c.at("layers");
     const auto n = c.at("arrays").get<std::uint64_t>();
     const double measured = c.at("measured_bytes").get<double>();
-    const double model = static_cast<double>(m.device_bytes_of(n, *f, w, h, levels, 0, layers)) / n;
+    const double model = static_cast<double>(m.device_bytes_of(n, *f, w, h, levels, 0, layers)) /
+                         static_cast<double>(n);
     EXPECT_NEAR(model / measured, 1.0, 0.02)
         << f->name() << " " << w << "x" << h << " levels " << levels << " layers " << layers << " x"
         << n << ": model " << model << " measured " << measured;
@@ -123,7 +124,7 @@ TEST(TexturePlan, ManifestErrorsNameTheEntry) {
   check(R"({"textures": [{"width": 4, "height": 4, "format": "BC9"}]})",
         "textures[0]: unknown format");
   check(R"({"textures": [{"width": 4, "format": "BC1"}]})",
-        "textures[0] has neither \"file\" nor \"height\"");
+        R"(textures[0] has neither "file" nor "height")");
   check(R"({"textures": [{"width": 4, "height": 4, "format": "BC1", "mips": 9}]})", "mips must be");
   check(R"({"textures": [{"width": 0, "height": 4, "format": "BC1"}]})", "width and height");
   check(R"({"textures": [{"file": "nothere.dds"}]})", "nothere.dds");
