@@ -713,8 +713,16 @@ void* vmm_pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, s
     throw logic_error(s.name + ": alignment " + std::to_string(alignment) +
                       " not supported (power of two up to 256)");
   }
-  if (bytes > s.large_arena.size)
-    throw out_of_memory(bytes, s.name, "larger than the address range");
+  if (bytes > s.large_arena.size) {
+    {
+      std::lock_guard lock(s.m);
+      ++s.stats.out_of_memory_errors;
+    }
+    detail::nvtx_mark("vramkit vmm out of memory");
+    throw out_of_memory(bytes, s.name,
+                        "larger than the address range of " + std::to_string(s.large_arena.size) +
+                            " bytes\n" + memory_summary(*this));
+  }
   const std::size_t size = align_up(bytes, s.opt.rounding);
   const bool small = size <= s.opt.small_size;
   std::unique_lock lock(s.m);
