@@ -68,6 +68,23 @@ std::size_t env_bytes(const char* name, std::size_t fallback) {
   }
 }
 
+// A fraction: "0.02" or "2%"; throws invalid_input naming the variable otherwise.
+double env_fraction(const char* name, double fallback) {
+  const char* v = env(name);
+  if (v == nullptr) return fallback;
+  char* end = nullptr;
+  double x = std::strtod(v, &end);
+  if (end != v && *end == '%') {
+    x /= 100.0;
+    ++end;
+  }
+  if (end == v || *end != '\0' || !(x >= 0.0) || x > 1000.0) {
+    throw invalid_input(std::string(name) + ": expected a fraction such as 0.02 or 2% (got '" + v +
+                        "')");
+  }
+  return x;
+}
+
 std::string with_device(const std::string& path, int device) {
   return device == 0 ? path : path + "." + std::to_string(device);
 }
@@ -158,6 +175,7 @@ device_stack* make_stack(int device) {
     vmm_pool_options v;
     v.rounding = env_bytes("VRAMKIT_POOL_ROUNDING", v.rounding);
     v.maximum_size = env_bytes("VRAMKIT_POOL_MAXIMUM", v.maximum_size);
+    v.growth_slack = env_fraction("VRAMKIT_POOL_SLACK", v.growth_slack);
     for (const char* other : classic_only) {
       if (env(other) != nullptr) {
         throw invalid_input(std::string(other) +
@@ -184,6 +202,13 @@ device_stack* make_stack(int device) {
     throw invalid_input("VRAMKIT_POOL_UPSTREAM must be 'async' or 'cuda' (got '" + up + "')");
   }
   if (!d->vmm) {
+    if (env("VRAMKIT_POOL_SLACK") != nullptr) {
+      throw invalid_input("VRAMKIT_POOL_SLACK applies to the virtual-memory pool only (" +
+                          std::string(choice == kind_choice::pool
+                                          ? "VRAMKIT_POOL_KIND=pool"
+                                          : "this device has no virtual memory management") +
+                          ")");
+    }
     pool_options o;
     o.initial_size = env_bytes("VRAMKIT_POOL_INITIAL", 0);
     o.rounding = env_bytes("VRAMKIT_POOL_ROUNDING", o.rounding);

@@ -279,6 +279,31 @@ TEST_F(CApi, ClassicPoolVariablesNeedTheClassicPool) {
   unsetenv("VRAMKIT_POOL_INITIAL");
 }
 
+// VRAMKIT_POOL_SLACK: a fraction ("0.02" or "2%") for the vmm pool; refused when malformed or
+// with the classic pool.
+TEST_F(CApi, ReadsTheGrowthSlackAndRefusesItWhereItDoesNotApply) {
+  setenv("VRAMKIT_POOL_SLACK", "5%", 1);
+  void* p = vramkit_malloc(4096, 0, nullptr);
+  ASSERT_NE(p, nullptr);
+  vramkit_free(p, 4096, 0, nullptr);
+  setenv("VRAMKIT_POOL_SLACK", "lots", 1);
+  EXPECT_EQ(vramkit_malloc(4096, 1, nullptr), nullptr);
+  EXPECT_NE(last_error().find("VRAMKIT_POOL_SLACK: expected a fraction such as 0.02 or 2% (got "
+                              "'lots')"),
+            std::string::npos)
+      << last_error();
+  setenv("VRAMKIT_POOL_SLACK", "-1", 1);
+  EXPECT_EQ(vramkit_malloc(4096, 1, nullptr), nullptr);
+  setenv("VRAMKIT_POOL_SLACK", "0", 1);
+  setenv("VRAMKIT_POOL_KIND", "pool", 1);
+  EXPECT_EQ(vramkit_malloc(4096, 1, nullptr), nullptr);
+  EXPECT_NE(last_error().find("VRAMKIT_POOL_SLACK applies to the virtual-memory pool only"),
+            std::string::npos)
+      << last_error();
+  unsetenv("VRAMKIT_POOL_KIND");
+  unsetenv("VRAMKIT_POOL_SLACK");
+}
+
 TEST_F(CApi, ReadsPoolOptionsFromTheEnvironmentAndRejectsBadOnes) {
   setenv("VRAMKIT_POOL_ROUNDING", "4KiB", 1);
   void* p = vramkit_malloc(100, 0, nullptr);
