@@ -8,13 +8,12 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <memory_resource>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "free_index.hpp"
 #include "mr/nvtx_range.hpp"
+#include "pointer_map.hpp"
 #include "vramkit/core/error.hpp"
 
 namespace vramkit::mr {
@@ -84,8 +83,7 @@ struct vmm_pool_resource::impl {
   arena small_arena, large_arena;
   std::vector<std::unique_ptr<stream_state>> streams;
   stream_state* last_stream = nullptr;
-  std::pmr::unsynchronized_pool_resource node_pool;
-  std::pmr::unordered_map<std::uintptr_t, block*> live{&node_pool};
+  detail::pointer_map<block> live;  // blocks handed out, by address
   std::vector<block*> spare;
   std::vector<physical_handle> cache;  // unmapped granules, ready to map anywhere
   std::size_t cache_from_reclaim = 0;  // of `cache`, granules unmapped from free space
@@ -178,7 +176,7 @@ struct vmm_pool_resource::impl {
     b->state = block_state::allocated;
     b->requested = bytes;
     b->stream = st;
-    live.emplace(b->ptr, b);
+    live.insert(b->ptr, b);
     const bool small = b->owner->small;
     stats.allocated_bytes.add(small, static_cast<std::int64_t>(b->size));
     stats.requested_bytes.add(small, static_cast<std::int64_t>(bytes));
@@ -695,7 +693,6 @@ vmm_pool_resource::vmm_pool_resource(std::shared_ptr<device_api> api, vmm_pool_o
   std::size_t va = s.opt.address_space_bytes;
   if (va == 0) va = 2 * s.api->properties(s.api->current_device()).total_memory_bytes;
   va = align_up(std::max(va, s.g), s.g);
-  s.live.reserve(4096);
   s.init_arena(s.large_arena, false, va);
   try {
     s.init_arena(s.small_arena, true, va);
@@ -790,15 +787,15 @@ void vmm_pool_resource::do_deallocate(void* ptr, std::size_t bytes, std::size_t,
   misuse_report misuse;
   {
     std::lock_guard lock(s.m);
-    auto it = s.live.find(reinterpret_cast<std::uintptr_t>(ptr));
-    if (it == s.live.end()) {
+    const std::size_t slot = s.live.find(reinterpret_cast<std::uintptr_t>(ptr));
+    if (slot == detail::pointer_map<block>::npos) {
       misuse.kind = misuse_report::kind_t::foreign_pointer;
-    } else if (block* b = it->second;
+    } else if (block* b = s.live.at(slot);
                align_up(bytes, s.opt.rounding) != align_up(b->requested, s.opt.rounding)) {
       misuse.kind = misuse_report::kind_t::wrong_size;
       misuse.expected_bytes = b->requested;
     } else {
-      s.live.erase(it);
+      s.live.erase_at(slot);
       const bool small = b->owner->small;
       s.stats.allocated_bytes.remove(small, static_cast<std::int64_t>(b->size));
       s.stats.requested_bytes.remove(small, static_cast<std::int64_t>(b->requested));
