@@ -105,6 +105,16 @@ def training(out, lines):
             r["peak_reserved_bytes"] / 2**20, r["peak_allocated_bytes"] / 2**20,
             f3(r["peak_reserved_bytes"] / exp) if exp else "-",
             "-" if k == "torch" else r.get("losses_identical_to_torch")))
+    for k in ("vramkit_vmm", "vramkit"):
+        mp = tr.get(k, {}).get("timed_steps_mapping")
+        if mp:
+            n = len(tr[k]["step_s"]) - tr[k].get("warmup", 0)
+            lines.append("")
+            lines.append("%s (%s) during the %d timed steps: %d granules mapped, %d remapped, %.1f ms mapping and "
+                         "unmapping (%.2f ms per step)" % (
+                             k, tr[k].get("pool", "?"), n, mp["vmm.granules_mapped"], mp["vmm.granules_remapped"],
+                             (mp["vmm.map_ns"] + mp["vmm.unmap_ns"]) / 1e6,
+                             (mp["vmm.map_ns"] + mp["vmm.unmap_ns"]) / 1e6 / max(1, n)))
     m = tr.get("vramkit_vmm")
     if m:
         step = m["median_step_s"] / t["median_step_s"]

@@ -67,7 +67,13 @@ def run_one(args):
     batches = [torch.randint(0, config.vocab_size, (args.batch, args.seq), generator=gen)
                for _ in range(args.steps)]
     losses, times = [], []
+    vmm_keys = ("vmm.granules_mapped", "vmm.granules_remapped", "vmm.map_ns", "vmm.unmap_ns")
+    mapping_at_warmup = None
     for step in range(args.steps):
+        if args.run == "vramkit" and step == args.warmup:
+            import vramkit_torch
+            st = vramkit_torch.memory_stats()
+            mapping_at_warmup = {k: st.get(k, 0) for k in vmm_keys}
         ids = batches[step].cuda(non_blocking=False)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -97,6 +103,10 @@ def run_one(args):
         res["peak_allocated_bytes"] = st["allocated_bytes.all.peak"]
         res["peak_requested_bytes"] = st["requested_bytes.all.peak"]
         res["cross_stream_waits"] = st["num_cross_stream_waits"]
+        res["pool"] = st.get("resource", "?")
+        if mapping_at_warmup is not None:
+            # Mapping work of the virtual-memory pool during the timed steps (what it costs per step).
+            res["timed_steps_mapping"] = {k: st.get(k, 0) - mapping_at_warmup[k] for k in vmm_keys}
         res["misuse_reports"] = st["num_misuse_reports"]
     res["peak_reserved_over_peak_allocated"] = res["peak_reserved_bytes"] / max(1, res["peak_allocated_bytes"])
     return res

@@ -253,7 +253,8 @@ void vmm_stress(int streams, std::uint32_t seed, std::size_t capacity) {
       for (std::size_t k : touch_points(l.bytes)) ASSERT_EQ(c[k], l.tag) << "offset " << k;
     }
   };
-  for (int op = 0; op < 1500; ++op) {
+  const int ops = 1500 * vramkit::testing::stress_scale();
+  for (int op = 0; op < ops; ++op) {
     const bool alloc = model.empty() || coin(rng) < 52;
     if (alloc) {
       // A sequence length per "step" scales activations, as in training with varying lengths.
@@ -319,7 +320,7 @@ TEST(VmmPoolResourceStress, ThreadsOnSeveralStreamsNeverShareALiveBlock) {
     workers.emplace_back([&, t] {
       std::mt19937 rng(200 + t);
       std::vector<std::tuple<void*, std::size_t, int>> mine;
-      for (int op = 0; op < 300; ++op) {
+      for (int op = 0; op < 300 * vramkit::testing::stress_scale(); ++op) {
         if (mine.size() < 8 && (mine.empty() || rng() % 2 == 0)) {
           const std::size_t n = 256 + rng() % (rng() % 4 == 0 ? 6 * MiB : 8 * KiB);
           const int st = rng() % 3 == 0 ? threads : t;
