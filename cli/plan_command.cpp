@@ -139,7 +139,20 @@ void add_request_options(CLI::App* sub, plan::plan_request& r, plan_args& a) {
   add_enum(sub, "--precision", r.prec, &plan::parse_precision,
            "fp32, amp-bf16, amp-fp16, bf16 or fp8");
   add_enum(sub, "--optimizer", r.optimizer, &plan::parse_optimizer,
-           "sgd, sgd-momentum, adam, adamw or adamw-8bit");
+           "sgd, sgd-momentum, adam, adamw, adamw-fused, adamw-8bit or paged-adamw-8bit "
+           "(bitsandbytes; paged: states in CUDA managed memory)");
+  sub->add_flag("--optimizer-in-backward", r.optimizer_in_backward,
+                "step each parameter in its gradient hook and free the gradient at once "
+                "(torchtune's optimizer_in_bwd; one GPU, no gradient accumulation)");
+  sub->add_option("--lora-rank", r.lora_rank,
+                  "LoRA (PEFT) adapters of this rank, base frozen in the precision's 16-bit type; "
+                  "with --quant nf4: QLoRA");
+  sub->add_option_function<std::string>(
+         "--lora-targets",
+         [&r](const std::string& s) { r.lora_targets = plan::parse_lora_targets(s); },
+         "layers LoRA adapts: all (default), attention, mlp, or a list of q,k,v,o,gate,up,down")
+      ->default_str("all");
+  sub->add_option("--lora-dropout", r.lora_dropout, "LoRA dropout probability (default 0)");
   add_enum(sub, "--checkpointing", r.ckpt, &plan::parse_checkpointing, "none, full or selective");
   add_enum(sub, "--attention", r.attention, &plan::parse_attention, "sdpa, flash or eager");
   sub->add_option("--gpus", r.gpus, "GPUs in total")->capture_default_str();
@@ -173,7 +186,10 @@ void add_request_options(CLI::App* sub, plan::plan_request& r, plan_args& a) {
                   "(vramkit.compress_activations)");
   sub->add_flag("--allow-lossy", a.allow_lossy,
                 "let --fit consider lossy options (activation compression)");
-  add_enum(sub, "--quant", r.quant, &plan::parse_quant, "inference weights: none, int8 or int4");
+  add_enum(sub, "--quant", r.quant, &plan::parse_quant,
+           "weights: none, int8, int4, nf4 or fp8 at inference; nf4 with --lora-rank (QLoRA)");
+  add_enum(sub, "--kv-cache-dtype", r.kv_cache, &plan::parse_kv_cache,
+           "paged KV cache element type: auto (the model's) or fp8");
   add_enum(sub, "--serving", r.serving, &plan::parse_serving,
            "inference engine: generate (transformers) or paged (paged KV cache)");
 }

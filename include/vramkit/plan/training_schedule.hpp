@@ -69,6 +69,11 @@ struct schedule {
   std::vector<tensor_info> tensors;
   std::vector<tensor_event> events;
   int steps = 0;
+  /// Bytes allocated outside PyTorch's caching allocator and kept to the end (the paged
+  /// optimizer states of bitsandbytes, in CUDA managed memory).
+  std::uint64_t managed_bytes = 0;
+  /// Parameters that receive gradients (all of them, or the LoRA adapters).
+  std::uint64_t trainable_parameters = 0;
 };
 
 /// Watches the schedule while it is built. At the end of each unit of a repeated sequence (level

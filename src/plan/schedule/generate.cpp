@@ -50,6 +50,17 @@ struct kv_cache {
 
 void norm_temporaries(walker& w, u64 nh) {
   const int low = w.dt().low;
+  if (w.model().t.gemma_norm) {
+    // Gemma: x.float(), pow, normalised, * (1 + weight) in fp32, cast back.
+    tensor a = low != 4 ? w.alloc(nh * 4, tmp, "norm fp32") : tensor{};
+    w.transient(nh * 4, tmp, "norm pow");
+    tensor c = w.alloc(nh * 4, tmp, "norm normalised");
+    a.reset();
+    tensor d = w.alloc(nh * 4, tmp, "norm scaled");
+    c.reset();
+    if (low != 4) tensor y = w.alloc(nh * low, tmp, "norm output");
+    return;
+  }
   if (!w.model().t.layer_norm && low != 4) {
     // RMSNorm upcasts to fp32: input copy, pow, normalised, cast back.
     tensor a = w.alloc(nh * 4, tmp, "norm fp32");
@@ -231,6 +242,7 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
   const u64 nh = rows * D.h;
   const u64 nf = rows * D.f;
   tensor x = w.alloc(nh * low, tmp, "hidden states");
+  if (w.model().t.embed_scale) x = w.alloc(nh * low, tmp, "scaled embeddings");
   // Eager attention needs the (b, 1, q, kv) additive causal mask, built once per forward.
   tensor mask;
   if (w.request().attention == attention_kind::eager)
@@ -240,11 +252,22 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
     w.set_layer(l);
     norm_temporaries(w, nh);
     tensor proj = infer_attention(w, D, cache, l, rows, past);
+    const bool sandwich = w.model().t.sandwich_norm;
+    if (sandwich) {
+      norm_temporaries(w, nh);
+      proj = w.alloc(nh * low, tmp, "post-attention norm");
+    }
     tensor h1 = w.alloc(nh * low, tmp, "residual");
     proj.reset();
     x.reset();
     w.transient(nh * low, tmp, "norm output");
     x = w.model().t.sparse(l) ? infer_moe(w, rows, nh) : infer_mlp(w, rows, nh, nf);
+    if (sandwich) {
+      // post_feedforward_layernorm on the MLP output, then the residual add.
+      norm_temporaries(w, nh);
+      x = w.alloc(nh * low, tmp, "post-MLP norm");
+      x = w.alloc(nh * low, tmp, "residual");
+    }
     h1.reset();
   }
   w.set_layer(-1);
@@ -253,6 +276,12 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
   w.transient(static_cast<u64>(D.b) * D.h * low, tmp, "final norm (last token)");
   tensor lg =
       w.alloc(static_cast<u64>(D.b * V) * low, component::logits_and_loss, "logits (last token)");
+  if (w.model().t.final_softcap > 0) {
+    // Gemma-2 soft-caps the last position's logits: / cap, tanh, * cap.
+    lg = w.alloc(static_cast<u64>(D.b * V) * low, component::logits_and_loss, "softcap");
+    lg = w.alloc(static_cast<u64>(D.b * V) * low, component::logits_and_loss, "softcap tanh");
+    lg = w.alloc(static_cast<u64>(D.b * V) * low, component::logits_and_loss, "softcap scaled");
+  }
   tensor l32 =
       w.alloc(static_cast<u64>(D.b * V) * 4, component::logits_and_loss, "next-token logits fp32");
   lg.reset();
@@ -295,7 +324,9 @@ void generate(walker& w) {
   D.d = t.head_dim;
   D.f = t.intermediate / r.tp;
   D.layers = t.layers / r.pp;
-  D.kv_tok = static_cast<u64>(D.kv * D.d) * w.dt().low;
+  // A paged engine may keep its cache in fp8 (one byte per element, per-layer scales).
+  const u64 kvb = r.kv_cache == kv_cache_kind::fp8 ? 1 : static_cast<u64>(w.dt().low);
+  D.kv_tok = static_cast<u64>(D.kv * D.d) * kvb;
   if (t.latent_attention()) {
     const auto& mla = t.mla;
     // transformers' cache holds the decompressed per-head keys (qk_nope + qk_rope) and values
@@ -305,7 +336,7 @@ void generate(walker& w) {
     const u64 per_token = r.serving == serving_kind::paged
                               ? static_cast<u64>(mla.kv_lora_rank + mla.qk_rope)
                               : static_cast<u64>(D.kv * (mla.qk_nope + mla.qk_rope + mla.v_head));
-    D.kv_tok = per_token * w.dt().low / 2;
+    D.kv_tok = per_token * kvb / 2;
   }
   kv_cache cache{std::vector<tensor>(D.layers), std::vector<tensor>(D.layers)};
   w.keep(static_cast<u64>(b * p) * 16, component::inputs, "input ids and mask");

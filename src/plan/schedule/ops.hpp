@@ -31,7 +31,10 @@ tensor layer_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int 
 /// transformers' RMSNorm: upcast to fp32, pow(2).mean, x * rsqrt(var + eps), weight * x.to(dtype).
 tensor rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p);
 
-/// The model's norm: LayerNorm or RMSNorm.
+/// Gemma's RMSNorm: normalised in fp32, times (1 + weight.float()), cast back to x's dtype.
+tensor gemma_rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p);
+
+/// The model's norm: LayerNorm, RMSNorm or Gemma's RMSNorm.
 tensor norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p);
 
 /// Out-of-place add with type promotion; gradients pass through (cast when dtypes differ).

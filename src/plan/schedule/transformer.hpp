@@ -56,4 +56,7 @@ tensor run_layer(walker& w, const tensor& x, int layer);
 /// Forward and loss of one micro-batch of a language model; returns the loss.
 tensor lm_forward_loss(walker& w);
 
+/// Forward and loss of one micro-batch of transformers' ViT image classifier.
+tensor hf_vit_forward_loss(walker& w);
+
 }  // namespace vramkit::plan::detail
