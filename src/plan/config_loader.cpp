@@ -35,6 +35,7 @@ const std::vector<std::string> k_model_types = {"gpt2",
                                                 "gemma2",
                                                 "gemma3_text",
                                                 "gpt_neox",
+                                                "falcon",
                                                 "bert",
                                                 "roberta",
                                                 "vit",
@@ -398,6 +399,41 @@ model_description parse_gemma(const fields& f, const std::string& type) {
   return m;
 }
 
+/// Falcon: one fused query_key_value projection (multi-query: 2 extra heads; the new decoder
+/// architecture: num_kv_heads groups of heads + 2), full rotary, attention and MLP in parallel
+/// (Falcon-7B: one LayerNorm for both; the new architecture: ln_attn and ln_mlp), 4h GELU MLP,
+/// tied head.
+model_description parse_falcon(const fields& f) {
+  model_description m;
+  m.family = model_family::falcon;
+  auto& t = m.t;
+  t.hidden = f.integer("hidden_size", 1, k_max_hidden);
+  t.layers = f.integer("num_hidden_layers", 1, k_max_layers);
+  t.heads = f.integer("num_attention_heads", 1, 4096);
+  t.vocab = f.integer("vocab_size", 1, k_max_vocab);
+  t.max_context = f.integer_or("max_position_embeddings", 0, 1, k_max_positions);
+  if (f.boolean_or("alibi", false)) f.fail("alibi = true is not modelled for falcon");
+  const bool new_arch = f.boolean_or("new_decoder_architecture", false);
+  const bool mq = f.boolean_or("multi_query", true);
+  t.kv_heads = new_arch ? f.integer_or("num_kv_heads", t.heads, 1, 4096) : (mq ? 1 : t.heads);
+  t.head_dim = f.integer_or("head_dim", 0, 1, 4096);
+  t.intermediate = f.integer_or("ffn_hidden_size", 4 * t.hidden, 1, 64 * k_max_hidden);
+  t.rotary_fraction = 1.0;
+  const bool parallel = f.boolean_or("parallel_attn", true);
+  if (!parallel && !new_arch) f.fail("parallel_attn = false is not modelled for falcon");
+  t.parallel_residual = true;
+  t.shared_parallel_norm =
+      !new_arch || f.integer_or("num_ln_in_parallel_attn", new_arch ? 2 : 1, 1, 2) == 1;
+  t.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
+  t.qkv_bias = t.out_bias = t.mlp_bias = f.boolean_or("bias", false);
+  t.layer_norm = true;
+  t.mlp = mlp_kind::gelu;
+  t.attention_dropout = f.number_or("attention_dropout", 0.0, 0, 1);
+  t.hidden_dropout = f.number_or("hidden_dropout", 0.0, 0, 1);
+  check_heads(f, t, "num_attention_heads");
+  return m;
+}
+
 model_description parse_neox(const fields& f) {
   model_description m;
   m.family = model_family::gpt_neox;
@@ -548,6 +584,8 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
     m = parse_deepseek(f, type);
   else if (type == "gpt_neox")
     m = parse_neox(f);
+  else if (type == "falcon")
+    m = parse_falcon(f);
   else if (type == "bert" || type == "roberta" || type == "xlm-roberta")
     m = parse_bert(f);
   else if (type == "gemma2" || type == "gemma3_text")

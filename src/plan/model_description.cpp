@@ -90,7 +90,7 @@ void transformer_params(const model_description& m, list& out) {
       add(out, "attn_out", q * h + (t.out_bias ? h : 0), l);
     }
     if (t.sandwich_norm) add(out, "post_attn_norm", norm, l);
-    add(out, "mlp_norm", norm, l);
+    if (!t.shared_parallel_norm) add(out, "mlp_norm", norm, l);
     if (t.sparse(l)) {
       // transformers 5 keeps the routed experts as two 3-D parameters per layer.
       add(out, "moe_router", moe.experts * h, l);

@@ -232,6 +232,10 @@ void build_schedule(const model_description& m, const plan_request& r, schedule&
       // Vision inference: the forward without saving, batch as given.
       w.set_grad(false);
       forward_loss(w);
+    } else if (m.family == model_family::bert) {
+      // An encoder's inference: one forward without saving, the logits made and dropped.
+      w.set_grad(false);
+      detail::lm_forward_loss(w, false);
     } else {
       detail::generate(w);
     }

@@ -86,6 +86,7 @@ struct transformer_shape {
   bool mlp_bias = false;
   bool layer_norm = true;          ///< LayerNorm with bias (false: RMSNorm without bias)
   bool parallel_residual = false;  ///< GPT-NeoX: attention and MLP read the same input
+  bool shared_parallel_norm = false;  ///< Falcon-7B: one LayerNorm feeds attention and MLP
   mlp_kind mlp = mlp_kind::gelu;
   double attention_dropout = 0;
   double hidden_dropout = 0;

@@ -5,8 +5,6 @@
 
 namespace vramkit::plan::detail {
 
-namespace {
-
 tensor rope(walker& w, const tensor& src, u64 n, const char* label) {
   const int low = w.dt().low;
   const int rb = w.dt().amp ? 4 : low;
@@ -20,8 +18,6 @@ tensor rope(walker& w, const tensor& src, u64 n, const char* label) {
   b.reset();
   return c;
 }
-
-}  // namespace
 
 tensor llama_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
                        const layer_params& p) {

@@ -96,6 +96,48 @@ void eager_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   p = w.alloc(n_s * low, tmp, "softmax cast");
 }
 
+/// SDPA's math fallback at inference (Falcon's multi-query heads without enable_gqa): fp32 copies
+/// of q, k, v, the scaled query, the key and value broadcast over the query heads, fp32 scores
+/// and softmax, the (dropped) weights cast and the output cast; an (q, kv) mask when causal.
+void math_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
+  const int low = w.dt().low;
+  const u64 nq = static_cast<u64>(D.b * D.heads * q_len * D.d);
+  const u64 nkv = static_cast<u64>(D.b * D.kv * kv_len * D.d);
+  const u64 nx = static_cast<u64>(D.b * D.heads * kv_len * D.d);
+  const u64 ns = static_cast<u64>(D.b * D.heads) * static_cast<u64>(q_len * kv_len);
+  tensor q32 = w.alloc(nq * 4, tmp, "sdpa math fp32 query");
+  tensor k32 = w.alloc(nkv * 4, tmp, "sdpa math fp32 key");
+  tensor v32 = w.alloc(nkv * 4, tmp, "sdpa math fp32 value");
+  tensor qs = w.alloc(nq * 4, tmp, "sdpa math scaled query");
+  q32.reset();
+  tensor mask;
+  if (q_len > 1) {
+    const u64 m = static_cast<u64>(q_len * kv_len);
+    tensor ones = w.alloc(m, tmp, "causal mask (bool)");
+    tensor tril = w.alloc(m, tmp, "causal mask (tril)");
+    ones.reset();
+    w.transient(m, tmp, "causal mask (not)");
+    mask = w.alloc(m * 4, tmp, "causal mask (float)");
+  }
+  tensor ks = w.alloc(nkv * 4, tmp, "sdpa math scaled key");
+  k32.reset();
+  tensor kx = w.alloc(nx * 4, tmp, "sdpa math key broadcast copy");
+  ks.reset();
+  tensor sc = w.alloc(ns * 4, tmp, "sdpa math scores");
+  qs.reset();
+  kx.reset();
+  tensor sm = w.alloc(ns * 4, tmp, "sdpa math softmax");
+  sc.reset();
+  mask.reset();
+  tensor vx = w.alloc(nx * 4, tmp, "sdpa math value broadcast copy");
+  v32.reset();
+  tensor o32 = w.alloc(nq * 4, tmp, "sdpa math output");
+  vx.reset();
+  w.transient(ns * low, tmp, "sdpa math weights cast");
+  sm.reset();
+  tensor o = w.alloc(nq * low, tmp, "sdpa math output cast");
+}
+
 /// Attention of one layer: projections, RoPE, the cache append, the output projection.
 tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u64 rows, i64 past) {
   const int low = w.dt().low;
@@ -114,7 +156,10 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
   // between steps, so each step's cat holds at most window - 1 cached tokens plus the new ones.
   const auto& t = w.model().t;
   const i64 cached = t.sliding(l) ? std::min<i64>(past, t.sliding_window - 1) : past;
-  if (w.request().attention == attention_kind::eager) eager_scores(w, D, q_len, cached + q_len);
+  if (w.request().attention == attention_kind::eager)
+    eager_scores(w, D, q_len, cached + q_len);
+  else if (t.shared_parallel_norm && t.kv_heads == 1 && t.heads > 1)
+    math_scores(w, D, q_len, cached + q_len);
   if (w.request().serving == serving_kind::generate) {
     // DynamicCache: keys = cat([keys, new]) allocates the grown tensor, then the old one dies.
     const u64 total = static_cast<u64>(D.b) * (cached + q_len) * D.kv_tok;

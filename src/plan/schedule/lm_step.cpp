@@ -46,7 +46,7 @@ tensor head_input(walker& w, const dims& D, const tensor& x, int xb) {
 
 }  // namespace
 
-tensor lm_forward_loss(walker& w) {
+tensor lm_forward_loss(walker& w, bool with_loss) {
   const auto& t = w.model().t;
   const auto& r = w.request();
   const dims D = lm_dims(w);
@@ -55,7 +55,7 @@ tensor lm_forward_loss(walker& w) {
   w.set_phase(phase::forward);
   w.set_layer(-1);
   tensor ids = w.alloc(rows * 8, component::inputs, "input ids");
-  tensor labels = w.alloc(rows * 8, component::inputs, "labels");
+  tensor labels = with_loss ? w.alloc(rows * 8, component::inputs, "labels") : tensor{};
   tensor x = embeddings(w, D, ids);
   // A causal eager mask (b, 1, s, s) in the residual dtype lives through the forward.
   tensor mask;
@@ -85,6 +85,13 @@ tensor lm_forward_loss(walker& w) {
     logits = w.op(nl, "logits softcap tanh", {edge{logits, nl}}, {}, {}, 0, ll);
     w.save_output(logits);
     logits = w.op(nl, "logits softcap scaled", {edge{logits, nl}}, {}, {}, 0, ll);
+  }
+  if (!with_loss) {
+    logits.reset();
+    w.clear_autocast_cache();
+    mask.reset();
+    ids.reset();
+    return {};
   }
   // transformers' ForCausalLMLoss calls logits.float(); BertForMaskedLM hands 16-bit logits to
   // CrossEntropyLoss.

@@ -185,6 +185,53 @@ tensor selective_eager_attention(walker& w, const dims& D, const attention_input
 
 }  // namespace
 
+tensor math_attention(walker& w, const dims& D, const tensor& q, const tensor& k,
+                      const tensor& v, int in_bytes, bool causal) {
+  const u64 nq = static_cast<u64>(D.tok() * D.heads * D.d);
+  const u64 nkv = static_cast<u64>(D.tok() * D.kv * D.d);
+  const i64 s = D.s * D.sp;
+  const u64 ns = static_cast<u64>(D.b * D.heads) * static_cast<u64>(s * s);
+  constexpr auto tmp = component::temporaries;
+  auto up = [&](const tensor& t, u64 n) {
+    return in_bytes != 4 ? w.op(n * 4, "sdpa math fp32 input", {edge{t, n * in_bytes}}, {}) : t;
+  };
+  tensor q32 = up(q, nq);
+  tensor k32 = up(k, nkv);
+  tensor v32 = up(v, nkv);
+  tensor qs = w.op(nq * 4, "sdpa math scaled query", {edge{q32, nq * 4}}, {});
+  q32.reset();
+  tensor mask;
+  if (causal) {
+    // ones(s, s, bool).tril(), then a float mask (where(logical_not, -inf, 0)).
+    tensor ones = w.alloc(static_cast<u64>(s * s), tmp, "causal mask (bool)");
+    tensor tril = w.alloc(static_cast<u64>(s * s), tmp, "causal mask (tril)");
+    ones.reset();
+    w.transient(static_cast<u64>(s * s), tmp, "causal mask (not)");
+    mask = w.alloc(static_cast<u64>(s * s) * 4, tmp, "causal mask (float)");
+  }
+  tensor ks = w.op(nkv * 4, "sdpa math scaled key", {edge{k32, nkv * 4}}, {});
+  k32.reset();
+  tensor kx = w.op(nq * 4, "sdpa math key broadcast copy", {edge{ks, nkv * 4}}, {});
+  ks.reset();
+  tensor sc = w.op(ns * 4, "sdpa math scores", {edge{qs, nq * 4}, edge{kx, nq * 4}}, {qs, kx});
+  qs.reset();
+  kx.reset();
+  // attn.add_(mask) in place; _safe_softmax saves its output.
+  tensor sm = w.op(ns * 4, "sdpa math softmax", {edge{sc, ns * 4}}, {});
+  w.save_output(sm);
+  sc.reset();
+  mask.reset();
+  tensor vx = w.op(nq * 4, "sdpa math value broadcast copy", {edge{v32, nkv * 4}}, {});
+  v32.reset();
+  tensor o32 = w.op(nq * 4, "sdpa math output", {edge{sm, ns * 4}, edge{vx, nq * 4}}, {sm, vx});
+  vx.reset();
+  // The second output, attn.to(origin dtype), is made and dropped.
+  if (in_bytes != 4) w.transient(ns * in_bytes, tmp, "sdpa math weights cast");
+  sm.reset();
+  if (in_bytes == 4) return o32;
+  return w.op(nq * in_bytes, "sdpa math output cast", {edge{o32, nq * 4}}, {});
+}
+
 tensor attention(walker& w, const dims& D, const attention_inputs& in) {
   const auto& r = w.request();
   if (r.attention != attention_kind::eager || !w.grad_on()) return sdpa(w, D, in);

@@ -78,10 +78,21 @@ tensor pre_norm_block(walker& w, const transformer_family& fam, const dims& D, c
   // Gemma: post_attention_layernorm on the attention output before the residual add.
   if (t.sandwich_norm) od = norm(w, od, rows, D.h, low, p.post_attn_norm);
   if (t.parallel_residual) {
-    tensor n2 = norm(w, x, rows, D.h, xb, p.mlp_norm);
+    // Falcon-7B's MLP reads the attention's LayerNorm output; GPT-NeoX and the new Falcon
+    // architecture norm x again.
+    tensor n2 = t.shared_parallel_norm ? n1 : norm(w, x, rows, D.h, xb, p.mlp_norm);
     n1.reset();
     tensor m = mlp(w, D, n2, nb, p);
     n2.reset();
+    if (w.model().family == model_family::falcon) {
+      // mlp_output += attention_output (in place), then dropout_add(mlp_output, residual).
+      const tensor sum = w.op(0, "mlp += attention (in place)",
+                              {edge{m, nh * low, true}, edge{od, nh * low, true}}, {});
+      od.reset();
+      tensor y = add(w, sum, low, x, xb, nh, "residual");
+      m.reset();
+      return y;
+    }
     m = dropout(w, m, nh, low, t.hidden_dropout, "residual dropout");
     m = add(w, m, low, od, low, nh, "parallel sum");
     od.reset();

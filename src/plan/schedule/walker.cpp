@@ -406,6 +406,7 @@ std::vector<lora_shape> lora_shapes(const model_description& m, int l) {
             f = t.intermediate;
   std::vector<lora_shape> v;
   const bool packed_qkv = m.family == model_family::gpt2 || m.family == model_family::gpt_neox ||
+                          m.family == model_family::falcon ||
                           m.family == model_family::phi3;
   if (packed_qkv) {
     v.push_back({lora_target::q | lora_target::k | lora_target::v, h, q + 2 * kv});
