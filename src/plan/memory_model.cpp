@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -70,7 +71,14 @@ namespace {
 /// return the allocator to the state they started from (schedule_observer).
 class replay final : public schedule_observer {
  public:
-  explicit replay(caching_allocator_model& a) : alloc(a) { alloc.clear(); }
+  replay(caching_allocator_model& a, bool stop_on_oom) : alloc(a), stop_on_oom_(stop_on_oom) {
+    alloc.clear();
+  }
+  bool stop(const schedule& s) override {
+    if (!stop_on_oom_) return false;
+    run_to_end(s);
+    return alloc.out_of_memory_count() > 0;
+  }
 
   void run_to_end(const schedule& s) {
     handle_.resize(s.tensors.size(), 0);
@@ -124,11 +132,17 @@ class replay final : public schedule_observer {
   std::uint64_t best_ = 0;
   std::size_t next_ = 0;
   std::vector<std::uint64_t> state_[2];
+  bool stop_on_oom_ = false;
 };
 
 }  // namespace
 
 plan_result make_plan(const model_description& m, plan_request r, const device_overheads& o) {
+  return make_plan(m, std::move(r), o, plan_scope::whole);
+}
+
+plan_result make_plan(const model_description& m, plan_request r, const device_overheads& o,
+                      plan_scope scope) {
   r.validate(m);
   plan_result p;
   p.model = m;
@@ -143,7 +157,7 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
   // events.
   thread_local schedule s;
   thread_local caching_allocator_model model;
-  replay rp(model);
+  replay rp(model, scope == plan_scope::until_out_of_memory);
   if (r.device_capacity_bytes != 0) {
     // What the caching allocator can get: the GPU's memory less the context (at least a byte,
     // so that a GPU smaller than the context makes every allocation fail).

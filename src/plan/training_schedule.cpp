@@ -180,6 +180,7 @@ void train_steps(walker& w, const std::vector<parameter_tensor>& params, schedul
       if (cb.zero3_gather)
         gathered = w.alloc(cb.zero3_gather, component::weights, "ZeRO-3 gathered layers");
       for (i64 k = 0; k < inflight && mb + k < accum; ++k) losses.push_back(forward_loss(w));
+      if (observer != nullptr && observer->stop(s)) return;
       // Communication buffers live through backward: DDP copies gradients into buckets
       // covering all parameters (gradient_as_bucket_view=False); ZeRO reduces through one
       // bucket of reduce_bucket_size elements.
@@ -191,6 +192,7 @@ void train_steps(walker& w, const std::vector<parameter_tensor>& params, schedul
       if (cb.zero_bucket)
         bucket = w.alloc(cb.zero_bucket, component::temporaries, "ZeRO reduce bucket");
       w.backward(losses);
+      if (observer != nullptr && observer->stop(s)) return;
       bucket.reset();
       gathered.reset();
       for (auto& loss : losses) loss.reset();
@@ -203,6 +205,7 @@ void train_steps(walker& w, const std::vector<parameter_tensor>& params, schedul
     // ZeRO-2/3: gradients are reduce-scattered; each rank keeps its shard (modelled as the
     // full gradients shrinking to the shard after backward).
     detail::optimizer_step(w);
+    if (observer != nullptr && observer->stop(s)) return;
     w.zero_grad();
     // Steps after the first repeat the same events (optimizer states exist).
     if (observer != nullptr && step + 1 < r.steps && observer->repeat_point(s, 0, step >= 1)) break;

@@ -66,6 +66,13 @@ struct plan_result {
 plan_result make_plan(const model_description& m, plan_request r,
                       const device_overheads& o = default_overheads());
 
+/// How much of a request to plan: all of it, or (for searches) a training run under a capacity
+/// only until the replay sees an allocation fail, checked after each forward, backward and
+/// optimizer step; such a plan has fits() false and figures of the part replayed only.
+enum class plan_scope { whole, until_out_of_memory };
+plan_result make_plan(const model_description& m, plan_request r, const device_overheads& o,
+                      plan_scope scope);
+
 /// One JSON object: the figures, peak_phase, components [{name, bytes, where}], the inputs
 /// echoed, schema_version.
 std::string to_json(const plan_result& p);

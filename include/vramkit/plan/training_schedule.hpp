@@ -88,6 +88,12 @@ class schedule_observer {
   virtual ~schedule_observer() = default;
   /// Returns true to skip the remaining units identical to the one just finished.
   virtual bool repeat_point(const schedule& s, int level, bool comparable) = 0;
+  /// Asked after each forward, backward and optimizer step of training: true ends the schedule
+  /// there (a search that already knows the run does not fit needs no more of it).
+  virtual bool stop(const schedule& s) {
+    (void)s;
+    return false;
+  }
 };
 
 /// Builds the schedule for one GPU (the most loaded rank) of the request. The request must be
