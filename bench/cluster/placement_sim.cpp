@@ -5,20 +5,25 @@
 //   shards by count    Slurm GRES shards without memory: a fixed number of slots per GPU; a job
 //                      whose memory does not fit next to the others fails (out of memory) and is
 //                      resubmitted for a whole GPU
-//   MIG-like           fixed partitions (half the GPUs whole, half as 4/8 + 2/8 + 1/8 + 1/8 of the
-//                      memory with 3/7, 2/7, 1/7, 1/7 of the compute); a job takes the smallest
-//                      partition that holds its request
+//   MIG-like           fixed partitions (half the nodes with whole GPUs, half with every GPU as
+//                      4/8 + 2/8 + 1/8 + 1/8 of the memory with 3/7, 2/7, 1/7, 1/7 of the
+//                      compute); a job takes the smallest partition that holds its request;
+//                      multi-GPU jobs take whole GPUs
 //   HAMi-style         placement by declared requests only (no live data): node binpack, GPU
 //                      spread (HAMi's defaults), at most 10 jobs per GPU, requests capped
-//   vramkit            requests reserved until the node's exporter shows the job's real use, then
-//                      the observed figure (extender reservations + live data); pack; capped
+//   requests, spread   vramkit spread's scoring on requests alone, to isolate what live data adds
+//   vramkit pack /     requests reserved until the node's exporter shows the job's real use, then
+//   vramkit spread     the observed figure (extender reservations + live data); capped; the
+//                      extender's two policies
 // Jobs: per-GPU sizes from the planner for common models; real use = estimate x a ratio drawn
 // from the planner's measured accuracy on an H200 (measured / predicted, nvidia-smi column of
 // docs/results/2026-11-29-h200-plan-accuracy.md); requests = estimate + 10%, in whole GiB.
 // Multi-GPU training jobs (2, 4, 8 GPUs on one node), long-running inference services, and a
 // slowdown when jobs share a GPU (each job has a compute demand; a GPU whose jobs demand more
-// than 1 runs them all proportionally slower). Usage: cluster_placement_sim [--nodes N]
-// [--target-p95 W] [--horizon T] [--seed N] [--quick]
+// than 1 runs them all proportionally slower; --no-slowdown turns it off). Usage:
+// cluster_placement_sim [--nodes N] [--target-p95 W] [--horizon T] [--seed N] [--no-slowdown]
+// [--hand-requests] [--quick]; --hand-requests: requests written by hand (estimate x 0.9-2.5,
+// rounded up to sizes people write) instead of the planner's.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -154,9 +159,11 @@ std::vector<workload> workloads() {
   return out;
 }
 
-enum class policy { whole_gpu, shards, mig, hami, vramkit };
-constexpr policy k_policies[] = {policy::whole_gpu, policy::shards, policy::mig, policy::hami,
-                                 policy::vramkit};
+enum class policy { whole_gpu, shards, mig, hami, requests_spread, vramkit_pack, vramkit_spread };
+constexpr policy k_policies[] = {
+    policy::whole_gpu,       policy::shards,       policy::mig,           policy::hami,
+    policy::requests_spread, policy::vramkit_pack, policy::vramkit_spread};
+bool is_vramkit(policy p) { return p == policy::vramkit_pack || p == policy::vramkit_spread; }
 const char* name_of(policy p) {
   switch (p) {
     case policy::whole_gpu:
@@ -167,8 +174,12 @@ const char* name_of(policy p) {
       return "MIG-like partitions";
     case policy::hami:
       return "HAMi-style (requests only)";
-    case policy::vramkit:
-      return "vramkit (reservations + live)";
+    case policy::requests_spread:
+      return "requests only, spread";
+    case policy::vramkit_pack:
+      return "vramkit pack";
+    case policy::vramkit_spread:
+      return "vramkit spread";
   }
   return "?";
 }
@@ -183,7 +194,8 @@ struct job {
   double arrival = 0;
   double work = 0;  // run time at full speed
   std::uint64_t estimate = 0;
-  std::uint64_t real = 0;  // per GPU
+  std::uint64_t request = 0;  // per GPU, as submitted
+  std::uint64_t real = 0;     // per GPU
   int gpus = 1;
   double demand = 1.0;
   bool service = false;
@@ -195,8 +207,22 @@ struct stream_options {
   double service_share = 0.10;
   double service_mean = 5.0;
   double multi_gpu_share = 0.25;  // of training jobs
+  bool hand_requests = false;     // requests written by hand instead of from the planner
   unsigned seed = 1;
 };
+
+std::uint64_t request_of(const job& j);
+
+// A request written by hand: the estimate times a factor drawn log-uniformly from [0.9, 2.5]
+// (an assumption: people round up generously, and sometimes under-ask), rounded up to a size
+// people write.
+std::uint64_t hand_request(std::uint64_t estimate, double factor) {
+  constexpr std::uint64_t ladder[] = {2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 120, 140};
+  const double want = static_cast<double>(estimate) * factor;
+  for (std::uint64_t g : ladder)
+    if (static_cast<double>(g * GiB) >= want) return g * GiB;
+  return ladder[std::size(ladder) - 1] * GiB;
+}
 
 std::vector<job> make_stream(const std::vector<workload>& mix, const stream_options& o) {
   std::mt19937_64 rng(o.seed);
@@ -225,6 +251,8 @@ std::vector<job> make_stream(const std::vector<workload>& mix, const stream_opti
     j.real = static_cast<std::uint64_t>(static_cast<double>(w.bytes) * acc[0] / acc[1]);
     j.demand = service ? 0.4 : w.demand;
     if (w.train && u(rng) < o.multi_gpu_share) j.gpus = widths[pick_width(rng)];
+    const double factor = std::exp(std::log(0.9) + u(rng) * (std::log(2.5) - std::log(0.9)));
+    j.request = o.hand_requests ? hand_request(j.estimate, factor) : request_of(j);
     out.push_back(j);
   }
   return out;
@@ -281,8 +309,9 @@ struct run_result {
 
 class simulation {
  public:
-  simulation(policy p, int nodes, const std::vector<job>& stream, double warmup, double horizon)
-      : pol_(p), jobs_(stream), warmup_(warmup), horizon_(horizon) {
+  simulation(policy p, int nodes, const std::vector<job>& stream, double warmup, double horizon,
+             bool slowdown)
+      : pol_(p), jobs_(stream), warmup_(warmup), horizon_(horizon), slowdown_(slowdown) {
     build(nodes);
     state_.resize(jobs_.size());
   }
@@ -296,8 +325,7 @@ class simulation {
       if (arrival) {
         advance(jobs_[next].arrival);
         const int j = static_cast<int>(next++);
-        state_[static_cast<std::size_t>(j)].request =
-            request_of(jobs_[static_cast<std::size_t>(j)]);
+        state_[static_cast<std::size_t>(j)].request = jobs_[static_cast<std::size_t>(j)].request;
         if (!waiting_.empty() || !try_start(j)) enqueue(j);
       } else {
         const event e = events_.top();
@@ -347,7 +375,9 @@ class simulation {
         gpu x;
         x.total = t->total_bytes;
         if (pol_ == policy::mig) {
-          if (g < 4) {
+          // Half the nodes of each type keep whole GPUs (for multi-GPU and large jobs), half
+          // are partitioned.
+          if (n % 2 == 0) {
             x.parts = {{x.total, 1.0, -1}};
           } else {
             x.parts = {{x.total / 2, 3.0 / 7, -1},
@@ -394,6 +424,8 @@ class simulation {
           for (int p = 0; p < static_cast<int>(x.parts.size()); ++p) {
             const partition& pt = x.parts[static_cast<std::size_t>(p)];
             if (pt.holder >= 0 || pt.bytes < st.request) continue;
+            // NCCL does not run across MIG instances: multi-GPU jobs take whole GPUs.
+            if (jb.gpus > 1 && pt.compute < 1.0) continue;
             if (best < 0 || pt.bytes < x.parts[static_cast<std::size_t>(best)].bytes) best = p;
           }
           if (best >= 0) {
@@ -408,11 +440,19 @@ class simulation {
           // GPU policy spread: the GPU with the least requested.
           out.emplace_back(-static_cast<double>(x.requested) / total, g);
           break;
-        case policy::vramkit:
-          if (x.vramkit_used + st.request > x.total) break;
-          // pack: the GPU left fullest.
-          out.emplace_back(static_cast<double>(x.vramkit_used + st.request) / total, g);
+        case policy::requests_spread:
+          // vramkit spread's scoring over requests alone: what live data adds, isolated.
+          if (x.requested + st.request > x.total) break;
+          out.emplace_back(1.0 - static_cast<double>(x.requested + st.request) / total, g);
           break;
+        case policy::vramkit_pack:
+        case policy::vramkit_spread: {
+          if (x.vramkit_used + st.request > x.total) break;
+          // pack: the GPU left fullest; spread: the GPU left emptiest (place_on_node's scores).
+          const double full = static_cast<double>(x.vramkit_used + st.request) / total;
+          out.emplace_back(pol_ == policy::vramkit_pack ? full : 1.0 - full, g);
+          break;
+        }
       }
     }
   }
@@ -474,7 +514,9 @@ class simulation {
           if (jb.real > x.parts[static_cast<std::size_t>(c.parts[k])].bytes) return true;
           break;
         case policy::hami:
-        case policy::vramkit:
+        case policy::requests_spread:
+        case policy::vramkit_pack:
+        case policy::vramkit_spread:
           if (jb.real > st.request || x.real_used + jb.real > x.total) return true;
           break;
       }
@@ -520,7 +562,7 @@ class simulation {
       real_used_ += jb.real;
     }
     ++running_jobs_;
-    if (pol_ == policy::vramkit) events_.push({now_ + k_observe_delay, kind::observe, j, 0});
+    if (is_vramkit(pol_)) events_.push({now_ + k_observe_delay, kind::observe, j, 0});
     rerate(c);
     return true;
   }
@@ -534,6 +576,7 @@ class simulation {
   // on a MIG-like partition its compute share over its demand. Multi-GPU jobs run at their
   // slowest GPU's pace.
   double rate_of(int j) const {
+    if (!slowdown_) return 1.0;
     const job_state& st = state_[static_cast<std::size_t>(j)];
     const job& jb = jobs_[static_cast<std::size_t>(j)];
     double r = 1.0;
@@ -667,6 +710,7 @@ class simulation {
   policy pol_;
   const std::vector<job>& jobs_;
   double warmup_, horizon_;
+  bool slowdown_;
   std::vector<node> nodes_;
   std::vector<job_state> state_;
   std::priority_queue<event, std::vector<event>, std::greater<>> events_;
@@ -680,12 +724,14 @@ class simulation {
 };
 
 struct settings {
-  int nodes = 64;
+  int nodes = 32;
   double target = 0.1;  // p95 wait, in mean batch run times
   double horizon = 60;
   double warmup = 20;
   unsigned seed = 1;
   bool quick = false;
+  bool slowdown = true;
+  bool hand_requests = false;
 };
 
 run_result run_once(policy p, int nodes, double rate, const std::vector<workload>& mix,
@@ -694,12 +740,18 @@ run_result run_once(policy p, int nodes, double rate, const std::vector<workload
   o.rate = rate;
   o.horizon = s.horizon;
   o.seed = s.seed;
+  o.hand_requests = s.hand_requests;
   const std::vector<job> stream = make_stream(mix, o);
-  simulation sim(p, nodes, stream, s.warmup, s.horizon);
+  simulation sim(p, nodes, stream, s.warmup, s.horizon, s.slowdown);
   return sim.run();
 }
 
-bool meets(const run_result& r, double target) { return r.stable && r.p95_wait <= target; }
+// Within the target at steady state: the queue stays bounded, the p95 wait is within the target,
+// and the jobs running in the second half of the window are within 5% of the first half's (a
+// system whose occupancy still climbs is not at steady state, whatever its waits so far).
+bool meets(const run_result& r, double target) {
+  return r.stable && r.p95_wait <= target && r.occupancy_drift <= 0.05;
+}
 
 // The largest arrival rate at which `nodes` keep the p95 wait within the target (bisection; the
 // same seed at every rate, so the comparison between rates is of one stream, thinned or thickened).
@@ -737,7 +789,7 @@ int nodes_needed(policy p, double rate, const std::vector<workload>& mix, const 
 int usage() {
   std::fprintf(stderr,
                "usage: cluster_placement_sim [--nodes N] [--target-p95 W] [--horizon T] "
-               "[--seed N] [--quick]\n");
+               "[--seed N] [--no-slowdown] [--hand-requests] [--quick]\n");
   return 2;
 }
 
@@ -749,6 +801,10 @@ int main(int argc, char** argv) {
     const bool has_value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--quick")) {
       s.quick = true;
+    } else if (!std::strcmp(argv[i], "--no-slowdown")) {
+      s.slowdown = false;
+    } else if (!std::strcmp(argv[i], "--hand-requests")) {
+      s.hand_requests = true;
     } else if (!std::strcmp(argv[i], "--nodes") && has_value) {
       s.nodes = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--target-p95") && has_value) {
@@ -780,16 +836,25 @@ int main(int argc, char** argv) {
       "- jobs: Poisson arrivals; 90%% batch jobs (exponential run time, mean 1) drawn uniformly "
       "from the workloads below, a quarter of the training ones on 2, 4 or 8 GPUs of one node; "
       "10%% long-running inference services (mean 5); real use = estimate x a measured/predicted "
-      "ratio of the planner's H200 accuracy (0.91-1.10); requests = estimate + 10%%, whole GiB\n");
-  std::printf(
-      "- sharing slowdown: a GPU whose jobs' compute demand sums past 1 runs them all "
-      "proportionally slower (demand: training 1.0, batched inference 0.5, single-sequence 0.2, "
-      "services 0.4); a MIG-like partition gives its compute share (1/7..7/7)\n");
+      "ratio of the planner's H200 accuracy (0.91-1.10); %s\n",
+      s.hand_requests ? "requests written by hand: estimate x a factor log-uniform in [0.9, 2.5], "
+                        "rounded up to 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 120 or 140 GiB"
+                      : "requests = estimate + 10%, whole GiB (the planner's)");
+  if (s.slowdown) {
+    std::printf(
+        "- sharing slowdown: a GPU whose jobs' compute demand sums past 1 runs them all "
+        "proportionally slower (demand: training 1.0, batched inference 0.5, single-sequence 0.2, "
+        "services 0.4); a MIG-like partition gives its compute share (1/7..7/7)\n");
+  } else {
+    std::printf("- no sharing slowdown (--no-slowdown): jobs run at full speed however shared\n");
+  }
+  std::printf("- seed %u\n", s.seed);
   std::printf(
       "- measured from t=%.0f to t=%.0f (mean batch run times), after a warm-up of %.0f; "
-      "target: p95 queue wait <= %.3g\n\n",
+      "target: p95 queue wait <= %.3g at steady state (jobs running in the two halves of the "
+      "window within 5%%)\n\n",
       s.warmup, s.horizon, s.warmup, s.target);
-  std::printf("| workload | planner estimate per GPU | request | compute demand |\n");
+  std::printf("| workload | planner estimate per GPU | planner request | compute demand |\n");
   std::printf("| --- | ---: | ---: | ---: |\n");
   for (const auto& w : mix) {
     job j;
