@@ -241,20 +241,6 @@ struct vmm_pool_resource::impl {
     }
   }
 
-  // Records an event after the frees of each stream that has none outstanding, so that a later
-  // growth finds those frees complete without synchronizing the device: one stream's frees carry
-  // no event otherwise, and every remap of their space would wait for the whole device.
-  void mark_frees() {
-    for (auto& st : streams) {
-      if (st->free_seq <= st->recorded_seq || st->recorded_seq > st->synced_seq) continue;
-      try {
-        record(st.get());
-      } catch (const std::exception&) {
-        // Only an optimization: without the mark, a later growth synchronizes instead.
-      }
-    }
-  }
-
   // Synchronizes the device without the lock; every free made before is then complete.
   void sync_frees(std::unique_lock<std::mutex>& lock) {
     std::vector<std::pair<stream_state*, std::uint64_t>> pending;
@@ -517,7 +503,6 @@ struct vmm_pool_resource::impl {
     if (plan.granules > cache.size() && !within_slack(plan.granules - cache.size())) {
       const std::size_t shortfall = plan.granules - cache.size();
       refresh_completed();
-      mark_frees();
       const std::size_t ready = reclaimable(true, plan.prev_free, plan.next_free);
       if (ready < shortfall && !synced &&
           reclaimable(false, plan.prev_free, plan.next_free) > ready) {

@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "mr_test_support.hpp"
-#include "vramkit/core/device_api_wrapper.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/host_sim_device.hpp"
 #include "vramkit/core/testing/fault_injecting_device.hpp"
@@ -108,50 +107,6 @@ TEST(VmmPoolResource, GrowthSlackCreatesInsteadOfRemappingUpToItsBound) {
   vmm_pool_options bad;
   bad.growth_slack = -0.1;
   EXPECT_THROW(sim_vmm{bad}, logic_error);
-}
-
-// Counts device synchronizations.
-class sync_counting_device final : public device_api_wrapper {
- public:
-  explicit sync_counting_device(std::shared_ptr<device_api> t) : device_api_wrapper(std::move(t)) {}
-  void synchronize_device() override {
-    ++syncs;
-    device_api_wrapper::synchronize_device();
-  }
-  std::atomic<int> syncs{0};
-};
-
-// Remapping free space waits for the frees in it to complete. A growth that remaps records an event
-// after each stream's frees, so a later growth finds the frees made before it complete without
-// synchronizing the whole device; only frees newer than every mark need the synchronization.
-TEST(VmmPoolResource, RemappingOlderFreesNeedsNoDeviceSynchronization) {
-  auto sim = std::make_shared<host_sim_device>();
-  auto dev = std::make_shared<sync_counting_device>(sim);
-  owned_stream a(*dev);
-  vmm_pool_options o;
-  o.growth_slack = 0;  // remap whenever there is free space to remap
-  vmm_pool_resource pool(dev, o);
-  std::vector<void*> blocks;
-  for (int i = 0; i < 10; ++i) blocks.push_back(pool.allocate(4 * MiB, 256, a));
-  for (int i = 0; i < 10; i += 2) pool.deallocate(blocks[i], 4 * MiB, 256, a);
-  auto remapped = [&] { return pool.report().vmm.granules_remapped; };
-  void* g1 = pool.allocate(8 * MiB, 256, a);  // remaps fresh frees: must synchronize
-  EXPECT_GT(remapped(), 0u);
-  EXPECT_EQ(dev->syncs, 1);
-  pool.deallocate(blocks[1], 4 * MiB, 256, a);  // newer frees
-  pool.deallocate(blocks[3], 4 * MiB, 256, a);
-  std::uint64_t before = remapped();
-  void* g2 = pool.allocate(12 * MiB, 256, a);  // older frees suffice; marks the newer ones
-  EXPECT_GT(remapped(), before);
-  EXPECT_EQ(dev->syncs, 1);
-  dev->synchronize(a);  // the stream has run past the mark
-  before = remapped();
-  void* g3 = pool.allocate(8 * MiB, 256, a);  // the newer frees, now known complete
-  EXPECT_GT(remapped(), before);
-  EXPECT_EQ(dev->syncs, 1);
-  for (void* p : {g1, g3}) pool.deallocate(p, 8 * MiB, 256, a);
-  pool.deallocate(g2, 12 * MiB, 256, a);
-  for (int i : {5, 7, 9}) pool.deallocate(blocks[i], 4 * MiB, 256, a);
 }
 
 TEST(VmmPoolResource, TrimReturnsEveryGranule) {
