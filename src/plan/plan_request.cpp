@@ -349,12 +349,16 @@ void check_infer(plan_request& r, const model_description& m) {
   if (m.is_vision()) {
     if (r.prompt != 0 || r.new_tokens != 0)
       refuse("--prompt/--new-tokens apply to language models, not to " + m.name);
+    if (r.serving != serving_kind::generate)
+      refuse("--serving paged: " + m.name + " has no KV cache");
     r.prompt = r.new_tokens = 0;
   } else if (m.family == model_family::bert) {
     // An encoder (masked LM): one forward over the sequence, no generation.
     if (r.new_tokens != 0)
-      refuse(m.name + " is an encoder: inference is one forward over --seq tokens (no --new-tokens)");
-    if (r.serving != serving_kind::generate) refuse("--serving paged: " + m.name + " has no KV cache");
+      refuse(m.name +
+             " is an encoder: inference is one forward over --seq tokens (no --new-tokens)");
+    if (r.serving != serving_kind::generate)
+      refuse("--serving paged: " + m.name + " has no KV cache");
     if (r.prompt == 0) r.prompt = r.seq > 0 ? r.seq : std::min<std::int64_t>(512, m.t.max_context);
     if (r.prompt < 1 || r.prompt > m.t.max_context)
       refuse(fmt::format("--seq {} must be in [1, {}] (the model's positions)", r.prompt,

@@ -158,7 +158,8 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
   const i64 cached = t.sliding(l) ? std::min<i64>(past, t.sliding_window - 1) : past;
   if (w.request().attention == attention_kind::eager)
     eager_scores(w, D, q_len, cached + q_len);
-  else if (t.shared_parallel_norm && t.kv_heads == 1 && t.heads > 1)
+  else if (w.model().family == model_family::falcon && t.shared_parallel_norm && t.kv_heads == 1 &&
+           t.heads > 1)
     math_scores(w, D, q_len, cached + q_len);
   if (w.request().serving == serving_kind::generate) {
     // DynamicCache: keys = cat([keys, new]) allocates the grown tensor, then the old one dies.
