@@ -36,6 +36,7 @@ const std::vector<std::string> k_model_types = {"gpt2",
                                                 "gemma3_text",
                                                 "gpt_neox",
                                                 "falcon",
+                                                "t5",
                                                 "bert",
                                                 "roberta",
                                                 "vit",
@@ -434,6 +435,36 @@ model_description parse_falcon(const fields& f) {
   return m;
 }
 
+/// T5 / Flan-T5: d_model, d_kv per head, d_ff; feed_forward_proj "relu" (T5) or "gated-gelu"
+/// (v1.1, Flan); relative-position buckets; the head tied unless tie_word_embeddings is false.
+model_description parse_t5(const fields& f) {
+  model_description m;
+  m.family = model_family::t5;
+  auto& t = m.t;
+  t.hidden = f.integer("d_model", 1, k_max_hidden);
+  const auto enc = f.integer("num_layers", 1, k_max_layers);
+  t.decoder_layers = f.integer_or("num_decoder_layers", enc, 1, k_max_layers);
+  t.layers = enc + t.decoder_layers;
+  t.heads = f.integer("num_heads", 1, 4096);
+  t.kv_heads = t.heads;
+  t.head_dim = f.integer_or("d_kv", 64, 1, 4096);
+  t.intermediate = f.integer("d_ff", 1, 64 * k_max_hidden);
+  t.vocab = f.integer("vocab_size", 1, k_max_vocab);
+  t.relative_buckets = f.integer_or("relative_attention_num_buckets", 32, 1, 1 << 16);
+  const auto proj = f.string_or("feed_forward_proj", "relu");
+  if (proj == "relu")
+    t.mlp = mlp_kind::gelu;  // one activation kernel saving one tensor
+  else if (proj == "gated-gelu")
+    t.mlp = mlp_kind::swiglu;  // gated: wi_0 and wi_1
+  else
+    f.fail(fmt::format("field 'feed_forward_proj' = \"{}\" is not supported (relu, gated-gelu)",
+                       proj));
+  t.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
+  t.layer_norm = false;
+  t.attention_dropout = t.hidden_dropout = f.number_or("dropout_rate", 0.1, 0, 1);
+  return m;
+}
+
 model_description parse_neox(const fields& f) {
   model_description m;
   m.family = model_family::gpt_neox;
@@ -586,6 +617,8 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
     m = parse_neox(f);
   else if (type == "falcon")
     m = parse_falcon(f);
+  else if (type == "t5")
+    m = parse_t5(f);
   else if (type == "bert" || type == "roberta" || type == "xlm-roberta")
     m = parse_bert(f);
   else if (type == "gemma2" || type == "gemma3_text")

@@ -53,6 +53,35 @@ void transformer_params(const model_description& m, list& out) {
   const std::int64_t h = t.hidden, q = t.heads * t.head_dim, kv = t.kv_heads * t.head_dim;
   const std::int64_t f = t.intermediate, V = t.vocab;
   const std::int64_t norm = t.layer_norm ? 2 * h : h;
+  if (m.family == model_family::t5) {
+    // T5ForConditionalGeneration: shared embedding, encoder blocks (self-attention, feed-forward,
+    // the first with the relative-position bias), final norm, decoder blocks (self-attention,
+    // cross-attention, feed-forward), final norm, lm_head unless tied. Norms are weight-only.
+    const std::int64_t inner = t.heads * t.head_dim;
+    const std::int64_t enc = t.layers - t.decoder_layers;
+    const std::int64_t ffn = t.mlp == mlp_kind::swiglu ? 2 * h * f : h * f;
+    add(out, "embed_tokens", V * h);
+    for (int l = 0; l < t.layers; ++l) {
+      const bool first = l == 0 || l == enc;
+      add(out, "attn_qkv", 3 * h * inner, l);
+      add(out, "attn_out", inner * h, l);
+      if (first) add(out, "rel_bias", t.relative_buckets * t.heads, l);
+      add(out, "attn_norm", h, l);
+      if (l >= enc) {
+        add(out, "cross_q", h * inner, l);
+        add(out, "cross_kv", 2 * h * inner, l);
+        add(out, "cross_out", inner * h, l);
+        add(out, "cross_norm", h, l);
+      }
+      add(out, t.mlp == mlp_kind::swiglu ? "mlp_gate_up" : "mlp_up", ffn, l);
+      add(out, "mlp_down", f * h, l);
+      add(out, "mlp_norm", h, l);
+      if (l == enc - 1) add(out, "enc_final_norm", h, -1);
+    }
+    add(out, "final_norm", h);
+    if (!t.tied_embeddings) add(out, "lm_head", V * h);
+    return;
+  }
   if (m.family == model_family::hf_vit) {
     // ViTEmbeddings: cls_token, position_embeddings, the patch projection (a conv).
     add(out, "cls_token", h);

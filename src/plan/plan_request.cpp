@@ -216,6 +216,18 @@ void check_layout(plan_request& r, const model_description& m) {
     }
   }
   if (m.is_vision() && r.ep != 1) refuse("--ep applies to mixture-of-experts models");
+  if (m.family == model_family::t5) {
+    if (r.tp > 1 || r.pp > 1 || r.sp || r.ep > 1)
+      refuse("--tp/--pp/--sp/--ep are not modelled for T5 (plan data parallel)");
+    if (r.ckpt != checkpointing::none)
+      refuse("--checkpointing is not modelled for T5's encoder-decoder blocks");
+    if (r.attention != attention_kind::sdpa)
+      refuse("--attention: T5 always runs its own eager attention (the scores are materialised)");
+    if (r.lora_rank > 0) refuse("--lora-rank is not modelled for T5");
+    if (r.serving != serving_kind::generate)
+      refuse(
+          "--serving paged is not modelled for T5 (its encoder-decoder caches are generate()'s)");
+  }
   if (r.gpus_per_node != 8 && r.offload == offload_kind::none)
     refuse(
         "--gpus-per-node sets the per-node host figure of --offload runs; without --offload it "

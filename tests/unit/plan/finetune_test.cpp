@@ -252,6 +252,8 @@ TEST(Families, SecondRoundModelsHaveTheirPublishedParameterCounts) {
   EXPECT_EQ(parameter_count(config("falcon-7b.json")), 6921720704u);
   EXPECT_EQ(parameter_count(config("roberta-base.json")), 124697433u);  // RobertaForMaskedLM
   EXPECT_EQ(parameter_count(config("vit-base-patch16-224.json")), 86567656u);
+  EXPECT_EQ(parameter_count(config("t5-base.json")), 222903552u);       // tied head
+  EXPECT_EQ(parameter_count(config("flan-t5-base.json")), 247577856u);  // gated FF, own head
   const auto g = config("gemma-2-9b.json");
   EXPECT_EQ(g.family, model_family::gemma);
   EXPECT_TRUE(g.t.sliding(0));
@@ -309,4 +311,26 @@ TEST(Families, PagedFp8KvCacheHalvesTheCache) {
   plan_request g;
   g.mode = run_mode::infer, g.kv_cache = kv_cache_kind::fp8;
   EXPECT_THROW(g.validate(m), vramkit::invalid_input);  // generate() keeps the model dtype
+}
+
+TEST(Families, T5KeepsThePositionBiasAndCachesCrossAttention) {
+  const auto m = config("flan-t5-base.json");
+  EXPECT_EQ(m.family, model_family::t5);
+  EXPECT_EQ(m.t.layers, 24);
+  EXPECT_EQ(m.t.decoder_layers, 12);
+  plan_request r;
+  r.batch = 2, r.seq = 256;
+  r.validate(m);
+  const auto s = build_schedule(m, r);
+  // One (b, heads, s, s) bias per stack and step: encoder self, decoder self and cross.
+  EXPECT_EQ(count(s, "t5 position bias + mask"), 3 * 3);
+  EXPECT_EQ(count(s, "t5 softmax"), 36 * 3);  // 12 + 2 x 12 attention blocks per step
+  plan_request g;
+  g.mode = run_mode::infer, g.batch = 2, g.prompt = 256, g.new_tokens = 8;
+  g.validate(m);
+  const auto gs = build_schedule(m, g);
+  EXPECT_EQ(count(gs, "KV cache (cross K)"), 12);  // made once, at the first decoder step
+  plan_request ck = r;
+  ck.ckpt = checkpointing::full;
+  EXPECT_THROW(ck.validate(m), vramkit::invalid_input);
 }

@@ -180,7 +180,7 @@ void walk_pair(const model_description& m, plan_request a, plan_request b) {
 
 TEST(OptionWalk, EveryOptionChangesTheNewFamiliesPlansOrIsRefused) {
   for (const char* file : {"gemma-3-1b-l6.json", "gemma-2-2b-l4.json", "falcon-7b-l2.json",
-                           "roberta-base.json", "vit-base-patch16-224.json"}) {
+                           "roberta-base.json", "vit-base-patch16-224.json", "flan-t5-base.json"}) {
     SCOPED_TRACE(file);
     const auto m =
         load_model_config(std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/plan/configs/" + file);
