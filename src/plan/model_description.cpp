@@ -88,6 +88,19 @@ void transformer_params(const model_description& m, list& out) {
     add(out, "embed_positions", t.max_positions * h);
     add(out, "patch_embed", m.vit.channels * m.vit.patch * m.vit.patch * h + h);
   } else {
+    if (m.family == model_family::llava) {
+      // CLIPVisionModel (embeddings, pre-norm, encoder layers with biases, post-norm) as one
+      // tensor (frozen in LLaVA's recipes), then the projector's two Linear layers.
+      const auto& v = m.vit;
+      const std::int64_t vh = v.hidden, grid = (v.image / v.patch) * (v.image / v.patch);
+      const std::int64_t per_layer =
+          4 * (vh * vh + vh) + 2 * 2 * vh + (vh * v.mlp_dim + v.mlp_dim) + (v.mlp_dim * vh + vh);
+      add(out, "vision_tower",
+          vh + v.channels * v.patch * v.patch * vh + (grid + 1) * vh + 2 * vh +
+              v.layers * per_layer + 2 * vh);
+      add(out, "projector_1", vh * h + h);
+      add(out, "projector_2", h * h + h);
+    }
     add(out, "embed_tokens", V * h);
   }
   if (t.max_positions > 0 && m.family != model_family::hf_vit)

@@ -318,6 +318,9 @@ void check_train(plan_request& r, const model_description& m) {
     if (t.max_context > 0 && r.seq > t.max_context)
       refuse(fmt::format("--seq {} exceeds the model's max_position_embeddings {}", r.seq,
                          t.max_context));
+    if (r.seq <= m.image_tokens())
+      refuse(fmt::format("--seq {}: each sample's image alone takes {} tokens of {}", r.seq,
+                         m.image_tokens(), m.name));
   }
   if (r.batch % dp != 0)
     refuse(fmt::format("--batch {} is not divisible by the {} data-parallel ranks", r.batch, dp));
@@ -378,8 +381,11 @@ void check_infer(plan_request& r, const model_description& m) {
     r.seq = r.prompt;
   } else {
     const auto& t = m.t;
-    if (r.prompt == 0) r.prompt = r.seq > 0 ? r.seq : 512;
+    if (r.prompt == 0) r.prompt = r.seq > 0 ? r.seq : m.image_tokens() + 512;
     if (r.new_tokens == 0) r.new_tokens = 128;
+    if (r.prompt <= m.image_tokens())
+      refuse(fmt::format("--prompt {}: each sequence's image alone takes {} tokens of {}", r.prompt,
+                         m.image_tokens(), m.name));
     if (r.prompt < 1 || r.prompt > k_max_tokens)
       refuse(fmt::format("--prompt {} must be in [1, {}]", r.prompt, k_max_tokens));
     if (r.new_tokens < 1 || r.new_tokens > k_max_tokens)

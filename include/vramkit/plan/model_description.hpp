@@ -160,6 +160,10 @@ struct model_description {
     return family == model_family::resnet || family == model_family::vit ||
            family == model_family::hf_vit;
   }
+  /// LLaVA: image tokens each image adds to the prompt (the patches; the class token is dropped).
+  [[nodiscard]] std::int64_t image_tokens() const noexcept {
+    return family == model_family::llava ? (vit.image / vit.patch) * (vit.image / vit.patch) : 0;
+  }
   [[nodiscard]] bool is_torchvision() const noexcept {
     return family == model_family::resnet || family == model_family::vit;
   }

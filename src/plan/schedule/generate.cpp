@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "steps.hpp"
+#include "transformer.hpp"
 
 namespace vramkit::plan::detail {
 
@@ -397,6 +398,12 @@ void generate(walker& w) {
     }
   }
   w.set_phase(phase::prefill);
+  if (t.vocab > 0 && w.model().family == model_family::llava) {
+    // The images' features (vision tower, projector) are merged into the prompt's embeddings.
+    tensor img = llava_image_features(w, b);
+    w.transient(static_cast<u64>(b * p * D.h) * w.dt().low, component::temporaries,
+                "embeddings with image features");
+  }
   infer_forward(w, D, cache, p, 0);
   w.set_phase(phase::decode);
   const i64 steps = n - 1;

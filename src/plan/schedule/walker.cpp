@@ -386,9 +386,14 @@ void walker::setup_params() {
                 : nm == "patch_embed"       ? &lm_.patch_embed
                 : nm == "classifier"        ? &lm_.classifier
                 : nm == "enc_final_norm"    ? &lm_.enc_final_norm
+                : nm == "vision_tower"      ? &lm_.vision_tower
+                : nm == "projector_1"       ? &lm_.projector_1
+                : nm == "projector_2"       ? &lm_.projector_2
                                             : nullptr;
     if (slot != nullptr) *slot = i;
   }
+  // LLaVA's recipes train the projector and the language model; the vision tower stays frozen.
+  if (lm_.vision_tower >= 0) trainable_[lm_.vision_tower] = 0;
   if (r_.mode == run_mode::train && r_.lora_rank > 0) add_lora_params();
   s_.trainable_parameters = 0;
   for (int i = 0; i < param_count(); ++i)

@@ -102,8 +102,9 @@ struct layer_params {
 struct lm_params {
   int embed = -1, pos = -1, types = -1, embed_norm = -1, final_norm = -1, head = -1,
       head_transform = -1, head_bias = -1;
-  int cls_token = -1, patch_embed = -1, classifier = -1;  ///< transformers' ViT
-  int enc_final_norm = -1;                                ///< T5's encoder
+  int cls_token = -1, patch_embed = -1, classifier = -1;      ///< transformers' ViT
+  int enc_final_norm = -1;                                    ///< T5's encoder
+  int vision_tower = -1, projector_1 = -1, projector_2 = -1;  ///< LLaVA
 };
 
 /// Forward of one layer, re-run by backward for a checkpointed layer.

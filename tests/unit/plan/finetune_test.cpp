@@ -334,3 +334,24 @@ TEST(Families, T5KeepsThePositionBiasAndCachesCrossAttention) {
   ck.ckpt = checkpointing::full;
   EXPECT_THROW(ck.validate(m), vramkit::invalid_input);
 }
+
+TEST(Families, LlavaRunsAFrozenVisionTowerAndPutsImageTokensInThePrompt) {
+  const auto m = config("llava-1.5-7b.json");
+  EXPECT_EQ(m.family, model_family::llava);
+  EXPECT_EQ(parameter_count(m), 7063427072u);  // llava-hf/llava-1.5-7b-hf
+  EXPECT_EQ(m.image_tokens(), 576);            // (336 / 14)^2
+  const auto l4 = config("llava-1.5-7b-l4.json");
+  plan_request r;
+  r.batch = 2, r.seq = 700, r.prec = precision::bf16;
+  r.validate(l4);
+  const auto s = build_schedule(l4, r);
+  EXPECT_EQ(count(s, "embeddings with image features"), 3);
+  EXPECT_EQ(count(s, "vision hidden state"), 3 * 25);  // output_hidden_states: 1 + 24 layers
+  // The tower is frozen: its weights get no gradient and no optimizer state.
+  const double tower = 303507456.0;
+  EXPECT_NEAR(static_cast<double>(s.trainable_parameters),
+              static_cast<double>(parameter_count(l4)) - tower, 1.0);
+  plan_request shortp;
+  shortp.batch = 1, shortp.seq = 500;  // shorter than one image
+  EXPECT_THROW(shortp.validate(l4), vramkit::invalid_input);
+}

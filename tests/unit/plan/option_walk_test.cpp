@@ -199,6 +199,20 @@ TEST(OptionWalk, EveryOptionChangesTheNewFamiliesPlansOrIsRefused) {
   }
 }
 
+TEST(OptionWalk, EveryOptionChangesALlavaPlanOrIsRefused) {
+  const auto m = load_model_config(std::string(VRAMKIT_SOURCE_DIR) +
+                                   "/tests/data/plan/configs/llava-1.5-7b-l4.json");
+  // 8 x 1000 tokens: the activations (and flash's unrounded log-sum-exp) set the SGD peak.
+  plan_request r;
+  r.batch = 8, r.seq = 1000, r.prec = precision::bf16, r.optimizer = optimizer_kind::sgd;
+  plan_request adam = r;
+  adam.optimizer = optimizer_kind::adamw;
+  walk_pair(m, r, adam);
+  plan_request i;
+  i.mode = run_mode::infer, i.batch = 2, i.prompt = 640, i.new_tokens = 8;
+  walk(m, i);
+}
+
 TEST(OptionWalk, EveryOptionChangesAMixtureOfExpertsPlanOrIsRefused) {
   const auto m = load_model_config(std::string(VRAMKIT_SOURCE_DIR) +
                                    "/tests/data/plan/configs/qwen1.5-moe-a2.7b-l2.json");
