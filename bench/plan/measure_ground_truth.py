@@ -702,8 +702,12 @@ def llava_inputs(torch, case, model, device, length, labels):
     cfg = model.config
     vc = cfg.vision_config
     n_img = (vc.image_size // vc.patch_size) ** 2
-    ids = torch.randint(0, cfg.image_token_index, (b, length), device=device)
-    ids[:, :n_img] = cfg.image_token_index
+    # transformers 5 names it image_token_id (image_token_index in earlier configs).
+    image_token = getattr(cfg, "image_token_id", None)
+    if image_token is None:
+        image_token = cfg.image_token_index
+    ids = torch.randint(0, image_token, (b, length), device=device)
+    ids[:, :n_img] = image_token
     out = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
            "pixel_values": torch.randn(b, 3, vc.image_size, vc.image_size, device=device)}
     if labels:
