@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "steps.hpp"
+#include "transformer.hpp"
 
 namespace vramkit::plan::detail {
 
@@ -158,7 +159,8 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
   const i64 cached = t.sliding(l) ? std::min<i64>(past, t.sliding_window - 1) : past;
   if (w.request().attention == attention_kind::eager)
     eager_scores(w, D, q_len, cached + q_len);
-  else if (t.shared_parallel_norm && t.kv_heads == 1 && t.heads > 1)
+  else if (w.model().family == model_family::falcon && t.shared_parallel_norm && t.kv_heads == 1 &&
+           t.heads > 1)
     math_scores(w, D, q_len, cached + q_len);
   if (w.request().serving == serving_kind::generate) {
     // DynamicCache: keys = cat([keys, new]) allocates the grown tensor, then the old one dies.
@@ -396,6 +398,12 @@ void generate(walker& w) {
     }
   }
   w.set_phase(phase::prefill);
+  if (t.vocab > 0 && w.model().family == model_family::llava) {
+    // The images' features (vision tower, projector) are merged into the prompt's embeddings.
+    tensor img = llava_image_features(w, b);
+    w.transient(static_cast<u64>(b * p * D.h) * w.dt().low, component::temporaries,
+                "embeddings with image features");
+  }
   infer_forward(w, D, cache, p, 0);
   w.set_phase(phase::decode);
   const i64 steps = n - 1;

@@ -93,15 +93,18 @@ struct layer_params {
   int attn_norm = -1, qkv = -1, attn_out = -1, mlp_norm = -1, mlp_in = -1, mlp_down = -1;
   int qk_norm = -1;                             ///< Qwen3 / Gemma-3 per-head q/k norms
   int post_attn_norm = -1, post_mlp_norm = -1;  ///< Gemma's sandwich norms
-  int router = -1, shared_in = -1, shared_down = -1, shared_gate = -1;  ///< MoE block
-  int q_a = -1, q_a_norm = -1, kv_a = -1, kv_a_norm = -1, kv_b = -1;    ///< latent attention
+  int rel_bias = -1, cross_q = -1, cross_kv = -1, cross_out = -1, cross_norm = -1;  ///< T5
+  int router = -1, shared_in = -1, shared_down = -1, shared_gate = -1;              ///< MoE block
+  int q_a = -1, q_a_norm = -1, kv_a = -1, kv_a_norm = -1, kv_b = -1;  ///< latent attention
 };
 
 /// Parameter indices of a language model outside its layers (-1: the model has none).
 struct lm_params {
   int embed = -1, pos = -1, types = -1, embed_norm = -1, final_norm = -1, head = -1,
       head_transform = -1, head_bias = -1;
-  int cls_token = -1, patch_embed = -1, classifier = -1;  ///< transformers' ViT
+  int cls_token = -1, patch_embed = -1, classifier = -1;      ///< transformers' ViT
+  int enc_final_norm = -1;                                    ///< T5's encoder
+  int vision_tower = -1, projector_1 = -1, projector_2 = -1;  ///< LLaVA
 };
 
 /// Forward of one layer, re-run by backward for a checkpointed layer.
