@@ -37,9 +37,10 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
 std::string compress_option::to_string() const {
   if (!enabled) return "none";
   std::string s = e5m2 ? "fp8-e5m2:" : "fp8:";
-  if (mlp) s += "mlp";
-  if (attn) s += mlp ? ",attn" : "attn";
-  return s;
+  std::string mods;
+  for (const auto& [on, name] : {std::pair{mlp, "mlp"}, {attn, "attn"}, {norm, "norm"}})
+    if (on) mods += (mods.empty() ? "" : ",") + std::string(name);
+  return s + mods;
 }
 
 compress_option parse_compress_option(std::string_view value) {
@@ -53,14 +54,14 @@ compress_option parse_compress_option(std::string_view value) {
   if (colon != std::string_view::npos) {
     head = value.substr(0, colon);
     mods = value.substr(colon + 1);
-    if (mods.empty()) throw bad("name the modules after ':' (mlp, attn or mlp,attn)");
+    if (mods.empty()) throw bad("name the modules after ':' (a comma list of mlp, attn and norm)");
   }
   if (head == "fp8" || head == "fp8-e4m3")
     c.e5m2 = false;
   else if (head == "fp8-e5m2")
     c.e5m2 = true;
   else
-    throw bad("use none, fp8[:mlp,attn] or fp8-e5m2[:mlp,attn]");
+    throw bad("use none, fp8[:MODULES] or fp8-e5m2[:MODULES]");
   c.enabled = true;
   if (mods.empty()) {
     c.mlp = c.attn = true;
@@ -71,8 +72,10 @@ compress_option parse_compress_option(std::string_view value) {
       c.mlp = true;
     else if (m == "attn")
       c.attn = true;
+    else if (m == "norm")
+      c.norm = true;
     else
-      throw bad(fmt::format("module '{}' is not mlp or attn", m));
+      throw bad(fmt::format("module '{}' is not mlp, attn or norm", m));
   }
   return c;
 }
@@ -129,17 +132,39 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   const double resid = (r.prec == precision::fp32 || amp) ? 4 : 2;
   const double rows = static_cast<double>(r.micro_batch * r.seq);
   const double h = static_cast<double>(t.hidden), f = static_cast<double>(t.intermediate);
-  double elems = 0;
+  // Elements vramkit.compress_activations stores per block, and their bytes uncompressed.
+  double elems = 0, bytes = 0;
+  const auto add = [&](double n, double b) {
+    elems += n;
+    bytes += n * b;
+  };
   if (c.enabled) {
-    if (c.attn) elems += 2 * rows * h;  // q/k/v projections' shared input, o_proj's input
-    if (c.mlp) elems += rows * h + (t.mlp == mlp_kind::swiglu ? 4 : 2) * rows * f;
+    // Separate q/k/v projections under autocast each save their own cast of the norm's fp32
+    // output; a fused projection, or no cast, saves one. o_proj's input is a view of the
+    // attention output the attention kernel saves anyway: left alone (it would add bytes).
+    const bool separate = m.family == model_family::llama || m.family == model_family::moe ||
+                          m.family == model_family::bert;
+    if (c.attn) add((amp && separate ? 3 : 1) * rows * h, low);
+    if (c.mlp) {
+      // Gated MLPs: gate and up each cast the input under autocast, and save their outputs,
+      // the activation's output and the product; GELU MLPs: the input, fc1's output and the
+      // activation's output.
+      if (t.mlp == mlp_kind::swiglu)
+        add((amp ? 2 : 1) * rows * h + 4 * rows * f, low);
+      else
+        add(rows * h + 2 * rows * f, low);
+    }
+    // RMSNorm saves its input and its normalized output, LayerNorm its input: two norms a block.
+    if (c.norm) add((t.layer_norm ? 2 : 4) * rows * h, resid);
   }
-  const double compressible = std::min(elems * low, 0.9 * static_cast<double>(saved));
+  const double compressible = std::min(bytes, 0.9 * static_cast<double>(saved));
+  const double comp_elems = bytes > 0 ? elems * compressible / bytes : 0.0;
   s.compressible_bytes_per_block = static_cast<std::uint64_t>(compressible);
-  const double comp_elems = compressible / low;
   const double hbm = gpu.hbm_bytes_per_s * k_kernel_efficiency;
-  s.pack_s_per_block = comp_elems * (2 * low + k_fp8_bytes) / hbm;
-  s.unpack_s_per_block = comp_elems * (k_fp8_bytes + low) / hbm;
+  // One kernel each way (libvramkit_compress.so): read the tensor, write fp8 + scales; read
+  // them back, write the tensor.
+  s.pack_s_per_block = (compressible + comp_elems * k_fp8_bytes) / hbm;
+  s.unpack_s_per_block = s.pack_s_per_block;
 
   auto& in = s.inputs;
   in.block_bytes = static_cast<std::uint64_t>(static_cast<double>(saved) - compressible +
