@@ -1102,7 +1102,9 @@ def summarize(results):
         if entry.get("pinned_allocation"):
             lines.append("pinned host memory: %s" % entry["pinned_allocation"])
         for cfg, mix in (entry.get("mixes") or {}).items():
-            lines.append("planner's mix for %s (o offload, c checkpoint, k keep): %s" % (cfg, "".join(x[0] for x in mix)))
+            src = {"vramkit-offload2": "the planner's vramkit-act mix with its first two checkpointed blocks offloaded",
+                   "vramkit-act+compress": entry.get("act+compress_mix")}.get(cfg) or "vramkit plan --fit"
+            lines.append("mix of %s (o offload, c checkpoint, k keep): %s (%s)" % (cfg, "".join(x[0] for x in mix), src))
         if entry.get("plans") is not None and not entry.get("mixes"):
             lines.append("planner: no offload mix fits the cap")
         for e in entry.get("errors", []):
