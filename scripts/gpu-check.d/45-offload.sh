@@ -3,16 +3,28 @@
 # activation compression alone and with offload, and the fp8 codec's fused encode into pinned
 # memory (bench/offload/offload_bench.py: vramkit's configurations first, one worker per shape,
 # the JSON and summary rewritten after every configuration, so a cut-short run keeps what it
-# measured; budget OFFLOAD_BUDGET_S, default 180 s, hard stop 8 s later); then loss curves and
+# measured; budget OFFLOAD_BUDGET_S, default 175 s, hard stop 8 s later); then loss curves and
 # per-block gradient error with and without compression (bench/offload/compress_accuracy.py,
-# budget 40 s, hard stop 45 s). The GPU tests of the Python package (python.offload_gpu,
+# budget 32 s, hard stop 45 s). The GPU tests of the Python package (python.offload_gpu,
 # python.compress_gpu) and of the codec (compress_gpu_tests) run in the gpu-tests stage. Writes
 # RESULTS_DIR/offload-summary.md, offload-bench.json, compress-accuracy.json.
 set -uo pipefail
 : "${RESULTS_DIR:?}"
 summary="$RESULTS_DIR/offload-summary.md"
 started=$(date +%s)
-if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+# One interpreter start for the check and the versions (importing torch takes seconds).
+versions=$(python3 - <<'EOF' 2>/dev/null
+import importlib.metadata as md
+import torch
+assert torch.cuda.is_available()
+try:
+    tf = md.version("transformers")
+except md.PackageNotFoundError:
+    tf = "not installed (built-in model)"
+print("torch %s, transformers %s" % (torch.__version__, tf))
+EOF
+)
+if [ -z "$versions" ]; then
   echo "offload: PyTorch with CUDA is not importable by python3: nothing measured" | tee "$summary"
   exit 1
 fi
@@ -31,17 +43,17 @@ if [ -s "$RESULTS_DIR/probe.json" ]; then probe=(--probe "$RESULTS_DIR/probe.jso
   echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
   echo "- commit: ${VRAMKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || awk -F': ' '/^commit:/ {print $2; exit}' "$RESULTS_DIR/machine.txt" 2>/dev/null)}"
   echo "- host: $(lscpu 2>/dev/null | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}'), $(awk '/MemAvailable/ {print int($2/1048576)}' /proc/meminfo) GiB available"
-  echo "- torch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null), transformers $(python3 -c 'import transformers; print(transformers.__version__)' 2>/dev/null || echo 'not importable (built-in model)')"
+  echo "- $versions"
   echo "- planner: ${VRAMKIT_CLI:-not found}; fp8 kernels: ${VRAMKIT_COMPRESS_LIB:-not found}; link for the planner: ${probe[1]:-GPU catalogue}"
   echo
 } > "$RESULTS_DIR/offload-header.md"
-budget=${OFFLOAD_BUDGET_S:-180}
+budget=${OFFLOAD_BUDGET_S:-175}
 PYTHONUNBUFFERED=1 timeout $((budget + 8)) python3 bench/offload/offload_bench.py \
   --shapes "${OFFLOAD_SHAPES:-1b,3b-wide}" --budget-s "$budget" "${probe[@]}" \
   --out "$RESULTS_DIR/offload-bench.json" --summary "$RESULTS_DIR/offload-table.md"
 status=$?
 [ $status -eq 124 ] && echo "offload: the bench passed its hard stop ($((budget + 8)) s); offload-table.md holds what it measured"
-PYTHONUNBUFFERED=1 timeout 45 python3 bench/offload/compress_accuracy.py --steps "${COMPRESS_STEPS:-300}" --budget-s 40 \
+PYTHONUNBUFFERED=1 timeout 45 python3 bench/offload/compress_accuracy.py --steps "${COMPRESS_STEPS:-300}" --budget-s 32 \
   --out "$RESULTS_DIR/compress-accuracy.json" --summary "$RESULTS_DIR/compress-accuracy.md" || status=1
 cat "$RESULTS_DIR/offload-header.md" "$RESULTS_DIR/offload-table.md" "$RESULTS_DIR/compress-accuracy.md" > "$summary" 2>/dev/null
 echo "stage time $(( $(date +%s) - started )) s" >> "$summary"
