@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
@@ -246,12 +247,12 @@ def torchtune_style(model):
     are used as is; the rest come back on the side stream when backward asks for them."""
     import torch
 
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    params = {_storage_ptr(p) for p in model.parameters()}
     side = torch.cuda.Stream()
     stash, counter, bytes_ = {}, [0], [0]
 
     def pack(t):
-        if t.numel() * t.element_size() < 1024 or t.untyped_storage().data_ptr() in params or not t.is_cuda:
+        if t.numel() * t.element_size() < 1024 or _storage_ptr(t) in params or not t.is_cuda:
             return t.detach()
         compute = torch.cuda.current_stream()
         side.wait_stream(compute)
@@ -394,7 +395,6 @@ def codec_bench():
                                       and torch.equal(host[nq:].view(torch.float32), s_dev.cpu()))
     dec = fp8_codec.decode(q_dev, s_dev, n, "e4m3", torch.bfloat16, "cuda")
     out["roundtrip_max_rel_error"] = float(((dec.float() - x.float()).abs() / x.float().abs().clamp_min(1e-3)).max())
-    del x, dec, q_dev, s_dev
     return out
 
 
@@ -591,6 +591,8 @@ def run_config(w, name, mix=None):
                         copy[k][0] += c[k][0]
                         copy[k][1] += c[k][1]
     except Exception as e:  # noqa: BLE001 - recorded; the worker goes on with the next config
+        if not is_oom(e):
+            traceback.print_exc(file=sys.stderr)  # into the worker's log
         out["ok"] = False
         out["error"] = ("out of memory" if is_oom(e) else "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300]))
         out["failed_at"] = {"step": step, "phase": phase}
@@ -617,11 +619,14 @@ def run_config(w, name, mix=None):
         ctx.pool.trim()
     elif isinstance(ctx, _Counting):
         out["pinned_host_bytes"] = ctx.bytes // max(1, len(losses))
-    elif name == "torchtune-style":
+    elif name == "torchtune-style" and ctx is not None:
         out["pinned_host_bytes"] = ctx.offloaded_bytes[0] // max(1, len(losses))
     if comp is not None:
         out["compress_stats"] = comp.stats()
-        out["compress_backend"] = comp.backend_for(torch.device("cuda"))
+        try:
+            out["compress_backend"] = comp.backend_for(torch.device("cuda"))
+        except RuntimeError as e:
+            out["compress_backend"] = "none: %s" % e
     if name == "vramkit-act+opt" and opt is not None:
         opt.synchronize()
         out["optimizer_host_bytes"] = opt.host_state_bytes()
@@ -895,9 +900,8 @@ PIN_ENV = "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"
 
 def run_shape(args, name, entry, deadline, save):
     """Runs the worker of one shape until DONE or the deadline, restarting it once after a
-    crash; fills entry in place and calls save() after every event."""
-    import select
-
+    crash; fills entry in place and calls save() after every event. The worker's stderr goes to
+    offload-worker-NAME.log beside the JSON."""
     state_path = os.path.join(args.out_dir, "offload-state-%s.json" % name)
     if os.path.exists(state_path):
         os.remove(state_path)
@@ -905,6 +909,16 @@ def run_shape(args, name, entry, deadline, save):
     if args.fast_pinning and "PYTORCH_CUDA_ALLOC_CONF" not in env:
         env["PYTORCH_CUDA_ALLOC_CONF"] = PIN_ENV
         entry["pinned_allocation"] = "cudaHostRegister, 8 threads (PYTORCH_CUDA_ALLOC_CONF=%s)" % PIN_ENV
+    log = open(os.path.join(args.out_dir, "offload-worker-%s.log" % name), "w")
+    try:
+        _run_workers(args, name, entry, deadline, save, state_path, env, log)
+    finally:
+        log.close()
+
+
+def _run_workers(args, name, entry, deadline, save, state_path, env, log):
+    import select
+
     restarts = 0
     skip = set()
     while True:
@@ -937,6 +951,7 @@ def run_shape(args, name, entry, deadline, save):
                     line = raw.decode(errors="replace")
                     if which == "err":
                         stderr_tail = (stderr_tail + [line.rstrip()])[-20:]
+                        log.write(line + "\n")
                         continue
                     kind, _, payload = line.partition(" ")
                     try:
@@ -1167,8 +1182,10 @@ def summarize(results):
                 lines.append("- planner allocated peak %s GiB vs measured %s GiB (%s; target within 5%%)" % (
                     _gib(pc["predicted_allocated_peak_bytes"]), _gib(pc["measured_allocated_peak_bytes"]), _pct(pc.get("peak_error"))))
             st = cs.get("compress_stats") or {}
-            lines.append("- tensors compressed %s, deduplicated views %s, left alone as aliased %s (%.2f GiB)" % (
-                st.get("compressed"), st.get("deduplicated"), st.get("aliased"), (st.get("aliased_bytes") or 0) / GiB))
+            n = max(1, len(cs.get("losses") or []))
+            lines.append("- per step: tensors compressed %d, deduplicated views %d, left alone as aliased %d (%.2f GiB)" % (
+                (st.get("compressed") or 0) // n, (st.get("deduplicated") or 0) // n, (st.get("aliased") or 0) // n,
+                (st.get("aliased_bytes") or 0) / n / GiB))
         if "act_compress_vs_act" in t:
             lines.append("- vramkit-act+compress (%s) / %s step time under the cap: %.3fx (target < 1)" % (
                 entry.get("act+compress_mix", "?"), t["act_compress_vs"], t["act_compress_vs_act"]))
