@@ -65,7 +65,7 @@ def train(shape, batches, steps, modules, deadline):
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
-    info = {"backend": comp.backend_for(torch.device("cuda")), "stats": comp.stats()} if comp else {}
+    info = {"backend": comp.backend_for(next(model.parameters()).device), "stats": comp.stats()} if comp else {}
     return losses, grads0, info
 
 
