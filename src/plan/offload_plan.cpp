@@ -130,8 +130,9 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   const bool amp = r.prec == precision::amp_bf16 || r.prec == precision::amp_fp16;
   const double low = r.prec == precision::fp32 ? 4 : 2;  // bytes of the GEMM inputs
   const double resid = (r.prec == precision::fp32 || amp) ? 4 : 2;
-  const double rows = static_cast<double>(r.micro_batch * r.seq);
-  const double h = static_cast<double>(t.hidden), f = static_cast<double>(t.intermediate);
+  const auto rows = static_cast<double>(r.micro_batch * r.seq);
+  const auto h = static_cast<double>(t.hidden);
+  const auto f = static_cast<double>(t.intermediate);
   // Elements vramkit.compress_activations stores per block, and their bytes uncompressed.
   double elems = 0, bytes = 0;
   const auto add = [&](double n, double b) {
@@ -172,12 +173,13 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   in.input_bytes = static_cast<std::uint64_t>(rows * h * resid);
   // Compute: the cost model's step split between the blocks (their share of the parameters)
   // and the rest, per micro-batch.
-  const double T = estimate_step_time(m, r, gpu, o);
-  const double P = static_cast<double>(base.parameters);
+  const double step_s = estimate_step_time(m, r, gpu, o);
+  const auto params = static_cast<double>(base.parameters);
   const double embed = static_cast<double>(t.vocab) * h * (t.tied_embeddings ? 1 : 2);
-  const double frac = P > embed ? (P - embed) / P : 1.0;
-  const double mbs = static_cast<double>(r.batch / r.data_parallel() / r.micro_batch);
-  const double per_micro = T / mbs;
+  const double frac = params > embed ? (params - embed) / params : 1.0;
+  const auto micro_batches = r.batch / r.data_parallel() / r.micro_batch;  // whole micro-batches
+  const auto mbs = static_cast<double>(micro_batches);
+  const double per_micro = step_s / mbs;
   in.t_fwd_s = per_micro * frac / 3 / s.n_blocks + (c.enabled ? s.pack_s_per_block : 0);
   in.t_bwd_s = 2 * per_micro * frac / 3 / s.n_blocks + (c.enabled ? s.unpack_s_per_block : 0);
   in.other_time_s = per_micro * (1 - frac);
@@ -199,7 +201,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
     const double w = r.prec == precision::bf16 ? 2 : 4;
     const auto est = estimate_optimizer_offload(base.parameters, master_weights::none,
                                                 s.link.bytes_per_s, s.link.bytes_per_s);
-    other += static_cast<double>(est.device_buffer_bytes) - 2 * w * P;
+    other += static_cast<double>(est.device_buffer_bytes) - 2 * w * params;
     s.optimizer_host_bytes = est.host_bytes;
     s.optimizer_time_s = est.step_time_s;
   }
@@ -299,7 +301,7 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
     c.allocated_peak_bytes = best->allocated_peak_bytes;
     c.host_peak_bytes = best->host_pinned_bytes;
     c.step_time_s = best->step_time_s;
-    for (auto b : best->mix) c.activation_mix.push_back(to_string(b));
+    for (auto b : best->mix) c.activation_mix.emplace_back(to_string(b));
     c.compress_activations = best->compress.to_string();
     c.optimizer_offload = best->optimizer;
     c.reasons.push_back(
@@ -310,8 +312,8 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
                            best->estimate.overlap * 100, best->estimate.copy_s * 1e3)
              : std::string()));
     if (best->compress.enabled)
-      c.reasons.push_back("activations compressed to " + best->compress.to_string() +
-                          " (lossy, --allow-lossy)");
+      c.reasons.emplace_back("activations compressed to " + best->compress.to_string() +
+                             " (lossy, --allow-lossy)");
     if (best->optimizer)
       c.reasons.push_back("Adam moments in pinned host memory (vramkit.OffloadedAdamW)");
     c.reasons.push_back(fmt::format("device peak {} of {}, pinned host {}",

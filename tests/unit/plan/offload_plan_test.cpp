@@ -12,7 +12,7 @@
 namespace vramkit::plan {
 namespace {
 
-struct OffloadPlan : ::testing::Test {
+struct OffloadPlan : ::testing::Test {  // NOLINT(readability-identifier-naming): gtest's name
   model_description m = preset_model("tinyllama-1.1b");
   plan_request r;
   const gpu_spec& gpu = find_gpu("h200");
