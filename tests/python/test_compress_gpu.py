@@ -48,6 +48,8 @@ class CudaRoundTrip(unittest.TestCase):
             for fmt in ("e4m3", "e5m2"):
                 for shape in SHAPES:
                     for dtype in DTYPES:
+                        if compile and (fmt, dtype) != ("e4m3", torch.bfloat16):
+                            continue  # each (format, dtype) is a compilation of its own: one suffices
                         t = (torch.randn(shape, device="cuda") * 10 ** torch.empty(shape, device="cuda").uniform_(-2, 2)).to(dtype)
                         p = ac.pack_tensor(t, fmt, compile, backend=backend)
                         back = ac.unpack_tensor(p)
