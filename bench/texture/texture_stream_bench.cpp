@@ -262,6 +262,7 @@ nlohmann::json bench_rebuilds(bench& b) {
     storage.upload_level(old, l, b.host + chain_bytes(bc7, size, size, l), stream_view(b.s[0]));
   std::vector<mip_chain*> fresh;
   for (int k = 0; k < n; ++k) fresh.push_back(storage.create_chain(desc, 0));
+  CHECK(cudaDeviceSynchronize());
   const std::size_t level0 = level_bytes(bc7, size, size);
   const rebuild_variant variants[] = {{"one stream (before)", 0, 1},
                                       {"level copies on their own stream", 1, 1},
