@@ -3,12 +3,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "vramkit/cluster/workload_attribution.hpp"
+#include "vramkit/cluster/process_attribution.hpp"
 #include "vramkit/core/error.hpp"
 
 namespace vramkit::cli {
@@ -33,16 +34,11 @@ void stop_signals::wait() {
   sigwait(&set_, &sig);
 }
 
-std::function<std::string(std::uint32_t)> workload_reader(const std::string& host_root) {
-  return [root = std::filesystem::path(host_root)](std::uint32_t pid) -> std::string {
-    std::ifstream in(root / "proc" / std::to_string(pid) / "cgroup");
-    if (!in) return {};
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto w = vramkit::cluster::workload_of_proc_cgroup(text);
-    if (!w.pod_uid.empty()) return "pod " + w.pod_uid;
-    if (!w.slurm_job.empty()) return "slurm job " + w.slurm_job;
-    return {};
-  };
+std::function<monitor::process_owner(std::uint32_t)> workload_reader(const std::string& host_root) {
+  vramkit::cluster::attribution_options o;
+  o.host_root = host_root;
+  auto attributor = std::make_shared<vramkit::cluster::process_attributor>(o);
+  return [attributor](std::uint32_t pid) { return attributor->owner_of(pid); };
 }
 
 }  // namespace vramkit::cli
