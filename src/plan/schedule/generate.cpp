@@ -26,7 +26,7 @@ u64 inference_weight_bytes(const walker& w, int i, const parameter_tensor& p) {
     // bitsandbytes NF4 with double quantisation (QLoRA paper): 0.5 byte + one 8-bit absmax per
     // block of 64 + one fp32 scale per 256 of those = 4.127 bits per weight.
     case quant_kind::nf4:
-      return matrix ? e / 2 + e / 64 + e / (64 * 256) * 4 : e * 2;
+      return matrix ? e / 2 + e / 64 + e / (64ull * 256) * 4 : e * 2;
     // fp8 checkpoints (e4m3): one byte per weight and an fp32 scale per tensor.
     case quant_kind::fp8:
       return matrix ? e + 4 : e * 2;
