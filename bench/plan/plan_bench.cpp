@@ -13,7 +13,8 @@ using namespace vramkit::plan;
 
 namespace {
 
-void BM_PlanOne(benchmark::State& state, const char* model, run_mode mode) {
+void BM_PlanOne(  // NOLINT(readability-identifier-naming): Google Benchmark style
+    benchmark::State& state, const char* model, run_mode mode) {
   const auto m = preset_model(model);
   plan_request r;
   r.mode = mode;
@@ -27,8 +28,8 @@ void BM_PlanOne(benchmark::State& state, const char* model, run_mode mode) {
 }
 
 /// A full --fit search on one thread (the target is < 1 s on one core); seq 0 = the default.
-void BM_FitSearch(benchmark::State& state, const char* model, int gpus, const char* gpu,
-                  std::int64_t seq) {
+void BM_FitSearch(  // NOLINT(readability-identifier-naming)
+    benchmark::State& state, const char* model, int gpus, const char* gpu, std::int64_t seq) {
   const auto m = preset_model(model);
   plan_request r;
   r.batch = seq == 2048 ? 1 : 64;

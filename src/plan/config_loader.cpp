@@ -571,7 +571,7 @@ model_description parse_resnet(const fields& f) {
   m.family = model_family::resnet;
   const auto block = f.string_or("block", "");
   if (block != "basic" && block != "bottleneck")
-    f.fail("field 'block' must be \"basic\" or \"bottleneck\"");
+    f.fail(R"(field 'block' must be "basic" or "bottleneck")");
   m.resnet.bottleneck = block == "bottleneck";
   if (!f.has("layers") || !f.j.at("layers").is_array() || f.j.at("layers").size() != 4)
     f.fail("field 'layers' must be an array of 4 block counts");

@@ -98,7 +98,7 @@ void place_weights(walker& w, const std::vector<parameter_tensor>& params) {
       // QLoRA base: bitsandbytes NF4, blocks of 64 with a double-quantised absmax (0.5 byte +
       // one byte per 64 + an fp32 scale per 256 absmax blocks).
       const u64 e = w.param_elems(i);
-      bytes = e / 2 + e / 64 + e / (64 * 256) * 4;
+      bytes = e / 2 + e / 64 + e / (64ull * 256) * 4;
     } else {
       bytes = static_cast<u64>(std::ceil(static_cast<double>(w.param_elems(i)) * pshard)) *
               static_cast<u64>(w.dt().param);

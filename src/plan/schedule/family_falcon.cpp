@@ -54,9 +54,9 @@ tensor falcon_attention(walker& w, const dims& D, const tensor& in, int in_bytes
     }
     o = math_attention(w, D, qr, kr, v, low, true);
   } else {
-    dims Dk = D;
-    if (!multi_query) Dk.kv = D.heads;  // k and v were broadcast to every query head
-    o = attention(w, Dk, {qr, kr, v, rb, low, false, true, t.attention_dropout});
+    dims dk = D;
+    if (!multi_query) dk.kv = D.heads;  // k and v were broadcast to every query head
+    o = attention(w, dk, {qr, kr, v, rb, low, false, true, t.attention_dropout});
   }
   qr.reset();
   kr.reset();

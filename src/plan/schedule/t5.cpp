@@ -160,7 +160,7 @@ tensor t5_forward_loss(walker& w) {
   tensor mask_in = w.alloc(static_cast<u64>(b * s) * 8, component::inputs, "attention mask");
   tensor labels = w.alloc(static_cast<u64>(b * sd) * 8, component::inputs, "labels");
   tensor dec_ids = w.alloc(static_cast<u64>(b * sd) * 8, component::inputs, "decoder input ids");
-  t5_dims E{b, s, s, t.hidden, t.heads, t.head_dim, t.intermediate};
+  t5_dims enc_dims{b, s, s, t.hidden, t.heads, t.head_dim, t.intermediate};
   const u64 nh = static_cast<u64>(b * s * t.hidden);
   // Encoder.
   tensor x = w.op(nh * eb, "token embeddings", {}, {ids}, {lm.embed});
@@ -170,15 +170,15 @@ tensor t5_forward_loss(walker& w) {
   for (int l = 0; l < enc; ++l) {
     w.set_layer(l);
     const auto p = w.layer_param(l);
-    if (l == 0) ebias = position_bias(w, E, p.rel_bias);
+    if (l == 0) ebias = position_bias(w, enc_dims, p.rel_bias);
     tensor n = t5_norm(w, x, b * s, t.hidden, xb, p.attn_norm);
     const int nb = w.param_width(p.attn_norm);
-    tensor a = t5_attention(w, E, n, nb, n, nb, p.qkv, p.qkv, p.attn_out, ebias);
+    tensor a = t5_attention(w, enc_dims, n, nb, n, nb, p.qkv, p.qkv, p.attn_out, ebias);
     n.reset();
     x = residual(w, x, xb, std::move(a), low, nh);
     xb = std::max(xb, low);
     n = t5_norm(w, x, b * s, t.hidden, xb, p.mlp_norm);
-    tensor f = t5_ff(w, E, n, w.param_width(p.mlp_norm), p);
+    tensor f = t5_ff(w, enc_dims, n, w.param_width(p.mlp_norm), p);
     n.reset();
     x = residual(w, x, xb, std::move(f), low, nh);
   }
@@ -189,8 +189,8 @@ tensor t5_forward_loss(walker& w) {
   x.reset();
   enc_out = dropout(w, enc_out, nh, ob, t.hidden_dropout, "encoder dropout");
   // Decoder.
-  t5_dims Dd{b, sd, sd, t.hidden, t.heads, t.head_dim, t.intermediate};
-  t5_dims Dx{b, sd, s, t.hidden, t.heads, t.head_dim, t.intermediate};
+  t5_dims self_dims{b, sd, sd, t.hidden, t.heads, t.head_dim, t.intermediate};
+  t5_dims cross_dims{b, sd, s, t.hidden, t.heads, t.head_dim, t.intermediate};
   const u64 nd = static_cast<u64>(b * sd * t.hidden);
   tensor y = w.op(nd * eb, "decoder embeddings", {}, {dec_ids}, {lm.embed});
   y = dropout(w, y, nd, eb, t.hidden_dropout, "embedding dropout");
@@ -200,21 +200,21 @@ tensor t5_forward_loss(walker& w) {
     w.set_layer(l);
     const auto p = w.layer_param(l);
     if (l == enc) {
-      sbias = position_bias(w, Dd, p.rel_bias);
-      xbias = position_bias(w, Dx, -1);
+      sbias = position_bias(w, self_dims, p.rel_bias);
+      xbias = position_bias(w, cross_dims, -1);
     }
     tensor n = t5_norm(w, y, b * sd, t.hidden, yb, p.attn_norm);
     const int nb = w.param_width(p.attn_norm);
-    tensor a = t5_attention(w, Dd, n, nb, n, nb, p.qkv, p.qkv, p.attn_out, sbias);
+    tensor a = t5_attention(w, self_dims, n, nb, n, nb, p.qkv, p.qkv, p.attn_out, sbias);
     n.reset();
     y = residual(w, y, yb, std::move(a), low, nd);
     yb = std::max(yb, low);
     n = t5_norm(w, y, b * sd, t.hidden, yb, p.cross_norm);
-    a = t5_attention(w, Dx, n, nb, enc_out, ob, p.cross_q, p.cross_kv, p.cross_out, xbias);
+    a = t5_attention(w, cross_dims, n, nb, enc_out, ob, p.cross_q, p.cross_kv, p.cross_out, xbias);
     n.reset();
     y = residual(w, y, yb, std::move(a), low, nd);
     n = t5_norm(w, y, b * sd, t.hidden, yb, p.mlp_norm);
-    tensor f = t5_ff(w, Dd, n, nb, p);
+    tensor f = t5_ff(w, self_dims, n, nb, p);
     n.reset();
     y = residual(w, y, yb, std::move(f), low, nd);
   }
@@ -254,21 +254,21 @@ void t5_generate(walker& w) {
   w.set_phase(phase::prefill);
   // The encoder, once: its forward is the training one without saving anything.
   {
-    t5_dims E{b, s, s, t.hidden, t.heads, t.head_dim, t.intermediate};
+    t5_dims enc_dims{b, s, s, t.hidden, t.heads, t.head_dim, t.intermediate};
     const u64 nh = static_cast<u64>(b * s * t.hidden);
     tensor x = w.alloc(nh * low, component::temporaries, "token embeddings");
     tensor bias;
     for (int l = 0; l < enc; ++l) {
       w.set_layer(l);
       const auto p = w.layer_param(l);
-      if (l == 0) bias = position_bias(w, E, p.rel_bias);
+      if (l == 0) bias = position_bias(w, enc_dims, p.rel_bias);
       tensor n = t5_norm(w, x, b * s, t.hidden, low, p.attn_norm);
-      tensor a = t5_attention(w, E, n, low, n, low, p.qkv, p.qkv, p.attn_out, bias);
+      tensor a = t5_attention(w, enc_dims, n, low, n, low, p.qkv, p.qkv, p.attn_out, bias);
       n.reset();
       x = add(w, x, low, a, low, nh, "t5 residual");
       a.reset();
       n = t5_norm(w, x, b * s, t.hidden, low, p.mlp_norm);
-      tensor f = t5_ff(w, E, n, low, p);
+      tensor f = t5_ff(w, enc_dims, n, low, p);
       n.reset();
       x = add(w, x, low, f, low, nh, "t5 residual");
     }

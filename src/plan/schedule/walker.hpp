@@ -211,7 +211,7 @@ class walker {
   /// zero_grad(set_to_none=True).
   void zero_grad();
   /// Optimizer state `which` (0 or 1) of parameter p, created on first use.
-  bool has_state(int p, int which) const { return state_[which][p] >= 0; }
+  [[nodiscard]] bool has_state(int p, int which) const { return state_[which][p] >= 0; }
   void set_state(int p, int which, int id) { state_[which][p] = id; }
 
  private:
@@ -225,8 +225,8 @@ class walker {
     [[nodiscard]] std::size_t size() const noexcept { return n_; }
     [[nodiscard]] bool empty() const noexcept { return n_ == 0; }
     const T& operator[](std::size_t i) const noexcept { return a_[i]; }
-    const T* begin() const noexcept { return a_.data(); }
-    const T* end() const noexcept { return a_.data() + n_; }
+    [[nodiscard]] const T* begin() const noexcept { return a_.data(); }
+    [[nodiscard]] const T* end() const noexcept { return a_.data() + n_; }
 
    private:
     std::array<T, N> a_{};
@@ -245,7 +245,7 @@ class walker {
     int ckpt_input = -1;
   };
 
-  tensor adopt(int id) noexcept { return tensor(this, id); }
+  tensor adopt(int id) noexcept { return {this, id}; }
   int new_tensor(u64 bytes, component c, const char* label);
   void push_event(u64 bytes, int t, component c, bool is_alloc);
   [[nodiscard]] bool requires_grad(int t) const { return t >= 0 && meta_[t].producer != -1; }

@@ -131,7 +131,7 @@ TEST(FineTuning, BitsandbytesStatesAndFusedAdamW) {
   r.batch = 1, r.seq = 256, r.prec = precision::bf16, r.optimizer = optimizer_kind::adamw_8bit;
   r.validate(m);
   const auto s = build_schedule(m, r);
-  const double P = static_cast<double>(parameter_count(m));
+  const auto P = static_cast<double>(parameter_count(m));  // NOLINT(readability-identifier-naming)
   // Two uint8 states and two fp32 absmax per 256 (small parameters keep fp32 states).
   EXPECT_NEAR(static_cast<double>(allocated(s, component::optimizer_states)), 2 * P + P / 256 * 8,
               0.01 * P);
