@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -160,7 +161,7 @@ measurement measure(const config& c, const cuda_allocation_model& model) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   std::string json_path = "texture-alloc.json";
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
@@ -243,4 +244,7 @@ int main(int argc, char** argv) {
               within, cases.size(), 100 * worst);
   if (within != static_cast<int>(cases.size())) return 1;
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "texture_alloc_measure: %s\n", e.what());
+  return 1;
 }

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -111,6 +112,7 @@ struct bench {
                               double bytes, int reps) {
     time(enqueue, std::min(copies, 2), streams);
     std::vector<double> v;
+    v.reserve(static_cast<std::size_t>(reps));
     for (int r = 0; r < reps; ++r)
       v.push_back(bytes * copies / time(enqueue, copies, streams) / 1e9);
     return v;
@@ -140,7 +142,7 @@ nlohmann::json bench_level(bench& b, const level_case& c) {
   const cudaChannelFormatDesc ch =
       cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed7>();
   const std::size_t row = static_cast<std::size_t>((c.size + 3) / 4) * bc7.block_bytes;
-  const std::size_t rows = static_cast<std::size_t>((c.size + 3) / 4);
+  const auto rows = static_cast<std::size_t>((c.size + 3) / 4);
   const std::size_t bytes = row * rows;
   cudaArray_t arr[2] = {};
   for (auto& a : arr) CHECK(cudaMallocArray(&a, &ch, c.size, c.size));
@@ -211,7 +213,7 @@ nlohmann::json bench_chain(bench& b) {
   const stats sp = b.gbps(plain, 8, 1, double(total));
   cudaArray_t a0 = nullptr;
   CHECK(cudaGetMipmappedArrayLevel(&a0, mip, 0));
-  if (!array_holds(b, a0, 1024 * 16, 1024, b.host)) {
+  if (!array_holds(b, a0, std::size_t{1024} * 16, 1024, b.host)) {
     std::fprintf(stderr, "texture_stream_bench: chain level 0 read-back differs\n");
     std::exit(1);
   }
@@ -261,6 +263,7 @@ nlohmann::json bench_rebuilds(bench& b) {
   for (int l = 1; l < levels; ++l)
     storage.upload_level(old, l, b.host + chain_bytes(bc7, size, size, l), stream_view(b.s[0]));
   std::vector<mip_chain*> fresh;
+  fresh.reserve(n);
   for (int k = 0; k < n; ++k) fresh.push_back(storage.create_chain(desc, 0));
   CHECK(cudaDeviceSynchronize());
   const std::size_t level0 = level_bytes(bc7, size, size);
@@ -288,7 +291,8 @@ nlohmann::json bench_rebuilds(bench& b) {
   }
   // Every rebuilt chain: level 0 from staging, level 1 copied from the old chain.
   bool ok = true;
-  const std::size_t row0 = (size / 4) * 16, row1 = (size / 8) * 16;
+  const std::size_t row0 = static_cast<std::size_t>(size / 4) * 16;
+  const std::size_t row1 = static_cast<std::size_t>(size / 8) * 16;
   for (int k = 0; k < n; ++k) {
     auto* a0 = static_cast<cudaArray_t>(cuda_mip_storage::level_array(fresh[k], 0));
     auto* a1 = static_cast<cudaArray_t>(cuda_mip_storage::level_array(fresh[k], 1));
@@ -307,7 +311,7 @@ nlohmann::json bench_rebuilds(bench& b) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   std::string json_path = "texture-stream.json";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
@@ -341,4 +345,7 @@ int main(int argc, char** argv) {
   out["streamer_rebuilds"] = bench_rebuilds(b);
   std::ofstream(json_path) << out.dump(2) << "\n";
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "texture_stream_bench: %s\n", e.what());
+  return 1;
 }
