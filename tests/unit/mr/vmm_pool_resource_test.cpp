@@ -23,6 +23,13 @@ namespace {
 
 using vramkit::testing::gate;
 
+// No growth slack: growth remaps whenever free space allows, the case the stress tests are about.
+vmm_pool_options without_slack() {
+  vmm_pool_options o;
+  o.growth_slack = 0;
+  return o;
+}
+
 struct sim_vmm {
   explicit sim_vmm(vmm_pool_options o = {}, host_sim_options d = {})
       : dev(std::make_shared<host_sim_device>(d)),
@@ -81,6 +88,32 @@ TEST(VmmPoolResource, RemapsFreeFragmentsInsteadOfReservingMore) {
   s.pool->deallocate(big, 16 * MiB, 256, s.a);
   for (int i = 1; i < 10; i += 2) s.pool->deallocate(blocks[i], 4 * MiB, 256, s.a);
   EXPECT_EQ(s.pool->trim(), before);
+}
+
+// Within growth_slack of the most ever allocated, growth creates granules rather than remapping
+// free ones (a remap costs an unmap and a map each time a repeated step needs it); past it, it
+// remaps. The same fragmented pool as above: 40 MiB allocated at most, 20 MiB live in 4 MiB
+// pieces, then 16 MiB more: 56 MiB is past 1.25 x 40 MiB and within 1.5 x 40 MiB.
+TEST(VmmPoolResource, GrowthSlackCreatesInsteadOfRemappingUpToItsBound) {
+  for (const double slack : {0.0, 0.25, 0.5}) {
+    SCOPED_TRACE(slack);
+    vmm_pool_options o;
+    o.growth_slack = slack;
+    sim_vmm s(o);
+    std::vector<void*> blocks;
+    for (int i = 0; i < 10; ++i) blocks.push_back(s.pool->allocate(4 * MiB, 256, s.a));
+    for (int i = 0; i < 10; i += 2) s.pool->deallocate(blocks[i], 4 * MiB, 256, s.a);
+    void* big = s.pool->allocate(16 * MiB, 256, s.a);
+    std::memset(big, 0x5A, 16 * MiB);
+    const bool creates = slack == 0.5;
+    EXPECT_EQ(s.pool->reserved_bytes(), (creates ? 56 : 40) * MiB);
+    EXPECT_EQ(s.pool->report().vmm.granules_remapped, creates ? 0u : 8u);
+    s.pool->deallocate(big, 16 * MiB, 256, s.a);
+    for (int i = 1; i < 10; i += 2) s.pool->deallocate(blocks[i], 4 * MiB, 256, s.a);
+  }
+  vmm_pool_options bad;
+  bad.growth_slack = -0.1;
+  EXPECT_THROW(sim_vmm{bad}, logic_error);
 }
 
 TEST(VmmPoolResource, TrimReturnsEveryGranule) {
@@ -205,7 +238,7 @@ void vmm_stress(int streams, std::uint32_t seed, std::size_t capacity) {
   auto dev = std::make_shared<host_sim_device>(host_sim_options{.device_memory_bytes = capacity});
   std::vector<std::unique_ptr<owned_stream>> ss;
   for (int i = 0; i < streams; ++i) ss.push_back(std::make_unique<owned_stream>(*dev));
-  auto pool = std::make_shared<vmm_pool_resource>(dev);
+  auto pool = std::make_shared<vmm_pool_resource>(dev, without_slack());
   statistics_adaptor stats(pool);
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> coin(0, 99);
@@ -227,7 +260,8 @@ void vmm_stress(int streams, std::uint32_t seed, std::size_t capacity) {
       for (std::size_t k : touch_points(l.bytes)) ASSERT_EQ(c[k], l.tag) << "offset " << k;
     }
   };
-  for (int op = 0; op < 1500; ++op) {
+  const int ops = 1500 * vramkit::testing::stress_scale();
+  for (int op = 0; op < ops; ++op) {
     const bool alloc = model.empty() || coin(rng) < 52;
     if (alloc) {
       // A sequence length per "step" scales activations, as in training with varying lengths.
@@ -245,9 +279,12 @@ void vmm_stress(int streams, std::uint32_t seed, std::size_t capacity) {
       const auto a = reinterpret_cast<std::uintptr_t>(p);
       ASSERT_EQ(a % 256, 0u);
       auto next = model.lower_bound(a);
-      if (next != model.end()) ASSERT_LE(a + n, next->first);
-      if (next != model.begin())
+      if (next != model.end()) {
+        ASSERT_LE(a + n, next->first);
+      }
+      if (next != model.begin()) {
         ASSERT_LE(std::prev(next)->first + std::prev(next)->second.bytes, a);
+      }
       const auto tag = static_cast<unsigned char>(op | 1);
       for (std::size_t k : touch_points(n)) static_cast<unsigned char*>(p)[k] = tag;
       model.emplace(a, live{n, st, tag});
@@ -286,14 +323,14 @@ TEST(VmmPoolResourceStress, ThreadsOnSeveralStreamsNeverShareALiveBlock) {
   constexpr int threads = 4;
   std::vector<std::unique_ptr<owned_stream>> ss;
   for (int i = 0; i < threads + 1; ++i) ss.push_back(std::make_unique<owned_stream>(*dev));
-  auto pool = std::make_shared<vmm_pool_resource>(dev);
+  auto pool = std::make_shared<vmm_pool_resource>(dev, without_slack());
   std::atomic<int> corrupt{0};
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
       std::mt19937 rng(200 + t);
       std::vector<std::tuple<void*, std::size_t, int>> mine;
-      for (int op = 0; op < 300; ++op) {
+      for (int op = 0; op < 300 * vramkit::testing::stress_scale(); ++op) {
         if (mine.size() < 8 && (mine.empty() || rng() % 2 == 0)) {
           const std::size_t n = 256 + rng() % (rng() % 4 == 0 ? 6 * MiB : 8 * KiB);
           const int st = rng() % 3 == 0 ? threads : t;
