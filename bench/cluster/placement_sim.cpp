@@ -901,7 +901,7 @@ int main(int argc, char** argv) {
       "- jobs: Poisson arrivals; 90%% batch jobs (exponential run time, mean 1) drawn uniformly "
       "from the workloads below, a quarter of the training ones on 2, 4 or 8 GPUs of one node; "
       "10%% long-running inference services (mean 5); real use = estimate x a measured/predicted "
-      "ratio of the planner's H200 accuracy (0.91-1.10); %s\n",
+      "ratio of the planner's H200 accuracy (0.92-1.10); %s\n",
       s.hand_requests ? "requests written by hand: estimate x a factor log-uniform in [0.9, 2.5], "
                         "rounded up to 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 120 or 140 GiB"
                       : "requests = estimate + 10%, whole GiB (the planner's)");
