@@ -4,11 +4,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "vramkit/cluster/process_attribution.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/monitor/gpu_source.hpp"
 
@@ -74,6 +76,13 @@ stop_signals::stop_signals() : set_{} {
 void stop_signals::wait() {
   int sig = 0;
   sigwait(&set_, &sig);
+}
+
+std::function<monitor::process_owner(std::uint32_t)> workload_reader(const std::string& host_root) {
+  vramkit::cluster::attribution_options o;
+  o.host_root = host_root;
+  auto attributor = std::make_shared<vramkit::cluster::process_attributor>(o);
+  return [attributor](std::uint32_t pid) { return attributor->owner_of(pid); };
 }
 
 }  // namespace vramkit::cli

@@ -4,12 +4,15 @@
 
 #include <csignal>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "vramkit/monitor/process_owner.hpp"
 
 namespace vramkit {
 class nvml_api;
@@ -27,6 +30,8 @@ void add_plan_command(CLI::App& app, command_context& ctx);
 void add_watch_command(CLI::App& app, command_context& ctx);
 void add_serve_command(CLI::App& app, command_context& ctx);
 void add_slurm_command(CLI::App& app, command_context& ctx);
+/// `slurm report`, registered on the slurm subcommand (cli/slurm_report_command.cpp).
+void add_slurm_report_command(CLI::App& slurm, command_context& ctx);
 void add_extender_command(CLI::App& app, command_context& ctx);
 void add_device_plugin_command(CLI::App& app, command_context& ctx);
 void add_replay_command(CLI::App& app, command_context& ctx);
@@ -89,6 +94,11 @@ std::shared_ptr<nvml_api> open_gpus(const std::string& fake_gpus);
 
 /// The text of the file at `path`; throws invalid_input "cannot read WHAT 'PATH'".
 std::string read_input_file(const std::string& path, const char* what);
+
+/// For sampler_options::workload_of: the pod, container, Slurm job and plan of a process, read
+/// under `host_root` by cluster::process_attributor (cached by PID and start time); empty when
+/// nothing names one.
+std::function<monitor::process_owner(std::uint32_t)> workload_reader(const std::string& host_root);
 
 /// Blocks SIGINT and SIGTERM in this thread and every thread it starts afterwards, so that the
 /// signal cannot land in a server thread; wait() then takes one synchronously.

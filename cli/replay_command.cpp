@@ -20,6 +20,7 @@ void add_replay_command(CLI::App& app, command_context& ctx) {
     std::string allocator = "all";
     std::string gpu;
     std::string capacity;
+    unsigned passes = 1;
     bool json = false;
   };
   auto opt = std::make_shared<options>();
@@ -32,10 +33,15 @@ void add_replay_command(CLI::App& app, command_context& ctx) {
   auto* gpu = cmd->add_option("--gpu", opt->gpu, "fit the trace on this GPU's memory (catalogue)");
   auto* cap = cmd->add_option("--capacity", opt->capacity, "fit the trace in this many bytes");
   gpu->excludes(cap);
+  cmd->add_option("--passes", opt->passes,
+                  "replay the trace N times back to back (as a training loop repeats its step); "
+                  "peaks over all passes")
+      ->check(CLI::Range(1u, mr::max_replay_passes));
   cmd->add_flag("--json", opt->json, "JSON for scripts");
   cmd->callback([opt, &ctx] {
     mr::comparison_options o;
     if (opt->allocator != "all") o.allocators = {opt->allocator};
+    o.passes = opt->passes;
     if (!opt->gpu.empty()) o.capacity_bytes = plan::find_gpu(opt->gpu).memory_bytes;
     if (!opt->capacity.empty()) {
       try {

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "vramkit/cluster/proc_workload_reader.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/monitor/exporter.hpp"
 #include "vramkit/monitor/gpu_source.hpp"
@@ -40,7 +39,7 @@ void run_serve(const serve_args& a) {
     std::fprintf(stderr, "vramkit: %s: exporting host memory only\n", gpus.error().reason.c_str());
   mon::sampler_options so;
   so.host_root = a.host_root;
-  so.workload_of = cluster::proc_workload_reader(a.host_root);
+  so.workload_of = workload_reader(a.host_root);
 
   stop_signals stop;
   mon::exporter_options eo;

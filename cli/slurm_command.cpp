@@ -130,6 +130,8 @@ void add_slurm_command(CLI::App& app, command_context& ctx) {
                      "vramkit-slurm.conf written by slurm gres (shard size and largest GPU)");
   shards->add_flag("--json", s->json, "print as JSON");
   shards->callback([s, &ctx] { run_shards(*s, ctx); });
+
+  add_slurm_report_command(*slurm, ctx);
 }
 
 }  // namespace vramkit::cli

@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "commands.hpp"
-#include "vramkit/cluster/proc_workload_reader.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/monitor/csv_writer.hpp"
 #include "vramkit/monitor/gpu_source.hpp"
@@ -91,7 +90,7 @@ void run_watch(const watch_args& a, command_context& ctx) {
   mon::sampler_options so;
   so.host_root = a.host_root;
   so.devices = a.devices;
-  so.workload_of = cluster::proc_workload_reader(a.host_root);
+  so.workload_of = workload_reader(a.host_root);
   mon::sampler sampler(std::move(gpus), so);
   sampler.validate_devices();
 

@@ -153,7 +153,7 @@ def reset_peak_memory_stats(device=None):
 
 
 def empty_cache(device=None):
-    """Returns the pool's wholly free cached chunks to the driver (torch.cuda.empty_cache() does
+    """Returns the pool's wholly free cached memory to the driver (torch.cuda.empty_cache() does
     not reach a pluggable allocator)."""
     if _load().vramkit_trim(_device_index(device)) != 0:
         raise RuntimeError("vramkit_trim failed (see stderr)")
@@ -182,9 +182,10 @@ def set_pool_maximum(max_bytes):
 
 
 def set_pool_kind(kind):
-    """Chooses the pool (VRAMKIT_POOL_KIND): "pool" (chunks from cudaMallocAsync, the default) or
-    "vmm" (virtual-memory segments that grow in place and remap free granules). Must run before the
-    first CUDA allocation."""
+    """Chooses the pool (VRAMKIT_POOL_KIND): "vmm" (virtual-memory segments that grow in place and
+    remap free granules; the default where the GPU supports virtual memory management) or "pool"
+    (chunks from cudaMallocAsync, the default where it does not). Must run before the first CUDA
+    allocation."""
     if kind not in _POOL_KINDS:
         raise ValueError("set_pool_kind: kind must be one of %s (got %r)" % (", ".join(_POOL_KINDS), kind))
     _before_first_allocation("set_pool_kind")

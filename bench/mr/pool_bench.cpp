@@ -1,7 +1,9 @@
 // Allocator benchmarks (Google Benchmark): a random trace (2000 sizes uniform in 256 B..64 MiB,
 // allocate all then free all, warm) and a recorded PyTorch training step (compact trace), each
-// replayed on vramkit's pool and on the baselines of the same machine: cudaMallocAsync from a warm
-// pool and cudaMalloc/cudaFree on a GPU; the simulated device's own allocation on the CPU.
+// replayed on vramkit's pools (the classic pool, the virtual-memory pool, and the virtual-memory
+// pool behind the C API entry points PyTorch's pluggable allocator calls) and on the baselines of
+// the same machine: cudaMallocAsync from a warm pool and cudaMalloc/cudaFree on a GPU; the
+// simulated device's own allocation on the CPU.
 // Before timing, every resource replays the trace once with each block filled on its stream and
 // checked at its free (a broken allocator cannot report a speed). Figures per allocation:
 // median allocate and free latency (host clock around each call, ~20 ns of clock overhead
@@ -20,15 +22,18 @@
 #include <unordered_map>
 #include <vector>
 
+#include "mr/c_api_testing.hpp"
 #include "vramkit/core/cuda_device_api.hpp"
 #include "vramkit/core/host_sim_device.hpp"
 #include "vramkit/core/sample_stats.hpp"
 #include "vramkit/core/units.hpp"
+#include "vramkit/mr/c_api.h"
 #include "vramkit/mr/cuda_async_resource.hpp"
 #include "vramkit/mr/cuda_device_resource.hpp"
 #include "vramkit/mr/device_api_resource.hpp"
 #include "vramkit/mr/pool_resource.hpp"
 #include "vramkit/mr/trace.hpp"
+#include "vramkit/mr/vmm_pool_resource.hpp"
 
 namespace {
 
@@ -38,9 +43,49 @@ using namespace vramkit::mr;
 struct bench_stack {
   std::shared_ptr<device_api> api;
   std::shared_ptr<memory_resource> top;
-  std::shared_ptr<pool_resource> pool;  // when the top is (over) a pool
+  std::function<std::uint64_t()> peak_reserved;  // set for the pools
   std::vector<std::unique_ptr<owned_stream>> streams;
 };
+
+// Device 0's pool behind the C API (vramkit_torch_malloc / vramkit_free, what PyTorch's pluggable
+// allocator calls), as a memory_resource so the replay loop is the same; the pool is the C API's
+// default kind.
+class c_api_resource final : public memory_resource {
+ public:
+  [[nodiscard]] memory_kind kind() const noexcept override { return memory_kind::device; }
+  [[nodiscard]] std::string name() const override { return "vramkit C API"; }
+  static std::uint64_t peak_reserved() {
+    std::string s(vramkit_memory_stats_json(0, nullptr, 0), '\0');
+    vramkit_memory_stats_json(0, s.data(), s.size() + 1);
+    const std::string key = "\"reserved_bytes.all.peak\":";
+    const auto at = s.find(key);
+    return at == std::string::npos ? 0 : std::stoull(s.substr(at + key.size()));
+  }
+
+ private:
+  void* do_allocate(std::size_t bytes, std::size_t, stream_view stream) override {
+    return vramkit_torch_malloc(static_cast<ssize_t>(bytes), 0, stream.handle);
+  }
+  void do_deallocate(void* p, std::size_t bytes, std::size_t,
+                     stream_view stream) noexcept override {
+    vramkit_free(p, static_cast<ssize_t>(bytes), 0, stream.handle);
+  }
+};
+
+template <typename Pool>
+void set_pool(bench_stack& s, std::shared_ptr<Pool> pool) {
+  s.top = pool;
+  s.peak_reserved = [pool] {
+    return static_cast<std::uint64_t>(pool->report().reserved_bytes.all.peak);
+  };
+}
+
+void set_c_api(bench_stack& s) {
+  vramkit_trim(0);
+  vramkit_reset_peak(0);
+  s.top = std::make_shared<c_api_resource>();
+  s.peak_reserved = c_api_resource::peak_reserved;
+}
 
 using factory = std::function<bench_stack()>;
 
@@ -101,7 +146,13 @@ void run_replay(benchmark::State& state, const trace& t, const factory& make) {
   }
   s.api->synchronize_device();
   (void)replay(*s.top, t, streams);  // warm
-  if (s.pool) reset_peak_stats(*s.top);
+  if (s.peak_reserved) {
+    if (dynamic_cast<c_api_resource*>(s.top.get()) != nullptr) {
+      vramkit_reset_peak(0);
+    } else {
+      reset_peak_stats(*s.top);
+    }
+  }
   std::vector<double> alloc_ns;
   std::vector<double> free_ns;
   std::uint64_t peak_live = 0;
@@ -122,11 +173,10 @@ void run_replay(benchmark::State& state, const trace& t, const factory& make) {
   state.counters["free_median_ns"] = f;
   state.counters["alloc_free_median_ns"] = a + f;
   state.counters["allocations"] = static_cast<double>(t.events.size() / 2);
-  if (s.pool && peak_live > 0) {
-    const pool_report r = s.pool->report();
-    state.counters["peak_reserved_over_peak_requested"] =
-        static_cast<double>(r.reserved_bytes.all.peak) / static_cast<double>(peak_live);
-    state.counters["peak_reserved_MiB"] = static_cast<double>(r.reserved_bytes.all.peak) / MiB;
+  if (s.peak_reserved && peak_live > 0) {
+    const auto peak = static_cast<double>(s.peak_reserved());
+    state.counters["peak_reserved_over_peak_requested"] = peak / static_cast<double>(peak_live);
+    state.counters["peak_reserved_MiB"] = peak / MiB;
   }
   state.counters["peak_requested_MiB"] = static_cast<double>(peak_live) / MiB;
 }
@@ -136,15 +186,25 @@ std::vector<std::pair<std::string, factory>> cuda_factories(std::shared_ptr<devi
   out.emplace_back("vramkit_pool/cuda_async", [api] {
     bench_stack s;
     s.api = api;
-    s.pool = std::make_shared<pool_resource>(std::make_shared<cuda_async_resource>(), api);
-    s.top = s.pool;
+    set_pool(s, std::make_shared<pool_resource>(std::make_shared<cuda_async_resource>(), api));
     return s;
   });
   out.emplace_back("vramkit_pool/cuda", [api] {
     bench_stack s;
     s.api = api;
-    s.pool = std::make_shared<pool_resource>(std::make_shared<cuda_device_resource>(), api);
-    s.top = s.pool;
+    set_pool(s, std::make_shared<pool_resource>(std::make_shared<cuda_device_resource>(), api));
+    return s;
+  });
+  out.emplace_back("vramkit_vmm_pool/cuda", [api] {
+    bench_stack s;
+    s.api = api;
+    set_pool(s, std::make_shared<vmm_pool_resource>(api));
+    return s;
+  });
+  out.emplace_back("vramkit_c_api/cuda", [api] {
+    bench_stack s;
+    s.api = api;
+    set_c_api(s);
     return s;
   });
   out.emplace_back("cuda_async_warm", [api] {
@@ -167,6 +227,7 @@ std::vector<std::pair<std::string, factory>> sim_factories() {
     host_sim_options o;
     o.device_memory_bytes = std::size_t{1} << 40;  // address space only: poison is off
     o.poison_byte = -1;
+    o.commit_physical = false;  // the virtual-memory pool's granules take host pages on first touch
     return std::make_shared<host_sim_device>(o);
   };
   std::vector<std::pair<std::string, factory>> out;
@@ -174,8 +235,22 @@ std::vector<std::pair<std::string, factory>> sim_factories() {
     bench_stack s;
     auto dev = make_dev();
     s.api = dev;
-    s.pool = std::make_shared<pool_resource>(std::make_shared<device_api_resource>(dev), dev);
-    s.top = s.pool;
+    set_pool(s, std::make_shared<pool_resource>(std::make_shared<device_api_resource>(dev), dev));
+    return s;
+  });
+  out.emplace_back("vramkit_vmm_pool/host_sim", [make_dev] {
+    bench_stack s;
+    auto dev = make_dev();
+    s.api = dev;
+    set_pool(s, std::make_shared<vmm_pool_resource>(dev));
+    return s;
+  });
+  out.emplace_back("vramkit_c_api/host_sim", [make_dev] {
+    bench_stack s;
+    auto dev = make_dev();
+    s.api = dev;
+    detail::set_c_api_device_api(dev);  // fresh C API pools over this device
+    set_c_api(s);
     return s;
   });
   out.emplace_back("host_sim_direct", [make_dev] {

@@ -812,6 +812,12 @@ int run(const options& opt) {
         vs.substr(0, 200));
   }
   if (!top_level_number(vs, "device_reserved_bytes.peak", device_reserved)) device_reserved = 0;
+  // Which pool the library built (VRAMKIT_POOL_KIND, or its default): the first pool's name.
+  std::string pool_name = "unknown";
+  if (const auto at = vs.find("\"resource\":\""); at != std::string::npos) {
+    const auto from = at + 12;
+    pool_name = vs.substr(from, vs.find('"', from) - from);
+  }
   vr.pool_peak_reserved_bytes = pool_reserved;
   vr.device_reserved_peak_bytes = device_reserved;
   // As torch_replay.py: the pool's peak, or the CUDA pool's below it where higher.
@@ -858,11 +864,11 @@ int run(const options& opt) {
       tr.peak_reserved_bytes / 1048576.0, tr.peak_allocated_bytes / 1048576.0,
       ratio(tr.peak_reserved_bytes, tr.peak_allocated_bytes), ratio(tr.peak_reserved_bytes, req));
   out += format(
-      "  vramkit: reserved %.1f MiB (pool %.1f MiB, device level %.1f MiB), allocated "
+      "  vramkit (%s): reserved %.1f MiB (pool %.1f MiB, device level %.1f MiB), allocated "
       "%.1f MiB, reserved/allocated %.3f, reserved/requested %.3f\n",
-      vr.peak_reserved_bytes / 1048576.0, pool_reserved / 1048576.0, device_reserved / 1048576.0,
-      vr.peak_allocated_bytes / 1048576.0, ratio(vr.peak_reserved_bytes, vr.peak_allocated_bytes),
-      ratio(vr.peak_reserved_bytes, req));
+      pool_name.c_str(), vr.peak_reserved_bytes / 1048576.0, pool_reserved / 1048576.0,
+      device_reserved / 1048576.0, vr.peak_allocated_bytes / 1048576.0,
+      ratio(vr.peak_reserved_bytes, vr.peak_allocated_bytes), ratio(vr.peak_reserved_bytes, req));
   out += format("  vramkit / torch peak reserved: %.3f\n",
                 ratio(vr.peak_reserved_bytes, tr.peak_reserved_bytes));
   std::fputs(out.c_str(), stdout);
@@ -883,6 +889,7 @@ int run(const options& opt) {
     j += "\"pytorch_cuda_alloc_conf\": " + json_str(conf != nullptr ? conf : "") + ",\n";
     j += "\"vramkit_lib\": " + json_str(opt.lib_path) + ",\n";
     j += "\"vramkit_env\": " + json_str(vramkit_env) + ",\n";
+    j += "\"vramkit_pool\": " + json_str(pool_name) + ",\n";
     j += "\"trace\": {\"path\": " + json_str(t.path) +
          format(
              ", \"events\": %zu, \"allocs\": %zu, \"frees\": %zu, \"zero_size_skipped\": %zu, "

@@ -4,13 +4,18 @@ PyTorch's own CUDA caching allocator and under vramkit's pool as a pluggable all
 fresh process, and compares them: median allocate and free time per op (host clock around the
 torch call, Python overhead included and equal for both), peak reserved and peak allocated.
 
-Each run first replays the trace once filling every tensor with a byte of its own and checking it
-on the GPU at its free (one synchronization at the end): a mismatch fails the run before any
-timing is reported. Then it replays `--repeats` more times, timed.
+Each run first replays the trace once untouched, from an empty cache, and keeps that pass's peaks
+(`first_pass_*`: what one run of the recorded program would reserve). It then replays it once
+filling every tensor with a byte of its own and checking it on the GPU at its free (one
+synchronization at the end): a mismatch fails the run before any timing is reported. Then it
+replays `--repeats` more times, timed. `peak_reserved_bytes` is the peak over all passes, cached
+memory kept between them (what a loop repeating the recorded step reserves); `vramkit replay
+--passes 2+REPEATS` models the same.
 
     python3 bench/mr/torch_replay.py --trace FILE [--lib libvramkit_torch.so] [--json OUT]
     python3 bench/mr/torch_replay.py --trace A --trace B ... --json-dir DIR   # DIR/torch_replay_A.json, ...
     python3 bench/mr/torch_replay.py --trace FILE --run torch|vramkit   # one process, JSON on stdout
+    --jobs N runs N allocators' processes at a time (their peaks add up on the one GPU)
 
 With several traces, each allocator still runs in one process of its own, replaying the traces one
 after the other; between two traces every tensor is freed, the cache emptied
@@ -135,15 +140,33 @@ def run_one(torch, kind, trace_path, repeats):
             return int(bad.item())
         return 0
 
+    def reset_peaks():
+        torch.cuda.synchronize()
+        if is_torch:
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            vramkit_torch.reset_peak_memory_stats()
+
+    def peaks():
+        if is_torch:
+            return torch.cuda.max_memory_reserved(), torch.cuda.max_memory_allocated()
+        st = vramkit_torch.memory_stats()
+        # The pool's peak, or the CUDA pool's below it when higher (chunks the pool returned).
+        return (max(st["reserved_bytes.all.peak"], st.get("device_reserved_bytes.peak", 0)),
+                st["allocated_bytes.all.peak"])
+
+    if not is_torch:
+        import vramkit_torch
+    reset_peaks()
+    replay(False, None)  # the first pass, from the emptied cache
+    torch.cuda.synchronize()
+    first_reserved, first_allocated = peaks()
     mismatches = replay(True, None)
     if mismatches:
         raise SystemExit("verification failed: %d bytes changed while their tensor was live" % mismatches)
     torch.cuda.synchronize()
-    if is_torch:
-        torch.cuda.reset_peak_memory_stats()
-    else:
-        import vramkit_torch
-        vramkit_torch.reset_peak_memory_stats()
+    steady_before = peaks()[0]
+    reset_peaks()
     times = ([], [])
     start = time.perf_counter()
     for _ in range(repeats):
@@ -170,16 +193,16 @@ def run_one(torch, kind, trace_path, repeats):
         "peak_requested_bytes": peak_live,
         "verified": True,
     }
-    if is_torch:
-        out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
-        out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
-    else:
-        import vramkit_torch
+    timed_reserved, out["peak_allocated_bytes"] = peaks()
+    # Over all passes: the timed passes' peak, or the reserve the first two passes left if higher.
+    out["peak_reserved_bytes"] = max(timed_reserved, steady_before)
+    out["passes"] = 2 + repeats
+    out["first_pass_peak_reserved_bytes"] = first_reserved
+    out["first_pass_peak_allocated_bytes"] = first_allocated
+    out["first_pass_peak_reserved_over_peak_requested"] = first_reserved / max(1, peak_live)
+    if not is_torch:
         st = vramkit_torch.memory_stats()
-        # The pool's peak, or the CUDA pool's below it when higher (chunks the pool returned).
-        out["peak_reserved_bytes"] = max(st["reserved_bytes.all.peak"], st.get("device_reserved_bytes.peak", 0))
         out["pool_peak_reserved_bytes"] = st["reserved_bytes.all.peak"]
-        out["peak_allocated_bytes"] = st["allocated_bytes.all.peak"]
         out["peak_requested_pool_bytes"] = st["requested_bytes.all.peak"]
     out["peak_reserved_over_peak_allocated"] = out["peak_reserved_bytes"] / max(1, out["peak_allocated_bytes"])
     out["peak_reserved_over_peak_requested"] = out["peak_reserved_bytes"] / max(1, peak_live)
@@ -197,6 +220,7 @@ def main():
                     help="allocators to compare, comma-separated (torch and vramkit always run)")
     ap.add_argument("--json", help="write the comparison here (one trace only)")
     ap.add_argument("--json-dir", help="write DIR/torch_replay_NAME.json for each trace")
+    ap.add_argument("--jobs", type=int, default=1, help="allocator processes at a time")
     args = ap.parse_args()
     traces = args.trace or [os.path.join(ROOT, "tests/data/mr/llama_step.trace")]
     for t in traces:
@@ -212,6 +236,9 @@ def main():
     if args.repeats < 1:
         print("--repeats must be at least 1", file=sys.stderr)
         return 2
+    if args.jobs < 1:
+        print("--jobs must be at least 1", file=sys.stderr)
+        return 2
     if args.run:
         print(json.dumps(run_all(args.run, traces, args.lib, args.repeats)))
         return 0
@@ -224,7 +251,7 @@ def main():
     for required in ("vramkit", "torch"):
         if required not in kinds:
             kinds.insert(0, required)
-    for kind in kinds:
+    def start(kind):
         cmd = [sys.executable, os.path.abspath(__file__), "--run", kind, "--repeats", str(args.repeats)]
         for t in traces:
             cmd += ["--trace", t]
@@ -233,11 +260,20 @@ def main():
         env = dict(os.environ)
         env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
         env.update(KINDS[kind])
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if p.returncode != 0:
-            print("%s run failed:\n%s" % (kind, p.stderr[-3000:]), file=sys.stderr)
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    for at in range(0, len(kinds), args.jobs):
+        batch = [(kind, start(kind)) for kind in kinds[at:at + args.jobs]]
+        failed = False
+        for kind, p in batch:
+            stdout, stderr = p.communicate()
+            if p.returncode != 0:
+                print("%s run failed:\n%s" % (kind, stderr[-3000:]), file=sys.stderr)
+                failed = True
+            else:
+                per_kind[kind] = json.loads(stdout.strip().splitlines()[-1])
+        if failed:
             return 1
-        per_kind[kind] = json.loads(p.stdout.strip().splitlines()[-1])
     for i, path in enumerate(traces):
         results = {kind: per_kind[kind][i] for kind in kinds}
         print("== %s" % trace_name(path))
@@ -266,10 +302,10 @@ def report(results, kinds):
     for kind in kinds:
         r = results[kind]
         print("%-16s alloc %7.0f ns  free %7.0f ns  peak reserved %8.1f MiB  peak allocated %8.1f MiB  "
-              "reserved/allocated %.3f  reserved/requested %.3f" % (
+              "reserved/allocated %.3f  reserved/requested %.3f (first pass %.3f)" % (
                   kind, r["alloc_median_ns"], r["free_median_ns"], r["peak_reserved_bytes"] / 2**20,
                   r["peak_allocated_bytes"] / 2**20, r["peak_reserved_over_peak_allocated"],
-                  r["peak_reserved_over_peak_requested"]))
+                  r["peak_reserved_over_peak_requested"], r["first_pass_peak_reserved_over_peak_requested"]))
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ correctness check of the pluggable allocator), median step time, peak reserved a
     python3 bench/mr/torch_train_compare.py --run torch|vramkit ...    # one process, JSON on stdout
 
 --config is a Hugging Face LlamaConfig JSON (default tests/data/plan/configs/tinyllama-1.1b.json);
---layers overrides num_hidden_layers (e.g. 2 for a small model). Exit status 1 when the losses
-differ, 77 when torch or a GPU is missing (so a test can skip), 2 for bad arguments.
+--layers overrides num_hidden_layers (e.g. 2 for a small model). Runs go in the order of --runs;
+--json is rewritten after each run, so a run cut off keeps the ones before it. Exit status 1 when
+the losses differ, 77 when torch or a GPU is missing (so a test can skip), 2 for bad arguments.
 """
 
 import argparse
@@ -66,7 +67,13 @@ def run_one(args):
     batches = [torch.randint(0, config.vocab_size, (args.batch, args.seq), generator=gen)
                for _ in range(args.steps)]
     losses, times = [], []
+    vmm_keys = ("vmm.granules_mapped", "vmm.granules_remapped", "vmm.map_ns", "vmm.unmap_ns")
+    mapping_at_warmup = None
     for step in range(args.steps):
+        if args.run == "vramkit" and step == args.warmup:
+            import vramkit_torch
+            st = vramkit_torch.memory_stats()
+            mapping_at_warmup = {k: st.get(k, 0) for k in vmm_keys}
         ids = batches[step].cuda(non_blocking=False)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -82,7 +89,8 @@ def run_one(args):
     res = {"allocator": args.run, "losses": losses, "step_s": times,
            "median_step_s": statistics.median(times[args.warmup:] or times),
            "params": sum(p.numel() for p in model.parameters()),
-           "layers": config.num_hidden_layers, "batch": args.batch, "seq": args.seq}
+           "layers": config.num_hidden_layers, "batch": args.batch, "seq": args.seq,
+           "warmup": args.warmup}
     if args.run == "torch":
         res["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
         res["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
@@ -95,6 +103,10 @@ def run_one(args):
         res["peak_allocated_bytes"] = st["allocated_bytes.all.peak"]
         res["peak_requested_bytes"] = st["requested_bytes.all.peak"]
         res["cross_stream_waits"] = st["num_cross_stream_waits"]
+        res["pool"] = st.get("resource", "?")
+        if mapping_at_warmup is not None:
+            # Mapping work of the virtual-memory pool during the timed steps (what it costs per step).
+            res["timed_steps_mapping"] = {k: st.get(k, 0) - mapping_at_warmup[k] for k in vmm_keys}
         res["misuse_reports"] = st["num_misuse_reports"]
     res["peak_reserved_over_peak_allocated"] = res["peak_reserved_bytes"] / max(1, res["peak_allocated_bytes"])
     return res
@@ -112,8 +124,8 @@ def main():
     ap.add_argument("--lib", default=None)
     ap.add_argument("--run", choices=["torch", "vramkit"])
     ap.add_argument("--json")
-    ap.add_argument("--runs", default="torch,vramkit,torch_repeat",
-                    help="comma-separated, from %s (torch and vramkit always run)" % ",".join(RUNS))
+    ap.add_argument("--runs", default="torch,vramkit_vmm,torch_expandable,vramkit,torch_repeat",
+                    help="comma-separated, in this order, from %s (torch always runs, first)" % ",".join(RUNS))
     args = ap.parse_args()
     if args.steps <= args.warmup:
         print("--steps must exceed --warmup", file=sys.stderr)
@@ -138,10 +150,10 @@ def main():
     if not torch.cuda.is_available():
         print("skipped: PyTorch sees no CUDA device", file=sys.stderr)
         return SKIP
-    for required in ("vramkit", "torch"):
-        if required not in labels:
-            labels.insert(0, required)
+    if "torch" not in labels:
+        labels.insert(0, "torch")
     results = {}
+    identical = True
     for label in labels:
         kind, extra_env = RUNS[label]
         env = dict(os.environ)
@@ -156,45 +168,47 @@ def main():
         if p.returncode != 0:
             print("%s run failed (exit %d):\n%s" % (label, p.returncode, p.stderr[-4000:]), file=sys.stderr)
             return 1
-        results[label] = json.loads(p.stdout.strip().splitlines()[-1])
-        results[label]["allocator"] = label
-    t, v = results["torch"], results["vramkit"]
-    identical = t["losses"] == v["losses"]
-    results["losses_identical"] = identical
-    results["max_loss_diff"] = max(abs(a - b) for a, b in zip(t["losses"], v["losses"]))
-    results["ratios"] = {
-        "step_time_vramkit_over_torch": v["median_step_s"] / t["median_step_s"],
-        "peak_reserved_vramkit_over_torch": v["peak_reserved_bytes"] / max(1, t["peak_reserved_bytes"]),
-    }
-    if "torch_repeat" in results:
-        t2 = results["torch_repeat"]
-        results["torch_repeatable"] = t["losses"] == t2["losses"]
-        results["max_loss_diff_torch_repeat"] = max(abs(a - b) for a, b in zip(t["losses"], t2["losses"]))
-        results["ratios"]["step_time_torch_repeat_over_torch"] = t2["median_step_s"] / t["median_step_s"]
-    if "vramkit_vmm" in results:
-        m = results["vramkit_vmm"]
-        results["vmm_losses_identical"] = t["losses"] == m["losses"]
-        identical = identical and results["vmm_losses_identical"]
-        results["max_loss_diff_vmm"] = max(abs(a - b) for a, b in zip(t["losses"], m["losses"]))
-        results["ratios"]["step_time_vramkit_vmm_over_torch"] = m["median_step_s"] / t["median_step_s"]
-        results["ratios"]["peak_reserved_vramkit_vmm_over_torch"] = m["peak_reserved_bytes"] / max(1, t["peak_reserved_bytes"])
-        if "torch_expandable" in results:
-            results["ratios"]["peak_reserved_vramkit_vmm_over_torch_expandable"] = (
-                m["peak_reserved_bytes"] / max(1, results["torch_expandable"]["peak_reserved_bytes"]))
-    for kind in labels:
-        r = results[kind]
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+        r["allocator"] = label
+        results[label] = r
+        identical = compare(results) and identical
+        r = results[label]
         print("%-16s median step %.4f s  peak reserved %8.1f MiB  peak allocated %8.1f MiB  "
               "reserved/allocated %.3f  losses %s" % (
-                  kind, r["median_step_s"], r["peak_reserved_bytes"] / 2**20,
+                  label, r["median_step_s"], r["peak_reserved_bytes"] / 2**20,
                   r["peak_allocated_bytes"] / 2**20, r["peak_reserved_over_peak_allocated"],
-                  " ".join("%.6f" % x for x in r["losses"])))
-    print("losses identical (every run vs torch): %s; PyTorch run twice: identical %s" % (
-        identical, results.get("torch_repeatable", "not run")))
+                  " ".join("%.6f" % x for x in r["losses"])), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
+    print("losses identical (every run vs torch): %s" % identical)
     print("ratios: " + ", ".join("%s %.4f" % kv for kv in sorted(results["ratios"].items())))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
     return 0 if identical else 1
+
+
+def compare(results):
+    """Adds, for every run so far, its losses check and ratios against PyTorch's native run (and
+    against expandable segments for peak reserved); returns whether every run's losses equal
+    native's."""
+    t = results["torch"]
+    ratios = {}
+    same = True
+    for label, r in results.items():
+        if not isinstance(r, dict) or "losses" not in r or label == "torch":
+            continue
+        r["losses_identical_to_torch"] = r["losses"] == t["losses"]
+        r["max_loss_diff_to_torch"] = max(abs(a - b) for a, b in zip(t["losses"], r["losses"]))
+        same = same and r["losses_identical_to_torch"]
+        ratios["step_time_%s_over_torch" % label] = r["median_step_s"] / t["median_step_s"]
+        ratios["peak_reserved_%s_over_torch" % label] = r["peak_reserved_bytes"] / max(1, t["peak_reserved_bytes"])
+        if "torch_expandable" in results and label.startswith("vramkit"):
+            ratios["peak_reserved_%s_over_torch_expandable" % label] = (
+                r["peak_reserved_bytes"] / max(1, results["torch_expandable"]["peak_reserved_bytes"]))
+    results["ratios"] = ratios
+    results["losses_identical"] = same
+    if "torch_repeat" in results:
+        results["torch_repeatable"] = results["torch_repeat"]["losses_identical_to_torch"]
+    return same
 
 
 if __name__ == "__main__":

@@ -435,19 +435,28 @@ void draw_processes(int y, int bottom, view_state& st) {
   bool any_workload = std::any_of(st.rows.begin(), st.rows.end(),
                                   [](const proc_row& r) { return !r.p.workload.empty(); });
   bool workload_col = any_workload && !st.group;
+  // Used / planned (cluster attribution's plan of the process's job), when any row has a plan.
+  bool plan_col = std::any_of(st.rows.begin(), st.rows.end(), [](const proc_row& r) {
+    return r.p.owner.planned_bytes.has_value();
+  });
+  auto plan_cell = [&](const proc_row& r) -> std::string {
+    if (!plan_col) return "";
+    auto use = plan_use(r.p.used_bytes, r.p.owner);
+    return fmt::format("{:>5} ", use ? fmt::format("{:.0f}%", 100.0 * *use) : "-");
+  };
   auto line_of = [&](const proc_row& r) {
     return fmt::format(
-        "{:>8} {:<10} {:>3} {:>11} {:>11}  {}{}", r.p.pid, fit(r.p.user, 10), r.dev,
+        "{:>8} {:<10} {:>3} {:>11} {:>11}  {}{}{}", r.p.pid, fit(r.p.user, 10), r.dev,
         r.p.used_bytes ? format_bytes(static_cast<double>(*r.p.used_bytes)) : "n/a",
-        bytes(r.p.host_rss_bytes),
+        bytes(r.p.host_rss_bytes), plan_cell(r),
         workload_col ? fmt::format("{:<24} ", fit(r.p.workload.empty() ? "-" : r.p.workload, 24))
                      : "",
         r.p.command);
   };
   if (y >= bottom) return;
-  std::string head =
-      fmt::format("{:>8} {:<10} {:>3} {:>11} {:>11}  {}COMMAND", "PID", "USER", "GPU", "GPU MEM",
-                  "HOST RSS", workload_col ? fmt::format("{:<24} ", "WORKLOAD") : "");
+  std::string head = fmt::format("{:>8} {:<10} {:>3} {:>11} {:>11}  {}{}COMMAND", "PID", "USER",
+                                 "GPU", "GPU MEM", "HOST RSS", plan_col ? "PLAN  " : "",
+                                 workload_col ? fmt::format("{:<24} ", "WORKLOAD") : "");
   head += std::string(static_cast<std::size_t>(std::max(0, COLS - cells(head))), ' ');
   put(y++, 0, fit(head, COLS), A_REVERSE);
   // Lines: group headings (-1 - group number) and rows (index).

@@ -24,7 +24,7 @@ namespace {
 constexpr std::uint64_t unbounded_capacity = std::uint64_t{1} << 40;
 
 // The pool vramkit's C API builds unless VRAMKIT_POOL_KIND says otherwise (c_api.cpp).
-constexpr const char* library_default = "vramkit_pool";
+constexpr const char* library_default = "vramkit_vmm_pool";
 
 struct live_tracker {
   std::uint64_t live = 0, peak = 0;
@@ -35,12 +35,23 @@ struct live_tracker {
   void remove(std::uint64_t n) { live -= n; }
 };
 
-void note_failure(allocator_replay_result& r, std::size_t index, std::uint64_t bytes,
+void note_failure(allocator_replay_result& r, unsigned pass, std::size_t index, std::uint64_t bytes,
                   std::uint64_t live) {
   if (r.first_failure_event != 0) return;
+  r.first_failure_pass = pass + 1;
   r.first_failure_event = index + 1;
   r.first_failure_bytes = bytes;
   r.first_failure_live_bytes = live;
+}
+
+// The trace's ids in the order a replay frees the blocks a pass leaves live: allocation order,
+// as a Python replayer that clears its dict of tensors frees them.
+std::vector<std::uint64_t> allocation_order(const trace& t) {
+  std::vector<std::uint64_t> ids;
+  for (const trace_event& e : t.events) {
+    if (e.op == trace_event::op_t::allocate) ids.push_back(e.id);
+  }
+  return ids;
 }
 
 allocator_replay_result replay_vramkit(const trace& t, const std::string& name,
@@ -69,33 +80,46 @@ allocator_replay_result replay_vramkit(const trace& t, const std::string& name,
     classic = std::make_shared<pool_resource>(std::make_shared<device_api_resource>(dev), dev);
     pool = classic;
   }
+  auto report = [&] { return vmm ? vmm->report() : classic->report(); };
+  const std::vector<std::uint64_t> order = allocation_order(t);
   std::unordered_map<std::uint64_t, std::pair<void*, std::uint64_t>> live;
   live_tracker requested;
   bool failed = false;
-  for (std::size_t i = 0; i < t.events.size() && !failed; ++i) {
-    const trace_event& e = t.events[i];
-    if (e.op == trace_event::op_t::allocate) {
-      try {
-        void* p = pool->allocate(e.bytes, default_alignment, stream_of(e.stream));
-        live[e.id] = {p, e.bytes};
-        requested.add(e.bytes);
-      } catch (const std::bad_alloc&) {
-        note_failure(r, i, e.bytes, requested.live);
-        failed = true;  // the pool cannot serve the rest as it would be served
+  for (unsigned pass = 0; pass < options.passes && !failed; ++pass) {
+    for (std::size_t i = 0; i < t.events.size() && !failed; ++i) {
+      const trace_event& e = t.events[i];
+      if (e.op == trace_event::op_t::allocate) {
+        try {
+          void* p = pool->allocate(e.bytes, default_alignment, stream_of(e.stream));
+          live[e.id] = {p, e.bytes};
+          requested.add(e.bytes);
+        } catch (const std::bad_alloc&) {
+          note_failure(r, pass, i, e.bytes, requested.live);
+          failed = true;  // the pool cannot serve the rest as it would be served
+        }
+      } else {
+        auto it = live.find(e.id);
+        pool->deallocate(it->second.first, it->second.second, default_alignment,
+                         stream_of(e.stream));
+        requested.remove(it->second.second);
+        live.erase(it);
       }
-    } else {
-      auto it = live.find(e.id);
-      pool->deallocate(it->second.first, it->second.second, default_alignment, stream_of(e.stream));
+    }
+    r.pass_peak_reserved_bytes.push_back(
+        static_cast<std::uint64_t>(report().reserved_bytes.all.peak));
+    for (const std::uint64_t id : order) {
+      auto it = live.find(id);
+      if (it == live.end()) continue;
+      pool->deallocate(it->second.first, it->second.second, default_alignment, {});
       requested.remove(it->second.second);
       live.erase(it);
     }
   }
-  const pool_report rep = vmm ? vmm->report() : classic->report();
+  const pool_report rep = report();
   r.peak_requested_bytes = requested.peak;
   r.peak_reserved_bytes = static_cast<std::uint64_t>(rep.reserved_bytes.all.peak);
   r.segments = static_cast<std::uint64_t>(rep.chunks.all.peak);
   r.remaps = rep.vmm.granules_remapped;
-  for (auto& [id, block] : live) pool->deallocate(block.first, block.second, default_alignment, {});
   if (options.capacity_bytes) r.fits = !failed;
   return r;
 }
@@ -108,25 +132,36 @@ allocator_replay_result replay_model(const trace& t, const std::string& name,
   r.is_model = true;
   Model model;
   if (options.capacity_bytes) model.set_capacity(*options.capacity_bytes);
+  const std::vector<std::uint64_t> order = allocation_order(t);
   std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint64_t>> live;
   live_tracker requested;
   std::uint64_t segments_peak = 0;
-  for (std::size_t i = 0; i < t.events.size(); ++i) {
-    const trace_event& e = t.events[i];
-    if (e.op == trace_event::op_t::allocate) {
-      const std::size_t ooms = model.out_of_memory_count();
-      std::uint32_t h = 0;
-      if constexpr (std::is_same_v<Model, plan::expandable_segments_model>) {
-        h = model.malloc(e.bytes, e.stream);
+  for (unsigned pass = 0; pass < options.passes; ++pass) {
+    for (std::size_t i = 0; i < t.events.size(); ++i) {
+      const trace_event& e = t.events[i];
+      if (e.op == trace_event::op_t::allocate) {
+        const std::size_t ooms = model.out_of_memory_count();
+        std::uint32_t h = 0;
+        if constexpr (std::is_same_v<Model, plan::expandable_segments_model>) {
+          h = model.malloc(e.bytes, e.stream);
+        } else {
+          h = model.malloc(e.bytes);  // the native model keeps one stream's pools
+        }
+        if (model.out_of_memory_count() != ooms) note_failure(r, pass, i, e.bytes, requested.live);
+        live[e.id] = {h, e.bytes};
+        requested.add(e.bytes);
+        segments_peak = std::max<std::uint64_t>(segments_peak, model.segment_count());
       } else {
-        h = model.malloc(e.bytes);  // the native model keeps one stream's pools
+        auto it = live.find(e.id);
+        model.free(it->second.first);
+        requested.remove(it->second.second);
+        live.erase(it);
       }
-      if (model.out_of_memory_count() != ooms) note_failure(r, i, e.bytes, requested.live);
-      live[e.id] = {h, e.bytes};
-      requested.add(e.bytes);
-      segments_peak = std::max<std::uint64_t>(segments_peak, model.segment_count());
-    } else {
-      auto it = live.find(e.id);
+    }
+    r.pass_peak_reserved_bytes.push_back(model.peak_reserved_bytes());
+    for (const std::uint64_t id : order) {
+      auto it = live.find(id);
+      if (it == live.end()) continue;
       model.free(it->second.first);
       requested.remove(it->second.second);
       live.erase(it);
@@ -147,6 +182,10 @@ std::vector<std::string> comparable_allocators() {
 
 std::vector<allocator_replay_result> compare_allocators(const trace& t,
                                                         const comparison_options& options) {
+  if (options.passes < 1 || options.passes > max_replay_passes) {
+    throw invalid_input("passes must be 1 to " + std::to_string(max_replay_passes) + " (got " +
+                        std::to_string(options.passes) + ")");
+  }
   const std::vector<std::string> known = comparable_allocators();
   std::vector<std::string> names = options.allocators.empty() ? known : options.allocators;
   for (const auto& n : names) {
@@ -175,6 +214,7 @@ std::string comparison_to_json(const std::vector<allocator_replay_result>& resul
                                const comparison_options& options) {
   nlohmann::json j;
   j["schema_version"] = 1;
+  j["passes"] = options.passes;
   if (options.capacity_bytes) j["capacity_bytes"] = *options.capacity_bytes;
   j["allocators"] = nlohmann::json::array();
   for (const auto& r : results) {
@@ -187,10 +227,12 @@ std::string comparison_to_json(const std::vector<allocator_replay_result>& resul
     a["reserved_over_requested"] = r.ratio();
     a["segments"] = r.segments;
     a["remaps"] = r.remaps;
+    a["pass_peak_reserved_bytes"] = r.pass_peak_reserved_bytes;
     if (r.fits) {
       a["fits"] = *r.fits;
       if (!*r.fits) {
-        a["first_failure"] = {{"event", r.first_failure_event},
+        a["first_failure"] = {{"pass", r.first_failure_pass},
+                              {"event", r.first_failure_event},
                               {"bytes", r.first_failure_bytes},
                               {"live_requested_bytes", r.first_failure_live_bytes}};
       }
@@ -213,12 +255,19 @@ std::string comparison_to_table(const std::vector<allocator_replay_result>& resu
                        format_bytes(static_cast<double>(r.peak_reserved_bytes)), r.ratio(),
                        r.segments, r.remaps);
     if (r.fits) {
-      out += *r.fits ? "  yes"
-                     : fmt::format("  no: event {} ({} with {} live)", r.first_failure_event,
-                                   format_bytes(static_cast<double>(r.first_failure_bytes)),
-                                   format_bytes(static_cast<double>(r.first_failure_live_bytes)));
+      out += *r.fits
+                 ? "  yes"
+                 : fmt::format("  no: {}event {} ({} with {} live)",
+                               options.passes > 1 ? fmt::format("pass {}, ", r.first_failure_pass)
+                                                  : std::string(),
+                               r.first_failure_event,
+                               format_bytes(static_cast<double>(r.first_failure_bytes)),
+                               format_bytes(static_cast<double>(r.first_failure_live_bytes)));
     }
     out += "\n";
+  }
+  if (options.passes > 1) {
+    out += fmt::format("peaks over {} passes of the trace, back to back\n", options.passes);
   }
   out += "* a model of PyTorch's allocator (vramkit::plan), not PyTorch itself\n";
   return out;

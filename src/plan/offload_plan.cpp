@@ -295,10 +295,7 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
                                     format_bytes(static_cast<double>(c.host_peak_bytes))));
     res.fits.push_back(std::move(c));
   }
-  std::stable_sort(
-      res.fits.begin(), res.fits.end(),
-      [](const fit_candidate& a, const fit_candidate& b) { return a.step_time_s < b.step_time_s; });
-  if (res.fits.size() > opt.max_results) res.fits.resize(opt.max_results);
+  rank_fits(res, opt.max_results);
   return res;
 }
 

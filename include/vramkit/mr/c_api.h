@@ -47,7 +47,9 @@ VRAMKIT_C_API size_t vramkit_memory_snapshot_json(int device, int device_count, 
                                                   size_t cap);
 /* Sets every peak figure of the device's pool to its current value. */
 VRAMKIT_C_API void vramkit_reset_peak(int device);
-/* Returns the device's wholly free cached chunks to the driver; 0 on success, -1 on failure. */
+/* Returns the device's wholly free cached memory to the driver (the vmm pool: every free granule;
+ * the classic pool: its wholly free chunks, after synchronizing the device when they came from
+ * cudaMallocAsync); 0 on success, -1 on failure. */
 VRAMKIT_C_API int vramkit_trim(int device);
 
 #ifdef __cplusplus

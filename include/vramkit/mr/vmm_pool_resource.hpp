@@ -1,11 +1,12 @@
 // vmm_pool_resource: a stream-ordered caching pool on the device's virtual memory management
 // (cuMemAddressReserve / cuMemCreate / cuMemMap). Two address ranges (small requests <= 1 MiB, and
 // the rest) are reserved once and grow in place, granule by granule, so segments never multiply.
-// When a request fits no free block, growth first unmaps the physical granules that lie wholly in
-// free space anywhere in the pool and maps them where the request needs them (remapping instead of
-// reserving more); only the shortfall is created. Free blocks, best fit, per-stream lists and
-// cross-stream reuse through events work as in pool_resource, whose fast path this shares.
-// Thread-safe: one mutex; released only around host synchronization.
+// When a request fits no free block, growth creates granules while the pool holds less than
+// growth_slack above its highest allocation; past that it first unmaps the physical granules that
+// lie wholly in free space anywhere in the pool and maps them where the request needs them
+// (remapping instead of reserving more); only the shortfall is created. Free blocks, best fit,
+// per-stream lists and cross-stream reuse through events work as in pool_resource, whose fast path
+// this shares. Thread-safe: one mutex; released only around host synchronization.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +31,11 @@ struct vmm_pool_options {
   /// Upper bound on physical memory held (mapped or cached); past it allocation throws
   /// out_of_memory (VRAMKIT_POOL_MAXIMUM in the C API and the PyTorch allocator).
   std::size_t maximum_size = std::numeric_limits<std::size_t>::max();
+  /// Physical memory the pool may hold above the most it ever handed out at once, as a fraction,
+  /// before a growth unmaps free granules elsewhere (remaps) instead of creating new ones. 0 keeps
+  /// the pool tightest and remaps most; 0.02 (VRAMKIT_POOL_SLACK) removed the remapping that a
+  /// repeated training step otherwise pays on every step, for at most 2% more memory.
+  double growth_slack = 0.02;
   misuse_handler on_misuse;  ///< empty = print to stderr
 };
 

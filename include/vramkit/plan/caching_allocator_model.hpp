@@ -1,7 +1,8 @@
 // A model of PyTorch's CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp) for one stream:
 // 512 B rounding; requests <= 1 MiB served from 2 MiB segments, 1-10 MiB from 20 MiB segments,
 // larger ones from segments rounded up to 2 MiB; best fit by (size, address) among cached free
-// blocks of the same pool; a block is split when the remainder is >= 512 B (small pool) or
+// blocks of the same pool, each new segment placed below the previous one (as cudaMalloc placed
+// them on the H200); a block is split when the remainder is >= 512 B (small pool) or
 // > 1 MiB (large pool); freed blocks merge only with free neighbours of the same segment; segments
 // are released only under memory pressure: with a capacity set, a segment that would not fit
 // makes the model free every cached segment that is wholly free first (release_cached_blocks,
@@ -121,7 +122,9 @@ class caching_allocator_model {
   void erase_free(std::int32_t b);
 
   std::vector<block> blocks_;
-  std::vector<std::int32_t> segment_heads_;  ///< first block of each segment, in address order
+  /// Model addresses count down from here (each new segment below the last, as cudaMalloc's).
+  static constexpr std::uint64_t address_top = std::uint64_t{1} << 62;
+  std::vector<std::int32_t> segment_heads_;  ///< first block of each segment, in creation order
   std::vector<std::int32_t> spare_;
   std::vector<std::int32_t> handle_block_;
   free_pool small_pool_, large_pool_;

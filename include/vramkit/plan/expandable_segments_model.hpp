@@ -2,11 +2,12 @@
 // (c10/cuda/CUDACachingAllocator.cpp, Note [Expandable Segments]): one growable segment per
 // (pool, stream), the small pool (requests <= 1 MiB) mapping 2 MiB pages and the large pool 20 MiB
 // pages; 512 B rounding; best fit by (size, address) among free mapped blocks of the pool and
-// stream, split whenever 512 B remain; with no fit, the lowest unmapped range (with the free block
-// just below it) that can hold the request gets just enough pages mapped; free merges with free
-// neighbours that are mapped alike; pages are unmapped only under memory pressure: with a capacity
-// set, a mapping that would not fit first unmaps every page lying wholly in free space
-// (release_cached_blocks). Not thread-safe.
+// stream, where a block bordering unmapped space counts as the size it could grow to (as
+// get_free_block does), split whenever 512 B remain; with no fit, the lowest unmapped range (with
+// the free block just below it) that can hold the request gets just enough pages mapped; free
+// merges with free neighbours that are mapped alike; pages are unmapped only under memory pressure:
+// with a capacity set, a mapping that would not fit first unmaps every page lying wholly in free
+// space (release_cached_blocks). Not thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -71,6 +72,8 @@ class expandable_segments_model {
   std::int32_t split(std::int32_t b, std::uint64_t size);
   bool map_pages(std::uint32_t seg, std::uint64_t from, std::uint64_t to);
   void release_free_pages();
+  /// Size of the free mapped block at `addr` plus the unmapped range right after it.
+  [[nodiscard]] std::uint64_t growable_size(std::uint64_t addr) const;
 
   std::vector<block> blocks_;
   std::vector<std::int32_t> spare_;

@@ -25,7 +25,10 @@ std::vector<std::pair<std::string, std::string>> probe_keys();
 
 /// Runs the probe: header, the selected host and GPU sections, then the verdicts. A GPU section
 /// that throws is recorded as a failed `skipped{"gpu", reason}` and the host results are kept.
-/// Throws invalid_input for unknown sections in `options.only`.
+/// Host buffers are sized within the memory available to the process (options.host_memory_bytes,
+/// else memory_budget.hpp), which the header records ("host.memory.available", ".limits").
+/// Throws invalid_input for unknown sections in `options.only` and, before measuring anything,
+/// for a requested host size (host_buffer_bytes, max_latency_bytes) that does not fit.
 probe_report run_probe(const probe_options& options);
 
 /// True when a test of the report failed its verification (a `skipped` with `failed` set).

@@ -50,6 +50,17 @@ struct kv_cache {
 
 void norm_temporaries(walker& w, u64 nh) {
   const int low = w.dt().low;
+  if (w.model().t.gemma_norm) {
+    // Gemma: x.float(), pow, normalised, * (1 + weight) in fp32, cast back.
+    tensor a = low != 4 ? w.alloc(nh * 4, tmp, "norm fp32") : tensor{};
+    w.transient(nh * 4, tmp, "norm pow");
+    tensor c = w.alloc(nh * 4, tmp, "norm normalised");
+    a.reset();
+    tensor d = w.alloc(nh * 4, tmp, "norm scaled");
+    c.reset();
+    if (low != 4) tensor y = w.alloc(nh * low, tmp, "norm output");
+    return;
+  }
   if (!w.model().t.layer_norm && low != 4) {
     // RMSNorm upcasts to fp32: input copy, pow, normalised, cast back.
     tensor a = w.alloc(nh * 4, tmp, "norm fp32");
@@ -85,6 +96,48 @@ void eager_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   p = w.alloc(n_s * low, tmp, "softmax cast");
 }
 
+/// SDPA's math fallback at inference (Falcon's multi-query heads without enable_gqa): fp32 copies
+/// of q, k, v, the scaled query, the key and value broadcast over the query heads, fp32 scores
+/// and softmax, the (dropped) weights cast and the output cast; an (q, kv) mask when causal.
+void math_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
+  const int low = w.dt().low;
+  const u64 nq = static_cast<u64>(D.b * D.heads * q_len * D.d);
+  const u64 nkv = static_cast<u64>(D.b * D.kv * kv_len * D.d);
+  const u64 nx = static_cast<u64>(D.b * D.heads * kv_len * D.d);
+  const u64 ns = static_cast<u64>(D.b * D.heads) * static_cast<u64>(q_len * kv_len);
+  tensor q32 = w.alloc(nq * 4, tmp, "sdpa math fp32 query");
+  tensor k32 = w.alloc(nkv * 4, tmp, "sdpa math fp32 key");
+  tensor v32 = w.alloc(nkv * 4, tmp, "sdpa math fp32 value");
+  tensor qs = w.alloc(nq * 4, tmp, "sdpa math scaled query");
+  q32.reset();
+  tensor mask;
+  if (q_len > 1) {
+    const u64 m = static_cast<u64>(q_len * kv_len);
+    tensor ones = w.alloc(m, tmp, "causal mask (bool)");
+    tensor tril = w.alloc(m, tmp, "causal mask (tril)");
+    ones.reset();
+    w.transient(m, tmp, "causal mask (not)");
+    mask = w.alloc(m * 4, tmp, "causal mask (float)");
+  }
+  tensor ks = w.alloc(nkv * 4, tmp, "sdpa math scaled key");
+  k32.reset();
+  tensor kx = w.alloc(nx * 4, tmp, "sdpa math key broadcast copy");
+  ks.reset();
+  tensor sc = w.alloc(ns * 4, tmp, "sdpa math scores");
+  qs.reset();
+  kx.reset();
+  tensor sm = w.alloc(ns * 4, tmp, "sdpa math softmax");
+  sc.reset();
+  mask.reset();
+  tensor vx = w.alloc(nx * 4, tmp, "sdpa math value broadcast copy");
+  v32.reset();
+  tensor o32 = w.alloc(nq * 4, tmp, "sdpa math output");
+  vx.reset();
+  w.transient(ns * low, tmp, "sdpa math weights cast");
+  sm.reset();
+  tensor o = w.alloc(nq * low, tmp, "sdpa math output cast");
+}
+
 /// Attention of one layer: projections, RoPE, the cache append, the output projection.
 tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u64 rows, i64 past) {
   const int low = w.dt().low;
@@ -103,7 +156,10 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
   // between steps, so each step's cat holds at most window - 1 cached tokens plus the new ones.
   const auto& t = w.model().t;
   const i64 cached = t.sliding(l) ? std::min<i64>(past, t.sliding_window - 1) : past;
-  if (w.request().attention == attention_kind::eager) eager_scores(w, D, q_len, cached + q_len);
+  if (w.request().attention == attention_kind::eager)
+    eager_scores(w, D, q_len, cached + q_len);
+  else if (t.shared_parallel_norm && t.kv_heads == 1 && t.heads > 1)
+    math_scores(w, D, q_len, cached + q_len);
   if (w.request().serving == serving_kind::generate) {
     // DynamicCache: keys = cat([keys, new]) allocates the grown tensor, then the old one dies.
     const u64 total = static_cast<u64>(D.b) * (cached + q_len) * D.kv_tok;
@@ -231,6 +287,7 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
   const u64 nh = rows * D.h;
   const u64 nf = rows * D.f;
   tensor x = w.alloc(nh * low, tmp, "hidden states");
+  if (w.model().t.embed_scale) x = w.alloc(nh * low, tmp, "scaled embeddings");
   // Eager attention needs the (b, 1, q, kv) additive causal mask, built once per forward.
   tensor mask;
   if (w.request().attention == attention_kind::eager)
@@ -240,11 +297,22 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
     w.set_layer(l);
     norm_temporaries(w, nh);
     tensor proj = infer_attention(w, D, cache, l, rows, past);
+    const bool sandwich = w.model().t.sandwich_norm;
+    if (sandwich) {
+      norm_temporaries(w, nh);
+      proj = w.alloc(nh * low, tmp, "post-attention norm");
+    }
     tensor h1 = w.alloc(nh * low, tmp, "residual");
     proj.reset();
     x.reset();
     w.transient(nh * low, tmp, "norm output");
     x = w.model().t.sparse(l) ? infer_moe(w, rows, nh) : infer_mlp(w, rows, nh, nf);
+    if (sandwich) {
+      // post_feedforward_layernorm on the MLP output, then the residual add.
+      norm_temporaries(w, nh);
+      x = w.alloc(nh * low, tmp, "post-MLP norm");
+      x = w.alloc(nh * low, tmp, "residual");
+    }
     h1.reset();
   }
   w.set_layer(-1);
@@ -253,6 +321,12 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
   w.transient(static_cast<u64>(D.b) * D.h * low, tmp, "final norm (last token)");
   tensor lg =
       w.alloc(static_cast<u64>(D.b * V) * low, component::logits_and_loss, "logits (last token)");
+  if (w.model().t.final_softcap > 0) {
+    // Gemma-2 soft-caps the last position's logits: / cap, tanh, * cap.
+    lg = w.alloc(static_cast<u64>(D.b * V) * low, component::logits_and_loss, "softcap");
+    lg = w.alloc(static_cast<u64>(D.b * V) * low, component::logits_and_loss, "softcap tanh");
+    lg = w.alloc(static_cast<u64>(D.b * V) * low, component::logits_and_loss, "softcap scaled");
+  }
   tensor l32 =
       w.alloc(static_cast<u64>(D.b * V) * 4, component::logits_and_loss, "next-token logits fp32");
   lg.reset();
@@ -295,7 +369,9 @@ void generate(walker& w) {
   D.d = t.head_dim;
   D.f = t.intermediate / r.tp;
   D.layers = t.layers / r.pp;
-  D.kv_tok = static_cast<u64>(D.kv * D.d) * w.dt().low;
+  // A paged engine may keep its cache in fp8 (one byte per element, per-layer scales).
+  const u64 kvb = r.kv_cache == kv_cache_kind::fp8 ? 1 : static_cast<u64>(w.dt().low);
+  D.kv_tok = static_cast<u64>(D.kv * D.d) * kvb;
   if (t.latent_attention()) {
     const auto& mla = t.mla;
     // transformers' cache holds the decompressed per-head keys (qk_nope + qk_rope) and values
@@ -305,7 +381,7 @@ void generate(walker& w) {
     const u64 per_token = r.serving == serving_kind::paged
                               ? static_cast<u64>(mla.kv_lora_rank + mla.qk_rope)
                               : static_cast<u64>(D.kv * (mla.qk_nope + mla.qk_rope + mla.v_head));
-    D.kv_tok = per_token * w.dt().low / 2;
+    D.kv_tok = per_token * kvb / 2;
   }
   kv_cache cache{std::vector<tensor>(D.layers), std::vector<tensor>(D.layers)};
   w.keep(static_cast<u64>(b * p) * 16, component::inputs, "input ids and mask");

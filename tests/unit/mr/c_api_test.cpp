@@ -227,6 +227,83 @@ TEST_F(CApi, MemorySnapshotTracesAllocationsWhenTracing) {
   EXPECT_LE(t[0]["time_us"].get<std::int64_t>(), t[2]["time_us"].get<std::int64_t>());
 }
 
+std::string pool_name(const nlohmann::json& stats) {
+  return stats["pools"].empty() ? "" : stats["pools"][0]["resource"].get<std::string>();
+}
+
+// The default pool is the virtual-memory pool; VRAMKIT_POOL_KIND=pool chooses the classic one, and
+// a device without virtual memory management gets the classic one unless vmm is asked for.
+TEST_F(CApi, DefaultsToTheVirtualMemoryPoolAndFallsBackWithoutIt) {
+  void* p = vramkit_malloc(1 << 20, 0, nullptr);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(pool_name(stats(0)).rfind("vmm_pool(", 0), 0u) << stats(0).dump();
+  vramkit_free(p, 1 << 20, 0, nullptr);
+
+  detail::set_c_api_device_api(dev);
+  setenv("VRAMKIT_POOL_KIND", "pool", 1);
+  p = vramkit_malloc(1 << 20, 0, nullptr);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(pool_name(stats(0)).rfind("pool(", 0), 0u) << stats(0).dump();
+  vramkit_free(p, 1 << 20, 0, nullptr);
+  unsetenv("VRAMKIT_POOL_KIND");
+
+  host_sim_options o;
+  o.device_memory_bytes = 64 * MiB;
+  o.vmm_granularity = 0;  // no virtual memory management
+  detail::set_c_api_device_api(std::make_shared<host_sim_device>(o));
+  p = vramkit_malloc(1 << 20, 0, nullptr);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(pool_name(stats(0)).rfind("pool(", 0), 0u) << stats(0).dump();
+  vramkit_free(p, 1 << 20, 0, nullptr);
+  detail::set_c_api_device_api(std::make_shared<host_sim_device>(o));
+  setenv("VRAMKIT_POOL_KIND", "vmm", 1);  // asked for explicitly: refused, not replaced
+  EXPECT_EQ(vramkit_malloc(1 << 20, 0, nullptr), nullptr);
+  EXPECT_NE(last_error().find("no virtual memory management"), std::string::npos) << last_error();
+  unsetenv("VRAMKIT_POOL_KIND");
+}
+
+// A variable of the classic pool is refused under the default pool, naming the way to choose it.
+TEST_F(CApi, ClassicPoolVariablesNeedTheClassicPool) {
+  setenv("VRAMKIT_POOL_INITIAL", "64MiB", 1);
+  EXPECT_EQ(vramkit_malloc(4096, 0, nullptr), nullptr);
+  EXPECT_NE(last_error().find("VRAMKIT_POOL_INITIAL applies to the classic pool only: set "
+                              "VRAMKIT_POOL_KIND=pool"),
+            std::string::npos)
+      << last_error();
+  setenv("VRAMKIT_POOL_KIND", "pool", 1);
+  void* p = vramkit_malloc(4 << 20, 0, nullptr);  // served from the initial 64 MiB chunk
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(stats(0)["reserved_bytes.all.current"], 64 << 20);
+  vramkit_free(p, 4 << 20, 0, nullptr);
+  unsetenv("VRAMKIT_POOL_KIND");
+  unsetenv("VRAMKIT_POOL_INITIAL");
+}
+
+// VRAMKIT_POOL_SLACK: a fraction ("0.02" or "2%") for the vmm pool; refused when malformed or
+// with the classic pool.
+TEST_F(CApi, ReadsTheGrowthSlackAndRefusesItWhereItDoesNotApply) {
+  setenv("VRAMKIT_POOL_SLACK", "5%", 1);
+  void* p = vramkit_malloc(4096, 0, nullptr);
+  ASSERT_NE(p, nullptr);
+  vramkit_free(p, 4096, 0, nullptr);
+  setenv("VRAMKIT_POOL_SLACK", "lots", 1);
+  EXPECT_EQ(vramkit_malloc(4096, 1, nullptr), nullptr);
+  EXPECT_NE(last_error().find("VRAMKIT_POOL_SLACK: expected a fraction such as 0.02 or 2% (got "
+                              "'lots')"),
+            std::string::npos)
+      << last_error();
+  setenv("VRAMKIT_POOL_SLACK", "-1", 1);
+  EXPECT_EQ(vramkit_malloc(4096, 1, nullptr), nullptr);
+  setenv("VRAMKIT_POOL_SLACK", "0", 1);
+  setenv("VRAMKIT_POOL_KIND", "pool", 1);
+  EXPECT_EQ(vramkit_malloc(4096, 1, nullptr), nullptr);
+  EXPECT_NE(last_error().find("VRAMKIT_POOL_SLACK applies to the virtual-memory pool only"),
+            std::string::npos)
+      << last_error();
+  unsetenv("VRAMKIT_POOL_KIND");
+  unsetenv("VRAMKIT_POOL_SLACK");
+}
+
 TEST_F(CApi, ReadsPoolOptionsFromTheEnvironmentAndRejectsBadOnes) {
   setenv("VRAMKIT_POOL_ROUNDING", "4KiB", 1);
   void* p = vramkit_malloc(100, 0, nullptr);

@@ -1,8 +1,9 @@
-// Helpers for the mr tests: a device_api decorator that records event and wait calls, and a gate
-// that a stream's host function blocks on until the test opens it.
+// Helpers for the mr tests: a device_api decorator that records event and wait calls, a gate
+// that a stream's host function blocks on until the test opens it, and the stress tests' scale.
 #pragma once
 
 #include <condition_variable>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -13,6 +14,14 @@
 #include "vramkit/core/host_sim_device.hpp"
 
 namespace vramkit::testing {
+
+/// How many times longer the randomized stress tests run: VRAMKIT_STRESS_SCALE (1 to 1000, default
+/// 1; scripts/mr-sanitize raises it under the sanitizers).
+inline int stress_scale() {
+  const char* v = std::getenv("VRAMKIT_STRESS_SCALE");
+  const int n = v != nullptr ? std::atoi(v) : 1;
+  return n < 1 ? 1 : (n > 1000 ? 1000 : n);
+}
 
 /// Forwards everything to a host_sim_device and logs record_event and stream_wait_event.
 class recording_device_api final : public device_api_wrapper {

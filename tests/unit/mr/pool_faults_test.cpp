@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "mr_test_support.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/host_sim_device.hpp"
 #include "vramkit/core/testing/fault_injecting_device.hpp"
@@ -37,7 +38,7 @@ void run_random_faults(std::uint32_t seed, pool_options options) {
   std::mt19937 rng(seed);
   std::vector<live_block> live;
   std::size_t failures = 0;
-  for (int op = 0; op < 3000; ++op) {
+  for (int op = 0; op < 3000 * vramkit::testing::stress_scale(); ++op) {
     if (rng() % 8 == 0) {
       const auto kind = static_cast<fault_kind>(rng() % 3);
       dev->fail_nth(kind, 1 + rng() % 3);

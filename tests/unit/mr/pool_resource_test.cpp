@@ -312,7 +312,7 @@ void random_stress(int streams, std::uint32_t seed, bool expect_one_block_per_ch
   std::map<std::uintptr_t, live> model;
   std::int64_t model_bytes = 0;
   std::int64_t model_peak = 0;
-  for (int op = 0; op < 3000; ++op) {
+  for (int op = 0; op < 3000 * vramkit::testing::stress_scale(); ++op) {
     const bool alloc = model.empty() || coin(rng) < 55;
     if (alloc) {
       const std::size_t n = coin(rng) < 85 ? small(rng) : large(rng);

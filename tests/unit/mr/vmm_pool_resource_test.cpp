@@ -83,6 +83,32 @@ TEST(VmmPoolResource, RemapsFreeFragmentsInsteadOfReservingMore) {
   EXPECT_EQ(s.pool->trim(), before);
 }
 
+// Within growth_slack of the most ever allocated, growth creates granules rather than remapping
+// free ones (a remap costs an unmap and a map each time a repeated step needs it); past it, it
+// remaps. The same fragmented pool as above: 40 MiB allocated at most, 20 MiB live in 4 MiB
+// pieces, then 16 MiB more: 56 MiB is past 1.25 x 40 MiB and within 1.5 x 40 MiB.
+TEST(VmmPoolResource, GrowthSlackCreatesInsteadOfRemappingUpToItsBound) {
+  for (const double slack : {0.0, 0.25, 0.5}) {
+    SCOPED_TRACE(slack);
+    vmm_pool_options o;
+    o.growth_slack = slack;
+    sim_vmm s(o);
+    std::vector<void*> blocks;
+    for (int i = 0; i < 10; ++i) blocks.push_back(s.pool->allocate(4 * MiB, 256, s.a));
+    for (int i = 0; i < 10; i += 2) s.pool->deallocate(blocks[i], 4 * MiB, 256, s.a);
+    void* big = s.pool->allocate(16 * MiB, 256, s.a);
+    std::memset(big, 0x5A, 16 * MiB);
+    const bool creates = slack == 0.5;
+    EXPECT_EQ(s.pool->reserved_bytes(), (creates ? 56 : 40) * MiB);
+    EXPECT_EQ(s.pool->report().vmm.granules_remapped, creates ? 0u : 8u);
+    s.pool->deallocate(big, 16 * MiB, 256, s.a);
+    for (int i = 1; i < 10; i += 2) s.pool->deallocate(blocks[i], 4 * MiB, 256, s.a);
+  }
+  vmm_pool_options bad;
+  bad.growth_slack = -0.1;
+  EXPECT_THROW(sim_vmm{bad}, logic_error);
+}
+
 TEST(VmmPoolResource, TrimReturnsEveryGranule) {
   sim_vmm s;
   void* p = s.pool->allocate(100, 256, s.a);
@@ -227,7 +253,8 @@ void vmm_stress(int streams, std::uint32_t seed, std::size_t capacity) {
       for (std::size_t k : touch_points(l.bytes)) ASSERT_EQ(c[k], l.tag) << "offset " << k;
     }
   };
-  for (int op = 0; op < 1500; ++op) {
+  const int ops = 1500 * vramkit::testing::stress_scale();
+  for (int op = 0; op < ops; ++op) {
     const bool alloc = model.empty() || coin(rng) < 52;
     if (alloc) {
       // A sequence length per "step" scales activations, as in training with varying lengths.
@@ -293,7 +320,7 @@ TEST(VmmPoolResourceStress, ThreadsOnSeveralStreamsNeverShareALiveBlock) {
     workers.emplace_back([&, t] {
       std::mt19937 rng(200 + t);
       std::vector<std::tuple<void*, std::size_t, int>> mine;
-      for (int op = 0; op < 300; ++op) {
+      for (int op = 0; op < 300 * vramkit::testing::stress_scale(); ++op) {
         if (mine.size() < 8 && (mine.empty() || rng() % 2 == 0)) {
           const std::size_t n = 256 + rng() % (rng() % 4 == 0 ? 6 * MiB : 8 * KiB);
           const int st = rng() % 3 == 0 ? threads : t;

@@ -97,7 +97,8 @@ TEST(CachingAllocatorModel, PeaksAndDoubleFree) {
 TEST(CachingAllocatorModel, ReplaysARecordedPyTorchTrainingStep) {
   // A TinyLlama-shaped training step recorded from PyTorch's allocator on an H200
   // (tests/data/mr/llama_step.trace, statistics in llama_step.json): the model must reproduce
-  // max_memory_allocated exactly and max_memory_reserved closely.
+  // max_memory_allocated exactly and max_memory_reserved closely (it does to the byte since new
+  // segments go below the old ones; with ascending addresses it was 1% low).
   const std::string dir = std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/mr/";
   std::ifstream trace(dir + "llama_step.trace");
   std::ifstream stats(dir + "llama_step.json");
@@ -125,7 +126,7 @@ TEST(CachingAllocatorModel, ReplaysARecordedPyTorchTrainingStep) {
   }
   EXPECT_EQ(a.peak_allocated_bytes(), j.at("max_allocated_bytes").get<std::uint64_t>());
   const double reserved = j.at("max_reserved_bytes").get<double>();
-  EXPECT_NEAR(static_cast<double>(a.peak_reserved_bytes()), reserved, 0.03 * reserved);
+  EXPECT_NEAR(static_cast<double>(a.peak_reserved_bytes()), reserved, 0.002 * reserved);
 }
 
 // transient(n) must leave the model exactly as malloc(n) followed by free() would, and count the
@@ -206,4 +207,17 @@ TEST(CachingAllocatorModel, CapacityFlushesTheCacheBeforeFailing) {
   (void)b.malloc(70 * MiB);
   EXPECT_EQ(b.reserved_bytes(), 130 * MiB);
   EXPECT_EQ(b.cache_flushes(), 0u);
+}
+
+// cudaMalloc placed each new segment below the previous one on the H200; the model does the same,
+// since among free blocks of one size the lowest address is taken and the order decides which
+// segment a request splits.
+TEST(CachingAllocatorModel, NewSegmentsLieBelowEarlierOnes) {
+  caching_allocator_model a;
+  for (int i = 0; i < 3; ++i) a.malloc(30 * MiB);  // three segments of one block each
+  const auto s = a.state();  // allocated, reserved, next, segments, then (addr, size, owner)...
+  ASSERT_EQ(s.size(), 4u + 3 * 3);
+  EXPECT_GT(s[4], s[7]);
+  EXPECT_GT(s[7], s[10]);
+  EXPECT_GE(s[4] - s[7], 30 * MiB);  // apart: blocks of different segments never merge
 }

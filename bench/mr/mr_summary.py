@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Writes the mr GPU stage's summary (scripts/gpu-check.d/30-mr.sh) from whatever its steps have
+left in OUT so far; the stage runs it after every step, so a stage cut off still leaves the figures
+of the steps that finished, and says which did not.
+
+    python3 bench/mr/mr_summary.py OUT SUMMARY.md [--elapsed S] [--note TEXT ...]
+
+Sections: allocator calls from C++ (bench/mr/torch_alloc_compare.cpp, vmm pool and classic pool
+against PyTorch's caching allocator: targets alloc+free median <= 500 ns and <= 0.5x native), the
+training step (bench/mr/torch_train_compare.py: identical losses, step time within 1% of native,
+vmm peak reserved <= expandable segments'), the replayed traces side by side with `vramkit
+replay`'s models of PyTorch (targets: vmm <= 1.03 x requested and <= expandable; models within 2%
+of the real figure), and the pool benchmark (bench/mr/pool_bench.cpp).
+"""
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import subprocess
+
+
+def load(out, name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
+    except Exception:  # noqa: BLE001 - a header field, never fatal
+        return ""
+
+
+def f3(x):
+    return "-" if x is None else "%.3f" % x
+
+
+def pct(model, real):
+    if model is None or real is None or real == 0:
+        return "-"
+    return "%+.1f%%" % (100.0 * (model - real) / real)
+
+
+def alloc_compare(out, lines):
+    lines += ["## Allocator calls from C++ (PyTorch's caching allocator vs vramkit through "
+              "vramkit_torch_malloc / vramkit_free, one process, alternating passes)", ""]
+    rows = [("torch_alloc_compare_default.json", "the default"),
+            ("torch_alloc_compare_pool.json", "VRAMKIT_POOL_KIND=pool")]
+    found = False
+    for name, label in rows:
+        cc = load(out, name)
+        if not cc:
+            continue
+        if not found:
+            lines += ["| vramkit pool | verified | vramkit alloc / free median ns | alloc+free ns | "
+                      "PyTorch alloc / free median ns | alloc+free ns | vramkit / PyTorch | targets "
+                      "(<= 500 ns, <= 0.5) | peak reserved vramkit / PyTorch |",
+                      "|---|---|---|---|---|---|---|---|---|"]
+            found = True
+        t, v, r = cc["torch"], cc["vramkit"], cc["ratios"]
+        ratio = r["alloc_free_median_vramkit_over_torch"]
+        ok = v["alloc_free_median_ns"] <= 500 and ratio <= 0.5
+        lines.append("| %s (%s) | %s | %.0f / %.0f | %.0f | %.0f / %.0f | %.0f | %.3f | %s | %s |" % (
+            cc.get("vramkit_pool", "?"), label, "yes" if cc["verification"]["passed"] else "FAILED",
+            v["alloc_median_ns"],
+            v["free_median_ns"], v["alloc_free_median_ns"], t["alloc_median_ns"], t["free_median_ns"],
+            t["alloc_free_median_ns"], ratio, "met" if ok else "NOT met",
+            f3(r.get("peak_reserved_vramkit_over_torch"))))
+        cc_first = cc
+    if found:
+        lines += ["", "%d timed passes per allocator after one verification pass each; %d allocations "
+                  "per pass; PyTorch %s; one steady_clock read (%.0f ns) included per call" % (
+                      cc_first["repeats"], cc_first["trace"]["allocs"], cc_first.get("torch_version") or "?",
+                      cc_first["clock"]["read_median_ns"]), ""]
+    else:
+        lines += ["not measured (not built, failed, or cut off: see 30-mr.log, "
+                  "mr/torch_alloc_compare.build.log)", ""]
+
+
+def training(out, lines):
+    tr = load(out, "torch_train.json")
+    lines += ["## Training step through the pluggable allocator (bench/mr/torch_train_compare.py)", ""]
+    if not tr or "torch" not in tr:
+        lines += ["not measured (failed or cut off: see mr/torch_train.txt)", ""]
+        return
+    t = tr["torch"]
+    lines += ["LLaMA-shaped, %d layers, batch %d x %d, amp bf16, AdamW, %d steps (median of the last %d); "
+              "one process per allocator" % (t["layers"], t["batch"], t["seq"], len(t["step_s"]),
+                                              len(t["step_s"]) - t.get("warmup", 0)), "",
+              "| run | median step s | step / native | peak reserved MiB | peak allocated MiB | "
+              "reserved / expandable's | losses identical to native |",
+              "|---|---|---|---|---|---|---|"]
+    exp = tr.get("torch_expandable", {}).get("peak_reserved_bytes")
+    for k in ("torch", "vramkit_vmm", "torch_expandable", "vramkit", "torch_repeat"):
+        if k not in tr:
+            continue
+        r = tr[k]
+        lines.append("| %s | %.4f | %.4f | %.1f | %.1f | %s | %s |" % (
+            k, r["median_step_s"], r["median_step_s"] / t["median_step_s"],
+            r["peak_reserved_bytes"] / 2**20, r["peak_allocated_bytes"] / 2**20,
+            f3(r["peak_reserved_bytes"] / exp) if exp else "-",
+            "-" if k == "torch" else r.get("losses_identical_to_torch")))
+    for k in ("vramkit_vmm", "vramkit"):
+        mp = tr.get(k, {}).get("timed_steps_mapping")
+        if mp:
+            n = len(tr[k]["step_s"]) - tr[k].get("warmup", 0)
+            lines.append("")
+            lines.append("%s (%s) during the %d timed steps: %d granules mapped, %d remapped, %.1f ms mapping and "
+                         "unmapping (%.2f ms per step)" % (
+                             k, tr[k].get("pool", "?"), n, mp["vmm.granules_mapped"], mp["vmm.granules_remapped"],
+                             (mp["vmm.map_ns"] + mp["vmm.unmap_ns"]) / 1e6,
+                             (mp["vmm.map_ns"] + mp["vmm.unmap_ns"]) / 1e6 / max(1, n)))
+    m = tr.get("vramkit_vmm")
+    if m:
+        step = m["median_step_s"] / t["median_step_s"]
+        res = m["peak_reserved_bytes"] / exp if exp else None
+        noise = tr.get("torch_repeat", {}).get("median_step_s")
+        lines += ["", "targets (vmm pool): identical losses %s; step time within 1%% of native: %.4f (%s)%s; "
+                  "peak reserved <= expandable segments': %s (%s)" % (
+                      "met" if m.get("losses_identical_to_torch") else "NOT met", step,
+                      "met" if abs(step - 1) <= 0.01 else "NOT met",
+                      "; native run twice: %.4f" % (noise / t["median_step_s"]) if noise else "",
+                      f3(res), "-" if res is None else ("met" if res <= 1 else "NOT met"))]
+    lines.append("")
+
+
+def replays(out, lines):
+    side = sorted(glob.glob(os.path.join(out, "torch_replay_*.json")))
+    lines += ["## Replayed traces: peak reserved / peak requested, real allocators (torch.empty, "
+              "verified) beside `vramkit replay`'s models", ""]
+    if not side:
+        lines += ["not measured (failed or cut off: see mr/torch_replay.txt)", ""]
+        return
+    lines += ["Repeated: the peak over all passes of the trace in one process (first pass, verification "
+              "pass, timed passes; cache kept), modelled by `vramkit replay --passes N`. First pass: "
+              "from an emptied cache, modelled by `vramkit replay` (one pass).", "",
+              "| trace | native | expandable | vramkit pool | vramkit vmm | vmm <= 1.03 and <= expandable | "
+              "native model (off) | expandable model (off) | first pass: native / model | first pass: "
+              "expandable / model |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    worst = 0.0
+    for p in side:
+        name = os.path.basename(p)[len("torch_replay_"):-len(".json")]
+        r = load(out, os.path.basename(p)) or {}
+        rep = load(out, "vramkit_replay_%s.json" % name) or {}
+        one = load(out, "vramkit_replay_%s.pass1.json" % name) or {}
+        model = {a["name"]: a["reserved_over_requested"] for a in rep.get("allocators", [])}
+        model1 = {a["name"]: a["reserved_over_requested"] for a in one.get("allocators", [])}
+
+        def q(k, key="peak_reserved_over_peak_requested"):
+            return r[k].get(key) if k in r else None
+
+        vmm, exp = q("vramkit_vmm"), q("torch_expandable")
+        ok = vmm is not None and exp is not None and vmm <= 1.03 and vmm <= exp
+        for m, real in ((model.get("pytorch_native"), q("torch")),
+                        (model.get("pytorch_expandable_segments"), exp)):
+            if m is not None and real:
+                worst = max(worst, abs(m - real) / real)
+        lines.append("| %s | %s | %s | %s | %s | %s | %s (%s) | %s (%s) | %s / %s | %s / %s |" % (
+            name, f3(q("torch")), f3(exp), f3(q("vramkit")), f3(vmm), "yes" if ok else "NO",
+            f3(model.get("pytorch_native")), pct(model.get("pytorch_native"), q("torch")),
+            f3(model.get("pytorch_expandable_segments")), pct(model.get("pytorch_expandable_segments"), exp),
+            f3(q("torch", "first_pass_peak_reserved_over_peak_requested")), f3(model1.get("pytorch_native")),
+            f3(q("torch_expandable", "first_pass_peak_reserved_over_peak_requested")),
+            f3(model1.get("pytorch_expandable_segments"))))
+    lines += ["", "largest model error against the real repeated figure: %.2f%% (target <= 2%%)" % (100 * worst), ""]
+
+
+def pool_bench(out, lines):
+    bench = load(out, "pool_bench.json")
+    lines += ["## Pool benchmark (bench/mr/pool_bench.cpp: allocate + free, median per allocation, host clock)", ""]
+    if not bench:
+        lines += ["not measured (failed or cut off: see mr/pool_bench.txt)", ""]
+        return
+    rows = {}
+    for b in bench.get("benchmarks", []):
+        if b.get("error_occurred"):
+            lines.append("- %s: ERROR %s" % (b["name"], b.get("error_message")))
+            continue
+        _, trace, res = b["name"].split("/", 2)
+        rows.setdefault(trace, {})[res.split("/iterations")[0]] = b
+    for trace, rs in rows.items():
+        lines += ["### %s" % trace, "",
+                  "| resource | alloc ns | free ns | alloc+free ns | vs cudaMallocAsync warm | "
+                  "peak reserved / peak requested |", "|---|---|---|---|---|---|"]
+        base = rs.get("cuda_async_warm", {}).get("alloc_free_median_ns")
+        for name, b in rs.items():
+            v = b["alloc_free_median_ns"]
+            lines.append("| %s | %.0f | %.0f | %.0f | %s | %s |" % (
+                name, b["alloc_median_ns"], b["free_median_ns"], v,
+                "%.1fx faster" % (base / v) if base and v else "-",
+                f3(b.get("peak_reserved_over_peak_requested"))))
+        lines.append("")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("summary")
+    ap.add_argument("--elapsed", type=float)
+    ap.add_argument("--note", action="append", default=[])
+    a = ap.parse_args()
+    lines = ["# mr: allocator results", "",
+             "- GPU / driver: " + (sh("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1")
+                                   or "unknown"),
+             "- commit: " + (sh("git rev-parse --short HEAD 2>/dev/null") or os.environ.get("VRAMKIT_COMMIT", "unknown")),
+             "- date: " + datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")]
+    if a.elapsed is not None:
+        lines.append("- stage time so far: %.0f s" % a.elapsed)
+    lines += ["- " + n for n in a.note]
+    lines.append("")
+    alloc_compare(a.out, lines)
+    training(a.out, lines)
+    replays(a.out, lines)
+    pool_bench(a.out, lines)
+    with open(a.summary, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
