@@ -271,8 +271,7 @@ void process_attributor::fill_names(monitor::process_owner& o, const std::string
   }
 }
 
-monitor::process_owner process_attributor::read_owner(std::uint32_t /*pid*/, const workload& w,
-                                                      const std::string& environ,
+monitor::process_owner process_attributor::read_owner(const workload& w, const std::string& environ,
                                                       const std::string& status) {
   monitor::process_owner o;
   o.pod_uid = w.pod_uid;
@@ -329,7 +328,7 @@ monitor::process_owner process_attributor::owner_of(std::uint32_t pid) {
   c.start_time = start;
   c.read_at_ms = now;
   c.pid_namespace = read_link(proc / "ns" / "pid");
-  c.owner = read_owner(pid, w, environ, status);
+  c.owner = read_owner(w, environ, status);
   // A process whose cgroup path says nothing (a cgroup namespace hides it, or the process moved)
   // but that shares a PID namespace other than the host's with an attributed one is in the same
   // container.

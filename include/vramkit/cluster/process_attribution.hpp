@@ -85,8 +85,8 @@ class process_attributor {
     std::int64_t read_at_ms = 0;
   };
 
-  monitor::process_owner read_owner(std::uint32_t pid, const workload& w,
-                                    const std::string& environ, const std::string& status);
+  monitor::process_owner read_owner(const workload& w, const std::string& environ,
+                                    const std::string& status);
   void fill_names(monitor::process_owner& o, const std::string& runtime);
   void rescan_logs(std::int64_t now);
   [[nodiscard]] std::int64_t now_ms() const;
