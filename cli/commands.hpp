@@ -5,11 +5,18 @@
 #include <csignal>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "vramkit/monitor/process_owner.hpp"
+
+namespace vramkit {
+class nvml_api;
+}
 
 namespace vramkit::cli {
 
@@ -23,6 +30,8 @@ void add_plan_command(CLI::App& app, command_context& ctx);
 void add_watch_command(CLI::App& app, command_context& ctx);
 void add_serve_command(CLI::App& app, command_context& ctx);
 void add_slurm_command(CLI::App& app, command_context& ctx);
+/// `slurm report`, registered on the slurm subcommand (cli/slurm_report_command.cpp).
+void add_slurm_report_command(CLI::App& slurm, command_context& ctx);
 void add_extender_command(CLI::App& app, command_context& ctx);
 void add_device_plugin_command(CLI::App& app, command_context& ctx);
 void add_replay_command(CLI::App& app, command_context& ctx);
@@ -61,12 +70,35 @@ std::vector<CLI::Option*> add_extender_options(CLI::App& cmd, extender_args& a);
 /// line that says where it listens.
 void run_extender(const extender_args& a, const std::string& command);
 
+// Options that several subcommands take, with one spelling and one help text each.
+
+/// --fake-gpus FILE: GPUs from a fixture (the format of testing::fake_nvml) instead of the driver.
+CLI::Option* add_fake_gpus_option(CLI::App& cmd, std::string& path);
+/// --host-root DIR: /proc and /sys read under DIR (tests); hidden from --help.
+CLI::Option* add_host_root_option(CLI::App& cmd, std::string& dir);
+/// --bind ADDRESS: the address a server listens on.
+CLI::Option* add_bind_option(CLI::App& cmd, std::string& address);
+/// --api-url URL: the Kubernetes API over plain HTTP (a kubectl proxy), with what it is used for.
+CLI::Option* add_api_url_option(CLI::App& cmd, std::optional<std::string>& url,
+                                const std::string& used_for);
+
+/// Throws invalid_input unless `url` is unset or a plain http:// URL (what a kubectl proxy serves).
+void check_api_url(const std::optional<std::string>& url);
+/// Throws invalid_input "FLAG N is not a TCP port (LOWEST-65535)" outside that range.
+void check_tcp_port(const char* flag, int port, int lowest = 0);
+
+/// The GPUs of --fake-gpus `fake_gpus` or, when empty, the driver's. Throws error "cannot read the
+/// GPUs: REASON (...pass --fake-gpus FILE)" when the driver is missing or unusable, invalid_input
+/// for a bad fixture.
+std::shared_ptr<nvml_api> open_gpus(const std::string& fake_gpus);
+
 /// The text of the file at `path`; throws invalid_input "cannot read WHAT 'PATH'".
 std::string read_input_file(const std::string& path, const char* what);
 
-/// For sampler_options::workload_of: "pod <uid>" or "slurm job <id>" from /proc/<pid>/cgroup
-/// under `host_root` (cluster attribution); empty when the file is unreadable or names neither.
-std::function<std::string(std::uint32_t)> workload_reader(const std::string& host_root);
+/// For sampler_options::workload_of: the pod, container, Slurm job and plan of a process, read
+/// under `host_root` by cluster::process_attributor (cached by PID and start time); empty when
+/// nothing names one.
+std::function<monitor::process_owner(std::uint32_t)> workload_reader(const std::string& host_root);
 
 /// Blocks SIGINT and SIGTERM in this thread and every thread it starts afterwards, so that the
 /// signal cannot land in a server thread; wait() then takes one synchronously.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -16,6 +17,7 @@
 #include "vramkit/plan/gpu_catalogue.hpp"
 #include "vramkit/plan/memory_model.hpp"
 #include "vramkit/plan/offload_plan.hpp"
+#include "vramkit/plan/serving_capacity.hpp"
 
 namespace vramkit::cli {
 
@@ -28,6 +30,10 @@ struct plan_args {
   std::string offload;   ///< vramkit offload (activations[:N], both[:N]); empty: none
   std::string compress;  ///< --compress-activations; empty: none
   bool json = false, fit = false, list = false, allow_lossy = false;
+  bool serve = false;
+  plan::serve_options serve_opt;
+  /// Options given on the command line that --serve does not use, or that only --serve uses.
+  std::vector<std::string> given_not_for_serve, given_serve_only;
 };
 
 void print_list() {
@@ -50,15 +56,37 @@ plan::fit_options gpu_options(const std::string& gpu) {
   return opt;
 }
 
+/// `--serve`: vLLM-style capacity of one replica on --gpu.
+void run_serve(const plan_args& a, const plan::model_description& model,
+               const plan::device_overheads& overheads, command_context& ctx) {
+  if (a.fit) throw invalid_input("--serve answers capacity for one setup; drop --fit");
+  if (a.gpu.empty())
+    throw invalid_input("--serve needs --gpu NAME or --gpu BYTES (e.g. --gpu h100)");
+  if (!a.given_not_for_serve.empty())
+    throw invalid_input(a.given_not_for_serve.front() +
+                        " does not apply to --serve (it plans the engine's own batches; give "
+                        "--max-num-seqs, --max-model-len or --concurrency)");
+  plan::plan_request r = a.request;
+  r.mode = plan::run_mode::infer;
+  r.gpus = r.tp * r.pp;
+  const auto s =
+      plan::plan_serving(model, r, a.serve_opt, gpu_options(a.gpu).capacity_bytes, overheads);
+  std::printf("%s\n", a.json ? plan::to_json(s).c_str() : plan::to_table(s).c_str());
+  if (!s.fits) ctx.exit_code = 1;
+}
+
 void run_plan(const plan_args& a, command_context& ctx) {
   if (a.list) return print_list();
   if (a.model.empty())
     throw invalid_input(
         "plan needs a MODEL: a preset name (vramkit plan --list) or a path to a config.json");
+  if (!a.serve && !a.given_serve_only.empty())
+    throw invalid_input(a.given_serve_only.front() + " applies to --serve");
   const auto model = plan::resolve_model(a.model);
   plan::plan_request r = a.request;
   const auto overheads =
       a.probe.empty() ? plan::default_overheads() : plan::overheads_from_probe(a.probe);
+  if (a.serve) return run_serve(a, model, overheads, ctx);
   const plan::fit_options opt = gpu_options(a.gpu);
   const plan::compress_option compress =
       plan::parse_compress_option(a.compress.empty() ? "none" : a.compress);
@@ -139,7 +167,20 @@ void add_request_options(CLI::App* sub, plan::plan_request& r, plan_args& a) {
   add_enum(sub, "--precision", r.prec, &plan::parse_precision,
            "fp32, amp-bf16, amp-fp16, bf16 or fp8");
   add_enum(sub, "--optimizer", r.optimizer, &plan::parse_optimizer,
-           "sgd, sgd-momentum, adam, adamw or adamw-8bit");
+           "sgd, sgd-momentum, adam, adamw, adamw-fused, adamw-8bit or paged-adamw-8bit "
+           "(bitsandbytes; paged: states in CUDA managed memory)");
+  sub->add_flag("--optimizer-in-backward", r.optimizer_in_backward,
+                "step each parameter in its gradient hook and free the gradient at once "
+                "(torchtune's optimizer_in_bwd; one GPU, no gradient accumulation)");
+  sub->add_option("--lora-rank", r.lora_rank,
+                  "LoRA (PEFT) adapters of this rank, base frozen in the precision's 16-bit type; "
+                  "with --quant nf4: QLoRA");
+  sub->add_option_function<std::string>(
+         "--lora-targets",
+         [&r](const std::string& s) { r.lora_targets = plan::parse_lora_targets(s); },
+         "layers LoRA adapts: all (default), attention, mlp, or a list of q,k,v,o,gate,up,down")
+      ->default_str("all");
+  sub->add_option("--lora-dropout", r.lora_dropout, "LoRA dropout probability (default 0)");
   add_enum(sub, "--checkpointing", r.ckpt, &plan::parse_checkpointing, "none, full or selective");
   add_enum(sub, "--attention", r.attention, &plan::parse_attention, "sdpa, flash or eager");
   sub->add_option("--gpus", r.gpus, "GPUs in total")->capture_default_str();
@@ -169,11 +210,14 @@ void add_request_options(CLI::App* sub, plan::plan_request& r, plan_args& a) {
       "vramkit.offload_activations of N blocks (default all); both[:N]: that plus "
       "vramkit.OffloadedAdamW");
   sub->add_option("--compress-activations", a.compress,
-                  "fp8[:mlp,attn] or fp8-e5m2[:...]: saved activations stored in 8 bits "
+                  "fp8[:mlp,attn,norm] or fp8-e5m2[:...]: saved activations stored in 8 bits "
                   "(vramkit.compress_activations)");
   sub->add_flag("--allow-lossy", a.allow_lossy,
                 "let --fit consider lossy options (activation compression)");
-  add_enum(sub, "--quant", r.quant, &plan::parse_quant, "inference weights: none, int8 or int4");
+  add_enum(sub, "--quant", r.quant, &plan::parse_quant,
+           "weights: none, int8, int4, nf4 or fp8 at inference; nf4 with --lora-rank (QLoRA)");
+  add_enum(sub, "--kv-cache-dtype", r.kv_cache, &plan::parse_kv_cache,
+           "paged KV cache element type: auto (the model's) or fp8");
   add_enum(sub, "--serving", r.serving, &plan::parse_serving,
            "inference engine: generate (transformers) or paged (paged KV cache)");
 }
@@ -197,9 +241,52 @@ void add_plan_command(CLI::App& app, command_context& ctx) {
   sub->add_flag("--fit", a->fit,
                 "search the configurations that fit --gpu and rank them by estimated step time");
   sub->add_flag("--json", a->json, "print one JSON object");
+  auto& so = a->serve_opt;
+  sub->add_flag("--serve", a->serve,
+                "serving capacity on --gpu as a vLLM-style engine: KV blocks left after the "
+                "weights and the profile peak; max concurrent sequences and max context");
+  sub->add_option("--gpu-memory-utilization", so.gpu_memory_utilization,
+                  "--serve: fraction of the GPU the engine uses (default 0.9)");
+  sub->add_option("--max-model-len", so.max_model_len,
+                  "--serve: context per sequence (default: max_position_embeddings)");
+  sub->add_option("--max-num-seqs", so.max_num_seqs,
+                  "--serve: scheduler cap on concurrent sequences (default 256)");
+  sub->add_option("--max-num-batched-tokens", so.max_num_batched_tokens,
+                  "--serve: largest prefill chunk, the profile run's size (default 8192)");
+  sub->add_option("--concurrency", so.concurrency,
+                  "--serve: also give the longest context at this many sequences");
+  sub->add_flag("--enforce-eager", so.enforce_eager, "--serve: no CUDA graphs");
   auto* textures = add_plan_textures_subcommand(*sub, ctx);  // `vramkit plan textures ...`
-  sub->callback([a, textures, &ctx] {
-    if (!textures->parsed()) run_plan(*a, ctx);
+  sub->callback([a, sub, textures, &ctx] {
+    if (textures->parsed()) return;
+    for (const char* flag : {"--mode",
+                             "--batch",
+                             "--micro-batch",
+                             "--seq",
+                             "--prompt",
+                             "--new-tokens",
+                             "--serving",
+                             "--optimizer",
+                             "--optimizer-in-backward",
+                             "--checkpointing",
+                             "--attention",
+                             "--zero",
+                             "--offload",
+                             "--compress-activations",
+                             "--allow-lossy",
+                             "--lora-rank",
+                             "--lora-targets",
+                             "--lora-dropout",
+                             "--image-size",
+                             "--gpus",
+                             "--gpus-per-node",
+                             "--sp",
+                             "--ep"})
+      if (sub->get_option(flag)->count() > 0) a->given_not_for_serve.emplace_back(flag);
+    for (const char* flag : {"--gpu-memory-utilization", "--max-model-len", "--max-num-seqs",
+                             "--max-num-batched-tokens", "--concurrency", "--enforce-eager"})
+      if (sub->get_option(flag)->count() > 0) a->given_serve_only.emplace_back(flag);
+    run_plan(*a, ctx);
   });
 }
 

@@ -119,6 +119,16 @@ local function human(bytes)
   return string.format("%.2f MiB", bytes / 2^20)
 end
 
+-- Puts the plan itself (not rounded up to shards) into a batch job's environment as
+-- VRAMKIT_PLANNED_BYTES, where `vramkit serve` reads it back to show used against planned.
+-- Interactive jobs (srun, salloc) bring their environment from the client and have none here:
+-- their plan is the cap the TaskProlog sets. Returns true when it was set.
+function vramkit.set_planned(job_desc, bytes)
+  local ok, env = pcall(function() return job_desc.environment end)
+  if not ok or type(env) ~= "table" then return false end
+  return (pcall(function() env.VRAMKIT_PLANNED_BYTES = string.format("%d", bytes) end))
+end
+
 -- Sets tres_per_node for a request, or returns an error text.
 function vramkit.apply(job_desc)
   local bytes, why = vramkit.request_from_comment(job_desc.comment)
@@ -155,6 +165,7 @@ function vramkit.apply(job_desc)
     gres = current .. "," .. gres
   end
   job_desc.tres_per_node = gres
+  vramkit.set_planned(job_desc, bytes)
   slurm.log_user("vramkit: %s per GPU -> %d shard(s) of %s (--gres=shard:%d)", human(bytes), shards,
                  human(settings.shard_bytes), shards)
   slurm.log_info("vramkit: job from uid %s: %s per GPU -> %s", tostring(job_desc.user_id), human(bytes), gres)

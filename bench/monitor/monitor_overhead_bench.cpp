@@ -21,6 +21,7 @@
 #include "vramkit/monitor/exporter.hpp"
 #include "vramkit/monitor/exposition.hpp"
 #include "vramkit/monitor/host_reader.hpp"
+#include "vramkit/monitor/sample_history.hpp"
 #include "vramkit/monitor/sampler.hpp"
 
 #if defined(VRAMKIT_BENCH_HTTP)
@@ -172,6 +173,32 @@ int main(int argc, char** argv) {
                                                   mon::sampler_options{}),
                    eo);
   int port = ex.start();
+  // The server's work per scrape, without HTTP: before, each scrape copied the latest sample out
+  // of the history and rendered it (render_metrics); now exporter::metrics() copies the page
+  // rendered once at the sample and appends the scrape counter.
+  {
+    mon::sample_history history(600);
+    history.push(fake_sampler.take());
+    auto time_calls = [](auto&& call) {
+      std::vector<double> t;
+      for (int i = 0; i < 2000; ++i) {
+        auto a = std::chrono::steady_clock::now();
+        call();
+        t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+      }
+      return summarize(t);
+    };
+    std::size_t sink = 0;
+    const auto before =
+        time_calls([&] { sink += mon::render_metrics(*history.latest(), {}).size(); });
+    const auto now = time_calls([&] { sink += ex.metrics().size(); });
+    std::printf(
+        "per-scrape work (no HTTP): render per scrape (before) median %.1f us, p99 %.1f us; page "
+        "rendered per sample (now) median %.1f us, p99 %.1f us: %.1fx less (n=%zu each, %zu "
+        "bytes)\n",
+        before.p50 * 1e6, before.p99 * 1e6, now.p50 * 1e6, now.p99 * 1e6,
+        now.p50 > 0 ? before.p50 / now.p50 : 0.0, now.n, sink / (2 * now.n));
+  }
   auto timed_gets = [&](const char* path, int n) {
     httplib::Client cli("127.0.0.1", port);
     cli.set_keep_alive(true);

@@ -48,6 +48,17 @@ echo "# metrics body: $(curl -s "$url/metrics" | wc -c) bytes"
  done) >"$work/rss.kb" &
 rss_pid=$!
 
+# The server's CPU time (user + system, clock ticks of /proc/PID/stat) per request served: what a
+# scrape costs it, whatever the machine's load does to the latency figures.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$server/stat"; }
+cpu_per_request() {  # TICKS_BEFORE WRK_OUTPUT
+  local ticks=$(( $(cpu_ticks) - $1 )) reqs
+  reqs=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' "$2")
+  awk -v t="$ticks" -v r="${reqs:-0}" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { if (r > 0) printf "server_cpu_per_request_us=%.1f (%d requests, %.2f s CPU)\n", 1e6 * t / hz / r, r, t / hz }'
+}
+echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+ticks0=$(cpu_ticks)
 wrk -t2 -c"$scrapers" -d"${seconds}s" --timeout 2s --latency "$url/metrics" >"$work/wrk.out" 2>&1
 kill "$rss_pid" 2>/dev/null || true
 rss_pid=
@@ -57,6 +68,7 @@ sed -n '/Thread Stats/,$p' "$work/wrk.out"
 errors=$(sed -n 's/.*Socket errors: connect \([0-9]*\), read \([0-9]*\), write \([0-9]*\), timeout \([0-9]*\).*/\1+\2+\3+\4/p' "$work/wrk.out")
 non2xx=$(sed -n 's/.*Non-2xx or 3xx responses: \([0-9]*\).*/\1/p' "$work/wrk.out")
 echo "socket_errors=$((${errors:-0})) non_2xx=${non2xx:-0}"
+cpu_per_request "$ticks0" "$work/wrk.out"
 # Warm-up: skip the first 5 samples; flat means (max - min) / min.
 python3 - "$work/rss.kb" <<'EOF'
 import sys
@@ -70,6 +82,7 @@ EOF
 # 1b. The same scrapers paced as real ones are (each waits 100 ms between scrapes: 1,000
 # scrapes/s in all), so the percentiles measure the server, not a saturated CPU.
 echo 'function delay() return 100 end' >"$work/paced.lua"
+ticks0=$(cpu_ticks)
 wrk -t2 -c"$scrapers" -d"${seconds}s" --timeout 2s --latency -s "$work/paced.lua" "$url/metrics" \
   >"$work/wrk-paced.out" 2>&1
 echo "## scenario 1b: $scrapers scrapers paced at 10 scrapes/s each, ${seconds} s"
@@ -77,6 +90,8 @@ sed -n '/Thread Stats/,$p' "$work/wrk-paced.out"
 errors=$(sed -n 's/.*Socket errors: connect \([0-9]*\), read \([0-9]*\), write \([0-9]*\), timeout \([0-9]*\).*/\1+\2+\3+\4/p' "$work/wrk-paced.out")
 non2xx=$(sed -n 's/.*Non-2xx or 3xx responses: \([0-9]*\).*/\1/p' "$work/wrk-paced.out")
 echo "socket_errors=$((${errors:-0})) non_2xx=${non2xx:-0}"
+cpu_per_request "$ticks0" "$work/wrk-paced.out"
+echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "rss_kib_after_both: $(awk '/VmRSS/ {print $2}' "/proc/$server/status")"
 
 echo "## scenario 2: $slow held connections (half idle, half one byte a second) from 127.0.0.2+"

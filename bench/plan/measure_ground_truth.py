@@ -28,6 +28,7 @@ import sys
 import time
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # stand_ins.py
 DATA_DIR = os.path.join(REPO_ROOT, "tests", "data", "plan")
 CONFIG_DIR = os.path.join(DATA_DIR, "configs")
 MIB = 1 << 20
@@ -218,7 +219,11 @@ PRESET_CONFIGS["mistral-7b-l4-w1024"] = dict(PRESET_CONFIGS["mistral-7b"], num_h
 # Mixture-of-experts families (published config.json field values, committed under
 # tests/data/plan/configs), reduced to 2 layers (DeepSeek-V3: layer 0 dense, layer 1 MoE) for one GPU.
 _CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "plan", "configs")
-for _name in ("mixtral-8x7b-l2", "qwen1.5-moe-a2.7b-l2", "qwen3-30b-a3b-l2", "deepseek-v2-lite-l2", "deepseek-v3-l2"):
+# The families and fine-tuning cases of the second round (published config.json field values,
+# reduced layer counts where the full model does not fit one GPU with room for its activations).
+for _name in ("mixtral-8x7b-l2", "qwen1.5-moe-a2.7b-l2", "qwen3-30b-a3b-l2", "deepseek-v2-lite-l2", "deepseek-v3-l2",
+              "gemma-2-2b-l4", "gemma-3-1b-l6", "falcon-7b-l2", "roberta-base", "vit-base-patch16-224",
+              "llama-3.1-8b-l4", "flan-t5-base", "t5-base", "llava-1.5-7b-l4"):
     with open(os.path.join(_CONFIG_DIR, _name + ".json")) as _f:
         PRESET_CONFIGS[_name] = json.load(_f)
 
@@ -230,15 +235,29 @@ TORCHVISION_MODELS = {"resnet-18": "resnet18", "resnet-50": "resnet50", "resnet-
 # ---------------------------------------------------------------------------------------------
 
 
-def _train(model, batch, seq, precision, optimizer, est_gib, checkpointing="none", attention="sdpa", image_size=None):
+# Fine-tuning fields of a training case (ground-truth keys as ground_truth.cpp reads them).
+FINE_TUNING_DEFAULTS = {"lora_rank": 0, "lora_targets": None, "lora_dropout": 0.0, "quant": "none",
+                        "optimizer_in_backward": False, "stand_in": None, "group": "base"}
+
+
+def _train(model, batch, seq, precision, optimizer, est_gib, checkpointing="none", attention="sdpa", image_size=None,
+           **fine):
+    unknown = set(fine) - set(FINE_TUNING_DEFAULTS)
+    if unknown:
+        raise ValueError("unknown case fields %s" % sorted(unknown))
+    fine = dict(FINE_TUNING_DEFAULTS, **fine)
     parts = [model, "train", precision, optimizer]
+    if fine["optimizer_in_backward"]:
+        parts.append("in-backward")
+    if fine["lora_rank"]:
+        parts.append("%slora%d-%s" % ("q" if fine["quant"] == "nf4" else "", fine["lora_rank"], fine["lora_targets"]))
     if checkpointing != "none":
         parts.append("ckpt-" + checkpointing)
     if attention != "sdpa":
         parts.append(attention)
     parts.append("b%d" % batch)
     parts.append("s%d" % seq if seq is not None else "i%d" % image_size)
-    return {
+    return dict(fine, **{
         "name": "-".join(parts),
         "model": model,
         "mode": "train",
@@ -252,26 +271,32 @@ def _train(model, batch, seq, precision, optimizer, est_gib, checkpointing="none
         "prompt": None,
         "new_tokens": None,
         "est_gib": est_gib,
-    }
+    })
 
 
-def _infer(model, batch, prompt, new_tokens, precision, est_gib, attention="sdpa"):
-    return {
-        "name": "%s-infer-%s-b%d-p%d-n%d%s" % (model, precision, batch, prompt, new_tokens,
-                                               "" if attention == "sdpa" else "-" + attention),
+def _infer(model, batch, prompt, new_tokens, precision, est_gib, attention="sdpa", group="base", image_size=None):
+    if image_size is not None or new_tokens is None:
+        # A forward without generation (an image classifier, an encoder over `prompt` tokens).
+        name = "%s-infer-%s-b%d-%s" % (model, precision, batch,
+                                       "i%d" % image_size if image_size is not None else "s%d" % prompt)
+    else:
+        name = "%s-infer-%s-b%d-p%d-n%d%s" % (model, precision, batch, prompt, new_tokens,
+                                              "" if attention == "sdpa" else "-" + attention)
+    return dict(FINE_TUNING_DEFAULTS, group=group, **{
+        "name": name,
         "model": model,
         "mode": "infer",
         "batch": batch,
         "seq": None,
-        "image_size": None,
         "precision": precision,
         "optimizer": None,
         "checkpointing": "none",
         "attention": attention,
-        "prompt": prompt,
+        "prompt": prompt if image_size is None else None,
         "new_tokens": new_tokens,
+        "image_size": image_size,
         "est_gib": est_gib,
-    }
+    })
 
 
 CASES = [
@@ -313,29 +338,63 @@ CASES = [
     _infer("tinyllama-1.1b", 64, 256, 2048, "bf16", 40),
     # Eager attention materialises the (b, heads, q, kv) scores at inference; a sliding window
     # bounds each layer's cache (transformers' DynamicSlidingWindowLayer).
-    _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 14, attention="eager"),
-    _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 10),
-    _infer("mistral-7b-l4-w1024", 4, 3000, 256, "bf16", 10),
+    _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 14, attention="eager", group="new"),
+    _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 10, group="new"),
+    _infer("mistral-7b-l4-w1024", 4, 3000, 256, "bf16", 10, group="new"),
     # Phi-3 (packed qkv_proj and gate_up_proj).
-    _train("phi-3-mini-l8", 4, 1024, "amp-bf16", "adamw", 30),
-    _infer("phi-3-mini", 4, 512, 128, "bf16", 12),
+    _train("phi-3-mini-l8", 4, 1024, "amp-bf16", "adamw", 30, group="new"),
+    _infer("phi-3-mini", 4, 512, 128, "bf16", 12, group="new"),
     # Mixture of experts (transformers' eager expert loop) and DeepSeek's latent attention.
-    _train("mixtral-8x7b-l2", 2, 1024, "bf16", "sgd", 20),
-    _train("mixtral-8x7b-l2", 1, 1024, "amp-bf16", "adamw", 64),
-    _infer("mixtral-8x7b-l2", 4, 512, 64, "bf16", 8),
-    _train("qwen1.5-moe-a2.7b-l2", 4, 1024, "amp-bf16", "adamw", 36),
-    _infer("qwen1.5-moe-a2.7b-l2", 8, 512, 64, "bf16", 6),
-    _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 40),
-    _infer("qwen3-30b-a3b-l2", 8, 512, 64, "bf16", 6),
-    _train("deepseek-v2-lite-l2", 4, 1024, "amp-bf16", "adamw", 28),
-    _infer("deepseek-v2-lite-l2", 8, 512, 64, "bf16", 6),
-    _train("deepseek-v3-l2", 1, 512, "bf16", "sgd", 64),
-    _infer("deepseek-v3-l2", 2, 512, 32, "bf16", 32),
+    _train("mixtral-8x7b-l2", 2, 1024, "bf16", "sgd", 20, group="new"),
+    _train("mixtral-8x7b-l2", 1, 1024, "amp-bf16", "adamw", 64, group="new"),
+    _infer("mixtral-8x7b-l2", 4, 512, 64, "bf16", 8, group="new"),
+    _train("qwen1.5-moe-a2.7b-l2", 4, 1024, "amp-bf16", "adamw", 36, group="new"),
+    _infer("qwen1.5-moe-a2.7b-l2", 8, 512, 64, "bf16", 6, group="new"),
+    _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 40, group="new"),
+    _infer("qwen3-30b-a3b-l2", 8, 512, 64, "bf16", 6, group="new"),
+    _train("deepseek-v2-lite-l2", 4, 1024, "amp-bf16", "adamw", 28, group="new"),
+    _infer("deepseek-v2-lite-l2", 8, 512, 64, "bf16", 6, group="new"),
+    _train("deepseek-v3-l2", 1, 512, "bf16", "sgd", 64, group="new"),
+    _infer("deepseek-v3-l2", 2, 512, 32, "bf16", 32, group="new"),
+    # Gemma-2 (soft-capped logits over a 256k vocabulary, sandwich norms) and Gemma-3 (q/k norms,
+    # five sliding layers of six; the 384-token prompt grows past the 512-token window in decode).
+    _train("gemma-2-2b-l4", 2, 1024, "amp-bf16", "adamw", 40, group="new"),
+    _infer("gemma-2-2b-l4", 4, 512, 64, "bf16", 8, group="new"),
+    _train("gemma-3-1b-l6", 4, 512, "bf16", "adamw", 24, group="new"),
+    _infer("gemma-3-1b-l6", 4, 384, 256, "bf16", 6, group="new"),
+    # Falcon-7B: multi-query heads send SDPA to its math kernel (fp32 scores).
+    _train("falcon-7b-l2", 1, 1024, "bf16", "sgd", 16, group="new"),
+    _infer("falcon-7b-l2", 2, 512, 32, "bf16", 6, group="new"),
+    # RoBERTa (masked LM) and transformers' ViT: training, and one forward each at inference.
+    _train("roberta-base", 16, 512, "amp-fp16", "adamw", 16, group="new"),
+    _infer("roberta-base", 32, 512, None, "fp32", 8, group="new"),
+    _train("vit-base-patch16-224", 32, None, "amp-bf16", "adamw", 12, image_size=224, group="new"),
+    # T5 (its own eager attention; relu FF) and Flan-T5 (gated gelu_new FF, untied head).
+    _train("t5-base", 4, 512, "fp32", "adamw", 16, group="new"),
+    _train("flan-t5-base", 4, 512, "amp-bf16", "adamw", 16, group="new"),
+    _infer("flan-t5-base", 8, 512, 32, "fp32", 6, group="new"),
+    # LLaVA-1.5 (CLIP-L/14-336 tower frozen, projector, Vicuna-7B with 4 of its 32 layers); every
+    # sample holds one image's 576 tokens.
+    _train("llava-1.5-7b-l4", 2, 1024, "bf16", "adamw", 24, group="new"),
+    _infer("llava-1.5-7b-l4", 4, 640, 32, "bf16", 8, group="new"),
+    _infer("vit-base-patch16-224", 64, None, None, "fp32", 6, image_size=224, group="new"),
+    # LoRA (PEFT, adapters fp32 on a frozen bf16 base), QLoRA (NF4 base, pure-torch stand-in of
+    # bitsandbytes' layout), optimizer in backward, fused AdamW, 8-bit AdamW (stand-in).
+    _train("llama-3.1-8b-l4", 2, 1024, "bf16", "adamw", 30, lora_rank=16, lora_targets="all", group="new"),
+    _train("llama-3.1-8b-l4", 2, 1024, "amp-bf16", "adamw", 30, lora_rank=64, lora_targets="attention",
+           group="new"),
+    _train("llama-3.1-8b-l4", 2, 1024, "bf16", "adamw", 16, checkpointing="full", lora_rank=16, lora_targets="all",
+           quant="nf4", stand_in="NF4 base: pure-torch stand-in of bitsandbytes Linear4bit", group="new"),
+    _train("tinyllama-1.1b", 4, 1024, "bf16", "adamw", 24, optimizer_in_backward=True, group="new"),
+    _train("qwen2-0.5b", 4, 1024, "amp-bf16", "adamw-fused", 24, group="new"),
+    _train("qwen2-0.5b", 4, 1024, "bf16", "adamw-8bit", 16,
+           stand_in="8-bit AdamW: pure-torch stand-in of bitsandbytes' state layout", group="new"),
 ]
 
 OUTPUT_KEYS = [
     "name", "model", "config", "mode", "batch", "seq", "image_size", "precision", "optimizer",
-    "checkpointing", "attention", "prompt", "new_tokens", "quant", "steps", "params",
+    "checkpointing", "attention", "prompt", "new_tokens", "quant", "lora_rank", "lora_targets", "lora_dropout",
+    "optimizer_in_backward", "stand_in", "steps", "params",
     "max_allocated_bytes", "max_reserved_bytes", "nvidia_smi_used_bytes", "context_bytes", "loss",
     "step_time_s", "error",
 ]
@@ -415,7 +474,12 @@ def case_record(case, result):
         "attention": case["attention"],
         "prompt": case["prompt"],
         "new_tokens": case["new_tokens"],
-        "quant": "none",
+        "quant": case.get("quant", "none"),
+        "lora_rank": case.get("lora_rank", 0),
+        "lora_targets": case.get("lora_targets"),
+        "lora_dropout": case.get("lora_dropout", 0.0),
+        "optimizer_in_backward": case.get("optimizer_in_backward", False),
+        "stand_in": case.get("stand_in"),
         "steps": case.get("steps", 3 if case["mode"] == "train" else 1),
     }
     for key in ("params", "max_allocated_bytes", "max_reserved_bytes", "nvidia_smi_used_bytes",
@@ -483,9 +547,61 @@ def load_hf_config(model, attention):
     return cfg, path
 
 
+def hf_kind(model_name):
+    """Which transformers head a preset is built with: causal LM, masked LM or image classifier."""
+    cfg = PRESET_CONFIGS.get(model_name, {})
+    mt = cfg.get("model_type", "")
+    if mt in ("bert", "roberta"):
+        return "mlm"
+    if mt == "vit":
+        return "image"
+    if mt == "t5":
+        return "seq2seq"
+    if mt == "llava":
+        return "llava"
+    return "causal"
+
+
+# The modules LoRA adapts for each --lora-targets value (PEFT target_modules of LLaMA-shaped models).
+LORA_MODULES = {"all": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                "attention": ["q_proj", "k_proj", "v_proj", "o_proj"],
+                "mlp": ["gate_proj", "up_proj", "down_proj"]}
+
+
+def apply_fine_tuning(torch, case, model):
+    """LoRA through PEFT, or QLoRA through the NF4 stand-in and PEFT's bnb LoRA wrapper (stand_ins.py)."""
+    r = case.get("lora_rank", 0)
+    if not r:
+        return model
+    targets = LORA_MODULES[case["lora_targets"]]
+    if case.get("quant") == "nf4":
+        import stand_ins
+
+        compute = next(model.parameters()).dtype
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for layer in model.model.layers:
+            for parent in (layer.self_attn, layer.mlp):
+                for name, child in list(parent.named_children()):
+                    if isinstance(child, torch.nn.Linear):
+                        base = stand_ins.make_nf4_linear(torch, child, compute)
+                        new = stand_ins.make_lora_nf4(torch, base, r, 2 * r, case.get("lora_dropout", 0.0)) \
+                            if name in targets else base
+                        setattr(parent, name, new)
+        torch.cuda.empty_cache()
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, target_modules=targets,
+                                             lora_dropout=case.get("lora_dropout", 0.0), bias="none"))
+
+
 def build_model(torch, case, device):
     """Constructs the case's model with random weights directly on `device` in the case's dtype."""
     dtype = _dtype(torch, case["precision"])
+    if case.get("lora_rank"):
+        # LoRA keeps the frozen base in 16 bits; amp-* adds autocast over it.
+        dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(case["precision"], dtype)
     model_name = case["model"]
     old_dtype = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -497,15 +613,24 @@ def build_model(torch, case, device):
                 model = getattr(torchvision.models, TORCHVISION_MODELS[model_name])(weights=None)
             else:
                 cfg, _ = load_hf_config(model_name, case["attention"])
-                # BERT presets are BertForMaskedLM (what AutoModelForMaskedLM builds for model_type bert).
-                if model_name.startswith("bert"):
+                # BERT/RoBERTa presets are *ForMaskedLM; transformers' ViT is ViTForImageClassification.
+                kind = hf_kind(model_name)
+                if kind == "mlm":
                     from transformers import AutoModelForMaskedLM as auto_class
+                elif kind == "image":
+                    from transformers import AutoModelForImageClassification as auto_class
+                elif kind == "seq2seq":
+                    from transformers import AutoModelForSeq2SeqLM as auto_class
+                elif kind == "llava":
+                    from transformers import LlavaForConditionalGeneration as auto_class
                 else:
                     from transformers import AutoModelForCausalLM as auto_class
+                # T5 runs its own eager attention (the planner models that whatever --attention says).
+                attn = "eager" if kind == "seq2seq" else case["attention"]
                 try:
-                    model = auto_class.from_config(cfg, attn_implementation=case["attention"], dtype=dtype)
+                    model = auto_class.from_config(cfg, attn_implementation=attn, dtype=dtype)
                 except TypeError:  # transformers 4.x spells it torch_dtype
-                    model = auto_class.from_config(cfg, attn_implementation=case["attention"], torch_dtype=dtype)
+                    model = auto_class.from_config(cfg, attn_implementation=attn, torch_dtype=dtype)
     finally:
         torch.set_default_dtype(old_dtype)
     # transformers 5 may pick a grouped-mm expert kernel; the planner models the eager loop.
@@ -516,12 +641,22 @@ def build_model(torch, case, device):
         model = model.to(device=device, dtype=dtype)
     if case["mode"] == "train" and hasattr(model, "config") and hasattr(model.config, "use_cache"):
         model.config.use_cache = False
+    if hf_kind(model_name) == "llava":
+        # LLaVA's recipes train the projector and the language model; the vision tower is frozen.
+        model.model.vision_tower.requires_grad_(False)
     return model
 
 
 def make_optimizer(torch, name, params):
+    params = list(params)
     if name == "adamw":
         return torch.optim.AdamW(params, lr=1e-5)
+    if name == "adamw-fused":
+        return torch.optim.AdamW(params, lr=1e-5, fused=True)
+    if name == "adamw-8bit":
+        import stand_ins
+
+        return stand_ins.make_adamw_8bit(torch, params, lr=1e-5)
     if name == "adam":
         return torch.optim.Adam(params, lr=1e-5)
     if name == "sgd":
@@ -539,9 +674,21 @@ def make_batch(torch, case, model, device):
         x = torch.randn(b, 3, s, s, device=device)
         y = torch.randint(0, 1000, (b,), device=device)
         return {"images": x, "targets": y}
+    kind = hf_kind(case["model"])
+    if kind == "image":
+        s = case["image_size"]
+        x = torch.randn(b, 3, s, s, device=device)
+        y = torch.randint(0, model.config.num_labels, (b,), device=device)
+        return {"pixel_values": x, "labels": y}
+    if kind == "llava":
+        return llava_inputs(torch, case, model, device, case["seq"], labels=True)
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (b, case["seq"]), device=device)
-    if case["model"].startswith("bert"):
+    if kind == "seq2seq":
+        # Targets as long as the inputs (the planner's --seq gives both).
+        labels = torch.randint(0, vocab, (b, case["seq"]), device=device)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    if kind == "mlm":
         labels = ids.clone()
         masked = torch.rand(ids.shape, device=device) < 0.15
         labels[~masked] = -100
@@ -549,14 +696,39 @@ def make_batch(torch, case, model, device):
     return {"input_ids": ids, "labels": ids}
 
 
+def llava_inputs(torch, case, model, device, length, labels):
+    """One image per sample: its image tokens first, then random text; labels skip the image."""
+    b = case["batch"]
+    cfg = model.config
+    vc = cfg.vision_config
+    n_img = (vc.image_size // vc.patch_size) ** 2
+    # transformers 5 names it image_token_id (image_token_index in earlier configs).
+    image_token = getattr(cfg, "image_token_id", None)
+    if image_token is None:
+        image_token = cfg.image_token_index
+    ids = torch.randint(0, image_token, (b, length), device=device)
+    ids[:, :n_img] = image_token
+    out = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+           "pixel_values": torch.randn(b, 3, vc.image_size, vc.image_size, device=device)}
+    if labels:
+        lab = ids.clone()
+        lab[:, :n_img] = -100
+        out["labels"] = lab
+    return out
+
+
 def train_step(torch, model, opt, scaler, amp, batch, cnn):
     """One optimizer step (forward under autocast when `amp` is a dtype, backward through the
-    GradScaler when there is one, zero_grad(set_to_none=True)); returns the loss as a float."""
+    GradScaler when there is one, zero_grad(set_to_none=True)); returns the loss as a float.
+    With opt None the optimizer steps inside backward (post-accumulate-grad hooks)."""
     with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
         if cnn:
             loss = torch.nn.functional.cross_entropy(model(batch["images"]), batch["targets"])
         else:
             loss = model(**batch).loss
+    if opt is None:
+        loss.backward()
+        return float(loss.detach().float().item())
     if scaler is not None:
         scaler.scale(loss).backward()
         scaler.step(opt)
@@ -574,7 +746,21 @@ def run_train(torch, case, model, device, steps):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     elif case["checkpointing"] != "none":
         raise ValueError("checkpointing %r not supported by this script" % case["checkpointing"])
-    opt = make_optimizer(torch, case["optimizer"], model.parameters())
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if case.get("optimizer_in_backward"):
+        # torchtune's optimizer_in_bwd: one optimizer per parameter, stepped and zeroed in the
+        # parameter's post-accumulate-grad hook.
+        optims = {p: make_optimizer(torch, case["optimizer"], [p]) for p in trainable}
+
+        def hook(p):
+            optims[p].step()
+            optims[p].zero_grad(set_to_none=True)
+
+        for p in trainable:
+            p.register_post_accumulate_grad_hook(hook)
+        opt = None
+    else:
+        opt = make_optimizer(torch, case["optimizer"], trainable)
     amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(case["precision"])
     scaler = torch.amp.GradScaler("cuda") if case["precision"] == "amp-fp16" else None
     batch = make_batch(torch, case, model, device)
@@ -592,12 +778,40 @@ def run_train(torch, case, model, device, steps):
     return loss_value, step_time
 
 
+def run_forward(torch, case, model, device):
+    """Inference without generation: an image classifier or an encoder, one no-grad forward."""
+    model.eval()
+    b = case["batch"]
+    if hf_kind(case["model"]) == "image":
+        s = case["image_size"]
+        inputs = {"pixel_values": torch.randn(b, 3, s, s, device=device)}
+    else:
+        ids = torch.randint(0, model.config.vocab_size, (b, case["prompt"]), device=device)
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = model(**inputs)
+    torch.cuda.synchronize()
+    del out
+    return None, time.perf_counter() - t0
+
+
 def run_infer(torch, case, model, device):
+    if case["new_tokens"] is None:
+        return run_forward(torch, case, model, device)
     model.eval()
     b, p, n = case["batch"], case["prompt"], case["new_tokens"]
-    ids = torch.randint(0, model.config.vocab_size, (b, p), device=device)
-    mask = torch.ones_like(ids)
-    pad = model.config.eos_token_id
+    extra = {}
+    if hf_kind(case["model"]) == "llava":
+        inputs = llava_inputs(torch, case, model, device, p, labels=False)
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        extra = {"pixel_values": inputs["pixel_values"]}
+    else:
+        ids = torch.randint(0, model.config.vocab_size, (b, p), device=device)
+        mask = torch.ones_like(ids)
+    pad = getattr(model.config, "eos_token_id", None)
     if isinstance(pad, list):
         pad = pad[0]
     torch.cuda.synchronize()
@@ -605,11 +819,14 @@ def run_infer(torch, case, model, device):
     t0 = time.perf_counter()
     with torch.no_grad():
         out = model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                             use_cache=True, pad_token_id=pad if pad is not None else 0)
+                             use_cache=True, pad_token_id=pad if pad is not None else 0, **extra)
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - t0
-    if out.shape[1] != p + n:
-        raise RuntimeError("generate returned %d tokens per row, expected %d" % (out.shape[1], p + n))
+    # A decoder-only model returns prompt + new tokens; an encoder-decoder the decoder start token
+    # + new tokens.
+    expected = n + 1 if hf_kind(case["model"]) == "seq2seq" else p + n
+    if out.shape[1] != expected:
+        raise RuntimeError("generate returned %d tokens per row, expected %d" % (out.shape[1], expected))
     return None, elapsed
 
 
@@ -630,7 +847,9 @@ def child_main(case, result_path):
             notes.append("context: " + why)
         del tiny
         model = build_model(torch, case, device)
+        # The model's own parameters (before adapters are added or weights quantised).
         result["params"] = sum(p.numel() for p in model.parameters())
+        model = apply_fine_tuning(torch, case, model)
         if case["mode"] == "train":
             loss, step_time = run_train(torch, case, model, device, case.get("steps", 3))
             result["loss"] = loss
@@ -766,6 +985,9 @@ def main(argv=None):
                     help="seconds for all cases; later ones are recorded as not run (default 280)")
     ap.add_argument("--log-dir", default=None, help="per-case logs (default: <out dir>/logs)")
     ap.add_argument("--only", action="append", default=[], help="run cases whose name contains this (repeatable)")
+    ap.add_argument("--group", choices=("base", "new"), default=None,
+                    help="run one group: base (the committed ground_truth.json) or new (families and fine-tuning "
+                         "of the second round, ground_truth_new_families.json)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     ap.add_argument("--write-configs", action="store_true", help="write tests/data/plan/configs/*.json and exit")
     ap.add_argument("--child", nargs=2, metavar=("CASE_JSON", "RESULT_PATH"), help=argparse.SUPPRESS)
@@ -780,7 +1002,8 @@ def main(argv=None):
         return 0
     if args.jobs < 1:
         ap.error("--jobs must be at least 1, got %d" % args.jobs)
-    cases = [c for c in CASES if not args.only or any(s in c["name"] for s in args.only)]
+    cases = [c for c in CASES if (not args.only or any(s in c["name"] for s in args.only))
+             and (args.group is None or c["group"] == args.group)]
     if args.list:
         for c in cases:
             print("%-55s est %3d GiB  config %s" % (c["name"], c["est_gib"], config_relpath(c["model"])))

@@ -30,10 +30,29 @@ class Cases(unittest.TestCase):
     def test_fields_use_the_documented_vocabulary(self):
         for c in gt.CASES:
             self.assertIn(c["precision"], ("fp32", "amp-bf16", "amp-fp16", "bf16"))
-            self.assertIn(c["optimizer"], ("adamw", "adam", "sgd", "sgd-momentum", None))
+            self.assertIn(c["optimizer"], ("adamw", "adam", "sgd", "sgd-momentum", "adamw-fused", "adamw-8bit", None))
+            self.assertIn(c["group"], ("base", "new"))
+            if c["lora_rank"]:
+                self.assertIn(c["lora_targets"], gt.LORA_MODULES)
             self.assertIn(c["checkpointing"], ("none", "full"))
             self.assertIn(c["attention"], ("sdpa", "eager"))
             self.assertLessEqual(c["est_gib"], 120)
+
+
+    def test_new_group_covers_every_new_family_and_fine_tuning_method(self):
+        new = [c for c in gt.CASES if c["group"] == "new"]
+        types = {gt.PRESET_CONFIGS[c["model"]]["model_type"] for c in new}
+        for t in ("gemma2", "gemma3_text", "falcon", "roberta", "vit", "t5", "mixtral", "qwen2_moe", "deepseek_v3"):
+            self.assertIn(t, types)
+        for mode in ("train", "infer"):
+            for fam in ("gemma2", "falcon", "roberta", "vit", "t5"):
+                self.assertTrue(any(c["mode"] == mode and gt.PRESET_CONFIGS[c["model"]]["model_type"] == fam
+                                    for c in new), (mode, fam))
+        self.assertTrue(any(c["lora_rank"] and c["quant"] == "none" for c in new))
+        self.assertTrue(any(c["quant"] == "nf4" for c in new))
+        self.assertTrue(any(c["optimizer_in_backward"] for c in new))
+        self.assertTrue(any(c["optimizer"] == "adamw-8bit" for c in new))
+        self.assertTrue(any(c["optimizer"] == "adamw-fused" for c in new))
 
 
 class Helpers(unittest.TestCase):

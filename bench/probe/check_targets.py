@@ -88,6 +88,16 @@ def main():
             end = r.get("extra", {}).get("measured_size_bytes")
             print(f"| {key} | {r['stats']['median']:.0f} | {end / 2**20:.1f} MiB |" if end else
                   f"| {key} | {r['stats']['median']:.0f} | - |")
+    # Both cache curves point by point (MiB: median GB/s), where the levels' sizes are read off.
+    curves = {c["key"]: c for c in doc.get("curves", [])}
+    for g in range(gpus):
+        for suffix in ("cache.sweep", "cache.l2_sweep"):
+            c = curves.get(f"gpu{g}.{suffix}")
+            if not c:
+                continue
+            pts = " | ".join(f"{p['x'] / 2**20:g} {p['stats']['median']:.0f}" for p in c["points"])
+            print()
+            print(f"{c['key']} (MiB GB/s): {pts}")
     times = [f"{k}: {v}" for k, v in sorted(header.items()) if k.endswith("section_ms")]
     if times:
         print()

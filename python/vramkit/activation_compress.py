@@ -1,125 +1,135 @@
 """Activation compression: selected tensors autograd saves for backward are stored as fp8 with one
-scale per block of 128 elements, and restored (to their dtype, shape and strides' contiguous
-layout) when backward unpacks them.
+scale per block of 128 elements (vramkit/fp8_codec.py), and restored when backward unpacks them.
 
-    comp = vramkit.compress_activations(model, modules=("mlp", "attn"))
+    comp = vramkit.compress_activations(model, modules=("mlp", "attn", "norm"))
     with comp:
         loss = model(x).float().pow(2).mean()
     loss.backward()
 
 Combined with offload, the offload engine stores the fp8 payload in pinned host memory:
-`vramkit.offload_activations(model, compress=vramkit.compress_activations(model))` (half the bytes
-over the link).
+`vramkit.offload_activations(model, compress=vramkit.compress_activations(model))`; with the
+CUDA kernels the encode writes it there directly (no fp8 copy on the device, half the bytes over
+the link).
 
 Selection (per block, the model's longest nn.ModuleList):
 - "mlp": every floating tensor saved inside a child module whose name contains "mlp",
-  "feed_forward" or "ffn" (the MLP input, gate/up projections, the activation's input, the
-  product: elementwise and GEMM inputs only);
+  "feed_forward" or "ffn" (the MLP input, gate/up projections' outputs, the activation's input,
+  the product);
 - "attn": the inputs of nn.Linear modules inside a child whose name contains "attn" or
   "attention" (the q/k/v and output projections' inputs). The attention kernel's own saved
-  tensors (its softmax statistics, q/k/v/output) are never compressed.
+  tensors (q/k/v in head layout, its output, the softmax statistics) are never compressed;
+- "norm": the tensors normalization layers save (LayerNorm/RMSNorm inputs and normalized
+  outputs: in amp the fp32 residual stream, the largest saved tensors of a LLaMA block).
 - Parameters, integer/bool tensors, tensors under `min_bytes` and everything outside the
   selected modules stay as they are; `keep_ends=True` leaves the first and last blocks alone.
+- A tensor whose memory another op saved uncompressed in the same forward (the o_proj input is
+  a view of the attention output the attention kernel keeps) stays as it is: compressing it
+  would add bytes, not remove them ("aliased" in stats()).
+- Saves of several views of one tensor (q, k and v projections reading one input, the gate and
+  up halves of one product) share one compressed copy of the whole tensor.
 
 Error: e4m3 keeps 3 mantissa bits, so a restored element x' satisfies |x' - x| <= 2^-4 |x| for
-|x| >= amax/448 * 2^-6 within its block, and |x' - x| <= amax/448 * 2^-10 below it (subnormals;
-docs/offload.md, "Compression"); e5m2 keeps 2 bits (2^-3 relative) and a wider
-range. This first version packs with torch operations on torch.float8_e4m3fn (one fused kernel
-each way when `compile=True` and torch.compile works, else a few elementwise kernels).
+|x| >= scale * 2^-6 within its block, and |x' - x| <= scale * 2^-10 below it (subnormals), with
+scale = amax/448; e5m2 keeps 2 bits (2^-3 relative) and a wider range. docs/offload.md,
+"Compression".
 """
 
 import weakref
 
 import torch
 
-BLOCK = 128
-FORMATS = {"e4m3": (getattr(torch, "float8_e4m3fn", None), 448.0),
-           "e5m2": (getattr(torch, "float8_e5m2", None), 57344.0)}
-MODULES = ("mlp", "attn")
+from . import fp8_codec
+
+BLOCK = fp8_codec.BLOCK
+FORMATS = {k: (fp8_codec.TORCH_DTYPES[k], fp8_codec.FMAX[k]) for k in fp8_codec.FMAX}
+MODULES = ("mlp", "attn", "norm")
+BACKENDS = ("auto", "cuda", "torch", "host")
 _MLP_NAMES = ("mlp", "feed_forward", "ffn")
 _ATTN_NAMES = ("attn", "attention")
 
 
-def _pack_eager(x, fmax, dtype8):
-    """x: 2-D (blocks, BLOCK) float -> (q fp8, scale fp32 (blocks, 1))."""
-    xf = x.float()
-    amax = xf.abs().amax(dim=1, keepdim=True)
-    scale = torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
-    q = (xf / scale).to(dtype8)
-    return q, scale
+def _root(t):
+    b = t._base
+    return t if b is None else b
 
 
-def _unpack_eager(q, scale, dtype):
-    return (q.float() * scale).to(dtype)
-
-
-_COMPILED = {}
-
-
-def _run(kind, *args):
-    """The compiled pack/unpack when torch.compile works here, else the eager one (a failure to
-    compile, which torch reports at the first call, switches to eager for good)."""
-    eager = _pack_eager if kind == "pack" else _unpack_eager
-    fn = _COMPILED.get(kind)
-    if fn is None:
-        try:
-            fn = torch.compile(eager, dynamic=True)
-        except Exception:  # noqa: BLE001 - no compiler: eager
-            fn = eager
-        _COMPILED[kind] = fn
-    if fn is eager:
-        return eager(*args)
-    try:
-        return fn(*args)
-    except Exception:  # noqa: BLE001 - compilation failed at run time: eager from now on
-        _COMPILED[kind] = eager
-        return eager(*args)
-
-
-def compiled_in_use():
-    """{"pack": bool, "unpack": bool}: whether the compiled kernels are in use (after a call)."""
-    return {k: _COMPILED.get(k) not in (None, _pack_eager, _unpack_eager) for k in ("pack", "unpack")}
+def _is_norm(name, module):
+    cls = type(module).__name__
+    return "Norm" in cls or "norm" in name.rsplit(".", 1)[-1].lower()
 
 
 class Packed:
-    """A compressed saved tensor: fp8 payload (or the offload record holding it), scales, shape."""
+    """One compressed tensor (contiguous, `shape`): the payload and scales on the device, or the
+    offload record holding them in pinned memory (`record`)."""
 
-    __slots__ = ("q", "scale", "shape", "dtype", "numel", "_compile", "__weakref__")
+    __slots__ = ("q", "scale", "record", "shape", "dtype", "numel", "fmt", "backend", "compile",
+                 "decoded", "__weakref__")
 
-    def __init__(self, q, scale, shape, dtype, numel):
-        self.q, self.scale, self.shape, self.dtype, self.numel = q, scale, shape, dtype, numel
-        self._compile = False
+    def __init__(self, q, scale, shape, dtype, numel, fmt, backend, compile=False, record=None):
+        self.q, self.scale, self.record = q, scale, record
+        self.shape, self.dtype, self.numel, self.fmt = shape, dtype, numel, fmt
+        self.backend, self.compile = backend, compile
+        self.decoded = None  # weakref to the restored tensor while backward holds it
 
     @property
     def nbytes(self):
-        return self.numel + self.scale.numel() * 4
+        return fp8_codec.payload_bytes(self.numel) + 4 * fp8_codec.scale_count(self.numel)
 
 
-def pack_tensor(t, fmt="e4m3", compile=False):
-    """Compresses `t` (floating point) into a Packed; the payload is 1 byte per element plus one
-    fp32 scale per BLOCK elements."""
-    dtype8, fmax = FORMATS[fmt]
-    if dtype8 is None:
-        raise RuntimeError("compress_activations: this torch has no float8 dtypes")
-    flat = t.detach().reshape(-1)
-    n = flat.numel()
-    pad = (-n) % BLOCK
-    if pad:
-        flat = torch.nn.functional.pad(flat, (0, pad))
-    x = flat.view(-1, BLOCK)
-    q, scale = _run("pack", x, fmax, dtype8) if compile and t.is_cuda else _pack_eager(x, fmax, dtype8)
-    return Packed(q, scale, t.shape, t.dtype, n)
+class PackedView:
+    """What the graph keeps for one saved tensor: its compressed base and its own geometry."""
+
+    __slots__ = ("packed", "shape", "stride", "offset")
+
+    def __init__(self, packed, t=None, base=None):
+        self.packed = packed
+        if t is None:
+            self.shape, self.stride, self.offset = None, None, 0
+        else:
+            self.shape, self.stride = t.shape, t.stride()
+            self.offset = t.storage_offset() - (base.storage_offset() if base is not None else 0)
 
 
-def unpack_tensor(p, q=None):
-    """The tensor `p` holds, in its dtype and shape (contiguous). `q`: the payload when it was
-    moved elsewhere meanwhile (offload)."""
+def _backend_for(backend, device):
+    b = fp8_codec.default_backend(device) if backend == "auto" else backend
+    if b is None:
+        raise RuntimeError("compress_activations: no fp8 backend for %s tensors: this torch has no float8 "
+                           "dtypes and libvramkit_compress.so is not loadable (%s)"
+                           % (device.type, fp8_codec.library_error()))
+    return b
+
+
+def pack_tensor(t, fmt="e4m3", compile=False, backend="auto"):
+    """Compresses `t` (floating point; a contiguous copy of it) into a Packed."""
+    if fmt not in FORMATS:
+        raise ValueError("compress_activations: fmt=%r: use e4m3 or e5m2" % (fmt,))
+    x = t.detach()
+    if not x.is_contiguous():
+        x = x.contiguous()
+    b = _backend_for(backend, x.device)
+    q, scale = fp8_codec.encode(x, fmt, b, compile=compile)
+    return Packed(q, scale, t.shape, t.dtype, t.numel(), fmt, b, compile)
+
+
+def unpack_tensor(p, q=None, scale=None):
+    """The tensor `p` holds, in its dtype and shape (contiguous). `q`/`scale`: the payload and
+    scales when they were moved meanwhile (offload)."""
     q = p.q if q is None else q
-    if q.is_cuda and p._compile:
-        out = _run("unpack", q, p.scale, p.dtype).reshape(-1)
-    else:
-        out = _unpack_eager(q, p.scale, p.dtype).reshape(-1)
-    return out[: p.numel].view(p.shape)
+    scale = p.scale if scale is None else scale
+    out = fp8_codec.decode(q, scale, p.numel, p.fmt, p.dtype, p.backend, compile=p.compile)
+    return out.view(p.shape)
+
+
+def restore(view, q=None, scale=None):
+    """The saved tensor a PackedView stands for (its base restored once while it is alive)."""
+    p = view.packed
+    base = p.decoded() if p.decoded is not None else None
+    if base is None:
+        base = unpack_tensor(p, q, scale)
+        p.decoded = weakref.ref(base)
+    if view.shape is None:
+        return base
+    return base.as_strided(view.shape, view.stride, view.offset)
 
 
 def _find_blocks(model):
@@ -130,22 +140,40 @@ def _find_blocks(model):
 
 class compress_activations:
     """Context manager (or the `compress=` argument of offload_activations) that stores the
-    selected saved tensors in fp8; see the module's documentation for the selection."""
+    selected saved tensors in fp8; see the module's documentation for the selection.
 
-    def __init__(self, model=None, *, blocks=None, modules=MODULES, fmt="e4m3", keep_ends=False,
-                 min_bytes=1 << 16, compile=False):
+    - `backend`: "auto" (the CUDA kernels for CUDA tensors when libvramkit_compress.so is
+      loadable, else torch's float8 operations; on the CPU torch's, else the library's host
+      code), or one of "cuda", "torch", "host" (refused when it cannot run here).
+    - `compile=True` compiles the torch operations (torch backend only).
+    """
+
+    def __init__(self, model=None, *, blocks=None, modules=("mlp", "attn"), fmt="e4m3", keep_ends=False,
+                 min_bytes=1 << 16, compile=False, backend="auto"):
         if fmt not in FORMATS:
             raise ValueError("compress_activations: fmt=%r: use e4m3 or e5m2" % (fmt,))
         if isinstance(modules, str):
             modules = tuple(m for m in modules.split(",") if m)
         modules = tuple(modules)
         if not modules:
-            raise ValueError("compress_activations: modules= is empty: name mlp and/or attn")
+            raise ValueError("compress_activations: modules= is empty: name mlp, attn and/or norm")
         for m in modules:
             if m not in MODULES:
                 raise ValueError("compress_activations: module %r is not one of %s" % (m, ", ".join(MODULES)))
         if int(min_bytes) < 0:
             raise ValueError("compress_activations: min_bytes must be >= 0")
+        if backend not in BACKENDS:
+            raise ValueError("compress_activations: backend=%r: use %s" % (backend, ", ".join(BACKENDS)))
+        if backend == "cuda" and not fp8_codec.cuda_kernels_available():
+            raise RuntimeError("compress_activations: backend='cuda' needs a CUDA device and libvramkit_compress.so "
+                               "with kernels (%s)" % (fp8_codec.library_error() or "built without CUDA"))
+        if backend == "torch" and not fp8_codec.torch_fp8_available():
+            raise RuntimeError("compress_activations: backend='torch' needs torch >= 2.1 (float8 dtypes)")
+        if backend == "host" and fp8_codec.library() is None:
+            raise RuntimeError("compress_activations: backend='host' needs libvramkit_compress.so (%s)"
+                               % fp8_codec.library_error())
+        if compile and backend in ("cuda", "host"):
+            raise ValueError("compress_activations: compile=True applies to the torch backend, not %r" % backend)
         if blocks is None and model is not None:
             blocks = _find_blocks(model)
         if not blocks:
@@ -156,76 +184,100 @@ class compress_activations:
         self.keep_ends = bool(keep_ends)
         self.min_bytes = int(min_bytes)
         self.compile = bool(compile)
+        self.backend = backend
         self.scopes = self._scopes()
         if not self.scopes:
             raise ValueError("compress_activations: no module of the blocks matches %s" % (", ".join(modules),))
-        self._depth = 0
+        self._kinds = []
         self._handles = []
         self._armed = False
         self._active = False
-        self._seen = {}
+        self._new_forward()
         self.reset_stats()
 
     def _scopes(self):
-        """Modules inside which saved tensors are compressed."""
+        """(module, kind) pairs inside which saved tensors are compressed."""
         out = []
         n = len(self.blocks)
         for i, b in enumerate(self.blocks):
             if self.keep_ends and (i == 0 or i == n - 1):
                 continue
             for name, child in b.named_modules():
-                leaf = name.rsplit(".", 1)[-1].lower()
                 if not name:
                     continue
-                if "mlp" in self.modules and any(k in leaf for k in _MLP_NAMES):
-                    out.append(child)
-                elif "attn" in self.modules and any(k in leaf for k in _ATTN_NAMES):
-                    out.extend(m for m in child.modules() if isinstance(m, torch.nn.Linear))
+                leaf = name.rsplit(".", 1)[-1].lower()
+                # A norm first: "post_attention_layernorm" names attention but is a norm.
+                if _is_norm(name, child):
+                    kind = "norm"
+                elif any(k in leaf for k in _MLP_NAMES):
+                    kind = "mlp"
+                elif any(k in leaf for k in _ATTN_NAMES):
+                    kind = "attn"
+                else:
+                    continue
+                if kind not in self.modules:
+                    continue
+                if kind == "attn":
+                    out.extend((m, "attn") for m in child.modules() if isinstance(m, torch.nn.Linear))
+                else:
+                    out.append((child, kind))
         # A module inside another scope would be counted twice: keep the outermost ones.
         inner = set()
-        for s in out:
+        for s, _ in out:
             for m in s.modules():
                 if m is not s:
                     inner.add(id(m))
-        return [s for s in out if id(s) not in inner]
+        seen, kept = set(), []
+        for s, k in out:
+            if id(s) not in inner and id(s) not in seen:
+                seen.add(id(s))
+                kept.append((s, k))
+        return kept
 
     # -- statistics ---------------------------------------------------------------------------
     def reset_stats(self):
         self._stats = {"compressed": 0, "input_bytes": 0, "stored_bytes": 0, "skipped": 0,
-                       "deduplicated": 0}
+                       "deduplicated": 0, "aliased": 0, "aliased_bytes": 0,
+                       "by_module": {k: {"compressed": 0, "input_bytes": 0, "stored_bytes": 0} for k in MODULES}}
 
     def stats(self):
-        """Tensors compressed, their bytes before and after (payload + scales), tensors seen in
-        a scope but left alone, and repeated saves of one tensor packed once."""
-        return dict(self._stats)
+        """Tensors compressed, their bytes before and after (payload + scales), per module kind;
+        tensors seen in a scope but left alone (small, integer, parameters), saves of a view of a
+        tensor already compressed (deduplicated), and tensors left alone because their memory was
+        saved uncompressed already (aliased, and their bytes)."""
+        s = dict(self._stats)
+        s["by_module"] = {k: dict(v) for k, v in self._stats["by_module"].items()}
+        return s
 
     # -- selection ----------------------------------------------------------------------------
+    def _new_forward(self):
+        self._packed = {}  # id(base) -> (weakref(base), version, weakref(Packed))
+        self._kept = {}  # id(base) -> (weakref(base), version): saved uncompressed
+
     def _arm(self):
         if self._armed:
             return
-        for s in self.scopes:
-            self._handles.append(s.register_forward_pre_hook(self._enter))
+        for s, kind in self.scopes:
+            self._handles.append(s.register_forward_pre_hook(lambda m, a, k=kind: self._kinds.append(k)))
             self._handles.append(s.register_forward_hook(self._leave))
         self._armed = True
-        self._seen = {}
+        self._new_forward()
 
     def _disarm(self):
         for h in self._handles:
             h.remove()
         self._handles = []
         self._armed = False
-        self._depth = 0
-        self._seen = {}
-
-    def _enter(self, module, args):
-        self._depth += 1
+        self._kinds = []
+        self._new_forward()
 
     def _leave(self, module, args, output):
-        self._depth = max(0, self._depth - 1)
+        if self._kinds:
+            self._kinds.pop()
 
     def selects(self, t):
         """True when `t`, saved now, is to be compressed."""
-        if self._depth == 0 or not t.is_floating_point() or t.element_size() < 2:
+        if not self._kinds or not t.is_floating_point() or t.element_size() < 2:
             return False
         if isinstance(t, torch.nn.Parameter) or isinstance(getattr(t, "_base", None), torch.nn.Parameter):
             return False
@@ -233,35 +285,72 @@ class compress_activations:
             return False
         return t.numel() * t.element_size() >= self.min_bytes
 
-    def pack(self, t):
-        """Packs `t` (already selected) once per forward even when several ops save it."""
-        seen = self._seen.get(id(t))
-        if seen is not None:
-            ref, version, pref = seen
-            p = pref()
-            if ref() is t and t._version == version and p is not None:
+    @staticmethod
+    def _valid(entry, base):
+        ref, version = entry[0], entry[1]
+        return ref() is base and base._version == version
+
+    def note_kept(self, t):
+        """Records that `t` was saved uncompressed in this forward (its base's memory stays)."""
+        if t.is_floating_point() and t.numel() * t.element_size() >= self.min_bytes:
+            base = _root(t)
+            self._kept[id(base)] = (weakref.ref(base), base._version)
+
+    def pack(self, t, store=None):
+        """A PackedView of `t` (already selected), or None when t must stay as it is (its memory
+        is saved uncompressed anyway). `store(x, comp)`, given, compresses the contiguous tensor
+        x into a Packed its own way (offload: into pinned memory)."""
+        base = _root(t)
+        key = id(base)
+        hit = self._packed.get(key)
+        if hit is not None and self._valid(hit, base):
+            p = hit[2]()
+            if p is not None:
                 self._stats["deduplicated"] += 1
-                return p
-        p = pack_tensor(t, self.fmt, self.compile)
-        p._compile = self.compile  # noqa: SLF001 - read by unpack_tensor
-        self._seen[id(t)] = (weakref.ref(t), t._version, weakref.ref(p))
-        st = self._stats
-        st["compressed"] += 1
-        st["input_bytes"] += t.numel() * t.element_size()
-        st["stored_bytes"] += p.nbytes
-        return p
+                return PackedView(p, t, base)
+        kept = self._kept.get(key)
+        if kept is not None and self._valid(kept, base):
+            self._stats["aliased"] += 1
+            self._stats["aliased_bytes"] += t.numel() * t.element_size()
+            return None
+        whole = base.is_contiguous() and base.dtype == t.dtype and base.is_floating_point()
+        x = base.detach() if whole else t.detach().contiguous()
+        p = store(x, self) if store is not None else self.pack_contiguous(x)
+        kind = self._kinds[-1] if self._kinds else "mlp"
+        st, mod = self._stats, self._stats["by_module"][kind]
+        for d in (st, mod):
+            d["compressed"] += 1
+            d["input_bytes"] += x.numel() * x.element_size()
+            d["stored_bytes"] += p.nbytes
+        if whole:
+            self._packed[key] = (weakref.ref(base), base._version, weakref.ref(p))
+            return PackedView(p, t, base)
+        return PackedView(p)
+
+    def backend_for(self, device):
+        return _backend_for(self.backend, device)
+
+    def pack_contiguous(self, x):
+        """Packed of the contiguous tensor x, payload on x's device."""
+        b = self.backend_for(x.device)
+        q, scale = fp8_codec.encode(x, self.fmt, b, compile=self.compile and b == "torch")
+        return Packed(q, scale, x.shape, x.dtype, x.numel(), self.fmt, b, self.compile and b == "torch")
 
     # -- standalone use -----------------------------------------------------------------------
     def _pack_hook(self, t):
         if self.selects(t):
-            return self.pack(t)
-        if self._depth:
+            v = self.pack(t)
+            if v is not None:
+                return v
+        elif self._kinds:
             self._stats["skipped"] += 1
+        if t.device.type != "meta":
+            self.note_kept(t)
         return t.detach()
 
     @staticmethod
     def _unpack_hook(x):
-        return unpack_tensor(x) if isinstance(x, Packed) else x
+        return restore(x) if isinstance(x, PackedView) else x
 
     def __enter__(self):
         if self._active:
@@ -277,4 +366,3 @@ class compress_activations:
         self._disarm()
         self._active = False
         return False
-

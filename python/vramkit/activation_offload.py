@@ -95,20 +95,27 @@ class _Step:
 
 
 class _Record:
-    """One offloaded tensor: its host copy, and its device copy once fetched back."""
+    """One offloaded tensor (or compressed payload): its host copy, and its device copy once
+    fetched back. `hold_bytes`: device bytes kept alive until the copy out completes."""
 
-    __slots__ = ("step", "group", "shape", "stride", "dtype", "device", "nbytes", "buf", "host",
-                 "d2h_event", "gpu_ref", "device_tensor", "h2d_event", "stream_recorded",
+    __slots__ = ("step", "group", "shape", "stride", "dtype", "device", "nbytes", "hold_bytes", "encoded", "buf",
+                 "host", "d2h_event", "gpu_ref", "device_tensor", "h2d_event", "stream_recorded",
                  "unpacked", "__weakref__")
 
-    def __init__(self, step, group, t):
+    def __init__(self, step, group, shape, stride, dtype, device, nbytes, hold_bytes=None):
         self.step, self.group = step, group
-        self.shape, self.stride, self.dtype, self.device = t.shape, t.stride(), t.dtype, t.device
-        self.nbytes = t.numel() * t.element_size()
+        self.shape, self.stride, self.dtype, self.device = shape, stride, dtype, device
+        self.nbytes = nbytes
+        self.hold_bytes = nbytes if hold_bytes is None else hold_bytes
+        self.encoded = hold_bytes is not None  # the host copy is an encoding of gpu_ref
         self.buf = self.host = None
         self.d2h_event = self.h2d_event = self.gpu_ref = self.device_tensor = None
         self.stream_recorded = self.unpacked = False
         step.engine._live_records += 1
+
+    @classmethod
+    def of(cls, step, group, t):
+        return cls(step, group, t.shape, t.stride(), t.dtype, t.device, t.numel() * t.element_size())
 
     def __del__(self):
         buf, pool = self.buf, self.step.engine.pool
@@ -148,7 +155,10 @@ class offload_activations:
       exercises the bookkeeping on machines without a GPU.
 
     - `compress`: a vramkit.compress_activations object: the tensors it selects are stored as fp8
-      (offloaded blocks move the fp8 payload, kept blocks keep it on the device); lossy.
+      (offloaded blocks move the fp8 payload, kept blocks keep it on the device); lossy. With
+      its CUDA kernels the encode of an offloaded tensor runs on the copy stream with at most
+      `encode_ctas` thread blocks (leaving the other SMs to the forward) and writes straight
+      into pinned memory.
 
     Without `compress`, gradients equal the run without offload bit for bit: the copies are exact and the tensor
     comes back with its size, strides and dtype.
@@ -156,7 +166,7 @@ class offload_activations:
 
     def __init__(self, model=None, *, blocks=None, mix=None, offload=None, checkpoint=None,
                  outside=None, min_bytes=1 << 20, prefetch=1, max_inflight_bytes=512 << 20, pool=None,
-                 offload_cpu_tensors=False, timing=False, compress=None):
+                 offload_cpu_tensors=False, timing=False, compress=None, encode_ctas=16):
         if blocks is None and model is not None:
             blocks = find_blocks(model)
         self.blocks = list(blocks) if blocks is not None else []
@@ -186,6 +196,10 @@ class offload_activations:
             raise ValueError("offload_activations: min_bytes, prefetch and max_inflight_bytes must be >= 0")
         self.model = model
         self.compress = compress
+        if int(encode_ctas) < 1:
+            raise ValueError("offload_activations: encode_ctas must be >= 1")
+        self.encode_ctas = int(encode_ctas)
+        self._fused_encode = True
         self.outside = outside
         self.min_bytes = int(min_bytes)
         self.prefetch = int(prefetch)
@@ -305,33 +319,37 @@ class offload_activations:
         reason = self._keep_reason(t)
         comp = self.compress
         if comp is not None and reason in (None, "block", "outside") and comp.selects(t):
-            from .activation_compress import Packed  # noqa: F401 - type of the result
-
-            p = comp.pack(t)
-            if reason is not None or not isinstance(p.q, torch.Tensor):
-                return p  # kept compressed on the device, or a repeated save of one tensor
-            p.q = self._offload(p.q)
-            return p
+            # Offloaded blocks store the fp8 payload in pinned memory, kept ones on the device.
+            view = comp.pack(t, self._store_compressed if reason is None else None)
+            if view is not None:
+                return view
+            # Its memory is saved uncompressed already (aliased): treated as any other tensor.
+        if comp is not None:
+            comp.note_kept(t)
         if reason is not None:
             st["kept"][reason] += 1
             # Detached: returning t itself would make an op's saved output hold the op's node
             # (a reference cycle through C++ that no collector frees). Autograd re-attaches it.
             return t.detach()
-        seen = self._seen.get(id(t))
+        # One record per (base tensor, geometry): ops that save distinct view objects of one
+        # tensor (matmul folds a 3-D input into a new 2-D view per call) share its copy.
+        base = t if t._base is None else t._base
+        key = (id(base), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        seen = self._seen.get(key)
         if seen is not None:
             ref, version, rec_ref = seen
             rec = rec_ref()
-            if ref() is t and t._version == version and rec is not None:
+            if ref() is base and base._version == version and rec is not None:
                 st["deduplicated"] += 1
                 return rec
         rec = self._offload(t)
-        self._seen[id(t)] = (weakref.ref(t), t._version, weakref.ref(rec))
+        self._seen[key] = (weakref.ref(base), base._version, weakref.ref(rec))
         return rec
 
     def _offload(self, t):
         """Starts the copy of `t` to a pinned buffer; returns its record."""
         st = self._stats
-        rec = _Record(self._step, self._group, t)
+        rec = _Record.of(self._step, self._group, t)
         rec.buf = self.pool.get(rec.nbytes)
         rec.host = rec.buf[: rec.nbytes].view(t.dtype).view(t.shape)
         if t.device.type == "cuda":
@@ -353,6 +371,54 @@ class offload_activations:
         st["offloaded"] += 1
         st["offloaded_bytes"] += rec.nbytes
         return rec
+
+    def _store_compressed(self, x, comp):
+        """A Packed of the contiguous tensor x whose payload lives in pinned memory. With the CUDA
+        kernels the encode runs on the copy stream and writes payload and scales straight into
+        the pinned buffer (no fp8 copy on the device); else the payload is encoded on the device
+        and copied out like any tensor."""
+        from . import fp8_codec
+        from .activation_compress import Packed
+
+        backend = comp.backend_for(x.device)
+        n = x.numel()
+        if backend != "cuda" or not self._fused_encode:
+            p = comp.pack_contiguous(x)
+            if p.q.device.type == "cuda" or self.offload_cpu_tensors:
+                p.q = self._offload(p.q)
+            return p
+        nq, ns = fp8_codec.payload_bytes(n), fp8_codec.scale_count(n)
+        nbytes = nq + 4 * ns
+        rec = _Record(self._step, self._group, (nbytes,), (1,), torch.uint8, x.device, nbytes,
+                      hold_bytes=n * x.element_size())
+        rec.buf = self.pool.get(nbytes)
+        rec.host = rec.buf[:nbytes]
+        compute = torch.cuda.current_stream(x.device)
+        copy = self._copy_stream(x.device)
+        copy.wait_stream(compute)
+        with torch.cuda.stream(copy):
+            start = self._timing_start(copy)
+            try:
+                fp8_codec.encode(x, comp.fmt, "cuda", q=rec.host[:nq], scales=rec.host[nq:].view(torch.float32),
+                                 stream=copy, max_ctas=self.encode_ctas)
+            except RuntimeError as e:
+                # Pinned memory a kernel cannot reach (registered without a device mapping):
+                # encode on the device and copy, from now on.
+                self._fused_encode = False
+                self._stats["fused_encode_refused"] = str(e)
+                rec.host = None
+                return self._store_compressed(x, comp)
+            rec.d2h_event = torch.cuda.Event(enable_timing=self.timing)
+            rec.d2h_event.record(copy)
+            self._timing_end(start, rec.d2h_event, nbytes, "d2h")
+        rec.gpu_ref = x  # the source must outlive the encode
+        self._inflight.append(weakref.ref(rec))
+        self._retire(compute)
+        self._step.add(rec)
+        st = self._stats
+        st["offloaded"] += 1
+        st["offloaded_bytes"] += nbytes
+        return Packed(None, None, x.shape, x.dtype, n, comp.fmt, "cuda", record=rec)
 
     def _timing_start(self, stream):
         if not self.timing:
@@ -390,7 +456,7 @@ class offload_activations:
                 rec.gpu_ref = None
             else:
                 keep.append(rec)
-        while keep and sum(r.nbytes for r in keep) > self.max_inflight_bytes:
+        while keep and sum(r.hold_bytes for r in keep) > self.max_inflight_bytes:
             oldest = keep.pop(0)
             compute.wait_event(oldest.d2h_event)
             oldest.gpu_ref = None
@@ -402,6 +468,12 @@ class offload_activations:
         if rec.device_tensor is not None:
             return
         st = self._stats
+        if rec.gpu_ref is not None and rec.encoded:
+            # A compressed payload: its source is not what backward gets (that would make the
+            # result depend on timing). The copy in follows the encode on the copy stream; the
+            # source's memory may be reused by compute work only after the encode has read it.
+            torch.cuda.current_stream(rec.device).wait_event(rec.d2h_event)
+            rec.gpu_ref = None
         if rec.gpu_ref is not None:
             # Still on the device (the copy out may be in flight): use it as is.
             rec.device_tensor, rec.gpu_ref = rec.gpu_ref, None
@@ -438,11 +510,19 @@ class offload_activations:
 
     def _unpack(self, x):
         if self.compress is not None and not isinstance(x, (_Record, torch.Tensor)):
-            from .activation_compress import Packed, unpack_tensor
+            from .activation_compress import PackedView, restore
 
-            if isinstance(x, Packed):
-                q = self._unpack(x.q) if isinstance(x.q, _Record) else x.q
-                return unpack_tensor(x, q)
+            if isinstance(x, PackedView):
+                p = x.packed
+                if p.record is not None:
+                    from . import fp8_codec
+
+                    dev = self._unpack(p.record)
+                    nq = fp8_codec.payload_bytes(p.numel)
+                    return restore(x, dev[:nq], dev[nq:].view(torch.float32))
+                if isinstance(p.q, _Record):
+                    return restore(x, self._unpack(p.q))
+                return restore(x)
         if not isinstance(x, _Record):
             return x
         rec, step = x, x.step

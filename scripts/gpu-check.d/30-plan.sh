@@ -1,78 +1,77 @@
-# Plan stage: measures a few planner cases afresh with PyTorch on this GPU (the ground-truth
-# script, fresh processes) and prints the planner's predictions beside them; also the committed
-# ground truth and the planner's speed benchmark. On a machine with two or more GPUs it also
-# measures the DDP and FSDP cases (bench/plan/measure_ddp.py). Writes RESULTS_DIR/plan-summary.md.
-# PLAN_FRESH=0 skips the fresh measurements (several minutes of GPU time).
+# Plan stage (at most 90 s): measures the planner cases of the second round with PyTorch on this
+# GPU (bench/plan/measure_ground_truth.py --group new: MoE, latent attention, Gemma-2/3, Falcon,
+# RoBERTa, transformers' ViT, Phi-3, sliding windows, eager attention at inference, LoRA, QLoRA
+# and 8-bit AdamW through pure-torch stand-ins of bitsandbytes, optimizer in backward, fused AdamW;
+# fresh processes, several at once) and checks them against the planner with issue 17's bar
+# (allocated within 5%, median 2%; reserved within 5%). Writes RESULTS_DIR/plan-new-families.json
+# in the format of tests/data/plan/ (commit it as tests/data/plan/ground_truth_new_families.json),
+# measures --serve's answer against a paged KV pool of its own (bench/plan/measure_serving.py,
+# plan-serving.json), then reports the committed ground truth and the planner's speed. The summary is
+# RESULTS_DIR/plan-summary.md, written section by section so that a cut-off run keeps what it has.
+# PLAN_FRESH=0 skips the measurements; on 2+ GPUs the DDP/FSDP cases are measured as well (not
+# within the 90 s).
 set -uo pipefail
 : "${BUILD_DIR:?}" "${RESULTS_DIR:?}"
 summary="$RESULTS_DIR/plan-summary.md"
 report="$BUILD_DIR/bench/plan/plan_accuracy_report"
 bench="$BUILD_DIR/bench/plan/plan_bench"
 status=0
+start=$(date +%s)
 {
   echo "# plan: predicted vs measured peak memory"
   echo
   echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
   echo "- commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (uncommitted changes)')"
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "- torch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo 'not importable')"
+  echo "- torch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo 'not importable'), transformers: $(python3 -c 'import transformers; print(transformers.__version__)' 2>/dev/null || echo 'not importable'), peft: $(python3 -c 'import peft; print(peft.__version__)' 2>/dev/null || echo 'not importable')"
   echo
 } > "$summary"
 
 if [ "${PLAN_FRESH:-1}" = 0 ]; then
   echo "Fresh PyTorch measurements skipped (PLAN_FRESH=0)." >> "$summary"
-elif python3 -c 'import torch, transformers, torchvision' 2>/dev/null; then
-  # Fresh measurements of five representative cases, then the planner on them.
-  timeout 420 python3 bench/plan/measure_ground_truth.py --out "$RESULTS_DIR/plan-fresh.json" \
-    --log-dir "$RESULTS_DIR/plan-fresh-logs" --jobs 3 \
-    --only gpt2-train-fp32-adamw-b8 --only tinyllama-1.1b-train-amp-bf16-adamw-b8 \
-    --only resnet-50-train-fp32 --only bert-base-train-amp-fp16 --only qwen2-0.5b-infer \
-    > "$RESULTS_DIR/plan-fresh.txt" 2>&1 || status=1
+elif python3 -c 'import torch, transformers' 2>/dev/null; then
+  # The serving check (a measured paged KV pool against --serve, about 25 GB of the GPU) runs
+  # beside the ground truth: every case of the new group in fresh processes, up to 8 at once
+  # within 110 GiB of estimates; past 62 s the cases still running are stopped and recorded as
+  # not run.
+  timeout 75 python3 bench/plan/measure_serving.py --vramkit "$BUILD_DIR/vramkit" \
+    --out "$RESULTS_DIR/plan-serving.json" > "$RESULTS_DIR/plan-serving.txt" 2>&1 &
+  serving_pid=$!
+  timeout 80 python3 bench/plan/measure_ground_truth.py --group new \
+    --out "$RESULTS_DIR/plan-new-families.json" --log-dir "$RESULTS_DIR/plan-new-families-logs" \
+    --jobs 8 --budget-gib 110 --timeout 60 --total-timeout 62 \
+    > "$RESULTS_DIR/plan-new-families.txt" 2>&1 || status=1
+  wait "$serving_pid" || status=1
   {
-    echo "## Cases measured in this run (max allocated / reserved / nvidia-smi, measured / predicted / error)"
+    echo "## Serving capacity: --serve against a measured paged KV pool (bar: max concurrent sequences within 5%)"
     echo
-    "$report" "$RESULTS_DIR/plan-fresh.json" tests/data/plan 2>&1 || status=1
+    cat "$RESULTS_DIR/plan-serving.txt"
+    echo
+  } >> "$summary"
+  {
+    echo "## Second-round cases measured in this run (commit plan-new-families.json as tests/data/plan/ground_truth_new_families.json)"
+    echo
+    echo "max allocated / reserved / nvidia-smi: measured / predicted / error; bar: allocated +-5% (median 2%), reserved +-5%."
+    echo "QLoRA and 8-bit AdamW cases ran with the pure-torch stand-ins of bench/plan/stand_ins.py (bitsandbytes is not installed here)."
+    echo
+    if [ -s "$RESULTS_DIR/plan-new-families.json" ]; then
+      timeout 20 "$report" --strict "$RESULTS_DIR/plan-new-families.json" tests/data/plan 2>&1 || status=1
+    else
+      echo "no plan-new-families.json: see plan-new-families.txt"
+      tail -20 "$RESULTS_DIR/plan-new-families.txt"
+      status=1
+    fi
+    echo
+    echo "measurement wall time: $(( $(date +%s) - start )) s"
     echo
   } >> "$summary"
 else
-  echo "PyTorch, transformers or torchvision not importable here: no fresh measurement." >> "$summary"
+  echo "PyTorch or transformers not importable here: no fresh measurement." >> "$summary"
   status=1
 fi
-if [ "${PLAN_FRESH:-1}" != 0 ] && python3 -c 'import torch, transformers' 2>/dev/null; then
-  # Cases of the planner's newer modelling (eager attention at inference, sliding-window KV,
-  # the Phi-3 family):
-  # written in the ground-truth format (plan-fixes.json) so that they can be committed to
-  # tests/data/plan; about a minute.
-  timeout 180 python3 bench/plan/measure_ground_truth.py --out "$RESULTS_DIR/plan-fixes.json" \
-    --log-dir "$RESULTS_DIR/plan-fixes-logs" --jobs 3 \
-    --only llama-3-8b-l4-infer --only mistral-7b-l4-w1024-infer --only phi-3-mini \
-    > "$RESULTS_DIR/plan-fixes.txt" 2>&1 || status=1
-  {
-    echo "## Newer modelling measured in this run (eager attention at inference, sliding window, Phi-3)"
-    echo
-    "$report" "$RESULTS_DIR/plan-fixes.json" tests/data/plan 2>&1 || status=1
-    echo
-  } >> "$summary"
-fi
-if [ "${PLAN_FRESH:-1}" != 0 ] && python3 -c 'import torch, transformers' 2>/dev/null; then
-  # New families (issue 17): Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 (MoE with the eager
-  # expert loop, latent attention), reduced layer counts, random weights; at most 3 minutes.
-  # plan-new-families.json is in the ground-truth format (commit it to tests/data/plan).
-  timeout 180 python3 bench/plan/measure_ground_truth.py --out "$RESULTS_DIR/plan-new-families.json" \
-    --log-dir "$RESULTS_DIR/plan-new-families-logs" --jobs 3 --total-timeout 170 \
-    --only mixtral-8x7b-l2 --only qwen1.5-moe-a2.7b-l2 --only qwen3-30b-a3b-l2 \
-    --only deepseek-v2-lite-l2 --only deepseek-v3-l2 \
-    > "$RESULTS_DIR/plan-new-families.txt" 2>&1 || status=1
-  {
-    echo "## New families measured in this run (MoE: Mixtral, Qwen-MoE, DeepSeek MLA)"
-    echo
-    "$report" "$RESULTS_DIR/plan-new-families.json" tests/data/plan 2>&1 || status=1
-    echo
-  } >> "$summary"
-fi
+
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
 if [ "${PLAN_FRESH:-1}" != 0 ] && [ "$gpus" -ge 2 ] && python3 -c 'import torch, transformers' 2>/dev/null; then
-  # Data-parallel cases afresh (DistributedDataParallel over every GPU of this machine).
   {
     echo "## DDP and FSDP cases measured in this run ($gpus GPUs)"
     echo
@@ -86,25 +85,20 @@ if [ "${PLAN_FRESH:-1}" != 0 ] && [ "$gpus" -ge 2 ] && python3 -c 'import torch,
       fi
       echo
     done
-    echo
   } >> "$summary"
 fi
 {
   echo "## Committed ground truth (tests/data/plan/ground_truth.json)"
   echo
-  "$report" tests/data/plan/ground_truth.json 2>&1 || status=1
+  timeout 20 "$report" tests/data/plan/ground_truth.json 2>&1 || status=1
   echo
-  for wrap in ddp fsdp; do
-    echo "## Committed multi-GPU ground truth (tests/data/plan/ground_truth_$wrap.json)"
-    echo
-    "$report" "tests/data/plan/ground_truth_$wrap.json" tests/data/plan 2>&1 || status=1
-    echo
-  done
-  echo "## Planner speed (targets: one plan < 1 ms, a full --fit search < 1000 ms)"
+  echo "## Planner speed (targets: one plan < 1 ms, a full --fit search < 1000 ms on one thread)"
   echo
   echo '```'
-  "$bench" --benchmark_min_time=0.5s --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>&1 | grep -E "Benchmark|----|_median|_min|targets" || status=1
+  timeout 25 "$bench" --benchmark_min_time=0.05s --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>&1 | grep -E "Benchmark|----|_median|_min|targets" || status=1
   echo '```'
+  echo
+  echo "stage wall time: $(( $(date +%s) - start )) s"
 } >> "$summary"
 cat "$summary"
 exit $status

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -160,6 +161,24 @@ std::optional<allocation> find_allocation(std::string_view pod_list_json, std::u
     }
     const json* containers = field(pod, {"spec", "containers"});
     if (containers == nullptr || !containers->is_array()) continue;
+    // The planner's estimate (the plan annotation) is the plan of the pod's one GPU container;
+    // with several, each container's plan is its own request.
+    std::optional<std::uint64_t> pod_plan;
+    if (auto pa = ann->find(options.plan_annotation); pa != ann->end() && pa->is_string()) {
+      try {
+        pod_plan = request_from_plan_json(pa->get<std::string>(), options.plan_annotation);
+      } catch (const std::exception&) {
+        pod_plan.reset();  // the extender refused such a pod already; no plan to pass on
+      }
+    }
+    int gpu_containers = 0;
+    for (const json& ct : *containers) {
+      try {
+        gpu_containers += container_units(ct, options.resource_name) > 0 ? 1 : 0;
+      } catch (const std::exception&) {
+        continue;
+      }
+    }
     for (const json& ct : *containers) {
       const std::string name = string_at(ct, {"name"});
       std::uint64_t n = 0;
@@ -174,6 +193,8 @@ std::optional<allocation> find_allocation(std::string_view pod_list_json, std::u
       one.a.allocated_before.assign(done.begin(), done.end());
       one.a.container = name;
       one.a.cap_bytes = units * options.unit_bytes;
+      one.a.planned_bytes =
+          pod_plan && gpu_containers == 1 ? std::min(*pod_plan, one.a.cap_bytes) : one.a.cap_bytes;
       found.push_back(std::move(one));
       break;  // one container per pod per call: the kubelet allocates containers one by one
     }
@@ -192,6 +213,7 @@ std::map<std::string, std::string> allocation_environment(const allocation& a,
   env["CUDA_VISIBLE_DEVICES"] = a.gpu_uuid;
   env["NVIDIA_VISIBLE_DEVICES"] = a.gpu_uuid;
   env["VRAMKIT_POOL_MAXIMUM"] = std::to_string(a.cap_bytes);
+  if (a.planned_bytes > 0) env["VRAMKIT_PLANNED_BYTES"] = std::to_string(a.planned_bytes);
   if (gpu_total_bytes > 0) {
     // Rounded down to 4 digits, so that the fraction never grants more than the cap.
     const double fraction = std::floor(std::min(1.0, static_cast<double>(a.cap_bytes) /

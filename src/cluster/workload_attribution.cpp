@@ -119,6 +119,20 @@ workload workload_of_cgroup_path(std::string_view path) {
       read_container_part(part, w);
       continue;
     }
+    // A plain Docker container: systemd driver docker-<id>.scope, cgroupfs driver /docker/<id>.
+    if (!kube && w.container_id.empty()) {
+      std::string_view id = part;
+      if (starts_with(id, "docker-") && ends_with(id, ".scope")) {
+        id = id.substr(7, id.size() - 13);
+      } else if (i == 0 || parts[i - 1] != "docker") {
+        id = {};
+      }
+      if (id.size() == 64 && is_hex(id)) {
+        w.container_id = std::string(id);
+        w.runtime = "docker";
+        continue;
+      }
+    }
     // Slurm: .../job_<id>/step_<step>/... (v1 under slurm/uid_N, v2 under slurmstepd.scope).
     if (starts_with(part, "job_") && is_digits(part.substr(4))) {
       w.slurm_job = std::string(part.substr(4));

@@ -27,9 +27,28 @@ exporter::exporter(std::unique_ptr<sampler> source, exporter_options options)
 exporter::~exporter() { stop(); }
 
 std::string exporter::metrics() {
-  auto latest = history_.latest();
-  exporter_stats stats{++scrapes_, samples_.load()};
-  return render_metrics(latest ? *latest : sample{}, stats);
+  std::shared_ptr<const std::string> body;
+  {
+    std::lock_guard lock(body_mutex_);
+    body = body_;
+  }
+  if (!body) body = std::make_shared<const std::string>(render_sample_metrics(sample{}, 0));
+  // A scrape copies the page rendered at the last sample and appends its own counter: no sample
+  // copy and no formatting of the GPU and process families per request.
+  std::string out;
+  const std::string counter = render_scrape_counter(++scrapes_);
+  out.reserve(body->size() + counter.size());
+  out += *body;
+  out += counter;
+  return out;
+}
+
+void exporter::publish(sample s) {
+  const std::uint64_t count = ++samples_;
+  auto body = std::make_shared<const std::string>(render_sample_metrics(s, count));
+  history_.push(std::move(s));
+  std::lock_guard lock(body_mutex_);
+  body_ = std::move(body);
 }
 
 namespace {
@@ -103,8 +122,7 @@ void exporter::sample_loop() {
   while (!stopping_) {
     if (wake_.wait_until(lock, next, [this] { return stopping_.load(); })) break;
     lock.unlock();
-    history_.push(source_->take());
-    ++samples_;
+    publish(source_->take());
     lock.lock();
     // Fixed rate, not fixed delay: a slow sample does not shift the schedule; a very slow one
     // skips ahead rather than bursting.
@@ -186,8 +204,7 @@ http_response exporter::handle(const http_request& req) {
 int exporter::start() {
   if (!http_server_built())
     throw error("built without libmicrohttpd: vramkit serve is not available in this build");
-  history_.push(source_->take());
-  ++samples_;
+  publish(source_->take());
   http_server_options ho = options_.http;
   ho.bind_address = options_.bind_address;
   ho.port = options_.port;

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <vector>
 
 #include "vramkit/monitor/metrics_schema.hpp"
 
@@ -108,9 +110,145 @@ std::string command_label(const std::string& command) {
   return command.substr(0, cut);
 }
 
+// The labels of one process's series: its GPU, itself, and its owner (empty when unknown, so
+// that every series of a family has the same label names).
+void process_value(writer& w, const gpu_sample& g, const gpu_process& p, double v) {
+  w.value({{"gpu", std::to_string(g.index)},
+           {"uuid", g.uuid},
+           {"name", g.name},
+           {"pid", std::to_string(p.pid)},
+           {"command", command_label(p.command)},
+           {"namespace", p.owner.pod_namespace},
+           {"pod", p.owner.pod},
+           {"container", p.owner.container},
+           {"pod_uid", p.owner.pod_uid},
+           {"slurm_job", p.owner.slurm_job}},
+          v);
+}
+
+// What one workload (a container of a pod, or a Slurm job) holds on one GPU, and its plan.
+struct workload_use {
+  const gpu_sample* gpu = nullptr;
+  const process_owner* owner = nullptr;
+  std::uint64_t used_bytes = 0;
+  std::optional<std::uint64_t> planned_bytes;
+};
+
+std::vector<workload_use> workload_uses(const sample& s) {
+  std::vector<workload_use> out;
+  for (const auto& g : s.gpus) {
+    const std::size_t first = out.size();
+    for (const auto& p : g.processes) {
+      if (p.owner.empty() || !p.used_bytes) continue;
+      const process_owner& o = p.owner;
+      auto same = [&](const workload_use& u) {
+        return u.owner->pod_uid == o.pod_uid && u.owner->pod == o.pod &&
+               u.owner->pod_namespace == o.pod_namespace && u.owner->container == o.container &&
+               u.owner->container_id == o.container_id && u.owner->slurm_job == o.slurm_job;
+      };
+      auto it = std::find_if(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(), same);
+      if (it == out.end()) {
+        out.push_back({&g, &o, 0, std::nullopt});
+        it = out.end() - 1;
+      }
+      it->used_bytes += *p.used_bytes;
+      // Processes of one job normally carry one plan; when they differ the largest is the job's.
+      if (o.planned_bytes)
+        it->planned_bytes = std::max(it->planned_bytes.value_or(0), *o.planned_bytes);
+    }
+  }
+  return out;
+}
+
+void workload_value(writer& w, const workload_use& u, double v) {
+  w.value({{"gpu", std::to_string(u.gpu->index)},
+           {"uuid", u.gpu->uuid},
+           {"name", u.gpu->name},
+           {"namespace", u.owner->pod_namespace},
+           {"pod", u.owner->pod},
+           {"container", u.owner->container},
+           {"pod_uid", u.owner->pod_uid},
+           {"slurm_job", u.owner->slurm_job}},
+          v);
+}
+
+// Per-process device memory with its owner, the owner's plan and the use of it; the same summed
+// per workload and GPU, which is what a plan is written for.
+void process_families(writer& w, const sample& s) {
+  bool any_used = false;
+  bool any_planned = false;
+  for (const auto& g : s.gpus) {
+    for (const auto& p : g.processes) {
+      any_used = any_used || p.used_bytes.has_value();
+      any_planned = any_planned || p.owner.planned_bytes.has_value();
+    }
+  }
+  if (!any_used) return;
+  w.family("vramkit_gpu_process_memory_used_bytes", "gauge",
+           "Device memory used by one process in bytes, with its pod, container and Slurm job "
+           "(empty when it has none).");
+  for (const auto& g : s.gpus) {
+    for (const auto& p : g.processes)
+      if (p.used_bytes) process_value(w, g, p, static_cast<double>(*p.used_bytes));
+  }
+  if (any_planned) {
+    w.family("vramkit_gpu_process_memory_planned_bytes", "gauge",
+             "Device memory planned for one GPU by the job of a process, in bytes "
+             "(VRAMKIT_PLANNED_BYTES, else the cap VRAMKIT_POOL_MAXIMUM).");
+    for (const auto& g : s.gpus) {
+      for (const auto& p : g.processes) {
+        if (p.used_bytes && p.owner.planned_bytes)
+          process_value(w, g, p, static_cast<double>(*p.owner.planned_bytes));
+      }
+    }
+    w.family("vramkit_gpu_process_memory_plan_ratio", "gauge",
+             "Device memory used by one process divided by its job's planned bytes.");
+    for (const auto& g : s.gpus) {
+      for (const auto& p : g.processes) {
+        if (auto r = plan_use(p.used_bytes, p.owner)) process_value(w, g, p, *r);
+      }
+    }
+  }
+  const std::vector<workload_use> uses = workload_uses(s);
+  if (uses.empty()) return;
+  w.family("vramkit_workload_gpu_memory_used_bytes", "gauge",
+           "Device memory used on one GPU by all processes of one workload (a pod's container or "
+           "a Slurm job), in bytes.");
+  for (const auto& u : uses) workload_value(w, u, static_cast<double>(u.used_bytes));
+  const bool planned =
+      std::any_of(uses.begin(), uses.end(), [](const workload_use& u) { return u.planned_bytes; });
+  if (!planned) return;
+  w.family("vramkit_workload_gpu_memory_planned_bytes", "gauge",
+           "Device memory one workload planned for one GPU, in bytes.");
+  for (const auto& u : uses) {
+    if (u.planned_bytes) workload_value(w, u, static_cast<double>(*u.planned_bytes));
+  }
+  w.family("vramkit_workload_gpu_memory_plan_ratio", "gauge",
+           "Device memory used on one GPU by one workload divided by its planned bytes (an alert "
+           "at 0.9: deploy/prometheus/vramkit-rules.yaml).");
+  for (const auto& u : uses) {
+    if (u.planned_bytes && *u.planned_bytes > 0)
+      workload_value(w, u,
+                     static_cast<double>(u.used_bytes) / static_cast<double>(*u.planned_bytes));
+  }
+}
+
 }  // namespace
 
 std::string render_metrics(const sample& s, const exporter_stats& stats) {
+  std::string out = render_sample_metrics(s, stats.samples_total);
+  out += render_scrape_counter(stats.scrapes_total);
+  return out;
+}
+
+std::string render_scrape_counter(std::uint64_t scrapes_total) {
+  writer w;
+  w.family("vramkit_exporter_scrapes_total", "counter", "Scrapes of /metrics served since start.");
+  w.value({}, static_cast<double>(scrapes_total));
+  return w.take();
+}
+
+std::string render_sample_metrics(const sample& s, std::uint64_t samples_total) {
   writer w;
   w.family(gpu_up_metric, "gauge",
            "1 when the GPU answered its memory query in the latest sample, 0 when it is lost or in "
@@ -121,25 +259,7 @@ std::string render_metrics(const sample& s, const exporter_stats& stats) {
   }
   for (const auto& f : gpu_fields()) gpu_family(w, s, f);
 
-  bool any_proc = false;
-  for (const auto& g : s.gpus) {
-    for (const auto& p : g.processes) any_proc = any_proc || p.used_bytes.has_value();
-  }
-  if (any_proc) {
-    w.family("vramkit_gpu_process_memory_used_bytes", "gauge",
-             "Device memory used by one process in bytes.");
-    for (const auto& g : s.gpus) {
-      for (const auto& p : g.processes) {
-        if (!p.used_bytes) continue;
-        w.value({{"gpu", std::to_string(g.index)},
-                 {"uuid", g.uuid},
-                 {"name", g.name},
-                 {"pid", std::to_string(p.pid)},
-                 {"command", command_label(p.command)}},
-                static_cast<double>(*p.used_bytes));
-      }
-    }
-  }
+  process_families(w, s);
 
   if (s.host.memory) {
     const auto& m = *s.host.memory;
@@ -197,11 +317,9 @@ std::string render_metrics(const sample& s, const exporter_stats& stats) {
                 static_cast<double>(*p.rss_bytes));
     }
   }
-  w.family("vramkit_exporter_scrapes_total", "counter", "Scrapes of /metrics served since start.");
-  w.value({}, static_cast<double>(stats.scrapes_total));
   w.family("vramkit_exporter_samples_total", "counter",
            "Samples taken by the background sampler since start.");
-  w.value({}, static_cast<double>(stats.samples_total));
+  w.value({}, static_cast<double>(samples_total));
   w.family("vramkit_exporter_sample_duration_seconds", "gauge",
            "Time the latest sample took to read every GPU and the host, in seconds.");
   w.value({}, s.sample_duration_seconds);

@@ -59,6 +59,50 @@ void take(const json& j, const char* key, std::optional<T>& v) {
   if (auto it = j.find(key); it != j.end() && !it->is_null()) v = number<T>(*it, key);
 }
 
+// A process's owner: only the fields that are known, so that recordings of plain hosts stay
+// as they were.
+json owner_to_json(const process_owner& o) {
+  json j = json::object();
+  auto text = [&](const char* key, const std::string& v) {
+    if (!v.empty()) j[key] = v;
+  };
+  text("pod", o.pod);
+  text("namespace", o.pod_namespace);
+  text("pod_uid", o.pod_uid);
+  text("container", o.container);
+  text("container_id", o.container_id);
+  text("slurm_job", o.slurm_job);
+  text("slurm_step", o.slurm_step);
+  put(j, "namespace_pid", o.namespace_pid);
+  put(j, "planned_bytes", o.planned_bytes);
+  if (o.planned_from != plan_source::none) j["planned_from"] = to_string(o.planned_from);
+  return j;
+}
+
+process_owner owner_from_json(const json& j) {
+  if (!j.is_object()) throw invalid_input("a process's owner is not a JSON object");
+  process_owner o;
+  auto text = [&](const char* key, std::string& v) {
+    if (auto it = j.find(key); it != j.end()) {
+      if (!it->is_string()) throw invalid_input(fmt::format("owner {} is not a string", key));
+      v = it->get<std::string>();
+    }
+  };
+  text("pod", o.pod);
+  text("namespace", o.pod_namespace);
+  text("pod_uid", o.pod_uid);
+  text("container", o.container);
+  text("container_id", o.container_id);
+  text("slurm_job", o.slurm_job);
+  text("slurm_step", o.slurm_step);
+  take(j, "namespace_pid", o.namespace_pid);
+  take(j, "planned_bytes", o.planned_bytes);
+  std::string from;
+  text("planned_from", from);
+  o.planned_from = plan_source_from_string(from);
+  return o;
+}
+
 json gpu_to_json(const gpu_sample& g) {
   json j;
   j["index"] = g.index;
@@ -91,6 +135,7 @@ json gpu_to_json(const gpu_sample& g) {
     put(pj, "used_bytes", p.used_bytes);
     put(pj, "host_rss_bytes", p.host_rss_bytes);
     if (!p.workload.empty()) pj["workload"] = p.workload;
+    if (!p.owner.empty() || p.owner.planned_bytes) pj["owner"] = owner_to_json(p.owner);
     procs.push_back(std::move(pj));
   }
   j["processes"] = std::move(procs);
@@ -129,6 +174,7 @@ gpu_sample gpu_from_json(const json& j) {
       take(pj, "used_bytes", p.used_bytes);
       take(pj, "host_rss_bytes", p.host_rss_bytes);
       p.workload = pj.value("workload", std::string());
+      if (auto o = pj.find("owner"); o != pj.end()) p.owner = owner_from_json(*o);
       g.processes.push_back(std::move(p));
     }
   }

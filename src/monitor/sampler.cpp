@@ -268,7 +268,10 @@ sample sampler::take() {
     }
     for (auto& g : s.gpus) {
       for (auto& p : g.processes) {
-        if (options_.workload_of) p.workload = options_.workload_of(p.pid);
+        if (options_.workload_of) {
+          p.owner = options_.workload_of(p.pid);
+          p.workload = workload_name(p.owner);
+        }
         auto it = std::find_if(s.host.processes.begin(), s.host.processes.end(),
                                [&](const host_process& h) { return h.pid == p.pid; });
         if (it == s.host.processes.end()) continue;

@@ -67,13 +67,37 @@ std::string format_snapshot(const sample& s) {
       });
       add(hidden ? "processes: not reported by the driver" : "no GPU processes");
     } else {
-      add(fmt::format("{:>8} {:<10} {:>3} {:>11} {:>11}  {}", "PID", "USER", "GPU", "GPU MEM",
-                      "HOST RSS", "COMMAND"));
+      // The workload and plan columns appear when cluster attribution named any.
+      const bool owners = std::any_of(procs.begin(), procs.end(),
+                                      [](const auto& e) { return !e.second->workload.empty(); });
+      const bool plans = std::any_of(procs.begin(), procs.end(), [](const auto& e) {
+        return e.second->owner.planned_bytes.has_value();
+      });
+      auto owner_cols = [&](const std::string& workload, const std::string& container,
+                            const std::string& plan) {
+        std::string out;
+        if (owners) out += fmt::format("{:<32} {:<16} ", workload, container);
+        if (plans) out += fmt::format("{:>16} ", plan);
+        return out;
+      };
+      add(fmt::format("{:>8} {:<10} {:>3} {:>11} {:>11}  {}{}", "PID", "USER", "GPU", "GPU MEM",
+                      "HOST RSS", owner_cols("WORKLOAD", "CONTAINER", "PLAN (USED)"), "COMMAND"));
       for (const auto& [dev, p] : procs) {
-        add(fmt::format("{:>8} {:<10} {:>3} {:>11} {:>11}  {}", p->pid,
-                        printable(p->user.substr(0, 10)), dev,
-                        p->used_bytes ? format_bytes(static_cast<double>(*p->used_bytes)) : "n/a",
-                        bytes_or_dash(p->host_rss_bytes), printable(p->command.substr(0, 80))));
+        std::string plan = "-";
+        if (p->owner.planned_bytes) {
+          plan = format_bytes(static_cast<double>(*p->owner.planned_bytes));
+          if (auto use = plan_use(p->used_bytes, p->owner))
+            plan += fmt::format(" ({:.0f}%)", 100.0 * *use);
+        }
+        add(fmt::format(
+            "{:>8} {:<10} {:>3} {:>11} {:>11}  {}{}", p->pid, printable(p->user.substr(0, 10)), dev,
+            p->used_bytes ? format_bytes(static_cast<double>(*p->used_bytes)) : "n/a",
+            bytes_or_dash(p->host_rss_bytes),
+            owner_cols(
+                p->workload.empty() ? "-" : printable(p->workload.substr(0, 32)),
+                p->owner.container.empty() ? "-" : printable(p->owner.container.substr(0, 16)),
+                plan),
+            printable(p->command.substr(0, 80))));
       }
     }
   }

@@ -22,20 +22,12 @@ namespace {
 
 using json = nlohmann::json;
 
-const std::vector<std::string> k_model_types = {"gpt2",
-                                                "llama",
-                                                "mistral",
-                                                "qwen2",
-                                                "phi3",
-                                                "mixtral",
-                                                "qwen2_moe",
-                                                "qwen3_moe",
-                                                "deepseek_v2",
-                                                "deepseek_v3",
-                                                "gpt_neox",
-                                                "bert",
-                                                "torchvision_resnet",
-                                                "torchvision_vit"};
+const std::vector<std::string> k_model_types = {
+    "gpt2",           "llama",       "mistral",   "qwen2",       "phi3",
+    "mixtral",        "qwen2_moe",   "qwen3_moe", "deepseek_v2", "deepseek_v3",
+    "gemma2",         "gemma3_text", "gpt_neox",  "falcon",      "t5",
+    "llava",          "bert",        "roberta",   "vit",         "torchvision_resnet",
+    "torchvision_vit"};
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -349,6 +341,154 @@ model_description parse_phi3(const fields& f) {
   return m;
 }
 
+/// Gemma-2 and Gemma-3 (text): LLaMA-shaped attention with an explicit head_dim, GeGLU MLP,
+/// Gemma RMSNorm before and after attention and MLP, embeddings scaled by sqrt(hidden), tied head;
+/// Gemma-2 soft-caps attention scores and logits; sliding-window layers alternate (Gemma-2: every
+/// other layer from the first; Gemma-3: five of every sliding_window_pattern) unless layer_types
+/// lists them.
+model_description parse_gemma(const fields& f, const std::string& type) {
+  model_description m;
+  m.family = model_family::gemma;
+  auto& t = m.t;
+  read_hf_shape(f, t);
+  t.kv_heads = f.integer_or("num_key_value_heads", t.heads, 1, 4096);
+  t.head_dim = f.integer_or("head_dim", 256, 1, 4096);
+  t.max_positions = 0;
+  t.rotary_fraction = 1.0;
+  t.mlp = mlp_kind::swiglu;  // gate/up/down; the gate's GELU (tanh) saves what SiLU saves
+  const auto act = f.string_or("hidden_activation", f.string_or("hidden_act", "gelu_pytorch_tanh"));
+  if (act != "gelu_pytorch_tanh" && act != "gelu" && act != "gelu_new")
+    f.fail(
+        fmt::format("field 'hidden_activation' = \"{}\" is not supported for {} "
+                    "(gelu_pytorch_tanh)",
+                    act, type));
+  t.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
+  t.qkv_bias = t.out_bias = f.boolean_or("attention_bias", false);
+  t.layer_norm = false;
+  t.gemma_norm = t.sandwich_norm = t.embed_scale = true;
+  t.qk_norm = type == "gemma3_text";
+  t.attention_dropout = f.number_or("attention_dropout", 0.0, 0, 1);
+  t.attn_softcap = f.number_or("attn_logit_softcapping", 0.0, 0, 1e6);
+  t.final_softcap = f.number_or("final_logit_softcapping", 0.0, 0, 1e6);
+  check_heads(f, t, "num_attention_heads");
+  t.sliding_window = f.integer_or("sliding_window", 0, 1, k_max_positions);
+  t.sliding_layers.clear();
+  if (t.sliding_window > 0) {
+    if (f.has("layer_types")) {
+      read_sliding_window(f, t, type);
+    } else {
+      const auto pattern =
+          type == "gemma2" ? 2 : f.integer_or("sliding_window_pattern", 6, 1, k_max_layers);
+      t.sliding_layers.assign(static_cast<std::size_t>(t.layers), 0);
+      for (std::int64_t l = 0; l < t.layers; ++l) t.sliding_layers[l] = (l + 1) % pattern != 0;
+    }
+  }
+  return m;
+}
+
+/// Falcon: one fused query_key_value projection (multi-query: 2 extra heads; the new decoder
+/// architecture: num_kv_heads groups of heads + 2), full rotary, attention and MLP in parallel
+/// (Falcon-7B: one LayerNorm for both; the new architecture: ln_attn and ln_mlp), 4h GELU MLP,
+/// tied head.
+model_description parse_falcon(const fields& f) {
+  model_description m;
+  m.family = model_family::falcon;
+  auto& t = m.t;
+  t.hidden = f.integer("hidden_size", 1, k_max_hidden);
+  t.layers = f.integer("num_hidden_layers", 1, k_max_layers);
+  t.heads = f.integer("num_attention_heads", 1, 4096);
+  t.vocab = f.integer("vocab_size", 1, k_max_vocab);
+  t.max_context = f.integer_or("max_position_embeddings", 0, 1, k_max_positions);
+  if (f.boolean_or("alibi", false)) f.fail("alibi = true is not modelled for falcon");
+  const bool new_arch = f.boolean_or("new_decoder_architecture", false);
+  const bool mq = f.boolean_or("multi_query", true);
+  t.kv_heads = new_arch ? f.integer_or("num_kv_heads", t.heads, 1, 4096) : (mq ? 1 : t.heads);
+  t.head_dim = f.integer_or("head_dim", 0, 1, 4096);
+  t.intermediate = f.integer_or("ffn_hidden_size", 4 * t.hidden, 1, 64 * k_max_hidden);
+  t.rotary_fraction = 1.0;
+  const bool parallel = f.boolean_or("parallel_attn", true);
+  if (!parallel && !new_arch) f.fail("parallel_attn = false is not modelled for falcon");
+  t.parallel_residual = true;
+  t.shared_parallel_norm =
+      !new_arch || f.integer_or("num_ln_in_parallel_attn", new_arch ? 2 : 1, 1, 2) == 1;
+  t.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
+  t.qkv_bias = t.out_bias = t.mlp_bias = f.boolean_or("bias", false);
+  t.layer_norm = true;
+  t.mlp = mlp_kind::gelu;
+  t.attention_dropout = f.number_or("attention_dropout", 0.0, 0, 1);
+  t.hidden_dropout = f.number_or("hidden_dropout", 0.0, 0, 1);
+  check_heads(f, t, "num_attention_heads");
+  return m;
+}
+
+/// T5 / Flan-T5: d_model, d_kv per head, d_ff; feed_forward_proj "relu" (T5) or "gated-gelu"
+/// (v1.1, Flan); relative-position buckets; the head tied unless tie_word_embeddings is false.
+model_description parse_t5(const fields& f) {
+  model_description m;
+  m.family = model_family::t5;
+  auto& t = m.t;
+  t.hidden = f.integer("d_model", 1, k_max_hidden);
+  const auto enc = f.integer("num_layers", 1, k_max_layers);
+  t.decoder_layers = f.integer_or("num_decoder_layers", enc, 1, k_max_layers);
+  t.layers = enc + t.decoder_layers;
+  t.heads = f.integer("num_heads", 1, 4096);
+  t.kv_heads = t.heads;
+  t.head_dim = f.integer_or("d_kv", 64, 1, 4096);
+  t.intermediate = f.integer("d_ff", 1, 64 * k_max_hidden);
+  t.vocab = f.integer("vocab_size", 1, k_max_vocab);
+  t.relative_buckets = f.integer_or("relative_attention_num_buckets", 32, 1, 1 << 16);
+  const auto proj = f.string_or("feed_forward_proj", "relu");
+  if (proj == "relu")
+    t.mlp = mlp_kind::gelu;  // one activation kernel saving one tensor
+  else if (proj == "gated-gelu")
+    t.mlp = mlp_kind::swiglu;  // gated: wi_0 and wi_1
+  else
+    f.fail(fmt::format("field 'feed_forward_proj' = \"{}\" is not supported (relu, gated-gelu)",
+                       proj));
+  t.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
+  t.layer_norm = false;
+  t.attention_dropout = t.hidden_dropout = f.number_or("dropout_rate", 0.1, 0, 1);
+  return m;
+}
+
+/// LLaVA-1.5: a CLIP vision tower (vision_config, CLIPVisionConfig defaults), the two-layer GELU
+/// projector, and a LLaMA language model (text_config, LlamaConfig defaults where the published
+/// config leaves fields out); every image becomes (image/patch)^2 tokens of the prompt.
+model_description parse_llava(const fields& f) {
+  if (!f.has("text_config") || !f.j.at("text_config").is_object())
+    f.fail("llava needs a 'text_config' object");
+  json text = f.j.at("text_config");
+  const std::string tt = text.value("model_type", "llama");
+  if (tt != "llama")
+    f.fail(fmt::format("llava with a {} language model is not modelled (llama)", tt));
+  // LlamaConfig's defaults for the fields LLaVA's published config leaves out.
+  const json defaults = {{"hidden_size", 4096},     {"intermediate_size", 11008},
+                         {"num_hidden_layers", 32}, {"num_attention_heads", 32},
+                         {"vocab_size", 32000},     {"max_position_embeddings", 2048}};
+  for (const auto& [k, v] : defaults.items())
+    if (!text.contains(k) || text.at(k).is_null()) text[k] = v;
+  const fields tf{text, f.source + ": text_config"};
+  model_description m = parse_llama_like(tf, "llama");
+  m.family = model_family::llava;
+  m.t.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
+  json vision = f.has("vision_config") ? f.j.at("vision_config") : json::object();
+  if (!vision.is_object()) f.fail("field 'vision_config' must be an object");
+  const fields vf{vision, f.source + ": vision_config"};
+  auto& v = m.vit;
+  v.hidden = vf.integer_or("hidden_size", 768, 1, k_max_hidden);
+  v.layers = vf.integer_or("num_hidden_layers", 12, 1, k_max_layers);
+  v.heads = vf.integer_or("num_attention_heads", 12, 1, 4096);
+  v.mlp_dim = vf.integer_or("intermediate_size", 3072, 1, 64 * k_max_hidden);
+  v.patch = vf.integer_or("patch_size", 32, 1, 1024);
+  v.image = vf.integer_or("image_size", 224, 1, 1 << 14);
+  v.channels = vf.integer_or("num_channels", 3, 1, 64);
+  if (v.image % v.patch != 0 || v.hidden % v.heads != 0)
+    vf.fail("image_size must be a multiple of patch_size and hidden_size of num_attention_heads");
+  if (f.string_or("vision_feature_select_strategy", "default") != "default")
+    f.fail("vision_feature_select_strategy other than \"default\" is not modelled");
+  return m;
+}
+
 model_description parse_neox(const fields& f) {
   model_description m;
   m.family = model_family::gpt_neox;
@@ -381,6 +521,47 @@ model_description parse_bert(const fields& f) {
   t.attention_dropout = f.number_or("attention_probs_dropout_prob", 0.1, 0, 1);
   t.hidden_dropout = f.number_or("hidden_dropout_prob", 0.1, 0, 1);
   t.embedding_dropout = t.hidden_dropout;
+  // RoBERTa numbers positions from padding_idx + 1: two rows of its table are never used.
+  if (f.string_or("model_type", "") != "bert")
+    t.max_context = t.max_positions - f.integer_or("pad_token_id", 1, 0, 1 << 20) - 1;
+  check_heads(f, t, "num_attention_heads");
+  return m;
+}
+
+/// transformers' ViTForImageClassification: a pre-norm encoder over the image's patches and a
+/// class token; the classifier has one row per label (id2label, num_labels or 2).
+model_description parse_hf_vit(const fields& f) {
+  model_description m;
+  m.family = model_family::hf_vit;
+  auto& t = m.t;
+  t.hidden = f.integer("hidden_size", 1, k_max_hidden);
+  t.layers = f.integer("num_hidden_layers", 1, k_max_layers);
+  t.heads = f.integer("num_attention_heads", 1, 4096);
+  t.kv_heads = t.heads;
+  t.intermediate = f.integer("intermediate_size", 1, 64 * k_max_hidden);
+  m.vit.patch = f.integer_or("patch_size", 16, 1, 1024);
+  m.vit.image = f.integer_or("image_size", 224, 1, 1 << 14);
+  m.vit.channels = f.integer_or("num_channels", 3, 1, 64);
+  if (m.vit.image % m.vit.patch != 0)
+    f.fail(
+        fmt::format("image_size {} is not a multiple of patch_size {}", m.vit.image, m.vit.patch));
+  t.max_positions = (m.vit.image / m.vit.patch) * (m.vit.image / m.vit.patch) + 1;
+  std::int64_t labels = f.integer_or("num_labels", 2, 1, 1 << 24);
+  if (f.has("id2label")) {
+    if (!f.j.at("id2label").is_object()) f.fail("field 'id2label' must be an object");
+    labels = static_cast<std::int64_t>(f.j.at("id2label").size());
+  }
+  t.vocab = labels;
+  t.tied_embeddings = false;
+  t.qkv_bias = f.boolean_or("qkv_bias", true);
+  t.out_bias = t.mlp_bias = true;
+  t.layer_norm = true;
+  t.mlp = mlp_kind::gelu;
+  const auto act = f.string_or("hidden_act", "gelu");
+  if (act != "gelu")
+    f.fail(fmt::format("field 'hidden_act' = \"{}\" is not supported (gelu)", act));
+  t.attention_dropout = f.number_or("attention_probs_dropout_prob", 0.0, 0, 1);
+  t.hidden_dropout = f.number_or("hidden_dropout_prob", 0.0, 0, 1);
   check_heads(f, t, "num_attention_heads");
   return m;
 }
@@ -390,7 +571,7 @@ model_description parse_resnet(const fields& f) {
   m.family = model_family::resnet;
   const auto block = f.string_or("block", "");
   if (block != "basic" && block != "bottleneck")
-    f.fail("field 'block' must be \"basic\" or \"bottleneck\"");
+    f.fail(R"(field 'block' must be "basic" or "bottleneck")");
   m.resnet.bottleneck = block == "bottleneck";
   if (!f.has("layers") || !f.j.at("layers").is_array() || f.j.at("layers").size() != 4)
     f.fail("field 'layers' must be an array of 4 block counts");
@@ -458,8 +639,18 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
     m = parse_deepseek(f, type);
   else if (type == "gpt_neox")
     m = parse_neox(f);
-  else if (type == "bert")
+  else if (type == "falcon")
+    m = parse_falcon(f);
+  else if (type == "t5")
+    m = parse_t5(f);
+  else if (type == "llava")
+    m = parse_llava(f);
+  else if (type == "bert" || type == "roberta" || type == "xlm-roberta")
     m = parse_bert(f);
+  else if (type == "gemma2" || type == "gemma3_text")
+    m = parse_gemma(f, type);
+  else if (type == "vit")
+    m = parse_hf_vit(f);
   else if (type == "torchvision_resnet")
     m = parse_resnet(f);
   else if (type == "torchvision_vit")

@@ -21,6 +21,9 @@ std::string to_json(const fit_result& res) {
     arr.push_back({{"batch", q.batch},
                    {"micro_batch", q.micro_batch},
                    {"quant", to_string(q.quant)},
+                   {"optimizer", to_string(q.optimizer)},
+                   {"optimizer_in_backward", q.optimizer_in_backward},
+                   {"lora_rank", q.lora_rank},
                    {"precision", to_string(q.prec)},
                    {"checkpointing", to_string(q.ckpt)},
                    {"zero", q.zero},
@@ -55,11 +58,15 @@ std::string to_table(const fit_result& res) {
     const auto& q = c.request;
     if (q.mode == run_mode::train)
       out += fmt::format(
-          "\n  #{}  est. {:.3f} s/step  device {}  micro-batch {}  {}  ckpt {}  zero {}  offload "
-          "{}  tp {}  pp {}\n",
+          "\n  #{}  est. {:.3f} s/step  device {}  {}  micro-batch {}  {}  {}{}  ckpt {}  zero {}  "
+          "offload {}  tp {}  pp {}\n",
           rank, c.step_time_s, format_bytes(static_cast<double>(c.device_peak_bytes)),
-          q.micro_batch, to_string(q.prec), to_string(q.ckpt), q.zero, to_string(q.offload), q.tp,
-          q.pp);
+          q.lora_rank == 0             ? std::string("full")
+          : q.quant == quant_kind::nf4 ? fmt::format("QLoRA r{}", q.lora_rank)
+                                       : fmt::format("LoRA r{}", q.lora_rank),
+          q.micro_batch, to_string(q.prec), to_string(q.optimizer),
+          q.optimizer_in_backward ? " (in backward)" : "", to_string(q.ckpt), q.zero,
+          to_string(q.offload), q.tp, q.pp);
     else
       out += fmt::format(
           "\n  #{}  est. {:.3f} s/call  device {}  batch {}  {}  quant {}  tp {}  pp {}\n", rank,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <exception>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -44,8 +45,11 @@ double estimate_step_time(const model_description& m, const plan_request& r, con
     return prefill + static_cast<double>(r.new_tokens) * wbytes / gpu.hbm_bytes_per_s;
   }
   // Training: 6 P FLOPs per token; full recompute adds one forward (2 P), selective recompute a
-  // few percent (attention core only).
-  double flops = 6 * P * tokens;
+  // few percent (attention core only). LoRA skips the base's weight gradients (4 P: forward and
+  // input gradients); QLoRA dequantises every weight in forward, recompute and backward (taken
+  // as +25%).
+  double flops = (r.lora_rank > 0 ? 4 : 6) * P * tokens;
+  if (r.lora_rank > 0 && r.quant == quant_kind::nf4) flops *= 1.25;
   if (r.ckpt == checkpointing::full) flops += 2 * P * tokens;
   if (r.ckpt == checkpointing::selective) flops += 0.05 * 2 * P * tokens;
   // Efficiency falls for small micro-batches: kernels launch per micro-batch regardless of size.
@@ -82,6 +86,14 @@ double estimate_step_time(const model_description& m, const plan_request& r, con
   return t;
 }
 
+double estimate_step_time(const plan_result& p, const gpu_spec& gpu, const device_overheads& o) {
+  double t = estimate_step_time(p.model, p.request, gpu, o);
+  // Paged optimizer states that do not stay resident migrate in and out once per step.
+  const double paged = static_cast<double>(p.managed_bytes - p.managed_resident_bytes);
+  const double pcie = o.h2d_bytes_per_s > 0 ? o.h2d_bytes_per_s : gpu.pcie_bytes_per_s();
+  return t + 2 * paged / pcie;
+}
+
 namespace {
 
 /// What the search varies around the request.
@@ -92,6 +104,15 @@ struct search_axes {
   std::vector<int> zeros;
   std::vector<offload_kind> offloads;
   std::vector<std::pair<int, int>> layouts;  ///< (tp, pp), narrowest first
+  /// Training method and optimizer variants: (LoRA rank, base quantisation, optimizer, stepped
+  /// in backward); the request's own first.
+  struct method {
+    int lora_rank = 0;
+    quant_kind quant = quant_kind::none;
+    optimizer_kind optimizer = optimizer_kind::adamw;
+    bool in_backward = false;
+  };
+  std::vector<method> methods;
 };
 
 search_axes axes_of(const model_description& m, const plan_request& base, const fit_options& opt) {
@@ -128,6 +149,29 @@ search_axes axes_of(const model_description& m, const plan_request& base, const 
       a.offloads.push_back(offload_kind::params);
     }
   }
+  // Training: the request's method and optimizer, then the memory savers a fine-tuning user
+  // would try (8-bit and paged 8-bit AdamW, the optimizer stepped in backward on one GPU, LoRA of
+  // rank 16 and 64, QLoRA of rank 16) where the request leaves them open.
+  a.methods = {{base.lora_rank, train ? base.quant : quant_kind::none, base.optimizer,
+                base.optimizer_in_backward}};
+  const bool adam =
+      base.optimizer == optimizer_kind::adam || base.optimizer == optimizer_kind::adamw;
+  if (train && adam && base.lora_rank == 0 && !base.optimizer_in_backward) {
+    const bool lm =
+        !m.is_vision() && m.family != model_family::deepseek && m.weights.quant == quant_kind::none;
+    const bool one_gpu = base.gpus == 1;
+    a.methods.push_back({0, quant_kind::none, optimizer_kind::adamw_8bit, false});
+    a.methods.push_back({0, quant_kind::none, optimizer_kind::paged_adamw_8bit, false});
+    if (one_gpu) {
+      a.methods.push_back({0, quant_kind::none, base.optimizer, true});
+      a.methods.push_back({0, quant_kind::none, optimizer_kind::paged_adamw_8bit, true});
+    }
+    if (lm) {
+      a.methods.push_back({16, quant_kind::none, base.optimizer, false});
+      a.methods.push_back({64, quant_kind::none, base.optimizer, false});
+      a.methods.push_back({16, quant_kind::nf4, base.optimizer, false});
+    }
+  }
   a.layouts = {{1, 1}};
   if (base.gpus > 1 && !m.is_vision()) {
     a.layouts.clear();
@@ -158,11 +202,48 @@ struct group {
   precision prec;
   quant_kind quant;
   int z;
+  search_axes::method method;
   std::vector<fit_candidate> fits;
   std::size_t planned = 0;
   bool whole_plain = false;  ///< the whole per-GPU batch fits without recompute or offload
   std::exception_ptr error;
 };
+
+/// Bytes every GPU of a training request holds at its optimizer step whatever the batch: the
+/// weights, the gradients (all of them unless stepped in backward) and the device-resident
+/// optimizer states, at the shard sizes of its layout. A lower bound of its device peak; exact
+/// figures come from make_plan.
+double static_training_bytes(const model_description& m, const plan_request& r, double P) {
+  const int dp = std::max(1, r.data_parallel());
+  const double per = P / (r.tp * r.pp);
+  if (r.lora_rank > 0) return per * (r.quant == quant_kind::nf4 ? 0.5 : 2);
+  const double w = r.prec == precision::bf16 ? 2 : 4;
+  double bytes = r.offload == offload_kind::params ? 0 : per * w / (r.zero >= 3 ? dp : 1);
+  if (!r.optimizer_in_backward && r.offload == offload_kind::none)
+    bytes += per * w / (r.zero >= 2 ? dp : 1);
+  if (r.offload == offload_kind::none) {
+    double states = 0;
+    switch (r.optimizer) {
+      case optimizer_kind::adam:
+      case optimizer_kind::adamw:
+      case optimizer_kind::adamw_fused:
+        states = 2 * w;
+        break;
+      case optimizer_kind::sgd_momentum:
+        states = w;
+        break;
+      case optimizer_kind::adamw_8bit:
+        states = 2;
+        break;
+      case optimizer_kind::paged_adamw_8bit:  // managed memory: may be paged out entirely
+      case optimizer_kind::sgd:
+        break;
+    }
+    bytes += per * states / (r.zero >= 1 ? dp : 1);
+  }
+  (void)m;
+  return bytes;
+}
 
 class searcher {
  public:
@@ -175,11 +256,16 @@ class searcher {
         axes_(axes),
         gpu_(opt.gpu ? *opt.gpu : generic_gpu()),
         limit_(static_cast<std::uint64_t>(static_cast<double>(opt.capacity_bytes) *
-                                          (1.0 - opt.margin))) {}
+                                          (1.0 - opt.margin))),
+        params_(static_cast<double>(parameter_count(m))) {}
 
   void search_group(group& gr) const {
     bool whole_fits = false, fits_without_offload = false;
+    const auto& me = gr.method;
+    const bool variant = me.lora_rank > 0 || me.in_backward || me.optimizer != base_.optimizer;
     for (auto off : axes_.offloads) {
+      // The variants replace offload as a way to fit (and most do not combine with it).
+      if (variant && off != offload_kind::none) break;
       // Offload only where nothing fits without it: it costs PCIe traffic every step.
       if (whole_fits || (off != offload_kind::none && fits_without_offload)) break;
       if (off == offload_kind::params && gr.z != 3) continue;
@@ -190,6 +276,9 @@ class searcher {
         plan_request r = base_;
         r.prec = gr.prec, r.quant = gr.quant, r.ckpt = ck, r.zero = gr.z, r.offload = off;
         r.tp = gr.tp, r.pp = gr.pp, r.steps = 2;
+        r.lora_rank = me.lora_rank, r.optimizer = me.optimizer,
+        r.optimizer_in_backward = me.in_backward;
+        if (base_.mode == run_mode::train) r.quant = me.quant;
         // The allocator works under the memory left after the margin: it flushes its cache
         // before it fails, as PyTorch's does.
         r.device_capacity_bytes = limit_;
@@ -201,7 +290,7 @@ class searcher {
         if (mb == 0) continue;
         if (mb == per_gpu) whole_fits = true;
         if (off == offload_kind::none) fits_without_offload = true;
-        if (mb == per_gpu && ck == checkpointing::none && off == offload_kind::none)
+        if (mb == per_gpu && ck == checkpointing::none && off == offload_kind::none && !variant)
           gr.whole_plain = true;
         gr.fits.push_back(candidate(best, mb, per_gpu));
       }
@@ -214,8 +303,13 @@ class searcher {
       r.micro_batch = mb;
     else
       r.batch = mb;
+    // Weights, gradients and states alone exceed the GPU: no batch can fit, nothing to plan.
+    if (base_.mode == run_mode::train &&
+        static_training_bytes(m_, r, params_) + static_cast<double>(o_.context_bytes) >
+            static_cast<double>(limit_))
+      return false;
     try {
-      p = make_plan(m_, r, o_);
+      p = make_plan(m_, r, o_, plan_scope::until_out_of_memory);
     } catch (const invalid_input&) {
       return false;
     }
@@ -228,6 +322,8 @@ class searcher {
   /// by bisection after checking that the smallest fits at all. 0 when nothing fits.
   std::int64_t largest_fitting(plan_request& r, std::int64_t per_gpu, group& gr,
                                plan_result& best) const {
+    // Stepping in backward cannot accumulate: the whole per-GPU batch or nothing.
+    if (r.optimizer_in_backward) return try_plan(r, per_gpu, gr, best) ? per_gpu : 0;
     std::vector<std::int64_t> sizes;
     for (std::int64_t mb = 1; mb <= per_gpu; ++mb)
       if (base_.mode == run_mode::infer || per_gpu % mb == 0) sizes.push_back(mb);
@@ -253,9 +349,26 @@ class searcher {
     c.device_peak_bytes = p.device_peak_bytes;
     c.allocated_peak_bytes = p.allocated_peak_bytes;
     c.host_peak_bytes = p.host_peak_bytes;
-    c.step_time_s = estimate_step_time(m_, p.request, gpu_, o_);
+    c.step_time_s = estimate_step_time(p, gpu_, o_);
     const auto& q = p.request;
     if (q.mode == run_mode::train) {
+      c.reasons.push_back(
+          q.lora_rank == 0
+              ? fmt::format("full fine-tune, optimizer {}{}{}", to_string(q.optimizer),
+                            q.optimizer == optimizer_kind::paged_adamw_8bit
+                                ? fmt::format(" ({} of states in managed memory, {} paged to the "
+                                              "host)",
+                                              format_bytes(static_cast<double>(p.managed_bytes)),
+                                              format_bytes(static_cast<double>(
+                                                  p.managed_bytes - p.managed_resident_bytes)))
+                                : std::string(),
+                            q.optimizer_in_backward
+                                ? ", stepped in backward (no full set of gradients)"
+                                : "")
+              : fmt::format("{} rank {} on {}: {} trainable parameters, base frozen{}",
+                            q.quant == quant_kind::nf4 ? "QLoRA" : "LoRA", q.lora_rank,
+                            lora_targets_string(q.lora_targets), p.trainable_parameters,
+                            q.quant == quant_kind::nf4 ? " in NF4" : " in 16 bits"));
       c.reasons.push_back(
           mb == per_gpu
               ? fmt::format("micro-batch {}: the whole per-GPU batch fits", mb)
@@ -279,13 +392,16 @@ class searcher {
                               : fmt::format("weights quantised to {}{}", to_string(q.quant),
                                             q.quant == base_.quant ? " (as asked)" : ""));
     }
-    c.reasons.push_back(
-        fmt::format("precision {}{}", to_string(q.prec),
-                    q.prec == base_.prec        ? " (as asked)"
-                    : q.mode == run_mode::infer ? ": 16-bit weights"
-                    : q.prec == precision::bf16
-                        ? ": 16-bit weights and states halve model memory"
-                        : ": autocast runs GEMMs in 16 bits, keeps fp32 master weights"));
+    c.reasons.push_back(fmt::format(
+        "precision {}{}", to_string(q.prec),
+        q.prec == base_.prec        ? " (as asked)"
+        : q.mode == run_mode::infer ? ": 16-bit weights"
+        : q.lora_rank > 0
+            ? (q.prec == precision::bf16 ? ": 16-bit frozen base, fp32 adapters"
+                                         : ": 16-bit frozen base, autocast over the fp32 adapters")
+        : q.prec == precision::bf16
+            ? ": 16-bit weights and states halve model memory"
+            : ": autocast runs GEMMs in 16 bits, keeps fp32 master weights"));
     layout_reasons(p, c.reasons);
     return c;
   }
@@ -324,6 +440,7 @@ class searcher {
   const search_axes& axes_;
   const gpu_spec& gpu_;
   std::uint64_t limit_;
+  double params_;
 };
 
 /// Runs the groups on up to `threads` threads; rethrows the first group's error.
@@ -369,18 +486,20 @@ fit_result fit_search(const model_description& m, const plan_request& base_in,
     std::vector<group> groups;
     for (; li < axes.layouts.size() && axes.layouts[li].first * axes.layouts[li].second == width;
          ++li)
-      for (auto prec : axes.precs)
-        for (auto quant : axes.quants)
-          for (int z : axes.zeros)
-            groups.push_back(group{axes.layouts[li].first,
-                                   axes.layouts[li].second,
-                                   prec,
-                                   quant,
-                                   z,
-                                   {},
-                                   0,
-                                   false,
-                                   nullptr});
+      for (const auto& me : axes.methods)
+        for (auto prec : axes.precs)
+          for (auto quant : axes.quants)
+            for (int z : axes.zeros) {
+              const auto tp = axes.layouts[li].first, pp = axes.layouts[li].second;
+              // Variants are searched in the 16-bit regime their recipes use (bf16; an fp32
+              // master under autocast only adds memory to them); LoRA / QLoRA without tensor or
+              // pipeline parallelism.
+              const bool variant =
+                  me.lora_rank > 0 || me.in_backward || me.optimizer != base.optimizer;
+              if (variant && prec != precision::bf16) continue;
+              if (me.lora_rank > 0 && (tp * pp > 1 || z == 3)) continue;
+              groups.push_back(group{tp, pp, prec, quant, z, me, {}, 0, false, nullptr});
+            }
     run_groups(groups, s, threads);
     bool layout_done = false;
     for (auto& gr : groups) {
@@ -391,11 +510,30 @@ fit_result fit_search(const model_description& m, const plan_request& base_in,
     }
     if (layout_done) break;
   }
-  std::stable_sort(
-      out.fits.begin(), out.fits.end(),
-      [](const fit_candidate& a, const fit_candidate& b) { return a.step_time_s < b.step_time_s; });
-  if (out.fits.size() > opt.max_results) out.fits.resize(opt.max_results);
+  rank_fits(out, opt.max_results);
   return out;
+}
+
+void rank_fits(fit_result& res, std::size_t max_results) {
+  std::stable_sort(
+      res.fits.begin(), res.fits.end(),
+      [](const fit_candidate& a, const fit_candidate& b) { return a.step_time_s < b.step_time_s; });
+  // The fastest of each method (full fine-tune per optimizer, LoRA per rank, QLoRA) comes first,
+  // in time order, so that every way of fitting shows before a second layout of one of them.
+  auto key = [](const fit_candidate& c) {
+    const auto& q = c.request;
+    return std::tuple(q.lora_rank, q.quant, q.optimizer, q.optimizer_in_backward,
+                      c.activation_mix.empty());
+  };
+  std::vector<fit_candidate> firsts, rest;
+  for (auto& c : res.fits) {
+    const bool seen = std::any_of(firsts.begin(), firsts.end(),
+                                  [&](const fit_candidate& f) { return key(f) == key(c); });
+    (seen ? rest : firsts).push_back(std::move(c));
+  }
+  res.fits = std::move(firsts);
+  for (auto& c : rest) res.fits.push_back(std::move(c));
+  if (res.fits.size() > max_results) res.fits.resize(max_results);
 }
 
 }  // namespace vramkit::plan

@@ -40,6 +40,14 @@ plan_request request_of(const json& c) {
   if (has(c, "sp")) r.sp = c.at("sp").get<bool>();
   if (has(c, "pp")) r.pp = c.at("pp").get<int>();
   if (has(c, "ep")) r.ep = c.at("ep").get<int>();
+  // Fine-tuning and serving cases: LoRA / QLoRA, optimizer in backward, paged KV.
+  if (has(c, "lora_rank")) r.lora_rank = c.at("lora_rank").get<int>();
+  if (has(c, "lora_targets")) r.lora_targets = parse_lora_targets(text(c, "lora_targets"));
+  if (has(c, "lora_dropout")) r.lora_dropout = c.at("lora_dropout").get<double>();
+  if (has(c, "optimizer_in_backward"))
+    r.optimizer_in_backward = c.at("optimizer_in_backward").get<bool>();
+  if (has(c, "serving")) r.serving = parse_serving(text(c, "serving"));
+  if (has(c, "kv_cache_dtype")) r.kv_cache = parse_kv_cache(text(c, "kv_cache_dtype"));
   return r;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,18 @@
 #include "vramkit/plan/caching_allocator_model.hpp"
 
 namespace vramkit::plan {
+
+const char* to_string(memory_where w) noexcept {
+  switch (w) {
+    case memory_where::device:
+      return "device";
+    case memory_where::host:
+      return "host";
+    case memory_where::managed:
+      return "managed";
+  }
+  return "?";
+}
 
 namespace {
 
@@ -58,7 +71,14 @@ namespace {
 /// return the allocator to the state they started from (schedule_observer).
 class replay final : public schedule_observer {
  public:
-  explicit replay(caching_allocator_model& a) : alloc(a) { alloc.clear(); }
+  replay(caching_allocator_model& a, bool stop_on_oom) : alloc(a), stop_on_oom_(stop_on_oom) {
+    alloc.clear();
+  }
+  bool stop(const schedule& s) override {
+    if (!stop_on_oom_) return false;
+    run_to_end(s);
+    return alloc.out_of_memory_count() > 0;
+  }
 
   void run_to_end(const schedule& s) {
     handle_.resize(s.tensors.size(), 0);
@@ -112,11 +132,17 @@ class replay final : public schedule_observer {
   std::uint64_t best_ = 0;
   std::size_t next_ = 0;
   std::vector<std::uint64_t> state_[2];
+  bool stop_on_oom_ = false;
 };
 
 }  // namespace
 
 plan_result make_plan(const model_description& m, plan_request r, const device_overheads& o) {
+  return make_plan(m, std::move(r), o, plan_scope::whole);
+}
+
+plan_result make_plan(const model_description& m, plan_request r, const device_overheads& o,
+                      plan_scope scope) {
   r.validate(m);
   plan_result p;
   p.model = m;
@@ -131,7 +157,7 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
   // events.
   thread_local schedule s;
   thread_local caching_allocator_model model;
-  replay rp(model);
+  replay rp(model, scope == plan_scope::until_out_of_memory);
   if (r.device_capacity_bytes != 0) {
     // What the caching allocator can get: the GPU's memory less the context (at least a byte,
     // so that a GPU smaller than the context makes every allocation fail).
@@ -148,7 +174,15 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
   p.reserved_peak_bytes = alloc.peak_reserved_bytes();
   p.cache_flushes = alloc.cache_flushes();
   p.out_of_memory = alloc.out_of_memory_count();
-  p.device_peak_bytes = p.reserved_peak_bytes + p.context_bytes;
+  p.trainable_parameters = s.trainable_parameters;
+  p.managed_bytes = s.managed_bytes;
+  p.managed_resident_bytes = p.managed_bytes;
+  if (r.device_capacity_bytes != 0) {
+    const std::uint64_t used = p.reserved_peak_bytes + p.context_bytes;
+    const std::uint64_t room = r.device_capacity_bytes > used ? r.device_capacity_bytes - used : 0;
+    p.managed_resident_bytes = std::min(p.managed_bytes, room);
+  }
+  p.device_peak_bytes = p.reserved_peak_bytes + p.context_bytes + p.managed_resident_bytes;
   if (!s.events.empty()) {
     const auto& t = s.tensors[s.events[peak_event].tensor];
     p.peak_phase = to_string(t.ph);
@@ -172,11 +206,19 @@ plan_result make_plan(const model_description& m, plan_request r, const device_o
       {"CUDA context and loaded kernels", p.context_bytes - collective, memory_where::device});
   if (collective != 0)
     p.components.push_back({"NCCL communicator buffers", collective, memory_where::device});
+  if (p.managed_bytes > 0) {
+    p.components.push_back({"paged optimizer states (CUDA managed memory, resident part)",
+                            p.managed_resident_bytes, memory_where::managed});
+    if (p.managed_bytes > p.managed_resident_bytes)
+      p.components.push_back({"paged optimizer states paged out to host memory",
+                              p.managed_bytes - p.managed_resident_bytes, memory_where::host});
+  }
   p.host_peak_bytes = host_offload_bytes(m, r, p.parameters);
   if (p.host_peak_bytes > 0)
     p.components.push_back(
         {"offloaded optimizer states, fp32 master and gradients (pinned, per node)",
          p.host_peak_bytes, memory_where::host});
+  p.host_peak_bytes += p.managed_bytes - p.managed_resident_bytes;
   return p;
 }
 
@@ -188,10 +230,13 @@ std::string to_json(const plan_result& p) {
   j["model_source"] = p.model.source;
   j["family"] = to_string(p.model.family);
   j["parameters"] = p.parameters;
+  j["trainable_parameters"] = p.trainable_parameters;
   j["allocated_peak_bytes"] = p.allocated_peak_bytes;
   j["reserved_peak_bytes"] = p.reserved_peak_bytes;
   j["device_peak_bytes"] = p.device_peak_bytes;
   j["host_peak_bytes"] = p.host_peak_bytes;
+  j["managed_bytes"] = p.managed_bytes;
+  j["managed_resident_bytes"] = p.managed_resident_bytes;
   j["peak_phase"] = p.peak_phase;
   j["peak_step"] = p.peak_step;
   j["peak_layer"] = p.peak_layer;
@@ -204,9 +249,7 @@ std::string to_json(const plan_result& p) {
   }
   auto comps = nlohmann::ordered_json::array();
   for (const auto& c : p.components)
-    comps.push_back({{"name", c.name},
-                     {"bytes", c.bytes},
-                     {"where", c.where == memory_where::device ? "device" : "host"}});
+    comps.push_back({{"name", c.name}, {"bytes", c.bytes}, {"where", to_string(c.where)}});
   j["components"] = comps;
   nlohmann::ordered_json in;
   in["mode"] = to_string(r.mode);
@@ -228,6 +271,11 @@ std::string to_json(const plan_result& p) {
   in["offload"] = to_string(r.offload);
   in["quant"] = to_string(r.quant);
   in["serving"] = to_string(r.serving);
+  in["kv_cache_dtype"] = to_string(r.kv_cache);
+  in["lora_rank"] = r.lora_rank;
+  in["lora_targets"] = r.lora_rank > 0 ? lora_targets_string(r.lora_targets) : "";
+  in["lora_dropout"] = r.lora_dropout;
+  in["optimizer_in_backward"] = r.optimizer_in_backward;
   in["steps"] = r.steps;
   in["context_bytes"] = p.context_bytes;
   in["overheads_source"] = p.overheads.source;
@@ -242,10 +290,18 @@ std::string to_table(const plan_result& p) {
                      to_string(p.model.family), static_cast<double>(p.parameters) / 1e6);
   if (r.mode == run_mode::train) {
     out += fmt::format(
-        "  train: batch {} (micro-batch {}), {}, {}, {}, checkpointing {}, attention {}", r.batch,
+        "  train: batch {} (micro-batch {}), {}, {}, {}{}, checkpointing {}, attention {}", r.batch,
         r.micro_batch,
         p.model.is_vision() ? fmt::format("image {}", r.image_size) : fmt::format("seq {}", r.seq),
-        to_string(r.prec), to_string(r.optimizer), to_string(r.ckpt), to_string(r.attention));
+        to_string(r.prec), to_string(r.optimizer), r.optimizer_in_backward ? " (in backward)" : "",
+        to_string(r.ckpt), to_string(r.attention));
+    if (r.lora_rank > 0)
+      out += fmt::format("\n  {}: rank {} on {}, {} trainable parameters ({:.2f}%), base frozen{}",
+                         r.quant == quant_kind::nf4 ? "QLoRA" : "LoRA", r.lora_rank,
+                         lora_targets_string(r.lora_targets), p.trainable_parameters,
+                         100.0 * static_cast<double>(p.trainable_parameters) /
+                             static_cast<double>(std::max<std::uint64_t>(1, p.parameters)),
+                         r.quant == quant_kind::nf4 ? " in NF4" : "");
   } else {
     out += fmt::format(
         "  infer: batch {}, prompt {} + {} new tokens, weights {}{}, {}", r.batch, r.prompt,
@@ -267,7 +323,7 @@ std::string to_table(const plan_result& p) {
       "bytes", "where");
   for (const auto& c : p.components)
     out += fmt::format("  {:<58} {:>12}  {}\n", c.name, format_bytes(static_cast<double>(c.bytes)),
-                       c.where == memory_where::device ? "device" : "host");
+                       to_string(c.where));
   out += "\n";
   out += fmt::format("  {:<58} {:>12}\n", "allocated peak (torch.cuda.max_memory_allocated)",
                      format_bytes(static_cast<double>(p.allocated_peak_bytes)));
@@ -277,6 +333,9 @@ std::string to_table(const plan_result& p) {
                      format_bytes(static_cast<double>(p.device_peak_bytes)));
   out += fmt::format("  {:<58} {:>12}\n", "host peak per node (pinned)",
                      format_bytes(static_cast<double>(p.host_peak_bytes)));
+  if (p.managed_bytes > 0)
+    out += fmt::format("  {:<58} {:>12}\n", "managed memory (paged optimizer states)",
+                       format_bytes(static_cast<double>(p.managed_bytes)));
   if (r.device_capacity_bytes != 0) {
     const std::string cap = format_bytes(static_cast<double>(r.device_capacity_bytes));
     if (!p.fits()) {

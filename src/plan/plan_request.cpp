@@ -39,12 +39,14 @@ constexpr std::array<std::pair<const char*, precision>, 6> k_prec{
      {"bf16", precision::bf16},
      {"fp8", precision::fp8},
      {"auto", precision::automatic}}};
-constexpr std::array<std::pair<const char*, optimizer_kind>, 5> k_opt{
+constexpr std::array<std::pair<const char*, optimizer_kind>, 7> k_opt{
     {{"sgd", optimizer_kind::sgd},
      {"sgd-momentum", optimizer_kind::sgd_momentum},
      {"adam", optimizer_kind::adam},
      {"adamw", optimizer_kind::adamw},
-     {"adamw-8bit", optimizer_kind::adamw_8bit}}};
+     {"adamw-fused", optimizer_kind::adamw_fused},
+     {"adamw-8bit", optimizer_kind::adamw_8bit},
+     {"paged-adamw-8bit", optimizer_kind::paged_adamw_8bit}}};
 constexpr std::array<std::pair<const char*, checkpointing>, 3> k_ckpt{
     {{"none", checkpointing::none},
      {"full", checkpointing::full},
@@ -65,6 +67,19 @@ constexpr std::array<std::pair<const char*, quant_kind>, 5> k_quant{{{"none", qu
 constexpr std::array<std::pair<const char*, serving_kind>, 2> k_serve{
     {{"generate", serving_kind::generate}, {"paged", serving_kind::paged}}};
 
+constexpr std::array<std::pair<const char*, kv_cache_kind>, 3> k_kv{
+    {{"auto", kv_cache_kind::model},
+     {"fp8", kv_cache_kind::fp8},
+     {"fp8_e4m3", kv_cache_kind::fp8}}};
+constexpr std::array<std::pair<const char*, std::uint8_t>, 7> k_lora_names{
+    {{"q", lora_target::q},
+     {"k", lora_target::k},
+     {"v", lora_target::v},
+     {"o", lora_target::o},
+     {"gate", lora_target::gate},
+     {"up", lora_target::up},
+     {"down", lora_target::down}}};
+
 [[noreturn]] void refuse(const std::string& what) { throw invalid_input(what); }
 
 }  // namespace
@@ -77,6 +92,43 @@ const char* to_string(attention_kind v) noexcept { return name_of(v, k_attn); }
 const char* to_string(offload_kind v) noexcept { return name_of(v, k_off); }
 const char* to_string(quant_kind v) noexcept { return name_of(v, k_quant); }
 const char* to_string(serving_kind v) noexcept { return name_of(v, k_serve); }
+const char* to_string(kv_cache_kind v) noexcept { return name_of(v, k_kv); }
+
+std::string lora_targets_string(std::uint8_t targets) {
+  if (targets == lora_target::all) return "all";
+  if (targets == lora_target::attention) return "attention";
+  if (targets == lora_target::mlp) return "mlp";
+  std::string out;
+  for (const auto& [name, bit] : k_lora_names)
+    if ((targets & bit) != 0) out += (out.empty() ? "" : ",") + std::string(name);
+  return out;
+}
+
+std::uint8_t parse_lora_targets(std::string_view s) {
+  if (s == "all" || s == "all-linear") return lora_target::all;
+  if (s == "attention" || s == "attn") return lora_target::attention;
+  if (s == "mlp") return lora_target::mlp;
+  std::uint8_t bits = 0;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const auto comma = s.find(',', start);
+    std::string_view item =
+        s.substr(start, comma == std::string_view::npos ? s.npos : comma - start);
+    // PEFT's module names: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.
+    if (item.size() > 5 && item.substr(item.size() - 5) == "_proj") item.remove_suffix(5);
+    std::uint8_t bit = 0;
+    for (const auto& [name, b] : k_lora_names)
+      if (item == name) bit = b;
+    if (bit == 0)
+      throw invalid_input(fmt::format(
+          "--lora-targets '{}': '{}' is not one of all, attention, mlp, q, k, v, o, gate, up, down",
+          s, item));
+    bits |= bit;
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return bits;
+}
 
 run_mode parse_mode(std::string_view s) { return parse_enum(s, k_modes, "mode"); }
 precision parse_precision(std::string_view s) { return parse_enum(s, k_prec, "precision"); }
@@ -88,6 +140,7 @@ attention_kind parse_attention(std::string_view s) { return parse_enum(s, k_attn
 offload_kind parse_offload(std::string_view s) { return parse_enum(s, k_off, "offload"); }
 quant_kind parse_quant(std::string_view s) { return parse_enum(s, k_quant, "quant"); }
 serving_kind parse_serving(std::string_view s) { return parse_enum(s, k_serve, "serving"); }
+kv_cache_kind parse_kv_cache(std::string_view s) { return parse_enum(s, k_kv, "kv-cache-dtype"); }
 
 namespace {
 
@@ -126,14 +179,19 @@ void check_layout(plan_request& r, const model_description& m) {
     refuse(fmt::format("--batch {} must be in [1, {}]", r.batch, k_max_batch));
   if (r.steps < 1 || r.steps > 16) refuse(fmt::format("steps {} must be in [1, 16]", r.steps));
   if (m.is_vision()) {
-    if (r.image_size == 0) r.image_size = 224;
+    if (r.image_size == 0) r.image_size = m.family == model_family::hf_vit ? m.vit.image : 224;
     if (r.seq != 0) refuse("--seq applies to language models, not to " + m.name);
-    if (r.attention != attention_kind::sdpa)
+    if (r.attention != attention_kind::sdpa && m.is_torchvision())
       refuse("--attention chooses the Hugging Face transformers' attention implementation; " +
              m.name + " (torchvision) always runs scaled_dot_product_attention");
+    if (m.family == model_family::hf_vit && r.image_size != m.vit.image)
+      refuse(fmt::format(
+          "--image-size {}: {}'s position table is for {}x{} images (transformers interpolates "
+          "it only with interpolate_pos_encoding, not modelled)",
+          r.image_size, m.name, m.vit.image, m.vit.image));
     if (r.image_size < 16 || r.image_size > 8192)
       refuse(fmt::format("--image-size {} must be in [16, 8192]", r.image_size));
-    if (m.family == model_family::vit && r.image_size % m.vit.patch != 0)
+    if ((m.family == model_family::vit) && r.image_size % m.vit.patch != 0)
       refuse(fmt::format("--image-size {} is not a multiple of the patch size {}", r.image_size,
                          m.vit.patch));
     if (r.tp > 1 || r.pp > 1)
@@ -158,6 +216,18 @@ void check_layout(plan_request& r, const model_description& m) {
     }
   }
   if (m.is_vision() && r.ep != 1) refuse("--ep applies to mixture-of-experts models");
+  if (m.family == model_family::t5) {
+    if (r.tp > 1 || r.pp > 1 || r.sp || r.ep > 1)
+      refuse("--tp/--pp/--sp/--ep are not modelled for T5 (plan data parallel)");
+    if (r.ckpt != checkpointing::none)
+      refuse("--checkpointing is not modelled for T5's encoder-decoder blocks");
+    if (r.attention != attention_kind::sdpa)
+      refuse("--attention: T5 always runs its own eager attention (the scores are materialised)");
+    if (r.lora_rank > 0) refuse("--lora-rank is not modelled for T5");
+    if (r.serving != serving_kind::generate)
+      refuse(
+          "--serving paged is not modelled for T5 (its encoder-decoder caches are generate()'s)");
+  }
   if (r.gpus_per_node != 8 && r.offload == offload_kind::none)
     refuse(
         "--gpus-per-node sets the per-node host figure of --offload runs; without --offload it "
@@ -166,6 +236,64 @@ void check_layout(plan_request& r, const model_description& m) {
     refuse(
         "--checkpointing selective recomputes the attention core's s x s scores; with --attention "
         "sdpa or flash none are stored, so it would change nothing (use none or full)");
+}
+
+/// LoRA / QLoRA, optimizer-in-backward and the optimizers that need a particular setup.
+void check_fine_tuning(plan_request& r, const model_description& m) {
+  const bool lora = r.lora_rank > 0;
+  if (r.lora_rank < 0 || r.lora_rank > 65536)
+    refuse(fmt::format("--lora-rank {} must be in [0, 65536]", r.lora_rank));
+  if (!lora && r.lora_targets != lora_target::all)
+    refuse("--lora-targets chooses the layers LoRA adapts: it needs --lora-rank");
+  if (!(r.lora_dropout >= 0 && r.lora_dropout < 1))
+    refuse(fmt::format("--lora-dropout {} must be in [0, 1)", r.lora_dropout));
+  if (!lora && r.lora_dropout != 0) refuse("--lora-dropout needs --lora-rank");
+  if (lora && r.lora_targets == 0) refuse("--lora-targets names no layer");
+  if (r.quant == quant_kind::none && m.weights.quant == quant_kind::nf4 && lora)
+    r.quant = quant_kind::nf4;  // a bitsandbytes 4-bit checkpoint fine-tuned with LoRA: QLoRA
+  if (r.quant != quant_kind::none && !(lora && r.quant == quant_kind::nf4))
+    refuse(
+        "--quant in training is QLoRA only: --quant nf4 with --lora-rank (a full fine-tune keeps "
+        "full-precision weights; other quantised bases are not modelled)");
+  if (m.weights.quant != quant_kind::none && r.quant != quant_kind::nf4)
+    refuse(fmt::format(
+        "{} stores {}-quantised weights (quantization_config): full training of a quantised "
+        "checkpoint is not possible; plan the unquantised model, or LoRA on a bitsandbytes 4-bit "
+        "one",
+        m.name, m.weights.method));
+  if (lora) {
+    if (m.is_vision())
+      refuse("--lora-rank is modelled for the transformer language models, not for " + m.name);
+    if (m.family == model_family::deepseek)
+      refuse("--lora-rank on DeepSeek's latent attention is not modelled");
+    if (r.tp > 1 || r.pp > 1 || r.ep > 1)
+      refuse("--lora-rank with --tp/--pp/--ep is not modelled (plan LoRA on data parallel only)");
+    if (r.offload != offload_kind::none)
+      refuse(
+          "--lora-rank with --offload: the adapters' states are small, offload would change "
+          "almost nothing (not modelled)");
+    if (r.prec == precision::fp8) refuse("--lora-rank with --precision fp8 is not modelled");
+  }
+  const bool bnb =
+      r.optimizer == optimizer_kind::adamw_8bit || r.optimizer == optimizer_kind::paged_adamw_8bit;
+  if ((bnb || r.optimizer == optimizer_kind::adamw_fused) && r.offload != offload_kind::none)
+    refuse(fmt::format(
+        "--optimizer {} with --offload: ZeRO-Offload runs its own CPU Adam (give adamw)",
+        to_string(r.optimizer)));
+  if (r.optimizer_in_backward) {
+    if (r.gpus > 1)
+      refuse("--optimizer-in-backward is modelled on one GPU (torchtune's single-device recipes)");
+    if (r.micro_batch != r.batch)
+      refuse(
+          "--optimizer-in-backward steps in every backward: it cannot accumulate gradients over "
+          "micro-batches (give --micro-batch equal to --batch)");
+    if (r.offload != offload_kind::none)
+      refuse("--optimizer-in-backward with --offload is not modelled");
+    if (r.prec == precision::amp_fp16)
+      refuse(
+          "--optimizer-in-backward cannot unscale fp16 gradients with a GradScaler (use amp-bf16 "
+          "or bf16)");
+  }
 }
 
 void check_train(plan_request& r, const model_description& m) {
@@ -190,6 +318,9 @@ void check_train(plan_request& r, const model_description& m) {
     if (t.max_context > 0 && r.seq > t.max_context)
       refuse(fmt::format("--seq {} exceeds the model's max_position_embeddings {}", r.seq,
                          t.max_context));
+    if (r.seq <= m.image_tokens())
+      refuse(fmt::format("--seq {}: each sample's image alone takes {} tokens of {}", r.seq,
+                         m.image_tokens(), m.name));
   }
   if (r.batch % dp != 0)
     refuse(fmt::format("--batch {} is not divisible by the {} data-parallel ranks", r.batch, dp));
@@ -197,13 +328,9 @@ void check_train(plan_request& r, const model_description& m) {
   if (r.micro_batch < 1 || (r.batch / dp) % r.micro_batch != 0)
     refuse(fmt::format("--micro-batch {} must divide the per-GPU batch {}", r.micro_batch,
                        r.batch / dp));
-  if (r.quant != quant_kind::none)
-    refuse("--quant applies to inference (--mode infer); training keeps full-precision weights");
-  if (m.weights.quant != quant_kind::none)
-    refuse(fmt::format(
-        "{} stores {}-quantised weights (quantization_config): full training of a quantised "
-        "checkpoint is not possible; plan the unquantised model",
-        m.name, m.weights.method));
+  if (r.kv_cache != kv_cache_kind::model)
+    refuse("--kv-cache-dtype applies to inference (--mode infer)");
+  check_fine_tuning(r, m);
 }
 
 void check_infer(plan_request& r, const model_description& m) {
@@ -215,6 +342,15 @@ void check_infer(plan_request& r, const model_description& m) {
         to_string(r.prec)));
   if (r.optimizer != optimizer_kind::adamw)
     refuse("--optimizer applies to training (--mode train)");
+  if (r.lora_rank != 0 || r.lora_targets != lora_target::all || r.lora_dropout != 0)
+    refuse(
+        "--lora-rank/--lora-targets/--lora-dropout apply to training (merge the adapters for "
+        "inference)");
+  if (r.optimizer_in_backward) refuse("--optimizer-in-backward applies to training");
+  if (r.kv_cache != kv_cache_kind::model && r.serving != serving_kind::paged)
+    refuse(
+        "--kv-cache-dtype fp8: transformers' generate() keeps its cache in the model dtype; give "
+        "--serving paged (or --serve)");
   if (r.attention == attention_kind::flash)
     refuse("--attention flash: at inference flash attention uses the memory of sdpa (give sdpa)");
   if (r.gpus != r.tp * r.pp)
@@ -228,11 +364,28 @@ void check_infer(plan_request& r, const model_description& m) {
   if (m.is_vision()) {
     if (r.prompt != 0 || r.new_tokens != 0)
       refuse("--prompt/--new-tokens apply to language models, not to " + m.name);
+    if (r.serving != serving_kind::generate)
+      refuse("--serving paged: " + m.name + " has no KV cache");
     r.prompt = r.new_tokens = 0;
+  } else if (m.family == model_family::bert) {
+    // An encoder (masked LM): one forward over the sequence, no generation.
+    if (r.new_tokens != 0)
+      refuse(m.name +
+             " is an encoder: inference is one forward over --seq tokens (no --new-tokens)");
+    if (r.serving != serving_kind::generate)
+      refuse("--serving paged: " + m.name + " has no KV cache");
+    if (r.prompt == 0) r.prompt = r.seq > 0 ? r.seq : std::min<std::int64_t>(512, m.t.max_context);
+    if (r.prompt < 1 || r.prompt > m.t.max_context)
+      refuse(fmt::format("--seq {} must be in [1, {}] (the model's positions)", r.prompt,
+                         m.t.max_context));
+    r.seq = r.prompt;
   } else {
     const auto& t = m.t;
-    if (r.prompt == 0) r.prompt = r.seq > 0 ? r.seq : 512;
+    if (r.prompt == 0) r.prompt = r.seq > 0 ? r.seq : m.image_tokens() + 512;
     if (r.new_tokens == 0) r.new_tokens = 128;
+    if (r.prompt <= m.image_tokens())
+      refuse(fmt::format("--prompt {}: each sequence's image alone takes {} tokens of {}", r.prompt,
+                         m.image_tokens(), m.name));
     if (r.prompt < 1 || r.prompt > k_max_tokens)
       refuse(fmt::format("--prompt {} must be in [1, {}]", r.prompt, k_max_tokens));
     if (r.new_tokens < 1 || r.new_tokens > k_max_tokens)

@@ -93,12 +93,19 @@ void place_weights(walker& w, const std::vector<parameter_tensor>& params) {
       bytes = detail::inference_weight_bytes(w, i, params[i]);
     } else if (r.offload == offload_kind::params) {
       bytes = 0;
+    } else if (r.quant == quant_kind::nf4 && params[i].layer >= 0 &&
+               params[i].name.find("norm") == std::string::npos) {
+      // QLoRA base: bitsandbytes NF4, blocks of 64 with a double-quantised absmax (0.5 byte +
+      // one byte per 64 + an fp32 scale per 256 absmax blocks).
+      const u64 e = w.param_elems(i);
+      bytes = e / 2 + e / 64 + e / (64ull * 256) * 4;
     } else {
       bytes = static_cast<u64>(std::ceil(static_cast<double>(w.param_elems(i)) * pshard)) *
               static_cast<u64>(w.dt().param);
     }
     w.set_param_tensor(i, w.keep(bytes, component::weights, "weights"));
   }
+  w.place_adapters();
   if (const u64 buf = buffer_bytes(m)) w.keep(buf, component::weights, "buffers");
   w.keep(k_cublas_workspace, component::workspace, "cuBLAS workspace");
 }
@@ -109,6 +116,10 @@ tensor forward_loss(walker& w) {
       return detail::resnet_forward_loss(w);
     case model_family::vit:
       return detail::vit_forward_loss(w);
+    case model_family::hf_vit:
+      return detail::hf_vit_forward_loss(w);
+    case model_family::t5:
+      return detail::t5_forward_loss(w);
     default:
       return detail::lm_forward_loss(w);
   }
@@ -124,10 +135,15 @@ struct comm_buffers {
 comm_buffers comm_buffers_of(const walker& w, const std::vector<parameter_tensor>& params) {
   const auto& r = w.request();
   const int dp = r.data_parallel();
-  u64 total_elems = 0, largest_layer = 0;
+  u64 total_elems = 0, total_bytes = 0, largest_layer = 0;
   std::vector<u64> per_layer;
-  for (int i = 0; i < static_cast<int>(params.size()); ++i) {
+  // Buckets hold the gradients of the trainable parameters (the LoRA adapters, under LoRA).
+  for (int i = 0; i < w.param_count(); ++i) {
+    if (!w.trainable(i)) continue;
     total_elems += w.param_elems(i);
+    total_bytes += w.param_elems(i) * static_cast<u64>(w.param_width(i));
+  }
+  for (int i = 0; i < static_cast<int>(params.size()); ++i) {
     if (params[i].layer >= 0) {
       if (per_layer.size() <= static_cast<std::size_t>(params[i].layer))
         per_layer.resize(params[i].layer + 1, 0);
@@ -136,7 +152,7 @@ comm_buffers comm_buffers_of(const walker& w, const std::vector<parameter_tensor
   }
   for (u64 v : per_layer) largest_layer = std::max(largest_layer, v);
   comm_buffers c;
-  if (dp > 1 && r.zero == 0) c.ddp_buckets = total_elems * static_cast<u64>(w.dt().param);
+  if (dp > 1 && r.zero == 0) c.ddp_buckets = total_bytes;
   // DeepSpeed's default reduce_bucket_size is 5e8 elements (2-byte gradients).
   // With offload the bucket exists on one GPU too: gradients reach the host through it.
   if ((dp > 1 && r.zero >= 1) || r.offload != offload_kind::none)
@@ -166,6 +182,7 @@ void train_steps(walker& w, const std::vector<parameter_tensor>& params, schedul
       if (cb.zero3_gather)
         gathered = w.alloc(cb.zero3_gather, component::weights, "ZeRO-3 gathered layers");
       for (i64 k = 0; k < inflight && mb + k < accum; ++k) losses.push_back(forward_loss(w));
+      if (observer != nullptr && observer->stop(s)) return;
       // Communication buffers live through backward: DDP copies gradients into buckets
       // covering all parameters (gradient_as_bucket_view=False); ZeRO reduces through one
       // bucket of reduce_bucket_size elements.
@@ -177,6 +194,7 @@ void train_steps(walker& w, const std::vector<parameter_tensor>& params, schedul
       if (cb.zero_bucket)
         bucket = w.alloc(cb.zero_bucket, component::temporaries, "ZeRO reduce bucket");
       w.backward(losses);
+      if (observer != nullptr && observer->stop(s)) return;
       bucket.reset();
       gathered.reset();
       for (auto& loss : losses) loss.reset();
@@ -189,6 +207,7 @@ void train_steps(walker& w, const std::vector<parameter_tensor>& params, schedul
     // ZeRO-2/3: gradients are reduce-scattered; each rank keeps its shard (modelled as the
     // full gradients shrinking to the shard after backward).
     detail::optimizer_step(w);
+    if (observer != nullptr && observer->stop(s)) return;
     w.zero_grad();
     // Steps after the first repeat the same events (optimizer states exist).
     if (observer != nullptr && step + 1 < r.steps && observer->repeat_point(s, 0, step >= 1)) break;
@@ -202,6 +221,8 @@ void build_schedule(const model_description& m, const plan_request& r, schedule&
   s.tensors.clear();
   s.events.clear();
   s.steps = 0;
+  s.managed_bytes = 0;
+  s.trainable_parameters = 0;
   // About 60 tensors per transformer layer and step; reserving avoids regrowth.
   const std::size_t guess =
       64 * static_cast<std::size_t>(m.is_vision() ? 64 : m.t.layers + 4) * (r.steps + 1);
@@ -216,6 +237,12 @@ void build_schedule(const model_description& m, const plan_request& r, schedule&
       // Vision inference: the forward without saving, batch as given.
       w.set_grad(false);
       forward_loss(w);
+    } else if (m.family == model_family::t5) {
+      detail::t5_generate(w);
+    } else if (m.family == model_family::bert) {
+      // An encoder's inference: one forward without saving, the logits made and dropped.
+      w.set_grad(false);
+      detail::lm_forward_loss(w, false);
     } else {
       detail::generate(w);
     }

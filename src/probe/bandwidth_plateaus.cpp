@@ -37,27 +37,28 @@ std::vector<bandwidth_plateau> find_bandwidth_plateaus(const std::vector<curve::
     if (lone && r > 0 && r + 1 < runs.size()) continue;
     kept.push_back(runs[r]);
   }
-  // Where each plateau ends: the largest working set still within `tolerance` of its bandwidth
-  // (on the side of the next plateau: a point faster than an L2 plateau has not left it), then
-  // interpolated in log x to where the curve crosses that bound on the way to the next point.
+  // Where each plateau ends: the curve's first point after the run that lies beyond the band on
+  // the side of the next plateau ends it; the crossing is interpolated in log x from the
+  // last point before it that lies inside the band. Points on the other side (faster than an L2
+  // plateau: a set re-read sooner than the sweep intends) neither extend it nor end it, and a
+  // return into the band after the fall does not extend it either.
   for (std::size_t r = 0; r + 1 < kept.size(); ++r) {
     const double bw = kept[r].bandwidth;
     const bool falling = kept[r + 1].bandwidth < bw;
-    const double bound = falling ? (1 - tolerance) * bw : (1 + tolerance) * bw;
-    auto inside = [&](std::size_t i) { return falling ? y(i) >= bound : y(i) <= bound; };
-    std::size_t j = kept[r + 1].first;
-    while (j + 1 < points.size() && inside(j)) ++j;  // (its median may sit just inside the band)
-    while (j > kept[r].first && !inside(j - 1)) --j;
-    // j is the first point of the tail that stays outside the band up to the next plateau; j - 1
-    // the last inside it (a transition point past the run may still be inside). A dip inside the
-    // run that comes back does not end it.
-    if (j == kept[r].first) {
+    const double lo = (1 - tolerance) * bw, hi = (1 + tolerance) * bw;
+    auto past = [&](std::size_t i) { return falling ? y(i) < lo : y(i) > hi; };
+    auto inside = [&](std::size_t i) { return y(i) >= lo && y(i) <= hi; };
+    std::size_t j = kept[r].last + 1;
+    while (j < points.size() && !past(j)) ++j;
+    if (j == points.size()) {
       kept[r].end_x = points[kept[r].last].x;
       continue;
     }
-    const std::size_t i = j - 1;
+    std::size_t i = j - 1;
+    while (i > kept[r].first && !inside(i)) --i;
+    const double bound = falling ? lo : hi;
     const double a = y(i), c = y(j);
-    const double t = a == c ? 0.0 : (a - bound) / (a - c);
+    const double t = a == c ? 0.0 : std::clamp((a - bound) / (a - c), 0.0, 1.0);
     const double lx =
         std::log2(points[i].x) + t * (std::log2(points[j].x) - std::log2(points[i].x));
     kept[r].end_x = std::exp2(lx);
@@ -65,28 +66,18 @@ std::vector<bandwidth_plateau> find_bandwidth_plateaus(const std::vector<curve::
   return kept;
 }
 
-void name_gpu_cache_plateaus(std::vector<bandwidth_plateau>& plateaus,
-                             const std::vector<curve::point>& points, std::uint64_t l2_bytes) {
+void name_l2_sweep_plateaus(std::vector<bandwidth_plateau>& plateaus,
+                            const std::vector<curve::point>& points, std::uint64_t l2_bytes) {
   if (plateaus.empty() || points.empty()) return;
   const double l2 = static_cast<double>(l2_bytes);
-  std::size_t end = plateaus.size();
+  std::size_t l2_index = plateaus.size() - 1;
   if (plateaus.size() >= 2 && points[plateaus.back().first].x > 0.5 * l2) {
     plateaus.back().name = "HBM";
-    end = plateaus.size() - 1;
+    l2_index = plateaus.size() - 2;
   }
-  // Between L1 and device memory: the last plateau is the L2; one before it that also ends past
-  // a quarter of the L2 is its near part (an L2 in two partitions holds data read by every SM in
-  // both, so the fastest run ends near half the L2).
-  bool have_l2 = false;
-  for (std::size_t r = end; r-- > 0;) {
-    const double e = plateaus[r].end_x > 0 ? plateaus[r].end_x : points[plateaus[r].last].x;
-    if (e <= 0.25 * l2) {
-      plateaus[r].name = "L1";
-      break;
-    }
-    plateaus[r].name = have_l2 ? "L2 near" : "L2";
-    have_l2 = true;
-  }
+  if (points[plateaus[l2_index].first].x >= l2) return;  // the sweep never saw an L2 level
+  plateaus[l2_index].name = "L2";
+  for (std::size_t r = 0; r < l2_index; ++r) plateaus[r].name = "L2 near";
 }
 
 }  // namespace vramkit::probe::detail

@@ -16,16 +16,19 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "host_kernels.hpp"
+#include "host_probe_detail.hpp"
 #include "host_topology.hpp"
 #include "vramkit/core/units.hpp"
 #include "vramkit/core/version.hpp"
 #include "vramkit/probe/detail/latency_curve.hpp"
+#include "vramkit/probe/memory_budget.hpp"
 
 namespace vramkit::probe {
 namespace {
@@ -94,172 +97,264 @@ struct bw_outcome {
   std::vector<skipped> skips;
 };
 
-bw_outcome run_placement(const host_topology& topo, const placement& pl, std::size_t bytes,
-                         int reps, const probe_options& options) {
-  bw_outcome out;
-  const std::size_t n = bytes / sizeof(std::uint64_t);
-  bytes = n * sizeof(std::uint64_t);
-  std::uint64_t* arr[3] = {nullptr, nullptr, nullptr};
-  for (auto& p : arr) {
-    p = static_cast<std::uint64_t*>(topo.allocate(bytes, pl.mem_node));
-    if (!p) {
-      for (auto* q : arr) topo.free_memory(q, bytes, pl.mem_node);
-      out.skips.push_back(
-          {pl.key_prefix,
-           fmt::format("could not allocate 3 x {} of host memory{}",
-                       format_bytes(static_cast<double>(bytes)),
-                       pl.mem_node >= 0 ? " on NUMA node " + std::to_string(pl.mem_node) : ""),
-           false});
-      return out;
+const bw_spec& spec_of(bw_kind kind) {
+  return *std::find_if(std::begin(bw_specs), std::end(bw_specs),
+                       [&](const bw_spec& s) { return s.kind == kind; });
+}
+
+// The three arrays a placement runs on, on its memory node (or placed by first touch), freed on
+// destruction.
+class bw_arrays {
+ public:
+  bw_arrays(const host_topology& topo, std::size_t bytes, int node)
+      : topo_(topo), bytes_(bytes), node_(node) {
+    for (auto*& p : arr_) {
+      p = static_cast<std::uint64_t*>(topo.allocate(bytes, node));
+      if (p == nullptr) ok_ = false;
     }
   }
-  std::uint64_t* a = arr[0];
-  std::uint64_t* b = arr[1];
-  std::uint64_t* c = arr[2];
+  ~bw_arrays() {
+    for (auto* p : arr_) topo_.free_memory(p, bytes_, node_);
+  }
+  bw_arrays(const bw_arrays&) = delete;
+  bw_arrays& operator=(const bw_arrays&) = delete;
+  [[nodiscard]] bool ok() const { return ok_; }
+  [[nodiscard]] std::uint64_t* a() const { return arr_[0]; }
+  [[nodiscard]] std::uint64_t* b() const { return arr_[1]; }
+  [[nodiscard]] std::uint64_t* c() const { return arr_[2]; }
 
-  const int nthreads = static_cast<int>(pl.pus.size());
-  std::barrier<> bar(nthreads);
-  const int warmup = 1;
-  struct alignas(64) slot {
-    bool bad = false;
-  };
-  std::vector<slot> bad(static_cast<std::size_t>(nthreads));
-  std::atomic<int> pinned_failures{0};
-  steady::time_point t0{};
-  std::vector<double> seconds;
+ private:
+  const host_topology& topo_;
+  std::size_t bytes_;
+  int node_;
+  bool ok_ = true;
+  std::uint64_t* arr_[3] = {nullptr, nullptr, nullptr};
+};
 
+// First touch of [lo, hi) by the thread that will use it places its pages on that thread's node.
+void first_touch(const bw_arrays& arr, std::size_t lo, std::size_t hi) {
+  for (std::size_t i = lo; i < hi; ++i) {
+    arr.a()[i] = 1;
+    arr.b()[i] = b_value(i);
+    arr.c()[i] = c_value(i);
+  }
+}
+
+// One pass of `kind` over [lo, hi) (pass number `rep` sets what a write stores); false when a
+// read's sum is wrong.
+bool run_kernel(bw_kind kind, const bw_arrays& arr, std::size_t lo, std::size_t hi, int rep) {
+  switch (kind) {
+    case bw_kind::read:
+      return detail::kernel_read(arr.b() + lo, hi - lo) == sum_b(lo, hi);
+    case bw_kind::write:
+      detail::kernel_write(arr.a() + lo, hi - lo, write_value(rep));
+      return true;
+    case bw_kind::copy:
+      detail::kernel_copy(arr.a() + lo, arr.b() + lo, hi - lo);
+      return true;
+    case bw_kind::triad:
+      detail::kernel_triad(arr.a() + lo, arr.b() + lo, arr.c() + lo, triad_k, hi - lo);
+      return true;
+  }
+  return false;
+}
+
+// Untimed: what the passes of `kind` left in [lo, hi), the last being pass `last_rep` — a sum,
+// then spot checks that catch a permutation the sum would not.
+bool verify_kernel(bw_kind kind, const bw_arrays& arr, std::size_t lo, std::size_t hi,
+                   int last_rep) {
+  const std::uint64_t* a = arr.a();
+  bool ok = true;
+  switch (kind) {
+    case bw_kind::read:
+      return true;  // checked on every pass
+    case bw_kind::write:
+      return detail::kernel_read(a + lo, hi - lo) == (hi - lo) * write_value(last_rep);
+    case bw_kind::copy:
+      ok = detail::kernel_read(a + lo, hi - lo) == sum_b(lo, hi);
+      break;
+    case bw_kind::triad:
+      ok = detail::kernel_read(a + lo, hi - lo) == sum_b(lo, hi) + triad_k * sum_c(lo, hi);
+      break;
+  }
+  for (std::size_t i = lo; ok && i < hi; i += std::max<std::size_t>(1, (hi - lo) / 61)) {
+    ok = kind == bw_kind::copy ? a[i] == b_value(i) : a[i] == b_value(i) + triad_k * c_value(i);
+  }
+  return ok;
+}
+
+measurement bw_measurement(const placement& pl, const bw_spec& spec, const std::string& key,
+                           int used, std::size_t bytes, int reps,
+                           const std::vector<double>& seconds) {
+  measurement r;
+  r.key = key;
+  r.section = "host";
+  r.title = fmt::format("{} {}, {} thread{}", pl.where, spec.name, used, used == 1 ? "" : "s");
+  r.device = pl.device;
+  r.unit = "GB/s";
+  r.convention = spec.convention;
+  r.size_bytes = bytes;
+  r.repetitions = reps;
+  const double counted = static_cast<double>(spec.streams) * static_cast<double>(bytes);
+  for (double s : seconds) r.samples.push_back(counted / s / 1e9);
+  r.stats = sample_stats::of(r.samples);
+  r.verified = true;
+  r.note = fmt::format("{}; {} of each array; verified by checksum", spec.counting,
+                       format_bytes(static_cast<double>(bytes)));
+  r.extra["threads"] = used;
+  r.extra["bytes_counted_per_pass"] = counted;
+  if (pl.mem_node >= 0) r.extra["host_numa_node"] = pl.mem_node;
+  return r;
+}
+
+// A team of pinned threads, one per PU of a placement, timing every kernel of it over the shared
+// arrays: one thread alone (`one_thread`) and then all of them, each on its share.
+class bw_team {
+ public:
+  bw_team(const host_topology& topo, const placement& pl, const bw_arrays& arr, std::size_t n,
+          int reps, const probe_options& options)
+      : topo_(topo),
+        pl_(pl),
+        arr_(arr),
+        n_(n),
+        reps_(reps),
+        options_(options),
+        nthreads_(static_cast<int>(pl.pus.size())),
+        bar_(nthreads_),
+        bad_(static_cast<std::size_t>(nthreads_)) {}
+
+  bw_outcome run() {
+    std::vector<std::thread> team;
+    team.reserve(static_cast<std::size_t>(nthreads_));
+    for (int t = 0; t < nthreads_; ++t) team.emplace_back([this, t] { body(t); });
+    for (auto& t : team) t.join();
+    if (pinned_failures_.load() > 0) {
+      for (auto& r : out_.results)
+        r.note += fmt::format("; {} thread(s) could not be pinned", pinned_failures_.load());
+    }
+    return std::move(out_);
+  }
+
+ private:
   struct mode {
     const char* key;
     bool all;
   };
-  std::vector<mode> modes;
-  if (pl.one_thread) modes.push_back({"one_thread", false});
-  modes.push_back({"all_threads", true});
+  static constexpr int warmup = 1;
 
-  auto chunk_of = [&](int tid, std::size_t& lo, std::size_t& hi) {
-    // Boundaries on 64-byte multiples so no two threads write one cache line.
-    const std::size_t per = (n / static_cast<std::size_t>(nthreads)) / 8 * 8;
+  // Boundaries on 64-byte multiples so no two threads write one cache line.
+  void chunk_of(int tid, std::size_t& lo, std::size_t& hi) const {
+    const std::size_t per = (n_ / static_cast<std::size_t>(nthreads_)) / 8 * 8;
     lo = per * static_cast<std::size_t>(tid);
-    hi = tid + 1 == nthreads ? n : lo + per;
-  };
+    hi = tid + 1 == nthreads_ ? n_ : lo + per;
+  }
 
-  auto body = [&](int tid) {
-    if (!topo.pin_current_thread(pl.pus[static_cast<std::size_t>(tid)])) ++pinned_failures;
+  void body(int tid) {
+    if (!topo_.pin_current_thread(pl_.pus[static_cast<std::size_t>(tid)])) ++pinned_failures_;
     std::size_t lo = 0, hi = 0;
     chunk_of(tid, lo, hi);
-    // First touch by the thread that will use the range places its pages on that thread's node.
-    for (std::size_t i = lo; i < hi; ++i) {
-      a[i] = 1;
-      b[i] = b_value(i);
-      c[i] = c_value(i);
-    }
-    bar.arrive_and_wait();
+    first_touch(arr_, lo, hi);
+    bar_.arrive_and_wait();
+    std::vector<mode> modes;
+    if (pl_.one_thread) modes.push_back({"one_thread", false});
+    modes.push_back({"all_threads", true});
     for (const mode& m : modes) {
-      const bool active = m.all || tid == 0;
-      const std::size_t mlo = m.all ? lo : 0;
-      const std::size_t mhi = m.all ? hi : n;
-      for (bw_kind kind : pl.kinds) {
-        for (int r = 0; r < warmup + reps; ++r) {
-          bar.arrive_and_wait();
-          if (tid == 0) t0 = steady::now();
-          bar.arrive_and_wait();
-          if (active) {
-            switch (kind) {
-              case bw_kind::read:
-                if (detail::kernel_read(b + mlo, mhi - mlo) != sum_b(mlo, mhi)) {
-                  bad[static_cast<std::size_t>(tid)].bad = true;
-                }
-                break;
-              case bw_kind::write:
-                detail::kernel_write(a + mlo, mhi - mlo, write_value(r));
-                break;
-              case bw_kind::copy:
-                detail::kernel_copy(a + mlo, b + mlo, mhi - mlo);
-                break;
-              case bw_kind::triad:
-                detail::kernel_triad(a + mlo, b + mlo, c + mlo, triad_k, mhi - mlo);
-                break;
-            }
-          }
-          bar.arrive_and_wait();
-          if (tid == 0 && r >= warmup) seconds.push_back(seconds_since(t0));
-        }
+      for (bw_kind kind : pl_.kinds) {
+        timed_passes(tid, m, kind, lo, hi);
         // Verification, untimed, each thread over its own range whatever the mode was.
-        bool ok = true;
-        switch (kind) {
-          case bw_kind::read:
-            break;
-          case bw_kind::write:
-            ok = detail::kernel_read(a + lo, hi - lo) == (hi - lo) * write_value(warmup + reps - 1);
-            break;
-          case bw_kind::copy:
-            ok = detail::kernel_read(a + lo, hi - lo) == sum_b(lo, hi);
-            break;
-          case bw_kind::triad:
-            ok = detail::kernel_read(a + lo, hi - lo) == sum_b(lo, hi) + triad_k * sum_c(lo, hi);
-            break;
-        }
-        // Spot checks catch a permutation that a sum would not.
-        for (std::size_t i = lo; ok && i < hi; i += std::max<std::size_t>(1, (hi - lo) / 61)) {
-          if (kind == bw_kind::copy) ok = a[i] == b_value(i);
-          if (kind == bw_kind::triad) ok = a[i] == b_value(i) + triad_k * c_value(i);
-        }
-        if (!ok) bad[static_cast<std::size_t>(tid)].bad = true;
-        bar.arrive_and_wait();
-        if (tid == 0) {
-          bool all_ok = true;
-          for (auto& s : bad) {
-            all_ok = all_ok && !s.bad;
-            s.bad = false;
-          }
-          const bw_spec& spec = *std::find_if(std::begin(bw_specs), std::end(bw_specs),
-                                              [&](const bw_spec& s) { return s.kind == kind; });
-          const std::string key = fmt::format("{}.{}.{}", pl.key_prefix, spec.name, m.key);
-          const int used = m.all ? nthreads : 1;
-          if (!all_ok) {
-            out.skips.push_back({key,
-                                 fmt::format("{} result did not verify (checksum mismatch): "
-                                             "not reported",
-                                             spec.name),
-                                 true});
-          } else {
-            measurement r;
-            r.key = key;
-            r.section = "host";
-            r.title =
-                fmt::format("{} {}, {} thread{}", pl.where, spec.name, used, used == 1 ? "" : "s");
-            r.device = pl.device;
-            r.unit = "GB/s";
-            r.convention = spec.convention;
-            r.size_bytes = bytes;
-            r.repetitions = reps;
-            const double counted = static_cast<double>(spec.streams) * static_cast<double>(bytes);
-            for (double s : seconds) r.samples.push_back(counted / s / 1e9);
-            r.stats = sample_stats::of(r.samples);
-            r.verified = true;
-            r.note = fmt::format("{}; {} of each array; verified by checksum", spec.counting,
-                                 format_bytes(static_cast<double>(bytes)));
-            r.extra["threads"] = used;
-            r.extra["bytes_counted_per_pass"] = counted;
-            if (pl.mem_node >= 0) r.extra["host_numa_node"] = pl.mem_node;
-            out.results.push_back(std::move(r));
-            say(options,
-                fmt::format("  {:<40} {:>10.2f} GB/s", key, out.results.back().stats.median));
-          }
-          seconds.clear();
-        }
+        if (!verify_kernel(kind, arr_, lo, hi, warmup + reps_ - 1))
+          bad_[static_cast<std::size_t>(tid)].bad = true;
+        bar_.arrive_and_wait();
+        if (tid == 0) collect(m, kind);
       }
     }
-  };
+  }
 
-  std::vector<std::thread> team;
-  team.reserve(static_cast<std::size_t>(nthreads));
-  for (int t = 0; t < nthreads; ++t) team.emplace_back(body, t);
-  for (auto& t : team) t.join();
-  for (auto* p : arr) topo.free_memory(p, bytes, pl.mem_node);
-  if (pinned_failures.load() > 0) {
-    for (auto& r : out.results)
-      r.note += fmt::format("; {} thread(s) could not be pinned", pinned_failures.load());
+  // warmup + reps passes, all threads starting together; thread 0 keeps the timings.
+  void timed_passes(int tid, const mode& m, bw_kind kind, std::size_t lo, std::size_t hi) {
+    const bool active = m.all || tid == 0;
+    const std::size_t mlo = m.all ? lo : 0;
+    const std::size_t mhi = m.all ? hi : n_;
+    for (int r = 0; r < warmup + reps_; ++r) {
+      bar_.arrive_and_wait();
+      if (tid == 0) t0_ = steady::now();
+      bar_.arrive_and_wait();
+      if (active && !run_kernel(kind, arr_, mlo, mhi, r))
+        bad_[static_cast<std::size_t>(tid)].bad = true;
+      bar_.arrive_and_wait();
+      if (tid == 0 && r >= warmup) seconds_.push_back(seconds_since(t0_));
+    }
+  }
+
+  // Thread 0, after the others verified: one result, or a failed skip.
+  void collect(const mode& m, bw_kind kind) {
+    bool all_ok = true;
+    for (auto& s : bad_) {
+      all_ok = all_ok && !s.bad;
+      s.bad = false;
+    }
+    const bw_spec& spec = spec_of(kind);
+    const std::string key = fmt::format("{}.{}.{}", pl_.key_prefix, spec.name, m.key);
+    if (!all_ok) {
+      out_.skips.push_back(
+          {key,
+           fmt::format("{} result did not verify (checksum mismatch): not reported", spec.name),
+           true});
+    } else {
+      out_.results.push_back(bw_measurement(pl_, spec, key, m.all ? nthreads_ : 1,
+                                            n_ * sizeof(std::uint64_t), reps_, seconds_));
+      say(options_, fmt::format("  {:<40} {:>10.2f} GB/s", key, out_.results.back().stats.median));
+    }
+    seconds_.clear();
+  }
+
+  const host_topology& topo_;
+  const placement& pl_;
+  const bw_arrays& arr_;
+  std::size_t n_;
+  int reps_;
+  const probe_options& options_;
+  int nthreads_;
+  std::barrier<> bar_;
+  struct alignas(64) slot {
+    bool bad = false;
+  };
+  std::vector<slot> bad_;
+  std::atomic<int> pinned_failures_{0};
+  steady::time_point t0_{};
+  std::vector<double> seconds_;
+  bw_outcome out_;
+};
+
+bw_outcome run_placement(const host_topology& topo, const placement& pl, std::size_t bytes,
+                         int reps, const probe_options& options) {
+  const std::size_t n = bytes / sizeof(std::uint64_t);
+  bytes = n * sizeof(std::uint64_t);
+  bw_arrays arr(topo, bytes, pl.mem_node);
+  if (!arr.ok()) {
+    bw_outcome out;
+    out.skips.push_back(
+        {pl.key_prefix,
+         fmt::format("could not allocate 3 x {} of host memory{}",
+                     format_bytes(static_cast<double>(bytes)),
+                     pl.mem_node >= 0 ? " on NUMA node " + std::to_string(pl.mem_node) : ""),
+         false});
+    return out;
+  }
+  bw_outcome out = bw_team(topo, pl, arr, n, reps, options).run();
+  // Memory bound to a node must be there (now touched), or its figures are another node's.
+  if (pl.mem_node >= 0) {
+    for (const std::uint64_t* p : {arr.a(), arr.b(), arr.c()}) {
+      if (const auto found = detail::misplaced_node(p, bytes, pl.mem_node)) {
+        out.results.clear();
+        out.skips.push_back({pl.key_prefix,
+                             fmt::format("memory bound to NUMA node {} was found on node {}: not "
+                                         "reported",
+                                         pl.mem_node, *found),
+                             false});
+        break;
+      }
+    }
   }
   return out;
 }
@@ -275,109 +370,98 @@ std::string transparent_huge_pages_mode() {
   return s.substr(l + 1, r - l - 1);
 }
 
-void run_latency(const host_topology& topo, const probe_options& options, probe_report& report) {
-  const std::uint64_t llc = topo.last_level_cache_bytes();
+// The largest working set of the latency curve: --latency-size, else 256 MiB quick and 1 GiB or
+// 4x the last-level cache full, within a quarter of the memory and of what the budget leaves.
+std::uint64_t latency_max_bytes(const host_topology& topo, const probe_options& options) {
   std::uint64_t max_bytes = options.max_latency_bytes;
   if (max_bytes == 0) {
     max_bytes = options.quick ? 256 * MiB : GiB;
-    // A full run reaches well past the last-level cache, as far as a quarter of the memory allows.
-    while (!options.quick && max_bytes < 4 * llc) max_bytes *= 2;
+    while (!options.quick && max_bytes < 4 * topo.last_level_cache_bytes()) max_bytes *= 2;
     std::uint64_t mem = 0;
     for (const auto& nd : topo.numa_nodes()) mem += nd.memory_bytes;
     while (mem > 0 && max_bytes > 64 * MiB && max_bytes > mem / 4) max_bytes /= 2;
+    // Half the reserve for the mapping's huge-page rounding and the permutation (4 B a line).
+    max_bytes = std::max<std::uint64_t>(
+        fit_in_budget(options.host_memory_bytes, max_bytes, 1, 0.25, 0, 2 * MiB), 4 * KiB);
   }
-  max_bytes = std::max<std::uint64_t>(max_bytes / 64 * 64, 4 * KiB);
-  const auto sizes = detail::latency_sizes(4 * KiB, max_bytes, !options.quick);
-  const int reps = options.host_repetitions > 0 ? options.host_repetitions : 3;
-  const double target_s = options.quick ? 0.010 : 0.020;
-  const std::size_t min_loads = options.quick ? 100'000 : 1'000'000;
+  return std::max<std::uint64_t>(max_bytes / 64 * 64, 4 * KiB);
+}
 
-  const std::size_t huge = 2 * MiB;
-  const std::size_t map_bytes = align_up(max_bytes, huge) + huge;
-  void* raw = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) {
-    report.skips.push_back({"host.latency",
-                            fmt::format("could not map {} for the pointer chase",
-                                        format_bytes(static_cast<double>(map_bytes))),
-                            false});
-    return;
+// An anonymous mapping for the chase, aligned to 2 MiB and advised to use transparent huge pages
+// where the kernel allows; unmapped on destruction.
+class chase_mapping {
+ public:
+  explicit chase_mapping(std::uint64_t bytes) : map_bytes_(align_up(bytes, huge) + huge) {
+    raw_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw_ == MAP_FAILED) return;
+    buf_ = reinterpret_cast<char*>(align_up(reinterpret_cast<std::uintptr_t>(raw_), huge));
+    const std::string thp = transparent_huge_pages_mode();
+    const bool huge_pages = (thp == "always" || thp == "madvise") &&
+                            madvise(buf_, align_up(bytes, huge), MADV_HUGEPAGE) == 0;
+    pages_ = huge_pages ? "2 MiB transparent huge pages requested (madvise)"
+                        : "4 KiB pages (transparent huge pages: " + thp + ")";
   }
-  char* buf = reinterpret_cast<char*>(align_up(reinterpret_cast<std::uintptr_t>(raw), huge));
-  const std::string thp = transparent_huge_pages_mode();
-  bool huge_pages = false;
-  if (thp == "always" || thp == "madvise")
-    huge_pages = madvise(buf, align_up(max_bytes, huge), MADV_HUGEPAGE) == 0;
-  const std::string pages = huge_pages ? "2 MiB transparent huge pages requested (madvise)"
-                                       : "4 KiB pages (transparent huge pages: " + thp + ")";
-  report.header["host.latency.pages"] = pages;
-
-  curve cv;
-  cv.key = "host.latency";
-  cv.section = "latency";
-  cv.title = "host load latency vs working set (one thread, random single-cycle chase)";
-  cv.x_label = "bytes";
-  cv.y_unit = "ns";
-  cv.log_x = true;
-  std::vector<std::vector<double>> raw_samples;
-  std::string failure;
-
-  std::thread worker([&] {
-    const int pu = topo.spread(topo.pus(), 1).front();
-    topo.pin_current_thread(pu);
-    for (std::uint64_t size : sizes) {
-      const std::size_t lines = size / 64;
-      const auto next = detail::make_cyclic_permutation(lines, 0x5eed ^ size);
-      for (std::size_t i = 0; i < lines; ++i) {
-        *reinterpret_cast<char**>(buf + i * 64) = buf + static_cast<std::size_t>(next[i]) * 64;
-      }
-      // Calibrate the number of loads from a first (warm-up) chase.
-      std::size_t loads = std::size_t{1} << 18;
-      auto t0 = steady::now();
-      const void* end = detail::kernel_chase(buf, loads);
-      const double est_ns = seconds_since(t0) * 1e9 / static_cast<double>(loads);
-      loads = std::max<std::size_t>(
-          min_loads, static_cast<std::size_t>(target_s * 1e9 / std::max(est_ns, 0.1)));
-      loads = std::min<std::size_t>(loads, 200'000'000);
-      // Expected stop: back at the start after whole cycles, else walk the permutation.
-      const char* expected = buf;
-      if (lines <= loads) {
-        loads = (loads + lines - 1) / lines * lines;
-      } else {
-        std::uint32_t idx = 0;
-        for (std::size_t k = 0; k < loads; ++k) idx = next[idx];
-        expected = buf + static_cast<std::size_t>(idx) * 64;
-      }
-      curve::point p;
-      p.x = static_cast<double>(size);
-      for (int r = 0; r < reps; ++r) {
-        t0 = steady::now();
-        end = detail::kernel_chase(buf, loads);
-        const double ns = seconds_since(t0) * 1e9 / static_cast<double>(loads);
-        if (end != expected) {
-          failure = fmt::format("pointer chase at {} stopped at the wrong line",
-                                format_bytes(static_cast<double>(size)));
-          return;
-        }
-        p.samples.push_back(ns);
-      }
-      p.y = sample_stats::of(p.samples);
-      say(options, fmt::format("  latency {:>12} {:>8.2f} ns",
-                               format_bytes(static_cast<double>(size)), p.y.median));
-      cv.points.push_back(std::move(p));
-    }
-  });
-  worker.join();
-  munmap(raw, map_bytes);
-  if (!failure.empty()) {
-    report.skips.push_back({"host.latency", failure + ": not reported", true});
-    return;
+  ~chase_mapping() {
+    if (raw_ != MAP_FAILED) munmap(raw_, map_bytes_);
   }
+  chase_mapping(const chase_mapping&) = delete;
+  chase_mapping& operator=(const chase_mapping&) = delete;
+  [[nodiscard]] char* data() const { return buf_; }
+  [[nodiscard]] std::size_t mapped_bytes() const { return map_bytes_; }
+  [[nodiscard]] const std::string& pages() const { return pages_; }
 
+ private:
+  static constexpr std::size_t huge = 2 * MiB;
+  std::size_t map_bytes_;
+  void* raw_ = MAP_FAILED;
+  char* buf_ = nullptr;
+  std::string pages_;
+};
+
+// One point of the latency curve: links a random single cycle of `size` bytes of 64 B lines,
+// calibrates the loads from a warm-up chase, then `reps` timed chases, each checked to stop where
+// the permutation says. Empty when a chase stopped at the wrong line.
+std::optional<curve::point> chase_point(char* buf, std::uint64_t size, int reps, double target_s,
+                                        std::size_t min_loads) {
+  const std::size_t lines = size / 64;
+  const auto next = detail::make_cyclic_permutation(lines, 0x5eed ^ size);
+  for (std::size_t i = 0; i < lines; ++i)
+    *reinterpret_cast<char**>(buf + i * 64) = buf + static_cast<std::size_t>(next[i]) * 64;
+  std::size_t loads = std::size_t{1} << 18;
+  auto t0 = steady::now();
+  (void)detail::kernel_chase(buf, loads);
+  const double est_ns = seconds_since(t0) * 1e9 / static_cast<double>(loads);
+  loads = std::max<std::size_t>(min_loads,
+                                static_cast<std::size_t>(target_s * 1e9 / std::max(est_ns, 0.1)));
+  loads = std::min<std::size_t>(loads, 200'000'000);
+  // Expected stop: back at the start after whole cycles, else walk the permutation.
+  const char* expected = buf;
+  if (lines <= loads) {
+    loads = (loads + lines - 1) / lines * lines;
+  } else {
+    std::uint32_t idx = 0;
+    for (std::size_t k = 0; k < loads; ++k) idx = next[idx];
+    expected = buf + static_cast<std::size_t>(idx) * 64;
+  }
+  curve::point p;
+  p.x = static_cast<double>(size);
+  for (int r = 0; r < reps; ++r) {
+    t0 = steady::now();
+    const void* end = detail::kernel_chase(buf, loads);
+    if (end != expected) return std::nullopt;
+    p.samples.push_back(seconds_since(t0) * 1e9 / static_cast<double>(loads));
+  }
+  p.y = sample_stats::of(p.samples);
+  return p;
+}
+
+// The measurement of each level read off the latency curve: the curve point nearest its plateau.
+void add_latency_levels(const host_topology& topo, const curve& cv, const std::string& pages,
+                        probe_report& report) {
   std::vector<detail::reported_cache> caches;
   for (const auto& c : topo.caches()) caches.push_back({c.name, c.size_bytes});
   auto levels = detail::find_levels(cv.points, caches, "host");
   for (const auto& l : levels) {
-    // The measurement of a level is the curve point nearest its plateau latency.
     const curve::point* best = nullptr;
     for (const auto& p : cv.points) {
       if (l.reported_size_bytes && p.x > static_cast<double>(*l.reported_size_bytes)) break;
@@ -420,6 +504,52 @@ void run_latency(const host_topology& topo, const probe_options& options, probe_
     report.results.push_back(std::move(m));
   }
   report.levels.insert(report.levels.end(), levels.begin(), levels.end());
+}
+
+void run_latency(const host_topology& topo, const probe_options& options, probe_report& report) {
+  const std::uint64_t max_bytes = latency_max_bytes(topo, options);
+  const auto sizes = detail::latency_sizes(4 * KiB, max_bytes, !options.quick);
+  const int reps = options.host_repetitions > 0 ? options.host_repetitions : 3;
+  const double target_s = options.quick ? 0.010 : 0.020;
+  const std::size_t min_loads = options.quick ? 100'000 : 1'000'000;
+
+  chase_mapping map(max_bytes);
+  if (map.data() == nullptr) {
+    report.skips.push_back({"host.latency",
+                            fmt::format("could not map {} for the pointer chase",
+                                        format_bytes(static_cast<double>(map.mapped_bytes()))),
+                            false});
+    return;
+  }
+  report.header["host.latency.pages"] = map.pages();
+  curve cv;
+  cv.key = "host.latency";
+  cv.section = "latency";
+  cv.title = "host load latency vs working set (one thread, random single-cycle chase)";
+  cv.x_label = "bytes";
+  cv.y_unit = "ns";
+  cv.log_x = true;
+  std::string failure;
+  std::thread worker([&] {
+    topo.pin_current_thread(topo.spread(topo.pus(), 1).front());
+    for (std::uint64_t size : sizes) {
+      auto p = chase_point(map.data(), size, reps, target_s, min_loads);
+      if (!p) {
+        failure = fmt::format("pointer chase at {} stopped at the wrong line",
+                              format_bytes(static_cast<double>(size)));
+        return;
+      }
+      say(options, fmt::format("  latency {:>12} {:>8.2f} ns",
+                               format_bytes(static_cast<double>(size)), p->y.median));
+      cv.points.push_back(std::move(*p));
+    }
+  });
+  worker.join();
+  if (!failure.empty()) {
+    report.skips.push_back({"host.latency", failure + ": not reported", true});
+    return;
+  }
+  add_latency_levels(topo, cv, map.pages(), report);
   report.curves.push_back(std::move(cv));
 }
 
@@ -475,13 +605,15 @@ class dram_chase {
 };
 
 // A working set that lives in DRAM: 4x the last-level cache, at least 256 MiB (quick 128 MiB).
+// (Within an eighth of the memory and a quarter of what the budget leaves; at least 2 MiB.)
 std::size_t dram_working_set(const host_topology& topo, const probe_options& options) {
   std::size_t ws = std::max<std::size_t>(4 * topo.last_level_cache_bytes(),
                                          options.quick ? 128 * MiB : 256 * MiB);
   std::uint64_t mem = 0;
   for (const auto& nd : topo.numa_nodes()) mem += nd.memory_bytes;
   while (mem > 0 && ws > 16 * MiB && ws > mem / 8) ws /= 2;
-  return ws / (2 * MiB) * (2 * MiB);
+  ws = fit_in_budget(options.host_memory_bytes, ws, 1, 0.25, 0, 2 * MiB);
+  return std::max<std::size_t>(ws / (2 * MiB) * (2 * MiB), 2 * MiB);
 }
 
 measurement latency_measurement(std::string key, std::string section, std::string title,
@@ -526,7 +658,14 @@ void run_node_latency(const host_topology& topo, const probe_options& options,
       out = chase.run(options.host_repetitions > 0 ? options.host_repetitions : 3);
     });
     worker.join();
+    const auto misplaced = detail::misplaced_node(buf, ws, nd.os_index);
     topo.free_memory(buf, ws, nd.os_index);
+    if (misplaced) {
+      report.skips.push_back({key, fmt::format("memory bound to the node was found on node {}: "
+                                               "not reported",
+                                               *misplaced)});
+      continue;
+    }
     if (!out.ok) {
       report.skips.push_back({key, "pointer chase stopped at the wrong line: not reported", true});
       continue;
@@ -547,116 +686,66 @@ void run_node_latency(const host_topology& topo, const probe_options& options,
   }
 }
 
-// Loaded latency (Intel MLC's idea): one thread chases pointers through DRAM while every other
-// thread streams reads of its own buffer, pausing `delay` ns after each 64 KiB; from no streaming
-// through lighter loads to full speed. Every chunk a streamer reads is checked against its sum.
-void run_loaded_latency(const host_topology& topo, const probe_options& options,
-                        probe_report& report) {
-  const auto pus = topo.spread(topo.pus(), 0);
-  if (pus.size() < 2) {
-    report.skips.push_back({"host.latency.loaded", "one CPU: nothing to load the memory with"});
-    return;
-  }
-  const std::size_t ws = dram_working_set(topo, options);
-  const std::size_t streamers = pus.size() - 1;
-  constexpr std::size_t chunk_words = 64 * KiB / 8;
-  const std::size_t per_words =
-      std::max<std::size_t>(16 * MiB, 2 * topo.last_level_cache_bytes() / streamers) / 8 /
-      chunk_words * chunk_words;
-  std::vector<std::unique_ptr<std::uint64_t[]>> bufs(streamers);
-  for (auto& b : bufs) b.reset(new std::uint64_t[per_words]);
-  char* chase_buf = static_cast<char*>(topo.allocate(ws, -1));
-  if (chase_buf == nullptr) {
-    report.skips.push_back({"host.latency.loaded", "could not map the chase buffer"});
-    return;
-  }
-  curve cv;
-  cv.key = "host.latency.loaded";
-  cv.section = "loaded-latency";
-  cv.title = "host DRAM load latency while other threads stream (x: their GB/s)";
-  cv.x_label = "GB/s";
-  cv.y_unit = "ns";
-  cv.log_x = false;
-  std::string failure;
-  std::vector<double> max_ns;
-  double max_gbps = 0;
-  std::size_t loads = 0;
-  const int reps = options.host_repetitions > 0 ? options.host_repetitions : 3;
-  std::vector<std::uint64_t> delays = {UINT64_MAX};  // UINT64_MAX: no streaming at all
-  for (auto d : detail::loaded_latency_delays(options.quick)) delays.push_back(d);
+// Threads that stream reads of their own buffers, pausing `delay` ns after each 64 KiB chunk, until
+// stopped; every chunk read is checked against its sum. UINT64_MAX starts none.
+class streaming_load {
+ public:
+  static constexpr std::size_t chunk_words = 64 * KiB / 8;
 
-  std::thread chaser([&] {
-    topo.pin_current_thread(pus.front());
-    dram_chase chase(chase_buf, ws / 64, 0x10AD);
-    loads = chase.calibrate(options.quick ? 0.01 : 0.02);
-    for (const std::uint64_t delay : delays) {
-      std::atomic<bool> stop{false};
-      std::atomic<std::size_t> started{0}, bad{0};
-      std::vector<std::atomic<std::uint64_t>> bytes(streamers);
-      std::vector<std::thread> team;
-      if (delay != UINT64_MAX) {
-        for (std::size_t t = 0; t < streamers; ++t) {
-          team.emplace_back([&, t] {
-            topo.pin_current_thread(pus[t + 1]);
-            std::uint64_t* b = bufs[t].get();
-            for (std::size_t i = 0; i < per_words; ++i) b[i] = b_value(i);  // first touch
-            started.fetch_add(1);
-            for (std::size_t c = 0; !stop.load(std::memory_order_relaxed);
-                 c = (c + chunk_words) % per_words) {
-              if (detail::kernel_read(b + c, chunk_words) != sum_b(c, c + chunk_words))
-                bad.fetch_add(1);
-              bytes[t].fetch_add(chunk_words * 8, std::memory_order_relaxed);
-              if (delay > 0) {
-                const auto until = steady::now() + std::chrono::nanoseconds(delay);
-                while (steady::now() < until) {
-                }
-              }
+  streaming_load(const host_topology& topo, const std::vector<int>& pus,
+                 std::vector<std::unique_ptr<std::uint64_t[]>>& bufs, std::size_t per_words,
+                 std::uint64_t delay)
+      : bytes_(bufs.size()) {
+    if (delay == UINT64_MAX) return;
+    for (std::size_t t = 0; t < bufs.size(); ++t) {
+      team_.emplace_back([&, t, per_words, delay] {
+        topo.pin_current_thread(pus[t + 1]);
+        std::uint64_t* b = bufs[t].get();
+        for (std::size_t i = 0; i < per_words; ++i) b[i] = b_value(i);  // first touch
+        started_.fetch_add(1);
+        for (std::size_t c = 0; !stop_.load(std::memory_order_relaxed);
+             c = (c + chunk_words) % per_words) {
+          if (detail::kernel_read(b + c, chunk_words) != sum_b(c, c + chunk_words))
+            bad_.fetch_add(1);
+          bytes_[t].fetch_add(chunk_words * 8, std::memory_order_relaxed);
+          if (delay > 0) {
+            const auto until = steady::now() + std::chrono::nanoseconds(delay);
+            while (steady::now() < until) {
             }
-          });
+          }
         }
-        while (started.load() < streamers) std::this_thread::yield();
-      }
-      auto total = [&] {
-        std::uint64_t s = 0;
-        for (auto& b : bytes) s += b.load();
-        return s;
-      };
-      const std::uint64_t b0 = total();
-      const auto t0 = steady::now();
-      const chase_outcome out = chase.run(reps);
-      const double sec = seconds_since(t0);
-      const std::uint64_t b1 = total();
-      stop.store(true);
-      for (auto& th : team) th.join();
-      if (!out.ok || bad.load() != 0) {
-        failure = !out.ok ? "the pointer chase stopped at the wrong line"
-                          : "a streaming thread read a wrong sum";
-        return;
-      }
-      curve::point p;
-      p.x = static_cast<double>(b1 - b0) / sec / 1e9;
-      p.samples = out.ns;
-      p.y = sample_stats::of(p.samples);
-      say(options, fmt::format("  loaded latency {:>8.2f} ns at {:>8.2f} GB/s", p.y.median, p.x));
-      if (delay == 0) {
-        max_ns = out.ns;
-        max_gbps = p.x;
-      }
-      cv.points.push_back(std::move(p));
+      });
     }
-  });
-  chaser.join();
-  topo.free_memory(chase_buf, ws, -1);
-  if (!failure.empty()) {
-    report.skips.push_back({"host.latency.loaded", failure + ": not reported", true});
-    return;
+    while (started_.load() < team_.size()) std::this_thread::yield();
   }
-  const std::string how = fmt::format(
-      "{} dependent loads per sample over a random cycle of 64 B lines in {}; {} streaming "
-      "threads reading {} each, pausing after every 64 KiB; chase ends and every streamed chunk "
-      "checked",
-      loads, format_bytes(static_cast<double>(ws)), streamers,
-      format_bytes(static_cast<double>(per_words * 8)));
+  ~streaming_load() { stop(); }
+  streaming_load(const streaming_load&) = delete;
+  streaming_load& operator=(const streaming_load&) = delete;
+
+  [[nodiscard]] std::uint64_t bytes_streamed() const {
+    std::uint64_t s = 0;
+    for (const auto& b : bytes_) s += b.load();
+    return s;
+  }
+  // Stops and joins the threads; true when every chunk they read summed right.
+  bool stop() {
+    stop_.store(true);
+    for (auto& th : team_) th.join();
+    team_.clear();
+    return bad_.load() == 0;
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<std::size_t> started_{0}, bad_{0};
+  std::vector<std::atomic<std::uint64_t>> bytes_;
+  std::vector<std::thread> team_;
+};
+
+// The figures of the loaded-latency curve: idle, full load, and where the latency doubles.
+void add_loaded_results(const curve& cv, const std::string& how, std::size_t ws,
+                        std::size_t streamers, const std::vector<double>& max_ns, double max_gbps,
+                        probe_report& report) {
   auto idle = latency_measurement("host.latency.loaded.idle", "loaded-latency",
                                   "DRAM load latency, no other thread streaming", "host", ws,
                                   cv.points.front().samples);
@@ -690,7 +779,217 @@ void run_loaded_latency(const host_topology& topo, const probe_options& options,
         {"host.latency.loaded.double_at",
          fmt::format("the latency never doubled, up to {:.1f} GB/s streamed", max_gbps)});
   }
+}
+
+// Loaded latency (Intel MLC's idea): one thread chases pointers through DRAM while every other
+// thread streams reads of its own buffer, pausing `delay` ns after each 64 KiB; from no streaming
+// through lighter loads to full speed. Every chunk a streamer reads is checked against its sum.
+void run_loaded_latency(const host_topology& topo, const probe_options& options,
+                        probe_report& report) {
+  const auto pus = topo.spread(topo.pus(), 0);
+  if (pus.size() < 2) {
+    report.skips.push_back({"host.latency.loaded", "one CPU: nothing to load the memory with"});
+    return;
+  }
+  const std::size_t ws = dram_working_set(topo, options);
+  const std::size_t streamers = pus.size() - 1;
+  constexpr std::size_t chunk_words = streaming_load::chunk_words;
+  // Each streamer's buffer: together twice the last-level cache (at least 16 MiB each), within a
+  // quarter of what the budget leaves.
+  std::size_t per_words =
+      std::max<std::size_t>(16 * MiB, 2 * topo.last_level_cache_bytes() / streamers) / 8;
+  per_words = fit_in_budget(options.host_memory_bytes, per_words * 8, static_cast<int>(streamers),
+                            0.25, 0, chunk_words * 8) /
+              8;
+  if (per_words == 0) {
+    report.skips.push_back(
+        {"host.latency.loaded", "too little host memory available for the streaming threads"});
+    return;
+  }
+  per_words = per_words / chunk_words * chunk_words;
+  std::vector<std::unique_ptr<std::uint64_t[]>> bufs(streamers);
+  for (auto& b : bufs) b.reset(new std::uint64_t[per_words]);
+  char* chase_buf = static_cast<char*>(topo.allocate(ws, -1));
+  if (chase_buf == nullptr) {
+    report.skips.push_back({"host.latency.loaded", "could not map the chase buffer"});
+    return;
+  }
+  curve cv;
+  cv.key = "host.latency.loaded";
+  cv.section = "loaded-latency";
+  cv.title = "host DRAM load latency while other threads stream (x: their GB/s)";
+  cv.x_label = "GB/s";
+  cv.y_unit = "ns";
+  cv.log_x = false;
+  std::string failure;
+  std::vector<double> max_ns;
+  double max_gbps = 0;
+  std::size_t loads = 0;
+  const int reps = options.host_repetitions > 0 ? options.host_repetitions : 3;
+  std::vector<std::uint64_t> delays = {UINT64_MAX};  // UINT64_MAX: no streaming at all
+  for (auto d : detail::loaded_latency_delays(options.quick)) delays.push_back(d);
+
+  std::thread chaser([&] {
+    topo.pin_current_thread(pus.front());
+    dram_chase chase(chase_buf, ws / 64, 0x10AD);
+    loads = chase.calibrate(options.quick ? 0.01 : 0.02);
+    for (const std::uint64_t delay : delays) {
+      streaming_load load(topo, pus, bufs, per_words, delay);
+      const std::uint64_t b0 = load.bytes_streamed();
+      const auto t0 = steady::now();
+      const chase_outcome out = chase.run(reps);
+      const double sec = seconds_since(t0);
+      const std::uint64_t b1 = load.bytes_streamed();
+      const bool sums_ok = load.stop();
+      if (!out.ok || !sums_ok) {
+        failure = !out.ok ? "the pointer chase stopped at the wrong line"
+                          : "a streaming thread read a wrong sum";
+        return;
+      }
+      curve::point p;
+      p.x = static_cast<double>(b1 - b0) / sec / 1e9;
+      p.samples = out.ns;
+      p.y = sample_stats::of(p.samples);
+      say(options, fmt::format("  loaded latency {:>8.2f} ns at {:>8.2f} GB/s", p.y.median, p.x));
+      if (delay == 0) {
+        max_ns = out.ns;
+        max_gbps = p.x;
+      }
+      cv.points.push_back(std::move(p));
+    }
+  });
+  chaser.join();
+  topo.free_memory(chase_buf, ws, -1);
+  if (!failure.empty()) {
+    report.skips.push_back({"host.latency.loaded", failure + ": not reported", true});
+    return;
+  }
+  const std::string how = fmt::format(
+      "{} dependent loads per sample over a random cycle of 64 B lines in {}; {} streaming "
+      "threads reading {} each, pausing after every 64 KiB; chase ends and every streamed chunk "
+      "checked",
+      loads, format_bytes(static_cast<double>(ws)), streamers,
+      format_bytes(static_cast<double>(per_words * 8)));
+  add_loaded_results(cv, how, ws, streamers, max_ns, max_gbps, report);
   report.curves.push_back(std::move(cv));
+}
+
+// --- bandwidth section ---------------------------------------------------------------------
+
+// Bytes of each of the three arrays: --size, else STREAM's rule (at least 4x the last-level cache;
+// a full run also >= 256 MiB; quick at most 1 GiB), three arrays in at most half the memory and
+// half of what the budget leaves. 0 when not even 64 KiB arrays fit. Writes the header keys.
+std::uint64_t bandwidth_array_bytes(const host_topology& topo, const probe_options& options,
+                                    probe_report& report) {
+  const std::uint64_t llc = topo.last_level_cache_bytes();
+  std::uint64_t bytes = options.host_buffer_bytes;
+  std::string sizing = "set by --size";
+  if (bytes == 0) {
+    const std::uint64_t floor = options.quick ? 64 * MiB : 256 * MiB;
+    bytes = std::max(floor, 4 * llc);
+    if (options.quick) bytes = std::min<std::uint64_t>(bytes, GiB);
+    std::uint64_t mem = 0;
+    for (const auto& nd : topo.numa_nodes()) mem += nd.memory_bytes;
+    while (mem > 0 && bytes > 16 * MiB && 3 * bytes > mem / 2) bytes /= 2;
+    sizing = llc > 0 ? fmt::format("auto: >= 4 x last-level cache ({})",
+                                   format_bytes(static_cast<double>(llc)))
+                     : "auto: last-level cache unknown";
+    const std::uint64_t fits = fit_in_budget(options.host_memory_bytes, bytes, 3, 0.5, 0, MiB);
+    if (fits < bytes) {
+      bytes = fits;
+      sizing += fmt::format("; limited to half of the {} available to this process",
+                            format_bytes(static_cast<double>(*options.host_memory_bytes)));
+    }
+    if (bytes < 64 * KiB) return 0;
+  }
+  bytes = std::max<std::uint64_t>(bytes / 64 * 64, 64 * KiB);
+  report.header["host.bw.array_bytes"] =
+      format_bytes(static_cast<double>(bytes)) + " (" + sizing + ")";
+  if (llc > 0 && bytes < 4 * llc) {
+    report.header["host.bw.warning"] =
+        "arrays smaller than 4x the last-level cache: figures may include cache hits";
+  }
+  return bytes;
+}
+
+// The kernels to time: all four, or those of options.host_kernels (invalid_argument for others).
+std::vector<bw_kind> bandwidth_kinds(const probe_options& options) {
+  for (const auto& name : options.host_kernels) {
+    if (std::none_of(std::begin(bw_specs), std::end(bw_specs),
+                     [&](const bw_spec& sp) { return name == sp.name; }))
+      throw std::invalid_argument("unknown host bandwidth kernel '" + name +
+                                  "' (read, write, copy, triad)");
+  }
+  std::vector<bw_kind> kinds;
+  for (const auto& spec : bw_specs) {
+    if (options.host_kernels.empty() || options.host_kernels.count(spec.name))
+      kinds.push_back(spec.kind);
+  }
+  return kinds;
+}
+
+// Per NUMA node (several nodes only): its threads on its memory, a memory-only node from the
+// nearest node with CPUs, and the far-memory copies (threads on one node, memory on another). A
+// quick run times the copy only there, when the copy is wanted at all.
+void add_node_placements(const host_topology& topo, const probe_options& options,
+                         const std::vector<bw_kind>& all_kinds, std::vector<placement>& out) {
+  const auto& nodes = topo.numa_nodes();
+  const bool copy_asked =
+      std::find(all_kinds.begin(), all_kinds.end(), bw_kind::copy) != all_kinds.end();
+  if (nodes.size() < 2 || (options.quick && !copy_asked)) return;
+  const auto kinds = options.quick ? std::vector<bw_kind>{bw_kind::copy} : all_kinds;
+  for (const auto& nd : nodes) {
+    const std::string name = fmt::format("numa{}", nd.os_index);
+    if (nd.pus.empty()) {
+      const auto* near = detail::nearest_cpu_node(nodes, nd.os_index);
+      if (near == nullptr || nd.memory_bytes == 0) continue;
+      out.push_back({"host." + name + ".bw", name,
+                     fmt::format("NUMA node {} (memory-only; threads on node {})", nd.os_index,
+                                 near->os_index),
+                     topo.spread(near->pus, 0), nd.os_index, false, kinds});
+      continue;
+    }
+    out.push_back({"host." + name + ".bw", name, "NUMA node " + std::to_string(nd.os_index),
+                   topo.spread(nd.pus, 0), nd.os_index, false, kinds});
+    for (const auto& far : nodes) {
+      if (!copy_asked) break;
+      if (far.os_index == nd.os_index || far.memory_bytes == 0) continue;
+      out.push_back(
+          {fmt::format("host.{}->numa{}.bw", name, far.os_index),
+           name,
+           fmt::format("threads on NUMA {}, memory on NUMA {}", nd.os_index, far.os_index),
+           topo.spread(nd.pus, 0),
+           far.os_index,
+           false,
+           {bw_kind::copy}});
+    }
+  }
+}
+
+void run_bandwidth(const host_topology& topo, const probe_options& options, probe_report& report) {
+  const int reps = options.host_repetitions > 0 ? options.host_repetitions : options.quick ? 3 : 10;
+  const auto all_kinds = bandwidth_kinds(options);
+  const std::uint64_t bytes = bandwidth_array_bytes(topo, options, report);
+  if (bytes == 0) {
+    report.skips.push_back(
+        {"host.bw", fmt::format("only {} of host memory available: too little for three 64 KiB "
+                                "arrays",
+                                format_bytes(static_cast<double>(*options.host_memory_bytes)))});
+    return;
+  }
+  const int threads =
+      options.host_threads > 0 ? std::min(options.host_threads, topo.pu_count()) : topo.pu_count();
+  std::vector<placement> placements;
+  placements.push_back({"host.bw", "host", "host", topo.spread(topo.pus(), threads), -1,
+                        options.host_one_thread, all_kinds});
+  add_node_placements(topo, options, all_kinds, placements);
+  for (const auto& pl : placements) {
+    say(options, fmt::format("host bandwidth: {} ({} threads, 3 x {})", pl.where, pl.pus.size(),
+                             format_bytes(static_cast<double>(bytes))));
+    auto out = run_placement(topo, pl, bytes, reps, options);
+    for (auto& m : out.results) report.results.push_back(std::move(m));
+    for (auto& sk : out.skips) report.skips.push_back(std::move(sk));
+  }
 }
 
 }  // namespace
@@ -783,99 +1082,13 @@ void fill_host_header(const probe_options& options, probe_report& report) {
 void run_host_probe(const probe_options& options, probe_report& report) {
   if (!options.wants("host") && !options.wants("latency") && !options.wants("loaded-latency"))
     return;
-  host_topology topo;
-  if (options.wants("host")) {
-    const int reps = options.host_repetitions > 0 ? options.host_repetitions
-                     : options.quick              ? 3
-                                                  : 10;
-    const std::uint64_t llc = topo.last_level_cache_bytes();
-    std::uint64_t bytes = options.host_buffer_bytes;
-    std::string sizing = "set by --size";
-    if (bytes == 0) {
-      // STREAM's rule: each array at least 4x the last-level cache; a full run also >= 256 MiB.
-      const std::uint64_t floor = options.quick ? 64 * MiB : 256 * MiB;
-      bytes = std::max(floor, 4 * llc);
-      if (options.quick) bytes = std::min<std::uint64_t>(bytes, GiB);
-      std::uint64_t mem = 0;
-      for (const auto& nd : topo.numa_nodes()) mem += nd.memory_bytes;
-      // Three arrays in at most half the memory.
-      while (mem > 0 && bytes > 16 * MiB && 3 * bytes > mem / 2) bytes /= 2;
-      sizing = llc > 0 ? fmt::format("auto: >= 4 x last-level cache ({})",
-                                     format_bytes(static_cast<double>(llc)))
-                       : "auto: last-level cache unknown";
-    }
-    bytes = std::max<std::uint64_t>(bytes / 64 * 64, 64 * KiB);
-    report.header["host.bw.array_bytes"] =
-        format_bytes(static_cast<double>(bytes)) + " (" + sizing + ")";
-    if (llc > 0 && bytes < 4 * llc) {
-      report.header["host.bw.warning"] =
-          "arrays smaller than 4x the last-level cache: figures may include cache hits";
-    }
-    const int threads = options.host_threads > 0 ? std::min(options.host_threads, topo.pu_count())
-                                                 : topo.pu_count();
-    std::vector<bw_kind> all_kinds;
-    for (const auto& spec : bw_specs) {
-      if (options.host_kernels.empty() || options.host_kernels.count(spec.name))
-        all_kinds.push_back(spec.kind);
-    }
-    for (const auto& name : options.host_kernels) {
-      if (std::none_of(std::begin(bw_specs), std::end(bw_specs),
-                       [&](const bw_spec& sp) { return name == sp.name; }))
-        throw std::invalid_argument("unknown host bandwidth kernel '" + name +
-                                    "' (read, write, copy, triad)");
-    }
+  const host_topology topo;
+  detail::run_host_sections(topo, options, report);
+}
 
-    std::vector<placement> placements;
-    placements.push_back({"host.bw", "host", "host", topo.spread(topo.pus(), threads), -1,
-                          options.host_one_thread, all_kinds});
-    const auto& nodes = topo.numa_nodes();
-    // Per node, a quick run and the far-memory comparison time the copy only, when it is wanted.
-    const bool copy_asked =
-        std::find(all_kinds.begin(), all_kinds.end(), bw_kind::copy) != all_kinds.end();
-    if (nodes.size() > 1) {
-      for (const auto& nd : nodes) {
-        const std::string name = fmt::format("numa{}", nd.os_index);
-        if (nd.pus.empty()) {
-          // A memory-only node is measured from the nearest node with CPUs.
-          const auto* near = detail::nearest_cpu_node(nodes, nd.os_index);
-          if (near == nullptr || nd.memory_bytes == 0) continue;
-          if (!options.quick || copy_asked) {
-            placements.push_back({"host." + name + ".bw", name,
-                                  fmt::format("NUMA node {} (memory-only; threads on node {})",
-                                              nd.os_index, near->os_index),
-                                  topo.spread(near->pus, 0), nd.os_index, false,
-                                  options.quick ? std::vector<bw_kind>{bw_kind::copy} : all_kinds});
-          }
-          continue;
-        }
-        if (!options.quick || copy_asked) {
-          placements.push_back({"host." + name + ".bw", name,
-                                "NUMA node " + std::to_string(nd.os_index), topo.spread(nd.pus, 0),
-                                nd.os_index, false,
-                                options.quick ? std::vector<bw_kind>{bw_kind::copy} : all_kinds});
-        }
-        for (const auto& far : nodes) {
-          if (!copy_asked) break;
-          if (far.os_index == nd.os_index || far.memory_bytes == 0) continue;
-          placements.push_back(
-              {fmt::format("host.{}->numa{}.bw", name, far.os_index),
-               name,
-               fmt::format("threads on NUMA {}, memory on NUMA {}", nd.os_index, far.os_index),
-               topo.spread(nd.pus, 0),
-               far.os_index,
-               false,
-               {bw_kind::copy}});
-        }
-      }
-    }
-    for (const auto& pl : placements) {
-      say(options, fmt::format("host bandwidth: {} ({} threads, 3 x {})", pl.where, pl.pus.size(),
-                               format_bytes(static_cast<double>(bytes))));
-      auto out = run_placement(topo, pl, bytes, reps, options);
-      for (auto& m : out.results) report.results.push_back(std::move(m));
-      for (auto& s : out.skips) report.skips.push_back(std::move(s));
-    }
-  }
+void detail::run_host_sections(const host_topology& topo, const probe_options& options,
+                               probe_report& report) {
+  if (options.wants("host")) run_bandwidth(topo, options, report);
   if (options.wants("latency")) {
     say(options, "host latency: pointer chase");
     run_latency(topo, options, report);

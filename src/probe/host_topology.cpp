@@ -3,6 +3,7 @@
 
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -174,7 +175,10 @@ host_topology::host_topology(const std::string& sysfs_root, const std::string& h
   cpu_model_ = cpu_model_from_proc();
 #if VRAMKIT_HAVE_HWLOC
   const bool init = hwloc_topology_init(&impl_->topo) == 0;
-  if (init && !hwloc_xml.empty() && hwloc_topology_set_xml(impl_->topo, hwloc_xml.c_str()) != 0) {
+  // A described topology binds and pins on this machine, with the described numbers.
+  if (init && !hwloc_xml.empty() &&
+      (hwloc_topology_set_xml(impl_->topo, hwloc_xml.c_str()) != 0 ||
+       hwloc_topology_set_flags(impl_->topo, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM) != 0)) {
     hwloc_topology_destroy(impl_->topo);
     impl_->topo = nullptr;
   }
@@ -342,8 +346,10 @@ void* host_topology::allocate(std::size_t bytes, int node_os_index) const {
   if (impl_->topo && node_os_index >= 0) {
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
     hwloc_bitmap_only(set, static_cast<unsigned>(node_os_index));
-    void* p =
-        hwloc_alloc_membind(impl_->topo, bytes, set, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET);
+    // Strict: memory that cannot be bound to the node is no memory of the node (without it hwloc
+    // may hand back memory bound elsewhere, and a node's figures would be another's).
+    void* p = hwloc_alloc_membind(impl_->topo, bytes, set, HWLOC_MEMBIND_BIND,
+                                  HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_STRICT);
     hwloc_bitmap_free(set);
     return p;
   }
@@ -360,6 +366,27 @@ void host_topology::free_memory(void* p, std::size_t bytes, int node_os_index) c
   }
 #endif
   munmap(p, bytes);
+}
+
+int page_numa_node(const void* p) {
+  // move_pages with no target nodes only reports where each page is (status: a node, or -errno).
+  void* page = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(p) &
+                                       ~static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE) - 1));
+  int status = -1;
+  if (syscall(SYS_move_pages, 0, 1UL, &page, nullptr, &status, 0) != 0) return -1;
+  return status >= 0 ? status : -1;
+}
+
+std::optional<int> misplaced_node(const void* p, std::size_t bytes, int node) {
+  const auto* base = static_cast<const char*>(p);
+  constexpr int samples = 16;
+  for (int k = 0; k < samples; ++k) {
+    const std::size_t off = bytes / samples * static_cast<std::size_t>(k);
+    const int found = page_numa_node(base + off);
+    if (found < 0) return std::nullopt;  // the kernel does not say: nothing to hold against it
+    if (found != node) return found;
+  }
+  return std::nullopt;
 }
 
 }  // namespace vramkit::probe::detail

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,14 +52,21 @@ struct cache_level_info {
   int instances = 0;
 };
 
+/// The NUMA node holding the (touched) page at `p`, or -1 when the kernel does not say.
+int page_numa_node(const void* p);
+
+/// Where 16 pages spread over [p, p + bytes) (touched) lie: the first node found that is not
+/// `node`, or empty when all are on it or the kernel does not say.
+std::optional<int> misplaced_node(const void* p, std::size_t bytes, int node);
+
 class host_topology {
  public:
   /// The machine's topology; NUMA nodes as the kernel lists them under /sys take precedence for
   /// which CPUs a node has (hwloc gives a memory-only node the CPUs it is local to).
   host_topology();
   /// The same with the node facts read under `sysfs_root` instead of /sys and, when `hwloc_xml`
-  /// is not empty, the topology loaded from that hwloc XML file (tests; pinning and binding then
-  /// refer to the described machine, not this one).
+  /// is not empty, the topology loaded from that hwloc XML file (tests): pinning and binding then
+  /// act on this machine with the described PU and node numbers, and fail where it has none.
   explicit host_topology(const std::string& sysfs_root, const std::string& hwloc_xml = "");
   ~host_topology();
   host_topology(const host_topology&) = delete;
@@ -81,9 +89,9 @@ class host_topology {
 
   /// Pins the calling thread to one PU; false when the OS refused.
   bool pin_current_thread(int pu_os_index) const;
-  /// `bytes` of untouched memory, bound to NUMA node `node_os_index` (or first-touch placement
-  /// when it is negative); nullptr on failure. Release with free_memory, giving the same size and
-  /// node.
+  /// `bytes` of untouched memory, strictly bound to NUMA node `node_os_index` (or first-touch
+  /// placement when it is negative); nullptr on failure, also when the binding cannot be made.
+  /// Release with free_memory, giving the same size and node.
   void* allocate(std::size_t bytes, int node_os_index) const;
   void free_memory(void* p, std::size_t bytes, int node_os_index) const;
 

@@ -341,7 +341,9 @@ std::string grouped_charts(const probe_report& r, std::vector<bool>& used, int& 
                                             {g + ".d2h.pinned.sweep", "D2H pinned"},
                                             {g + ".d2h.pageable.sweep", "D2H pageable"}});
     group(g + ": read bandwidth (left) and load latency (right) over the working set",
-          {{g + ".cache.sweep", "read bandwidth, GB/s"}}, {{g + ".latency.sweep", "latency, ns"}});
+          {{g + ".cache.sweep", "read bandwidth, whole set per multiprocessor, GB/s"},
+           {g + ".cache.l2_sweep", "read bandwidth, L2 only, set read once a pass, GB/s"}},
+          {{g + ".latency.sweep", "latency, ns"}});
     group(g + ": strided reads, ratio to the unit-stride read",
           {{g + ".pattern.read.stride.e4", "4-byte elements"},
            {g + ".pattern.read.stride.e8", "8-byte elements"},

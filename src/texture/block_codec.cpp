@@ -7,48 +7,21 @@
 #include <cmath>
 #include <cstring>
 
+#include "texture/bc6h_decoder.hpp"
+#include "texture/bptc_tables.hpp"
 #include "vramkit/core/error.hpp"
 
 namespace vramkit::texture {
 namespace {
 
-// BC7 two-subset partitions: bit i is the subset of texel i (row-major).
-constexpr std::uint16_t partitions2[64] = {
-    0xCCCC, 0x8888, 0xEEEE, 0xECC8, 0xC880, 0xFEEC, 0xFEC8, 0xEC80, 0xC800, 0xFFEC, 0xFE80,
-    0xE800, 0xFFE8, 0xFF00, 0xFFF0, 0xF000, 0xF710, 0x008E, 0x7100, 0x08CE, 0x008C, 0x7310,
-    0x3100, 0x8CCE, 0x088C, 0x3110, 0x6666, 0x366C, 0x17E8, 0x0FF0, 0x718E, 0x399C, 0xAAAA,
-    0xF0F0, 0x5A5A, 0x33CC, 0x3C3C, 0x55AA, 0x9696, 0xA55A, 0x73CE, 0x13C8, 0x324C, 0x3BDC,
-    0x6996, 0xC33C, 0x9966, 0x0660, 0x0272, 0x04E4, 0x4E40, 0x2720, 0xC936, 0x936C, 0x39C6,
-    0x639C, 0x9336, 0x9CC6, 0x817E, 0xE718, 0xCCF0, 0x0FCC, 0x7744, 0xEE22};
-
-// BC7 three-subset partitions: bits 2i..2i+1 are the subset of texel i.
-constexpr std::uint32_t partitions3[64] = {
-    0xAA685050, 0x6A5A5040, 0x5A5A4200, 0x5450A0A8, 0xA5A50000, 0xA0A05050, 0x5555A0A0, 0x5A5A5050,
-    0xAA550000, 0xAA555500, 0xAAAA5500, 0x90909090, 0x94949494, 0xA4A4A4A4, 0xA9A59450, 0x2A0A4250,
-    0xA5945040, 0x0A425054, 0xA5A5A500, 0x55A0A0A0, 0xA8A85454, 0x6A6A4040, 0xA4A45000, 0x1A1A0500,
-    0x0050A4A4, 0xAAA59090, 0x14696914, 0x69691400, 0xA08585A0, 0xAA821414, 0x50A4A450, 0x6A5A0200,
-    0xA9A58000, 0x5090A0A8, 0xA8A09050, 0x24242424, 0x00AA5500, 0x24924924, 0x24499224, 0x50A50A50,
-    0x500AA550, 0xAAAA4444, 0x66660000, 0xA5A0A5A0, 0x50A050A0, 0x69286928, 0x44AAAA44, 0x66666600,
-    0xAA444444, 0x54A854A8, 0x95809580, 0x96969600, 0xA85454A8, 0x80959580, 0xAA141414, 0x96960000,
-    0xAAAA1414, 0xA05050A0, 0xA0A5A5A0, 0x96000000, 0x40804080, 0xA9A8A9A8, 0xAAAAAA44, 0x2A4A5254};
-
-// Anchor texels (their index loses its top bit): subset 1 of two; subsets 1 and 2 of three.
-constexpr std::uint8_t anchor2_1[64] = {
-    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 2,  8, 2, 2, 8,
-    8,  15, 2,  8,  2,  2,  8,  8,  2,  2,  15, 15, 6,  8,  2,  8,  15, 15, 2, 8, 2, 2,
-    2,  15, 15, 6,  6,  2,  6,  8,  15, 15, 2,  2,  15, 15, 15, 15, 15, 2,  2, 15};
-constexpr std::uint8_t anchor3_1[64] = {
-    3,  3,  15, 15, 8, 3,  15, 15, 8,  8,  6, 6,  6, 5,  3, 3,  3,  3,  8,  15, 3,  3,
-    6,  10, 5,  8,  8, 6,  8,  5,  15, 15, 8, 15, 3, 5,  6, 10, 8,  15, 15, 3,  15, 5,
-    15, 15, 15, 15, 3, 15, 5,  5,  5,  8,  5, 10, 5, 10, 8, 13, 15, 12, 3,  3};
-constexpr std::uint8_t anchor3_2[64] = {
-    15, 8, 8, 3,  15, 15, 3,  8,  15, 15, 15, 15, 15, 15, 15, 8,  15, 8,  15, 3,  15, 8,
-    15, 8, 3, 15, 6,  10, 15, 15, 10, 8,  15, 3,  15, 10, 10, 8,  9,  10, 6,  15, 8,  15,
-    3,  6, 6, 8,  15, 3,  15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 3,  15, 15, 8};
-
-constexpr int weights2[4] = {0, 21, 43, 64};
-constexpr int weights3[8] = {0, 9, 18, 27, 37, 46, 55, 64};
-constexpr int weights4[16] = {0, 4, 9, 13, 17, 21, 26, 30, 34, 38, 43, 47, 51, 55, 60, 64};
+using detail::anchor2_1;
+using detail::anchor3_1;
+using detail::anchor3_2;
+using detail::partitions2;
+using detail::partitions3;
+using detail::weights2;
+using detail::weights3;
+using detail::weights4;
 
 struct bc7_mode {
   int subsets, partition_bits, rotation_bits, selector_bits, color_bits, alpha_bits;
@@ -244,7 +217,7 @@ void decode_bc1_color_nvidia(const std::uint8_t* block, texel out[16], bool four
   }
 }
 
-// One BC4 channel (also BC3's alpha and each BC5 channel).
+// One BC4 channel (also BC3's alpha and each BC5 channel), exact palette.
 void decode_bc4_channel(const std::uint8_t* block, bool snorm, float out[16]) {
   float v[8];
   float e0, e1;
@@ -274,11 +247,124 @@ void decode_bc4_channel(const std::uint8_t* block, bool snorm, float out[16]) {
   for (int i = 0; i < 16; ++i) out[i] = v[(indices >> (3 * i)) & 7];
 }
 
+// NVIDIA's BC4-style palettes (docs/texture.md derives them from the H200's samples). Each
+// interpolated entry is one endpoint plus the endpoint difference times u, 2u or 4u (8-value
+// mode) or v, 2v (6-value mode), measured from the nearer end: with K the scale of 1.0 in the
+// units interpolated, entries 2..7 weigh the second endpoint u, 2u, K - 4u, 4u, K - 2u, K - u
+// (u = 36) and entries 2..5 of the 6-value mode v, 2v, K - 2v, K - v (v = 48).
+constexpr int nv_weight8[8] = {0, 0, 36, 72, -144, 144, -72, -36};  // negative: K + w
+constexpr int nv_weight6[6] = {0, 0, 48, 96, -96, -48};
+
+// BC4/BC5 UNORM: a 16-bit result (257 e0 and 257 e1 are the endpoints, K = 257, exact integers).
+void decode_bc4_channel_nvidia_unorm(const std::uint8_t* block, float out[16]) {
+  const int e0 = block[0];
+  const int e1 = block[1];
+  const bool six = !(e0 > e1);
+  int v[8];
+  v[0] = 257 * e0;
+  v[1] = 257 * e1;
+  for (int i = 2; i < (six ? 6 : 8); ++i) {
+    int w = six ? nv_weight6[i] : nv_weight8[i];
+    if (w < 0) w += 257;
+    v[i] = (257 - w) * e0 + w * e1;
+  }
+  if (six) {
+    v[6] = 0;
+    v[7] = 65535;
+  }
+  std::uint64_t indices = 0;
+  for (int i = 0; i < 6; ++i) indices |= static_cast<std::uint64_t>(block[2 + i]) << (8 * i);
+  for (int i = 0; i < 16; ++i) out[i] = static_cast<float>(v[(indices >> (3 * i)) & 7]) / 65535.0f;
+}
+
+// floor(a / b) for b > 0.
+std::int64_t floor_div(std::int64_t a, std::int64_t b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+// BC4/BC5 SNORM: endpoints widened to 16-bit SNORM by bit replication (s << 8 | s << 1 | s >> 6 of
+// the magnitude), K = 32767 / 127, the interpolated value rounded to the nearest 16-bit step.
+void decode_bc4_channel_nvidia_snorm(const std::uint8_t* block, float out[16]) {
+  const int s0 = std::max(-127, static_cast<int>(static_cast<std::int8_t>(block[0])));
+  const int s1 = std::max(-127, static_cast<int>(static_cast<std::int8_t>(block[1])));
+  auto widen = [](int s) {
+    const int m = s < 0 ? -s : s;
+    const int v = (m << 8) | (m << 1) | (m >> 6);
+    return s < 0 ? -v : v;
+  };
+  const std::int64_t e0 = widen(s0);
+  const std::int64_t e1 = widen(s1);
+  // The mode comes from the stored bytes (-128 and -127 differ here), as in the reference.
+  const bool six = !(static_cast<std::int8_t>(block[0]) > static_cast<std::int8_t>(block[1]));
+  int v[8];
+  v[0] = static_cast<int>(e0);
+  v[1] = static_cast<int>(e1);
+  for (int i = 2; i < (six ? 6 : 8); ++i) {
+    const int w = six ? nv_weight6[i] : nv_weight8[i];
+    // from e0 by w * 127 / 32767 of the difference, or from e1 back by |w| * 127 / 32767
+    const std::int64_t num =
+        w > 0 ? e0 * 32767 + (e1 - e0) * w * 127 : e1 * 32767 + (e1 - e0) * w * 127;
+    v[i] = static_cast<int>(floor_div(2 * num + 32767, 2 * 32767));
+  }
+  if (six) {
+    v[6] = -32767;
+    v[7] = 32767;
+  }
+  std::uint64_t indices = 0;
+  for (int i = 0; i < 6; ++i) indices |= static_cast<std::uint64_t>(block[2 + i]) << (8 * i);
+  for (int i = 0; i < 16; ++i) out[i] = static_cast<float>(v[(indices >> (3 * i)) & 7]) / 32767.0f;
+}
+
+// BC3 alpha: an 8-bit result, K = 256, from the first endpoint with a d/8 term (d = e1 - e0,
+// truncated) as in NVIDIA's BC1 green: (256 e0 + d/8 + 128 + w d) / 256.
+void decode_bc3_alpha_nvidia(const std::uint8_t* block, float out[16]) {
+  const int e0 = block[0];
+  const int e1 = block[1];
+  const bool six = !(e0 > e1);
+  const int d = e1 - e0;
+  int v[8];
+  v[0] = e0;
+  v[1] = e1;
+  for (int i = 2; i < (six ? 6 : 8); ++i) {
+    int w = six ? nv_weight6[i] : nv_weight8[i];
+    if (w < 0) w += 256;
+    v[i] = static_cast<int>(floor_div(256 * e0 + d / 8 + 128 + d * w, 256));
+  }
+  if (six) {
+    v[6] = 0;
+    v[7] = 255;
+  }
+  std::uint64_t indices = 0;
+  for (int i = 0; i < 6; ++i) indices |= static_cast<std::uint64_t>(block[2 + i]) << (8 * i);
+  for (int i = 0; i < 16; ++i) out[i] = static_cast<float>(v[(indices >> (3 * i)) & 7]) / 255.0f;
+}
+
+// One BC4-style channel as `decoder` decodes it.
+void decode_channel(const std::uint8_t* block, bool snorm, bool bc3_alpha, bc_decoder decoder,
+                    float out[16]) {
+  if (decoder == bc_decoder::reference) {
+    decode_bc4_channel(block, snorm, out);
+  } else if (bc3_alpha) {
+    decode_bc3_alpha_nvidia(block, out);
+  } else if (snorm) {
+    decode_bc4_channel_nvidia_snorm(block, out);
+  } else {
+    decode_bc4_channel_nvidia_unorm(block, out);
+  }
+}
+
+void decode_bc6h(const std::uint8_t* block, bool is_signed, texel out[16]) {
+  std::uint16_t h[16][3];
+  detail::decode_bc6h_block(block, is_signed, h);
+  for (int i = 0; i < 16; ++i) {
+    out[i] = {detail::half_to_float(h[i][0]), detail::half_to_float(h[i][1]),
+              detail::half_to_float(h[i][2]), 1.0f};
+  }
+}
+
 }  // namespace
 
-bool can_decode(const pixel_format& f) noexcept {
-  return f.format != texture_format::bc6h && f.format != texture_format::astc;
-}
+bool can_decode(const pixel_format& f) noexcept { return f.format != texture_format::astc; }
 
 void decode_block(const pixel_format& f, const std::uint8_t* block, texel out[16],
                   bc_decoder decoder) {
@@ -294,20 +380,23 @@ void decode_block(const pixel_format& f, const std::uint8_t* block, texel out[16
       return;
     case texture_format::bc3:
       color(block + 8, out, true);
-      decode_bc4_channel(block, false, ch);
+      decode_channel(block, false, true, decoder, ch);
       for (int i = 0; i < 16; ++i) out[i].a = ch[i];
       return;
     case texture_format::bc4:
-      decode_bc4_channel(block, f.snorm, ch);
+      decode_channel(block, f.snorm, false, decoder, ch);
       for (int i = 0; i < 16; ++i) out[i] = {ch[i], 0, 0, 1};
       return;
     case texture_format::bc5: {
       float g[16];
-      decode_bc4_channel(block, f.snorm, ch);
-      decode_bc4_channel(block + 8, f.snorm, g);
+      decode_channel(block, f.snorm, false, decoder, ch);
+      decode_channel(block + 8, f.snorm, false, decoder, g);
       for (int i = 0; i < 16; ++i) out[i] = {ch[i], g[i], 0, 1};
       return;
     }
+    case texture_format::bc6h:
+      decode_bc6h(block, f.snorm, out);
+      return;
     case texture_format::bc7:
       decode_bc7(block, out);
       return;

@@ -20,12 +20,14 @@ void mip_residency_policy::check(int texture) const {
 std::uint64_t mip_residency_policy::chain_bytes_from(int texture, int first_level) const {
   check(texture);
   const auto& d = textures_[texture].desc;
-  return options_.model.device_bytes(d.format, d.width, d.height, d.mip_levels, first_level);
+  return options_.model.device_bytes(d.format, d.width, d.height, d.mip_levels, first_level,
+                                     d.layers);
 }
 
 int mip_residency_policy::add_texture(const mip_chain_desc& desc) {
   if (desc.width < 1 || desc.height < 1 || desc.mip_levels < 1 ||
-      desc.mip_levels > full_mip_levels(desc.width, desc.height)) {
+      desc.mip_levels > full_mip_levels(desc.width, desc.height) || desc.layers < 1 ||
+      (desc.cube && desc.layers % 6 != 0)) {
     throw logic_error("mip_residency_policy: invalid chain description");
   }
   state s;
@@ -139,7 +141,8 @@ std::vector<residency_action> mip_residency_policy::plan_frame() {
     const int target = t.first - 1;
     const std::uint64_t new_chain = chain_bytes_from(c, target);
     const std::uint64_t level = level_bytes(t.desc.format, level_extent(t.desc.width, target),
-                                            level_extent(t.desc.height, target));
+                                            level_extent(t.desc.height, target)) *
+                                static_cast<std::uint64_t>(t.desc.layers);
     if (inflight_bytes_ > 0 && inflight_bytes_ + level > options_.max_inflight_bytes) {
       ++stats_.starved_requests;
       continue;
@@ -202,7 +205,8 @@ void mip_residency_policy::complete(const residency_action& action) {
   const std::uint64_t new_chain = chain_bytes_from(action.texture, t.pending);
   if (action.kind == residency_action_kind::load_finer) {
     const std::uint64_t level = level_bytes(t.desc.format, level_extent(t.desc.width, t.pending),
-                                            level_extent(t.desc.height, t.pending));
+                                            level_extent(t.desc.height, t.pending)) *
+                                static_cast<std::uint64_t>(t.desc.layers);
     inflight_bytes_ -= std::min(inflight_bytes_, level);
     stats_.bytes_loaded += level;
   }

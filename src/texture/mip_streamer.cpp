@@ -29,8 +29,10 @@ struct linear_chain final : mip_chain {
   std::vector<std::uint64_t> offset;  // per level from first_level; index level - first_level
 };
 
+// Bytes of one level of every layer, tightly packed.
 std::uint64_t tight_level(const mip_chain_desc& d, int level) {
-  return level_bytes(d.format, level_extent(d.width, level), level_extent(d.height, level));
+  return level_bytes(d.format, level_extent(d.width, level), level_extent(d.height, level)) *
+         static_cast<std::uint64_t>(d.layers);
 }
 
 }  // namespace
@@ -95,13 +97,17 @@ struct mip_streamer::impl {
     residency_action action;
     void* staging = nullptr;
     std::size_t staging_bytes = 0;
-    int fd = -1;                    // what the reader reads: copied here so that it never
-    std::uint64_t file_offset = 0;  // touches the texture table
+    // What the reader reads, copied here so that it never touches the texture table: the level
+    // of each layer, `piece_bytes` at each offset, packed one after another into staging.
+    int fd = -1;
+    std::vector<std::uint64_t> offsets;
+    std::uint64_t piece_bytes = 0;
     bool read_done = false;
     bool read_failed = false;
     bool issued = false;
     mip_chain* new_chain = nullptr;
     event_view done;
+    event_view shared_done;  // the device-to-device part of a load (kept until the op retires)
   };
   struct deferred_free {
     mip_chain* chain;
@@ -112,7 +118,10 @@ struct mip_streamer::impl {
   mip_storage* storage;
   mip_residency_policy policy;
   mr::pinned_host_pool staging;
-  stream_view copy_stream;
+  stream_view copy_stream;                  // the first upload stream (tails, staging)
+  std::vector<stream_view> upload_streams;  // loads take them in turn
+  std::size_t next_upload = 0;
+  stream_view device_stream;  // device-to-device copies of the levels a new chain keeps
   std::vector<texture_state> textures;
   std::list<op> ops;
   std::vector<deferred_free> frees;
@@ -132,7 +141,10 @@ struct mip_streamer::impl {
         policy(o.policy),
         staging(std::make_shared<mr::device_api_resource>(api, mr::memory_kind::pinned_host), api,
                 mr::pinned_pool_options{.byte_cap = o.staging_cap_bytes}),
-        copy_stream(api->create_stream()) {
+        copy_stream(api->create_stream()),
+        device_stream(api->create_stream()) {
+    upload_streams.push_back(copy_stream);
+    for (int i = 1; i < o.upload_streams; ++i) upload_streams.push_back(api->create_stream());
     reader = std::thread([this] { read_loop(); });
   }
 
@@ -144,7 +156,8 @@ struct mip_streamer::impl {
     wake.notify_all();
     reader.join();
     try {
-      api->synchronize(copy_stream);
+      for (auto st : upload_streams) api->synchronize(st);
+      api->synchronize(device_stream);
       api->synchronize_device();
     } catch (...) {
     }
@@ -152,6 +165,7 @@ struct mip_streamer::impl {
       if (o.staging) staging.deallocate(o.staging, o.staging_bytes, 256, copy_stream);
       if (o.new_chain) storage->destroy_chain(o.new_chain);
       if (o.issued) api->destroy_event(o.done);
+      if (o.shared_done.handle) api->destroy_event(o.shared_done);
     }
     for (auto& f : frees) {
       storage->destroy_chain(f.chain);
@@ -161,7 +175,8 @@ struct mip_streamer::impl {
       storage->destroy_chain(t.chain);
       if (t.fd >= 0) ::close(t.fd);
     }
-    api->destroy_stream(copy_stream);
+    api->destroy_stream(device_stream);
+    for (auto st : upload_streams) api->destroy_stream(st);
   }
 
   void read_loop() {
@@ -174,18 +189,11 @@ struct mip_streamer::impl {
         o = reads.front();
         reads.pop_front();
       }
-      const std::uint64_t off = o->file_offset;
-      const std::uint64_t size = o->staging_bytes;
-      std::uint64_t got = 0;
       bool ok = true;
-      while (got < size) {
-        const ssize_t n = ::pread(o->fd, static_cast<std::uint8_t*>(o->staging) + got, size - got,
-                                  static_cast<off_t>(off + got));
-        if (n <= 0) {
-          ok = false;
-          break;
-        }
-        got += static_cast<std::uint64_t>(n);
+      auto* dst = static_cast<std::uint8_t*>(o->staging);
+      for (std::uint64_t off : o->offsets) {
+        ok = ok && read_exactly(o->fd, dst, o->piece_bytes, off);
+        dst += o->piece_bytes;
       }
       {
         std::lock_guard lock(mutex);
@@ -194,6 +202,16 @@ struct mip_streamer::impl {
       }
       done_cv.notify_all();
     }
+  }
+
+  static bool read_exactly(int fd, std::uint8_t* dst, std::uint64_t size, std::uint64_t off) {
+    std::uint64_t got = 0;
+    while (got < size) {
+      const ssize_t n = ::pread(fd, dst + got, size - got, static_cast<off_t>(off + got));
+      if (n <= 0) return false;
+      got += static_cast<std::uint64_t>(n);
+    }
+    return true;
   }
 
   bool read_done(op& o) {
@@ -206,22 +224,33 @@ struct mip_streamer::impl {
     return o.read_done;
   }
 
+  // Builds the new chain: the levels it keeps from the old one on the device stream, the new level
+  // from staging on the next upload stream, so that uploads follow one another without waiting
+  // behind the (many, small) device-to-device level copies, and consecutive uploads overlap their
+  // start-up on two copy engines. `done` marks both finished.
   void issue(op& o) {
     auto& t = textures[o.action.texture];
+    const auto surfaces = static_cast<std::uint64_t>(t.info.surfaces());
     o.new_chain = storage->create_chain(policy.desc(o.action.texture), o.action.new_first_level);
-    storage->copy_shared_levels(o.new_chain, t.chain, copy_stream);
+    storage->copy_shared_levels(o.new_chain, t.chain, device_stream);
     const int from = std::max(o.action.new_first_level, t.chain->first_level);
     for (int l = from; l < t.info.mip_levels; ++l)
-      stats.bytes_copied_on_device += t.info.level_size(l);
-    if (o.action.kind == residency_action_kind::load_finer) {
-      storage->upload_level(o.new_chain, o.action.new_first_level, o.staging, copy_stream);
-      stats.bytes_streamed += t.info.level_size(o.action.new_first_level);
-      // The staging block is reused only after the copy that reads it (the pool records an event).
-      staging.deallocate(o.staging, o.staging_bytes, 256, copy_stream);
-      o.staging = nullptr;
-    }
+      stats.bytes_copied_on_device += t.info.level_size(l) * surfaces;
     o.done = api->create_event();
-    api->record_event(o.done, copy_stream);
+    if (o.action.kind == residency_action_kind::load_finer) {
+      const stream_view up = upload_streams[next_upload++ % upload_streams.size()];
+      storage->upload_level(o.new_chain, o.action.new_first_level, o.staging, up);
+      stats.bytes_streamed += t.info.level_size(o.action.new_first_level) * surfaces;
+      // The staging block is reused only after the copy that reads it (the pool records an event).
+      staging.deallocate(o.staging, o.staging_bytes, 256, up);
+      o.staging = nullptr;
+      o.shared_done = api->create_event();
+      api->record_event(o.shared_done, device_stream);
+      api->stream_wait_event(up, o.shared_done);
+      api->record_event(o.done, up);
+    } else {
+      api->record_event(o.done, device_stream);
+    }
     o.issued = true;
   }
 
@@ -258,6 +287,7 @@ struct mip_streamer::impl {
         frees.push_back({t.chain, after});
         t.chain = o.new_chain;
         api->destroy_event(o.done);
+        if (o.shared_done.handle) api->destroy_event(o.shared_done);
         policy.complete(o.action);
         it = ops.erase(it);
       } else {
@@ -273,9 +303,11 @@ struct mip_streamer::impl {
       o.action = a;
       if (a.kind == residency_action_kind::load_finer) {
         const auto& t = textures[a.texture];
-        o.staging_bytes = t.info.level_size(a.new_first_level);
+        o.piece_bytes = t.info.level_size(a.new_first_level);
+        o.staging_bytes = o.piece_bytes * static_cast<std::uint64_t>(t.info.surfaces());
         o.fd = t.fd;
-        o.file_offset = t.info.data_offset + t.info.level_offset(0, a.new_first_level);
+        for (int surface = 0; surface < t.info.surfaces(); ++surface)
+          o.offsets.push_back(t.info.data_offset + t.info.level_offset(surface, a.new_first_level));
         o.staging = staging.allocate(o.staging_bytes, 256, copy_stream);
         {
           std::lock_guard lock(mutex);
@@ -289,24 +321,33 @@ struct mip_streamer::impl {
   }
 };
 
+namespace {
+const mip_streamer_options& checked(const mip_streamer_options& o) {
+  if (o.upload_streams < 1 || o.upload_streams > 4) {
+    throw invalid_input("mip_streamer: upload_streams must be 1 to 4, not " +
+                        std::to_string(o.upload_streams));
+  }
+  return o;
+}
+}  // namespace
+
 mip_streamer::mip_streamer(std::shared_ptr<device_api> api, mip_storage& storage,
                            mip_streamer_options options)
-    : impl_(std::make_unique<impl>(std::move(api), storage, options)) {}
+    : impl_(std::make_unique<impl>(std::move(api), storage, checked(options))) {}
 
 mip_streamer::~mip_streamer() = default;
 
 int mip_streamer::add_texture(const std::filesystem::path& file) {
   auto& m = *impl_;
   texture_info info = read_texture_info(file);
-  if (info.surfaces() != 1)
-    throw texture_file_error(file, "arrays and cube maps are not streamed (one surface only)");
   if (info.container == file_container::astc)
     throw texture_file_error(file, "ASTC textures cannot be sampled by CUDA");
   if (info.container == file_container::png) {
     throw texture_file_error(file,
                              "PNG holds no compressed mip chain; convert it to DDS to stream it");
   }
-  const mip_chain_desc desc{info.format, info.width, info.height, info.mip_levels};
+  const mip_chain_desc desc{info.format,     info.width,      info.height,
+                            info.mip_levels, info.surfaces(), info.faces == 6};
   const int id = m.policy.add_texture(desc);
   impl::texture_state t;
   t.path = file;
@@ -317,20 +358,30 @@ int mip_streamer::add_texture(const std::filesystem::path& file) {
                              std::string("cannot open the file (") + std::strerror(errno) + ")");
   const int tail = m.policy.tail_level(id);
   t.chain = m.storage->create_chain(desc, tail);
+  // The tail's levels, each with its layers one after another, as upload_level takes them.
+  const auto surfaces = static_cast<std::uint64_t>(info.surfaces());
   const std::uint64_t tail_bytes =
-      info.level_offset(0, info.mip_levels) - info.level_offset(0, tail);
+      (info.level_offset(0, info.mip_levels) - info.level_offset(0, tail)) * surfaces;
   void* stage = m.staging.allocate(tail_bytes, 256, m.copy_stream);
-  const std::uint64_t off = info.data_offset + info.level_offset(0, tail);
-  if (::pread(t.fd, stage, tail_bytes, static_cast<off_t>(off)) !=
-      static_cast<ssize_t>(tail_bytes)) {
+  auto* at = static_cast<std::uint8_t*>(stage);
+  bool ok = true;
+  for (int l = tail; l < info.mip_levels; ++l) {
+    for (int surface = 0; surface < info.surfaces(); ++surface) {
+      ok = ok && impl::read_exactly(t.fd, at, info.level_size(l),
+                                    info.data_offset + info.level_offset(surface, l));
+      at += info.level_size(l);
+    }
+  }
+  if (!ok) {
     m.staging.deallocate(stage, tail_bytes, 256, m.copy_stream);
+    m.storage->destroy_chain(t.chain);
     ::close(t.fd);
     throw texture_file_error(file, "truncated while reading the mip tail");
   }
   std::uint64_t pos = 0;
   for (int l = tail; l < info.mip_levels; ++l) {
     m.storage->upload_level(t.chain, l, static_cast<std::uint8_t*>(stage) + pos, m.copy_stream);
-    pos += info.level_size(l);
+    pos += info.level_size(l) * surfaces;
   }
   m.stats.bytes_streamed += tail_bytes;
   m.api->synchronize(m.copy_stream);
@@ -346,7 +397,7 @@ void mip_streamer::prepare_staging() {
   std::vector<std::uint64_t> sizes;
   for (const auto& t : m.textures) {
     for (int l = 0; l < m.policy.tail_level(static_cast<int>(&t - m.textures.data())); ++l)
-      sizes.push_back(t.info.level_size(l));
+      sizes.push_back(t.info.level_size(l) * static_cast<std::uint64_t>(t.info.surfaces()));
   }
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
@@ -390,7 +441,8 @@ void mip_streamer::drain(stream_view render_stream) {
       });
     }
     m.progress(render_stream);
-    m.api->synchronize(m.copy_stream);
+    m.api->synchronize(m.device_stream);
+    for (auto st : m.upload_streams) m.api->synchronize(st);
     m.progress(render_stream);
   }
   m.api->synchronize(render_stream);
@@ -412,7 +464,9 @@ texture_residency mip_streamer::residency(int texture) const {
   r.first_level = impl_->policy.resident_first_level(texture);
   r.wanted_level = impl_->policy.wanted_level(texture);
   for (int l = 0; l < t.info.mip_levels; ++l)
-    r.level_bytes.push_back(l >= r.first_level ? t.info.level_size(l) : 0);
+    r.level_bytes.push_back(l >= r.first_level ? t.info.level_size(l) *
+                                                     static_cast<std::uint64_t>(t.info.surfaces())
+                                               : 0);
   return r;
 }
 

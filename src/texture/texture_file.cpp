@@ -22,7 +22,6 @@ constexpr std::uint32_t fourcc(char a, char b, char c, char d) {
 constexpr std::uint32_t dds_magic = fourcc('D', 'D', 'S', ' ');
 constexpr std::uint32_t ddpf_fourcc = 0x4;
 constexpr std::uint32_t ddpf_rgb = 0x40;
-constexpr std::uint32_t ddpf_alphapixels = 0x1;
 constexpr std::uint32_t caps2_cubemap = 0x200;
 constexpr std::uint32_t caps2_volume = 0x200000;
 constexpr std::uint32_t caps2_all_faces = 0xFC00;
@@ -140,8 +139,80 @@ struct dds_layout {
   bool bgra = false;  // 32-bit data stored B,G,R,A: swizzled to R,G,B,A on load
 };
 
-dds_layout parse_dds(const std::filesystem::path& file, const std::vector<std::uint8_t>& h,
-                     std::uint64_t file_bytes) {
+// The DX10 header: DXGI format, dimension, array size, cube flag.
+void parse_dx10(const std::filesystem::path& file, const std::vector<std::uint8_t>& h,
+                dds_layout& out) {
+  if (h.size() < 148) {
+    throw texture_file_error(file, "truncated DX10 header: " + std::to_string(h.size()) +
+                                       " bytes, a DDS file with a DX10 header needs 148");
+  }
+  const std::uint32_t dxgi = rd32(&h[128]);
+  const std::uint32_t dimension = rd32(&h[132]);
+  const std::uint32_t misc = rd32(&h[136]);
+  const std::uint32_t array_size = rd32(&h[140]);
+  auto f = from_dxgi(dxgi, out.bgra);
+  if (!f)
+    throw texture_file_error(file, "DXGI format " + std::to_string(dxgi) + " is not supported");
+  if (dimension == 4) throw texture_file_error(file, "3-D DX10 textures are not supported");
+  if (dimension != 2 && dimension != 3) {
+    throw texture_file_error(file, "DX10 resource dimension " + std::to_string(dimension) +
+                                       " is not a texture (2 = 1-D, 3 = 2-D)");
+  }
+  if (array_size == 0 || array_size > 65536) {
+    throw texture_file_error(file,
+                             "DX10 array size " + std::to_string(array_size) + " is out of range");
+  }
+  out.info.format = *f;
+  out.info.array_layers = static_cast<int>(array_size);
+  out.info.faces = (misc & 0x4) ? 6 : 1;
+  out.info.data_offset = 148;
+}
+
+pixel_format legacy_fourcc_format(const std::filesystem::path& file, std::uint32_t code) {
+  using tf = texture_format;
+  switch (code) {
+    case fourcc('D', 'X', 'T', '1'):
+      return pixel_format::of(tf::bc1);
+    case fourcc('D', 'X', 'T', '2'):
+    case fourcc('D', 'X', 'T', '3'):
+      return pixel_format::of(tf::bc2);
+    case fourcc('D', 'X', 'T', '4'):
+    case fourcc('D', 'X', 'T', '5'):
+      return pixel_format::of(tf::bc3);
+    case fourcc('A', 'T', 'I', '1'):
+    case fourcc('B', 'C', '4', 'U'):
+      return pixel_format::of(tf::bc4);
+    case fourcc('B', 'C', '4', 'S'):
+      return pixel_format::of(tf::bc4, false, true);
+    case fourcc('A', 'T', 'I', '2'):
+    case fourcc('B', 'C', '5', 'U'):
+      return pixel_format::of(tf::bc5);
+    case fourcc('B', 'C', '5', 'S'):
+      return pixel_format::of(tf::bc5, false, true);
+    default:
+      throw texture_file_error(file, "DDS FourCC '" + fourcc_text(code) + "' is not supported");
+  }
+}
+
+// 32-bit uncompressed data: RGBA or BGRA byte order from the channel masks.
+void parse_rgb_masks(const std::filesystem::path& file, const std::vector<std::uint8_t>& h,
+                     dds_layout& out) {
+  const std::uint32_t r = rd32(&h[92]);
+  const std::uint32_t g = rd32(&h[96]);
+  const std::uint32_t b = rd32(&h[100]);
+  if (r == 0x000000FF && g == 0x0000FF00 && b == 0x00FF0000) {
+    out.bgra = false;
+  } else if (r == 0x00FF0000 && g == 0x0000FF00 && b == 0x000000FF) {
+    out.bgra = true;
+  } else {
+    throw texture_file_error(file, "DDS 32-bit masks are neither RGBA nor BGRA");
+  }
+  out.info.format = pixel_format::of(texture_format::rgba8);
+}
+
+// The DDS_HEADER's sizes and dimensions, into `info`.
+void parse_dds_dimensions(const std::filesystem::path& file, const std::vector<std::uint8_t>& h,
+                          texture_info& info) {
   if (h.size() < 128) {
     throw texture_file_error(file, "truncated DDS header: " + std::to_string(h.size()) +
                                        " bytes, a DDS header needs 128");
@@ -154,18 +225,9 @@ dds_layout parse_dds(const std::filesystem::path& file, const std::vector<std::u
     throw texture_file_error(
         file, "DDS pixel-format size is " + std::to_string(rd32(&h[76])) + ", not 32");
   }
-  dds_layout out;
-  texture_info& info = out.info;
-  info.path = file;
-  info.container = file_container::dds;
-  info.file_bytes = file_bytes;
   const std::uint32_t height = rd32(&h[12]);
   const std::uint32_t width = rd32(&h[16]);
   const std::uint32_t mips = rd32(&h[28]);
-  const std::uint32_t pf_flags = rd32(&h[80]);
-  const std::uint32_t code = rd32(&h[84]);
-  const std::uint32_t bits = rd32(&h[88]);
-  const std::uint32_t caps2 = rd32(&h[112]);
   if (width == 0 || height == 0 || width > max_extent || height > max_extent) {
     throw texture_file_error(file, "DDS size " + std::to_string(width) + "x" +
                                        std::to_string(height) + " is out of range (1 to " +
@@ -182,79 +244,29 @@ dds_layout parse_dds(const std::filesystem::path& file, const std::vector<std::u
                                        std::to_string(width) + "x" + std::to_string(height) +
                                        " chain");
   }
+}
+
+dds_layout parse_dds(const std::filesystem::path& file, const std::vector<std::uint8_t>& h,
+                     std::uint64_t file_bytes) {
+  dds_layout out;
+  texture_info& info = out.info;
+  info.path = file;
+  info.container = file_container::dds;
+  info.file_bytes = file_bytes;
+  parse_dds_dimensions(file, h, info);
+  const std::uint32_t pf_flags = rd32(&h[80]);
+  const std::uint32_t code = rd32(&h[84]);
+  const std::uint32_t bits = rd32(&h[88]);
+  const std::uint32_t caps2 = rd32(&h[112]);
   if (caps2 & caps2_volume)
     throw texture_file_error(file, "volume (3-D) DDS textures are not supported");
   info.data_offset = 128;
   if ((pf_flags & ddpf_fourcc) && code == fourcc('D', 'X', '1', '0')) {
-    if (h.size() < 148) {
-      throw texture_file_error(file, "truncated DX10 header: " + std::to_string(h.size()) +
-                                         " bytes, a DDS file with a DX10 header needs 148");
-    }
-    const std::uint32_t dxgi = rd32(&h[128]);
-    const std::uint32_t dimension = rd32(&h[132]);
-    const std::uint32_t misc = rd32(&h[136]);
-    const std::uint32_t array_size = rd32(&h[140]);
-    auto f = from_dxgi(dxgi, out.bgra);
-    if (!f)
-      throw texture_file_error(file, "DXGI format " + std::to_string(dxgi) + " is not supported");
-    if (dimension == 4) throw texture_file_error(file, "3-D DX10 textures are not supported");
-    if (dimension != 2 && dimension != 3) {
-      throw texture_file_error(file, "DX10 resource dimension " + std::to_string(dimension) +
-                                         " is not a texture (2 = 1-D, 3 = 2-D)");
-    }
-    if (array_size == 0 || array_size > 65536) {
-      throw texture_file_error(
-          file, "DX10 array size " + std::to_string(array_size) + " is out of range");
-    }
-    info.format = *f;
-    info.array_layers = static_cast<int>(array_size);
-    info.faces = (misc & 0x4) ? 6 : 1;
-    info.data_offset = 148;
+    parse_dx10(file, h, out);
   } else if (pf_flags & ddpf_fourcc) {
-    using tf = texture_format;
-    switch (code) {
-      case fourcc('D', 'X', 'T', '1'):
-        info.format = pixel_format::of(tf::bc1);
-        break;
-      case fourcc('D', 'X', 'T', '2'):
-      case fourcc('D', 'X', 'T', '3'):
-        info.format = pixel_format::of(tf::bc2);
-        break;
-      case fourcc('D', 'X', 'T', '4'):
-      case fourcc('D', 'X', 'T', '5'):
-        info.format = pixel_format::of(tf::bc3);
-        break;
-      case fourcc('A', 'T', 'I', '1'):
-      case fourcc('B', 'C', '4', 'U'):
-        info.format = pixel_format::of(tf::bc4);
-        break;
-      case fourcc('B', 'C', '4', 'S'):
-        info.format = pixel_format::of(tf::bc4, false, true);
-        break;
-      case fourcc('A', 'T', 'I', '2'):
-      case fourcc('B', 'C', '5', 'U'):
-        info.format = pixel_format::of(tf::bc5);
-        break;
-      case fourcc('B', 'C', '5', 'S'):
-        info.format = pixel_format::of(tf::bc5, false, true);
-        break;
-      default:
-        throw texture_file_error(file, "DDS FourCC '" + fourcc_text(code) + "' is not supported");
-    }
+    info.format = legacy_fourcc_format(file, code);
   } else if ((pf_flags & ddpf_rgb) && bits == 32) {
-    const std::uint32_t r = rd32(&h[92]);
-    const std::uint32_t g = rd32(&h[96]);
-    const std::uint32_t b = rd32(&h[100]);
-    const std::uint32_t a = (pf_flags & ddpf_alphapixels) ? rd32(&h[104]) : 0xFF000000u;
-    if (r == 0x000000FF && g == 0x0000FF00 && b == 0x00FF0000) {
-      out.bgra = false;
-    } else if (r == 0x00FF0000 && g == 0x0000FF00 && b == 0x000000FF) {
-      out.bgra = true;
-    } else {
-      throw texture_file_error(file, "DDS 32-bit masks are neither RGBA nor BGRA");
-    }
-    (void)a;
-    info.format = pixel_format::of(texture_format::rgba8);
+    parse_rgb_masks(file, h, out);
   } else {
     throw texture_file_error(file, "DDS pixel format (flags " + std::to_string(pf_flags) + ", " +
                                        std::to_string(bits) + " bits) is not supported");

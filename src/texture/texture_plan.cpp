@@ -149,47 +149,44 @@ std::vector<pixel_format> candidate_formats() {
           pixel_format::astc(4, 4),    pixel_format::astc(6, 6),   pixel_format::astc(8, 8)};
 }
 
-nlohmann::json plan_textures(const std::vector<texture_entry>& entries,
-                             const plan_options& options) {
-  const auto& model = options.model;
-  const auto candidates = candidate_formats();
-  nlohmann::json textures = nlohmann::json::array();
-  std::uint64_t total_data = 0;
-  std::uint64_t total_device = 0;
-  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> choice_totals;  // full, top only
-  for (const auto& e : entries) {
-    const int full = full_mip_levels(e.width, e.height);
-    nlohmann::json t;
-    t["file"] = e.file;
-    t["format"] = e.format.name();
-    t["width"] = e.width;
-    t["height"] = e.height;
-    t["mip_levels"] = e.mip_levels;
-    t["layers"] = e.layers;
-    t["data_bytes"] = e.data_bytes;
-    t["tight_bytes"] = chain_bytes(e.format, e.width, e.height, e.mip_levels, 0, e.layers);
-    const std::uint64_t dev =
-        device_bytes_of(model, e.format, e.width, e.height, e.mip_levels, 0, e.layers);
-    t["device_bytes"] = dev;
-    t["sampled_by_cuda"] = cuda_allocation_model::sampled_by_cuda(e.format);
-    nlohmann::json choices = nlohmann::json::object();
-    for (const auto& c : candidates) {
-      const std::uint64_t chain = device_bytes_of(model, c, e.width, e.height, full, 0, e.layers);
-      const std::uint64_t top = device_bytes_of(model, c, e.width, e.height, 1, 0, e.layers);
-      choices[c.name()] = {
-          {"full_chain_bytes", chain},
-          {"top_level_bytes", top},
-          {"target", cuda_allocation_model::sampled_by_cuda(c) ? "cuda" : "mobile"}};
-      choice_totals[c.name()].first += chain;
-      choice_totals[c.name()].second += top;
-    }
-    t["choices"] = choices;
-    total_data += e.data_bytes;
-    total_device += dev;
-    textures.push_back(std::move(t));
-  }
+namespace {
 
-  // Texture arrays: textures of one format, size and mip count share one layered array.
+using choice_sums = std::map<std::string, std::pair<std::uint64_t, std::uint64_t>>;  // full, top
+
+// One texture's entry: as stored, on the device, and under each candidate encoding (added to
+// `sums`).
+nlohmann::json texture_json(const texture_entry& e, const cuda_allocation_model& model,
+                            const std::vector<pixel_format>& candidates, choice_sums& sums) {
+  const int full = full_mip_levels(e.width, e.height);
+  nlohmann::json t;
+  t["file"] = e.file;
+  t["format"] = e.format.name();
+  t["width"] = e.width;
+  t["height"] = e.height;
+  t["mip_levels"] = e.mip_levels;
+  t["layers"] = e.layers;
+  t["data_bytes"] = e.data_bytes;
+  t["tight_bytes"] = chain_bytes(e.format, e.width, e.height, e.mip_levels, 0, e.layers);
+  t["device_bytes"] =
+      device_bytes_of(model, e.format, e.width, e.height, e.mip_levels, 0, e.layers);
+  t["sampled_by_cuda"] = cuda_allocation_model::sampled_by_cuda(e.format);
+  nlohmann::json choices = nlohmann::json::object();
+  for (const auto& c : candidates) {
+    const std::uint64_t chain = device_bytes_of(model, c, e.width, e.height, full, 0, e.layers);
+    const std::uint64_t top = device_bytes_of(model, c, e.width, e.height, 1, 0, e.layers);
+    choices[c.name()] = {{"full_chain_bytes", chain},
+                         {"top_level_bytes", top},
+                         {"target", cuda_allocation_model::sampled_by_cuda(c) ? "cuda" : "mobile"}};
+    sums[c.name()].first += chain;
+    sums[c.name()].second += top;
+  }
+  t["choices"] = choices;
+  return t;
+}
+
+// Texture arrays: textures of one format, size and mip count share one layered array.
+nlohmann::json array_groups(const std::vector<texture_entry>& entries,
+                            const cuda_allocation_model& model) {
   std::map<std::tuple<std::string, int, int, int>, std::vector<std::size_t>> groups;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const auto& e = entries[i];
@@ -223,13 +220,80 @@ nlohmann::json plan_textures(const std::vector<texture_entry>& entries,
     separate += sep;
     layered += arr;
   }
+  return {{"groups", arrays}, {"separate_bytes", separate}, {"array_bytes", layered}};
+}
 
+nlohmann::json savings_json(choice_sums& sums, const nlohmann::json& arrays) {
+  auto ratio = [](std::uint64_t a, std::uint64_t b) {
+    return b == 0 ? 0.0 : static_cast<double>(a) / b;
+  };
+  const std::uint64_t separate = arrays["separate_bytes"].get<std::uint64_t>();
+  const std::uint64_t layered = arrays["array_bytes"].get<std::uint64_t>();
+  const auto& rgba = sums["RGBA8"];
+  return {{"bc7_vs_rgba8", 1.0 - ratio(sums["BC7"].first, rgba.first)},
+          {"bc1_vs_rgba8", 1.0 - ratio(sums["BC1"].first, rgba.first)},
+          {"full_chain_over_top_level_bc7", ratio(sums["BC7"].first, sums["BC7"].second)},
+          {"arrays_vs_separate", separate == 0 ? nlohmann::json(nullptr)
+                                               : nlohmann::json(1.0 - ratio(layered, separate))}};
+}
+
+// The smallest uniform mip drop (an engine's global mip bias) that fits `budget`; each texture
+// keeps at least its last level.
+nlohmann::json budget_json(const std::vector<texture_entry>& entries,
+                           const cuda_allocation_model& model, std::uint64_t budget) {
+  int max_levels = 1;
+  for (const auto& e : entries) max_levels = std::max(max_levels, e.mip_levels);
+  int drop = 0;
+  std::uint64_t bytes = 0;
+  for (drop = 0; drop < max_levels; ++drop) {
+    bytes = 0;
+    for (const auto& e : entries) {
+      bytes += device_bytes_of(model, e.format, e.width, e.height, e.mip_levels,
+                               std::min(drop, e.mip_levels - 1), e.layers);
+    }
+    if (bytes <= budget) break;
+  }
+  const bool fits = bytes <= budget;
+  if (!fits) drop = max_levels - 1;
+  nlohmann::json per = nlohmann::json::array();
+  for (const auto& e : entries) {
+    const int first = std::min(drop, e.mip_levels - 1);
+    per.push_back({{"file", e.file},
+                   {"first_level", first},
+                   {"resident_width", level_extent(e.width, first)},
+                   {"resident_height", level_extent(e.height, first)},
+                   {"device_bytes", device_bytes_of(model, e.format, e.width, e.height,
+                                                    e.mip_levels, first, e.layers)}});
+  }
+  return {{"budget_bytes", budget},
+          {"fits", fits},
+          {"fits_at_full_resolution", drop == 0 && fits},
+          {"mip_drop", drop},
+          {"device_bytes", bytes},
+          {"textures", per}};
+}
+
+}  // namespace
+
+nlohmann::json plan_textures(const std::vector<texture_entry>& entries,
+                             const plan_options& options) {
+  const auto& model = options.model;
+  const auto candidates = candidate_formats();
+  nlohmann::json textures = nlohmann::json::array();
+  std::uint64_t total_data = 0;
+  std::uint64_t total_device = 0;
+  choice_sums sums;
+  for (const auto& e : entries) {
+    textures.push_back(texture_json(e, model, candidates, sums));
+    total_data += e.data_bytes;
+    total_device += textures.back()["device_bytes"].get<std::uint64_t>();
+  }
   nlohmann::json totals;
   totals["textures"] = entries.size();
   totals["data_bytes"] = total_data;
   totals["device_bytes"] = total_device;
   nlohmann::json ct = nlohmann::json::object();
-  for (const auto& [name, v] : choice_totals)
+  for (const auto& [name, v] : sums)
     ct[name] = {{"full_chain_bytes", v.first}, {"top_level_bytes", v.second}};
   totals["choices"] = ct;
 
@@ -243,54 +307,9 @@ nlohmann::json plan_textures(const std::vector<texture_entry>& entries,
                    {"large_threshold", model.large_threshold}};
   plan["textures"] = std::move(textures);
   plan["totals"] = totals;
-  plan["arrays"] = {{"groups", arrays}, {"separate_bytes", separate}, {"array_bytes", layered}};
-  auto ratio = [](std::uint64_t a, std::uint64_t b) {
-    return b == 0 ? 0.0 : static_cast<double>(a) / b;
-  };
-  const auto& rgba = choice_totals["RGBA8"];
-  plan["savings"] = {
-      {"bc7_vs_rgba8", 1.0 - ratio(choice_totals["BC7"].first, rgba.first)},
-      {"bc1_vs_rgba8", 1.0 - ratio(choice_totals["BC1"].first, rgba.first)},
-      {"full_chain_over_top_level_bc7",
-       ratio(choice_totals["BC7"].first, choice_totals["BC7"].second)},
-      {"arrays_vs_separate",
-       separate == 0 ? nlohmann::json(nullptr) : nlohmann::json(1.0 - ratio(layered, separate))}};
-
-  if (options.budget_bytes) {
-    const std::uint64_t budget = *options.budget_bytes;
-    int max_levels = 1;
-    for (const auto& e : entries) max_levels = std::max(max_levels, e.mip_levels);
-    // A uniform mip drop (an engine's global mip bias): the smallest that fits; each texture keeps
-    // at least its last level.
-    int drop = 0;
-    std::uint64_t bytes = 0;
-    for (drop = 0; drop < max_levels; ++drop) {
-      bytes = 0;
-      for (const auto& e : entries) {
-        bytes += device_bytes_of(model, e.format, e.width, e.height, e.mip_levels,
-                                 std::min(drop, e.mip_levels - 1), e.layers);
-      }
-      if (bytes <= budget) break;
-    }
-    const bool fits = bytes <= budget;
-    if (!fits) drop = max_levels - 1;
-    nlohmann::json per = nlohmann::json::array();
-    for (const auto& e : entries) {
-      const int first = std::min(drop, e.mip_levels - 1);
-      per.push_back({{"file", e.file},
-                     {"first_level", first},
-                     {"resident_width", level_extent(e.width, first)},
-                     {"resident_height", level_extent(e.height, first)},
-                     {"device_bytes", device_bytes_of(model, e.format, e.width, e.height,
-                                                      e.mip_levels, first, e.layers)}});
-    }
-    plan["budget"] = {{"budget_bytes", budget},
-                      {"fits", fits},
-                      {"fits_at_full_resolution", drop == 0 && fits},
-                      {"mip_drop", drop},
-                      {"device_bytes", bytes},
-                      {"textures", per}};
-  }
+  plan["arrays"] = array_groups(entries, model);
+  plan["savings"] = savings_json(sums, plan["arrays"]);
+  if (options.budget_bytes) plan["budget"] = budget_json(entries, model, *options.budget_bytes);
   return plan;
 }
 

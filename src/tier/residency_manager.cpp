@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -158,12 +159,17 @@ struct residency_manager::impl {
     s.dirty = false;
   }
 
-  // Frees the device copy in stream order after its last uses, copying it back first when dirty.
-  void evict(std::uint32_t index, const char* reason) {
+  // Frees the device copy in stream order after its last uses, copying it back first when dirty
+  // (unless `contents` is discard). The device calls that can fail (the waits, the copy back) come
+  // before any state changes: when one throws, the buffer stays resident, evictable and dirty as
+  // it was (a wait already enqueued only orders the copy stream more).
+  enum class contents { keep, discard };
+  void evict(std::uint32_t index, const char* reason, contents what = contents::keep) {
     buffer_slot& s = slots[index];
-    lru_remove(s);
     copy_waits_for_uses(s);
-    if (s.dirty && !has_flag(s.flags, buffer_flags::read_only)) copy_out(s, index);
+    if (what == contents::keep && s.dirty && !has_flag(s.flags, buffer_flags::read_only))
+      copy_out(s, index);
+    lru_remove(s);
     device_mr->deallocate(s.device, s.device_bytes, device_alignment, copy);
     trace->instant(reason, index, s.bytes);
     s.device = nullptr;
@@ -205,22 +211,33 @@ struct residency_manager::impl {
     }
   }
 
-  // Makes `s` resident: allocation and, unless `fill` is false, the copy in, then `ready`.
+  // Makes `s` resident: allocation and, unless `fill` is false, the copy in, then `ready`. All or
+  // nothing: when the copy or the event fails, the memory goes back (in stream order, after
+  // whatever was enqueued into it) and `s` stays as it was, so no later acquire trusts a device
+  // copy that was never filled or a `ready` that was never recorded.
   void bring_in(buffer_slot& s, std::uint32_t index, bool fill, const char* what) {
     allocate_device(s);
+    try {
+      if (fill) {
+        api.copy_async(s.device, s.host, s.bytes, copy_kind::host_to_device, copy);
+        trace->copy_enqueued(api, copy, what, index, s.bytes);
+      }
+      if (s.ready.handle == nullptr) s.ready = take_event();
+      api.record_event(s.ready, copy);
+    } catch (...) {
+      device_mr->deallocate(s.device, s.device_bytes, device_alignment, copy);
+      s.device = nullptr;
+      throw;
+    }
+    if (fill) {
+      counters.bytes_h2d += s.bytes;
+      ++counters.copies_in;
+    }
     s.resident = true;
     counters.resident_bytes += s.device_bytes;
     counters.peak_resident_bytes = std::max(counters.peak_resident_bytes, counters.resident_bytes);
     if (has_flag(s.flags, buffer_flags::pinned_in_place)) counters.pinned_bytes += s.device_bytes;
     ++counters.resident_buffers;
-    if (fill) {
-      api.copy_async(s.device, s.host, s.bytes, copy_kind::host_to_device, copy);
-      trace->copy_enqueued(api, copy, what, index, s.bytes);
-      counters.bytes_h2d += s.bytes;
-      ++counters.copies_in;
-    }
-    if (s.ready.handle == nullptr) s.ready = take_event();
-    api.record_event(s.ready, copy);
     s.ready_pending = true;
   }
 
@@ -239,6 +256,28 @@ struct residency_manager::impl {
       << ", prefetch hits " << c.prefetch_hits << "), evictions " << c.evictions << "\n"
       << "  moved     " << b(c.bytes_h2d) << " host->device, " << b(c.bytes_d2h) << " device->host";
     return o.str();
+  }
+
+  // Makes `stream` wait for the copy that brings `s` in (while it may still run) and for earlier
+  // uses on other streams (a write there, a read here, or the reverse). Throws when a wait cannot
+  // be enqueued; waits already enqueued only order `stream` more.
+  void order_after_copy_and_uses(buffer_slot& s, stream_view stream) {
+    if (s.ready_pending) {
+      if (options.measure_stream_wait) {
+        auto arrived = std::make_shared<std::atomic<std::int64_t>>(0);
+        api.launch_host_func(stream, [arrived] { arrived->store(detail::now_ns()); });
+        api.stream_wait_event(stream, s.ready);
+        api.launch_host_func(stream, [arrived, total = wait_ns] {
+          total->fetch_add(std::max<std::int64_t>(0, detail::now_ns() - arrived->load()));
+        });
+      } else {
+        api.stream_wait_event(stream, s.ready);
+      }
+      ++counters.stream_waits;
+    }
+    for (auto& [other, event] : s.use_events) {
+      if (!(other == stream)) api.stream_wait_event(stream, event);
+    }
   }
 
   static void remove_acquirer(buffer_slot& s, stream_view stream) {
@@ -277,7 +316,20 @@ residency_manager::~residency_manager() {
       buffer_slot& s = m.slots[i];
       if (!s.live) continue;
       if (s.resident) {
-        m.copy_waits_for_uses(s);
+        try {
+          m.copy_waits_for_uses(s);
+        } catch (const std::exception&) {
+          // The copy stream cannot wait for the last uses: wait for them here instead.
+          for (auto& [stream, event] : s.use_events) {
+            try {
+              m.api.synchronize_event(event);
+            } catch (const std::exception& e) {
+              std::fprintf(stderr,
+                           "vramkit: residency_manager: a use event failed at teardown: %s\n",
+                           e.what());
+            }
+          }
+        }
         m.device_mr->deallocate(s.device, s.device_bytes, device_alignment, m.copy);
       }
       m.drop_use_events(s);
@@ -336,8 +388,17 @@ void residency_manager::destroy(tiered_buffer buffer) {
                         std::to_string(buffer.index()) + " while it is acquired (" +
                         std::to_string(s.acquire_count) + " open acquires)");
     }
-    s.dirty = false;  // its contents die with it: no copy back
-    if (s.resident) m.evict(buffer.index(), "destroy");
+    // A copy still queued on the copy stream may read the home: free it once the stream is past
+    // this point. Recorded first, so that a failure leaves the buffer as it was; what the eviction
+    // enqueues after it never reads the home (its contents die with it: no copy back).
+    done = m.take_event();
+    try {
+      m.api.record_event(done, m.copy);
+      if (s.resident) m.evict(buffer.index(), "destroy", impl::contents::discard);
+    } catch (...) {
+      m.give_event(done);
+      throw;
+    }
     m.drop_use_events(s);
     m.give_event(s.ready);
     s.ready = {};
@@ -348,9 +409,6 @@ void residency_manager::destroy(tiered_buffer buffer) {
     ++s.generation;
     m.free_slots.push_back(buffer.index());
     --m.counters.buffers;
-    // A copy still queued on the copy stream may read the home: free it once the stream is past.
-    done = m.take_event();
-    m.api.record_event(done, m.copy);
   }
   m.api.synchronize_event(done);
   m.pinned_mr->deallocate(host, bytes, device_alignment);
@@ -385,25 +443,15 @@ void* residency_manager::acquire(tiered_buffer buffer, stream_view stream, acces
     if (s.from_prefetch) ++m.counters.prefetch_hits;
     if (s.ready_pending && m.api.event_done(s.ready)) s.ready_pending = false;
   }
+  try {
+    m.order_after_copy_and_uses(s, stream);
+  } catch (...) {
+    // The buffer may have come in above: it stays resident (its `ready` recorded), evictable.
+    if (s.acquire_count == 0) m.lru_touch(s, index);
+    throw;
+  }
   ++m.counters.acquires;
   s.from_prefetch = false;
-  if (s.ready_pending) {
-    if (m.options.measure_stream_wait) {
-      auto arrived = std::make_shared<std::atomic<std::int64_t>>(0);
-      m.api.launch_host_func(stream, [arrived] { arrived->store(detail::now_ns()); });
-      m.api.stream_wait_event(stream, s.ready);
-      m.api.launch_host_func(stream, [arrived, total = m.wait_ns] {
-        total->fetch_add(std::max<std::int64_t>(0, detail::now_ns() - arrived->load()));
-      });
-    } else {
-      m.api.stream_wait_event(stream, s.ready);
-    }
-    ++m.counters.stream_waits;
-  }
-  // Earlier uses on other streams (a write there, a read here, or the reverse) come first.
-  for (auto& [other, event] : s.use_events) {
-    if (!(other == stream)) m.api.stream_wait_event(stream, event);
-  }
   m.lru_remove(s);
   if (s.acquire_count == 0) m.counters.acquired_bytes += s.device_bytes;
   ++s.acquire_count;
@@ -429,15 +477,25 @@ void residency_manager::release(tiered_buffer buffer, stream_view stream) {
     throw logic_error("residency_manager: release of tiered buffer #" +
                       std::to_string(buffer.index()) + " on a stream without a matching acquire");
   }
-  event_view use{};
+  // A fresh event takes the stream's place only once recorded: when the record fails, the acquire
+  // stays open and the last use event keeps meaning what it did (an event whose record failed
+  // would let an eviction skip this use).
+  const event_view use = m.take_event();
+  try {
+    m.api.record_event(use, stream);
+  } catch (...) {
+    m.give_event(use);
+    throw;
+  }
+  bool replaced = false;
   for (auto& [st, e] : s.use_events) {
-    if (st == stream) use = e;
+    if (st == stream) {
+      m.give_event(e);
+      e = use;
+      replaced = true;
+    }
   }
-  if (use.handle == nullptr) {
-    use = m.take_event();
-    s.use_events.emplace_back(stream, use);
-  }
-  m.api.record_event(use, stream);
+  if (!replaced) s.use_events.emplace_back(stream, use);
   impl::remove_acquirer(s, stream);
   if (--s.acquire_count == 0) m.counters.acquired_bytes -= s.device_bytes;
   m.lru_touch(s, buffer.index());
@@ -480,16 +538,28 @@ void* residency_manager::host_data(tiered_buffer buffer, access_mode access) {
                         std::to_string(buffer.index()) + " while it is acquired on the device");
     }
     host = s.host;
+    done = m.take_event();
     if (s.resident) {
-      if (access != access_mode::read) {
-        m.evict(buffer.index(), "drop_for_host_write");  // copies back first when dirty
-      } else if (s.dirty) {
-        m.copy_waits_for_uses(s);
-        m.copy_out(s, buffer.index());
+      try {
+        if (access != access_mode::read) {
+          m.evict(buffer.index(), "drop_for_host_write");  // copies back first when dirty
+        } else if (s.dirty) {
+          m.copy_waits_for_uses(s);
+          m.copy_out(s, buffer.index());
+        }
+      } catch (...) {
+        m.give_event(done);
+        throw;
       }
     }
-    done = m.take_event();
-    m.api.record_event(done, m.copy);
+    // When this record fails, a copy back may be queued with `dirty` cleared: the next call's
+    // record still orders after it, so the home it returns is up to date.
+    try {
+      m.api.record_event(done, m.copy);
+    } catch (...) {
+      m.give_event(done);
+      throw;
+    }
   }
   m.api.synchronize_event(done);
   std::lock_guard lock(m.mutex);

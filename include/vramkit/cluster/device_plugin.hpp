@@ -27,6 +27,7 @@ struct device_plugin_options {
   std::uint64_t unit_bytes = std::uint64_t{1} << 30;  ///< bytes per device ID (and per unit)
   std::string node_name;                              ///< pods are matched on spec.nodeName
   bool mps_limit = false;                             ///< also set CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+  std::string plan_annotation = "vramkit.io/plan";    ///< planner JSON: the plan passed on
 };
 
 /// The device IDs advertised for `gpus`: "<uuid>-<k>" for k in [0, floor(total / unit)), so that
@@ -50,7 +51,10 @@ struct allocation {
   std::string container;
   int gpu_index = -1;
   std::string gpu_uuid;
-  std::uint64_t cap_bytes = 0;                ///< units requested x unit_bytes
+  std::uint64_t cap_bytes = 0;  ///< units requested x unit_bytes
+  /// The plan for drift (used / planned): the pod's plan annotation (device_peak_bytes, at most
+  /// the cap) when this is its only container asking for the resource, else cap_bytes.
+  std::uint64_t planned_bytes = 0;
   std::vector<std::string> allocated_before;  ///< the pod's containers allocated earlier
 };
 
@@ -66,7 +70,8 @@ struct allocation {
                                                         const device_plugin_options& options);
 
 /// The container's environment: CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES (the GPU's UUID),
-/// VRAMKIT_POOL_MAXIMUM (the cap in bytes), PYTORCH_CUDA_ALLOC_CONF
+/// VRAMKIT_POOL_MAXIMUM (the cap in bytes), VRAMKIT_PLANNED_BYTES (planned_bytes, read back by the
+/// exporter's attribution for plan drift), PYTORCH_CUDA_ALLOC_CONF
 /// (per_process_memory_fraction:<cap / gpu_total>, at most 1), and
 /// with mps_limit CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (0=<cap in MiB>M).
 [[nodiscard]] std::map<std::string, std::string> allocation_environment(

@@ -1,7 +1,8 @@
 // Which workload a process belongs to, from its /proc/<pid>/cgroup text: the Kubernetes pod (UID,
-// QoS class, container ID and runtime) under the cgroupfs or systemd driver, or the Slurm job and
-// step under cgroup v1 or v2. A pod's namespace and name are not in the path: map pod_uid through
-// the API or the kubelet's pod-resources socket. Pure functions; thread-safe.
+// QoS class, container ID and runtime) under the cgroupfs or systemd driver, a plain Docker
+// container, or the Slurm job and step under cgroup v1 or v2. A pod's namespace and name are not in
+// the path: map pod_uid through the API or the kubelet's pod-resources socket. Pure functions;
+// thread-safe.
 #pragma once
 
 #include <optional>
@@ -20,7 +21,9 @@ struct workload {
   std::string slurm_step;    ///< a number, batch, extern or interactive
   std::string cgroup_path;   ///< the path the fields came from
 
-  [[nodiscard]] bool empty() const noexcept { return pod_uid.empty() && slurm_job.empty(); }
+  [[nodiscard]] bool empty() const noexcept {
+    return pod_uid.empty() && slurm_job.empty() && container_id.empty();
+  }
 };
 
 /// Reads one cgroup path (`/kubepods.slice/...`, `/slurm/uid_1000/job_42/step_0/task_0`).

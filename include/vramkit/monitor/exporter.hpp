@@ -54,6 +54,8 @@ class exporter {
 
  private:
   void sample_loop();
+  /// Renders the /metrics page of `s` once, then adds `s` to the history.
+  void publish(sample s);
   http_response handle(const http_request& req);
 
   struct server;
@@ -66,6 +68,8 @@ class exporter {
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> scrapes_{0};
   std::atomic<std::uint64_t> samples_{0};
+  std::mutex body_mutex_;
+  std::shared_ptr<const std::string> body_;  ///< the latest sample's page, without the counter
   std::mutex wake_mutex_;
   std::condition_variable wake_;
 };

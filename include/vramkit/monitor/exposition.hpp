@@ -26,7 +26,15 @@ std::string escape_help(std::string_view text);
 /// Formats a sample value: integers without exponent where exact, "NaN", "+Inf", "-Inf".
 std::string format_metric_value(double value);
 
-/// Renders every metric family of `s` (see docs/monitor.md for the list), ending in a newline.
+/// Renders every metric family of `s` (see docs/monitor.md for the list), ending in a newline:
+/// render_sample_metrics followed by render_scrape_counter.
 std::string render_metrics(const sample& s, const exporter_stats& stats);
+
+/// Every family that depends only on the sample and the sample count: what the exporter renders
+/// once per sample and serves to every scrape.
+std::string render_sample_metrics(const sample& s, std::uint64_t samples_total);
+
+/// The vramkit_exporter_scrapes_total family, the one figure that changes with every scrape.
+std::string render_scrape_counter(std::uint64_t scrapes_total);
 
 }  // namespace vramkit::monitor

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "vramkit/monitor/process_owner.hpp"
+
 namespace vramkit::monitor {
 
 /// Version of the JSON written by to_json (docs/monitor.md). Bump on any change.
@@ -31,9 +33,11 @@ struct gpu_process {
   std::string command;                          ///< command line from /proc, else the driver's name
   std::string user;                             ///< owner from /proc status Uid; empty when unknown
   std::optional<std::uint64_t> host_rss_bytes;  ///< VmRSS; empty when the pid is not visible
-  /// The workload the process runs in ("pod <uid>", "pod <uid>/<container>", "slurm job 42"),
-  /// filled by whoever knows (cluster attribution); empty when none or unknown.
+  /// The workload the process runs in (workload_name of `owner`: "pod ns/name", "pod <uid>",
+  /// "slurm job 42"), filled by whoever knows (cluster attribution); empty when none or unknown.
   std::string workload;
+  /// Its pod, container, Slurm job and planned bytes, from the same attribution.
+  process_owner owner;
 };
 
 struct mig_instance {

@@ -24,9 +24,9 @@ struct sampler_options {
   bool read_host = true;                  ///< false: GPU only (benchmarks of the NVML side)
   /// Milliseconds since the epoch; tests inject a stepped clock.
   std::function<std::int64_t()> clock_ms;
-  /// Names the workload (pod, Slurm job) of a GPU process, for gpu_process::workload; unset =
-  /// none.
-  std::function<std::string(std::uint32_t pid)> workload_of;
+  /// The owner (pod, container, Slurm job, plan) of a GPU process, for gpu_process::owner and
+  /// its workload name; unset = none. Called once per process per sample on the sampling thread.
+  std::function<process_owner(std::uint32_t pid)> workload_of;
 };
 
 class sampler {

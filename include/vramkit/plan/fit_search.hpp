@@ -52,10 +52,18 @@ struct fit_result {
 double estimate_step_time(const model_description& m, const plan_request& r, const gpu_spec& gpu,
                           const device_overheads& o);
 
+/// The same for a planned request, adding the PCIe traffic of paged optimizer states that the
+/// device cannot keep resident (in and out once per step).
+double estimate_step_time(const plan_result& p, const gpu_spec& gpu, const device_overheads& o);
+
 /// Searches around `base` (its model, batch, sequence and GPU count stay fixed). Throws
 /// invalid_input when capacity_bytes is zero.
 fit_result fit_search(const model_description& m, const plan_request& base, const fit_options& opt,
                       const device_overheads& o = default_overheads());
+
+/// Orders fits cheapest first, the cheapest of each method (full fine-tune per optimizer, LoRA
+/// per rank, QLoRA, activation offload) ahead of the rest, and keeps `max_results`.
+void rank_fits(fit_result& res, std::size_t max_results);
 
 /// One JSON object: schema_version, model, gpu, capacity_bytes, planned and the ranked fits
 /// (each with its settings, figures and reasons).

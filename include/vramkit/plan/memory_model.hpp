@@ -18,8 +18,10 @@ namespace vramkit::plan {
 /// Version of the JSON object written by to_json (docs/plan.md). Bump on any change.
 inline constexpr int plan_schema_version = 1;
 
-/// Where a byte figure lives.
-enum class memory_where { device, host };
+/// Where a byte figure lives. `managed`: CUDA managed memory (paged optimizer states), resident
+/// on the device while it fits and paged to host memory under pressure.
+enum class memory_where { device, host, managed };
+const char* to_string(memory_where w) noexcept;
 
 /// One line of the breakdown at the peak.
 struct plan_component {
@@ -33,10 +35,17 @@ struct plan_result {
   model_description model;
   plan_request request;  ///< as validated (defaults filled in)
   std::uint64_t parameters = 0;
+  std::uint64_t trainable_parameters = 0;  ///< receive gradients (LoRA: the adapters only)
   std::uint64_t allocated_peak_bytes = 0;  ///< torch.cuda.max_memory_allocated
   std::uint64_t reserved_peak_bytes = 0;   ///< torch.cuda.max_memory_reserved
   std::uint64_t device_peak_bytes = 0;     ///< nvidia-smi used: reserved + context
   std::uint64_t host_peak_bytes = 0;       ///< per node: pinned offload buffers, host copies
+  /// CUDA managed memory outside PyTorch's allocator (paged optimizer states) and the part of it
+  /// the device holds at the peak: all of it without a capacity, else what the capacity leaves
+  /// beside the reserved peak and the context (the rest is paged to host memory and counted in
+  /// host_peak_bytes). The resident part is in device_peak_bytes.
+  std::uint64_t managed_bytes = 0;
+  std::uint64_t managed_resident_bytes = 0;
   std::string peak_phase;                  ///< e.g. "backward", "optimizer"
   int peak_step = 0;                       ///< training step (0-based) of the peak
   int peak_layer = -1;                     ///< layer being processed at the peak (-1: none)
@@ -56,6 +65,13 @@ struct plan_result {
 /// Plans one request (validated here; throws invalid_input for bad requests).
 plan_result make_plan(const model_description& m, plan_request r,
                       const device_overheads& o = default_overheads());
+
+/// How much of a request to plan: all of it, or (for searches) a training run under a capacity
+/// only until the replay sees an allocation fail, checked after each forward, backward and
+/// optimizer step; such a plan has fits() false and figures of the part replayed only.
+enum class plan_scope { whole, until_out_of_memory };
+plan_result make_plan(const model_description& m, plan_request r, const device_overheads& o,
+                      plan_scope scope);
 
 /// One JSON object: the figures, peak_phase, components [{name, bytes, where}], the inputs
 /// echoed, schema_version.

@@ -13,7 +13,26 @@ namespace vramkit::plan {
 /// The implementation family whose op sequence the planner replays.
 /// `moe`: Mixtral / Qwen2-MoE / Qwen3-MoE (LLaMA attention, sparse MoE blocks); `deepseek`:
 /// DeepSeek-V2/V3 (multi-head latent attention, MoE with shared experts).
-enum class model_family { gpt2, llama, gpt_neox, bert, resnet, vit, phi3, moe, deepseek };
+/// `gemma`: Gemma-2 / Gemma-3 text (sandwich norms, Gemma RMSNorm, scaled embeddings,
+/// soft-capping, alternating sliding-window layers); `falcon`: Falcon (fused multi-query qkv,
+/// parallel attention and MLP); `t5`: T5 encoder-decoder; `hf_vit`: transformers' ViT image
+/// classifier; `llava`: a CLIP vision tower, projector and LLaMA with image tokens.
+enum class model_family {
+  gpt2,
+  llama,
+  gpt_neox,
+  bert,
+  resnet,
+  vit,
+  phi3,
+  moe,
+  deepseek,
+  gemma,
+  falcon,
+  t5,
+  hf_vit,
+  llava
+};
 const char* to_string(model_family f) noexcept;
 
 /// How weights are stored: full precision, or quantised (inference). int8: LLM.int8-style rows
@@ -65,8 +84,9 @@ struct transformer_shape {
   bool qkv_bias = false;  ///< biases on the query/key/value projections
   bool out_bias = false;  ///< bias on the attention output projection
   bool mlp_bias = false;
-  bool layer_norm = true;          ///< LayerNorm with bias (false: RMSNorm without bias)
-  bool parallel_residual = false;  ///< GPT-NeoX: attention and MLP read the same input
+  bool layer_norm = true;             ///< LayerNorm with bias (false: RMSNorm without bias)
+  bool parallel_residual = false;     ///< GPT-NeoX: attention and MLP read the same input
+  bool shared_parallel_norm = false;  ///< Falcon-7B: one LayerNorm feeds attention and MLP
   mlp_kind mlp = mlp_kind::gelu;
   double attention_dropout = 0;
   double hidden_dropout = 0;
@@ -75,6 +95,15 @@ struct transformer_shape {
   std::int64_t sliding_window = 0;           ///< tokens a sliding-window layer attends to (0: none)
   std::vector<std::uint8_t> sliding_layers;  ///< per layer, 1 = sliding window (empty: none)
   bool qk_norm = false;                      ///< Qwen3: RMSNorm over each query and key head
+  bool gemma_norm = false;     ///< Gemma RMSNorm: normalised in fp32 times (1 + weight), then cast
+  bool sandwich_norm = false;  ///< Gemma-2/3: norms after attention and after the MLP as well
+  bool embed_scale = false;    ///< Gemma: embeddings multiplied by sqrt(hidden)
+  double attn_softcap = 0;     ///< Gemma-2: tanh soft-capping of the attention scores (eager)
+  double final_softcap = 0;    ///< Gemma-2: tanh soft-capping of the logits
+  /// T5: `layers` counts encoder and decoder blocks, the last `decoder_layers` of them decoder
+  /// blocks (self-attention, cross-attention, feed-forward); relative-position buckets.
+  std::int64_t decoder_layers = 0;
+  std::int64_t relative_buckets = 0;
   moe_shape moe;
   mla_shape mla;
   [[nodiscard]] bool sparse(std::int64_t layer) const noexcept {
@@ -102,9 +131,12 @@ struct resnet_shape {
   std::int64_t num_classes = 1000;
 };
 
-/// torchvision VisionTransformer.
+/// torchvision VisionTransformer (and the image side of transformers' ViT, whose encoder is a
+/// transformer_shape).
 struct vit_shape {
   std::int64_t patch = 16;
+  std::int64_t image = 224;  ///< transformers' ViT: the image size its position table is for
+  std::int64_t channels = 3;
   std::int64_t hidden = 768;
   std::int64_t layers = 12;
   std::int64_t heads = 12;
@@ -123,7 +155,16 @@ struct model_description {
   std::string torch_dtype;  ///< the config's torch_dtype / dtype ("bfloat16", ...; empty if absent)
   stored_weights weights;
 
+  /// Image classifiers (sized by --image-size): torchvision's ResNet and ViT, transformers' ViT.
   [[nodiscard]] bool is_vision() const noexcept {
+    return family == model_family::resnet || family == model_family::vit ||
+           family == model_family::hf_vit;
+  }
+  /// LLaVA: image tokens each image adds to the prompt (the patches; the class token is dropped).
+  [[nodiscard]] std::int64_t image_tokens() const noexcept {
+    return family == model_family::llava ? (vit.image / vit.patch) * (vit.image / vit.patch) : 0;
+  }
+  [[nodiscard]] bool is_torchvision() const noexcept {
     return family == model_family::resnet || family == model_family::vit;
   }
 };

@@ -15,13 +15,34 @@ enum class run_mode { train, infer };
 /// `automatic`: inference in the config's torch_dtype (bf16 when absent for the rotary families,
 /// fp32 for GPT-2/BERT, as transformers loads with dtype="auto"); training in fp32.
 enum class precision { fp32, amp_bf16, amp_fp16, bf16, fp8, automatic };
-enum class optimizer_kind { sgd, sgd_momentum, adam, adamw, adamw_8bit };
+/// adamw: torch.optim.AdamW (foreach); adamw_fused: AdamW(fused=True), no update temporaries;
+/// adamw_8bit: bitsandbytes AdamW8bit (1-byte blockwise states); paged_adamw_8bit: the same with
+/// the states of large parameters in CUDA managed memory, paged to the host under pressure.
+enum class optimizer_kind {
+  sgd,
+  sgd_momentum,
+  adam,
+  adamw,
+  adamw_fused,
+  adamw_8bit,
+  paged_adamw_8bit
+};
 enum class checkpointing { none, full, selective };
 enum class attention_kind { sdpa, flash, eager };
 enum class offload_kind { none, optimizer, params };
 /// How inference runs: transformers' generate() (contiguous cache grown by concatenation) or a
 /// serving engine with a paged KV cache (blocks of 16 tokens, reserved for the whole context).
 enum class serving_kind { generate, paged };
+/// KV-cache element type: the model's dtype, or 8-bit floats (a paged serving engine's
+/// kv_cache_dtype fp8, one scale per layer).
+enum class kv_cache_kind { model, fp8 };
+
+/// The linear layers of a transformer block that LoRA adapts (bit set; PEFT's target_modules).
+namespace lora_target {
+inline constexpr std::uint8_t q = 1, k = 2, v = 4, o = 8, gate = 16, up = 32, down = 64;
+inline constexpr std::uint8_t attention = q | k | v | o, mlp = gate | up | down,
+                              all = attention | mlp;
+}  // namespace lora_target
 
 const char* to_string(run_mode v) noexcept;
 const char* to_string(precision v) noexcept;
@@ -31,6 +52,9 @@ const char* to_string(attention_kind v) noexcept;
 const char* to_string(offload_kind v) noexcept;
 const char* to_string(quant_kind v) noexcept;
 const char* to_string(serving_kind v) noexcept;
+const char* to_string(kv_cache_kind v) noexcept;
+/// "all", "attention", "mlp" or a comma list of q, k, v, o, gate, up, down.
+std::string lora_targets_string(std::uint8_t targets);
 
 /// Parse the CLI spellings ("amp-bf16", "sgd-momentum", ...); throw invalid_input listing the
 /// accepted values otherwise.
@@ -42,6 +66,11 @@ offload_kind parse_offload(std::string_view s);
 quant_kind parse_quant(std::string_view s);
 run_mode parse_mode(std::string_view s);
 serving_kind parse_serving(std::string_view s);
+kv_cache_kind parse_kv_cache(std::string_view s);
+/// "all" (every linear layer of the blocks, PEFT's "all-linear"), "attention" (q, k, v, o),
+/// "mlp" (gate, up, down) or a comma list of q, k, v, o, gate, up, down (PEFT's module names
+/// q_proj, ..., down_proj are accepted too); invalid_input otherwise.
+std::uint8_t parse_lora_targets(std::string_view s);
 
 /// One planning question. Sizes are per optimizer step (global batch) unless named micro.
 struct plan_request {
@@ -67,6 +96,16 @@ struct plan_request {
   offload_kind offload = offload_kind::none;
   quant_kind quant = quant_kind::none;
   serving_kind serving = serving_kind::generate;
+  kv_cache_kind kv_cache = kv_cache_kind::model;
+  /// LoRA (PEFT): adapters of this rank on `lora_targets`, the base frozen; 0 = full training.
+  /// The base is stored in the precision's 16-bit type (fp32 with --precision fp32), or in NF4
+  /// with quant nf4 (QLoRA); adapters are fp32 (PEFT's autocast_adapter_dtype).
+  int lora_rank = 0;
+  std::uint8_t lora_targets = lora_target::all;
+  double lora_dropout = 0;  ///< LoRA dropout probability (PEFT's default 0: no dropout)
+  /// The optimizer steps each parameter in its post-accumulate-grad hook and frees its gradient
+  /// there (torchtune's optimizer_in_bwd): no full set of gradients ever exists.
+  bool optimizer_in_backward = false;
   int steps = 3;  ///< training steps replayed (>= 2 to include the optimizer states)
   /// Memory of each GPU in bytes; 0 = unlimited. With a capacity the caching allocator is
   /// modelled under memory pressure (cache flushes before out of memory) and the plan says

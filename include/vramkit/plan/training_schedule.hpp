@@ -69,6 +69,11 @@ struct schedule {
   std::vector<tensor_info> tensors;
   std::vector<tensor_event> events;
   int steps = 0;
+  /// Bytes allocated outside PyTorch's caching allocator and kept to the end (the paged
+  /// optimizer states of bitsandbytes, in CUDA managed memory).
+  std::uint64_t managed_bytes = 0;
+  /// Parameters that receive gradients (all of them, or the LoRA adapters).
+  std::uint64_t trainable_parameters = 0;
 };
 
 /// Watches the schedule while it is built. At the end of each unit of a repeated sequence (level
@@ -83,6 +88,12 @@ class schedule_observer {
   virtual ~schedule_observer() = default;
   /// Returns true to skip the remaining units identical to the one just finished.
   virtual bool repeat_point(const schedule& s, int level, bool comparable) = 0;
+  /// Asked after each forward, backward and optimizer step of training: true ends the schedule
+  /// there (a search that already knows the run does not fit needs no more of it).
+  virtual bool stop(const schedule& s) {
+    (void)s;
+    return false;
+  }
 };
 
 /// Builds the schedule for one GPU (the most loaded rank) of the request. The request must be

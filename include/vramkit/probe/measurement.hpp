@@ -124,7 +124,11 @@ struct probe_options {
   /// Host bandwidth kernels to time ("read", "write", "copy", "triad"); empty = all four.
   std::set<std::string> host_kernels;
   bool host_one_thread = true;  ///< also time each host kernel on a single thread
-  std::string command_line;     ///< recorded in the report header
+  /// Host memory the probe may use for its buffers; empty = what this process may still take
+  /// (run_probe reads MemAvailable, cgroup limits and RLIMIT_AS: see memory_budget.hpp). Sizes
+  /// chosen automatically fit in it; a requested size that does not is refused (invalid_input).
+  std::optional<std::uint64_t> host_memory_bytes;
+  std::string command_line;  ///< recorded in the report header
   /// Progress lines for stderr; may be empty.
   std::function<void(const std::string&)> progress;
 

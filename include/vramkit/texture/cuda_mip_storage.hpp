@@ -1,6 +1,8 @@
 // cuda_mip_storage: mip chains as CUDA mipmapped arrays in block-compressed channel formats
-// (BC1-BC7; RGBA8 as uchar4), each with a texture object (normalized coordinates, clamp, trilinear
-// or point filtering) that kernels sample with tex2DLod. Only in CUDA builds. Used from one thread.
+// (BC1-BC7; RGBA8 as uchar4), layered for texture arrays and cube-map arrays for cube maps, each
+// with a texture object (normalized coordinates, clamp, trilinear or point filtering) that kernels
+// sample with tex2DLod, tex2DLayeredLod or texCubemap(Layered)Lod. Only in CUDA builds. Used from
+// one thread.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,9 @@ class cuda_mip_storage final : public mip_storage {
   void destroy_chain(mip_chain* chain) noexcept override;
   /// The chain's cudaTextureObject_t; its level 0 is the chain's first level.
   [[nodiscard]] static std::uint64_t texture_object(const mip_chain* chain) noexcept;
+  /// The cudaArray_t holding level `level` (absolute, within the chain) of `chain`, for read-backs.
+  /// Throws logic_error for a level the chain does not hold.
+  [[nodiscard]] static void* level_array(const mip_chain* chain, int level);
 
  private:
   texture_filter filter_;

@@ -20,6 +20,8 @@ struct mip_chain_desc {
   int width = 0;
   int height = 0;
   int mip_levels = 1;
+  int layers = 1;     ///< surfaces per level: array layers, 6 per cube for cube maps
+  bool cube = false;  ///< the layers are cube faces (+X, -X, +Y, -Y, +Z, -Z per cube)
 };
 
 struct residency_policy_options {

@@ -29,14 +29,16 @@ class mip_storage {
   virtual mip_chain* create_chain(const mip_chain_desc& desc, int first_level) = 0;
   /// Copies the levels both chains hold from `src` into `dst`, ordered on `stream`.
   virtual void copy_shared_levels(mip_chain* dst, const mip_chain* src, stream_view stream) = 0;
-  /// Copies level `level` (tightly packed blocks, as in a DDS file) from pinned host memory.
+  /// Copies level `level` of every layer from pinned host memory: each layer's level tightly packed
+  /// as in a DDS file, layer after layer (desc.layers of them).
   virtual void upload_level(mip_chain* dst, int level, const void* host_src,
                             stream_view stream) = 0;
   /// Frees a chain; the caller guarantees that no queued work still uses it.
   virtual void destroy_chain(mip_chain* chain) noexcept = 0;
 };
 
-/// Chains in linear device memory of a device_api: levels tightly packed, finest first. Example:
+/// Chains in linear device memory of a device_api: levels tightly packed, finest first, each
+/// level's layers one after another. Example:
 ///   host_sim_device dev;  device_api_mip_storage storage(dev);
 class device_api_mip_storage final : public mip_storage {
  public:
@@ -45,7 +47,8 @@ class device_api_mip_storage final : public mip_storage {
   void copy_shared_levels(mip_chain* dst, const mip_chain* src, stream_view stream) override;
   void upload_level(mip_chain* dst, int level, const void* host_src, stream_view stream) override;
   void destroy_chain(mip_chain* chain) noexcept override;
-  /// Device address of `level` in `chain` (for checks and kernels over linear memory).
+  /// Device address of `level` in `chain`, its layers one after another (for checks and kernels
+  /// over linear memory).
   [[nodiscard]] const void* level_data(const mip_chain* chain, int level) const;
 
  private:

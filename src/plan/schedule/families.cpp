@@ -9,7 +9,7 @@ namespace vramkit::plan::detail {
 
 namespace {
 
-constexpr std::array<transformer_family, 7> k_families{{
+constexpr std::array<transformer_family, 11> k_families{{
     {model_family::gpt2, &gpt2_attention, block_layout::pre_norm},
     {model_family::llama, &llama_attention, block_layout::pre_norm},
     {model_family::gpt_neox, &gpt_neox_attention, block_layout::pre_norm},
@@ -17,6 +17,10 @@ constexpr std::array<transformer_family, 7> k_families{{
     {model_family::phi3, &phi3_attention, block_layout::pre_norm},
     {model_family::moe, &llama_attention, block_layout::pre_norm},
     {model_family::deepseek, &deepseek_attention, block_layout::pre_norm},
+    {model_family::gemma, &llama_attention, block_layout::pre_norm},
+    {model_family::hf_vit, &bert_attention, block_layout::pre_norm},
+    {model_family::falcon, &falcon_attention, block_layout::pre_norm},
+    {model_family::llava, &llama_attention, block_layout::pre_norm},
 }};
 
 }  // namespace

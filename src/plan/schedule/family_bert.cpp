@@ -8,9 +8,9 @@ tensor bert_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
                       const layer_params& p) {
   const i64 rows = D.tok();
   const int low = w.dt().low;
-  tensor q = w.linear(in, rows, D.h, D.heads * D.d, p.qkv, in_bytes, "query");
-  tensor k = w.linear(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "key");
-  tensor v = w.linear(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "value");
+  tensor q = w.proj(in, rows, D.h, D.heads * D.d, p.qkv, in_bytes, "query", lora_target::q);
+  tensor k = w.proj(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "key", lora_target::k);
+  tensor v = w.proj(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "value", lora_target::v);
   tensor o = attention(w, D, {q, k, v, low, low, false, false, w.model().t.attention_dropout});
   q.reset();
   k.reset();

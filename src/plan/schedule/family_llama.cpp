@@ -5,8 +5,6 @@
 
 namespace vramkit::plan::detail {
 
-namespace {
-
 tensor rope(walker& w, const tensor& src, u64 n, const char* label) {
   const int low = w.dt().low;
   const int rb = w.dt().amp ? 4 : low;
@@ -21,22 +19,20 @@ tensor rope(walker& w, const tensor& src, u64 n, const char* label) {
   return c;
 }
 
-}  // namespace
-
 tensor llama_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
                        const layer_params& p) {
   const i64 rows = D.tok();
   const int low = w.dt().low;
   const u64 nq = static_cast<u64>(rows * D.heads * D.d);
   const u64 nkv = static_cast<u64>(rows * D.kv * D.d);
-  tensor q = w.linear(in, rows, D.h, D.heads * D.d, p.qkv, in_bytes, "query");
-  tensor k = w.linear(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "key");
-  tensor v = w.linear(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "value");
+  tensor q = w.proj(in, rows, D.h, D.heads * D.d, p.qkv, in_bytes, "query", lora_target::q);
+  tensor k = w.proj(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "key", lora_target::k);
+  tensor v = w.proj(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "value", lora_target::v);
   const int rb = w.dt().amp ? 4 : low;
   if (p.qk_norm >= 0) {
-    // Qwen3: RMSNorm over each head of q and k before RoPE.
-    q = rms_norm(w, q, rows * D.heads, D.d, low, p.qk_norm);
-    k = rms_norm(w, k, rows * D.kv, D.d, low, p.qk_norm);
+    // Qwen3 / Gemma-3: the model's RMSNorm over each head of q and k before RoPE.
+    q = norm(w, q, rows * D.heads, D.d, low, p.qk_norm);
+    k = norm(w, k, rows * D.kv, D.d, low, p.qk_norm);
   }
   q = rope(w, q, nq, "query rotated");
   k = rope(w, k, nkv, "key rotated");

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "steps.hpp"
+#include "transformer.hpp"
 
 namespace vramkit::plan::detail {
 
@@ -25,7 +26,7 @@ u64 inference_weight_bytes(const walker& w, int i, const parameter_tensor& p) {
     // bitsandbytes NF4 with double quantisation (QLoRA paper): 0.5 byte + one 8-bit absmax per
     // block of 64 + one fp32 scale per 256 of those = 4.127 bits per weight.
     case quant_kind::nf4:
-      return matrix ? e / 2 + e / 64 + e / (64 * 256) * 4 : e * 2;
+      return matrix ? e / 2 + e / 64 + e / (64ull * 256) * 4 : e * 2;
     // fp8 checkpoints (e4m3): one byte per weight and an fp32 scale per tensor.
     case quant_kind::fp8:
       return matrix ? e + 4 : e * 2;
@@ -50,6 +51,17 @@ struct kv_cache {
 
 void norm_temporaries(walker& w, u64 nh) {
   const int low = w.dt().low;
+  if (w.model().t.gemma_norm) {
+    // Gemma: x.float(), pow, normalised, * (1 + weight) in fp32, cast back.
+    tensor a = low != 4 ? w.alloc(nh * 4, tmp, "norm fp32") : tensor{};
+    w.transient(nh * 4, tmp, "norm pow");
+    tensor c = w.alloc(nh * 4, tmp, "norm normalised");
+    a.reset();
+    tensor d = w.alloc(nh * 4, tmp, "norm scaled");
+    c.reset();
+    if (low != 4) tensor y = w.alloc(nh * low, tmp, "norm output");
+    return;
+  }
   if (!w.model().t.layer_norm && low != 4) {
     // RMSNorm upcasts to fp32: input copy, pow, normalised, cast back.
     tensor a = w.alloc(nh * 4, tmp, "norm fp32");
@@ -85,6 +97,48 @@ void eager_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   p = w.alloc(n_s * low, tmp, "softmax cast");
 }
 
+/// SDPA's math fallback at inference (Falcon's multi-query heads without enable_gqa): fp32 copies
+/// of q, k, v, the scaled query, the key and value broadcast over the query heads, fp32 scores
+/// and softmax, the (dropped) weights cast and the output cast; an (q, kv) mask when causal.
+void math_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
+  const int low = w.dt().low;
+  const u64 nq = static_cast<u64>(D.b * D.heads * q_len * D.d);
+  const u64 nkv = static_cast<u64>(D.b * D.kv * kv_len * D.d);
+  const u64 nx = static_cast<u64>(D.b * D.heads * kv_len * D.d);
+  const u64 ns = static_cast<u64>(D.b * D.heads) * static_cast<u64>(q_len * kv_len);
+  tensor q32 = w.alloc(nq * 4, tmp, "sdpa math fp32 query");
+  tensor k32 = w.alloc(nkv * 4, tmp, "sdpa math fp32 key");
+  tensor v32 = w.alloc(nkv * 4, tmp, "sdpa math fp32 value");
+  tensor qs = w.alloc(nq * 4, tmp, "sdpa math scaled query");
+  q32.reset();
+  tensor mask;
+  if (q_len > 1) {
+    const u64 m = static_cast<u64>(q_len * kv_len);
+    tensor ones = w.alloc(m, tmp, "causal mask (bool)");
+    tensor tril = w.alloc(m, tmp, "causal mask (tril)");
+    ones.reset();
+    w.transient(m, tmp, "causal mask (not)");
+    mask = w.alloc(m * 4, tmp, "causal mask (float)");
+  }
+  tensor ks = w.alloc(nkv * 4, tmp, "sdpa math scaled key");
+  k32.reset();
+  tensor kx = w.alloc(nx * 4, tmp, "sdpa math key broadcast copy");
+  ks.reset();
+  tensor sc = w.alloc(ns * 4, tmp, "sdpa math scores");
+  qs.reset();
+  kx.reset();
+  tensor sm = w.alloc(ns * 4, tmp, "sdpa math softmax");
+  sc.reset();
+  mask.reset();
+  tensor vx = w.alloc(nx * 4, tmp, "sdpa math value broadcast copy");
+  v32.reset();
+  tensor o32 = w.alloc(nq * 4, tmp, "sdpa math output");
+  vx.reset();
+  w.transient(ns * low, tmp, "sdpa math weights cast");
+  sm.reset();
+  tensor o = w.alloc(nq * low, tmp, "sdpa math output cast");
+}
+
 /// Attention of one layer: projections, RoPE, the cache append, the output projection.
 tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u64 rows, i64 past) {
   const int low = w.dt().low;
@@ -103,7 +157,11 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
   // between steps, so each step's cat holds at most window - 1 cached tokens plus the new ones.
   const auto& t = w.model().t;
   const i64 cached = t.sliding(l) ? std::min<i64>(past, t.sliding_window - 1) : past;
-  if (w.request().attention == attention_kind::eager) eager_scores(w, D, q_len, cached + q_len);
+  if (w.request().attention == attention_kind::eager)
+    eager_scores(w, D, q_len, cached + q_len);
+  else if (w.model().family == model_family::falcon && t.shared_parallel_norm && t.kv_heads == 1 &&
+           t.heads > 1)
+    math_scores(w, D, q_len, cached + q_len);
   if (w.request().serving == serving_kind::generate) {
     // DynamicCache: keys = cat([keys, new]) allocates the grown tensor, then the old one dies.
     const u64 total = static_cast<u64>(D.b) * (cached + q_len) * D.kv_tok;
@@ -170,16 +228,16 @@ tensor infer_moe(walker& w, u64 rows, u64 nh) {
   const auto& moe = w.model().t.moe;
   const int low = w.dt().low;
   const int ep = w.request().ep;
-  const u64 E = static_cast<u64>(moe.experts), k = static_cast<u64>(moe.top_k);
+  const u64 experts = static_cast<u64>(moe.experts), k = static_cast<u64>(moe.top_k);
   const u64 h = nh / rows;
-  const u64 local = E / static_cast<u64>(ep);
+  const u64 local = experts / static_cast<u64>(ep);
   const u64 ef = static_cast<u64>(moe.expert_ffn / (ep > 1 ? 1 : w.request().tp));
-  tensor lg = w.alloc(rows * E * low, tmp, "router logits");
-  tensor pr = w.alloc(rows * E * 4, tmp, "router softmax");
+  tensor lg = w.alloc(rows * experts * low, tmp, "router logits");
+  tensor pr = w.alloc(rows * experts * 4, tmp, "router softmax");
   lg.reset();
   tensor top = w.alloc(rows * k * 12, tmp, "router top-k");
   pr.reset();
-  tensor mask = w.alloc(rows * k * E * 8, tmp, "expert mask (one_hot)");
+  tensor mask = w.alloc(rows * k * experts * 8, tmp, "expert mask (one_hot)");
   tensor out = w.alloc(nh * low, tmp, "moe output (zeros)");
   tensor send, recv;
   if (ep > 1) {
@@ -231,6 +289,7 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
   const u64 nh = rows * D.h;
   const u64 nf = rows * D.f;
   tensor x = w.alloc(nh * low, tmp, "hidden states");
+  if (w.model().t.embed_scale) x = w.alloc(nh * low, tmp, "scaled embeddings");
   // Eager attention needs the (b, 1, q, kv) additive causal mask, built once per forward.
   tensor mask;
   if (w.request().attention == attention_kind::eager)
@@ -240,21 +299,38 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
     w.set_layer(l);
     norm_temporaries(w, nh);
     tensor proj = infer_attention(w, D, cache, l, rows, past);
+    const bool sandwich = w.model().t.sandwich_norm;
+    if (sandwich) {
+      norm_temporaries(w, nh);
+      proj = w.alloc(nh * low, tmp, "post-attention norm");
+    }
     tensor h1 = w.alloc(nh * low, tmp, "residual");
     proj.reset();
     x.reset();
     w.transient(nh * low, tmp, "norm output");
     x = w.model().t.sparse(l) ? infer_moe(w, rows, nh) : infer_mlp(w, rows, nh, nf);
+    if (sandwich) {
+      // post_feedforward_layernorm on the MLP output, then the residual add.
+      norm_temporaries(w, nh);
+      x = w.alloc(nh * low, tmp, "post-MLP norm");
+      x = w.alloc(nh * low, tmp, "residual");
+    }
     h1.reset();
   }
   w.set_layer(-1);
   // logits_to_keep = 1: only the last position goes through the head; generate copies it to fp32.
-  const i64 V = w.model().t.vocab;
+  const i64 vocab = w.model().t.vocab;
   w.transient(static_cast<u64>(D.b) * D.h * low, tmp, "final norm (last token)");
-  tensor lg =
-      w.alloc(static_cast<u64>(D.b * V) * low, component::logits_and_loss, "logits (last token)");
-  tensor l32 =
-      w.alloc(static_cast<u64>(D.b * V) * 4, component::logits_and_loss, "next-token logits fp32");
+  tensor lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss,
+                      "logits (last token)");
+  if (w.model().t.final_softcap > 0) {
+    // Gemma-2 soft-caps the last position's logits: / cap, tanh, * cap.
+    lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss, "softcap");
+    lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss, "softcap tanh");
+    lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss, "softcap scaled");
+  }
+  tensor l32 = w.alloc(static_cast<u64>(D.b * vocab) * 4, component::logits_and_loss,
+                       "next-token logits fp32");
   lg.reset();
   l32.reset();
 }
@@ -287,47 +363,58 @@ void generate(walker& w) {
   const auto& r = w.request();
   w.set_grad(false);
   const i64 b = r.micro_batch, p = r.prompt, n = r.new_tokens;
-  infer_dims D;
-  D.b = b;
-  D.h = t.hidden;
-  D.heads = t.heads / r.tp;
-  D.kv = std::max<i64>(1, t.kv_heads / r.tp);
-  D.d = t.head_dim;
-  D.f = t.intermediate / r.tp;
-  D.layers = t.layers / r.pp;
-  D.kv_tok = static_cast<u64>(D.kv * D.d) * w.dt().low;
+  infer_dims shape;
+  shape.b = b;
+  shape.h = t.hidden;
+  shape.heads = t.heads / r.tp;
+  shape.kv = std::max<i64>(1, t.kv_heads / r.tp);
+  shape.d = t.head_dim;
+  shape.f = t.intermediate / r.tp;
+  shape.layers = t.layers / r.pp;
+  // A paged engine may keep its cache in fp8 (one byte per element, per-layer scales).
+  const u64 kvb = r.kv_cache == kv_cache_kind::fp8 ? 1 : static_cast<u64>(w.dt().low);
+  shape.kv_tok = static_cast<u64>(shape.kv * shape.d) * kvb;
   if (t.latent_attention()) {
     const auto& mla = t.mla;
     // transformers' cache holds the decompressed per-head keys (qk_nope + qk_rope) and values
     // (v_head); a paged engine with MLA (vLLM) keeps the compressed latent and the rotary key,
     // kv_lora_rank + qk_rope per token and layer, for all heads. kv_tok is half of the token's
     // K+V bytes (the cache is modelled as a K and a V tensor of equal size).
-    const u64 per_token = r.serving == serving_kind::paged
-                              ? static_cast<u64>(mla.kv_lora_rank + mla.qk_rope)
-                              : static_cast<u64>(D.kv * (mla.qk_nope + mla.qk_rope + mla.v_head));
-    D.kv_tok = per_token * w.dt().low / 2;
+    const u64 per_token =
+        r.serving == serving_kind::paged
+            ? static_cast<u64>(mla.kv_lora_rank + mla.qk_rope)
+            : static_cast<u64>(shape.kv * (mla.qk_nope + mla.qk_rope + mla.v_head));
+    shape.kv_tok = per_token * kvb / 2;
   }
-  kv_cache cache{std::vector<tensor>(D.layers), std::vector<tensor>(D.layers)};
+  kv_cache cache{std::vector<tensor>(shape.layers), std::vector<tensor>(shape.layers)};
   w.keep(static_cast<u64>(b * p) * 16, component::inputs, "input ids and mask");
   if (r.serving == serving_kind::paged) {
     // Paged engine: blocks of 16 tokens for the whole context, reserved up front.
-    for (int l = 0; l < D.layers; ++l) {
+    for (int l = 0; l < shape.layers; ++l) {
       // A sliding-window layer needs blocks for its window only.
       const i64 tokens = t.sliding(l) ? std::min<i64>(p + n, t.sliding_window) : p + n;
       const u64 blocks = static_cast<u64>((tokens + 15) / 16);
-      cache.k[l] = w.alloc(blocks * 16 * D.kv_tok * b, component::kv_cache, "paged KV blocks (K)");
-      cache.v[l] = w.alloc(blocks * 16 * D.kv_tok * b, component::kv_cache, "paged KV blocks (V)");
+      cache.k[l] =
+          w.alloc(blocks * 16 * shape.kv_tok * b, component::kv_cache, "paged KV blocks (K)");
+      cache.v[l] =
+          w.alloc(blocks * 16 * shape.kv_tok * b, component::kv_cache, "paged KV blocks (V)");
     }
   }
   w.set_phase(phase::prefill);
-  infer_forward(w, D, cache, p, 0);
+  if (t.vocab > 0 && w.model().family == model_family::llava) {
+    // The images' features (vision tower, projector) are merged into the prompt's embeddings.
+    tensor img = llava_image_features(w, b);
+    w.transient(static_cast<u64>(b * p * shape.h) * w.dt().low, component::temporaries,
+                "embeddings with image features");
+  }
+  infer_forward(w, shape, cache, p, 0);
   w.set_phase(phase::decode);
   const i64 steps = n - 1;
-  const i64 replay = replayed_decode_steps(r, D);
+  const i64 replay = replayed_decode_steps(r, shape);
   for (i64 k = 1; k <= replay; ++k) {
     const i64 i = replay == steps ? k : (k * steps + replay - 1) / replay;
     w.set_step(static_cast<int>(std::min<i64>(i, 32000)));
-    infer_forward(w, D, cache, 1, p + i - 1);
+    infer_forward(w, shape, cache, 1, p + i - 1);
   }
   w.set_step(0);
   // The cache stays allocated to the end of the call.

@@ -13,6 +13,8 @@ tensor embeddings(walker& w, const dims& D, const tensor& ids) {
   const u64 nh = static_cast<u64>(D.tok() * D.h);
   const int eb = w.dt().act;  // embedding output: fp32 under autocast (embedding is not cast)
   tensor x = w.op(nh * eb, "token embeddings", {}, {ids}, {lm.embed});
+  // Gemma: embeddings * sqrt(hidden) (a 0-dim tensor in the embedding dtype).
+  if (t.embed_scale) x = w.op(nh * eb, "scaled embeddings", {edge{x, nh * eb}}, {});
   if (lm.pos >= 0) {
     tensor pe = w.op(static_cast<u64>(D.s * D.h) * eb, "position embeddings", {}, {}, {lm.pos});
     x = add(w, x, eb, pe, eb, nh, "embeddings sum");
@@ -44,7 +46,7 @@ tensor head_input(walker& w, const dims& D, const tensor& x, int xb) {
 
 }  // namespace
 
-tensor lm_forward_loss(walker& w) {
+tensor lm_forward_loss(walker& w, bool with_loss) {
   const auto& t = w.model().t;
   const auto& r = w.request();
   const dims D = lm_dims(w);
@@ -53,8 +55,17 @@ tensor lm_forward_loss(walker& w) {
   w.set_phase(phase::forward);
   w.set_layer(-1);
   tensor ids = w.alloc(rows * 8, component::inputs, "input ids");
-  tensor labels = w.alloc(rows * 8, component::inputs, "labels");
+  tensor labels = with_loss ? w.alloc(rows * 8, component::inputs, "labels") : tensor{};
   tensor x = embeddings(w, D, ids);
+  if (w.model().family == model_family::llava) {
+    // One image per sample: its features replace the prompt's image tokens (masked_scatter makes
+    // a new tensor; the mask is an expanded bool view).
+    tensor img = llava_image_features(w, D.b);
+    const u64 nh = static_cast<u64>(D.tok() * D.h);
+    const u64 ni = static_cast<u64>(D.b * w.model().image_tokens() * D.h);
+    x = w.op(nh * eb, "embeddings with image features",
+             {edge{x, nh * eb}, edge{img, ni * w.dt().low}}, {});
+  }
   // A causal eager mask (b, 1, s, s) in the residual dtype lives through the forward.
   tensor mask;
   if (r.attention == attention_kind::eager && w.model().family != model_family::bert)
@@ -75,6 +86,22 @@ tensor lm_forward_loss(walker& w) {
   tensor logits =
       w.linear(hidden, D.tok(), D.h, D.V / r.tp, head, hb, "logits", component::logits_and_loss);
   hidden.reset();
+  if (t.final_softcap > 0) {
+    // Gemma-2: logits / cap, tanh (saves its output), * cap, each a (tokens, V) tensor.
+    const u64 nl = w.bytes(logits);
+    constexpr auto ll = component::logits_and_loss;
+    logits = w.op(nl, "logits softcap divided", {edge{logits, nl}}, {}, {}, 0, ll);
+    logits = w.op(nl, "logits softcap tanh", {edge{logits, nl}}, {}, {}, 0, ll);
+    w.save_output(logits);
+    logits = w.op(nl, "logits softcap scaled", {edge{logits, nl}}, {}, {}, 0, ll);
+  }
+  if (!with_loss) {
+    logits.reset();
+    w.clear_autocast_cache();
+    mask.reset();
+    ids.reset();
+    return {};
+  }
   // transformers' ForCausalLMLoss calls logits.float(); BertForMaskedLM hands 16-bit logits to
   // CrossEntropyLoss.
   tensor loss = lm_loss(w, logits, rows, D.V / r.tp, w.model().family != model_family::bert);

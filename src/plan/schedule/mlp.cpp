@@ -12,14 +12,14 @@ tensor swiglu(walker& w, const dims& D, const tensor& in, int in_bytes, const la
   const i64 rows = D.tok();
   const int low = w.dt().low;
   const u64 nf = static_cast<u64>(rows * D.f);
-  tensor g = w.linear(in, rows, D.h, D.f, p.mlp_in, in_bytes, "mlp gate");
+  tensor g = w.proj(in, rows, D.h, D.f, p.mlp_in, in_bytes, "mlp gate", lora_target::gate);
   tensor a = w.op(nf * low, "mlp silu", {edge{g, nf * low}}, {g});
   g.reset();
-  tensor u = w.linear(in, rows, D.h, D.f, p.mlp_in, in_bytes, "mlp up");
+  tensor u = w.proj(in, rows, D.h, D.f, p.mlp_in, in_bytes, "mlp up", lora_target::up);
   tensor m = w.op(nf * low, "mlp product", {edge{a, nf * low}, edge{u, nf * low}}, {a, u});
   a.reset();
   u.reset();
-  return w.linear(m, rows, D.f, D.h, p.mlp_down, low, "mlp down");
+  return w.proj(m, rows, D.f, D.h, p.mlp_down, low, "mlp down", lora_target::down);
 }
 
 /// NewGELUActivation: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3))). pow is on autocast's fp32
@@ -30,7 +30,7 @@ tensor gelu_python(walker& w, const dims& D, const tensor& in, int in_bytes,
   const int low = w.dt().low;
   const u64 nf = static_cast<u64>(rows * D.f);
   const int eb = w.dt().amp ? 4 : low;
-  tensor u = w.linear(in, rows, D.h, D.f, p.mlp_in, in_bytes, "mlp up");
+  tensor u = w.proj(in, rows, D.h, D.f, p.mlp_in, in_bytes, "mlp up", lora_target::up);
   tensor u32 = w.dt().amp ? w.op(nf * 4, "gelu input fp32", {edge{u, nf * low}}, {}) : u;
   tensor t = w.op(nf * eb, "gelu pow", {edge{u32, nf * eb}}, {u32});
   t = w.op(nf * eb, "gelu scaled pow", {edge{t, nf * eb, true}}, {});
@@ -46,7 +46,7 @@ tensor gelu_python(walker& w, const dims& D, const tensor& in, int in_bytes,
   th.reset();
   u32.reset();
   u.reset();
-  return w.linear(a, rows, D.f, D.h, p.mlp_down, eb, "mlp down");
+  return w.proj(a, rows, D.f, D.h, p.mlp_down, eb, "mlp down", lora_target::down);
 }
 
 /// Phi3MLP: up_states = gate_up_proj(x); gate, up = chunk(2); up * silu(gate). silu saves its
@@ -56,12 +56,13 @@ tensor swiglu_packed(walker& w, const dims& D, const tensor& in, int in_bytes,
   const i64 rows = D.tok();
   const int low = w.dt().low;
   const u64 nf = static_cast<u64>(rows * D.f);
-  tensor gu = w.linear(in, rows, D.h, 2 * D.f, p.mlp_in, in_bytes, "mlp gate_up");
+  tensor gu = w.proj(in, rows, D.h, 2 * D.f, p.mlp_in, in_bytes, "mlp gate_up",
+                     lora_target::gate | lora_target::up);
   tensor a = w.op(nf * low, "mlp silu", {edge{gu, nf * low}}, {gu});
   tensor m = w.op(nf * low, "mlp product", {edge{a, nf * low}, edge{gu, nf * low}}, {a, gu});
   a.reset();
   gu.reset();
-  return w.linear(m, rows, D.f, D.h, p.mlp_down, low, "mlp down");
+  return w.proj(m, rows, D.f, D.h, p.mlp_down, low, "mlp down", lora_target::down);
 }
 
 /// A dense SwiGLU MLP on given parameters (the shared experts of Qwen2-MoE and DeepSeek).
@@ -188,10 +189,10 @@ tensor gelu(walker& w, const dims& D, const tensor& in, int in_bytes, const laye
   const i64 rows = D.tok();
   const int low = w.dt().low;
   const u64 nf = static_cast<u64>(rows * D.f);
-  tensor u = w.linear(in, rows, D.h, D.f, p.mlp_in, in_bytes, "mlp up");
+  tensor u = w.proj(in, rows, D.h, D.f, p.mlp_in, in_bytes, "mlp up", lora_target::up);
   tensor a = w.op(nf * low, "mlp gelu", {edge{u, nf * low}}, {u});
   u.reset();
-  return w.linear(a, rows, D.f, D.h, p.mlp_down, low, "mlp down");
+  return w.proj(a, rows, D.f, D.h, p.mlp_down, low, "mlp down", lora_target::down);
 }
 
 }  // namespace

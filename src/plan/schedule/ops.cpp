@@ -29,15 +29,46 @@ tensor rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p)
   tensor normed = w.op(n * 4, "rmsnorm normalised", {edge{x32, n * 4}}, {x32, rs});
   rs.reset();
   x32.reset();
-  if (x_bytes == 4) return w.op(n * 4, "rmsnorm output", {edge{normed, n * 4}}, {normed}, {p});
+  // weight * x saves x only for the weight's gradient (none for a frozen weight).
+  const bool tw = w.trainable(p);
+  if (x_bytes == 4)
+    return tw ? w.op(n * 4, "rmsnorm output", {edge{normed, n * 4}}, {normed}, {p})
+              : w.op(n * 4, "rmsnorm output", {edge{normed, n * 4}}, {});
   const tensor cast = w.op(n * x_bytes, "rmsnorm cast back", {edge{normed, n * 4}}, {});
   normed.reset();
-  return w.op(n * x_bytes, "rmsnorm output", {edge{cast, n * x_bytes}}, {cast}, {p});
+  return tw ? w.op(n * x_bytes, "rmsnorm output", {edge{cast, n * x_bytes}}, {cast}, {p})
+            : w.op(n * x_bytes, "rmsnorm output", {edge{cast, n * x_bytes}}, {});
+}
+
+tensor gemma_rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p) {
+  const u64 n = static_cast<u64>(rows * h);
+  tensor x32 = x_bytes != 4 ? w.op(n * 4, "rmsnorm fp32 input", {edge{x, n * x_bytes}}, {}) : x;
+  w.transient(n * 4, component::temporaries, "rmsnorm pow");
+  tensor rs = w.alloc(static_cast<u64>(rows) * 4, component::activations, "rmsnorm rstd");
+  tensor normed = w.op(n * 4, "rmsnorm normalised", {edge{x32, n * 4}}, {x32, rs});
+  rs.reset();
+  x32.reset();
+  // (1.0 + weight.float()): the weight's fp32 copy (when it is 16-bit) and the sum; the product
+  // saves the normalised input only for the weight's gradient, whose backward reduces an n-sized
+  // product over the rows.
+  const u64 hw = static_cast<u64>(h) * 4;
+  if (w.param_width(p) != 4) w.transient(hw, component::temporaries, "norm weight fp32");
+  tensor scale = w.op(hw, "norm 1 + weight", {}, {}, {p});
+  tensor out = w.trainable(p)
+                   ? w.op(n * 4, "rmsnorm scaled", {edge{normed, n * 4}, edge{scale, hw}},
+                          {normed, scale}, {}, n * 4)
+                   : w.op(n * 4, "rmsnorm scaled", {edge{normed, n * 4}}, {scale});
+  normed.reset();
+  scale.reset();
+  if (x_bytes == 4) return out;
+  return w.op(n * x_bytes, "rmsnorm output", {edge{out, n * 4}}, {});
 }
 
 tensor norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p) {
-  return w.model().t.layer_norm ? layer_norm(w, x, rows, h, x_bytes, p)
-                                : rms_norm(w, x, rows, h, x_bytes, p);
+  const auto& t = w.model().t;
+  if (t.layer_norm) return layer_norm(w, x, rows, h, x_bytes, p);
+  return t.gemma_norm ? gemma_rms_norm(w, x, rows, h, x_bytes, p)
+                      : rms_norm(w, x, rows, h, x_bytes, p);
 }
 
 tensor add(walker& w, const tensor& a, int a_bytes, const tensor& b, int b_bytes, u64 elems,
@@ -105,6 +136,13 @@ tensor eager_attention(walker& w, const dims& D, const attention_inputs& in) {
       in.packed ? n_q * in.qkv_bytes + 2 * n_kv * in.qkv_bytes : n_q * in.qkv_bytes;
   tensor s = w.op(n_s * low, "attention scores", {edge{in.q, qkv_edge}}, {in.q});
   s = w.op(n_s * low, "scaled scores", {edge{s, n_s * low}}, {});
+  if (w.model().t.attn_softcap > 0) {
+    // Gemma-2: scores / cap, tanh (saves its output), * cap.
+    s = w.op(n_s * low, "softcap divided", {edge{s, n_s * low}}, {});
+    s = w.op(n_s * low, "softcap tanh", {edge{s, n_s * low}}, {});
+    w.save_output(s);
+    s = w.op(n_s * low, "softcap scaled", {edge{s, n_s * low}}, {});
+  }
   if (in.causal) s = w.op(n_s * low, "masked scores", {edge{s, n_s * low, true}}, {});
   // softmax under autocast runs with dtype=float32 (reads 16-bit, writes fp32, no input copy).
   tensor probs = w.op(n_s * (w.dt().amp ? 4 : low), "softmax", {edge{s, n_s * low}}, {});
@@ -147,9 +185,59 @@ tensor selective_eager_attention(walker& w, const dims& D, const attention_input
 
 }  // namespace
 
+tensor math_attention(walker& w, const dims& D, const tensor& q, const tensor& k, const tensor& v,
+                      int in_bytes, bool causal) {
+  const u64 nq = static_cast<u64>(D.tok() * D.heads * D.d);
+  const u64 nkv = static_cast<u64>(D.tok() * D.kv * D.d);
+  const i64 s = D.s * D.sp;
+  const u64 ns = static_cast<u64>(D.b * D.heads) * static_cast<u64>(s * s);
+  constexpr auto tmp = component::temporaries;
+  auto up = [&](const tensor& t, u64 n) {
+    return in_bytes != 4 ? w.op(n * 4, "sdpa math fp32 input", {edge{t, n * in_bytes}}, {}) : t;
+  };
+  tensor q32 = up(q, nq);
+  tensor k32 = up(k, nkv);
+  tensor v32 = up(v, nkv);
+  tensor qs = w.op(nq * 4, "sdpa math scaled query", {edge{q32, nq * 4}}, {});
+  q32.reset();
+  tensor mask;
+  if (causal) {
+    // ones(s, s, bool).tril(), then a float mask (where(logical_not, -inf, 0)).
+    tensor ones = w.alloc(static_cast<u64>(s * s), tmp, "causal mask (bool)");
+    tensor tril = w.alloc(static_cast<u64>(s * s), tmp, "causal mask (tril)");
+    ones.reset();
+    w.transient(static_cast<u64>(s * s), tmp, "causal mask (not)");
+    mask = w.alloc(static_cast<u64>(s * s) * 4, tmp, "causal mask (float)");
+  }
+  tensor ks = w.op(nkv * 4, "sdpa math scaled key", {edge{k32, nkv * 4}}, {});
+  k32.reset();
+  tensor kx = w.op(nq * 4, "sdpa math key broadcast copy", {edge{ks, nkv * 4}}, {});
+  ks.reset();
+  tensor sc = w.op(ns * 4, "sdpa math scores", {edge{qs, nq * 4}, edge{kx, nq * 4}}, {qs, kx});
+  qs.reset();
+  kx.reset();
+  // attn.add_(mask) in place; _safe_softmax saves its output.
+  tensor sm = w.op(ns * 4, "sdpa math softmax", {edge{sc, ns * 4}}, {});
+  w.save_output(sm);
+  sc.reset();
+  mask.reset();
+  tensor vx = w.op(nq * 4, "sdpa math value broadcast copy", {edge{v32, nkv * 4}}, {});
+  v32.reset();
+  tensor o32 = w.op(nq * 4, "sdpa math output", {edge{sm, ns * 4}, edge{vx, nq * 4}}, {sm, vx});
+  vx.reset();
+  // The second output, attn.to(origin dtype), is made and dropped.
+  if (in_bytes != 4) w.transient(ns * in_bytes, tmp, "sdpa math weights cast");
+  sm.reset();
+  if (in_bytes == 4) return o32;
+  return w.op(nq * in_bytes, "sdpa math output cast", {edge{o32, nq * 4}}, {});
+}
+
 tensor attention(walker& w, const dims& D, const attention_inputs& in) {
   const auto& r = w.request();
-  if (r.attention != attention_kind::eager || !w.grad_on()) return sdpa(w, D, in);
+  if (r.attention != attention_kind::eager) return sdpa(w, D, in);
+  // Without grad (a checkpointed layer's first forward, an encoder's inference) eager attention
+  // still materialises its scores; nothing is saved.
+  if (!w.grad_on()) return eager_attention(w, D, in);
   if (r.ckpt == checkpointing::selective && !w.recomputing())
     return selective_eager_attention(w, D, in);
   return eager_attention(w, D, in);

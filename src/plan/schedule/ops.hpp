@@ -31,7 +31,10 @@ tensor layer_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int 
 /// transformers' RMSNorm: upcast to fp32, pow(2).mean, x * rsqrt(var + eps), weight * x.to(dtype).
 tensor rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p);
 
-/// The model's norm: LayerNorm or RMSNorm.
+/// Gemma's RMSNorm: normalised in fp32, times (1 + weight.float()), cast back to x's dtype.
+tensor gemma_rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p);
+
+/// The model's norm: LayerNorm, RMSNorm or Gemma's RMSNorm.
 tensor norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p);
 
 /// Out-of-place add with type promotion; gradients pass through (cast when dtypes differ).
@@ -52,6 +55,14 @@ struct attention_inputs {
 
 /// Attention core; returns the (b, s, heads*d) output in the low dtype.
 tensor attention(walker& w, const dims& D, const attention_inputs& in);
+
+/// SDPA's math fallback, taken when key/value have fewer heads than the query and enable_gqa is
+/// not set (Falcon's multi-query attention): q, k, v upcast to fp32, the scaled query, the key
+/// broadcast over the query heads (a copy, as matmul reshapes the expanded tensor), the fp32
+/// (b, heads, s, s) scores and their softmax (saved), the broadcast value copy, the output cast
+/// back; with is_causal an (s, s) float mask. Inputs are 16-bit (autocast casts them first).
+tensor math_attention(walker& w, const dims& D, const tensor& q, const tensor& k, const tensor& v,
+                      int in_bytes, bool causal);
 
 /// Cross-entropy over (rows, V) logits as transformers' loss functions compute it: fp32 upcast
 /// (explicit with `explicit_upcast`), log_softmax (saved), nll_loss. Returns the scalar loss.

@@ -33,6 +33,10 @@ dims lm_dims(const walker& w);
 /// The layer MLP (GELU, Python GELU or SwiGLU, after the shape) on the normed input.
 tensor mlp(walker& w, const dims& D, const tensor& in, int in_bytes, const layer_params& p);
 
+/// LLaMA-style RoPE on n elements of q or k: q*cos + rotate_half(q)*sin (fp32 cos/sin under
+/// autocast promote the result to fp32).
+tensor rope(walker& w, const tensor& src, u64 n, const char* label);
+
 /// The families' self-attention functions.
 tensor gpt2_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
                       const layer_params& p);
@@ -46,6 +50,8 @@ tensor deepseek_attention(walker& w, const dims& D, const tensor& in, int in_byt
                           const layer_params& p);
 tensor bert_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
                       const layer_params& p);
+tensor falcon_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
+                        const layer_params& p);
 
 /// One layer; `x` is the layer input (fp32 under autocast, the model dtype otherwise).
 tensor transformer_block(walker& w, const tensor& x, int layer);
@@ -53,7 +59,15 @@ tensor transformer_block(walker& w, const tensor& x, int layer);
 /// The layer, under full activation checkpointing when the request asks for it.
 tensor run_layer(walker& w, const tensor& x, int layer);
 
-/// Forward and loss of one micro-batch of a language model; returns the loss.
-tensor lm_forward_loss(walker& w);
+/// Forward and loss of one micro-batch of a language model; returns the loss. Without `loss` (an
+/// encoder's inference forward) no labels and no loss: the logits are made and dropped.
+tensor lm_forward_loss(walker& w, bool loss = true);
+
+/// LLaVA: the frozen vision tower over `images` images, then the projector; returns the image
+/// features (images x patches rows of the language model's width).
+tensor llava_image_features(walker& w, i64 images);
+
+/// Forward and loss of one micro-batch of transformers' ViT image classifier.
+tensor hf_vit_forward_loss(walker& w);
 
 }  // namespace vramkit::plan::detail

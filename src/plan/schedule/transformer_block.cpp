@@ -13,6 +13,9 @@ dims lm_dims(const walker& w) {
   dims D;
   D.b = r.micro_batch;
   D.s = r.seq;
+  // transformers' ViT: the patches of the image plus the class token.
+  if (w.model().family == model_family::hf_vit)
+    D.s = (r.image_size / w.model().vit.patch) * (r.image_size / w.model().vit.patch) + 1;
   D.h = t.hidden;
   D.heads = t.heads / r.tp;
   D.kv = std::max<i64>(1, t.kv_heads / r.tp);
@@ -45,7 +48,7 @@ tensor post_norm_block(walker& w, const transformer_family& fam, const dims& D, 
   const int nb = w.dt().amp ? 4 : w.dt().act;
   const int low = w.dt().low;
   tensor y = fam.self_attention(w, D, x, xb, p);
-  y = w.linear(y, rows, D.h, D.h, p.attn_out, low, "attention dense");
+  y = w.proj(y, rows, D.h, D.h, p.attn_out, low, "attention dense", lora_target::o);
   y = dropout(w, y, nh, low, t.hidden_dropout, "hidden dropout");
   y = add(w, y, low, x, xb, nh, "residual");
   tensor h1 = layer_norm(w, y, rows, D.h, std::max(low, xb), p.attn_norm);
@@ -69,13 +72,27 @@ tensor pre_norm_block(walker& w, const transformer_family& fam, const dims& D, c
   const int low = w.dt().low;
   tensor n1 = norm(w, x, rows, D.h, xb, p.attn_norm);
   tensor od = fam.self_attention(w, D, n1, nb, p);
-  od = w.linear(od, rows, D.heads * D.v_dim(), D.h, p.attn_out, low, "attention output projection");
+  od = w.proj(od, rows, D.heads * D.v_dim(), D.h, p.attn_out, low, "attention output projection",
+              lora_target::o);
   od = dropout(w, od, nh, low, t.hidden_dropout, "residual dropout");
+  // Gemma: post_attention_layernorm on the attention output before the residual add.
+  if (t.sandwich_norm) od = norm(w, od, rows, D.h, low, p.post_attn_norm);
   if (t.parallel_residual) {
-    tensor n2 = norm(w, x, rows, D.h, xb, p.mlp_norm);
+    // Falcon-7B's MLP reads the attention's LayerNorm output; GPT-NeoX and the new Falcon
+    // architecture norm x again.
+    tensor n2 = t.shared_parallel_norm ? n1 : norm(w, x, rows, D.h, xb, p.mlp_norm);
     n1.reset();
     tensor m = mlp(w, D, n2, nb, p);
     n2.reset();
+    if (w.model().family == model_family::falcon) {
+      // mlp_output += attention_output (in place), then dropout_add(mlp_output, residual).
+      const tensor sum = w.op(0, "mlp += attention (in place)",
+                              {edge{m, nh * low, true}, edge{od, nh * low, true}}, {});
+      od.reset();
+      tensor y = add(w, sum, low, x, xb, nh, "residual");
+      m.reset();
+      return y;
+    }
     m = dropout(w, m, nh, low, t.hidden_dropout, "residual dropout");
     m = add(w, m, low, od, low, nh, "parallel sum");
     od.reset();
@@ -88,6 +105,7 @@ tensor pre_norm_block(walker& w, const transformer_family& fam, const dims& D, c
   tensor m = norm(w, h1, rows, D.h, h1b, p.mlp_norm);
   m = mlp(w, D, m, nb, p);
   m = dropout(w, m, nh, low, t.hidden_dropout, "residual dropout");
+  if (t.sandwich_norm) m = norm(w, m, rows, D.h, low, p.post_mlp_norm);
   m = add(w, m, low, h1, h1b, nh, "residual");
   h1.reset();
   return m;

@@ -2,6 +2,9 @@
 // backward with its gradient accumulation rules, parameter gradients and autocast weight casts.
 #include "walker.hpp"
 
+#include "ops.hpp"
+#include "steps.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -29,6 +32,14 @@ storage<Meta, Node>& thread_storage() {
 }
 
 dtypes dtypes_of(const plan_request& r) {
+  if (r.mode == run_mode::train && r.lora_rank > 0) {
+    // A frozen base needs no fp32 master: it is stored in the compute dtype; autocast only
+    // changes the adapters' GEMMs.
+    if (r.prec == precision::fp32) return {4, 4, 4, false, 4, false};
+    dtypes d{2, 2, 2, false, 2, false};
+    d.lora_autocast = r.prec == precision::amp_bf16 || r.prec == precision::amp_fp16;
+    return d;
+  }
   if (r.mode == run_mode::infer)
     return r.prec == precision::fp32 ? dtypes{4, 4, 4, false, 4} : dtypes{2, 2, 2, false, 2};
   switch (r.prec) {
@@ -130,9 +141,10 @@ void walker::record(int out, std::initializer_list<edge> edges,
   for (const auto& e : edges)
     if (requires_grad(e.id)) n.edges.push_back(e);
   for (int p : params) {
+    if (trainable_[p] == 0) continue;
     n.params.push_back(p);
     n.param_bytes.push_back(param_elems_[p]);
-    n.param_cast.push_back(cast_of_[p] != -1 && dt_.amp);
+    n.param_cast.push_back(cast_of_[p] != -1);
   }
   if (n.edges.empty() && n.params.empty()) return;
   for (const auto& t : saved) {
@@ -155,7 +167,7 @@ void walker::save_output(const tensor& out) {
 void walker::checkpoint(const tensor& x, const tensor& out, int layer) {
   node n;
   n.out = out.id();
-  n.edges.push_back(edge{x, 0, true});
+  if (requires_grad(x.id())) n.edges.push_back(edge{x, 0, true});
   retain(x.id());
   n.saved.push_back(x.id());
   n.ckpt_layer = layer;
@@ -167,8 +179,8 @@ void walker::checkpoint(const tensor& x, const tensor& out, int layer) {
 void walker::param_grad(int p, u64 elems, bool cast) {
   // ZeRO-2/3 keep only this rank's shard of each gradient after the reduce-scatter.
   const double gs = r_.zero >= 2 ? 1.0 / r_.data_parallel() : 1.0;
-  const u64 full =
-      static_cast<u64>(std::ceil(static_cast<double>(elems) * gs)) * static_cast<u64>(dt_.param);
+  const u64 full = static_cast<u64>(std::ceil(static_cast<double>(elems) * gs)) *
+                   static_cast<u64>(param_width_[p]);
   if (cast)
     transient(elems * static_cast<u64>(dt_.low), component::activation_gradients,
               "weight grad (low precision)");
@@ -176,6 +188,15 @@ void walker::param_grad(int p, u64 elems, bool cast) {
     // ZeRO-Offload: each gradient is reduced into the reduce bucket and copied to pinned host
     // buffers as soon as it is produced; no .grad stays on the device.
     transient(full, component::activation_gradients, "gradient (streamed to host)");
+    return;
+  }
+  if (r_.optimizer_in_backward) {
+    // The post-accumulate-grad hook steps this parameter and sets its .grad to None.
+    const int g = new_tensor(full, component::gradients, "parameter gradient (stepped at once)");
+    const phase here = phase_;
+    optimizer_param_step(*this, p);
+    phase_ = here;
+    release(g);
     return;
   }
   if (param_grad_[p] == -1) {
@@ -298,6 +319,10 @@ void walker::setup_params() {
   state_[0].assign(n, -1);
   state_[1].assign(n, -1);
   param_elems_.resize(n);
+  trainable_.assign(n, r_.mode == run_mode::train && r_.lora_rank == 0 ? 1 : 0);
+  param_width_.assign(n, static_cast<std::uint8_t>(dt_.param));
+  nf4_.assign(n, 0);
+  model_params_ = n;
   const int tp = r_.tp;
   const int ep = r_.ep;
   layer_params_.assign(static_cast<std::size_t>(std::max<i64>(0, m_.t.layers)), layer_params{});
@@ -312,6 +337,11 @@ void walker::setup_params() {
     if (tp > 1 && (nm == "embed_tokens" || nm == "lm_head")) e /= tp;
     if (ep > 1 && nm.rfind("moe_experts", 0) == 0) e /= ep;
     param_elems_[i] = static_cast<u64>(e);
+    // QLoRA: bitsandbytes quantises the blocks' linear weights to NF4; norms, embeddings and
+    // the head stay in the compute dtype.
+    if (r_.mode == run_mode::train && r_.quant == quant_kind::nf4 && params[i].layer >= 0 &&
+        nm.find("norm") == std::string::npos)
+      nf4_[i] = 1;
     if (params[i].layer < 0 || params[i].layer >= static_cast<int>(layer_params_.size())) continue;
     auto& lp = layer_params_[static_cast<std::size_t>(params[i].layer)];
     int* slot = nm == "attn_norm"                                      ? &lp.attn_norm
@@ -319,6 +349,13 @@ void walker::setup_params() {
                 : nm == "attn_qk_norm"                                 ? &lp.qk_norm
                 : nm == "attn_out"                                     ? &lp.attn_out
                 : nm == "mlp_norm"                                     ? &lp.mlp_norm
+                : nm == "post_attn_norm"                               ? &lp.post_attn_norm
+                : nm == "rel_bias"                                     ? &lp.rel_bias
+                : nm == "cross_q"                                      ? &lp.cross_q
+                : nm == "cross_kv"                                     ? &lp.cross_kv
+                : nm == "cross_out"                                    ? &lp.cross_out
+                : nm == "cross_norm"                                   ? &lp.cross_norm
+                : nm == "post_mlp_norm"                                ? &lp.post_mlp_norm
                 : nm == "mlp_gate_up" || nm == "mlp_up" || nm == "moe_experts_gate_up" ? &lp.mlp_in
                 : nm == "mlp_down" || nm == "moe_experts_down" ? &lp.mlp_down
                 : nm == "moe_router"                           ? &lp.router
@@ -335,7 +372,7 @@ void walker::setup_params() {
   }
   lm_ = lm_params{};
   for (int i = 0; i < n; ++i) {
-    if (params[i].layer >= 0) continue;
+    if (params[i].layer >= 0 && params[i].name != "enc_final_norm") continue;
     const auto& nm = params[i].name;
     int* slot = nm == "embed_tokens"        ? &lm_.embed
                 : nm == "embed_positions"   ? &lm_.pos
@@ -345,9 +382,94 @@ void walker::setup_params() {
                 : nm == "lm_head"           ? &lm_.head
                 : nm == "head_transform"    ? &lm_.head_transform
                 : nm == "head_bias"         ? &lm_.head_bias
+                : nm == "cls_token"         ? &lm_.cls_token
+                : nm == "patch_embed"       ? &lm_.patch_embed
+                : nm == "classifier"        ? &lm_.classifier
+                : nm == "enc_final_norm"    ? &lm_.enc_final_norm
+                : nm == "vision_tower"      ? &lm_.vision_tower
+                : nm == "projector_1"       ? &lm_.projector_1
+                : nm == "projector_2"       ? &lm_.projector_2
                                             : nullptr;
     if (slot != nullptr) *slot = i;
   }
+  // LLaVA's recipes train the projector and the language model; the vision tower stays frozen.
+  if (lm_.vision_tower >= 0) trainable_[lm_.vision_tower] = 0;
+  if (r_.mode == run_mode::train && r_.lora_rank > 0) add_lora_params();
+  s_.trainable_parameters = 0;
+  for (int i = 0; i < param_count(); ++i)
+    if (trainable_[i] != 0) s_.trainable_parameters += param_elems_[i];
+}
+
+namespace {
+
+/// One module LoRA may adapt: the target bits it answers to and its shape.
+struct lora_shape {
+  std::uint8_t mask;
+  i64 in, out;
+};
+
+/// The adaptable linear modules of layer l, in forward order: separate or packed q/k/v, the
+/// output projection, and the dense MLP's gate/up/down (MoE experts are 3-D parameters, not
+/// Linear modules, and are not adapted).
+std::vector<lora_shape> lora_shapes(const model_description& m, int l) {
+  const auto& t = m.t;
+  const i64 h = t.hidden, q = t.heads * t.head_dim, kv = t.kv_heads * t.head_dim,
+            f = t.intermediate;
+  std::vector<lora_shape> v;
+  const bool packed_qkv = m.family == model_family::gpt2 || m.family == model_family::gpt_neox ||
+                          m.family == model_family::falcon || m.family == model_family::phi3;
+  if (packed_qkv) {
+    v.push_back({lora_target::q | lora_target::k | lora_target::v, h, q + 2 * kv});
+  } else {
+    v.push_back({lora_target::q, h, q});
+    v.push_back({lora_target::k, h, kv});
+    v.push_back({lora_target::v, h, kv});
+  }
+  v.push_back({lora_target::o, q, h});
+  if (t.sparse(l)) return v;
+  if (t.mlp == mlp_kind::swiglu) {
+    v.push_back({lora_target::gate, h, f});
+    v.push_back({lora_target::up, h, f});
+  } else if (t.mlp == mlp_kind::swiglu_packed) {
+    v.push_back({lora_target::gate | lora_target::up, h, 2 * f});
+  } else {
+    v.push_back({lora_target::up, h, f});
+  }
+  v.push_back({lora_target::down, f, h});
+  return v;
+}
+
+}  // namespace
+
+void walker::add_lora_params() {
+  const auto layers = static_cast<std::size_t>(std::max<i64>(0, m_.t.layers));
+  lora_.assign(layers, {});
+  const auto r = static_cast<u64>(r_.lora_rank);
+  auto add = [&](u64 elems, int layer) {
+    param_elems_.push_back(elems);
+    param_tensor_.push_back(-1);
+    cast_of_.push_back(-1);
+    param_grad_.push_back(-1);
+    state_[0].push_back(-1);
+    state_[1].push_back(-1);
+    trainable_.push_back(1);
+    param_width_.push_back(4);  // PEFT upcasts 16-bit adapters to fp32
+    nf4_.push_back(0);
+    (void)layer;
+  };
+  for (std::size_t l = 0; l < layers; ++l) {
+    for (const auto& sh : lora_shapes(m_, static_cast<int>(l))) {
+      if ((sh.mask & r_.lora_targets) == 0) continue;
+      lora_[l].push_back({sh.mask, param_count()});
+      add(r * static_cast<u64>(sh.in), static_cast<int>(l));   // lora_A (r, in)
+      add(static_cast<u64>(sh.out) * r, static_cast<int>(l));  // lora_B (out, r)
+    }
+  }
+}
+
+void walker::place_adapters() {
+  for (int i = model_params_; i < param_count(); ++i)
+    param_tensor_[i] = keep(param_elems_[i] * 4, component::weights, "LoRA adapter weights");
 }
 
 layer_params walker::layer_param(int layer) const {
@@ -390,9 +512,102 @@ tensor walker::linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_e
                       const char* label, component c) {
   const tensor xin = gemm_input(x, rows * in, x_elem_bytes);
   const tensor w = weight(p);
-  return op(static_cast<u64>(rows * out) * dt_.low, label,
-            {edge{xin, static_cast<u64>(rows * in) * (dt_.amp ? dt_.low : x_elem_bytes)}}, {xin, w},
-            {p}, 0, c);
+  const edge e{xin, static_cast<u64>(rows * in) * (dt_.amp ? dt_.low : x_elem_bytes)};
+  // Autograd saves the input only for the weight's gradient: a frozen weight keeps nothing of x.
+  if (trainable_[p] == 0)
+    return op(static_cast<u64>(rows * out) * dt_.low, label, {e}, {w}, {}, 0, c);
+  return op(static_cast<u64>(rows * out) * dt_.low, label, {e}, {xin, w}, {p}, 0, c);
+}
+
+tensor walker::base_linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
+                           const char* label, component c) {
+  if (nf4_[p] == 0) return linear(x, rows, in, out, p, x_elem_bytes, label, c);
+  // bitsandbytes MatMul4Bit: dequantize_4bit makes the fp32 absmax of the double-quantised
+  // blocks, then the 16-bit weight; F.linear; the weight dies with the expression. Only the
+  // packed weight is saved; backward dequantises again for the input gradient.
+  const u64 n = static_cast<u64>(in * out);
+  const u64 wbytes = n * static_cast<u64>(dt_.low);
+  tensor absmax = alloc(n / 64 * 4, component::temporaries, "nf4 absmax (dequantised)");
+  tensor wt = alloc(wbytes, component::temporaries, "nf4 weight (dequantised)");
+  absmax.reset();
+  tensor y = op(static_cast<u64>(rows * out) * dt_.low, label,
+                {edge{x, static_cast<u64>(rows * in) * x_elem_bytes}}, {}, {}, wbytes, c);
+  wt.reset();
+  return y;
+}
+
+tensor walker::cached_cast(int p, int width) {
+  if (cast_of_[p] == -1) {
+    cast_of_[p] = new_tensor(param_elems_[p] * static_cast<u64>(width),
+                             component::autocast_weight_cache, "weight cast");
+    cache_.push_back(p);
+  }
+  retain(cast_of_[p]);
+  return adopt(cast_of_[p]);
+}
+
+tensor walker::lora_branch(const tensor& x, tensor result, i64 rows, i64 in, i64 out, int a,
+                           int x_elem_bytes) {
+  const int b = a + 1;
+  const u64 r = static_cast<u64>(r_.lora_rank);
+  const u64 nx = static_cast<u64>(rows * in), ny = static_cast<u64>(rows * out);
+  const u64 nr = static_cast<u64>(rows) * r;
+  const int low = dt_.low;
+  const bool qlora = r_.quant == quant_kind::nf4;
+  const bool ac = dt_.lora_autocast;
+  // PEFT's bnb wrapper clones the base output first.
+  if (qlora) result = op(ny * low, "lora base output clone", {edge{result, ny * low, true}}, {});
+  // _cast_input_dtype: x to the adapters' fp32 (the bnb wrapper skips it under autocast).
+  tensor xa = x;
+  int xab = x_elem_bytes;
+  if (x_elem_bytes != 4 && !(qlora && ac)) {
+    xa = op(nx * 4, "lora input fp32", {edge{x, nx * x_elem_bytes}}, {});
+    xab = 4;
+  }
+  if (r_.lora_dropout > 0) xa = dropout(*this, xa, nx, xab, r_.lora_dropout, "lora dropout");
+  tensor ya;
+  tensor yb;
+  int yw = 4;
+  if (ac) {
+    // Autocast: the fp32 input is cast afresh for the GEMM, the adapters' casts are cached.
+    yw = low;
+    const tensor xc = xab == 4 ? op(nx * low, "autocast input cast", {edge{xa, nx * 4}}, {}) : xa;
+    const tensor ca = cached_cast(a, low);
+    ya = op(nr * low, "lora_A", {edge{xc, nx * low}}, {xc, ca}, {a});
+    const tensor cb = cached_cast(b, low);
+    yb = op(ny * low, "lora_B", {edge{ya, nr * low}}, {ya, cb}, {b});
+  } else {
+    const tensor wa = weight(a);
+    ya = op(nr * 4, "lora_A", {edge{xa, nx * xab}}, {xa, wa}, {a});
+    const tensor wb = weight(b);
+    yb = op(ny * 4, "lora_B", {edge{ya, nr * 4}}, {ya, wb}, {b});
+  }
+  ya.reset();
+  tensor sc = op(ny * yw, "lora scaling", {edge{yb, ny * yw}}, {});
+  yb.reset();
+  if (qlora && !ac && yw != low) {
+    // The bnb wrapper casts the adapter output back before the sum.
+    sc = op(ny * low, "lora output cast", {edge{sc, ny * yw}}, {});
+    yw = low;
+  }
+  const int sw = std::max(low, yw);
+  tensor sum =
+      op(ny * sw, "lora sum", {edge{result, ny * low, low == sw}, edge{sc, ny * yw, yw == sw}}, {});
+  sc.reset();
+  result.reset();
+  if (sw != low) sum = op(ny * low, "lora output", {edge{sum, ny * sw}}, {});
+  xa.reset();  // the forward's local x (the fp32 copy) dies when it returns
+  return sum;
+}
+
+tensor walker::proj(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
+                    const char* label, std::uint8_t target, component c) {
+  tensor y = base_linear(x, rows, in, out, p, x_elem_bytes, label, c);
+  if (lora_.empty() || layer_ < 0 || static_cast<std::size_t>(layer_) >= lora_.size()) return y;
+  for (const auto& mod : lora_[static_cast<std::size_t>(layer_)])
+    if ((mod.mask & target) != 0)
+      return lora_branch(x, std::move(y), rows, in, out, mod.a, x_elem_bytes);
+  return y;
 }
 
 tensor walker::expert_linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,

@@ -83,20 +83,28 @@ struct dtypes {
                      ///< without autocast, the model dtype
   bool amp = false;  ///< autocast on: weight casts cached, fp32-list ops upcast
   int cast = 4;      ///< width of the weight and GEMM-input casts (1 for fp8, else = low)
+  /// LoRA under autocast over a 16-bit frozen base (amp-bf16/amp-fp16 with --lora-rank): the
+  /// base runs as pure 16-bit, the fp32 adapters' GEMMs are cast to 16 bits.
+  bool lora_autocast = false;
 };
 
 /// Parameter indices of one transformer layer, by role (parameter_tensors order).
 struct layer_params {
   int attn_norm = -1, qkv = -1, attn_out = -1, mlp_norm = -1, mlp_in = -1, mlp_down = -1;
-  int qk_norm = -1;  ///< Qwen3 per-head q/k norms
-  int router = -1, shared_in = -1, shared_down = -1, shared_gate = -1;  ///< MoE block
-  int q_a = -1, q_a_norm = -1, kv_a = -1, kv_a_norm = -1, kv_b = -1;    ///< latent attention
+  int qk_norm = -1;                             ///< Qwen3 / Gemma-3 per-head q/k norms
+  int post_attn_norm = -1, post_mlp_norm = -1;  ///< Gemma's sandwich norms
+  int rel_bias = -1, cross_q = -1, cross_kv = -1, cross_out = -1, cross_norm = -1;  ///< T5
+  int router = -1, shared_in = -1, shared_down = -1, shared_gate = -1;              ///< MoE block
+  int q_a = -1, q_a_norm = -1, kv_a = -1, kv_a_norm = -1, kv_b = -1;  ///< latent attention
 };
 
 /// Parameter indices of a language model outside its layers (-1: the model has none).
 struct lm_params {
   int embed = -1, pos = -1, types = -1, embed_norm = -1, final_norm = -1, head = -1,
       head_transform = -1, head_bias = -1;
+  int cls_token = -1, patch_embed = -1, classifier = -1;      ///< transformers' ViT
+  int enc_final_norm = -1;                                    ///< T5's encoder
+  int vision_tower = -1, projector_1 = -1, projector_2 = -1;  ///< LLaVA
 };
 
 /// Forward of one layer, re-run by backward for a checkpointed layer.
@@ -163,6 +171,8 @@ class walker {
   // ---- parameters ----------------------------------------------------------------------------
   /// Reads parameter_tensors() with the tensor-parallel split; records where each sits.
   void setup_params();
+  /// Keeps the LoRA adapters' fp32 weights (after the model's own weights are placed).
+  void place_adapters();
   [[nodiscard]] int param_count() const noexcept { return static_cast<int>(param_elems_.size()); }
   [[nodiscard]] u64 param_elems(int p) const { return param_elems_[p]; }
   void set_param_elems(int p, u64 e) { param_elems_[p] = e; }
@@ -183,10 +193,25 @@ class walker {
   /// the select's backward hands AccumulateGrad a zero-filled gradient of the whole parameter.
   tensor expert_linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
                        const char* label);
+  /// A projection that LoRA may adapt (`target`: bits of lora_target naming the module; a packed
+  /// module names all it holds). The base GEMM is `linear` on a trainable weight; a frozen one
+  /// saves nothing of x for its own gradient; a QLoRA base dequantises its NF4 weight into a
+  /// transient 16-bit copy for the GEMM and again in backward. An adapted module adds PEFT's
+  /// branch: x cast to the adapters' fp32, lora_A, lora_B, scaling, the sum and its cast back.
+  tensor proj(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
+              const char* label, std::uint8_t target, component c = component::activations);
+  /// False for a frozen parameter (the base under LoRA): no gradient, no optimizer state.
+  [[nodiscard]] bool trainable(int p) const { return trainable_[p] != 0; }
+  /// Bytes per element of parameter p's weight, gradient and optimizer states.
+  [[nodiscard]] int param_width(int p) const { return param_width_[p]; }
+  /// Parameters of the model itself; the walker's LoRA adapters follow them.
+  [[nodiscard]] int model_param_count() const noexcept { return model_params_; }
+  /// Memory taken outside the caching allocator (paged optimizer states in managed memory).
+  void add_managed(u64 bytes) noexcept { s_.managed_bytes += bytes; }
   /// zero_grad(set_to_none=True).
   void zero_grad();
   /// Optimizer state `which` (0 or 1) of parameter p, created on first use.
-  bool has_state(int p, int which) const { return state_[which][p] >= 0; }
+  [[nodiscard]] bool has_state(int p, int which) const { return state_[which][p] >= 0; }
   void set_state(int p, int which, int id) { state_[which][p] = id; }
 
  private:
@@ -200,8 +225,8 @@ class walker {
     [[nodiscard]] std::size_t size() const noexcept { return n_; }
     [[nodiscard]] bool empty() const noexcept { return n_ == 0; }
     const T& operator[](std::size_t i) const noexcept { return a_[i]; }
-    const T* begin() const noexcept { return a_.data(); }
-    const T* end() const noexcept { return a_.data() + n_; }
+    [[nodiscard]] const T* begin() const noexcept { return a_.data(); }
+    [[nodiscard]] const T* end() const noexcept { return a_.data() + n_; }
 
    private:
     std::array<T, N> a_{};
@@ -220,7 +245,7 @@ class walker {
     int ckpt_input = -1;
   };
 
-  tensor adopt(int id) noexcept { return tensor(this, id); }
+  tensor adopt(int id) noexcept { return {this, id}; }
   int new_tensor(u64 bytes, component c, const char* label);
   void push_event(u64 bytes, int t, component c, bool is_alloc);
   [[nodiscard]] bool requires_grad(int t) const { return t >= 0 && meta_[t].producer != -1; }
@@ -231,6 +256,13 @@ class walker {
   void node_backward(const node& n, int g_out);
   void input_gradient(const edge& e, int g_out);
   void param_grad(int p, u64 elems, bool cast);
+  void add_lora_params();
+  tensor base_linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
+                     const char* label, component c);
+  tensor lora_branch(const tensor& x, tensor result, i64 rows, i64 in, i64 out, int a,
+                     int x_elem_bytes);
+  /// The autocast copy of parameter p, cached until clear_autocast_cache (any regime).
+  tensor cached_cast(int p, int width);
 
   const model_description& m_;
   const plan_request& r_;
@@ -243,6 +275,15 @@ class walker {
   std::vector<int> param_tensor_, cast_of_, param_grad_, cache_;
   std::array<std::vector<int>, 2> state_;
   std::vector<u64> param_elems_;
+  std::vector<std::uint8_t> trainable_, param_width_, nf4_;
+  /// LoRA adapters: per layer, the modules adapted (the target bits they answer to) and the
+  /// index of their lora_A parameter (lora_B follows it).
+  struct lora_module {
+    std::uint8_t mask = 0;
+    int a = -1;
+  };
+  std::vector<std::vector<lora_module>> lora_;
+  int model_params_ = 0;
   phase phase_ = phase::setup;
   int layer_ = -1;
   int step_ = 0;

@@ -18,12 +18,46 @@ constexpr std::size_t MiB = std::size_t{1} << 20;
 // One GPU's share: a device buffer, a pinned host buffer, a stream and two events, all of that
 // GPU (created while it is current).
 struct lane {
-  int device;
+  int device = 0;
   std::unique_ptr<device_buffer> dev;
   std::unique_ptr<pinned_buffer> host;
   std::unique_ptr<owned_cuda_stream> stream;
   std::unique_ptr<owned_cuda_event> start, stop;
 };
+
+// The aggregate figure of one direction: every GPU's bytes over the host-clock seconds of each
+// sample, with each GPU's rate together and alone in extra.
+measurement all_at_once_measurement(bool h2d, std::size_t bytes, int loops, int samples,
+                                    const std::vector<lane>& lanes,
+                                    const std::vector<double>& total,
+                                    const std::vector<std::vector<double>>& each,
+                                    const std::vector<double>& alone) {
+  const double all_bytes = double(bytes) * loops * double(lanes.size());
+  measurement m;
+  m.key = registered_key(h2d ? "gpus.h2d.all_at_once" : "gpus.d2h.all_at_once");
+  m.title = std::string(h2d ? "host to device" : "device to host") + ", every GPU at once, summed";
+  m.device = "gpus";
+  m.unit = "GB/s";
+  m.convention = byte_convention::copied_once;
+  m.size_bytes = bytes;
+  m.repetitions = samples;
+  for (double sec : total) m.samples.push_back(gbps(all_bytes, sec));
+  m.stats = sample_stats::of(m.samples);
+  double alone_sum = 0;
+  for (std::size_t i = 0; i < lanes.size(); ++i) {
+    const std::string g = "gpu" + std::to_string(lanes[i].device);
+    m.extra[g + "_together_gbps"] = sample_stats::of(each[i]).median;
+    m.extra[g + "_alone_gbps"] = alone[i];
+    alone_sum += alone[i];
+  }
+  m.extra["gpus"] = double(lanes.size());
+  m.extra["sum_alone_gbps"] = alone_sum;
+  if (alone_sum > 0) m.extra["ratio_to_sum_alone"] = m.stats.median / alone_sum;
+  m.note =
+      "pinned cudaMemcpyAsync on every GPU at once; aggregate by the host clock, per GPU by "
+      "its events; every destination checked word by word";
+  return m;
+}
 
 }  // namespace
 
@@ -34,13 +68,21 @@ void run_all_gpus_section(gpu_context& ctx) {
     return;
   }
   ctx.progress("every GPU copying at once");
-  const std::size_t bytes = ctx.quick() ? 64 * MiB : 256 * MiB;
+  const std::size_t bytes =
+      ctx.host_fit(ctx.quick() ? 64 * MiB : 256 * MiB, ctx.device_count, 16 * MiB);
+  if (bytes == 0) {
+    for (const char* k : {"gpus.h2d.all_at_once", "gpus.d2h.all_at_once"})
+      ctx.report->skips.push_back(
+          {k, "too little host memory available for a pinned buffer per GPU"});
+    return;
+  }
   const std::size_t words = bytes / 4;
   const int loops = ctx.quick() ? 4 : 8, samples = ctx.quick() ? 3 : 5;
   std::vector<lane> lanes;
   for (int d = 0; d < ctx.device_count; ++d) {
     VRAMKIT_CUDA_TRY(cudaSetDevice(d));
-    lane l{d};
+    lane l;
+    l.device = d;
     l.dev = std::make_unique<device_buffer>(bytes);
     l.host = std::make_unique<pinned_buffer>(bytes, pinned_buffer::mapping::unmapped);
     l.stream = std::make_unique<owned_cuda_stream>();
@@ -115,31 +157,7 @@ void run_all_gpus_section(gpu_context& ctx) {
                  : parallel_mismatches(l.host->words(), words, sd);
     }
     VRAMKIT_CUDA_TRY(cudaSetDevice(ctx.ordinal));
-    const double all_bytes = double(bytes) * loops * double(lanes.size());
-    measurement m;
-    m.key = registered_key(h2d ? "gpus.h2d.all_at_once" : "gpus.d2h.all_at_once");
-    m.title =
-        std::string(h2d ? "host to device" : "device to host") + ", every GPU at once, summed";
-    m.device = "gpus";
-    m.unit = "GB/s";
-    m.convention = byte_convention::copied_once;
-    m.size_bytes = bytes;
-    m.repetitions = samples;
-    for (double sec : total) m.samples.push_back(gbps(all_bytes, sec));
-    m.stats = sample_stats::of(m.samples);
-    double alone_sum = 0;
-    for (std::size_t i = 0; i < lanes.size(); ++i) {
-      const std::string g = "gpu" + std::to_string(lanes[i].device);
-      m.extra[g + "_together_gbps"] = sample_stats::of(each[i]).median;
-      m.extra[g + "_alone_gbps"] = alone[i];
-      alone_sum += alone[i];
-    }
-    m.extra["gpus"] = double(lanes.size());
-    m.extra["sum_alone_gbps"] = alone_sum;
-    if (alone_sum > 0) m.extra["ratio_to_sum_alone"] = m.stats.median / alone_sum;
-    m.note =
-        "pinned cudaMemcpyAsync on every GPU at once; aggregate by the host clock, per GPU by "
-        "its events; every destination checked word by word";
+    measurement m = all_at_once_measurement(h2d, bytes, loops, samples, lanes, total, each, alone);
     add_verified(ctx, std::move(m), bad == 0, std::to_string(bad) + " words differ");
   }
 }

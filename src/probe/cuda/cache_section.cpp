@@ -1,10 +1,14 @@
-// The GPU cache-level section: read bandwidth over the working set, from 16 KiB to 4x the L2,
-// each set read again and again while it stays resident (gpu-benches' cache sweeps). Up to 1.5x
-// the L2 size every block streams the whole set, from its own starting point, so each
-// multiprocessor's L1 sees all of it and the fall off the L2 plateau is read one way; past that
-// the blocks share the set (each byte read once per pass, from device memory). The plateaus of the
-// curve are the L1/shared, L2 and device-memory levels, with where each ends (the last working
-// set within the plateau's band, see bandwidth_plateaus.hpp). Every launch's sum is checked.
+// The GPU cache-level section: read bandwidth over the working set, each set read again and again
+// while it stays resident (gpu-benches' cache sweeps), in two sweeps.
+// - cache.sweep, 16 KiB to half the L2: one block per multiprocessor reads the whole set through
+//   L1, so each multiprocessor's L1 holds it or not: the L1/shared level and where it ends.
+// - cache.l2_sweep, an eighth of the L2 to 4x: the grid reads the set once a pass, L1 bypassed, so
+//   a line is read again only after every other one was and hits only while the L2 holds the whole
+//   set: the L2 level, its size, and device memory. (With every block reading the whole set past
+//   the L2, blocks trailing each other re-read what one just fetched and the L2 answers far past
+//   its size: 88 MiB for the H200's 60 MiB in the run of 2026-12-01.)
+// The plateaus of the curves are the levels, with where each ends (bandwidth_plateaus.hpp). Every
+// launch's sum is checked.
 #include <algorithm>
 #include <cmath>
 
@@ -20,63 +24,63 @@ namespace {
 constexpr std::size_t KiB = std::size_t{1} << 10;
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
-std::vector<std::size_t> cache_sizes(std::size_t max_ws, std::size_t l2, bool quick) {
+void add_size(std::vector<std::size_t>& out, std::size_t ws, std::size_t max_ws) {
+  ws = ws / (16 * KiB) * (16 * KiB);
+  if (ws >= 16 * KiB && ws <= max_ws) out.push_back(ws);
+}
+
+void sort_unique(std::vector<std::size_t>& v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+}
+
+// Powers of two and half steps from 16 KiB to half the L2 (quick: half steps up to 1 MiB only).
+std::vector<std::size_t> l1_sizes(std::size_t l2, std::size_t max_ws, bool quick) {
   std::vector<std::size_t> out;
-  for (std::size_t p = 16 * KiB; p <= max_ws; p *= 2) {
-    out.push_back(p);
-    // Half steps where they matter: everywhere in a full run, around the L2 in a quick one.
-    const std::size_t mid = p + p / 2;
-    if (mid <= max_ws && (!quick || (mid >= l2 / 4 && mid <= 2 * l2))) out.push_back(mid);
+  const std::size_t top = std::max<std::size_t>(l2 / 2, 64 * KiB);
+  for (std::size_t p = 16 * KiB; p <= top; p *= 2) {
+    add_size(out, p, max_ws);
+    if (!quick || p < MiB) add_size(out, p + p / 2, std::min(top, max_ws));
   }
-  // Eighths of the L2 from half to one and a half L2, and in a full run sixteenths from three
-  // quarters to one and a quarter: where the curve leaves the L2 plateau.
-  for (std::size_t k = 8; k <= 24; ++k) {
-    if (k % 2 == 1 && (quick || k < 12 || k > 20)) continue;
-    const std::size_t ws = l2 / 16 * k / 256 * 256;
-    if (ws >= 16 * KiB && ws <= max_ws) out.push_back(ws);
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
+  sort_unique(out);
   return out;
 }
 
-}  // namespace
-
-void run_cache_section(gpu_context& ctx) {
-  if (ctx.l2_bytes == 0) {
-    ctx.report->skips.push_back({ctx.tag + ".cache", "the device reports no L2 size"});
-    return;
+// Eighths of the L2 from an eighth to twice it, then 3x and 4x; a full run adds sixteenths from
+// half to one and a half L2 and thirty-seconds from 7/8 to 9/8, where the curve leaves the L2.
+std::vector<std::size_t> l2_sizes(std::size_t l2, std::size_t max_ws, bool quick) {
+  std::vector<std::size_t> out;
+  for (std::size_t k = 1; k <= 16; ++k) add_size(out, l2 / 8 * k, max_ws);
+  add_size(out, 3 * l2, max_ws);
+  add_size(out, 4 * l2, max_ws);
+  if (!quick) {
+    for (std::size_t k = 8; k <= 24; ++k) add_size(out, l2 / 16 * k, max_ws);
+    for (std::size_t k = 28; k <= 36; ++k) add_size(out, l2 / 32 * k, max_ws);
   }
-  ctx.progress("cache levels (read bandwidth over a resident working set)");
-  std::size_t max_ws = std::max<std::size_t>(4 * ctx.l2_bytes, 64 * MiB);
-  while (max_ws > 64 * MiB && max_ws > ctx.free_bytes / 4) max_ws /= 2;
-  max_ws = max_ws / (16 * KiB) * (16 * KiB);
-  device_buffer buf(max_ws), sum(sizeof(std::uint32_t));
+  sort_unique(out);
+  return out;
+}
+
+// One sweep: bandwidth at every size in `mode`, each launch's sum checked. False (with a failed
+// skip) on a mismatch.
+bool sweep(gpu_context& ctx, const device_buffer& buf, std::uint32_t seed,
+           const std::vector<std::size_t>& sizes, resident_read mode, const launch_config& cfg,
+           curve& c) {
+  device_buffer sum(sizeof(std::uint32_t));
   auto* sum_p = static_cast<std::uint32_t*>(sum.get());
   owned_cuda_stream stream;
   stream_blocker blocker;
   const cudaStream_t s = stream.get();
-  const std::uint32_t seed = 0xCAC4E001u;
-  const launch_config cfg = ctx.default_launch();
-  VRAMKIT_CUDA_TRY(launch_fill(buf.words(), max_ws / 4, seed, cfg, s));
   // Bytes read per launch: enough that a launch of the smallest sets lasts tens of microseconds.
   const double target = ctx.quick() ? 2048.0 * MiB : 4096.0 * MiB;
   const int samples = ctx.quick() ? 3 : 5, loops = ctx.quick() ? 2 : 3, warmup = 1;
-
-  curve c;
-  c.key = ctx.key("cache.sweep");
-  c.title = "read bandwidth over a resident working set, " + ctx.tag + " (16-byte loads)";
-  c.x_label = "bytes";
-  c.y_unit = "GB/s";
-  for (std::size_t ws : cache_sizes(max_ws, ctx.l2_bytes, ctx.quick())) {
-    // One way of reading across the whole knee (up to 1.5 x the L2), so the plateau's end is
-    // not where the method changes; past it the blocks share the set.
-    const bool whole = ws <= ctx.l2_bytes + ctx.l2_bytes / 2;
+  const bool whole = mode == resident_read::every_block_whole_set;
+  for (std::size_t ws : sizes) {
     const double per_rep = whole ? double(cfg.blocks) * ws : double(ws);
     const int reps = static_cast<int>(std::clamp(target / per_rep, 1.0, 1e5));
     VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
     const auto secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
-      VRAMKIT_CUDA_TRY(launch_resident_read(buf.words(), ws / 16, reps, whole, sum_p, cfg, s));
+      VRAMKIT_CUDA_TRY(launch_resident_read(buf.words(), ws / 16, reps, mode, sum_p, cfg, s));
     });
     std::uint32_t got = 0;
     VRAMKIT_CUDA_TRY(cudaMemcpy(&got, sum_p, sizeof got, cudaMemcpyDeviceToHost));
@@ -90,7 +94,7 @@ void run_cache_section(gpu_context& ctx) {
                                    "verification failed, curve withheld: read sum mismatch at " +
                                        std::to_string(ws) + " bytes",
                                    true});
-      return;
+      return false;
     }
     curve::point pt;
     pt.x = double(ws);
@@ -98,54 +102,110 @@ void run_cache_section(gpu_context& ctx) {
     pt.y = sample_stats::of(pt.samples);
     c.points.push_back(std::move(pt));
   }
+  return true;
+}
 
-  auto plateaus = find_bandwidth_plateaus(c.points);
-  name_gpu_cache_plateaus(plateaus, c.points, ctx.l2_bytes);
-  const bandwidth_plateau* near = nullptr;
-  for (const auto& p : plateaus)
-    if (p.name == "L2 near") near = &p;
-  for (const auto& p : plateaus) {
-    if (p.name != "L1" && p.name != "L2" && p.name != "HBM") continue;
-    // The device-memory level at its largest set (nearer sets still hit the L2 in part); the
-    // caches at the middle of their plateaus.
-    const auto& mid = c.points[p.name == "HBM" ? p.last : (p.first + p.last) / 2];
-    measurement m;
-    m.key = ctx.key(p.name == "L1" ? "cache.l1" : p.name == "L2" ? "cache.l2" : "cache.hbm");
-    m.title = p.name + " read bandwidth (cache sweep plateau), " + ctx.tag;
-    m.device = ctx.tag;
-    m.unit = "GB/s";
-    m.convention = byte_convention::read;
-    m.size_bytes = static_cast<std::uint64_t>(mid.x);
-    m.samples = mid.samples;
-    m.repetitions = static_cast<int>(mid.samples.size());
-    m.stats = mid.y;
-    m.extra["plateau_gbps"] = p.bandwidth;
-    m.extra["plateau_first_bytes"] = c.points[p.first].x;
-    m.extra["plateau_last_bytes"] = c.points[p.last].x;
-    if (p.end_x > 0) m.extra["measured_size_bytes"] = p.end_x;
-    if (p.name == "L2") {
-      m.extra["reported_size_bytes"] = double(ctx.l2_bytes);
-      if (p.end_x > 0) m.extra["size_ratio_to_reported"] = p.end_x / double(ctx.l2_bytes);
-      if (near != nullptr) {
-        m.extra["near_plateau_gbps"] = near->bandwidth;
-        m.extra["near_plateau_end_bytes"] = near->end_x;
-      }
-    }
-    if (p.name == "HBM") {
-      m.peak = ctx.hbm_peak_gbps;
-      m.peak_basis = ctx.hbm_peak_basis;
-    }
-    m.note = std::string(p.name == "HBM" ? "the plateau's largest working set"
-                                         : "the plateau's middle point") +
-             "; a level's size is the largest working set still within 12% of the plateau "
-             "(log-interpolated); every launch's sum checked against the pattern";
-    add_verified(ctx, std::move(m), true, "");
+curve cache_curve(const gpu_context& ctx, const char* suffix, const std::string& title) {
+  curve c;
+  c.key = ctx.key(suffix);
+  c.title = title;
+  c.x_label = "bytes";
+  c.y_unit = "GB/s";
+  return c;
+}
+
+// The measurement of a level: a cache at the middle of its plateau, device memory at its largest
+// set (nearer sets still hit the L2 in part).
+void add_level(gpu_context& ctx, const curve& c, const bandwidth_plateau& p, const char* how) {
+  const auto& mid = c.points[p.name == "HBM" ? p.last : (p.first + p.last) / 2];
+  measurement m;
+  m.key = ctx.key(p.name == "L1" ? "cache.l1" : p.name == "L2" ? "cache.l2" : "cache.hbm");
+  m.title = p.name + " read bandwidth (cache sweep plateau), " + ctx.tag;
+  m.device = ctx.tag;
+  m.unit = "GB/s";
+  m.convention = byte_convention::read;
+  m.size_bytes = static_cast<std::uint64_t>(mid.x);
+  m.samples = mid.samples;
+  m.repetitions = static_cast<int>(mid.samples.size());
+  m.stats = mid.y;
+  m.extra["plateau_gbps"] = p.bandwidth;
+  m.extra["plateau_first_bytes"] = c.points[p.first].x;
+  m.extra["plateau_last_bytes"] = c.points[p.last].x;
+  if (p.end_x > 0) m.extra["measured_size_bytes"] = p.end_x;
+  if (p.name == "L2") {
+    m.extra["reported_size_bytes"] = double(ctx.l2_bytes);
+    if (p.end_x > 0) m.extra["size_ratio_to_reported"] = p.end_x / double(ctx.l2_bytes);
   }
-  if (std::none_of(plateaus.begin(), plateaus.end(),
-                   [](const bandwidth_plateau& p) { return p.name == "L2"; })) {
+  if (p.name == "HBM") {
+    m.peak = ctx.hbm_peak_gbps;
+    m.peak_basis = ctx.hbm_peak_basis;
+  }
+  m.note = std::string(p.name == "HBM" ? "the plateau's largest working set"
+                                       : "the plateau's middle point") +
+           "; " + how +
+           "; a level's size is where the curve first falls below 88% of the plateau "
+           "(log-interpolated); every launch's sum checked against the pattern";
+  add_verified(ctx, std::move(m), true, "");
+}
+
+}  // namespace
+
+void run_cache_section(gpu_context& ctx) {
+  if (ctx.l2_bytes == 0) {
+    ctx.report->skips.push_back({ctx.tag + ".cache", "the device reports no L2 size"});
+    return;
+  }
+  ctx.progress("cache levels (read bandwidth over a resident working set)");
+  std::size_t max_ws = std::max<std::size_t>(4 * ctx.l2_bytes, 64 * MiB);
+  while (max_ws > 64 * MiB && max_ws > ctx.free_bytes / 4) max_ws /= 2;
+  max_ws = max_ws / (16 * KiB) * (16 * KiB);
+  device_buffer buf(max_ws);
+  const std::uint32_t seed = 0xCAC4E001u;
+  const launch_config grid = ctx.default_launch();
+  {
+    owned_cuda_stream s;
+    VRAMKIT_CUDA_TRY(launch_fill(buf.words(), max_ws / 4, seed, grid, s.get()));
+    VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s.get()));
+  }
+  // One block per multiprocessor with as many threads as the full-occupancy launch gives it.
+  launch_config per_sm = grid;
+  per_sm.blocks = ctx.sm_count;
+  per_sm.threads =
+      std::clamp(grid.threads * std::max(1, grid.blocks / std::max(1, ctx.sm_count)), 32, 1024) /
+      32 * 32;
+
+  curve l1 = cache_curve(ctx, "cache.sweep",
+                         "read bandwidth over a resident working set, " + ctx.tag +
+                             " (one block per multiprocessor reads all of it through L1)");
+  curve l2 = cache_curve(ctx, "cache.l2_sweep",
+                         "read bandwidth over a resident working set, " + ctx.tag +
+                             " (the grid reads it once a pass, L1 bypassed)");
+  if (!sweep(ctx, buf, seed, l1_sizes(ctx.l2_bytes, max_ws, ctx.quick()),
+             resident_read::every_block_whole_set, per_sm, l1))
+    return;
+  if (!sweep(ctx, buf, seed, l2_sizes(ctx.l2_bytes, max_ws, ctx.quick()),
+             resident_read::grid_once_l2_only, grid, l2))
+    return;
+
+  auto p1 = find_bandwidth_plateaus(l1.points);
+  if (!p1.empty() && p1.size() >= 2) {
+    p1.front().name = "L1";
+    add_level(ctx, l1, p1.front(), "one block per multiprocessor reads the whole set");
+  } else {
+    ctx.report->skips.push_back({ctx.tag + ".cache.l1", "no L1 plateau found on the curve"});
+  }
+  auto p2 = find_bandwidth_plateaus(l2.points);
+  name_l2_sweep_plateaus(p2, l2.points, ctx.l2_bytes);
+  bool have_l2 = false;
+  for (const auto& p : p2) {
+    if (p.name != "L2" && p.name != "HBM") continue;
+    have_l2 = have_l2 || p.name == "L2";
+    add_level(ctx, l2, p, "the grid reads the set once a pass, L1 bypassed");
+  }
+  if (!have_l2)
     ctx.report->skips.push_back({ctx.tag + ".cache.l2", "no L2 plateau found on the curve"});
-  }
-  add_curve(ctx, std::move(c));
+  add_curve(ctx, std::move(l1));
+  add_curve(ctx, std::move(l2));
 }
 
 }  // namespace vramkit::probe::detail

@@ -18,6 +18,7 @@
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/nvml_api.hpp"
 #include "vramkit/probe/gpu_probe.hpp"
+#include "vramkit/probe/memory_budget.hpp"
 
 namespace vramkit::probe {
 namespace detail {
@@ -116,6 +117,11 @@ std::vector<double> time_blocked(stream_blocker& blocker, cudaStream_t stream, i
 
 void gpu_context::progress(const std::string& line) const {
   if (options->progress) options->progress(tag + ": " + line);
+}
+
+std::size_t gpu_context::host_fit(std::size_t wanted, int count, std::size_t floor) const {
+  return static_cast<std::size_t>(
+      fit_in_budget(options->host_memory_bytes, wanted, count, 0.5, floor, std::size_t{1} << 20));
 }
 
 launch_config gpu_context::default_launch() const {

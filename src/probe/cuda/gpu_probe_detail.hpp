@@ -134,6 +134,10 @@ struct gpu_context {
   }
   /// Full-occupancy launch of a bandwidth kernel with 256 threads per block.
   [[nodiscard]] launch_config default_launch() const;
+  /// The largest size up to `wanted` (whole MiB) of which `count` host buffers take at most half
+  /// of the host memory the probe may use (probe_options::host_memory_bytes); `wanted` when that
+  /// is unknown, 0 when below `floor`.
+  [[nodiscard]] std::size_t host_fit(std::size_t wanted, int count, std::size_t floor) const;
 };
 
 /// Times `op` on `stream`: calls it once unblocked (so lazily loaded kernels are loaded before the

@@ -58,7 +58,12 @@ void run_numa_transfers(gpu_context& ctx) {
     return;
   }
   ctx.progress("host<->device copies from pinned memory on each NUMA node");
-  const std::size_t bytes = ctx.quick() ? 64 * MiB : 256 * MiB;
+  const std::size_t bytes = ctx.host_fit(ctx.quick() ? 64 * MiB : 256 * MiB, 2, 16 * MiB);
+  if (bytes == 0) {
+    ctx.report->skips.push_back(
+        {ctx.tag + ".h2d.pinned.numa", "too little host memory available for the pinned buffers"});
+    return;
+  }
   const std::size_t words = bytes / 4;
   device_buffer d_dst(bytes), d_src(bytes);
   owned_cuda_stream stream;

@@ -15,7 +15,12 @@ constexpr std::size_t GiB = std::size_t{1} << 30;
 
 void run_overlap_section(gpu_context& ctx) {
   ctx.progress("copy/compute overlap");
-  const std::size_t copy_bytes = ctx.quick() ? 64 * MiB : 256 * MiB;
+  const std::size_t copy_bytes = ctx.host_fit(ctx.quick() ? 64 * MiB : 256 * MiB, 2, 16 * MiB);
+  if (copy_bytes == 0) {
+    ctx.report->skips.push_back(
+        {ctx.tag + ".overlap", "too little host memory available for two 16 MiB pinned buffers"});
+    return;
+  }
   const std::size_t kernel_bytes =
       std::min<std::size_t>(ctx.quick() ? 256 * MiB : GiB, ctx.free_bytes / 8) / MiB * MiB;
   const std::size_t cw = copy_bytes / 4, kw = kernel_bytes / 4;

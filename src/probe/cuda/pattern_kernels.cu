@@ -150,12 +150,25 @@ __global__ void scatter_mismatch_kernel(const std::uint32_t* __restrict__ p,
   add_count(count, bad);
 }
 
-// Every block streams the whole set from its own starting vector (wrapping), or the grid shares
-// it; four loads in flight per thread either way.
-__global__ void resident_read_kernel(const uint4* __restrict__ p, std::uint64_t ws_vec, int reps,
-                                     bool whole, std::uint32_t* sum) {
+// Every block streams the whole set from its own starting vector (wrapping), through L1; or the
+// grid reads it once a pass in grid-stride order with L1 bypassed (ld.global.cg). Four loads in
+// flight per thread either way.
+template <bool GridOnceL2>
+__device__ __forceinline__ uint4 resident_load(const uint4* p) {
+  if constexpr (GridOnceL2) {
+    return __ldcg(p);
+  } else {
+    return __ldg(p);
+  }
+}
+
+// Launch bounds of 1024 threads: one block per multiprocessor must be able to hold them all.
+template <bool GridOnceL2>
+__global__ void __launch_bounds__(1024)
+    resident_read_kernel(const uint4* __restrict__ p, std::uint64_t ws_vec, int reps,
+                         std::uint32_t* sum) {
   std::uint64_t begin, count, stride, start;
-  if (whole) {
+  if constexpr (!GridOnceL2) {
     begin = threadIdx.x;
     count = ws_vec;
     stride = blockDim.x;
@@ -175,7 +188,7 @@ __global__ void resident_read_kernel(const uint4* __restrict__ p, std::uint64_t 
       for (int u = 0; u < 4; ++u) {
         std::uint64_t k = start + j + u * stride;
         if (k >= ws_vec) k -= ws_vec;
-        v[u] = __ldg(p + k);
+        v[u] = resident_load<GridOnceL2>(p + k);
       }
 #pragma unroll
       for (int u = 0; u < 4; ++u) acc += word_sum(v[u]);
@@ -183,7 +196,7 @@ __global__ void resident_read_kernel(const uint4* __restrict__ p, std::uint64_t 
     for (; j < count; j += stride) {
       std::uint64_t k = start + j;
       if (k >= ws_vec) k -= ws_vec;
-      acc += word_sum(__ldg(p + k));
+      acc += word_sum(resident_load<GridOnceL2>(p + k));
     }
   }
   add_to(sum, acc);
@@ -269,10 +282,19 @@ cudaError_t launch_scatter_mismatches(const std::uint32_t* p, const std::uint32_
 }
 
 cudaError_t launch_resident_read(const std::uint32_t* p, std::size_t ws_vec, int reps,
-                                 bool whole_set_per_block, std::uint32_t* sum,
-                                 const launch_config& cfg, cudaStream_t stream) {
-  resident_read_kernel<<<grid_of(cfg), cfg.threads, 0, stream>>>(
-      reinterpret_cast<const uint4*>(p), ws_vec, reps, whole_set_per_block, sum);
+                                 resident_read mode, std::uint32_t* sum, const launch_config& cfg,
+                                 cudaStream_t stream) {
+  const auto* v = reinterpret_cast<const uint4*>(p);
+  if (mode == resident_read::grid_once_l2_only) {
+    resident_read_kernel<true><<<grid_of(cfg), cfg.threads, 0, stream>>>(v, ws_vec, reps, sum);
+    return cudaGetLastError();
+  }
+  // As much L1 as the multiprocessor can give (the kernel uses no shared memory); set on every
+  // launch, since the current device may differ between calls.
+  const cudaError_t carveout = cudaFuncSetAttribute(
+      resident_read_kernel<false>, cudaFuncAttributePreferredSharedMemoryCarveout, 0);
+  if (carveout != cudaSuccess) return carveout;
+  resident_read_kernel<false><<<grid_of(cfg), cfg.threads, 0, stream>>>(v, ws_vec, reps, sum);
   return cudaGetLastError();
 }
 

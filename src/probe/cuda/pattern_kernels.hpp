@@ -60,13 +60,22 @@ cudaError_t launch_scatter_mismatches(const std::uint32_t* p, const std::uint32_
                                       std::size_t n, std::uint32_t seed, unsigned long long* count,
                                       cudaStream_t stream);
 
-/// The cache sweep's read of a working set of `ws_vec` 16-byte vectors. `whole_set_per_block`:
-/// every block reads all of it, from its own starting point (block b at b * ws_vec / blocks,
-/// wrapping), `reps` times, so each multiprocessor streams the whole set through its L1;
-/// otherwise the blocks share it (block b its own slice), `reps` times. Adds the sum of all words
-/// read to `*sum`: reps x (blocks or 1) x pattern_sum(4 ws_vec, seed).
+/// How the cache sweep reads a resident set.
+enum class resident_read {
+  /// Every block reads all of it through L1, from its own starting point (block b at
+  /// b * ws_vec / blocks, wrapping): launched one block per multiprocessor, each multiprocessor's
+  /// L1 holds the set or not, with no other block on it to re-read what one just brought in.
+  every_block_whole_set,
+  /// The grid reads it once a pass in grid-stride order, with L1 bypassed (ld.global.cg): a line
+  /// is read again only after the whole set was, so it hits only when the L2 holds the whole set.
+  grid_once_l2_only,
+};
+
+/// The cache sweep's read of a working set of `ws_vec` 16-byte vectors, `reps` times, in `mode`.
+/// Adds the sum of all words read to `*sum`: reps x (blocks, or 1 for grid_once_l2_only) x
+/// pattern_sum(4 ws_vec, seed).
 cudaError_t launch_resident_read(const std::uint32_t* p, std::size_t ws_vec, int reps,
-                                 bool whole_set_per_block, std::uint32_t* sum,
-                                 const launch_config& cfg, cudaStream_t stream);
+                                 resident_read mode, std::uint32_t* sum, const launch_config& cfg,
+                                 cudaStream_t stream);
 
 }  // namespace vramkit::probe::detail

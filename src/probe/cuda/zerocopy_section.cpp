@@ -17,7 +17,12 @@ void run_zerocopy_section(gpu_context& ctx) {
     return;
   }
   ctx.progress("zero-copy (kernel on mapped pinned host memory)");
-  const std::size_t bytes = ctx.quick() ? 128 * MiB : 512 * MiB;
+  const std::size_t bytes = ctx.host_fit(ctx.quick() ? 128 * MiB : 512 * MiB, 1, 16 * MiB);
+  if (bytes == 0) {
+    ctx.report->skips.push_back(
+        {ctx.tag + ".zerocopy", "too little host memory available for a 16 MiB mapped buffer"});
+    return;
+  }
   const std::size_t words = bytes / 4;
   pinned_buffer host(bytes, pinned_buffer::mapping::mapped);
   auto* dev = static_cast<std::uint32_t*>(host.device_ptr());

@@ -49,6 +49,44 @@ cudaChannelFormatDesc channel_of(const pixel_format& f) {
                    f.name() + " has no CUDA channel format");
 }
 
+// Layered and cube arrays: the CUDA flags and the depth (layers) of the allocation.
+unsigned array_flags(const mip_chain_desc& d) {
+  if (d.cube) return d.layers > 6 ? cudaArrayCubemap | cudaArrayLayered : cudaArrayCubemap;
+  return d.layers > 1 ? cudaArrayLayered : 0u;
+}
+
+bool layered(const mip_chain_desc& d) { return d.cube || d.layers > 1; }
+
+cudaTextureObject_t make_texture_object(cudaMipmappedArray_t array, const mip_chain_desc& desc,
+                                        int first_level, texture_filter filter) {
+  cudaResourceDesc res{};
+  res.resType = cudaResourceTypeMipmappedArray;
+  res.res.mipmap.mipmap = array;
+  cudaTextureDesc tex{};
+  for (auto& a : tex.addressMode) a = cudaAddressModeClamp;
+  tex.filterMode = filter == texture_filter::linear ? cudaFilterModeLinear : cudaFilterModePoint;
+  tex.mipmapFilterMode = tex.filterMode;
+  // Block-compressed arrays need the normalized-float read mode (element type is refused).
+  tex.readMode = cudaReadModeNormalizedFloat;
+  tex.normalizedCoords = 1;
+  tex.sRGB = desc.format.srgb ? 1 : 0;
+  tex.minMipmapLevelClamp = 0;
+  tex.maxMipmapLevelClamp = static_cast<float>(desc.mip_levels - first_level - 1);
+  cudaTextureObject_t object = 0;
+  cudaError_t st = cudaCreateTextureObject(&object, &res, &tex, nullptr);
+  if ((st == cudaErrorInvalidValue || st == cudaErrorInvalidNormSetting) &&
+      desc.format.format == texture_format::bc6h) {
+    // BC6H holds half floats, to which the normalized read mode does not apply (the runtime says
+    // cudaErrorInvalidNormSetting): read them as the element type instead.
+    static_cast<void>(cudaGetLastError());
+    tex.readMode = cudaReadModeElementType;
+    st = cudaCreateTextureObject(&object, &res, &tex, nullptr);
+  }
+  if (st != cudaSuccess)
+    detail::throw_cuda_error(st, "cudaCreateTextureObject", __FILE__, __LINE__);
+  return object;
+}
+
 }  // namespace
 
 mip_chain* cuda_mip_storage::create_chain(const mip_chain_desc& desc, int first_level) {
@@ -58,25 +96,16 @@ mip_chain* cuda_mip_storage::create_chain(const mip_chain_desc& desc, int first_
   const cudaChannelFormatDesc ch = channel_of(desc.format);
   const cudaExtent extent =
       make_cudaExtent(static_cast<std::size_t>(level_extent(desc.width, first_level)),
-                      static_cast<std::size_t>(level_extent(desc.height, first_level)), 0);
-  VRAMKIT_CUDA_TRY(cudaMallocMipmappedArray(
-      &c->array, &ch, extent, static_cast<unsigned>(desc.mip_levels - first_level), 0));
-  cudaResourceDesc res{};
-  res.resType = cudaResourceTypeMipmappedArray;
-  res.res.mipmap.mipmap = c->array;
-  cudaTextureDesc tex{};
-  tex.addressMode[0] = tex.addressMode[1] = cudaAddressModeClamp;
-  tex.filterMode = filter_ == texture_filter::linear ? cudaFilterModeLinear : cudaFilterModePoint;
-  tex.mipmapFilterMode = tex.filterMode;
-  tex.readMode = cudaReadModeNormalizedFloat;
-  tex.normalizedCoords = 1;
-  tex.sRGB = desc.format.srgb ? 1 : 0;
-  tex.minMipmapLevelClamp = 0;
-  tex.maxMipmapLevelClamp = static_cast<float>(desc.mip_levels - first_level - 1);
-  const cudaError_t st = cudaCreateTextureObject(&c->object, &res, &tex, nullptr);
-  if (st != cudaSuccess) {
+                      static_cast<std::size_t>(level_extent(desc.height, first_level)),
+                      layered(desc) ? static_cast<std::size_t>(desc.layers) : 0);
+  VRAMKIT_CUDA_TRY(cudaMallocMipmappedArray(&c->array, &ch, extent,
+                                            static_cast<unsigned>(desc.mip_levels - first_level),
+                                            array_flags(desc)));
+  try {
+    c->object = make_texture_object(c->array, desc, first_level, filter_);
+  } catch (...) {
     cudaFreeMipmappedArray(c->array);
-    detail::throw_cuda_error(st, "cudaCreateTextureObject", __FILE__, __LINE__);
+    throw;
   }
   return c.release();
 }
@@ -96,8 +125,10 @@ void cuda_mip_storage::copy_shared_levels(mip_chain* dst, const mip_chain* src,
     cudaMemcpy3DParms p{};
     p.srcArray = sa;
     p.dstArray = da;
+    // Texel extents; every layer at once (depth = layers).
     p.extent = make_cudaExtent(static_cast<std::size_t>(level_extent(d->desc.width, l)),
-                               static_cast<std::size_t>(level_extent(d->desc.height, l)), 1);
+                               static_cast<std::size_t>(level_extent(d->desc.height, l)),
+                               static_cast<std::size_t>(d->desc.layers));
     p.kind = cudaMemcpyDeviceToDevice;
     VRAMKIT_CUDA_TRY(cudaMemcpy3DAsync(&p, static_cast<cudaStream_t>(stream.handle)));
   }
@@ -117,9 +148,27 @@ void cuda_mip_storage::upload_level(mip_chain* dst, int level, const void* host_
   const std::size_t row_bytes =
       static_cast<std::size_t>((w + f.block_width - 1) / f.block_width) * f.block_bytes;
   const std::size_t rows = static_cast<std::size_t>((h + f.block_height - 1) / f.block_height);
-  VRAMKIT_CUDA_TRY(cudaMemcpy2DToArrayAsync(a, 0, 0, host_src, row_bytes, row_bytes, rows,
-                                            cudaMemcpyHostToDevice,
-                                            static_cast<cudaStream_t>(stream.handle)));
+  const auto st = static_cast<cudaStream_t>(stream.handle);
+  if (!layered(d->desc)) {
+    // Block-row bytes x block rows.
+    VRAMKIT_CUDA_TRY(cudaMemcpy2DToArrayAsync(a, 0, 0, host_src, row_bytes, row_bytes, rows,
+                                              cudaMemcpyHostToDevice, st));
+    return;
+  }
+  // One copy per layer: texel extents, the source pitch in bytes per block row, dstPos.z the
+  // layer (cube face).
+  for (int layer = 0; layer < d->desc.layers; ++layer) {
+    cudaMemcpy3DParms p{};
+    p.srcPtr =
+        make_cudaPitchedPtr(const_cast<std::uint8_t*>(static_cast<const std::uint8_t*>(host_src)) +
+                                static_cast<std::size_t>(layer) * row_bytes * rows,
+                            row_bytes, static_cast<std::size_t>(w), rows);
+    p.dstArray = a;
+    p.dstPos = make_cudaPos(0, 0, static_cast<std::size_t>(layer));
+    p.extent = make_cudaExtent(static_cast<std::size_t>(w), static_cast<std::size_t>(h), 1);
+    p.kind = cudaMemcpyHostToDevice;
+    VRAMKIT_CUDA_TRY(cudaMemcpy3DAsync(&p, st));
+  }
 }
 
 void cuda_mip_storage::destroy_chain(mip_chain* chain) noexcept {
@@ -132,6 +181,16 @@ void cuda_mip_storage::destroy_chain(mip_chain* chain) noexcept {
 
 std::uint64_t cuda_mip_storage::texture_object(const mip_chain* chain) noexcept {
   return static_cast<const cuda_chain*>(chain)->object;
+}
+
+void* cuda_mip_storage::level_array(const mip_chain* chain, int level) {
+  const auto* c = static_cast<const cuda_chain*>(chain);
+  if (level < c->first_level || level >= c->desc.mip_levels)
+    throw logic_error("level_array: level not in the chain");
+  cudaArray_t a = nullptr;
+  VRAMKIT_CUDA_TRY(
+      cudaGetMipmappedArrayLevel(&a, c->array, static_cast<unsigned>(level - c->first_level)));
+  return a;
 }
 
 }  // namespace vramkit::texture

@@ -8,12 +8,45 @@
 namespace vramkit::texture::detail {
 namespace {
 
+// The direction whose cube-map lookup lands on the centre (s, t) in [-1, 1] of `face`: the
+// inverse of CUDA's face selection (major axis +x, -x, +y, -y, +z, -z; s = -z, z, x, x, x, -x
+// and t = -y, -y, z, -z, -y, -y over the major axis).
+__device__ float3 cube_direction(int face, float s, float t) {
+  switch (face) {
+    case 0:
+      return make_float3(1.0f, -t, -s);
+    case 1:
+      return make_float3(-1.0f, -t, s);
+    case 2:
+      return make_float3(s, 1.0f, t);
+    case 3:
+      return make_float3(s, -1.0f, -t);
+    case 4:
+      return make_float3(s, -t, 1.0f);
+    default:
+      return make_float3(-s, -t, -1.0f);
+  }
+}
+
 __global__ void sample_level_kernel(cudaTextureObject_t tex, int width, int height, float lod,
-                                    float4* out) {
+                                    float4* out, sample_kind kind, int layer) {
   const int x = blockIdx.x * blockDim.x + threadIdx.x;
   const int y = blockIdx.y * blockDim.y + threadIdx.y;
   if (x >= width || y >= height) return;
-  out[y * width + x] = tex2DLod<float4>(tex, (x + 0.5f) / width, (y + 0.5f) / height, lod);
+  const float u = (x + 0.5f) / width;
+  const float v = (y + 0.5f) / height;
+  float4 c;
+  if (kind == sample_kind::plain) {
+    c = tex2DLod<float4>(tex, u, v, lod);
+  } else if (kind == sample_kind::layered) {
+    c = tex2DLayeredLod<float4>(tex, u, v, layer, lod);
+  } else {
+    const float3 d = cube_direction(layer % 6, 2.0f * u - 1.0f, 2.0f * v - 1.0f);
+    c = kind == sample_kind::cubemap
+            ? texCubemapLod<float4>(tex, d.x, d.y, d.z, lod)
+            : texCubemapLayeredLod<float4>(tex, d.x, d.y, d.z, layer / 6, lod);
+  }
+  out[y * width + x] = c;
 }
 
 struct hit {
@@ -89,11 +122,11 @@ __global__ void render_kernel(const demo_quad* quads, int count, demo_camera cam
 }  // namespace
 
 void launch_sample_level(std::uint64_t tex, int width, int height, float lod, float* out,
-                         void* stream) {
+                         void* stream, sample_kind kind, int layer) {
   const dim3 block(16, 16);
   const dim3 grid((width + 15) / 16, (height + 15) / 16);
   sample_level_kernel<<<grid, block, 0, static_cast<cudaStream_t>(stream)>>>(
-      tex, width, height, lod, reinterpret_cast<float4*>(out));
+      tex, width, height, lod, reinterpret_cast<float4*>(out), kind, layer);
   VRAMKIT_CUDA_TRY(cudaGetLastError());
 }
 

@@ -6,10 +6,16 @@
 
 namespace vramkit::texture::detail {
 
-/// Samples texture object `tex` at every texel centre of a `width` x `height` level with
-/// tex2DLod(lod); writes width x height float4 (RGBA) to device memory `out`.
+/// How a texture object is addressed: a 2-D texture, a layered one, a cube map (layer = face) or
+/// a cube map array (layer = 6 x cube + face).
+enum class sample_kind { plain, layered, cubemap, cubemap_layered };
+
+/// Samples texture object `tex` at every texel centre of a `width` x `height` level of layer
+/// `layer` with tex2DLod / tex2DLayeredLod (lod), or for cube maps texCubemapLod /
+/// texCubemapLayeredLod in the direction of the texel centre on the face; writes width x height
+/// float4 (RGBA) to device memory `out`.
 void launch_sample_level(std::uint64_t tex, int width, int height, float lod, float* out,
-                         void* stream);
+                         void* stream, sample_kind kind = sample_kind::plain, int layer = 0);
 
 /// One textured quad of the demo scene: a square on the ground plane z = 0.
 struct demo_quad {

@@ -226,9 +226,13 @@ TEST(GpuProbe, CacheSweepFindsAnL2Plateau) {
   REQUIRE_GPU_OR_SKIP();
   auto r = run_section("gpu-cache");
   expect_sane(r, "gpu-cache");
-  bool curve_found = false;
-  for (const auto& c : r.curves) curve_found = curve_found || c.key == "gpu0.cache.sweep";
-  EXPECT_TRUE(curve_found);
+  bool l1_curve = false, l2_curve = false;
+  for (const auto& c : r.curves) {
+    l1_curve = l1_curve || c.key == "gpu0.cache.sweep";
+    l2_curve = l2_curve || c.key == "gpu0.cache.l2_sweep";
+  }
+  EXPECT_TRUE(l1_curve);
+  EXPECT_TRUE(l2_curve);
   const auto* l2 = find(r, "gpu0.cache.l2");
   ASSERT_NE(l2, nullptr);
   EXPECT_GT(l2->extra.at("measured_size_bytes"), 0);

@@ -88,11 +88,13 @@ TEST(DevicePlugin, FindsTheOldestPodTheExtenderPlacedOnThisNode) {
   EXPECT_EQ(a->gpu_index, 0);
   EXPECT_EQ(a->container, "main");
   EXPECT_EQ(a->cap_bytes, 4 * 256 * MiB);
+  EXPECT_EQ(a->planned_bytes, 900000000U) << "its plan annotation, below the cap";
   done.insert(a->pod_uid + "/" + a->container);
   a = find_allocation(pods, 4, done, node1());
   ASSERT_TRUE(a);
   EXPECT_EQ(a->pod_name, "train-a");
   EXPECT_EQ(a->gpu_uuid, gpu1);
+  EXPECT_EQ(a->planned_bytes, a->cap_bytes) << "no plan annotation: the request is the plan";
   done.insert(a->pod_uid + "/" + a->container);
   EXPECT_FALSE(find_allocation(pods, 4, done, node1()));
   // Container "a" of two-containers is in its allocated-containers annotation; "b" is not.
@@ -102,6 +104,7 @@ TEST(DevicePlugin, FindsTheOldestPodTheExtenderPlacedOnThisNode) {
   EXPECT_EQ(a->pod_name, "two-containers");
   EXPECT_EQ(a->container, "b");
   EXPECT_EQ(a->allocated_before, std::vector<std::string>{"a"});
+  EXPECT_EQ(a->planned_bytes, 6 * 256 * MiB) << "two GPU containers: the pod's plan is no one's";
   EXPECT_THROW((void)find_allocation("{\"kind\":\"Pod\"}", 4, done, node1()), invalid_input);
   EXPECT_THROW((void)find_allocation("not json", 4, done, node1()), invalid_input);
 }
@@ -115,7 +118,12 @@ TEST(DevicePlugin, EnvironmentCarriesTheGpuAndTheCap) {
   EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), gpu0);
   EXPECT_EQ(env.at("NVIDIA_VISIBLE_DEVICES"), gpu0);
   EXPECT_EQ(env.at("VRAMKIT_POOL_MAXIMUM"), std::to_string(24 * GiB));
+  EXPECT_EQ(env.count("VRAMKIT_PLANNED_BYTES"), 0u);
   EXPECT_EQ(env.at("PYTORCH_CUDA_ALLOC_CONF"), "per_process_memory_fraction:0.3000");
+  a.planned_bytes = 20 * GiB;
+  EXPECT_EQ(allocation_environment(a, 80 * GiB, o).at("VRAMKIT_PLANNED_BYTES"),
+            std::to_string(20 * GiB));
+  a.planned_bytes = 0;
   EXPECT_EQ(env.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), 0u);
   o.mps_limit = true;
   a.cap_bytes = GiB;

@@ -45,5 +45,31 @@ expect 2 "must be above zero" "$VRAMKIT" slurm shards --request 0
 echo '{}' > "$TMP/bad-plan.json"
 expect 2 "has no device_peak_bytes" "$VRAMKIT" slurm shards --plan "$TMP/bad-plan.json"
 
+# slurm report: sacct's --parsable2 output from a file, from stdin, or from sacct itself (a stand-in
+# on PATH that records its arguments and prints the fixture).
+SACCT_FIXTURE="$(dirname "$0")/../../data/cluster/sacct/report.psv"
+expect 0 "^4 asked for at least 2x what they used" "$VRAMKIT" slurm report --sacct "$SACCT_FIXTURE" --shard-size 4GiB
+expect 0 "^4251 .*carol .*32.00 GiB .*2.00 GiB .*shards$" "$VRAMKIT" slurm report --sacct "$SACCT_FIXTURE" --shard-size 4GiB
+expect 0 "^3 asked for at least 2x" "$VRAMKIT" slurm report --sacct "$SACCT_FIXTURE"
+expect 0 '"job_id": "4280"' "$VRAMKIT" slurm report --sacct - --json < "$SACCT_FIXTURE"
+expect 0 "^1 asked for at least 10x" "$VRAMKIT" slurm report --sacct "$SACCT_FIXTURE" --min-ratio 10 --min-unused 10GiB
+mkdir -p "$TMP/bin"
+cat > "$TMP/bin/sacct" <<SH
+#!/bin/sh
+echo "\$@" > "$TMP/sacct.args"
+cat "$SACCT_FIXTURE"
+SH
+chmod +x "$TMP/bin/sacct"
+PATH="$TMP/bin:$PATH" expect 0 "^8 jobs read" "$VRAMKIT" slurm report --since 2026-11-01
+grep -q -- "--parsable2 --allusers --starttime=2026-11-01 --format=JobID,JobName,User,State,Comment,AllocTRES,TRESUsageInMax" "$TMP/sacct.args" \
+  || fail "sacct ran with: $(cat "$TMP/sacct.args")"
+printf '#!/bin/sh\nexit 1\n' > "$TMP/bin/sacct"
+PATH="$TMP/bin:$PATH" expect 1 "sacct failed" "$VRAMKIT" slurm report
+expect 2 "min-ratio must be at least 1" "$VRAMKIT" slurm report --sacct "$SACCT_FIXTURE" --min-ratio 0.5
+expect 2 "cannot read sacct output" "$VRAMKIT" slurm report --sacct "$TMP/missing.psv"
+printf 'JobID|Comment\n1|a|b\n' > "$TMP/bad.psv"
+expect 2 "sacct line 2: 3 fields, expected 2" "$VRAMKIT" slurm report --sacct "$TMP/bad.psv"
+expect 2 "excludes" "$VRAMKIT" slurm report --sacct "$SACCT_FIXTURE" --since now-1day
+
 [ $failures -eq 0 ] || { echo "$failures check(s) failed"; exit 1; }
-echo "PASSED: vramkit slurm gres / shards"
+echo "PASSED: vramkit slurm gres / shards / report"

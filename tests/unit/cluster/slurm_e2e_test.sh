@@ -193,6 +193,9 @@ for _ in $(seq 100); do [ -z "$(state "$E")" ] && break; sleep 0.2; done
 grep -q "^SLURM_SHARDS_ON_NODE=2$" "$TMP/env.txt" || fail "job E: no SLURM_SHARDS_ON_NODE=2 in $(cat "$TMP/env.txt" | grep -i shard)"
 grep -q "^VRAMKIT_POOL_MAXIMUM=$((8 << 30))$" "$TMP/env.txt" \
   || fail "job E: VRAMKIT_POOL_MAXIMUM is not $((8 << 30)): $(grep VRAMKIT "$TMP/env.txt")"
+# The plan for drift: job_submit.lua puts the request into a batch job's environment.
+grep -q "^VRAMKIT_PLANNED_BYTES=$((8 << 30))$" "$TMP/env.txt" \
+  || fail "job E: VRAMKIT_PLANNED_BYTES is not $((8 << 30)): $(grep VRAMKIT "$TMP/env.txt")"
 
 # Enforcement inside a job: the vramkit pool, configured by the TaskProlog's cap (8 GiB), gives
 # 5 GiB and then refuses 4 GiB more (out of memory); a job of 16 GiB gets both.

@@ -43,14 +43,27 @@ TEST(Recording, WorkloadOfTheSamplerRoundTripsThroughJson) {
   auto fake = fake_nvml::from_file(data / "fake_gpus.json");
   sampler_options o;
   o.host_root = data / "host";
-  o.workload_of = [](std::uint32_t pid) { return pid == 4242 ? std::string("slurm job 7") : ""; };
+  o.workload_of = [](std::uint32_t pid) {
+    process_owner w;
+    if (pid == 4242) {
+      w.slurm_job = "7";
+      w.slurm_step = "batch";
+      w.planned_bytes = 8589934592U;
+      w.planned_from = plan_source::planned;
+    }
+    return w;
+  };
   sample s = sampler(std::shared_ptr<nvml_api>(fake), o).take();
   ASSERT_EQ(s.gpus[0].processes.size(), 2U);
   EXPECT_EQ(s.gpus[0].processes[0].workload, "slurm job 7");
   EXPECT_EQ(s.gpus[0].processes[1].workload, "");
   sample back = sample_from_json(to_json_line(s));
   EXPECT_EQ(back.gpus[0].processes[0].workload, "slurm job 7");
+  EXPECT_EQ(back.gpus[0].processes[0].owner.slurm_step, "batch");
+  EXPECT_EQ(back.gpus[0].processes[0].owner.planned_bytes, 8589934592U);
+  EXPECT_EQ(back.gpus[0].processes[0].owner.planned_from, plan_source::planned);
   EXPECT_EQ(back.gpus[0].processes[1].workload, "");
+  EXPECT_TRUE(back.gpus[0].processes[1].owner.empty());
 }
 
 TEST(Recording, CsvRoundTripsTheDeviceColumns) {

@@ -2,7 +2,8 @@
 // GPU), ground_truth_ddp.json (DistributedDataParallel) and ground_truth_fsdp.json (FSDP2 full
 // shard, as --zero 3; both the most loaded of 2 ranks) without an error
 // must be predicted within +-10% (allocated; median |error| <= 5%), +-15% (reserved) and +-15%
-// (nvidia-smi used, where measured). Skips only while a file is absent.
+// (nvidia-smi used, where measured); ground_truth_new_families.json within +-5% allocated (median
+// 2%) and +-5% reserved. Skips only while a file is absent.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,7 +20,15 @@ using namespace vramkit::plan;
 
 namespace {
 
-void expect_within_tolerance(const std::string& file) {
+/// Largest |error| allowed: allocated per case and as the median, reserved and nvidia-smi per case.
+struct tolerance {
+  double allocated = 0.10, median = 0.05, reserved = 0.15, device = 0.15;
+};
+
+/// Issue 17's bar for the families and fine-tuning cases of the second round.
+constexpr tolerance k_strict{0.05, 0.02, 0.05, 0.15};
+
+void expect_within_tolerance(const std::string& file, tolerance tol = {}) {
   const std::string path = std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/plan/" + file;
   if (!std::ifstream(path))
     GTEST_SKIP() << "tests/data/plan/" << file
@@ -39,14 +48,14 @@ void expect_within_tolerance(const std::string& file) {
     const double mr = c.max_reserved_bytes;
     const double ea = (static_cast<double>(p.allocated_peak_bytes) - ma) / ma;
     const double er = (static_cast<double>(p.reserved_peak_bytes) - mr) / mr;
-    EXPECT_LE(std::fabs(ea), 0.10)
+    EXPECT_LE(std::fabs(ea), tol.allocated)
         << "allocated predicted " << p.allocated_peak_bytes << " measured " << ma;
-    EXPECT_LE(std::fabs(er), 0.15)
+    EXPECT_LE(std::fabs(er), tol.reserved)
         << "reserved predicted " << p.reserved_peak_bytes << " measured " << mr;
     if (c.nvidia_smi_used_bytes) {
       const double ms = *c.nvidia_smi_used_bytes;
       const double ed = (static_cast<double>(p.device_peak_bytes) - ms) / ms;
-      EXPECT_LE(std::fabs(ed), 0.15)
+      EXPECT_LE(std::fabs(ed), tol.device)
           << "device predicted " << p.device_peak_bytes << " nvidia-smi " << ms;
     }
     alloc_err.push_back(std::fabs(ea));
@@ -55,7 +64,7 @@ void expect_within_tolerance(const std::string& file) {
   ASSERT_GT(checked, 0) << "no case without an error in " << file;
   std::sort(alloc_err.begin(), alloc_err.end());
   const double median = alloc_err[alloc_err.size() / 2];
-  EXPECT_LE(median, 0.05) << "median |allocated error| over " << checked << " cases";
+  EXPECT_LE(median, tol.median) << "median |allocated error| over " << checked << " cases";
 }
 
 }  // namespace
@@ -79,9 +88,11 @@ TEST(PlanAccuracy, EveryParallelCaseWithinTolerance) {
 }
 
 TEST(PlanAccuracy, EveryNewFamilyCaseWithinTolerance) {
-  // gpu-check's plan stage writes plan-new-families.json (MoE and latent-attention families);
-  // committed as ground_truth_new_families.json.
-  expect_within_tolerance("ground_truth_new_families.json");
+  // gpu-check's plan stage writes plan-new-families.json (bench/plan/measure_ground_truth.py
+  // --group new: MoE, latent attention, Gemma, Falcon, RoBERTa, ViT, LoRA/QLoRA, optimizer in
+  // backward, fused and 8-bit AdamW); committed as ground_truth_new_families.json. Issue 17's bar:
+  // allocated within 5% (median 2%), reserved within 5%.
+  expect_within_tolerance("ground_truth_new_families.json", k_strict);
 }
 
 TEST(PlanAccuracy, MalformedGroundTruthNamesFileAndCase) {

@@ -71,32 +71,53 @@ TEST(BandwidthPlateaus, EndIsTheLastWorkingSetWithinTheBand) {
   EXPECT_LT(p[2].end_x, 64 * MiB);
 }
 
-TEST(BandwidthPlateaus, NamesTheLevelsAgainstTheReportedL2) {
-  const auto pts = three_levels();
+// Shaped like an L2 sweep (sets from an eighth of the L2 up, L1 bypassed) on a GPU whose L2 has a
+// near partition: a faster run to half the L2, the L2 to its size, device memory past it.
+TEST(BandwidthPlateaus, NamesTheLevelsOfAnL2Sweep) {
+  std::vector<std::pair<double, double>> xy;
+  for (double x = 7.5 * MiB; x <= 22.5 * MiB; x += 7.5 * MiB) xy.emplace_back(x, 13000);
+  for (double x = 30 * MiB; x <= 60 * MiB; x += 3.75 * MiB) xy.emplace_back(x, 10000);
+  xy.emplace_back(63.75 * MiB, 6500);
+  for (double x = 67.5 * MiB; x <= 240 * MiB; x *= 1.5) xy.emplace_back(x, 4700);
+  const auto pts = curve_of(xy);
   auto p = find_bandwidth_plateaus(pts);
-  name_gpu_cache_plateaus(p, pts, static_cast<std::uint64_t>(60 * MiB));
-  ASSERT_EQ(p.size(), 4u);
-  EXPECT_EQ(p[0].name, "L1");
-  EXPECT_EQ(p[1].name, "L2 near");
-  EXPECT_EQ(p[2].name, "L2");
-  EXPECT_EQ(p[3].name, "HBM");
+  ASSERT_EQ(p.size(), 3u);
+  name_l2_sweep_plateaus(p, pts, static_cast<std::uint64_t>(60 * MiB));
+  EXPECT_EQ(p[0].name, "L2 near");
+  EXPECT_EQ(p[1].name, "L2");
+  EXPECT_EQ(p[2].name, "HBM");
+  // The L2's band edge 8800 lies 1200/3500 of the way (log x) from 60 MiB to 63.75 MiB.
+  EXPECT_NEAR(p[1].end_x / MiB, 60 * std::pow(63.75 / 60, 1200.0 / 3500), 0.01);
+}
+
+TEST(BandwidthPlateaus, AnL2SweepCutShortBeforeDeviceMemoryHasOnlyAnL2) {
+  std::vector<std::pair<double, double>> xy;
+  for (double x = 4 * MiB; x <= 28 * MiB; x += 4 * MiB) xy.emplace_back(x, 9000);
+  const auto pts = curve_of(xy);
+  auto p = find_bandwidth_plateaus(pts);
+  ASSERT_EQ(p.size(), 1u);
+  name_l2_sweep_plateaus(p, pts, static_cast<std::uint64_t>(32 * MiB));
+  EXPECT_EQ(p[0].name, "L2");
+  EXPECT_EQ(p[0].end_x, 0);  // no size: the curve never left it
+  // Past the L2 from its first point: no L2 level at all.
+  auto q = find_bandwidth_plateaus(pts);
+  name_l2_sweep_plateaus(q, pts, static_cast<std::uint64_t>(2 * MiB));
+  EXPECT_TRUE(q[0].name.empty());
 }
 
 TEST(BandwidthPlateaus, OneL2WithoutANearPart) {
   std::vector<std::pair<double, double>> xy;
-  for (double x = 16 * KiB; x <= 64 * KiB; x *= 2) xy.emplace_back(x, 20000);
-  for (double x = 256 * KiB; x <= 4 * MiB; x *= 2) xy.emplace_back(x, 5000);
+  for (double x = 0.5 * MiB; x <= 4 * MiB; x *= 2) xy.emplace_back(x, 5000);
   for (double x = 8 * MiB; x <= 32 * MiB; x *= 2) xy.emplace_back(x, 1500);
   const auto pts = curve_of(xy);
   auto p = find_bandwidth_plateaus(pts);
-  ASSERT_EQ(p.size(), 3u);
-  name_gpu_cache_plateaus(p, pts, static_cast<std::uint64_t>(6 * MiB));
-  EXPECT_EQ(p[0].name, "L1");
-  EXPECT_EQ(p[1].name, "L2");
-  EXPECT_EQ(p[2].name, "HBM");
+  ASSERT_EQ(p.size(), 2u);
+  name_l2_sweep_plateaus(p, pts, static_cast<std::uint64_t>(6 * MiB));
+  EXPECT_EQ(p[0].name, "L2");
+  EXPECT_EQ(p[1].name, "HBM");
   // The band's edge 0.88 x 5000 = 4400 lies 600/3500 of the way from 4 MiB (5000) to 8 MiB
   // (1500), in log x: 4 MiB x 2^(6/35), about 4.5 MiB.
-  EXPECT_NEAR(p[1].end_x / MiB, 4 * std::exp2(600.0 / 3500), 0.01);
+  EXPECT_NEAR(p[0].end_x / MiB, 4 * std::exp2(600.0 / 3500), 0.01);
 }
 
 TEST(BandwidthPlateaus, NoisyButFlatIsOnePlateau) {
@@ -110,9 +131,10 @@ TEST(BandwidthPlateaus, NoisyButFlatIsOnePlateau) {
   EXPECT_EQ(p[0].last, xy.size() - 1);
 }
 
-// A point past the run that reads faster than the plateau (the first working set past the L2,
-// where the sweep switches to blocks sharing the set) has not left it: the end lies past it.
-TEST(BandwidthPlateaus, AFasterPointPastTheRunDoesNotEndIt) {
+// A point past the run that reads faster than the plateau (a set re-read sooner than the sweep
+// intends: blocks trailing each other, L1 hits) neither extends the plateau nor ends it: the end
+// lies between the last point inside the band and the first one below it.
+TEST(BandwidthPlateaus, AFasterPointPastTheRunNeitherExtendsNorEndsIt) {
   std::vector<std::pair<double, double>> xy;
   for (double x = 1 * MiB; x <= 32 * MiB; x *= 2) xy.emplace_back(x, 9000);
   xy.emplace_back(40 * MiB, 11000);
@@ -121,8 +143,8 @@ TEST(BandwidthPlateaus, AFasterPointPastTheRunDoesNotEndIt) {
   const auto pts = curve_of(xy);
   const auto p = find_bandwidth_plateaus(pts);
   ASSERT_EQ(p.size(), 2u);
-  // Edge 7920: (11000 - 7920) / 5000 of the way from 40 to 48 MiB in log x.
-  EXPECT_NEAR(p[0].end_x / MiB, 40 * std::pow(48.0 / 40, 3080.0 / 5000), 0.01);
+  // Edge 7920: (9000 - 7920) / 3000 of the way from 32 to 48 MiB in log x.
+  EXPECT_NEAR(p[0].end_x / MiB, 32 * std::pow(48.0 / 32, 1080.0 / 3000), 0.01);
 }
 
 // A plateau that ends in a slow decline: the end is where it leaves the band, however far the
@@ -141,44 +163,66 @@ TEST(BandwidthPlateaus, AGradualDeclineEndsWhereItLeavesTheBand) {
   EXPECT_NEAR(p[0].end_x / MiB, 32 * std::pow(40.0 / 32, 100.0 / 900), 0.01);
 }
 
-// The sweep as measured on an H200 (driver 580.159.04, tests/data/probe/cache): L1/shared about
-// 19 TB/s to half a MiB, one L2 plateau about 9 TB/s from 1.5 to 60 MiB, then 11.5 TB/s at
-// 64 MiB (the first set past the reported L2, read with blocks sharing it) before device memory.
-TEST(BandwidthPlateaus, MeasuredH200Sweep) {
-  std::ifstream in(std::string(VRAMKIT_SOURCE_DIR) +
-                   "/tests/data/probe/cache/h200-2026-12-01.json");
-  ASSERT_TRUE(in);
+probe_report read_fixture(const std::string& name) {
+  std::ifstream in(std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/probe/cache/" + name);
+  EXPECT_TRUE(in) << name;
   std::stringstream text;
   text << in.rdbuf();
-  const probe_report r = report_from_json(text.str());
+  return report_from_json(text.str());
+}
+
+// The first H200 sweep of 2026-12-01 (driver 580.159.04, tests/data/probe/cache): every block read
+// the whole set up to the reported L2 (60 MiB), then the blocks shared it: L1/shared about 19 TB/s
+// to half a MiB, one L2 plateau about 9 TB/s from 1.5 to 60 MiB, then 11.5 TB/s at 64 MiB (the
+// first set read the other way, its per-multiprocessor share partly in L1) before device memory.
+TEST(BandwidthPlateaus, MeasuredH200Sweep) {
+  const probe_report r = read_fixture("h200-2026-12-01.json");
   ASSERT_EQ(r.curves.size(), 1u);
   const auto& pts = r.curves[0].points;
-  const auto l2_bytes = std::stoull(r.header.at("gpu.0.l2_bytes"));
-  auto p = find_bandwidth_plateaus(pts);
-  name_gpu_cache_plateaus(p, pts, l2_bytes);
-  const bandwidth_plateau *l1 = nullptr, *l2 = nullptr, *hbm = nullptr;
-  for (const auto& q : p) {
-    if (q.name == "L1") l1 = &q;
-    if (q.name == "L2") l2 = &q;
-    if (q.name == "HBM") hbm = &q;
-  }
-  ASSERT_NE(l1, nullptr);
-  ASSERT_NE(l2, nullptr);
-  ASSERT_NE(hbm, nullptr);
-  EXPECT_NEAR(l1->bandwidth, 18926, 50);  // the median of 11 points, 16 KiB to 0.5 MiB
-  EXPECT_NEAR(l2->bandwidth, 9035, 100);
-  EXPECT_NEAR(hbm->bandwidth, 4782, 10);
-  EXPECT_EQ(pts[l2->first].x, 1.5 * MiB);
-  EXPECT_EQ(pts[l2->last].x, 60 * MiB);
+  const auto p = find_bandwidth_plateaus(pts);
+  ASSERT_EQ(p.size(), 3u);
+  const auto &l1 = p[0], &l2 = p[1], &hbm = p[2];
+  EXPECT_NEAR(l1.bandwidth, 18926, 50);  // the median of 11 points, 16 KiB to 0.5 MiB
+  EXPECT_NEAR(l2.bandwidth, 9035, 100);
+  EXPECT_NEAR(hbm.bandwidth, 4782, 10);
+  EXPECT_EQ(pts[l2.first].x, 1.5 * MiB);
+  EXPECT_EQ(pts[l2.last].x, 60 * MiB);
   // The L1 level leaves its band (0.88 x the median) between 0.5 MiB and 0.75 MiB.
-  EXPECT_GT(l1->end_x, 0.5 * MiB);
-  EXPECT_LT(l1->end_x, 0.75 * MiB);
-  // The L2 band's edge (0.88 x 9035 = 7951 GB/s) is crossed between 64 MiB (11459) and 67.5 MiB
-  // (7083): 3508/4376 of the way in log x, 66.8 MiB = 1.11 x the reported 60 MiB.
-  EXPECT_NEAR(l2->end_x / MiB, 64 * std::pow(67.5 / 64, (11459 - 0.88 * l2->bandwidth) / 4376),
+  EXPECT_GT(l1.end_x, 0.5 * MiB);
+  EXPECT_LT(l1.end_x, 0.75 * MiB);
+  // The L2 band's edge (0.88 x the plateau) is crossed between 60 MiB (8674, the last point inside
+  // the band: 64 MiB is above it) and 67.5 MiB (7083): 63.3 MiB = 1.06 x the reported 60 MiB.
+  const double edge = 0.88 * l2.bandwidth;
+  EXPECT_NEAR(l2.end_x / MiB, 60 * std::pow(67.5 / 60, (8674.1 - edge) / (8674.1 - 7082.5)), 0.05);
+  EXPECT_NEAR(l2.end_x / MiB, 63.3, 0.3);
+  EXPECT_EQ(hbm.end_x, 0);
+}
+
+// The second H200 sweep of 2026-12-01 (same GPU and driver): every block read the whole set up to
+// 1.5x the L2. Its plateau used to be read as ending at 88.1 MiB = 1.47x the reported 60 MiB: the
+// point at 82.5 MiB reads faster than the plateau (10852 GB/s: blocks trailing each other re-read
+// lines a leading block just fetched, in L2 and in L1) and counted as inside it. Now the end is
+// where the curve first falls below the band, between 71.25 MiB (7923) and 75 MiB (7361): 72.0
+// MiB. Still 1.2x the L2: with every block reading the whole set the L2 answers well past its
+// size, which is why the size now comes from a sweep in which the grid reads the set once a pass
+// with L1 bypassed (cache.l2_sweep).
+TEST(BandwidthPlateaus, SecondH200SweepEndsBeforeItsFasterPoint) {
+  const probe_report r = read_fixture("h200-2026-12-01-second-run.json");
+  ASSERT_EQ(r.curves.size(), 1u);
+  const auto& pts = r.curves[0].points;
+  const auto l2_bytes = std::stod(r.header.at("gpu.0.l2_bytes"));
+  const auto p = find_bandwidth_plateaus(pts);
+  ASSERT_EQ(p.size(), 3u);
+  const auto& l2 = p[1];
+  EXPECT_NEAR(l2.bandwidth, 8878, 30);
+  EXPECT_EQ(pts[l2.first].x, 1.5 * MiB);
+  EXPECT_EQ(pts[l2.last].x, 71.25 * MiB);
+  const double edge = 0.88 * l2.bandwidth;
+  EXPECT_NEAR(l2.end_x / MiB, 71.25 * std::pow(75.0 / 71.25, (7923.0 - edge) / (7923.0 - 7360.8)),
               0.05);
-  EXPECT_NEAR(l2->end_x / MiB, 66.8, 0.2);
-  EXPECT_EQ(hbm->end_x, 0);
+  EXPECT_NEAR(l2.end_x / MiB, 72.0, 0.3);
+  EXPECT_LT(l2.end_x, 82.5 * MiB);
+  EXPECT_GT(l2.end_x / l2_bytes, 1.15);  // the whole-set read's overestimate, kept in view
 }
 
 TEST(BandwidthPlateaus, EmptyCurveHasNone) { EXPECT_TRUE(find_bandwidth_plateaus({}).empty()); }

@@ -219,6 +219,63 @@ TEST(MipStreamer, StreamsFileBytesIntoChainsWithoutWaitingInAFrame) {
   }
 }
 
+// Arrays and cube maps stream whole levels: each resident level holds every layer's bytes of the
+// file, layer after layer.
+TEST(MipStreamer, StreamsArraysAndCubeMapsLayerByLayer) {
+  testing::temp_dir dir;
+  auto dev = std::make_shared<host_sim_device>();
+  device_api_mip_storage storage(*dev);
+  struct layered {
+    const char* name;
+    int size, array_layers, faces;
+  };
+  const layered cases[] = {
+      {"array.dds", 256, 3, 1}, {"cube.dds", 128, 1, 6}, {"cubes.dds", 64, 2, 6}};
+  std::vector<texture_image> images;
+  for (const auto& c : cases) {
+    auto img = random_bc1(c.size, 7 + static_cast<std::uint32_t>(images.size()));
+    img.info.array_layers = c.array_layers;
+    img.info.faces = c.faces;
+    img.info.data_bytes *= static_cast<std::uint64_t>(c.array_layers * c.faces);
+    img.data =
+        testing::random_bytes(img.info.data_bytes, 30 + static_cast<std::uint32_t>(images.size()));
+    write_dds(dir / c.name, img);
+    images.push_back(std::move(img));
+  }
+  mip_streamer_options o;
+  o.policy.budget_bytes = 16 << 20;
+  mip_streamer s(dev, storage, o);
+  for (const auto& c : cases) s.add_texture(dir / c.name);
+  EXPECT_EQ(s.policy().desc(2).layers, 12);
+  EXPECT_TRUE(s.policy().desc(1).cube);
+  EXPECT_FALSE(s.policy().desc(0).cube);
+  owned_stream render(*dev);
+  for (int f = 0; f < 100; ++f) {
+    s.begin_frame();
+    for (int i = 0; i < 3; ++i) s.request(i, 0.0f, 1e4);
+    s.update(render);
+  }
+  s.drain(render);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(s.first_level(i), 0) << cases[i].name;
+    const auto& img = images[static_cast<std::size_t>(i)];
+    const auto* chain = s.chain(i);
+    for (int l = 0; l < img.info.mip_levels; ++l) {
+      std::vector<std::uint8_t> expect;
+      for (int layer = 0; layer < img.info.surfaces(); ++layer) {
+        const auto part = img.level(layer, l);
+        expect.insert(expect.end(), part.begin(), part.end());
+      }
+      std::vector<std::uint8_t> got(expect.size());
+      dev->copy_async(got.data(), storage.level_data(chain, l), got.size(),
+                      copy_kind::device_to_host, render);
+      dev->synchronize(render);
+      EXPECT_EQ(got, expect) << cases[i].name << " level " << l;
+    }
+    EXPECT_EQ(s.residency(i).level_bytes[0], img.info.level_size(0) * img.info.surfaces());
+  }
+}
+
 TEST(MipStreamer, RejectsWhatItCannotStream) {
   testing::temp_dir dir;
   auto dev = std::make_shared<host_sim_device>();
@@ -226,13 +283,15 @@ TEST(MipStreamer, RejectsWhatItCannotStream) {
   mip_streamer_options o;
   o.policy.budget_bytes = 16 << 20;
   mip_streamer s(dev, storage, o);
-  auto img = random_bc1(64, 1);
-  img.info.array_layers = 2;
-  img.info.data_bytes *= 2;
-  img.data.resize(img.info.data_bytes);
-  write_dds(dir / "array.dds", img);
-  EXPECT_THROW(s.add_texture(dir / "array.dds"), texture_file_error);
+  write_png_rgba8(dir / "flat.png", 4, 4, std::vector<std::uint8_t>(64, 200));
+  EXPECT_THROW(s.add_texture(dir / "flat.png"), texture_file_error);
   EXPECT_THROW(s.add_texture(dir / "missing.dds"), texture_file_error);
+  testing::write_all(dir / "short.dds", {});
+  EXPECT_THROW(s.add_texture(dir / "short.dds"), texture_file_error);
+  EXPECT_EQ(s.texture_count(), 0);
+  mip_streamer_options bad = o;
+  bad.upload_streams = 0;
+  EXPECT_THROW((mip_streamer{dev, storage, bad}), invalid_input);
 }
 
 }  // namespace

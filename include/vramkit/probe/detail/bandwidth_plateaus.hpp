@@ -17,12 +17,11 @@ namespace vramkit::probe::detail {
 struct bandwidth_plateau {
   std::size_t first = 0, last = 0;  ///< point indices
   double bandwidth = 0;             ///< median of the points' medians
-  /// The largest working set (x) whose bandwidth is still within the plateau tolerance of
-  /// `bandwidth` on the way to the next plateau, interpolated in log x between the last point
-  /// inside that band and the first point of the fall that stays outside it; 0 for the last
-  /// plateau.
+  /// Where the curve leaves the plateau for the next one: between the first point after the run
+  /// that lies beyond the tolerance band on the next plateau's side and the last point before it
+  /// inside the band, interpolated in log x to the band's edge; 0 for the last plateau.
   double end_x = 0;
-  std::string name;  ///< set by name_gpu_cache_plateaus: "L1", "L2", "HBM"
+  std::string name;  ///< set by name_l2_sweep_plateaus ("L2 near", "L2", "HBM") or the caller
 };
 
 /// The plateaus of `points` (ascending x, bandwidth y): a run continues while each point stays
@@ -31,11 +30,11 @@ struct bandwidth_plateau {
 std::vector<bandwidth_plateau> find_bandwidth_plateaus(const std::vector<curve::point>& points,
                                                        double tolerance = 0.12);
 
-/// Names the plateaus of a GPU cache curve that reaches past the L2 (`l2_bytes` as the driver
-/// reports it): the last plateau, when it starts past half the L2, is "HBM"; the one before it
-/// is "L2", and one before that which still ends past a quarter of the L2 is "L2 near"; the
-/// plateau that ends within a quarter of the L2 is "L1" (L1/shared). Any earlier keep no name.
-void name_gpu_cache_plateaus(std::vector<bandwidth_plateau>& plateaus,
-                             const std::vector<curve::point>& points, std::uint64_t l2_bytes);
+/// Names the plateaus of an L2 sweep (sets from below the L2 size the driver reports,
+/// `l2_bytes`, to past it): the last plateau, when it starts past half the L2, is "HBM"; the one
+/// before it (or the only one) is "L2" when it starts below the L2 size; any earlier, faster
+/// ones are "L2 near" (a partition of the L2 that answers sooner).
+void name_l2_sweep_plateaus(std::vector<bandwidth_plateau>& plateaus,
+                            const std::vector<curve::point>& points, std::uint64_t l2_bytes);
 
 }  // namespace vramkit::probe::detail

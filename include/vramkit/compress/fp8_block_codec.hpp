@@ -1,0 +1,71 @@
+// fp8_block_codec: tensors stored as 8-bit floats with one fp32 scale per block of 128 elements
+// (activation compression, vramkit.compress_activations). A host reference, and CUDA launchers
+// (CUDA builds) that produce the same bits. Stateless; every function is safe to call from any
+// thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace vramkit::compress {
+
+/// The 8-bit formats: e4m3 (OCP "e4m3fn": max 448, no infinity) and e5m2 (max 57344).
+enum class fp8_format : std::uint8_t { e4m3 = 0, e5m2 = 1 };
+
+/// Element types of the uncompressed tensor.
+enum class element_type : std::uint8_t { float32 = 0, bfloat16 = 1, float16 = 2 };
+
+/// Elements sharing one scale.
+inline constexpr std::size_t k_block_elements = 128;
+
+/// Scales of an n-element tensor: ceil(n / 128).
+constexpr std::size_t scale_count(std::size_t n) {
+  return (n + k_block_elements - 1) / k_block_elements;
+}
+/// Payload bytes of an n-element tensor (the last block padded to 128 with zeros).
+constexpr std::size_t payload_bytes(std::size_t n) { return scale_count(n) * k_block_elements; }
+
+/// Largest finite value of the format.
+float fp8_max(fp8_format f);
+
+/// The scale's multiplier: 1/fp8_max rounded once from double to float (what PyTorch computes
+/// for `amax * (1.0 / fmax)`), so the host, the kernels and the torch fallback agree bit for bit.
+float fp8_inverse_max(fp8_format f);
+
+/// x rounded to the nearest value of the format (ties to even), saturating at +-fp8_max (also
+/// for infinities); NaN gives 0x7F.
+std::uint8_t encode_fp8(float x, fp8_format f);
+
+/// The value of an fp8 code (exact in float): NaN codes give NaN, e5m2's 0x7C/0xFC +-infinity.
+float decode_fp8(std::uint8_t code, fp8_format f);
+
+/// Encodes n elements of `src` (type t) into `q` (payload_bytes(n) bytes) and `scales`
+/// (scale_count(n) floats): per block, s = amax * fp8_inverse_max, scale = s == 0 ? 1 : s and
+/// q = encode_fp8(x / scale). A block holding NaN or infinity gets a non-finite scale, so it
+/// decodes to NaN. Host memory only.
+void encode_blocks_host(const void* src, element_type t, std::size_t n, fp8_format f,
+                        std::uint8_t* q, float* scales);
+
+/// Writes the n decoded elements (decode_fp8(q) * scale, rounded to nearest-even into type t)
+/// to `dst`. Host memory only.
+void decode_blocks_host(const std::uint8_t* q, const float* scales, std::size_t n, fp8_format f,
+                        void* dst, element_type t);
+
+/// encode_blocks_host's result, computed by a CUDA kernel enqueued on `stream` (a cudaStream_t,
+/// nullptr for the legacy default stream). `src` is device memory; `q` (4-byte aligned) and
+/// `scales` may be device memory or pinned host memory, which the kernel then writes over the
+/// link directly (the copy to host fused into the encode). `max_ctas` > 0 bounds the thread
+/// blocks, to leave SMs to concurrent compute. Throws cuda_error when a CUDA call fails,
+/// invalid_input for pageable host or misaligned pointers, logic_error in builds without CUDA.
+void encode_blocks_cuda(const void* src, element_type t, std::size_t n, fp8_format f, void* q,
+                        void* scales, void* stream, int max_ctas = 0);
+
+/// decode_blocks_host's result, by a CUDA kernel on `stream`; `q` and `scales` may be device or
+/// pinned host memory, `dst` is device memory. Throws as encode_blocks_cuda.
+void decode_blocks_cuda(const void* q, const void* scales, std::size_t n, fp8_format f, void* dst,
+                        element_type t, void* stream);
+
+/// True in builds with the CUDA kernels.
+bool have_cuda_kernels();
+
+}  // namespace vramkit::compress

@@ -1,0 +1,150 @@
+// The fp8 block codec's CUDA kernels produce the host reference's bits (payload and scales) for
+// float32, bfloat16 and float16 inputs of many sizes and alignments, writing into device memory
+// and straight into pinned host memory, and decode back to the reference's values; pageable
+// destinations are refused. Skips without a GPU unless VRAMKIT_REQUIRE_GPU=1.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "vramkit/compress/fp8_block_codec.hpp"
+#include "vramkit/core/error.hpp"
+
+namespace vc = vramkit::compress;
+
+namespace {
+
+#define CHECK_CUDA(x) ASSERT_EQ((x), cudaSuccess) << #x << ": " << cudaGetErrorString(x)
+
+class Fp8Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+      (void)cudaGetLastError();
+      const char* require = std::getenv("VRAMKIT_REQUIRE_GPU");
+      if (require != nullptr && std::string(require) == "1")
+        FAIL() << "VRAMKIT_REQUIRE_GPU=1 but no GPU";
+      GTEST_SKIP() << "no GPU";
+    }
+    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
+std::size_t element_size(vc::element_type t) { return t == vc::element_type::float32 ? 4 : 2; }
+
+/// n random elements of type t (raw bytes), with magnitudes over six decades and a few zeros.
+std::vector<unsigned char> random_input(vc::element_type t, std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0F, 1.0F);
+  std::uniform_real_distribution<float> decades(-3.0F, 3.0F);
+  std::vector<float> f(n);
+  for (std::size_t i = 0; i < n; ++i)
+    f[i] = (i % 97 == 0) ? 0.0F : normal(rng) * std::pow(10.0F, decades(rng));
+  if (t == vc::element_type::float32) {
+    std::vector<unsigned char> out(n * 4);
+    std::memcpy(out.data(), f.data(), out.size());
+    return out;
+  }
+  // Half types: encode through the reference's own decode path (float32 -> half via decode of
+  // a float32 "payload" is not available), so round with the host codec's store: decode a
+  // trivial block whose scale is the value itself.
+  std::vector<unsigned char> out(n * 2);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint8_t one = 0x38;  // 1.0 in e4m3
+    float s = f[i];
+    vc::decode_blocks_host(&one, &s, 1, vc::fp8_format::e4m3, out.data() + 2 * i, t);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_F(Fp8Gpu, KernelsMatchTheHostReferenceIntoDeviceAndPinnedMemory) {
+  for (auto t :
+       {vc::element_type::float32, vc::element_type::bfloat16, vc::element_type::float16}) {
+    for (auto f : {vc::fp8_format::e4m3, vc::fp8_format::e5m2}) {
+      for (std::size_t n : {1UL, 100UL, 128UL, 4095UL, 4096UL, 4097UL, 333333UL}) {
+        for (std::size_t misalign : {0UL, 1UL}) {  // 1 element off: the scalar load path
+          const std::size_t es = element_size(t);
+          const auto host_in = random_input(t, n, static_cast<unsigned>(n + misalign));
+          const std::size_t nq = vc::payload_bytes(n), ns = vc::scale_count(n);
+          std::vector<std::uint8_t> ref_q(nq);
+          std::vector<float> ref_s(ns);
+          vc::encode_blocks_host(host_in.data(), t, n, f, ref_q.data(), ref_s.data());
+
+          unsigned char* d_in = nullptr;
+          void *d_q = nullptr, *d_s = nullptr, *d_out = nullptr, *h_q = nullptr, *h_s = nullptr;
+          CHECK_CUDA(cudaMalloc(&d_in, (n + 1) * es));
+          CHECK_CUDA(cudaMalloc(&d_q, nq));
+          CHECK_CUDA(cudaMalloc(&d_s, ns * 4));
+          CHECK_CUDA(cudaMalloc(&d_out, (n + 1) * es));
+          CHECK_CUDA(cudaHostAlloc(&h_q, nq, cudaHostAllocDefault));
+          CHECK_CUDA(cudaHostAlloc(&h_s, ns * 4, cudaHostAllocDefault));
+          unsigned char* src = d_in + misalign * es;
+          CHECK_CUDA(cudaMemcpy(src, host_in.data(), n * es, cudaMemcpyHostToDevice));
+          vc::encode_blocks_cuda(src, t, n, f, d_q, d_s, stream_);
+          vc::encode_blocks_cuda(src, t, n, f, h_q, h_s, stream_, 4);  // fused into pinned memory
+          CHECK_CUDA(cudaStreamSynchronize(stream_));
+          std::vector<std::uint8_t> got_q(nq);
+          std::vector<float> got_s(ns);
+          CHECK_CUDA(cudaMemcpy(got_q.data(), d_q, nq, cudaMemcpyDeviceToHost));
+          CHECK_CUDA(cudaMemcpy(got_s.data(), d_s, ns * 4, cudaMemcpyDeviceToHost));
+          ASSERT_EQ(got_q, ref_q) << "n " << n << " type " << int(t) << " fmt " << int(f);
+          ASSERT_EQ(got_s, ref_s);
+          ASSERT_EQ(std::memcmp(h_q, ref_q.data(), nq), 0) << "pinned payload, n " << n;
+          ASSERT_EQ(std::memcmp(h_s, ref_s.data(), ns * 4), 0) << "pinned scales, n " << n;
+
+          // Decode from device memory and from the pinned copy (read over the link).
+          std::vector<unsigned char> ref_out(n * es);
+          vc::decode_blocks_host(ref_q.data(), ref_s.data(), n, f, ref_out.data(), t);
+          unsigned char* dst = static_cast<unsigned char*>(d_out) + misalign * es;
+          for (int from_host = 0; from_host < 2; ++from_host) {
+            CHECK_CUDA(cudaMemset(d_out, 0, (n + 1) * es));
+            vc::decode_blocks_cuda(from_host != 0 ? h_q : d_q, from_host != 0 ? h_s : d_s, n, f,
+                                   dst, t, stream_);
+            CHECK_CUDA(cudaStreamSynchronize(stream_));
+            std::vector<unsigned char> got(n * es);
+            CHECK_CUDA(cudaMemcpy(got.data(), dst, n * es, cudaMemcpyDeviceToHost));
+            ASSERT_EQ(got, ref_out) << "decode n " << n << " from host " << from_host;
+          }
+          CHECK_CUDA(cudaFree(d_in));
+          CHECK_CUDA(cudaFree(d_q));
+          CHECK_CUDA(cudaFree(d_s));
+          CHECK_CUDA(cudaFree(d_out));
+          CHECK_CUDA(cudaFreeHost(h_q));
+          CHECK_CUDA(cudaFreeHost(h_s));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Fp8Gpu, PageableDestinationsAndMisalignedPayloadsAreRefused) {
+  float* d_in = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_in, 1024 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d_in, 0, 1024 * 4), cudaSuccess);
+  std::vector<std::uint8_t> pageable_q(1024);
+  std::vector<float> pageable_s(8);
+  EXPECT_THROW(vc::encode_blocks_cuda(d_in, vc::element_type::float32, 1024, vc::fp8_format::e4m3,
+                                      pageable_q.data(), pageable_s.data(), stream_),
+               vramkit::invalid_input);
+  void* d_q = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_q, 2048), cudaSuccess);
+  EXPECT_THROW(vc::encode_blocks_cuda(d_in, vc::element_type::float32, 1024, vc::fp8_format::e4m3,
+                                      static_cast<char*>(d_q) + 1, pageable_s.data(), stream_),
+               vramkit::invalid_input);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // nothing left behind
+  EXPECT_TRUE(vc::have_cuda_kernels());
+  ASSERT_EQ(cudaFree(d_q), cudaSuccess);
+  ASSERT_EQ(cudaFree(d_in), cudaSuccess);
+}
