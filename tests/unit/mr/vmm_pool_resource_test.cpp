@@ -116,6 +116,24 @@ TEST(VmmPoolResource, GrowthSlackCreatesInsteadOfRemappingUpToItsBound) {
   EXPECT_THROW(sim_vmm{bad}, logic_error);
 }
 
+// trim() restarts the slack's reference: a small workload after a large one (and a trim between
+// them, as torch.cuda.empty_cache) remaps as if it ran alone, instead of growing by the slack of
+// the large one's high mark.
+TEST(VmmPoolResource, TrimRestartsTheGrowthSlack) {
+  sim_vmm s;  // default slack, 2%
+  void* big = s.pool->allocate(400 * MiB, 256, s.a);
+  s.pool->deallocate(big, 400 * MiB, 256, s.a);
+  s.pool->trim();
+  std::vector<void*> blocks;
+  for (int i = 0; i < 10; ++i) blocks.push_back(s.pool->allocate(4 * MiB, 256, s.a));
+  for (int i = 0; i < 10; i += 2) s.pool->deallocate(blocks[i], 4 * MiB, 256, s.a);
+  void* more = s.pool->allocate(16 * MiB, 256, s.a);  // 56 MiB is past 1.02 x 40 MiB: remaps
+  EXPECT_EQ(s.pool->reserved_bytes(), 40 * MiB);
+  EXPECT_GT(s.pool->report().vmm.granules_remapped, 0u);
+  s.pool->deallocate(more, 16 * MiB, 256, s.a);
+  for (int i = 1; i < 10; i += 2) s.pool->deallocate(blocks[i], 4 * MiB, 256, s.a);
+}
+
 TEST(VmmPoolResource, TrimReturnsEveryGranule) {
   sim_vmm s;
   void* p = s.pool->allocate(100, 256, s.a);
