@@ -210,7 +210,7 @@ void add_request_options(CLI::App* sub, plan::plan_request& r, plan_args& a) {
       "vramkit.offload_activations of N blocks (default all); both[:N]: that plus "
       "vramkit.OffloadedAdamW");
   sub->add_option("--compress-activations", a.compress,
-                  "fp8[:mlp,attn] or fp8-e5m2[:...]: saved activations stored in 8 bits "
+                  "fp8[:mlp,attn,norm] or fp8-e5m2[:...]: saved activations stored in 8 bits "
                   "(vramkit.compress_activations)");
   sub->add_flag("--allow-lossy", a.allow_lossy,
                 "let --fit consider lossy options (activation compression)");

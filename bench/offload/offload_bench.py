@@ -1,50 +1,112 @@
 #!/usr/bin/env python3
-"""Activation and optimizer-state offload, side by side, on LLaMA-shaped models (random weights,
-amp-bf16, AdamW) under a GPU memory cap of about half the uncapped peak.
-
-For each shape: the uncapped reference (also measures the model's inputs: saved bytes and
-forward/backward time per block, link rates), then under the cap: no offload (expected to run out
-of memory), full checkpointing, torch's save_on_cpu(pin_memory=True), a torchtune-style offload
-(written from its published algorithm: side stream, 5-tensor stash, copy back on use), vramkit
-with the mix its offload model chooses, and vramkit activations + OffloadedAdamW. Every config
-runs in its own process, so one that fails (out of memory, timeout) loses only its own result.
+"""Activation and optimizer-state offload, and fp8 activation compression, side by side on
+LLaMA-shaped models (transformers' LlamaForCausalLM from a config when transformers is
+importable, else a built-in copy of its layout; random weights, amp-bf16, AdamW) under a GPU
+memory cap of half the uncapped peak.
 
     python3 bench/offload/offload_bench.py --out offload.json --summary offload.md [--shapes 1b,3b-wide]
 
-Figures: step time (CUDA events, median of the timed steps, min-max), peak reserved and
-allocated (torch.cuda.max_memory_*), pinned host bytes (the pools' peak), per-step losses, and for
-vramkit the overlap: (T_compute + T_copy - T_both) / T_copy with T_compute the same mix with its
-offloaded blocks kept (uncapped) and T_copy the copies' CUDA-event time.
+Per shape, in this order (vramkit's configurations first, so that a run cut short by the time
+budget has measured them): the uncapped reference (which also counts the saved bytes by module
+and block and measures the link), then `vramkit plan --fit --json` under the cap picks the mixes;
+under the cap: vramkit activation offload with the planner's mix, the same mix with its offloaded
+blocks kept (uncapped: the compute time of the overlap), vramkit activations + OffloadedAdamW with
+the planner's mix for it, fp8 compression alone (uncapped, first shape) and with offload (the
+planner's --allow-lossy mix), full checkpointing, a torchtune-style offload (written from its
+published algorithm: side stream, 5-tensor stash, copy back on use), torch's
+save_on_cpu(pin_memory=True), and no offload (expected to run out of memory).
+
+Process layout: one worker process per shape builds the model once and runs every configuration
+in turn, printing one RESULT line as soon as each is measured; the orchestrator rewrites the JSON
+and the summary after every line, so nothing measured is lost when the budget cuts a run short. A
+configuration that runs out of memory is recorded and the worker goes on; a worker that dies is
+restarted once for the configurations left.
+
+Figures: step time (CUDA events, median of the timed steps, min-max, n), peak reserved and
+allocated (torch.cuda.max_memory_*), pinned host bytes, per-step losses (and their largest
+difference from the reference's: 0 for exact methods), vramkit's copy time from CUDA events and
+the overlap (T_compute + T_copy - T_both) / T_copy, the planner's peaks and times beside the
+measured ones, and the order of the configurations by step time, predicted and measured.
 """
 
 import argparse
 import functools
+import gc
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
+GiB = 1 << 30
 SHAPES = {
-    # 1B class: TinyLlama-like width, 16 blocks, 0.95B parameters.
+    # 1B class: TinyLlama's width and MLP, 16 blocks (0.95B parameters); 24K tokens a step make
+    # the saved activations (~45 GB) outweigh the 16 bytes a parameter of AdamW state.
     "1b": dict(d=2048, layers=16, heads=16, ffn=5632, vocab=32000, batch=12, seq=2048),
-    # Wider (LLaMA-7B width) with fewer blocks: 2.7B parameters. With fp32 master weights and
-    # Adam (16 B per parameter, 43 GB) full checkpointing may not fit half the peak on one
-    # 141 GB GPU: the bench reports it as it runs (activation + optimizer offload is the answer).
-    "3b-wide": dict(d=4096, layers=12, heads=32, ffn=11008, vocab=32000, batch=8, seq=2048),
-    # The same width with 8 blocks (1.9B), where half the peak leaves room for checkpointing.
-    "2b-wide": dict(d=4096, layers=8, heads=32, ffn=11008, vocab=32000, batch=16, seq=2048),
+    # LLaMA-2-7B's width and MLP with 6 blocks (1.48B parameters); 32K tokens a step, so that
+    # full checkpointing fits half the peak (with fewer tokens AdamW's 16 bytes a parameter
+    # alone pass it).
+    "3b-wide": dict(d=4096, layers=6, heads=32, ffn=11008, vocab=32000, batch=16, seq=2048),
+    # The same width with 8 blocks (1.88B parameters).
+    "2b-wide": dict(d=4096, layers=8, heads=32, ffn=11008, vocab=32000, batch=8, seq=2048),
+    # A few seconds on any GPU: for trying the bench.
+    "tiny": dict(d=256, layers=4, heads=4, ffn=688, vocab=1024, batch=4, seq=256),
 }
+COMPRESS_MODULES = ("mlp", "attn", "norm")
+CENSUS_MIN_BYTES = 1 << 16  # compress_activations' min_bytes: the census counts what it sees
+# Configurations in the order they run; (name, capped).
+ORDER = ["reference", "vramkit-act", "vramkit-offload2", "vramkit-compute-only", "vramkit-act+opt", "vramkit-compress",
+         "vramkit-act+compress", "full-checkpoint", "torchtune-style", "save-on-cpu", "none-capped"]
+CAPPED = {"vramkit-act", "vramkit-offload2", "vramkit-act+opt", "vramkit-act+compress", "full-checkpoint", "torchtune-style",
+          "save-on-cpu", "none-capped"}
+# Each run's steps: (warm-up, timed). The configurations that copy every saved tensor each way
+# run fewer (their first step also pins tens of GB of host memory).
+STEPS = {"save-on-cpu": (1, 2), "torchtune-style": (1, 2), "none-capped": (1, 1)}
 
 
 # --------------------------------------------------------------------------------------------
-# Model (plain torch: RMSNorm, causal SDPA attention, SwiGLU MLP; no rotary, it saves nothing
-# that changes the memory picture).
-def build_model(shape, device):
+# Models.
+def shape_config(shape):
+    """The shape as a Hugging Face LLaMA config.json (what `vramkit plan` reads, and what the HF
+    model is built from)."""
+    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": shape["d"],
+            "intermediate_size": shape["ffn"], "num_hidden_layers": shape["layers"],
+            "num_attention_heads": shape["heads"], "num_key_value_heads": shape["heads"],
+            "vocab_size": shape["vocab"], "max_position_embeddings": max(4096, shape["seq"]),
+            "rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": False,
+            "torch_dtype": "float32"}
+
+
+def build_hf(shape, device):
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    fields = dict(shape_config(shape))
+    for k in ("model_type", "architectures", "torch_dtype"):
+        fields.pop(k)
+    cfg = LlamaConfig(**fields)
+    cfg.use_cache = False
+    with torch.device(device):
+        try:
+            model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+        except TypeError:  # transformers 4.x spells it torch_dtype
+            model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", torch_dtype=torch.float32)
+    model.train()
+
+    def loss_fn(m, x):
+        return m(input_ids=x, labels=x).loss
+
+    return model, loss_fn
+
+
+def build_builtin(shape, device):
+    """LlamaForCausalLM's layout in plain torch (RMSNorm in fp32, rotary, separate q/k/v and
+    gate/up projections, SDPA, the loss on upcast logits with shifted labels)."""
     import torch
 
     class RMSNorm(torch.nn.Module):
@@ -53,80 +115,144 @@ def build_model(shape, device):
             self.weight = torch.nn.Parameter(torch.ones(d))
 
         def forward(self, x):
-            return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5).to(x.dtype) * self.weight
+            dt = x.dtype
+            x = x.float()
+            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+            return self.weight * x.to(dt)
 
-    # Attention and MLP are submodules named as in transformers' LLaMA (attn, mlp): the
-    # scopes vramkit.compress_activations selects.
+    def rotate_half(x):
+        a, b = x.chunk(2, dim=-1)
+        return torch.cat((-b, a), dim=-1)
+
     class Attention(torch.nn.Module):
         def __init__(self, d, heads):
             super().__init__()
             self.heads = heads
-            self.qkv = torch.nn.Linear(d, 3 * d, bias=False)
-            self.o = torch.nn.Linear(d, d, bias=False)
+            self.q_proj = torch.nn.Linear(d, d, bias=False)
+            self.k_proj = torch.nn.Linear(d, d, bias=False)
+            self.v_proj = torch.nn.Linear(d, d, bias=False)
+            self.o_proj = torch.nn.Linear(d, d, bias=False)
 
-        def forward(self, x):
+        def forward(self, x, cos, sin):
             b, s, d = x.shape
-            q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-            return self.o(a.transpose(1, 2).reshape(b, s, d))
+            h = self.heads
+
+            def split(t):
+                return t.view(b, s, h, d // h).transpose(1, 2)
+
+            q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            if hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+                a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:  # torch < 2.0 (the CPU tests)
+                mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
+                att = (q @ k.transpose(-1, -2) / (d // h) ** 0.5).masked_fill(mask, float("-inf"))
+                a = torch.softmax(att, dim=-1) @ v
+            return self.o_proj(a.transpose(1, 2).reshape(b, s, d))
 
     class MLP(torch.nn.Module):
         def __init__(self, d, ffn):
             super().__init__()
-            self.gate_up = torch.nn.Linear(d, 2 * ffn, bias=False)
-            self.down = torch.nn.Linear(ffn, d, bias=False)
+            self.gate_proj = torch.nn.Linear(d, ffn, bias=False)
+            self.up_proj = torch.nn.Linear(d, ffn, bias=False)
+            self.down_proj = torch.nn.Linear(ffn, d, bias=False)
 
         def forward(self, x):
-            g, u = self.gate_up(x).chunk(2, dim=-1)
-            return self.down(torch.nn.functional.silu(g) * u)
+            return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
     class Block(torch.nn.Module):
         def __init__(self, d, heads, ffn):
             super().__init__()
-            self.n1, self.n2 = RMSNorm(d), RMSNorm(d)
-            self.attn = Attention(d, heads)
+            self.input_layernorm, self.post_attention_layernorm = RMSNorm(d), RMSNorm(d)
+            self.self_attn = Attention(d, heads)
             self.mlp = MLP(d, ffn)
 
-        def forward(self, x):
-            x = x + self.attn(self.n1(x))
-            return x + self.mlp(self.n2(x))
+        def forward(self, x, cos, sin):
+            x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+            return x + self.mlp(self.post_attention_layernorm(x))
 
     class LM(torch.nn.Module):
         def __init__(self, c):
             super().__init__()
-            self.embed = torch.nn.Embedding(c["vocab"], c["d"])
+            self.embed_tokens = torch.nn.Embedding(c["vocab"], c["d"])
             self.layers = torch.nn.ModuleList(Block(c["d"], c["heads"], c["ffn"]) for _ in range(c["layers"]))
             self.norm = RMSNorm(c["d"])
-            self.head = torch.nn.Linear(c["d"], c["vocab"], bias=False)
+            self.lm_head = torch.nn.Linear(c["d"], c["vocab"], bias=False)
+            hd = c["d"] // c["heads"]
+            self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd)), persistent=False)
 
         def forward(self, tokens):
-            x = self.embed(tokens)
+            s = tokens.shape[1]
+            with torch.autocast(tokens.device.type, enabled=False):
+                f = torch.outer(torch.arange(s, device=tokens.device).float(), self.inv_freq)
+                emb = torch.cat((f, f), dim=-1)
+                cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+            x = self.embed_tokens(tokens)
             for layer in self.layers:
-                x = layer(x)
-            logits = self.head(self.norm(x)).float()
-            return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                                                     tokens[:, 1:].reshape(-1))
+                x = layer(x, cos, sin)
+            logits = self.lm_head(self.norm(x)).float()
+            labels = torch.nn.functional.pad(tokens, (0, 1), value=-100)[:, 1:]
+            return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.reshape(-1),
+                                                     ignore_index=-100)
 
-    torch.manual_seed(0)
-    with torch.device(device):
-        m = LM(shape)
-    for p in m.parameters():
-        if p.dim() > 1:
-            torch.nn.init.normal_(p, std=0.02)
-    return m
+    if hasattr(torch.device, "__enter__"):
+        with torch.device(device):
+            model = LM(shape)
+    else:  # torch < 2.0
+        model = LM(shape).to(device)
+    return model, (lambda m, x: m(x))
+
+
+def build_model(shape, kind, device="cuda"):
+    """(model, loss_fn, kind): kind "hf" needs transformers; "auto" falls back to "builtin"."""
+    if kind in ("hf", "auto"):
+        try:
+            model, loss_fn = build_hf(shape, device)
+            return model, loss_fn, "hf"
+        except Exception as e:  # noqa: BLE001 - "auto": any failure to build it falls back
+            if kind == "hf":
+                raise
+            build_model.fallback_reason = "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+    model, loss_fn = build_builtin(shape, device)
+    return model, loss_fn, "builtin"
+
+
+def init_weights(model):
+    """The same weights for every configuration: N(0, 0.02) matrices, norm weights 1."""
+    import torch
+
+    g = torch.Generator(device=next(model.parameters()).device).manual_seed(0)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.02, generator=g)
+            else:
+                p.fill_(1.0)
+
+
+def make_tokens(shape, n, device):
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(1)
+    return [torch.randint(0, shape["vocab"], (shape["batch"], shape["seq"]), device=device, generator=g)
+            for _ in range(n)]
 
 
 # --------------------------------------------------------------------------------------------
-# torchtune-style offload, from its published algorithm (docs: OffloadActivations).
+# Baselines.
 def torchtune_style(model):
+    """torchtune's OffloadActivations as published: every saved tensor of >= 1 KiB that is not a
+    parameter goes to pinned memory on a side stream; the last 5 stay on the device (stash) and
+    are used as is; the rest come back on the side stream when backward asks for them."""
     import torch
 
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    params = {_storage_ptr(p) for p in model.parameters()}
     side = torch.cuda.Stream()
     stash, counter, bytes_ = {}, [0], [0]
 
     def pack(t):
-        if t.numel() * t.element_size() < 1024 or t.untyped_storage().data_ptr() in params or not t.is_cuda:
+        if t.numel() * t.element_size() < 1024 or _storage_ptr(t) in params or not t.is_cuda:
             return t.detach()
         compute = torch.cuda.current_stream()
         side.wait_stream(compute)
@@ -174,7 +300,7 @@ class _Counting:
 
         inner = torch.autograd.graph.save_on_cpu(pin_memory=True)
         self.bytes = 0
-        pack, unpack = inner.pack_hook, inner.unpack_hook
+        pack = inner.pack_hook
 
         def counting_pack(t):
             out = pack(t)
@@ -193,6 +319,15 @@ class _Counting:
 
 
 # --------------------------------------------------------------------------------------------
+# Measurements inside a worker.
+def _ev():
+    import torch
+
+    e = torch.cuda.Event(enable_timing=True)
+    e.record()
+    return e
+
+
 def measure_link():
     import torch
 
@@ -205,8 +340,7 @@ def measure_link():
         torch.cuda.synchronize()
         times = []
         for _ in range(5):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
+            a, b = _ev(), torch.cuda.Event(enable_timing=True)
             dst.copy_(src, non_blocking=True)
             b.record()
             b.synchronize()
@@ -215,468 +349,916 @@ def measure_link():
     return rates
 
 
-def run_one(args):
-    """One config in this process; prints one JSON line."""
+def codec_bench():
+    """The fp8 encode into pinned memory (fused) against encode on the device + copy of the
+    payload, and against copying the bf16 tensor itself: seconds (median of 5) and whether the
+    fused bytes equal the device encode's."""
+    import torch
+    from vramkit import fp8_codec
+
+    if not fp8_codec.cuda_kernels_available():
+        return {"error": "CUDA kernels not loadable: %s" % fp8_codec.library_error()}
+    n = 512 << 20  # 1 GiB of bf16
+    x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    nq, ns = fp8_codec.payload_bytes(n), fp8_codec.scale_count(n)
+    host = torch.empty(nq + 4 * ns, dtype=torch.uint8, pin_memory=True)
+    host_bf16 = torch.empty(n, dtype=torch.bfloat16, pin_memory=True)
+    q_dev, s_dev = fp8_codec.encode(x, "e4m3", "cuda")
+    side = torch.cuda.Stream()
+
+    def timed(fn):
+        times = []
+        for _ in range(6):
+            torch.cuda.synchronize()
+            with torch.cuda.stream(side):
+                a = torch.cuda.Event(enable_timing=True)
+                b = torch.cuda.Event(enable_timing=True)
+                a.record(side)
+                fn()
+                b.record(side)
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 1e3)
+        return statistics.median(times[1:])
+
+    out = {"input_bytes": 2 * n, "payload_bytes": nq + 4 * ns}
+    out["encode_device_s"] = timed(lambda: fp8_codec.encode(x, "e4m3", "cuda", q=q_dev, scales=s_dev))
+    for ctas in (8, 16, 32):
+        out["encode_fused_s_%d_ctas" % ctas] = timed(lambda: fp8_codec.encode(
+            x, "e4m3", "cuda", q=host[:nq], scales=host[nq:].view(torch.float32), max_ctas=ctas))
+    out["encode_fused_s"] = out["encode_fused_s_16_ctas"]
+    out["encode_then_copy_s"] = timed(lambda: (fp8_codec.encode(x, "e4m3", "cuda", q=q_dev, scales=s_dev),
+                                               host[:nq].copy_(q_dev, non_blocking=True),
+                                               host[nq:].view(torch.float32).copy_(s_dev, non_blocking=True)))
+    out["copy_bf16_s"] = timed(lambda: host_bf16.copy_(x, non_blocking=True))
+    side.synchronize()
+    out["fused_equals_device"] = bool(torch.equal(host[:nq], q_dev.cpu())
+                                      and torch.equal(host[nq:].view(torch.float32), s_dev.cpu()))
+    dec = fp8_codec.decode(q_dev, s_dev, n, "e4m3", torch.bfloat16, "cuda")
+    out["roundtrip_max_rel_error"] = float(((dec.float() - x.float()).abs() / x.float().abs().clamp_min(1e-3)).max())
+    return out
+
+
+def _storage_ptr(t):
+    return t.untyped_storage().data_ptr() if hasattr(t, "untyped_storage") else t.storage().data_ptr()
+
+
+class Census:
+    """Saved-tensor hooks that count the bytes autograd saves, each storage once, by where it is
+    saved: norm, attention projection input (attn-linear), the attention kernel's own (attn-core),
+    MLP, elsewhere in a block, outside the blocks; and per block. A compressed save counts its
+    fp8 payload and scales once."""
+
+    def __init__(self, model, blocks, inner=None):
+        import torch
+
+        from vramkit.activation_compress import MODULES, compress_activations
+
+        self.torch = torch
+        self.inner = inner  # a compress_activations whose pack hook this one wraps
+        self.params = {_storage_ptr(p) for p in model.parameters()}
+        self.kinds = compress_activations(blocks=blocks, modules=MODULES, min_bytes=0)
+        self.stack, self.handles = [], []
+        self.block = [None]
+        self.bytes = {}
+        self.per_block = [0] * len(blocks)
+        self.seen = set()
+        for i, b in enumerate(blocks):
+            self.handles.append(b.register_forward_pre_hook(functools.partial(self._set_block, i)))
+            self.handles.append(b.register_forward_hook(functools.partial(self._set_block, None)))
+            for name, m in b.named_modules():
+                if name and any(k in name.rsplit(".", 1)[-1].lower() for k in ("attn", "attention")) \
+                        and "norm" not in name.rsplit(".", 1)[-1].lower():
+                    self.handles.append(m.register_forward_pre_hook(self._enter_attention))
+                    self.handles.append(m.register_forward_hook(self._leave_attention))
+
+    # Module hooks return None: a value would replace the module's input or output.
+    def _set_block(self, i, module, *rest):
+        self.block[0] = i
+
+    def _enter_attention(self, module, args):
+        self.stack.append("attn-core")
+
+    def _leave_attention(self, module, args, output):
+        self.stack.pop()
+
+    def where(self):
+        k = self.kinds._kinds
+        if k:
+            return {"attn": "attn-linear"}.get(k[-1], k[-1])
+        if self.stack:
+            return self.stack[-1]
+        return "block-other" if self.block[0] is not None else "outside"
+
+    def count(self, key, nbytes):
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        w = self.where()
+        self.bytes[w] = self.bytes.get(w, 0) + nbytes
+        if self.block[0] is not None:
+            self.per_block[self.block[0]] += nbytes
+
+    def pack(self, t):
+        from vramkit.activation_compress import PackedView
+
+        out = self.inner._pack_hook(t) if self.inner is not None else t.detach()
+        if isinstance(out, PackedView):
+            self.count(("packed", id(out.packed)), out.packed.nbytes)
+        elif t.numel() * t.element_size() >= CENSUS_MIN_BYTES:
+            ptr = _storage_ptr(t)
+            if ptr not in self.params:
+                st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+                self.count(("storage", ptr), st.nbytes())
+        return out
+
+    def unpack(self, x):
+        if self.inner is not None:
+            return self.inner._unpack_hook(x)
+        return x
+
+    def __enter__(self):
+        self.kinds._arm()
+        if self.inner is not None:
+            self.inner._arm()
+            self.inner._active = True
+        self.h = self.torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+        self.h.__enter__()
+        return self
+
+    def __exit__(self, *e):
+        self.h.__exit__(*e)
+        self.kinds._disarm()
+        if self.inner is not None:
+            self.inner._disarm()
+            self.inner._active = False
+        for h in self.handles:
+            h.remove()
+        return False
+
+    def result(self):
+        return {"by_where": dict(self.bytes), "per_block": list(self.per_block), "total": sum(self.bytes.values()),
+                "blocks": sum(self.per_block)}
+
+
+def is_oom(e):
+    import torch
+
+    return isinstance(e, getattr(torch, "OutOfMemoryError", ())) or "out of memory" in str(e)
+
+
+def run_config(w, name, mix=None):
+    """Runs one configuration in this worker; returns its result dict."""
     import torch
     import vramkit
 
-    shape = SHAPES[args.shape]
-    total = torch.cuda.get_device_properties(0).total_memory
-    if args.cap:
-        torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap / total))
-    model = build_model(shape, "cuda")
-    g = torch.Generator(device="cuda").manual_seed(1)
-    tokens = [torch.randint(0, shape["vocab"], (shape["batch"], shape["seq"]), device="cuda", generator=g)
-              for _ in range(args.steps)]
-    use_offloaded_opt = args.config == "vramkit-act+opt"
-    if use_offloaded_opt:
-        opt = vramkit.OffloadedAdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
-    else:
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
-    mix = args.mix.split(",") if args.mix else None
-    ctx = comp = None
-    if args.config in ("vramkit-compress", "vramkit-act+compress"):
-        comp = vramkit.compress_activations(model, modules=("mlp", "attn"), compile=True)
-    if args.config == "vramkit-compress":
-        ctx = comp
-    elif args.config in ("vramkit-act", "vramkit-act+opt", "vramkit-compute-only", "vramkit-act+compress"):
-        ctx = vramkit.offload_activations(model, mix=mix, timing=args.config != "vramkit-compute-only",
-                                          compress=comp)
-    elif args.config == "full-checkpoint":
-        ctx = vramkit.offload_activations(model, mix=["checkpoint"] * shape["layers"])
-    elif args.config == "save-on-cpu":
-        ctx = _Counting()
-    elif args.config == "torchtune-style":
-        ctx = torchtune_style(model)
-    block_bytes = {}
-    if args.config == "reference":
-        # Inputs of the offload model: bytes saved per block (not parameters, >= 1 MiB, distinct
-        # storages) and each block's forward time.
-        cur = []
-        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        seen = set()
-
-        def pack(t):
-            ptr = t.untyped_storage().data_ptr()
-            if cur and t.is_cuda and ptr not in params and t.numel() * t.element_size() >= (1 << 20) and ptr not in seen:
-                seen.add(ptr)
-                block_bytes[cur[-1]] = block_bytes.get(cur[-1], 0) + t.numel() * t.element_size()
-            return t.detach()
-
-        events = {}
-
-        # Hooks must return None: a value would replace the block's input or output.
-        def enter(i, module, inputs):
-            cur.append(i)
-            events.setdefault(i, []).append(_ev())
-
-        def leave(i, module, inputs, output):
-            cur.pop()
-            events[i].append(_ev())
-
-        for i, b in enumerate(model.layers):
-            b.register_forward_pre_hook(functools.partial(enter, i))
-            b.register_forward_hook(functools.partial(leave, i))
-        counting = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-    losses, times, fwd_times, bwd_times, opt_times = [], [], [], [], []
-    copy = {"d2h": [0.0, 0], "h2d": [0.0, 0]}
+    shape, model, loss_fn, blocks = w["shape"], w["model"], w["loss_fn"], w["blocks"]
+    cap = w["cap"] if name in CAPPED else 0
+    warmup, timed = STEPS.get(name, (w["warmup"], w["timed"]))
+    n_steps = warmup + timed
+    total = w["total"]
+    out = {"config": name, "cap_bytes": cap, "mix": mix, "steps": {"warmup": warmup, "timed": timed}}
+    t0 = time.time()
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total) if cap else 1.0)
+    init_weights(model)
+    model.zero_grad(set_to_none=True)
+    tokens = make_tokens(shape, n_steps, "cuda")
+    torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    for step, x in enumerate(tokens):
-        e = [_ev() for _ in range(4)]
-        e[0].record()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            if args.config == "reference" and step == 0:
-                with counting:
-                    loss = model(x)
-            elif ctx is not None:
-                with ctx:
-                    loss = model(x)
+    opt = ctx = comp = census = None
+    hf_ckpt = False
+    losses, times, fwd, bwd, optim = [], [], [], [], []
+    copy = {"d2h": [0.0, 0], "h2d": [0.0, 0]}
+    step = -1
+    phase = "setup"
+    try:
+        if name == "vramkit-act+opt":
+            opt = vramkit.OffloadedAdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+        else:
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+        if name in ("vramkit-compress", "vramkit-act+compress"):
+            comp = vramkit.compress_activations(blocks=blocks, modules=COMPRESS_MODULES)
+        if name == "vramkit-compress":
+            ctx = comp
+        elif name.startswith("vramkit-"):
+            ctx = vramkit.offload_activations(model, blocks=blocks, mix=mix, timing=name != "vramkit-compute-only",
+                                              compress=comp if name == "vramkit-act+compress" else None)
+        elif name == "full-checkpoint":
+            if w["kind"] == "hf":
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                hf_ckpt = True
             else:
-                loss = model(x)
-        e[1].record()
-        loss.backward()
-        e[2].record()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        e[3].record()
-        torch.cuda.synchronize()
-        losses.append(loss.item())
-        del loss
-        if step >= args.warmup:
-            times.append(e[0].elapsed_time(e[3]) / 1e3)
-            fwd_times.append(e[0].elapsed_time(e[1]) / 1e3)
-            bwd_times.append(e[1].elapsed_time(e[2]) / 1e3)
-            opt_times.append(e[2].elapsed_time(e[3]) / 1e3)
-        if ctx is not None and hasattr(ctx, "copy_times") and ctx.timing:
-            c = ctx.copy_times()
-            if step >= args.warmup:
-                for k in c:
-                    copy[k][0] += c[k][0]
-                    copy[k][1] += c[k][1]
-    timed = len(times)
-    out = {
-        "config": args.config, "shape": args.shape, "cap_bytes": args.cap, "mix": mix, "ok": True,
-        "losses": losses,
-        "step_time_s": {"median": statistics.median(times), "min": min(times), "max": max(times), "n": timed},
-        "forward_s": statistics.median(fwd_times), "backward_s": statistics.median(bwd_times),
-        "optimizer_s": statistics.median(opt_times),
-        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-        "device_total_bytes": total,
-        "pinned_host_bytes": None,
-    }
+                ctx = vramkit.offload_activations(model, blocks=blocks, mix=["checkpoint"] * len(blocks))
+        elif name == "save-on-cpu":
+            ctx = _Counting()
+        elif name == "torchtune-style":
+            ctx = torchtune_style(model)
+        for step, x in enumerate(tokens):
+            e = [_ev()]
+            phase = "forward"
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                if step == 0 and name in ("reference", "vramkit-compress"):
+                    census = Census(model, blocks, inner=comp)
+                    with census:
+                        loss = loss_fn(model, x)
+                elif ctx is not None:
+                    with ctx:
+                        loss = loss_fn(model, x)
+                else:
+                    loss = loss_fn(model, x)
+            e.append(_ev())
+            phase = "backward"
+            loss.backward()
+            e.append(_ev())
+            phase = "optimizer"
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            e.append(_ev())
+            torch.cuda.synchronize()
+            losses.append(loss.item())
+            del loss
+            if step >= warmup:
+                times.append(e[0].elapsed_time(e[3]) / 1e3)
+                fwd.append(e[0].elapsed_time(e[1]) / 1e3)
+                bwd.append(e[1].elapsed_time(e[2]) / 1e3)
+                optim.append(e[2].elapsed_time(e[3]) / 1e3)
+            if isinstance(ctx, vramkit.offload_activations) and ctx.timing:
+                c = ctx.copy_times()
+                if step >= warmup:
+                    for k in c:
+                        copy[k][0] += c[k][0]
+                        copy[k][1] += c[k][1]
+    except Exception as e:  # noqa: BLE001 - recorded; the worker goes on with the next config
+        if not is_oom(e):
+            traceback.print_exc(file=sys.stderr)  # into the worker's log
+        out["ok"] = False
+        out["error"] = ("out of memory" if is_oom(e) else "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300]))
+        out["failed_at"] = {"step": step, "phase": phase}
+    else:
+        out["ok"] = True
+    out["losses"] = losses
+    out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+    out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    if times:
+        out["step_time_s"] = {"median": statistics.median(times), "min": min(times), "max": max(times), "n": len(times)}
+        out["forward_s"], out["backward_s"] = statistics.median(fwd), statistics.median(bwd)
+        out["optimizer_s"] = statistics.median(optim)
+    elif out["ok"]:
+        out["ok"], out["error"] = False, "no timed step"
     if isinstance(ctx, vramkit.offload_activations):
-        out["pinned_host_bytes"] = ctx.pool.stats()["peak_reserved_bytes"]
-        out["offload_stats"] = {k: v for k, v in ctx.stats().items() if k != "fetch_order"}
-        if ctx.timing:
-            out["copy_s"] = {k: v[0] / timed for k, v in copy.items()}
-            out["copy_bytes"] = {k: v[1] // timed for k, v in copy.items()}
+        ctx.wait()
+        out["pinned_host_bytes"] = ctx.pool.stats()["peak_in_use_bytes"]
+        st = ctx.stats()
+        st.pop("fetch_order", None)
+        out["offload_stats"] = st
+        if ctx.timing and times:
+            out["copy_s"] = {k: v[0] / len(times) for k, v in copy.items()}
+            out["copy_bytes"] = {k: v[1] // len(times) for k, v in copy.items()}
+        ctx.pool.trim()
     elif isinstance(ctx, _Counting):
-        out["pinned_host_bytes"] = ctx.bytes // len(tokens)
-    elif args.config == "torchtune-style":
-        out["pinned_host_bytes"] = ctx.offloaded_bytes[0] // len(tokens)
+        out["pinned_host_bytes"] = ctx.bytes // max(1, len(losses))
+    elif name == "torchtune-style" and ctx is not None:
+        out["pinned_host_bytes"] = ctx.offloaded_bytes[0] // max(1, len(losses))
     if comp is not None:
-        st = comp.stats()
-        out["compress_stats"] = {k: v // len(tokens) for k, v in st.items()}
-        from vramkit.activation_compress import compiled_in_use
-
-        out["compress_compiled"] = compiled_in_use()
-    if use_offloaded_opt:
-        out["pinned_host_bytes"] = (out["pinned_host_bytes"] or 0) + opt.host_state_bytes()
+        out["compress_stats"] = comp.stats()
+        try:
+            out["compress_backend"] = comp.backend_for(torch.device("cuda"))
+        except RuntimeError as e:
+            out["compress_backend"] = "none: %s" % e
+    if name == "vramkit-act+opt" and opt is not None:
+        opt.synchronize()
         out["optimizer_host_bytes"] = opt.host_state_bytes()
-    if args.config == "reference":
-        n_blocks = shape["layers"]
-        # Forward time of a block: median over blocks and timed steps (step 0 is the warm-up).
-        out["block_bytes"] = [block_bytes.get(i, 0) for i in range(n_blocks)]
-        out["block_forward_s"] = statistics.median(
-            [events[i][2 * s].elapsed_time(events[i][2 * s + 1]) / 1e3 for i in events for s in range(args.warmup, len(tokens))])
-        out["block_input_bytes"] = shape["batch"] * shape["seq"] * shape["d"] * 4
-        out["saved_bytes_total"] = sum(block_bytes.values())
-        out["link_bytes_per_s"] = measure_link()
-    print("RESULT " + json.dumps(out), flush=True)
+        out["pinned_host_bytes"] = (out.get("pinned_host_bytes") or 0) + opt.host_state_bytes()
+    if census is not None:
+        out["census"] = census.result()
+    if hf_ckpt:
+        model.gradient_checkpointing_disable()
+    del opt, ctx, comp, census, tokens
+    model.zero_grad(set_to_none=True)
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    out["wall_s"] = time.time() - t0
+    return out
 
 
-def _ev():
+def overlap_mix(mixes):
+    """(config, mix) whose overlap is measured: the planner's mix when it offloads a block, else
+    the two-block variant; None without either."""
+    for cfg in ("vramkit-act", "vramkit-offload2"):
+        m = mixes.get(cfg)
+        if m and "offload" in m:
+            return cfg, m
+    return None
+
+
+def block_forward_s(w):
+    """Median forward time of a block (CUDA events around each block, uncapped, 3 forwards)."""
     import torch
 
-    e = torch.cuda.Event(enable_timing=True)
-    e.record()
-    return e
+    events = {}
+
+    def enter(i, module, args, kwargs=None):
+        events.setdefault(i, []).append(_ev())
+
+    def leave(i, module, args, output):
+        events[i].append(_ev())
+
+    hs = []
+    for i, b in enumerate(w["blocks"]):
+        hs.append(b.register_forward_pre_hook(functools.partial(enter, i)))
+        hs.append(b.register_forward_hook(functools.partial(leave, i)))
+    x = make_tokens(w["shape"], 1, "cuda")[0]
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        for _ in range(3):
+            w["loss_fn"](w["model"], x)
+    torch.cuda.synchronize()
+    for h in hs:
+        h.remove()
+    return statistics.median(ev[2 * k].elapsed_time(ev[2 * k + 1]) / 1e3 for ev in events.values() for k in (1, 2))
 
 
 # --------------------------------------------------------------------------------------------
-def spawn(args, config, shape, cap=0, mix=None, timeout=150):
-    cmd = [sys.executable, os.path.abspath(__file__), "--run-one", config, "--shape", shape,
-           "--cap", str(int(cap)), "--steps", str(args.steps), "--warmup", str(args.warmup)]
-    if mix:
-        cmd += ["--mix", ",".join(mix)]
-    t0 = time.time()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"config": config, "shape": shape, "cap_bytes": cap, "mix": mix, "ok": False,
-                "error": "timed out after %d s" % timeout}
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            r = json.loads(line[7:])
-            r["wall_s"] = time.time() - t0
-            return r
-    err = (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])
-    oom = any("OutOfMemoryError" in l or "out of memory" in l for l in err)
-    return {"config": config, "shape": shape, "cap_bytes": cap, "mix": mix, "ok": False,
-            "error": "out of memory" if oom else err[-1][:300], "wall_s": time.time() - t0}
-
-
-def choose(ref, cap, shape, with_optimizer):
-    from vramkit import offload_plan
-
-    n = shape["layers"]
-    a = max(ref["block_bytes"])
-    t_f = ref["block_forward_s"]
-    # Backward per block: the measured backward less the head's share, spread over the blocks.
-    t_b = ref["backward_s"] / n
-    other = ref["peak_allocated_bytes"] - n * a
-    if with_optimizer:
-        other -= 8 * sum_params(shape)  # Adam's two fp32 moments leave the device
-    model = dict(block_bytes=a, input_bytes=ref["block_input_bytes"], t_fwd=t_f, t_bwd=t_b,
-                 d2h_bytes_per_s=ref["link_bytes_per_s"]["d2h"], h2d_bytes_per_s=ref["link_bytes_per_s"]["h2d"],
-                 other_bytes=other, other_time_s=ref["optimizer_s"])
-    # 8% of the cap is left to the allocator's rounding and fragmentation.
-    got = offload_plan.choose_mix(n, int(cap * 0.92), **model)
-    return got, model
-
-
-def shape_config(shape):
-    """The shape as a Hugging Face LLaMA config.json (what `vramkit plan` reads)."""
-    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": shape["d"],
-            "intermediate_size": shape["ffn"], "num_hidden_layers": shape["layers"],
-            "num_attention_heads": shape["heads"], "num_key_value_heads": shape["heads"],
-            "vocab_size": shape["vocab"], "max_position_embeddings": max(4096, shape["seq"]),
-            "tie_word_embeddings": False, "torch_dtype": "float32"}
-
-
-def planner_fit(name, shape, cap, out_dir):
-    """`vramkit plan CONFIG --fit --json` under the cap: the planner's offload candidates, by
-    whether they offload the optimizer: {False: fit, True: fit} (absent when none fits), plus the
-    command line. The CLI is $VRAMKIT_CLI or a build folder's (vramkit.find_cli)."""
+# The planner.
+def planner_runs(shape, cap, out_dir, probe):
+    """What `vramkit plan` says: the --fit mixes under the cap (act, act+opt; with --allow-lossy
+    the compressed one), and its figures for the fixed configurations. Errors are recorded."""
     from vramkit.planner import find_cli
 
-    path = os.path.join(out_dir, "plan-%s.json" % name)
+    path = os.path.join(out_dir, "plan-config-%dx%d-%d.json" % (shape["d"], shape["layers"], shape["batch"]))
     with open(path, "w") as f:
         json.dump(shape_config(shape), f)
-    argv = [find_cli(), "plan", path, "--precision", "amp-bf16", "--batch", str(shape["batch"]),
-            "--seq", str(shape["seq"]), "--gpu", "%dMiB" % (cap >> 20), "--fit", "--json"]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if proc.returncode not in (0, 1):
-        raise RuntimeError("vramkit plan failed (exit %d): %s" % (proc.returncode, proc.stderr.strip()))
-    res = json.loads(proc.stdout)
-    got = {"argv": argv}
-    for fit in res["fits"]:
-        if fit.get("activation_mix") and fit["micro_batch"] == shape["batch"]:
-            got.setdefault(bool(fit["optimizer_offload"]), fit)
-    return got
+    base = [find_cli(), "plan", path, "--precision", "amp-bf16", "--batch", str(shape["batch"]),
+            "--seq", str(shape["seq"])]
+    if probe:
+        base += ["--probe", probe]
+    cap_gpu = ["--gpu", "%dMiB" % (cap >> 20)]
+    h200 = ["--gpu", "h200"]
+    comp = ["--compress-activations", "fp8:" + ",".join(COMPRESS_MODULES)]
+    runs = {"fit": base + cap_gpu + ["--fit", "--json"],
+            "fit-lossy": base + cap_gpu + ["--fit", "--allow-lossy", "--json"] + comp,
+            "fit-uncapped": base + h200 + ["--fit", "--json"],
+            "vramkit-compress": base + h200 + comp + ["--json"]}
+    out = {}
+    for key, argv in runs.items():
+        for attempt in (argv, [a for i, a in enumerate(argv) if "--probe" not in argv[i - 1:i + 1]]):
+            proc = subprocess.run(attempt, capture_output=True, text=True, check=False)
+            entry = {"argv": attempt[1:], "exit": proc.returncode}
+            try:
+                entry["json"] = json.loads(proc.stdout)
+                break
+            except ValueError:
+                entry["error"] = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            if not probe:
+                break  # without a probe file there is nothing to retry without
+        out[key] = entry
+    return out
 
 
-def sum_params(c):
-    return c["layers"] * (4 * c["d"] ** 2 + 3 * c["d"] * c["ffn"] + 2 * c["d"]) + 2 * c["vocab"] * c["d"] + c["d"]
+def planner_choices(plans, shape):
+    """{config: {"mix", "allocated_peak_bytes", "step_time_s", ...}} from the planner's answers."""
+    got = {}
+
+    def fits(key):
+        return ((plans.get(key) or {}).get("json") or {}).get("fits") or []
+
+    for f in fits("fit"):
+        if f.get("activation_mix") and f.get("micro_batch") == shape["batch"]:
+            got.setdefault("vramkit-act+opt" if f.get("optimizer_offload") else "vramkit-act", f)
+    for f in fits("fit-lossy"):
+        if f.get("activation_mix") and f.get("micro_batch") == shape["batch"] and not f.get("optimizer_offload") \
+                and f.get("compress_activations", "none") != "none":
+            got.setdefault("vramkit-act+compress", f)
+    out = {}
+    for cfg, f in got.items():
+        out[cfg] = {"mix": f["activation_mix"], "allocated_peak_bytes": f.get("allocated_peak_bytes"),
+                    "device_peak_bytes": f.get("device_peak_bytes"), "step_time_s": f.get("step_time_s"),
+                    "host_bytes": f.get("host_peak_bytes"), "compress": f.get("compress_activations")}
+    # The plain configurations' figures: the fit's candidates without offload (full
+    # checkpointing is among the capped fit's when it fits the cap).
+    for key, cfg, ck in (("fit-uncapped", "reference", "none"), ("fit", "full-checkpoint", "full"),
+                         ("fit-uncapped", "full-checkpoint", "full")):
+        if cfg in out:
+            continue
+        for f in fits(key):
+            if (f.get("micro_batch") == shape["batch"] and f.get("checkpointing") == ck and not f.get("activation_mix")
+                    and f.get("precision") == "amp-bf16" and f.get("zero", 0) == 0 and f.get("offload", "none") == "none"):
+                out[cfg] = {"allocated_peak_bytes": f.get("allocated_peak_bytes"), "step_time_s": f.get("step_time_s"),
+                            "device_peak_bytes": f.get("device_peak_bytes")}
+                break
+    j = (plans.get("vramkit-compress") or {}).get("json")
+    if j and "offload" in j:
+        o = j["offload"]
+        out["vramkit-compress"] = {"allocated_peak_bytes": o.get("allocated_peak_bytes"),
+                                   "step_time_s": o.get("step_time_s"), "stored_bytes_per_block": o.get("stored_bytes_per_block"),
+                                   "saved_bytes_per_block": o.get("saved_bytes_per_block")}
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+def emit(kind, payload):
+    print("%s %s" % (kind, json.dumps(payload)), flush=True)
+
+
+def worker(args):
+    import torch
+
+    shape = SHAPES[args.shape]
+    deadline = args.deadline
+    state = {}
+    if args.state and os.path.exists(args.state):
+        with open(args.state) as f:
+            state = json.load(f)
+    skip = set(filter(None, (args.skip or "").split(",")))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    # A restarted worker keeps the model its first run measured the reference on.
+    model, loss_fn, kind = build_model(shape, state.get("model_kind", args.model))
+    from vramkit.activation_offload import find_blocks
+
+    w = {"shape": shape, "model": model, "loss_fn": loss_fn, "blocks": find_blocks(model), "kind": kind,
+         "total": torch.cuda.get_device_properties(0).total_memory, "warmup": args.warmup,
+         "timed": args.steps - args.warmup, "cap": state.get("cap_bytes", 0)}
+    del model, loss_fn
+
+    def announce(note=None):
+        emit("MODEL", {"kind": w["kind"], "parameters": sum(p.numel() for p in w["model"].parameters()),
+                       "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                       "device_total_bytes": w["total"],
+                       "note": note or getattr(build_model, "fallback_reason", None)})
+
+    announce()
+    mixes = state.get("mixes", {})
+    ref_step = state.get("reference_step_s")
+    for name in ORDER:
+        if name in skip:
+            continue
+        if name != "reference" and not w["cap"]:
+            emit("RESULT", {"config": name, "ok": False, "error": "not run: no reference, so no cap"})
+            continue
+        mix = None
+        if name in ("vramkit-act", "vramkit-act+opt", "vramkit-act+compress", "vramkit-offload2"):
+            mix = mixes.get(name)
+            if mix is None:
+                if name != "vramkit-offload2":
+                    emit("RESULT", {"config": name, "ok": False, "error": "not run: the planner found no mix for it that fits the cap"})
+                continue
+        if name == "vramkit-compute-only":
+            act = overlap_mix(mixes)
+            if not act:
+                emit("RESULT", {"config": name, "ok": False, "error": "not run: no measured mix offloads a block"})
+                continue
+            mix = ["keep" if p == "offload" else p for p in act[1]]
+        if name in ("vramkit-compress", "vramkit-act+compress") and not args.compress:
+            continue
+        # Rough cost: the steps at a multiple of the reference step, plus pinning for the
+        # configurations that copy everything.
+        factor = {"save-on-cpu": 8, "torchtune-style": 5, "vramkit-act+opt": 2.5}.get(name, 2)
+        n = sum(STEPS.get(name, (args.warmup, args.steps - args.warmup)))
+        cost = 3 + n * factor * (ref_step or 0.5)
+        if time.time() + cost > deadline:
+            emit("RESULT", {"config": name, "ok": False, "error": "skipped: time budget spent (%.0f s left, ~%.0f s needed)"
+                            % (deadline - time.time(), cost)})
+            continue
+        emit("BEGIN", {"config": name})
+        r = run_config(w, name, mix)
+        if name == "reference" and not r.get("ok") and w["kind"] == "hf" and r.get("error") != "out of memory":
+            # transformers' model failed under the bench's hooks: every configuration on the
+            # built-in layout instead (the same for all, so the comparison holds).
+            reason = "transformers' model failed the reference (%s): built-in LLaMA layout" % r.get("error")
+            del w["model"], w["loss_fn"], w["blocks"]
+            gc.collect()
+            torch.cuda.empty_cache()
+            w["model"], w["loss_fn"], w["kind"] = build_model(shape, "builtin")
+            w["blocks"] = find_blocks(w["model"])
+            announce(reason)
+            r = run_config(w, name, mix)
+        r["model_kind"] = w["kind"]
+        emit("RESULT", r)
+        if name == "reference" and r.get("ok"):
+            ref_step = r["step_time_s"]["median"]
+            w["cap"] = int(r["peak_reserved_bytes"] * args.cap_fraction)
+            extra = {"block_forward_s": block_forward_s(w), "link_bytes_per_s": measure_link()}
+            try:
+                plans = planner_runs(shape, w["cap"], args.out_dir, args.probe)
+                mixes = {k: v["mix"] for k, v in planner_choices(plans, shape).items() if v.get("mix")}
+            except (OSError, ValueError, RuntimeError) as e:
+                plans = {"error": str(e)}
+            act = mixes.get("vramkit-act")
+            if act and "offload" not in act and act.count("checkpoint") >= 2:
+                # The planner offloads no block here (a block's copy costs more than its
+                # recompute): two of its checkpointed blocks offloaded instead, to measure the
+                # engine's overlap and to check the planner's choice against it.
+                alt, left = list(act), 2
+                for i, p in enumerate(alt):
+                    if p == "checkpoint" and left:
+                        alt[i], left = "offload", left - 1
+                mixes["vramkit-offload2"] = alt
+            if "vramkit-act+compress" not in mixes and "vramkit-act" in mixes:
+                # The lossy fit chose no compression under this cap: the offloading mix measured
+                # here, compressed, against itself uncompressed.
+                om = overlap_mix(mixes)
+                src = om[0] if om else "vramkit-act"
+                mixes["vramkit-act+compress"] = mixes[src]
+                extra["act+compress_mix"] = "%s's mix (the planner's --allow-lossy fit chose no compression)" % src
+            elif "vramkit-act+compress" in mixes:
+                extra["act+compress_mix"] = "the planner's --allow-lossy fit"
+            emit("PLAN", {"cap_bytes": w["cap"], "plans": plans, "mixes": mixes, **extra})
+            if args.state:
+                with open(args.state, "w") as f:
+                    json.dump({"cap_bytes": w["cap"], "mixes": mixes, "reference_step_s": ref_step,
+                               "model_kind": w["kind"]}, f)
+    if args.compress and args.codec and time.time() + 5 < deadline:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        try:
+            emit("CODEC", codec_bench())
+        except Exception as e:  # noqa: BLE001 - recorded, the worker still finishes
+            emit("CODEC", {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300])})
+    emit("DONE", {})
+
+
+# --------------------------------------------------------------------------------------------
+# Orchestration.
+def spawn_worker(args, name, deadline, state_path, skip, env):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--deadline", "%.3f" % deadline,
+           "--state", state_path, "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--cap-fraction", str(args.cap_fraction), "--model", args.model, "--out-dir", args.out_dir]
+    if skip:
+        cmd += ["--skip", ",".join(sorted(skip))]
+    if args.probe:
+        cmd += ["--probe", args.probe]
+    if args.compress_shape == name:
+        cmd += ["--compress"]
+        if not args.no_codec:
+            cmd += ["--codec"]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, env=env)
+
+
+PIN_ENV = "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"
+
+
+def run_shape(args, name, entry, deadline, save):
+    """Runs the worker of one shape until DONE or the deadline, restarting it once after a
+    crash; fills entry in place and calls save() after every event. The worker's stderr goes to
+    offload-worker-NAME.log beside the JSON."""
+    state_path = os.path.join(args.out_dir, "offload-state-%s.json" % name)
+    if os.path.exists(state_path):
+        os.remove(state_path)
+    env = dict(os.environ)
+    if args.fast_pinning and "PYTORCH_CUDA_ALLOC_CONF" not in env:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = PIN_ENV
+        entry["pinned_allocation"] = "cudaHostRegister, 8 threads (PYTORCH_CUDA_ALLOC_CONF=%s)" % PIN_ENV
+    log = open(os.path.join(args.out_dir, "offload-worker-%s.log" % name), "w")
+    try:
+        _run_workers(args, name, entry, deadline, save, state_path, env, log)
+    finally:
+        log.close()
+
+
+def _run_workers(args, name, entry, deadline, save, state_path, env, log):
+    import select
+
+    restarts = 0
+    skip = set()
+    while True:
+        proc = spawn_worker(args, name, deadline, state_path, skip, env)
+        current, stderr_tail, done = None, [], False
+        fds = {proc.stdout.fileno(): [b"", "out"], proc.stderr.fileno(): [b"", "err"]}
+        while fds:
+            left = deadline + 5 - time.time()
+            if left <= 0:
+                proc.kill()
+                entry["cut_off"] = "worker stopped at the time budget%s" % (" during %s" % current if current else "")
+                if current:
+                    entry["configs"].append({"config": current, "ok": False, "error": "cut off by the time budget"})
+                save()
+                proc.wait()
+                proc.stdout.close()
+                proc.stderr.close()
+                return
+            ready, _, _ = select.select(list(fds), [], [], min(left, 1.0))
+            for fd in ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    del fds[fd]
+                    continue
+                buf, which = fds[fd]
+                buf += chunk
+                *complete, rest = buf.split(b"\n")
+                fds[fd][0] = rest
+                for raw in complete:
+                    line = raw.decode(errors="replace")
+                    if which == "err":
+                        stderr_tail = (stderr_tail + [line.rstrip()])[-20:]
+                        log.write(line + "\n")
+                        continue
+                    kind, _, payload = line.partition(" ")
+                    try:
+                        data = json.loads(payload)
+                    except ValueError:
+                        continue
+                    if kind == "MODEL":
+                        entry["model"] = data
+                    elif kind == "BEGIN":
+                        current = data["config"]
+                    elif kind == "RESULT":
+                        current = None
+                        skip.add(data["config"])
+                        entry["configs"].append(data)
+                    elif kind == "PLAN":
+                        entry.update({k: v for k, v in data.items() if k != "mixes"})
+                        entry["mixes"] = data["mixes"]
+                    elif kind == "CODEC":
+                        entry["codec"] = data
+                    elif kind == "DONE":
+                        done = True
+                    save()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+        if done:
+            return
+        err = stderr_tail[-1] if stderr_tail else "exit %s" % proc.returncode
+        if env.get("PYTORCH_CUDA_ALLOC_CONF") == PIN_ENV and any("pinned" in l for l in stderr_tail) and restarts == 0:
+            env.pop("PYTORCH_CUDA_ALLOC_CONF")  # this torch refuses the pinning options: without them
+            entry["pinned_allocation"] = "cudaHostAlloc (the register options were refused: %s)" % err[:200]
+            restarts += 1
+            continue
+        if current:
+            entry["configs"].append({"config": current, "ok": False, "error": "worker died: %s" % err[:300]})
+            skip.add(current)
+        else:
+            entry.setdefault("errors", []).append("worker died: %s" % err[:300])
+        save()
+        if restarts >= 1 or time.time() > deadline - 10:
+            return
+        restarts += 1
 
 
 def orchestrate(args):
-    results_start = time.time()
-    results = {"schema_version": 1, "argv": sys.argv, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "cap_fraction": args.cap_fraction, "shapes": {}}
-    try:
-        import torch
+    t_start = time.time()
+    os.makedirs(args.out_dir, exist_ok=True)
+    results = {"schema_version": 2, "argv": sys.argv, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "cap_fraction": args.cap_fraction, "budget_s": args.budget_s, "shapes": {}}
 
-        results["device"] = torch.cuda.get_device_name(0)
-        results["torch"] = torch.__version__
-    except Exception as e:  # the summary still says why nothing ran
-        results["error"] = "torch/CUDA not usable: %s" % e
+    def save():
+        derive(results)
+        tmp = args.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(results, f, indent=1)
+        os.replace(tmp, args.out)
+        if args.summary:
+            with open(args.summary + ".tmp", "w") as f:
+                f.write(summarize(results))
+            os.replace(args.summary + ".tmp", args.summary)
+
     names = args.shapes.split(",")
+    save()
     for k, name in enumerate(names):
-        # Each shape gets an equal share of what is left of the budget.
-        deadline = time.time() + (args.budget_s - (time.time() - results_start)) / (len(names) - k)
-        shape = SHAPES[name]
-        entry = results["shapes"][name] = {"shape": shape, "configs": []}
-        ref = spawn(args, "reference", name)
-        entry["configs"].append(ref)
-        if not ref.get("ok"):
-            continue
-        cap = int(ref["peak_reserved_bytes"] * args.cap_fraction)
-        entry["cap_bytes"] = cap
-        plan_act, model = choose(ref, cap, shape, with_optimizer=False)
-        plan_opt, model_opt = choose(ref, cap, shape, with_optimizer=True)
-        entry["model_inputs"] = model
-        entry["plan"] = {"act": plan_act, "act+opt": plan_opt}
-        # The mixes run are the planner's (vramkit plan --fit) when it answers; the Python model
-        # fitted to the reference run is kept beside it for comparison.
-        try:
-            fit = planner_fit(name, shape, cap, os.path.dirname(os.path.abspath(args.out)))
-            entry["planner"] = {"argv": fit["argv"]}
-            for key, opt in (("act", False), ("act+opt", True)):
-                f = fit.get(opt)
-                entry["planner"][key] = f
-            pa, po = entry["planner"]["act"], entry["planner"]["act+opt"]
-            plan_act = (pa["activation_mix"], None) if pa else None
-            plan_opt = (po["activation_mix"], None) if po else None
-            entry["mix_source"] = "vramkit plan --fit"
-        except (OSError, RuntimeError, ValueError) as e:
-            entry["planner"] = {"error": str(e)}
-            entry["mix_source"] = "python model (vramkit plan unavailable: %s)" % e
-        # Most important first: when the time budget runs out, the last ones are skipped.
-        # Compression is measured on the first shape only (the stage's time budget).
-        todo = []
-        if plan_act:
-            todo.append(("vramkit-act", plan_act[0]))
-        todo.append(("full-checkpoint", None))
-        if k == 0:
-            todo.append(("vramkit-compress", None))
-            if plan_act:
-                todo.append(("vramkit-act+compress", plan_act[0]))
-        if plan_act and "offload" in plan_act[0]:
-            todo.append(("vramkit-compute-only", [p if p != "offload" else "keep" for p in plan_act[0]]))
-        if plan_opt:
-            todo.append(("vramkit-act+opt", plan_opt[0]))
-        todo += [("save-on-cpu", None), ("torchtune-style", None), ("none-capped", None)]
-        for config, mix in todo:
-            left = deadline - time.time()
-            if left < 20:
-                entry["configs"].append({"config": config, "ok": False, "error": "skipped: time budget spent"})
-                continue
-            c = 0 if config in ("vramkit-compute-only", "vramkit-compress") else cap
-            entry["configs"].append(spawn(args, config, name, cap=c, mix=mix, timeout=min(150, left)))
-        # Overlap: (T_compute + T_copy - T_both) / T_copy.
-        by = {c["config"]: c for c in entry["configs"] if c.get("ok")}
-        if "vramkit-act" in by and "vramkit-compute-only" in by:
-            both = by["vramkit-act"]["step_time_s"]["median"]
-            comp = by["vramkit-compute-only"]["step_time_s"]["median"]
-            copy = sum(by["vramkit-act"]["copy_s"].values())
-            entry["overlap"] = {"t_compute_s": comp, "t_copy_s": copy, "t_both_s": both,
-                                "overlap": (comp + copy - both) / copy if copy > 0 else None}
-        # Compression: saved bytes against the reference's, step time against uncompressed, the
-        # planner's allocated peak against the measured one.
-        if "vramkit-compress" in by and ref.get("saved_bytes_total"):
-            cs = by["vramkit-compress"]
-            st = cs["compress_stats"]
-            saved = ref["saved_bytes_total"] - st["input_bytes"] + st["stored_bytes"]
-            comp_entry = {"saved_bytes_ratio": saved / ref["saved_bytes_total"],
-                          "step_ratio_vs_reference": cs["step_time_s"]["median"] / ref["step_time_s"]["median"],
-                          "measured_peak_allocated_bytes": cs["peak_allocated_bytes"]}
-            if "vramkit-act+compress" in by and "vramkit-act" in by:
-                comp_entry["act+compress_vs_act"] = (by["vramkit-act+compress"]["step_time_s"]["median"]
-                                                     / by["vramkit-act"]["step_time_s"]["median"])
-            try:
-                from vramkit.planner import find_cli
-
-                path = os.path.join(os.path.dirname(os.path.abspath(args.out)), "plan-%s.json" % name)
-                argv = [find_cli(), "plan", path, "--precision", "amp-bf16", "--batch", str(shape["batch"]),
-                        "--seq", str(shape["seq"]), "--compress-activations", "fp8:mlp,attn", "--gpu", "h200", "--json"]
-                pj = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
-                comp_entry["planner_allocated_peak_bytes"] = pj["offload"]["allocated_peak_bytes"]
-                comp_entry["planner_error"] = pj["offload"]["allocated_peak_bytes"] / cs["peak_allocated_bytes"] - 1
-            except (OSError, subprocess.CalledProcessError, ValueError, KeyError) as e:
-                comp_entry["planner"] = "unavailable: %s" % e
-            entry["compression"] = comp_entry
-        # The model's predictions for the measured mixes, beside the measurements.
-        from vramkit import offload_plan
-
-        n = shape["layers"]
-        mixes = {"reference": ["keep"] * n, "full-checkpoint": ["checkpoint"] * n}
-        if plan_act:
-            mixes["vramkit-act"] = plan_act[0]
-            mixes["vramkit-compute-only"] = [p if p != "offload" else "keep" for p in plan_act[0]]
-        entry["model_vs_measured"] = []
-        for cfg, mix in mixes.items():
-            pred = offload_plan.simulate(mix, **model)
-            meas = by.get(cfg)
-            entry["model_vs_measured"].append({
-                "config": cfg, "predicted_step_s": pred["step_time_s"],
-                "predicted_peak_bytes": pred["device_peak_bytes"],
-                "measured_step_s": meas["step_time_s"]["median"] if meas else None,
-                "measured_peak_allocated_bytes": meas["peak_allocated_bytes"] if meas else None})
-        for c in entry["configs"]:
-            if c.get("ok") and ref.get("ok"):
-                c["loss_max_abs_diff_vs_reference"] = max(abs(a - b) for a, b in zip(c["losses"], ref["losses"]))
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
-    summary = summarize(results)
-    if args.summary:
-        with open(args.summary, "w") as f:
-            f.write(summary)
-    print(summary)
-    # Nothing measured is a failure: every shape needs its reference run.
-    measured = [any(c["config"] == "reference" and c.get("ok") for c in e["configs"])
-                for e in results["shapes"].values()]
+        left = args.budget_s - (time.time() - t_start)
+        share = args.first_share if (k == 0 and len(names) > 1) else 1.0 / (len(names) - k)
+        deadline = time.time() + left * share
+        entry = results["shapes"][name] = {"shape": SHAPES[name], "configs": []}
+        run_shape(args, name, entry, deadline, save)
+        save()
+    results["wall_s"] = time.time() - t_start
+    save()
+    print(summarize(results))
+    measured = [any(c["config"] == "reference" and c.get("ok") for c in e["configs"]) for e in results["shapes"].values()]
     return 0 if measured and all(measured) else 1
 
 
+def _by(entry):
+    return {c["config"]: c for c in entry.get("configs", []) if c.get("ok")}
+
+
+def derive(results):
+    """Ratios, overlap, the planner against the measurements, and the targets, per shape."""
+    for entry in results["shapes"].values():
+        by = _by(entry)
+        ref = by.get("reference")
+        for c in entry.get("configs", []):
+            if c.get("ok") and ref and c.get("losses"):
+                c["loss_max_abs_diff_vs_reference"] = max(abs(a - b) for a, b in zip(c["losses"], ref["losses"]))
+        d = entry["derived"] = {}
+        om = overlap_mix(entry.get("mixes") or {})
+        if om and om[0] in by and "vramkit-compute-only" in by and by[om[0]].get("copy_s"):
+            both = by[om[0]]["step_time_s"]["median"]
+            comp = by["vramkit-compute-only"]["step_time_s"]["median"]
+            copy = sum(by[om[0]]["copy_s"].values())
+            d["overlap"] = {"config": om[0], "t_compute_s": comp, "t_copy_s": copy, "t_both_s": both,
+                            "overlap": (comp + copy - both) / copy if copy > 0 else None}
+        plans = planner_choices(entry.get("plans") or {}, entry["shape"]) if entry.get("plans") else {}
+        rows = []
+        for cfg, p in plans.items():
+            m = by.get(cfg)
+            row = {"config": cfg, "predicted_step_s": p.get("step_time_s"),
+                   "predicted_allocated_peak_bytes": p.get("allocated_peak_bytes"),
+                   "measured_step_s": m["step_time_s"]["median"] if m else None,
+                   "measured_allocated_peak_bytes": m["peak_allocated_bytes"] if m else None}
+            if m and row["predicted_step_s"]:
+                row["step_error"] = row["predicted_step_s"] / row["measured_step_s"] - 1
+            if m and row["predicted_allocated_peak_bytes"]:
+                row["peak_error"] = row["predicted_allocated_peak_bytes"] / row["measured_allocated_peak_bytes"] - 1
+            rows.append(row)
+        d["planner_vs_measured"] = rows
+        ranked = [r for r in rows if r.get("measured_step_s") and r.get("predicted_step_s")]
+        d["ranking"] = {"predicted": [r["config"] for r in sorted(ranked, key=lambda r: r["predicted_step_s"])],
+                        "measured": [r["config"] for r in sorted(ranked, key=lambda r: r["measured_step_s"])]}
+        d["ranking"]["same_order"] = d["ranking"]["predicted"] == d["ranking"]["measured"]
+        cap = entry.get("cap_bytes")
+        t = d["targets"] = {}
+        act = by.get("vramkit-act")
+        for base in ("full-checkpoint", "save-on-cpu", "torchtune-style"):
+            if act and base in by:
+                t["act_vs_" + base] = act["step_time_s"]["median"] / by[base]["step_time_s"]["median"]
+        if act and cap:
+            t["act_fits_cap"] = act["peak_reserved_bytes"] <= cap
+        cs = by.get("vramkit-compress")
+        if cs and ref and cs.get("census") and ref.get("census"):
+            t["compress_saved_ratio_total"] = cs["census"]["total"] / ref["census"]["total"]
+            t["compress_saved_ratio_blocks"] = cs["census"]["blocks"] / max(1, ref["census"]["blocks"])
+            t["compress_step_ratio"] = cs["step_time_s"]["median"] / ref["step_time_s"]["median"]
+        ac = by.get("vramkit-act+compress")
+        if ac:
+            # Against the same mix uncompressed when one was measured, else the planner's mix.
+            same = [c for c in ("vramkit-offload2", "vramkit-act") if c in by and by[c].get("mix") == ac.get("mix")]
+            base = same[0] if same else ("vramkit-act" if act else None)
+            if base:
+                t["act_compress_vs"] = base
+                t["act_compress_vs_act"] = ac["step_time_s"]["median"] / by[base]["step_time_s"]["median"]
+
+
+def _gib(b):
+    return "-" if b is None else "%.2f" % (b / GiB)
+
+
+def _pct(x):
+    return "-" if x is None else "%+.1f%%" % (100 * x)
+
+
 def summarize(results):
-    gib = 1 << 30
-    lines = ["# offload bench: %s, torch %s, %s" % (results.get("device"), results.get("torch"), results["date"]), ""]
-    if "error" in results:
-        lines.append(results["error"])
+    lines = ["# offload bench, %s" % results["date"], ""]
     for name, entry in results["shapes"].items():
-        lines.append("## %s: %s" % (name, json.dumps(entry["shape"])))
-        if "cap_bytes" in entry:
-            lines.append("cap %.2f GiB (%.2f x the reference's peak reserved)" % (entry["cap_bytes"] / gib, results["cap_fraction"]))
-        if entry.get("mix_source"):
-            lines.append("mixes run: %s" % entry["mix_source"])
-        for k in ("act", "act+opt"):
-            f = (entry.get("planner") or {}).get(k)
-            if f:
-                meas = next((c for c in entry["configs"] if c["config"] == "vramkit-" + k and c.get("ok")), None)
-                ms = meas["step_time_s"]["median"] if meas else None
-                mp = meas["peak_allocated_bytes"] if meas else None
-                lines.append("planner's mix (%s): %s%s; predicted %.3f s/step, allocated peak %.2f GiB; "
-                             "measured %s s/step (%s), %s GiB (%s)"
-                             % (k, "".join(x[0] for x in f["activation_mix"]),
-                                "" if f["compress_activations"] == "none" else " " + f["compress_activations"],
-                                f["step_time_s"], f["allocated_peak_bytes"] / gib,
-                                "-" if ms is None else "%.3f" % ms,
-                                "-" if ms is None else "%+.1f%%" % (100 * (f["step_time_s"] / ms - 1)),
-                                "-" if mp is None else "%.2f" % (mp / gib),
-                                "-" if mp is None else "%+.1f%%" % (100 * (f["allocated_peak_bytes"] / mp - 1))))
-            elif (entry.get("planner") or {}).get("argv"):
-                lines.append("planner's mix (%s): none fits the cap" % k)
-        for k, p in (entry.get("plan") or {}).items():
-            if p:
-                lines.append("model's mix (%s; o offload, c checkpoint, k keep): %s; predicted %.3f s/step, peak %.2f GiB, overlap %.2f"
-                             % (k, "".join(x[0] for x in p[0]), p[1]["step_time_s"],
-                                p[1]["device_peak_bytes"] / gib, p[1]["overlap"]))
-            else:
-                lines.append("model's mix (%s): nothing fits the cap" % k)
-        ref = next((c for c in entry["configs"] if c["config"] == "reference" and c.get("ok")), None)
-        lines.append("")
-        lines.append("| config | step s (median, min-max, n) | vs checkpoint | peak reserved GiB | pinned GiB | loss diff |")
-        lines.append("| --- | --- | --- | --- | --- | --- |")
-        ck = next((c for c in entry["configs"] if c["config"] == "full-checkpoint" and c.get("ok")), None)
+        s = entry["shape"]
+        model = entry.get("model") or {}
+        lines.append("## %s: %s, d %d, %d blocks, ffn %d, batch %d x %d tokens, %.2fB parameters" % (
+            name, {"hf": "transformers LlamaForCausalLM", "builtin": "built-in LLaMA layout"}.get(model.get("kind"), "?"),
+            s["d"], s["layers"], s["ffn"], s["batch"], s["seq"], (model.get("parameters") or 0) / 1e9))
+        if model:
+            lines.append("%s, torch %s%s" % (model.get("device"), model.get("torch"),
+                                             "; model: %s" % model["note"] if model.get("note") else ""))
+        if entry.get("cap_bytes"):
+            lines.append("cap %.2f GiB (%.2f x the reference's peak reserved); link d2h %.1f / h2d %.1f GB/s; "
+                         "block forward %.2f ms" % (entry["cap_bytes"] / GiB, results["cap_fraction"],
+                                                   entry["link_bytes_per_s"]["d2h"] / 1e9, entry["link_bytes_per_s"]["h2d"] / 1e9,
+                                                   1e3 * entry["block_forward_s"]))
+        if entry.get("pinned_allocation"):
+            lines.append("pinned host memory: %s" % entry["pinned_allocation"])
+        for cfg, mix in (entry.get("mixes") or {}).items():
+            src = {"vramkit-offload2": "the planner's vramkit-act mix with its first two checkpointed blocks offloaded",
+                   "vramkit-act+compress": entry.get("act+compress_mix")}.get(cfg) or "vramkit plan --fit"
+            lines.append("mix of %s (o offload, c checkpoint, k keep): %s (%s)" % (cfg, "".join(x[0] for x in mix), src))
+        if entry.get("plans") is not None and not entry.get("mixes"):
+            lines.append("planner: no offload mix fits the cap")
+        for e in entry.get("errors", []):
+            lines.append("error: %s" % e)
+        if entry.get("cut_off"):
+            lines.append("CUT OFF: %s" % entry["cut_off"])
+        lines += ["", "| config | step s (median, min-max, n) | vs full ckpt | peak reserved GiB | peak alloc GiB | "
+                  "pinned GiB | loss max abs diff vs reference |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        by = _by(entry)
+        ck = by.get("full-checkpoint")
         for c in entry["configs"]:
             if not c.get("ok"):
-                lines.append("| %s | FAILED: %s | | | | |" % (c["config"], c.get("error")))
+                lines.append("| %s | %s | | | | | |" % (c["config"], c.get("error")))
                 continue
-            s = c["step_time_s"]
-            ratio = "%.2fx" % (ck["step_time_s"]["median"] / s["median"]) if ck else "-"
-            pinned = "%.2f" % (c["pinned_host_bytes"] / gib) if c.get("pinned_host_bytes") else "-"
-            diff = c.get("loss_max_abs_diff_vs_reference")
-            lines.append("| %s | %.3f (%.3f-%.3f, %d) | %s | %.2f | %s | %s |"
-                         % (c["config"], s["median"], s["min"], s["max"], s["n"], ratio,
-                            c["peak_reserved_bytes"] / gib, pinned, "-" if diff is None else "%.2e" % diff))
-        if entry.get("model_vs_measured"):
+            st = c["step_time_s"]
+            lines.append("| %s | %.3f (%.3f-%.3f, %d) | %s | %s | %s | %s | %s |" % (
+                c["config"], st["median"], st["min"], st["max"], st["n"],
+                "%.2fx" % (st["median"] / ck["step_time_s"]["median"]) if ck else "-",
+                _gib(c["peak_reserved_bytes"]), _gib(c["peak_allocated_bytes"]), _gib(c.get("pinned_host_bytes")),
+                "-" if c.get("loss_max_abs_diff_vs_reference") is None else "%.2e" % c["loss_max_abs_diff_vs_reference"]))
+        d = entry.get("derived") or {}
+        if d.get("planner_vs_measured"):
+            lines += ["", "| planner vs measured | step s predicted | measured | error | allocated peak GiB predicted | "
+                      "measured | error |", "| --- | --- | --- | --- | --- | --- | --- |"]
+            for r in d["planner_vs_measured"]:
+                lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+                    r["config"], "-" if r["predicted_step_s"] is None else "%.3f" % r["predicted_step_s"],
+                    "-" if r["measured_step_s"] is None else "%.3f" % r["measured_step_s"], _pct(r.get("step_error")),
+                    _gib(r["predicted_allocated_peak_bytes"]), _gib(r["measured_allocated_peak_bytes"]), _pct(r.get("peak_error"))))
+            rk = d.get("ranking") or {}
             lines.append("")
-            lines.append("| model vs measured | step s predicted | measured | error | peak GiB predicted | measured allocated | error |")
-            lines.append("| --- | --- | --- | --- | --- | --- | --- |")
-            for m in entry["model_vs_measured"]:
-                ms, mp = m["measured_step_s"], m["measured_peak_allocated_bytes"]
-                lines.append("| %s | %.3f | %s | %s | %.2f | %s | %s |" % (
-                    m["config"], m["predicted_step_s"], "-" if ms is None else "%.3f" % ms,
-                    "-" if ms is None else "%+.1f%%" % (100 * (m["predicted_step_s"] / ms - 1)),
-                    m["predicted_peak_bytes"] / gib, "-" if mp is None else "%.2f" % (mp / gib),
-                    "-" if mp is None else "%+.1f%%" % (100 * (m["predicted_peak_bytes"] / mp - 1))))
-        if "compression" in entry:
-            c = entry["compression"]
-            lines.append("")
-            lines.append("compression fp8 (mlp, attn): saved activations %.1f%% of bf16 (target <= 55%%); step %.3fx "
-                         "uncompressed (target <= 1.05x); act+compress / act %s (target < 1); planner allocated "
-                         "peak %s vs measured %.2f GiB (%s; target within 5%%)"
-                         % (100 * c["saved_bytes_ratio"], c["step_ratio_vs_reference"],
-                            "%.3fx" % c["act+compress_vs_act"] if "act+compress_vs_act" in c else "-",
-                            "%.2f GiB" % (c["planner_allocated_peak_bytes"] / gib) if "planner_allocated_peak_bytes" in c else "-",
-                            c["measured_peak_allocated_bytes"] / gib,
-                            "%+.1f%%" % (100 * c["planner_error"]) if "planner_error" in c else c.get("planner", "-")))
-        if "overlap" in entry:
-            o = entry["overlap"]
-            lines.append("")
-            lines.append("overlap (vramkit-act): %.1f%% of %.3f s copy hidden (T_compute %.3f s, T_both %.3f s)"
-                         % (100 * (o["overlap"] or 0), o["t_copy_s"], o["t_compute_s"], o["t_both_s"]))
+            lines.append("order by step time: predicted %s; measured %s (%s)" % (
+                " < ".join(rk.get("predicted", [])), " < ".join(rk.get("measured", [])),
+                "same order" if rk.get("same_order") else "DIFFERENT order"))
+        if d.get("overlap"):
+            o = d["overlap"]
+            lines.append("overlap (%s): %s of %.3f s copy time hidden (T_compute %.3f s uncapped with the "
+                         "offloaded blocks kept, T_both %.3f s; target >= 80%%)" % (
+                             o["config"], "-" if o["overlap"] is None else "%.1f%%" % (100 * o["overlap"]), o["t_copy_s"],
+                             o["t_compute_s"], o["t_both_s"]))
+        t = d.get("targets") or {}
+        for base in ("full-checkpoint", "save-on-cpu", "torchtune-style"):
+            if "act_vs_" + base in t:
+                lines.append("vramkit-act / %s step time: %.3fx (target < 1)" % (base, t["act_vs_" + base]))
+        if "act_fits_cap" in t:
+            lines.append("vramkit-act fits the cap: %s" % ("yes" if t["act_fits_cap"] else "NO"))
+        cs, ref = by.get("vramkit-compress"), by.get("reference")
+        if cs and ref and cs.get("census") and ref.get("census"):
+            lines += ["", "compression fp8 e4m3 (%s), backend %s:" % (",".join(COMPRESS_MODULES), cs.get("compress_backend"))]
+            lines.append("- saved activations %.2f GiB vs bf16 run's %.2f GiB: %.1f%% (blocks only: %.1f%%; target <= 55%%)" % (
+                cs["census"]["total"] / GiB, ref["census"]["total"] / GiB, 100 * t["compress_saved_ratio_total"],
+                100 * t["compress_saved_ratio_blocks"]))
+            kinds = sorted(set(ref["census"]["by_where"]) | set(cs["census"]["by_where"]))
+            lines.append("- by where they are saved (GiB, bf16 run -> compressed): " + ", ".join(
+                "%s %.2f -> %.2f" % (k, ref["census"]["by_where"].get(k, 0) / GiB, cs["census"]["by_where"].get(k, 0) / GiB)
+                for k in kinds))
+            lines.append("- step %.3fx uncompressed (target <= 1.05x)" % t["compress_step_ratio"])
+            pc = next((r for r in d.get("planner_vs_measured", []) if r["config"] == "vramkit-compress"), None)
+            if pc:
+                lines.append("- planner allocated peak %s GiB vs measured %s GiB (%s; target within 5%%)" % (
+                    _gib(pc["predicted_allocated_peak_bytes"]), _gib(pc["measured_allocated_peak_bytes"]), _pct(pc.get("peak_error"))))
+            st = cs.get("compress_stats") or {}
+            n = max(1, len(cs.get("losses") or []))
+            lines.append("- per step: tensors compressed %d, deduplicated views %d, left alone as aliased %d (%.2f GiB)" % (
+                (st.get("compressed") or 0) // n, (st.get("deduplicated") or 0) // n, (st.get("aliased") or 0) // n,
+                (st.get("aliased_bytes") or 0) / n / GiB))
+        if "act_compress_vs_act" in t:
+            lines.append("- vramkit-act+compress (%s) / %s step time under the cap: %.3fx (target < 1)" % (
+                entry.get("act+compress_mix", "?"), t["act_compress_vs"], t["act_compress_vs_act"]))
+        if entry.get("codec"):
+            c = entry["codec"]
+            if "error" in c:
+                lines.append("- codec: %s" % c["error"])
+            else:
+                lines.append("- codec, 1 GiB bf16 (%.3f GiB payload): encode on device %.2f ms; fused encode into pinned "
+                             "memory %.2f ms (8/16/32 CTAs: %.2f/%.2f/%.2f); encode + copy %.2f ms; copying the bf16 tensor "
+                             "%.2f ms: fused / (encode + copy) %.2fx, fused / bf16 copy %.2fx; fused bytes equal the "
+                             "device encode's: %s; round trip max rel error %.4f" % (
+                                 c["payload_bytes"] / GiB, 1e3 * c["encode_device_s"], 1e3 * c["encode_fused_s"],
+                                 1e3 * c["encode_fused_s_8_ctas"], 1e3 * c["encode_fused_s_16_ctas"], 1e3 * c["encode_fused_s_32_ctas"],
+                                 1e3 * c["encode_then_copy_s"], 1e3 * c["copy_bf16_s"], c["encode_fused_s"] / c["encode_then_copy_s"],
+                                 c["encode_fused_s"] / c["copy_bf16_s"], c["fused_equals_device"], c["roundtrip_max_rel_error"]))
         lines.append("")
+    if "wall_s" in results:
+        lines.append("bench wall time %.0f s (budget %.0f s)" % (results["wall_s"], results["budget_s"]))
     return "\n".join(lines) + "\n"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="1b,3b-wide", help="any of: " + ", ".join(SHAPES))
-    ap.add_argument("--out", default="offload.json")
+    ap.add_argument("--out", default="offload-bench.json")
     ap.add_argument("--summary", default=None)
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--budget-s", type=float, default=210.0, help="stop starting configs after this")
+    ap.add_argument("--out-dir", default=None, help="scratch files (planner configs); default: --out's folder")
+    ap.add_argument("--steps", type=int, default=5, help="steps per configuration, warm-up included")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--budget-s", type=float, default=180.0, help="the whole bench stops by then")
+    ap.add_argument("--first-share", type=float, default=0.55, help="share of the budget the first shape may use")
     ap.add_argument("--cap-fraction", type=float, default=0.5, help="cap = this x the reference's peak reserved")
-    ap.add_argument("--run-one", default=None)
-    ap.add_argument("--shape", default=None)
-    ap.add_argument("--cap", type=int, default=0)
-    ap.add_argument("--mix", default=None)
+    ap.add_argument("--model", default="auto", choices=("auto", "hf", "builtin"))
+    ap.add_argument("--compress-shape", default=None, help="shape measured with compression (default: the first)")
+    ap.add_argument("--no-codec", action="store_true", help="skip the codec measurement")
+    ap.add_argument("--probe", default=None, help="vramkit probe --json file for the planner's link rate")
+    ap.add_argument("--fast-pinning", type=int, default=1, choices=(0, 1),
+                    help="1: pin host memory with cudaHostRegister from 8 threads (PyTorch's option)")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--state", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--skip", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--compress", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--codec", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     for s in args.shapes.split(","):
         if s not in SHAPES:
             ap.error("unknown shape %r (known: %s)" % (s, ", ".join(SHAPES)))
-    if args.steps <= args.warmup:
-        ap.error("--steps must exceed --warmup")
-    if args.run_one:
-        args.config = args.run_one
-        run_one(args)
-    else:
-        return orchestrate(args)
-    return 0
+    if args.steps <= args.warmup or args.warmup < 0:
+        ap.error("--steps must exceed --warmup (>= 0)")
+    if not 0 < args.cap_fraction <= 1:
+        ap.error("--cap-fraction must be in (0, 1]")
+    if not 0 < args.first_share < 1:
+        ap.error("--first-share must be in (0, 1)")
+    if args.budget_s <= 0:
+        ap.error("--budget-s must be positive")
+    if args.probe and not os.path.isfile(args.probe):
+        ap.error("--probe %s: no such file" % args.probe)
+    if args.compress_shape is None:
+        args.compress_shape = args.shapes.split(",")[0]
+    elif args.compress_shape not in args.shapes.split(","):
+        ap.error("--compress-shape %s is not among --shapes" % args.compress_shape)
+    if args.out_dir is None:
+        args.out_dir = os.path.dirname(os.path.abspath(args.out))
+    if args.worker:
+        if args.worker not in SHAPES:
+            ap.error("unknown shape %r" % args.worker)
+        args.shape = args.worker
+        args.deadline = args.deadline or time.time() + args.budget_s
+        worker(args)
+        return 0
+    return orchestrate(args)
 
 
 if __name__ == "__main__":

@@ -1,84 +1,215 @@
 #!/usr/bin/env python3
-"""The bench's orchestration without a GPU: configs are faked (one runs out of memory), and the
-JSON and summary must still carry every other result, the model's mix and its predictions."""
+"""The offload bench without a GPU: the orchestrator against fake workers (one that dies in the
+middle of a configuration and is restarted for the rest, one that overruns the budget and is cut
+off: the JSON and summary keep every result and say what happened); the derived figures
+(overlap, ratios, planner against measured, order) from a complete synthetic result; the
+planner's mixes read from the real CLI; the built-in model and the saved-bytes census on the CPU."""
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
+import textwrap
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 import offload_bench as ob  # noqa: E402
 
 GiB = 1 << 30
 
 
-def fake_spawn(args, config, shape, cap=0, mix=None, timeout=150):
-    n = ob.SHAPES[shape]["layers"]
-    if config in ("none-capped", "save-on-cpu"):
-        return {"config": config, "shape": shape, "ok": False, "error": "out of memory"}
-    step = {"reference": 1.0, "full-checkpoint": 1.3, "torchtune-style": 1.6, "vramkit-act": 1.1,
-            "vramkit-compute-only": 1.05, "vramkit-act+opt": 1.4, "vramkit-act+compress": 1.08,
-            "vramkit-compress": 1.03}[config]
-    r = {"config": config, "shape": shape, "ok": True, "mix": mix, "losses": [10.0, 9.9, 9.8],
-         "step_time_s": {"median": step, "min": step, "max": step, "n": 2},
-         "forward_s": 0.3, "backward_s": 0.6, "optimizer_s": 0.1,
-         "peak_reserved_bytes": 60 * GiB if config == "reference" else 29 * GiB,
-         "peak_allocated_bytes": 40 * GiB if config == "reference" else 28 * GiB,
-         "pinned_host_bytes": 10 * GiB, "copy_s": {"d2h": 0.2, "h2d": 0.2}}
-    if config == "reference":
-        r.update(block_bytes=[GiB] * n, block_forward_s=0.3 / n, block_input_bytes=GiB // 8,
-                 link_bytes_per_s={"d2h": 50e9, "h2d": 50e9}, saved_bytes_total=n * GiB)
-    if "compress" in config:
-        r["compress_stats"] = {"compressed": 10, "input_bytes": n * GiB // 2, "stored_bytes": n * GiB // 4,
-                               "skipped": 0, "deduplicated": 2}
+def result(config, step, reserved=20 * GiB, allocated=18 * GiB, **kw):
+    r = {"config": config, "ok": True, "losses": [10.0, 9.9, 9.8],
+         "step_time_s": {"median": step, "min": step, "max": step, "n": 3},
+         "peak_reserved_bytes": reserved, "peak_allocated_bytes": allocated}
+    r.update(kw)
     return r
 
 
+FAKE_WORKER = textwrap.dedent("""
+    import json, sys, time, os
+    args = sys.argv[1:]
+    skip = set(args[args.index("--skip") + 1].split(",")) if "--skip" in args else set()
+    mode = os.environ["FAKE_MODE"]
+    def emit(k, d):
+        print(k, json.dumps(d), flush=True)
+    emit("MODEL", {"kind": "builtin", "parameters": 1000, "device": "fake", "torch": "0"})
+    def res(c, s):
+        return {"config": c, "ok": True, "losses": [1.0, 0.9], "peak_reserved_bytes": 10, "peak_allocated_bytes": 9,
+                "step_time_s": {"median": s, "min": s, "max": s, "n": 2}}
+    if "reference" not in skip:
+        emit("BEGIN", {"config": "reference"})
+        emit("RESULT", res("reference", 1.0))
+        emit("PLAN", {"cap_bytes": 5, "plans": {}, "mixes": {"vramkit-act": ["checkpoint", "keep"]},
+                      "block_forward_s": 0.01, "link_bytes_per_s": {"d2h": 5e10, "h2d": 5e10}})
+    if "vramkit-act" not in skip:
+        emit("BEGIN", {"config": "vramkit-act"})
+        if mode == "crash":
+            print("Segmentation fault (fake)", file=sys.stderr, flush=True)
+            sys.exit(139)
+        if mode == "slow":
+            time.sleep(30)
+    emit("BEGIN", {"config": "full-checkpoint"})
+    emit("RESULT", res("full-checkpoint", 1.3))
+    emit("DONE", {})
+""")
+
+
 class Orchestration(unittest.TestCase):
-    def test_failures_do_not_lose_other_results(self):
-        ob.spawn = fake_spawn
+    def run_fake(self, mode, budget):
         with tempfile.TemporaryDirectory() as tmp:
+            worker = os.path.join(tmp, "worker.py")
+            with open(worker, "w") as f:
+                f.write(FAKE_WORKER)
             out, summ = os.path.join(tmp, "o.json"), os.path.join(tmp, "o.md")
-            sys.argv = ["offload_bench.py", "--out", out, "--summary", summ, "--shapes", "1b"]
-            args = ob.argparse.Namespace(shapes="1b", out=out, summary=summ, steps=3, warmup=1,
-                                         budget_s=100, cap_fraction=0.5)
-            ob.orchestrate(args)
+
+            def spawn(args, name, deadline, state_path, skip, env):
+                cmd = [sys.executable, worker] + (["--skip", ",".join(sorted(skip))] if skip else [])
+                return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
+                                        env=dict(env, FAKE_MODE=mode))
+
+            saved = ob.spawn_worker
+            ob.spawn_worker = spawn
+            try:
+                args = ob.argparse.Namespace(shapes="1b", out=out, summary=summ, steps=5, warmup=2, budget_s=budget,
+                                             cap_fraction=0.5, out_dir=tmp, first_share=0.55, fast_pinning=0,
+                                             model="builtin", probe=None, compress_shape="1b", no_codec=True)
+                rc = ob.orchestrate(args)
+            finally:
+                ob.spawn_worker = saved
             with open(out) as f:
                 res = json.load(f)
             with open(summ) as f:
                 text = f.read()
-        e = res["shapes"]["1b"]
-        names = [c["config"] for c in e["configs"]]
-        for n in ("reference", "none-capped", "full-checkpoint", "save-on-cpu", "torchtune-style"):
-            self.assertIn(n, names)
-        self.assertEqual(e["cap_bytes"], 30 * GiB)
-        self.assertIn("FAILED: out of memory", text)
+        return rc, res["shapes"]["1b"], text
+
+    def test_a_dead_worker_loses_only_its_configuration(self):
+        rc, e, text = self.run_fake("crash", 60)
+        self.assertEqual(rc, 0)
+        by = {c["config"]: c for c in e["configs"]}
+        self.assertTrue(by["reference"]["ok"])
+        self.assertIn("worker died", by["vramkit-act"]["error"])
+        self.assertIn("Segmentation fault", by["vramkit-act"]["error"])
+        self.assertTrue(by["full-checkpoint"]["ok"])  # the restarted worker ran the rest
+        self.assertEqual([c["config"] for c in e["configs"]].count("reference"), 1)
         self.assertIn("| full-checkpoint | 1.300", text)
-        self.assertIn("model vs measured", text)
-        self.assertTrue(e["plan"]["act"])
-        for n in ("vramkit-act", "vramkit-act+opt"):
-            self.assertIn(n, names)
-        act_mix = next(c for c in e["configs"] if c["config"] == "vramkit-act")["mix"]
-        if "offload" in act_mix:  # the overlap run exists only when blocks are offloaded
-            self.assertIn("vramkit-compute-only", names)
-            self.assertAlmostEqual(e["overlap"]["overlap"], (1.05 + 0.4 - 1.1) / 0.4)
-            self.assertIn("overlap (vramkit-act)", text)
-        else:
-            self.assertNotIn("vramkit-compute-only", names)
-        # Compression: saved bytes 1 - 1/2 + 1/4 of the reference's, step ratios.
-        self.assertAlmostEqual(e["compression"]["saved_bytes_ratio"], 0.75)
-        self.assertAlmostEqual(e["compression"]["act+compress_vs_act"], 1.08 / 1.1)
-        self.assertIn("compression fp8", text)
-        # With the CLI (ctest sets VRAMKIT_CLI) the mixes run are the planner's.
-        if os.environ.get("VRAMKIT_CLI"):
-            self.assertEqual(e["mix_source"], "vramkit plan --fit", e.get("planner"))
-            self.assertIn("planner's mix (act)", text)
-            mix = next(c for c in e["configs"] if c["config"] == "vramkit-act")["mix"]
-            self.assertEqual(mix, e["planner"]["act"]["activation_mix"])
+        self.assertIn("mix of vramkit-act (o offload, c checkpoint, k keep): ck (vramkit plan --fit)", text)
+
+    def test_a_cut_off_run_keeps_what_it_measured(self):
+        rc, e, text = self.run_fake("slow", 1)
+        by = {c["config"]: c for c in e["configs"]}
+        self.assertTrue(by["reference"]["ok"])
+        self.assertIn("cut off", by["vramkit-act"]["error"])
+        self.assertIn("CUT OFF", text)
+        self.assertIn("| reference | 1.000", text)
+
+
+class Derived(unittest.TestCase):
+    def test_figures_from_a_complete_result(self):
+        fit = {"fits": [
+            {"micro_batch": 12, "checkpointing": "full", "precision": "amp-bf16", "zero": 0, "offload": "none",
+             "step_time_s": 1.25, "allocated_peak_bytes": 19 * GiB, "device_peak_bytes": 21 * GiB},
+            {"micro_batch": 12, "activation_mix": ["offload", "checkpoint", "keep"], "optimizer_offload": False,
+             "compress_activations": "none", "step_time_s": 1.08, "allocated_peak_bytes": 17 * GiB},
+            {"micro_batch": 12, "activation_mix": ["offload", "offload", "keep"], "optimizer_offload": True,
+             "compress_activations": "none", "step_time_s": 1.5, "allocated_peak_bytes": 15 * GiB}]}
+        uncapped = {"fits": [{"micro_batch": 12, "checkpointing": "none", "precision": "amp-bf16", "zero": 0,
+                              "offload": "none", "step_time_s": 0.95, "allocated_peak_bytes": 40 * GiB}]}
+        shape = dict(ob.SHAPES["1b"])
+        entry = {"shape": shape, "cap_bytes": 30 * GiB, "link_bytes_per_s": {"d2h": 5e10, "h2d": 5e10},
+                 "block_forward_s": 0.006, "mixes": {"vramkit-act": ["offload", "checkpoint", "keep"]},
+                 "plans": {"fit": {"json": fit}, "fit-uncapped": {"json": uncapped}},
+                 "configs": [
+                     result("reference", 1.0, 60 * GiB, 41 * GiB, census={"total": 100, "blocks": 90, "by_where": {"mlp": 50}}),
+                     result("vramkit-act", 1.1, 29 * GiB, 17 * GiB, copy_s={"d2h": 0.2, "h2d": 0.2},
+                            mix=["offload", "checkpoint", "keep"]),
+                     result("vramkit-compute-only", 1.05),
+                     result("vramkit-act+opt", 1.4),
+                     result("vramkit-compress", 1.03, census={"total": 52, "blocks": 45, "by_where": {"mlp": 26}},
+                            compress_stats={"compressed": 3, "deduplicated": 1, "aliased": 1, "aliased_bytes": GiB}),
+                     result("vramkit-act+compress", 1.0, mix=["offload", "checkpoint", "keep"]),
+                     result("full-checkpoint", 1.3),
+                     result("save-on-cpu", 2.2),
+                     {"config": "none-capped", "ok": False, "error": "out of memory"}]}
+        res = {"date": "d", "cap_fraction": 0.5, "budget_s": 1, "shapes": {"1b": entry}}
+        ob.derive(res)
+        d = entry["derived"]
+        self.assertAlmostEqual(d["overlap"]["overlap"], (1.05 + 0.4 - 1.1) / 0.4)
+        self.assertAlmostEqual(d["targets"]["act_vs_full-checkpoint"], 1.1 / 1.3)
+        self.assertAlmostEqual(d["targets"]["act_vs_save-on-cpu"], 1.1 / 2.2)
+        self.assertTrue(d["targets"]["act_fits_cap"])
+        self.assertAlmostEqual(d["targets"]["compress_saved_ratio_total"], 0.52)
+        self.assertAlmostEqual(d["targets"]["compress_saved_ratio_blocks"], 0.5)
+        self.assertEqual(d["targets"]["act_compress_vs"], "vramkit-act")  # the same mix
+        rows = {r["config"]: r for r in d["planner_vs_measured"]}
+        self.assertAlmostEqual(rows["vramkit-act"]["peak_error"], 0.0)
+        self.assertAlmostEqual(rows["full-checkpoint"]["step_error"], 1.25 / 1.3 - 1)
+        self.assertAlmostEqual(rows["reference"]["step_error"], -0.05)
+        self.assertEqual(d["ranking"]["measured"], ["reference", "vramkit-act", "full-checkpoint", "vramkit-act+opt"])
+        self.assertTrue(d["ranking"]["same_order"])
+        text = ob.summarize(res)
+        for needle in ("overlap (vramkit-act): 87.5%", "same order", "saved activations", "52.0%",
+                       "| none-capped | out of memory", "vramkit-act / save-on-cpu step time: 0.500x"):
+            self.assertIn(needle, text)
+
+
+@unittest.skipUnless(os.environ.get("VRAMKIT_CLI"), "needs the vramkit CLI (VRAMKIT_CLI)")
+class Planner(unittest.TestCase):
+    def test_mixes_from_the_cli(self):
+        shape = dict(ob.SHAPES["1b"])
+        with tempfile.TemporaryDirectory() as tmp:
+            plans = ob.planner_runs(shape, 34 << 30, tmp, None)
+        for key in ("fit", "fit-lossy", "fit-uncapped", "vramkit-compress"):
+            self.assertIn("json", plans[key], plans[key].get("error"))
+        ch = ob.planner_choices(plans, shape)
+        self.assertIn("reference", ch)
+        self.assertIn("full-checkpoint", ch)
+        self.assertEqual(len(ch["vramkit-act"]["mix"]), shape["layers"])
+        self.assertLess(ch["vramkit-act"]["allocated_peak_bytes"], 34 << 30)
+        self.assertLess(ch["full-checkpoint"]["allocated_peak_bytes"], ch["reference"]["allocated_peak_bytes"])
+        c = ch["vramkit-compress"]
+        self.assertLess(c["stored_bytes_per_block"], 0.55 * c["saved_bytes_per_block"])
+
+
+class CpuModel(unittest.TestCase):
+    def test_builtin_model_and_census(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("no torch")
+        import vramkit
+        from vramkit import fp8_codec
+        from vramkit.activation_offload import find_blocks
+
+        shape = dict(d=64, layers=2, heads=4, ffn=128, vocab=128, batch=4, seq=64)  # CPU BLAS may be slow
+        model, loss_fn = ob.build_builtin(shape, "cpu")
+        ob.init_weights(model)
+        x = ob.make_tokens(shape, 1, "cpu")[0]
+        census = ob.Census(model, find_blocks(model))
+        with census:
+            loss = loss_fn(model, x)
+        loss.backward()
+        r = census.result()
+        self.assertGreater(r["blocks"], 0)
+        self.assertEqual(sum(r["per_block"]), r["blocks"])
+        self.assertTrue({"norm", "attn-linear", "attn-core", "mlp", "outside"} <= set(r["by_where"]), r["by_where"])
+        if fp8_codec.default_backend(torch.device("cpu")) is None:
+            return
+        comp = vramkit.compress_activations(blocks=find_blocks(model), modules=ob.COMPRESS_MODULES)
+        c2 = ob.Census(model, find_blocks(model), inner=comp)
+        model.zero_grad()
+        with c2:
+            loss2 = loss_fn(model, x)
+        loss2.backward()
+        self.assertEqual(float(loss2), float(loss))
+        r2 = c2.result()
+        self.assertEqual(r2["by_where"]["attn-core"], r["by_where"]["attn-core"])  # never compressed
+        self.assertLess(r2["by_where"]["mlp"], 0.35 * r["by_where"]["mlp"])  # fp32 -> fp8 here
+        self.assertLess(r2["blocks"], 0.6 * r["blocks"])
 
 
 if __name__ == "__main__":

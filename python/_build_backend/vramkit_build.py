@@ -2,7 +2,8 @@
 `pip install ./python` works without network access).
 
 The wheel holds the `vramkit` package, the `vramkit_torch` module and, when found or built, the
-`vramkit` executable (vramkit/bin/) and libvramkit_torch.so (beside vramkit_torch.py).
+`vramkit` executable (vramkit/bin/), libvramkit_torch.so (beside vramkit_torch.py) and
+libvramkit_compress.so (the fp8 codec, in vramkit/).
 """
 
 import base64
@@ -49,6 +50,7 @@ def _build_with_cmake():
     subprocess.run(["cmake", "--build", build, "--target", "vramkit_cli"], check=True)
     # The allocator library exists only in CUDA builds; build it when the target is there.
     subprocess.run(["cmake", "--build", build, "--target", "vramkit_torch"], check=False)
+    subprocess.run(["cmake", "--build", build, "--target", "vramkit_compress_c"], check=False)
     return _find_built()
 
 
@@ -65,6 +67,9 @@ def _files():
         out.append((cli, "vramkit/bin/vramkit"))
         if lib:
             out.append((lib, "libvramkit_torch.so"))
+        codec = os.path.join(os.path.dirname(cli), "libvramkit_compress.so")
+        if os.path.isfile(codec):
+            out.append((codec, "vramkit/libvramkit_compress.so"))
     return out, native is not None
 
 

@@ -199,6 +199,7 @@ class offload_activations:
         if int(encode_ctas) < 1:
             raise ValueError("offload_activations: encode_ctas must be >= 1")
         self.encode_ctas = int(encode_ctas)
+        self._fused_encode = True
         self.outside = outside
         self.min_bytes = int(min_bytes)
         self.prefetch = int(prefetch)
@@ -381,7 +382,7 @@ class offload_activations:
 
         backend = comp.backend_for(x.device)
         n = x.numel()
-        if backend != "cuda":
+        if backend != "cuda" or not self._fused_encode:
             p = comp.pack_contiguous(x)
             if p.q.device.type == "cuda" or self.offload_cpu_tensors:
                 p.q = self._offload(p.q)
@@ -397,8 +398,16 @@ class offload_activations:
         copy.wait_stream(compute)
         with torch.cuda.stream(copy):
             start = self._timing_start(copy)
-            fp8_codec.encode(x, comp.fmt, "cuda", q=rec.host[:nq], scales=rec.host[nq:].view(torch.float32),
-                             stream=copy, max_ctas=self.encode_ctas)
+            try:
+                fp8_codec.encode(x, comp.fmt, "cuda", q=rec.host[:nq], scales=rec.host[nq:].view(torch.float32),
+                                 stream=copy, max_ctas=self.encode_ctas)
+            except RuntimeError as e:
+                # Pinned memory a kernel cannot reach (registered without a device mapping):
+                # encode on the device and copy, from now on.
+                self._fused_encode = False
+                self._stats["fused_encode_refused"] = str(e)
+                rec.host = None
+                return self._store_compressed(x, comp)
             rec.d2h_event = torch.cuda.Event(enable_timing=self.timing)
             rec.d2h_event.record(copy)
             self._timing_end(start, rec.d2h_event, nbytes, "d2h")

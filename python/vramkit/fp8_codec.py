@@ -54,8 +54,11 @@ def find_library(path=None):
 
 
 def library():
-    """The loaded codec library, or None (library_error() says why)."""
+    """The loaded codec library, or None (library_error() says why; VRAMKIT_NO_COMPRESS_LIB=1
+    keeps it unloaded)."""
     global _LIB, _LIB_ERROR
+    if _LIB is None and _LIB_ERROR is None and os.environ.get("VRAMKIT_NO_COMPRESS_LIB"):
+        _LIB_ERROR = "not loaded: VRAMKIT_NO_COMPRESS_LIB is set"
     if _LIB is None and _LIB_ERROR is None:
         try:
             lib = ctypes.CDLL(find_library())

@@ -37,9 +37,10 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
 std::string compress_option::to_string() const {
   if (!enabled) return "none";
   std::string s = e5m2 ? "fp8-e5m2:" : "fp8:";
-  if (mlp) s += "mlp";
-  if (attn) s += mlp ? ",attn" : "attn";
-  return s;
+  std::string mods;
+  for (const auto& [on, name] : {std::pair{mlp, "mlp"}, {attn, "attn"}, {norm, "norm"}})
+    if (on) mods += (mods.empty() ? "" : ",") + std::string(name);
+  return s + mods;
 }
 
 compress_option parse_compress_option(std::string_view value) {
@@ -53,14 +54,14 @@ compress_option parse_compress_option(std::string_view value) {
   if (colon != std::string_view::npos) {
     head = value.substr(0, colon);
     mods = value.substr(colon + 1);
-    if (mods.empty()) throw bad("name the modules after ':' (mlp, attn or mlp,attn)");
+    if (mods.empty()) throw bad("name the modules after ':' (a comma list of mlp, attn and norm)");
   }
   if (head == "fp8" || head == "fp8-e4m3")
     c.e5m2 = false;
   else if (head == "fp8-e5m2")
     c.e5m2 = true;
   else
-    throw bad("use none, fp8[:mlp,attn] or fp8-e5m2[:mlp,attn]");
+    throw bad("use none, fp8[:MODULES] or fp8-e5m2[:MODULES]");
   c.enabled = true;
   if (mods.empty()) {
     c.mlp = c.attn = true;
@@ -71,8 +72,10 @@ compress_option parse_compress_option(std::string_view value) {
       c.mlp = true;
     else if (m == "attn")
       c.attn = true;
+    else if (m == "norm")
+      c.norm = true;
     else
-      throw bad(fmt::format("module '{}' is not mlp or attn", m));
+      throw bad(fmt::format("module '{}' is not mlp, attn or norm", m));
   }
   return c;
 }
@@ -127,19 +130,42 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   const bool amp = r.prec == precision::amp_bf16 || r.prec == precision::amp_fp16;
   const double low = r.prec == precision::fp32 ? 4 : 2;  // bytes of the GEMM inputs
   const double resid = (r.prec == precision::fp32 || amp) ? 4 : 2;
-  const double rows = static_cast<double>(r.micro_batch * r.seq);
-  const double h = static_cast<double>(t.hidden), f = static_cast<double>(t.intermediate);
-  double elems = 0;
+  const auto rows = static_cast<double>(r.micro_batch * r.seq);
+  const auto h = static_cast<double>(t.hidden);
+  const auto f = static_cast<double>(t.intermediate);
+  // Elements vramkit.compress_activations stores per block, and their bytes uncompressed.
+  double elems = 0, bytes = 0;
+  const auto add = [&](double n, double b) {
+    elems += n;
+    bytes += n * b;
+  };
   if (c.enabled) {
-    if (c.attn) elems += 2 * rows * h;  // q/k/v projections' shared input, o_proj's input
-    if (c.mlp) elems += rows * h + (t.mlp == mlp_kind::swiglu ? 4 : 2) * rows * f;
+    // Separate q/k/v projections under autocast each save their own cast of the norm's fp32
+    // output; a fused projection, or no cast, saves one. o_proj's input is a view of the
+    // attention output the attention kernel saves anyway: left alone (it would add bytes).
+    const bool separate = m.family == model_family::llama || m.family == model_family::moe ||
+                          m.family == model_family::bert;
+    if (c.attn) add((amp && separate ? 3 : 1) * rows * h, low);
+    if (c.mlp) {
+      // Gated MLPs: gate and up each cast the input under autocast, and save their outputs,
+      // the activation's output and the product; GELU MLPs: the input, fc1's output and the
+      // activation's output.
+      if (t.mlp == mlp_kind::swiglu)
+        add((amp ? 2 : 1) * rows * h + 4 * rows * f, low);
+      else
+        add(rows * h + 2 * rows * f, low);
+    }
+    // RMSNorm saves its input and its normalized output, LayerNorm its input: two norms a block.
+    if (c.norm) add((t.layer_norm ? 2 : 4) * rows * h, resid);
   }
-  const double compressible = std::min(elems * low, 0.9 * static_cast<double>(saved));
+  const double compressible = std::min(bytes, 0.9 * static_cast<double>(saved));
+  const double comp_elems = bytes > 0 ? elems * compressible / bytes : 0.0;
   s.compressible_bytes_per_block = static_cast<std::uint64_t>(compressible);
-  const double comp_elems = compressible / low;
   const double hbm = gpu.hbm_bytes_per_s * k_kernel_efficiency;
-  s.pack_s_per_block = comp_elems * (2 * low + k_fp8_bytes) / hbm;
-  s.unpack_s_per_block = comp_elems * (k_fp8_bytes + low) / hbm;
+  // One kernel each way (libvramkit_compress.so): read the tensor, write fp8 + scales; read
+  // them back, write the tensor.
+  s.pack_s_per_block = (compressible + comp_elems * k_fp8_bytes) / hbm;
+  s.unpack_s_per_block = s.pack_s_per_block;
 
   auto& in = s.inputs;
   in.block_bytes = static_cast<std::uint64_t>(static_cast<double>(saved) - compressible +
@@ -147,12 +173,13 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   in.input_bytes = static_cast<std::uint64_t>(rows * h * resid);
   // Compute: the cost model's step split between the blocks (their share of the parameters)
   // and the rest, per micro-batch.
-  const double T = estimate_step_time(m, r, gpu, o);
-  const double P = static_cast<double>(base.parameters);
+  const double step_s = estimate_step_time(m, r, gpu, o);
+  const auto params = static_cast<double>(base.parameters);
   const double embed = static_cast<double>(t.vocab) * h * (t.tied_embeddings ? 1 : 2);
-  const double frac = P > embed ? (P - embed) / P : 1.0;
-  const double mbs = static_cast<double>(r.batch / r.data_parallel() / r.micro_batch);
-  const double per_micro = T / mbs;
+  const double frac = params > embed ? (params - embed) / params : 1.0;
+  const auto micro_batches = r.batch / r.data_parallel() / r.micro_batch;  // whole micro-batches
+  const auto mbs = static_cast<double>(micro_batches);
+  const double per_micro = step_s / mbs;
   in.t_fwd_s = per_micro * frac / 3 / s.n_blocks + (c.enabled ? s.pack_s_per_block : 0);
   in.t_bwd_s = 2 * per_micro * frac / 3 / s.n_blocks + (c.enabled ? s.unpack_s_per_block : 0);
   in.other_time_s = per_micro * (1 - frac);
@@ -174,7 +201,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
     const double w = r.prec == precision::bf16 ? 2 : 4;
     const auto est = estimate_optimizer_offload(base.parameters, master_weights::none,
                                                 s.link.bytes_per_s, s.link.bytes_per_s);
-    other += static_cast<double>(est.device_buffer_bytes) - 2 * w * P;
+    other += static_cast<double>(est.device_buffer_bytes) - 2 * w * params;
     s.optimizer_host_bytes = est.host_bytes;
     s.optimizer_time_s = est.step_time_s;
   }
@@ -274,7 +301,7 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
     c.allocated_peak_bytes = best->allocated_peak_bytes;
     c.host_peak_bytes = best->host_pinned_bytes;
     c.step_time_s = best->step_time_s;
-    for (auto b : best->mix) c.activation_mix.push_back(to_string(b));
+    for (auto b : best->mix) c.activation_mix.emplace_back(to_string(b));
     c.compress_activations = best->compress.to_string();
     c.optimizer_offload = best->optimizer;
     c.reasons.push_back(
@@ -285,8 +312,8 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
                            best->estimate.overlap * 100, best->estimate.copy_s * 1e3)
              : std::string()));
     if (best->compress.enabled)
-      c.reasons.push_back("activations compressed to " + best->compress.to_string() +
-                          " (lossy, --allow-lossy)");
+      c.reasons.emplace_back("activations compressed to " + best->compress.to_string() +
+                             " (lossy, --allow-lossy)");
     if (best->optimizer)
       c.reasons.push_back("Adam moments in pinned host memory (vramkit.OffloadedAdamW)");
     c.reasons.push_back(fmt::format("device peak {} of {}, pinned host {}",

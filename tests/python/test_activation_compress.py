@@ -176,14 +176,56 @@ class Selection(unittest.TestCase):
 
 def check_bound(test, t, back, fmt, extra_rel=0.0):
     """|back - t| within fp8's stated error: relative in the normal range, else the block's
-    subnormal step."""
+    subnormal step; plus the restored dtype's own rounding (relative, and half of its smallest
+    subnormal step: fp16 values below 2^-14 are restored on a grid of 2^-24)."""
     rel = 2.0 ** -4 if fmt == "e4m3" else 2.0 ** -3
     mant, min_exp = (3, -6) if fmt == "e4m3" else (2, -14)
     x, y = t.float().reshape(-1), back.float().reshape(-1)
     blocks = torch.nn.functional.pad(x.abs(), (0, (-x.numel()) % 128)).view(-1, 128).amax(1)
     scale = (blocks / ac.FORMATS[fmt][1]).repeat_interleave(128)[: x.numel()]
     bound = torch.maximum((rel + extra_rel) * x.abs(), scale * 2.0 ** (min_exp - mant))
+    if back.dtype == torch.float16:
+        bound = bound + 2.0 ** -25
     test.assertTrue(bool(((x - y).abs() <= bound * 1.0001 + 1e-30).all()), float(((x - y).abs() - bound).max()))
+
+
+@unittest.skipUnless(fp8_codec.library() is not None, "libvramkit_compress.so not built")
+class CodecLibrary(unittest.TestCase):
+    def test_bad_arguments_are_refused(self):
+        x = torch.randn(300)
+        with self.assertRaisesRegex(ValueError, "contiguous"):
+            fp8_codec.encode(torch.randn(20, 30).t(), "e4m3", "host")
+        with self.assertRaisesRegex(ValueError, "cannot encode"):
+            fp8_codec.encode(x, "e4m3", "cuda")
+        with self.assertRaisesRegex(ValueError, "q needs 384"):
+            fp8_codec.encode(x, "e4m3", "host", q=torch.empty(100, dtype=torch.uint8), scales=torch.empty(3))
+        with self.assertRaisesRegex(ValueError, "dtype"):
+            fp8_codec.encode(torch.arange(10), "e4m3", "host")
+        with self.assertRaisesRegex(ValueError, "fmt"):
+            fp8_codec.encode(x, "e3m4", "host")
+        lib = fp8_codec.library()
+        self.assertEqual(lib.vramkit_fp8_encode(x.data_ptr(), 7, 300, 0, None, None, 0, None, 0), -1)
+        with self.assertRaisesRegex(RuntimeError, "element type 7"):
+            fp8_codec._check(-1)
+        self.assertEqual(lib.vramkit_fp8_encode(x.data_ptr(), 0, 300, 0, None, None, 0, None, 0), -1)
+        with self.assertRaisesRegex(RuntimeError, "null pointer"):
+            fp8_codec._check(-1)
+
+    def test_host_code_round_trip_and_exact_codes(self):
+        # 448 (the largest e4m3 value) and -1.75 * 2^-3 are e4m3 values: with a block amax of 448
+        # (scale ~1) they come back up to the scale's own rounding.
+        x = torch.tensor([448.0, -0.21875, 0.0, 1.0] + [0.5] * 200)
+        q, s = fp8_codec.encode(x, "e4m3", "host")
+        self.assertEqual(q.numel(), 256)
+        self.assertEqual(s.numel(), 2)
+        self.assertEqual(int(q[0]), 0x7E)
+        self.assertEqual(int(q[2]), 0)
+        self.assertEqual(float(s[0]), float(torch.tensor(448.0) * (1.0 / 448.0)))
+        back = fp8_codec.decode(q, s, x.numel(), "e4m3", torch.float32, "host")
+        self.assertLessEqual(abs(float(back[0]) - 448.0), 448.0 * 2.0 ** -20)  # the amax: exact up to the scale's rounding
+        self.assertLessEqual(abs(float(back[1]) + 0.21875), 0.21875 * 2.0 ** -20)
+        check_bound(self, x, back, "e4m3")
+        self.assertTrue(torch.equal(q[204:], torch.zeros(52, dtype=torch.uint8)))  # padding
 
 
 @unittest.skipUnless(HAS_CODEC, "no fp8 backend on the CPU (torch < 2.1 and no libvramkit_compress.so)")

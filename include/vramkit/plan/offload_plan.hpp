@@ -18,13 +18,14 @@
 
 namespace vramkit::plan {
 
-/// `--compress-activations none|fp8[:MODULES]|fp8-e5m2[:MODULES]`, MODULES a comma list of mlp
-/// and attn (default both), as vramkit.compress_activations stores them: 1 byte per element plus
-/// one fp32 scale per 128 elements.
+/// `--compress-activations none|fp8[:MODULES]|fp8-e5m2[:MODULES]`, MODULES a comma list of mlp,
+/// attn and norm (default mlp,attn), as vramkit.compress_activations stores them: 1 byte per
+/// element plus one fp32 scale per 128 elements.
 struct compress_option {
   bool enabled = false;
   bool mlp = false;   ///< every saved tensor inside the MLP module
   bool attn = false;  ///< the inputs of the attention projections (never softmax statistics)
+  bool norm = false;  ///< what the norms save (their fp32 inputs and normalized outputs in amp)
   bool e5m2 = false;  ///< e5m2 instead of e4m3
   [[nodiscard]] std::string to_string() const;
 };

@@ -160,6 +160,9 @@ void* device_address(const void* p, const char* what) {
   if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged)
     return const_cast<void*>(p);
   if (a.type == cudaMemoryTypeHost && a.devicePointer != nullptr) return a.devicePointer;
+  if (a.type == cudaMemoryTypeHost)
+    throw invalid_input(std::string("fp8 codec: ") + what +
+                        " is pinned host memory without a device mapping");
   throw invalid_input(std::string("fp8 codec: ") + what +
                       " is pageable host memory: a kernel can reach only device or pinned memory");
 }

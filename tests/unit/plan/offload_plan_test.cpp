@@ -12,7 +12,7 @@
 namespace vramkit::plan {
 namespace {
 
-struct OffloadPlan : ::testing::Test {
+struct OffloadPlan : ::testing::Test {  // NOLINT(readability-identifier-naming): gtest's name
   model_description m = preset_model("tinyllama-1.1b");
   plan_request r;
   const gpu_spec& gpu = find_gpu("h200");
@@ -61,6 +61,17 @@ TEST_F(OffloadPlan, CompressionHalvesStoredBytesAndCountsPackTime) {
   const auto mlp = with(0, "fp8:mlp"), both = with(0, "fp8:mlp,attn");
   EXPECT_LT(mlp.setup.compressible_bytes_per_block, both.setup.compressible_bytes_per_block);
   EXPECT_LT(both.allocated_peak_bytes, with(0).allocated_peak_bytes);
+  // With the norms (fp32 in amp) the stored bytes reach half of bf16's: what the attention
+  // kernel saves (q, k, v, output, log-sum-exp) stays.
+  const auto all = with(0, "fp8:mlp,attn,norm");
+  EXPECT_GT(all.setup.compressible_bytes_per_block, both.setup.compressible_bytes_per_block);
+  const double ratio = static_cast<double>(all.setup.inputs.block_bytes) /
+                       static_cast<double>(all.setup.saved_bytes_per_block);
+  EXPECT_LT(ratio, 0.55);
+  EXPECT_GT(ratio, 0.40);
+  const double without_norm = static_cast<double>(both.setup.inputs.block_bytes) /
+                              static_cast<double>(both.setup.saved_bytes_per_block);
+  EXPECT_GT(without_norm, 0.65);  // the fp32 norm tensors dominate what is left
 }
 
 TEST_F(OffloadPlan, OptimizerOffloadMovesTheMoments) {
@@ -90,6 +101,9 @@ TEST(OffloadPlanOptions, CompressOption) {
   const auto d = parse_compress_option("fp8-e5m2:attn");
   EXPECT_TRUE(d.enabled && !d.mlp && d.attn && d.e5m2);
   EXPECT_EQ(d.to_string(), "fp8-e5m2:attn");
+  const auto n = parse_compress_option("fp8:norm,mlp");
+  EXPECT_TRUE(n.norm && n.mlp && !n.attn);
+  EXPECT_EQ(n.to_string(), "fp8:mlp,norm");
   for (const char* bad : {"fp4", "fp8:", "fp8:softmax", "fp8:mlp,", "int8"})
     EXPECT_THROW(parse_compress_option(bad), invalid_input) << bad;
 }
