@@ -10,7 +10,10 @@
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/version.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+// The whole command; every exception of the subcommands is caught here.
+int run_command_line(int argc, char** argv) {
   CLI::App app{"vramkit: GPU memory (VRAM/HBM) and host memory (DDR) as one system"};
   app.name("vramkit");
   app.set_version_flag("--version", vramkit::build_summary());
@@ -53,4 +56,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   return ctx.exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_command_line(argc, argv);
+  } catch (const std::exception& e) {
+    // Setting up the subcommands failed (out of memory): nothing has run yet.
+    std::fprintf(stderr, "vramkit: %s\n", e.what());
+    return 1;
+  } catch (...) {
+    std::fputs("vramkit: unexpected error\n", stderr);
+    return 1;
+  }
 }

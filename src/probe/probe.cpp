@@ -29,7 +29,7 @@ void check_sections(const std::set<std::string>& only) {
     if (std::find(valid.begin(), valid.end(), s) != valid.end()) continue;
     std::string list;
     for (const auto& v : valid) list.append(list.empty() ? "" : ", ").append(v);
-    throw invalid_input("--only: unknown section '" + s + "' (valid: " + list + ")");
+    throw invalid_input(fmt::format("--only: unknown section '{}' (valid: {})", s, list));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -45,12 +46,16 @@ TEST(SlurmGres, ShardsPerGpuRoundDownAfterReservedAndHeadroom) {
 }
 
 TEST(SlurmGres, GpuTypeNames) {
-  EXPECT_EQ(slurm_gpu_type("NVIDIA H200"), "h200");
-  EXPECT_EQ(slurm_gpu_type("NVIDIA H100 80GB HBM3"), "h100");
-  EXPECT_EQ(slurm_gpu_type("NVIDIA A100-SXM4-80GB"), "a100");
-  EXPECT_EQ(slurm_gpu_type("Tesla V100-SXM2-16GB"), "v100");
-  EXPECT_EQ(slurm_gpu_type("Fake GPU"), "gpu");
-  EXPECT_EQ(slurm_gpu_type(""), "gpu");
+  // Product names as NVML reports them -> the Gres type.
+  const std::pair<const char*, const char*> names[] = {
+      {"NVIDIA H200", "h200"},
+      {"NVIDIA H100 80GB HBM3", "h100"},
+      {"NVIDIA A100-SXM4-80GB", "a100"},
+      {"Tesla V100-SXM2-16GB", "v100"},
+      {"Fake GPU", "gpu"},
+      {"", "gpu"},
+  };
+  for (const auto& [product, type] : names) EXPECT_EQ(slurm_gpu_type(product), type) << product;
 }
 
 TEST(SlurmGres, WritesGresConfNodeLineAndSubmitSettings) {

@@ -32,6 +32,11 @@ shutil.copytree(os.path.join(args.data, "host"), host, symlinks=True)
 cgroups = os.path.join(args.data, "..", "cluster", "cgroup")
 shutil.copy(os.path.join(cgroups, "k8s-systemd-v2-containerd.txt"), os.path.join(host, "proc", "4242", "cgroup"))
 shutil.copy(os.path.join(cgroups, "slurm-v2.txt"), os.path.join(host, "proc", "4343", "cgroup"))
+# Their /proc/<pid>/stat, which attribution reads first (field 22, the start time, keys its cache).
+for pid, comm in (("4242", "python3"), ("4343", "vllm")):
+    with open(os.path.join(host, "proc", pid, "stat"), "w") as f:
+        f.write(f"{pid} ({comm}) S 1 {pid} {pid} 0 -1 4194560 1000 0 0 0 50 10 0 0 20 0 8 0 123456 "
+                "1000000 2000 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0\n")
 
 
 def tm(*a, check_rc=True):
