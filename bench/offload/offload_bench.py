@@ -700,6 +700,8 @@ def planner_runs(shape, cap, out_dir, probe):
     runs = {"fit": base + cap_gpu + ["--fit", "--json"],
             "fit-lossy": base + cap_gpu + ["--fit", "--allow-lossy", "--json"] + comp,
             "fit-uncapped": base + h200 + ["--fit", "--json"],
+            "reference": base + h200 + ["--json"],
+            "full-checkpoint": base + h200 + ["--checkpointing", "full", "--json"],
             "vramkit-compress": base + h200 + comp + ["--json"]}
     out = {}
     for key, argv in runs.items():
@@ -736,18 +738,25 @@ def planner_choices(plans, shape):
         out[cfg] = {"mix": f["activation_mix"], "allocated_peak_bytes": f.get("allocated_peak_bytes"),
                     "device_peak_bytes": f.get("device_peak_bytes"), "step_time_s": f.get("step_time_s"),
                     "host_bytes": f.get("host_peak_bytes"), "compress": f.get("compress_activations")}
-    # The plain configurations' figures: the fit's candidates without offload (full
-    # checkpointing is among the capped fit's when it fits the cap).
-    for key, cfg, ck in (("fit-uncapped", "reference", "none"), ("fit", "full-checkpoint", "full"),
-                         ("fit-uncapped", "full-checkpoint", "full")):
-        if cfg in out:
+    # The plain configurations: the allocated peak from their own plan (amp-bf16, AdamW), the
+    # time from the fit's cost model for the same layout (its candidates without offload; the
+    # time does not depend on amp-bf16 against bf16, so either precision's candidate serves).
+    for cfg, ck in (("reference", "none"), ("full-checkpoint", "full")):
+        j = (plans.get(cfg) or {}).get("json")
+        if not j:
             continue
-        for f in fits(key):
-            if (f.get("micro_batch") == shape["batch"] and f.get("checkpointing") == ck and not f.get("activation_mix")
-                    and f.get("precision") == "amp-bf16" and f.get("zero", 0) == 0 and f.get("offload", "none") == "none"):
-                out[cfg] = {"allocated_peak_bytes": f.get("allocated_peak_bytes"), "step_time_s": f.get("step_time_s"),
-                            "device_peak_bytes": f.get("device_peak_bytes")}
-                break
+        entry = {"allocated_peak_bytes": j.get("allocated_peak_bytes"), "device_peak_bytes": j.get("device_peak_bytes"),
+                 "step_time_s": None}
+        cands = [f for key in ("fit", "fit-uncapped") for f in fits(key)
+                 if f.get("micro_batch") == shape["batch"] and f.get("checkpointing") == ck and not f.get("activation_mix")
+                 and f.get("precision") in ("amp-bf16", "bf16") and f.get("zero", 0) == 0
+                 and f.get("offload", "none") == "none" and f.get("optimizer", "adamw") == "adamw"
+                 and not f.get("lora_rank") and f.get("quant", "none") == "none"]
+        cands.sort(key=lambda f: f.get("precision") != "amp-bf16")
+        if cands:
+            entry["step_time_s"] = cands[0].get("step_time_s")
+            entry["time_from"] = "fit candidate, %s" % cands[0].get("precision")
+        out[cfg] = entry
     j = (plans.get("vramkit-compress") or {}).get("json")
     if j and "offload" in j:
         o = j["offload"]

@@ -3,6 +3,7 @@
 #include "vramkit/plan/offload_plan.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -287,6 +288,7 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
   r.offload = offload_kind::none;
   r.validate(m);
   // The best mix without and with optimizer offload: two candidates, ranked with the rest.
+  std::vector<fit_candidate> offloads;
   for (const bool optimizer : {false, true}) {
     std::optional<offload_plan> best;
     try {
@@ -320,9 +322,28 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
                                     format_bytes(static_cast<double>(c.device_peak_bytes)),
                                     format_bytes(static_cast<double>(opt.capacity_bytes)),
                                     format_bytes(static_cast<double>(c.host_peak_bytes))));
+    offloads.push_back(c);
     res.fits.push_back(std::move(c));
   }
   rank_fits(res, opt.max_results);
+  // Both offload candidates stay listed (they are what vramkit.offload_activations and
+  // OffloadedAdamW run): one the ranking cut takes the place of the slowest plain configuration.
+  const auto same = [](const fit_candidate& a, const fit_candidate& b) {
+    return a.optimizer_offload == b.optimizer_offload && a.activation_mix == b.activation_mix &&
+           a.compress_activations == b.compress_activations;
+  };
+  for (auto& c : offloads) {
+    if (std::any_of(res.fits.begin(), res.fits.end(),
+                    [&](const fit_candidate& f) { return same(f, c); }))
+      continue;
+    if (res.fits.size() >= opt.max_results) {
+      const auto last_plain = std::find_if(res.fits.rbegin(), res.fits.rend(),
+                                           [](const auto& f) { return f.activation_mix.empty(); });
+      if (last_plain == res.fits.rend()) continue;
+      res.fits.erase(std::next(last_plain).base());
+    }
+    res.fits.push_back(std::move(c));
+  }
   return res;
 }
 
