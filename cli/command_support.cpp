@@ -1,4 +1,5 @@
-// Helpers shared by the subcommands: reading an input file, waiting for SIGINT/SIGTERM.
+// Helpers shared by the subcommands: the options several take, opening the GPUs, reading an input
+// file, waiting for SIGINT/SIGTERM.
 #include <pthread.h>
 
 #include <filesystem>
@@ -11,8 +12,51 @@
 #include "commands.hpp"
 #include "vramkit/cluster/process_attribution.hpp"
 #include "vramkit/core/error.hpp"
+#include "vramkit/monitor/gpu_source.hpp"
 
 namespace vramkit::cli {
+
+CLI::Option* add_fake_gpus_option(CLI::App& cmd, std::string& path) {
+  return cmd.add_option(
+      "--fake-gpus", path,
+      "Read GPUs from a JSON fixture instead of the driver (reloaded when it changes)");
+}
+
+CLI::Option* add_host_root_option(CLI::App& cmd, std::string& dir) {
+  return cmd.add_option("--host-root", dir, "Read /proc and /sys under this directory (tests)")
+      ->group("");
+}
+
+CLI::Option* add_bind_option(CLI::App& cmd, std::string& address) {
+  return cmd.add_option("--bind", address, "Address to listen on")->capture_default_str();
+}
+
+CLI::Option* add_api_url_option(CLI::App& cmd, std::optional<std::string>& url,
+                                const std::string& used_for) {
+  return cmd.add_option("--api-url", url,
+                        "Kubernetes API over plain HTTP (a kubectl proxy sidecar), " + used_for);
+}
+
+void check_api_url(const std::optional<std::string>& url) {
+  if (url && url->rfind("http://", 0) != 0)
+    throw invalid_input(
+        fmt::format("--api-url '{}' must be a plain http:// URL (a kubectl proxy)", *url));
+}
+
+void check_tcp_port(const char* flag, int port, int lowest) {
+  if (port < lowest || port > 65535)
+    throw invalid_input(fmt::format("{} {} is not a TCP port ({}-65535)", flag, port, lowest));
+}
+
+std::shared_ptr<nvml_api> open_gpus(const std::string& fake_gpus) {
+  auto source = monitor::open_gpu_source(fake_gpus);
+  if (!source) {
+    throw error(fmt::format(
+        "cannot read the GPUs: {} (on a machine without the NVIDIA driver, pass --fake-gpus FILE)",
+        source.error().reason));
+  }
+  return *source;
+}
 
 std::string read_input_file(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);

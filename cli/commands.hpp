@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,10 @@
 #include <CLI/CLI.hpp>
 
 #include "vramkit/monitor/process_owner.hpp"
+
+namespace vramkit {
+class nvml_api;
+}
 
 namespace vramkit::cli {
 
@@ -64,6 +69,28 @@ std::vector<CLI::Option*> add_extender_options(CLI::App& cmd, extender_args& a);
 /// Serves the kube-scheduler extender until SIGINT or SIGTERM; `command` names the command in the
 /// line that says where it listens.
 void run_extender(const extender_args& a, const std::string& command);
+
+// Options that several subcommands take, with one spelling and one help text each.
+
+/// --fake-gpus FILE: GPUs from a fixture (the format of testing::fake_nvml) instead of the driver.
+CLI::Option* add_fake_gpus_option(CLI::App& cmd, std::string& path);
+/// --host-root DIR: /proc and /sys read under DIR (tests); hidden from --help.
+CLI::Option* add_host_root_option(CLI::App& cmd, std::string& dir);
+/// --bind ADDRESS: the address a server listens on.
+CLI::Option* add_bind_option(CLI::App& cmd, std::string& address);
+/// --api-url URL: the Kubernetes API over plain HTTP (a kubectl proxy), with what it is used for.
+CLI::Option* add_api_url_option(CLI::App& cmd, std::optional<std::string>& url,
+                                const std::string& used_for);
+
+/// Throws invalid_input unless `url` is unset or a plain http:// URL (what a kubectl proxy serves).
+void check_api_url(const std::optional<std::string>& url);
+/// Throws invalid_input "FLAG N is not a TCP port (LOWEST-65535)" outside that range.
+void check_tcp_port(const char* flag, int port, int lowest = 0);
+
+/// The GPUs of --fake-gpus `fake_gpus` or, when empty, the driver's. Throws error "cannot read the
+/// GPUs: REASON (...pass --fake-gpus FILE)" when the driver is missing or unusable, invalid_input
+/// for a bad fixture.
+std::shared_ptr<nvml_api> open_gpus(const std::string& fake_gpus);
 
 /// The text of the file at `path`; throws invalid_input "cannot read WHAT 'PATH'".
 std::string read_input_file(const std::string& path, const char* what);

@@ -1,16 +1,17 @@
 // `vramkit extender`: the kube-scheduler extender (filter, prioritize and optionally bind verbs)
 // over the live figures of the nodes' `vramkit serve` exporters. Parses, builds the library
 // objects, serves.
-#include <condition_variable>
 #include <cstdio>
+#include <map>
 #include <memory>
-#include <mutex>
+#include <string>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "commands.hpp"
 #include "vramkit/cluster/background_scraper.hpp"
+#include "vramkit/cluster/discovery_loop.hpp"
 #include "vramkit/cluster/exporter_discovery.hpp"
 #include "vramkit/cluster/exporter_scraper.hpp"
 #include "vramkit/cluster/extender.hpp"
@@ -28,9 +29,9 @@ namespace {
 // API calls (binding, discovery) must answer well inside kube-scheduler's 5 s default
 // httpTimeout for the bind verb.
 constexpr std::chrono::milliseconds api_timeout{3000};
-// Node discovery: retried quickly until the first list succeeds, then refreshed at this period.
-constexpr std::chrono::seconds discovery_retry{5};
-constexpr std::chrono::seconds discovery_period{30};
+// Node discovery: retried quickly until the first list succeeds, then refreshed at a slower period.
+constexpr cluster::discovery_schedule discovery_every{std::chrono::seconds(5),
+                                                      std::chrono::seconds(30)};
 
 // Refuses the combinations that would leave a flag without effect.
 void check_combinations(const extender_args& a) {
@@ -60,72 +61,60 @@ void check_combinations(const extender_args& a) {
         "(--scrape-interval, --bind-verb or discovery): use --max-sample-age");
   if (!background && a.max_sample_age)
     throw invalid_input("--max-sample-age needs background scraping (--scrape-interval)");
-  if (a.exporter_port && (*a.exporter_port <= 0 || *a.exporter_port > 65535))
-    throw invalid_input(
-        fmt::format("--exporter-port {} is not a TCP port (1-65535)", *a.exporter_port));
-  if (a.api_url && a.api_url->rfind("http://", 0) != 0)
-    throw invalid_input(
-        fmt::format("--api-url '{}' must be a plain http:// URL (a kubectl proxy)", *a.api_url));
+  if (a.exporter_port) check_tcp_port("--exporter-port", *a.exporter_port, 1);
+  check_api_url(a.api_url);
 }
 
-// Re-lists the exporter pods and hands the node map to the scraper until stopped.
-class discovery_loop {
- public:
-  discovery_loop(std::shared_ptr<cluster::background_scraper> scraper, std::string api_url,
-                 std::string ns, std::string selector, int port)
-      : scraper_(std::move(scraper)),
-        api_url_(std::move(api_url)),
-        ns_(std::move(ns)),
-        selector_(std::move(selector)),
-        port_(port) {}
-  ~discovery_loop() { stop(); }
+// The background scraping settings of the flags; with `background` set, refuses an interval of
+// zero and an age limit shorter than the interval.
+cluster::background_options background_settings(const extender_args& a,
+                                                std::chrono::milliseconds timeout,
+                                                bool background) {
+  cluster::background_options bo;
+  bo.timeout = timeout;
+  if (a.scrape_interval) bo.interval = parse_duration(*a.scrape_interval, "--scrape-interval");
+  if (a.max_sample_age) bo.max_age = parse_duration(*a.max_sample_age, "--max-sample-age");
+  if (background && bo.interval.count() == 0)
+    throw invalid_input("--scrape-interval must be above zero");
+  if (background && bo.max_age < bo.interval)
+    throw invalid_input(fmt::format(
+        "--max-sample-age ({} ms) is shorter than --scrape-interval ({} ms): every sample would "
+        "be stale",
+        bo.max_age.count(), bo.interval.count()));
+  return bo;
+}
 
-  /// Lists once on the calling thread; returns the node count or the reason it failed.
-  result<std::size_t> refresh() {
-    auto found = cluster::discover_exporters(api_url_, ns_, selector_, port_, api_timeout);
-    if (!found) return found.error();
-    const std::size_t n = found->size();
-    scraper_->set_nodes(std::move(*found));
-    return n;
+// Lists the exporter pods once (a failure is said and retried) and starts the thread that keeps
+// the scraper's node map current; `nodes_text` says what the first list found.
+std::unique_ptr<cluster::discovery_loop> start_discovery(
+    const extender_args& a, const std::shared_ptr<cluster::background_scraper>& scraper,
+    std::string& nodes_text) {
+  const std::string selector = a.discover_selector.value_or("app=vramkit-exporter");
+  auto discover = std::make_unique<cluster::discovery_loop>(
+      [url = *a.api_url, ns = *a.discover_namespace, selector,
+       port = a.exporter_port.value_or(9410)] {
+        return cluster::discover_exporters(url, ns, selector, port, api_timeout);
+      },
+      [scraper](std::map<std::string, std::string> nodes) { scraper->set_nodes(std::move(nodes)); },
+      [](const std::string& reason) {
+        std::fprintf(stderr, "vramkit extender: node discovery failed: %s\n", reason.c_str());
+      },
+      discovery_every);
+  auto first = discover->refresh();
+  if (first) {
+    nodes_text =
+        fmt::format("{} nodes from pods {} in {}", *first, selector, *a.discover_namespace);
+  } else {
+    std::fprintf(
+        stderr, "vramkit extender: node discovery failed (retrying every %llds): %s\n",
+        static_cast<long long>(
+            std::chrono::duration_cast<std::chrono::seconds>(discovery_every.retry).count()),
+        first.error().reason.c_str());
+    nodes_text = "0 nodes yet (discovery retrying)";
   }
-
-  void start(bool listed) {
-    thread_ = std::thread([this, listed] {
-      bool ok = listed;
-      std::unique_lock lock(mutex_);
-      while (!stopping_) {
-        wake_.wait_for(lock, ok ? std::chrono::seconds(discovery_period) : discovery_retry,
-                       [this] { return stopping_; });
-        if (stopping_) break;
-        lock.unlock();
-        auto r = refresh();
-        if (!r)
-          std::fprintf(stderr, "vramkit extender: node discovery failed: %s\n",
-                       r.error().reason.c_str());
-        ok = r.has_value();
-        lock.lock();
-      }
-    });
-  }
-
-  void stop() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  std::shared_ptr<cluster::background_scraper> scraper_;
-  std::string api_url_, ns_, selector_;
-  int port_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::thread thread_;
-};
+  discover->start(first.has_value());
+  return discover;
+}
 
 }  // namespace
 
@@ -142,17 +131,7 @@ void run_extender(const extender_args& a, const std::string& command) {
   if (timeout.count() == 0) throw invalid_input("--scrape-timeout must be above zero");
   const bool discovery = a.discover_namespace.has_value();
   const bool background = a.scrape_interval || a.bind_verb || discovery;
-  cluster::background_options bo;
-  bo.timeout = timeout;
-  if (a.scrape_interval) bo.interval = parse_duration(*a.scrape_interval, "--scrape-interval");
-  if (a.max_sample_age) bo.max_age = parse_duration(*a.max_sample_age, "--max-sample-age");
-  if (background && bo.interval.count() == 0)
-    throw invalid_input("--scrape-interval must be above zero");
-  if (background && bo.max_age < bo.interval)
-    throw invalid_input(fmt::format(
-        "--max-sample-age ({} ms) is shorter than --scrape-interval ({} ms): every sample would "
-        "be stale",
-        bo.max_age.count(), bo.interval.count()));
+  const cluster::background_options bo = background_settings(a, timeout, background);
   std::chrono::milliseconds reservation_ttl = std::chrono::minutes(5);
   if (a.reservation_ttl) {
     reservation_ttl = parse_duration(*a.reservation_ttl, "--reservation-ttl");
@@ -163,8 +142,7 @@ void run_extender(const extender_args& a, const std::string& command) {
   const std::size_t node_count = urls.size();
   if (!cluster::extender_server_available())
     throw error("built without libmicrohttpd: " + command + " is not available in this build");
-  if (a.port < 0 || a.port > 65535)
-    throw invalid_input(fmt::format("--port {} is not a TCP port (0-65535)", a.port));
+  check_tcp_port("--port", a.port);
 
   // Threads started from here on inherit the blocked SIGINT/SIGTERM.
   stop_signals stop;
@@ -198,23 +176,9 @@ void run_extender(const extender_args& a, const std::string& command) {
     lookup = binder->effective_lookup();
   }
 
-  std::unique_ptr<discovery_loop> discover;
   std::string nodes_text = fmt::format("{} nodes", node_count);
-  if (discovery) {
-    const std::string selector = a.discover_selector.value_or("app=vramkit-exporter");
-    discover =
-        std::make_unique<discovery_loop>(background_scraper, *a.api_url, *a.discover_namespace,
-                                         selector, a.exporter_port.value_or(9410));
-    auto first = discover->refresh();
-    if (first)
-      nodes_text =
-          fmt::format("{} nodes from pods {} in {}", *first, selector, *a.discover_namespace);
-    else
-      std::fprintf(stderr, "vramkit extender: node discovery failed (retrying every %llds): %s\n",
-                   static_cast<long long>(discovery_retry.count()), first.error().reason.c_str());
-    if (!first) nodes_text = "0 nodes yet (discovery retrying)";
-    discover->start(first.has_value());
-  }
+  std::unique_ptr<cluster::discovery_loop> discover;
+  if (discovery) discover = start_discovery(a, background_scraper, nodes_text);
   if (background_scraper) background_scraper->start();
 
   cluster::extender_server server(std::move(lookup), config, a.bind, a.port);
@@ -258,9 +222,7 @@ std::vector<CLI::Option*> add_extender_options(CLI::App& cmd, extender_args& a) 
       cmd.add_flag("--bind-verb", a.bind_verb,
                    "serve POST /bind: reserve the GPU per pod, annotate the pod, create its "
                    "Binding (needs --api-url)"),
-      cmd.add_option("--api-url", a.api_url,
-                     "Kubernetes API over plain HTTP (a kubectl proxy sidecar), for --bind-verb "
-                     "and discovery"),
+      add_api_url_option(cmd, a.api_url, "for --bind-verb and discovery"),
       cmd.add_option("--reservation-ttl", a.reservation_ttl,
                      "how long a reservation waits for the pod's process to show (default 5m)"),
       cmd.add_option("--scrape-interval", a.scrape_interval,
@@ -285,7 +247,7 @@ void add_extender_command(CLI::App& app, command_context& ctx) {
   add_extender_options(*sub, *a);
   sub->add_option("--port", a->port, "TCP port (0 picks a free one and prints it)")
       ->capture_default_str();
-  sub->add_option("--bind", a->bind, "Address to listen on")->capture_default_str();
+  add_bind_option(*sub, a->bind);
   sub->callback([a, &ctx] {
     run_extender(*a, "vramkit extender");
     ctx.exit_code = 0;

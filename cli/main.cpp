@@ -2,7 +2,6 @@
 // (0 ok, 1 runtime failure, 2 usage error) with one line on stderr.
 #include <cstdio>
 #include <exception>
-#include <new>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -31,11 +30,8 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
+  } catch (const CLI::Success& e) {
+    // --help, --help-all and --version: CLI11 prints them and answers 0.
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line naming what is wrong; CLI11's messages name the flag or value.
@@ -45,10 +41,8 @@ int main(int argc, char** argv) {
     // Bad input from the user, named by the library: a usage error.
     std::fprintf(stderr, "vramkit: %s\n", e.what());
     return 2;
-  } catch (const std::bad_alloc& e) {
-    std::fprintf(stderr, "vramkit: %s\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
+    // A runtime failure, out of memory (std::bad_alloc) included.
     std::fprintf(stderr, "vramkit: %s\n", e.what());
     return 1;
   }

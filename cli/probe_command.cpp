@@ -1,11 +1,9 @@
 // `vramkit probe`: measures the host and GPU memory hierarchy and prints the table (stdout),
 // progress (stderr), and optionally JSON and a self-contained HTML page.
-#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -14,7 +12,6 @@
 #include "commands.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/units.hpp"
-#include "vramkit/probe/gpu_probe.hpp"
 #include "vramkit/probe/probe.hpp"
 #include "vramkit/probe/report_html.hpp"
 #include "vramkit/probe/report_json.hpp"
@@ -44,27 +41,6 @@ void write_file(const std::string& path, const std::string& text, const char* wh
   if (!out) throw invalid_input(fmt::format("{}: cannot write '{}'", what, path));
   out << text;
   if (!out.flush()) throw error(fmt::format("{}: writing '{}' failed", what, path));
-}
-
-// The first requested section that measured nothing (skipped whole: no GPU, one GPU for p2p...),
-// or the whole run when it measured nothing at all. A skip's key names its section as "gpu",
-// "host.latency" or "gpu0.zerocopy"; "gpu" skips every GPU section at once.
-std::optional<std::string> unmeasured_section(const probe::probe_report& report,
-                                              const std::set<std::string>& only) {
-  const auto gpu_sections = probe::gpu_probe_sections();
-  for (const auto& skip : report.skips) {
-    if (skip.failed) continue;
-    const auto dot = skip.key.rfind('.');
-    const std::string tail = dot == std::string::npos ? skip.key : skip.key.substr(dot + 1);
-    for (const auto& section : only) {
-      const bool gpu_section =
-          std::find(gpu_sections.begin(), gpu_sections.end(), section) != gpu_sections.end();
-      if (tail == section || (skip.key == "gpu" && gpu_section))
-        return "section '" + section + "' was skipped: " + skip.reason;
-    }
-  }
-  if (report.results.empty() && report.curves.empty()) return std::string("the probe");
-  return std::nullopt;
 }
 
 void run(probe_args& a, command_context& ctx) {
@@ -124,7 +100,7 @@ void run(probe_args& a, command_context& ctx) {
   if (probe::has_failures(report)) {
     std::fprintf(stderr, "vramkit: probe: a result failed its verification (see FAILED above)\n");
     ctx.exit_code = 1;
-  } else if (auto missing = unmeasured_section(report, o.only)) {
+  } else if (auto missing = probe::unmeasured_section(report, o.only)) {
     std::fprintf(stderr, "vramkit: probe: %s: nothing measured (exit 3)\n", missing->c_str());
     ctx.exit_code = 3;
   }

@@ -32,8 +32,7 @@ void run_serve(const serve_args& a) {
   if (!mon::exporter_built())
     throw error("built without libmicrohttpd: vramkit serve is not available in this build");
   const int port = a.port.value_or(9410);
-  if (port < 0 || port > 65535)
-    throw invalid_input("--port " + std::to_string(port) + " is not a TCP port (0-65535)");
+  check_tcp_port("--port", port);
   auto interval = mon::parse_interval(a.interval);
   auto gpus = mon::open_gpu_source(a.fake_gpus);
   if (!gpus)
@@ -73,19 +72,15 @@ void add_serve_command(CLI::App& app, command_context& ctx) {
       app.add_subcommand("serve", "Prometheus exporter and live web page of GPU and host memory");
   sub->add_option("--port", args->port,
                   "TCP port (default 9410; 0 picks a free one and prints it)");
-  sub->add_option("--bind", args->bind, "Address to listen on")->capture_default_str();
+  add_bind_option(*sub, args->bind);
   const std::vector<CLI::Option*> exporter_only = {
       sub->add_option("--interval", args->interval, "Sampling interval (1s, 500ms)")
           ->capture_default_str(),
-      sub->add_option(
-          "--fake-gpus", args->fake_gpus,
-          "Read GPUs from a JSON fixture instead of the driver (reloaded when it changes)"),
+      add_fake_gpus_option(*sub, args->fake_gpus),
       sub->add_option("--history", args->history, "Samples kept for the live page (1-1000000)")
           ->check(CLI::Range(std::size_t{1}, std::size_t{1000000}))
           ->capture_default_str(),
-      sub->add_option("--host-root", args->host_root,
-                      "Read /proc and /sys under this directory (tests)")
-          ->group(""),
+      add_host_root_option(*sub, args->host_root),
   };
   // The former spelling of `vramkit extender`, kept working: its options need the flag, and the
   // exporter's own options are refused with it.

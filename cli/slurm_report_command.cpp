@@ -1,24 +1,14 @@
 // `vramkit slurm report`: Slurm jobs that asked for far more GPU memory than they used, from
 // sacct (run here, or its --parsable2 output from a file or stdin).
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <iterator>
 #include <string>
-#include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "vramkit/cluster/slurm_report.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/units.hpp"
-#include "vramkit/monitor/safe_text.hpp"
 
 namespace vramkit::cli {
 namespace {
@@ -31,49 +21,6 @@ struct report_args {
   std::string min_unused = "1GiB";
   bool json = false;
 };
-
-// Runs `sacct` with a fixed argument list (no shell) and returns its standard output; throws
-// error with its exit status or why it could not start.
-std::string run_sacct(const std::string& since) {
-  const std::string fields = std::string("--format=") + std::string(cluster::sacct_report_fields);
-  const std::string start = "--starttime=" + since;
-  std::vector<const char*> argv = {"sacct",       "--parsable2",  "--allusers",
-                                   start.c_str(), fields.c_str(), nullptr};
-  int fds[2];
-  if (pipe(fds) != 0) throw error(fmt::format("cannot run sacct: {}", std::strerror(errno)));
-  const pid_t pid = fork();
-  if (pid < 0) throw error(fmt::format("cannot run sacct: {}", std::strerror(errno)));
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    execvp("sacct", const_cast<char* const*>(argv.data()));
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n > 0) {
-      out.append(buf, static_cast<std::size_t>(n));
-    } else if (n == 0 || errno != EINTR) {
-      break;
-    }
-  }
-  close(fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
-    throw error("cannot run sacct (not on PATH): give its output with --sacct FILE");
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw error(
-        fmt::format("sacct failed (exit status {})", WIFEXITED(status) ? WEXITSTATUS(status) : -1));
-  return out;
-}
-
-std::string bytes_text(std::uint64_t b) { return format_bytes(static_cast<double>(b)); }
 
 void run_report(const report_args& a, command_context& ctx) {
   if (!(a.min_ratio >= 1.0)) throw invalid_input("--min-ratio must be at least 1");
@@ -89,61 +36,14 @@ void run_report(const report_args& a, command_context& ctx) {
   } else if (!a.sacct_file.empty()) {
     text = read_input_file(a.sacct_file, "sacct output");
   } else {
-    text = run_sacct(a.since);
+    text = cluster::run_sacct(a.since);
   }
   const auto jobs = cluster::parse_sacct_usage(text, shard_bytes);
   const auto r = cluster::over_requested_jobs(jobs, rule);
-  if (a.json) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const auto& j : r.over_requested) {
-      rows.push_back({{"job_id", j.job_id},
-                      {"name", j.name},
-                      {"user", j.user},
-                      {"state", j.state},
-                      {"requested_bytes", *j.requested_bytes},
-                      {"requested_from", j.requested_from},
-                      {"peak_bytes", *j.peak_bytes},
-                      {"unused_bytes", *j.requested_bytes - *j.peak_bytes}});
-    }
-    nlohmann::json out{{"schema_version", 1},
-                       {"jobs", r.jobs},
-                       {"judged", r.judged},
-                       {"without_usage", r.without_usage},
-                       {"requested_bytes", r.requested_bytes},
-                       {"used_bytes", r.used_bytes},
-                       {"min_ratio", rule.min_ratio},
-                       {"min_unused_bytes", rule.min_unused_bytes},
-                       {"over_requested", std::move(rows)}};
-    std::puts(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  } else {
-    std::printf(
-        "%zu jobs read, %zu with a request and a recorded peak (gres/gpumem), %zu without "
-        "a recorded peak\n",
-        r.jobs, r.judged, r.without_usage);
-    if (r.judged > 0) {
-      std::printf("asked %s, used at peak %s (%.0f%%)\n", bytes_text(r.requested_bytes).c_str(),
-                  bytes_text(r.used_bytes).c_str(),
-                  r.requested_bytes > 0 ? 100.0 * static_cast<double>(r.used_bytes) /
-                                              static_cast<double>(r.requested_bytes)
-                                        : 0.0);
-    }
-    std::printf("%zu asked for at least %.3gx what they used and %s more:\n",
-                r.over_requested.size(), rule.min_ratio, bytes_text(rule.min_unused_bytes).c_str());
-    if (!r.over_requested.empty()) {
-      std::printf("%-14s %-12s %-20s %-11s %11s %11s %6s %11s  %s\n", "JOB", "USER", "NAME",
-                  "STATE", "ASKED", "PEAK", "USED", "UNUSED", "FROM");
-      for (const auto& j : r.over_requested) {
-        std::printf(
-            "%-14s %-12s %-20s %-11s %11s %11s %5.0f%% %11s  %s\n",
-            monitor::printable(j.job_id).c_str(), monitor::printable(j.user.substr(0, 12)).c_str(),
-            monitor::printable(j.name.substr(0, 20)).c_str(),
-            monitor::printable(j.state.substr(0, 11)).c_str(),
-            bytes_text(*j.requested_bytes).c_str(), bytes_text(*j.peak_bytes).c_str(),
-            100.0 * static_cast<double>(*j.peak_bytes) / static_cast<double>(*j.requested_bytes),
-            bytes_text(*j.requested_bytes - *j.peak_bytes).c_str(), j.requested_from.c_str());
-      }
-    }
-  }
+  if (a.json)
+    std::puts(cluster::to_json(r, rule).c_str());
+  else
+    std::fputs(cluster::to_text(r, rule).c_str(), stdout);
   ctx.exit_code = 0;
 }
 

@@ -6,12 +6,12 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <thread>
 
 #include "commands.hpp"
 #include "vramkit/core/error.hpp"
+#include "vramkit/monitor/csv_writer.hpp"
 #include "vramkit/monitor/gpu_source.hpp"
 #include "vramkit/monitor/recording.hpp"
 #include "vramkit/monitor/sampler.hpp"
@@ -49,27 +49,6 @@ std::string host_only_notice(const result<std::shared_ptr<nvml_api>>& gpus) {
   return e.reason + ": showing host memory only";
 }
 
-// Appends CSV lines to a file, writing the header first when the file is new or empty.
-class csv_sink {
- public:
-  explicit csv_sink(const std::string& path) : path_(path) {
-    std::error_code ec;
-    bool fresh = !std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) == 0;
-    out_.open(path, std::ios::app);
-    if (!out_) throw invalid_input("cannot write CSV file " + path);
-    if (fresh) out_ << mon::csv_header() << '\n';
-  }
-  void write(const mon::sample& s) {
-    for (const auto& line : mon::to_csv_lines(s)) out_ << line << '\n';
-    out_.flush();
-    if (!out_) throw error("writing " + path_ + " failed");
-  }
-
- private:
-  std::string path_;
-  std::ofstream out_;
-};
-
 void run_replay(const watch_args& a) {
   auto rec = mon::read_recording(a.replay);
   for (const auto& e : rec.errors)
@@ -80,7 +59,7 @@ void run_replay(const watch_args& a) {
   if (!(a.speed > 0)) throw invalid_input("--speed must be greater than 0");
   auto max_gap = mon::parse_interval(a.max_gap);
   if (!a.csv.empty()) {  // conversion: every sample of the recording into the CSV file
-    csv_sink sink(a.csv);
+    mon::csv_writer sink(a.csv);
     for (const auto& s : rec.samples) sink.write(s);
   }
   if (a.once) {
@@ -115,7 +94,7 @@ void run_watch(const watch_args& a, command_context& ctx) {
   mon::sampler sampler(std::move(gpus), so);
   sampler.validate_devices();
 
-  std::optional<csv_sink> csv;
+  std::optional<mon::csv_writer> csv;
   if (!a.csv.empty()) csv.emplace(a.csv);
 
   if (a.once) {
@@ -194,11 +173,8 @@ void add_watch_command(CLI::App& app, command_context& ctx) {
                   "Replay: a longer gap between two samples is skipped, not waited through")
       ->capture_default_str()
       ->needs(replay);
-  sub->add_option("--fake-gpus", args->fake_gpus,
-                  "Read GPUs from a JSON fixture instead of the driver (reloaded when it changes)");
-  sub->add_option("--host-root", args->host_root,
-                  "Read /proc and /sys under this directory (tests)")
-      ->group("");
+  add_fake_gpus_option(*sub, args->fake_gpus);
+  add_host_root_option(*sub, args->host_root);
   sub->callback([args, &ctx] { run_watch(*args, ctx); });
 }
 

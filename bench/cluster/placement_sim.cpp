@@ -295,6 +295,7 @@ struct placement_choice {
 struct run_result {
   bool stable = true;
   double p95_wait = 0;
+  double p95_wait_late = 0;  // of the jobs that arrived in the second half of the window
   double mean_wait = 0;
   std::size_t jobs = 0;        // arrivals in the measurement window
   std::size_t attempts = 0;    // starts, including ones that ran out of memory
@@ -303,7 +304,7 @@ struct run_result {
   double mem_used = 0;         // time-averaged real bytes / total GPU memory
   double busy_gpus = 0;        // time-averaged share of GPUs with at least one job
   double slowdown = 0;         // mean elapsed / work of completed jobs
-  double occupancy_drift = 0;  // |second half - first half| / mean of jobs running (steady state)
+  double occupancy_drift = 0;  // (second half - first half) / mean of the jobs in the system
   std::size_t gpu_count = 0;
 };
 
@@ -326,7 +327,7 @@ class simulation {
         advance(jobs_[next].arrival);
         const int j = static_cast<int>(next++);
         state_[static_cast<std::size_t>(j)].request = jobs_[static_cast<std::size_t>(j)].request;
-        if (!waiting_.empty() || !try_start(j)) enqueue(j);
+        if (!try_start(j)) enqueue(j);  // tried at once, as a new pod is, queue or not
       } else {
         const event e = events_.top();
         events_.pop();
@@ -539,7 +540,9 @@ class simulation {
       if (pol_ == policy::shards)
         st.whole_retry = true;
       else
-        st.request = static_cast<std::uint64_t>(static_cast<double>(st.request) * k_retry_growth);
+        st.request =
+            std::min(max_total_,
+                     static_cast<std::uint64_t>(static_cast<double>(st.request) * k_retry_growth));
       enqueue(j);
       return true;  // the attempt consumed the decision; the job waits again
     }
@@ -645,17 +648,74 @@ class simulation {
     drain();
   }
 
-  // Queued jobs in arrival order; a few that still do not fit may be skipped (bounded backfill).
-  // Each queued job is tried at most once per call.
+  // The most one GPU can take now under the policy's own view, in the unit need() uses: bytes
+  // (the largest idle GPU for whole GPUs, the largest free partition, the most room by requests
+  // or by vramkit's view) or free slots (shards). A necessary condition only; choose() decides.
+  std::uint64_t room() const {
+    std::uint64_t best = 0;
+    for (const node& nd : nodes_) {
+      for (const gpu& x : nd.gpus) {
+        std::uint64_t r = 0;
+        switch (pol_) {
+          case policy::whole_gpu:
+            r = x.jobs == 0 ? x.total : 0;
+            break;
+          case policy::shards:
+            r = static_cast<std::uint64_t>(k_shards_per_gpu - x.jobs);
+            break;
+          case policy::mig:
+            for (const partition& p : x.parts)
+              if (p.holder < 0) r = std::max(r, p.bytes);
+            break;
+          case policy::hami:
+            r = x.jobs < k_hami_split ? x.total - std::min(x.total, x.requested) : 0;
+            break;
+          case policy::requests_spread:
+            r = x.total - std::min(x.total, x.requested);
+            break;
+          case policy::vramkit_pack:
+          case policy::vramkit_spread:
+            r = x.total - std::min(x.total, x.vramkit_used);
+            break;
+        }
+        best = std::max(best, r);
+      }
+    }
+    return best;
+  }
+
+  std::uint64_t need(int j) const {
+    const job_state& st = state_[static_cast<std::size_t>(j)];
+    switch (pol_) {
+      case policy::whole_gpu:
+        return jobs_[static_cast<std::size_t>(j)].real;
+      case policy::shards:
+        return st.whole_retry ? k_shards_per_gpu : 1;
+      default:
+        return st.request;
+    }
+  }
+
+  // Queued jobs in arrival order, every one that could fit tried, as kube-scheduler retries its
+  // unschedulable pods on a cluster event and Slurm backfills: a large request at the head does
+  // not hold back the small ones behind it. At most 64 full decisions per event.
   void drain() {
-    std::size_t skipped = 0, i = 0, budget = waiting_.size();
-    while (i < waiting_.size() && skipped < 8 && budget-- > 0) {
+    std::size_t i = 0, budget = waiting_.size(), decisions = 0;
+    std::uint64_t r = room();
+    while (i < waiting_.size() && budget-- > 0 && decisions < 64) {
       const int j = waiting_[i];
+      if (need(j) > r) {
+        ++i;
+        continue;
+      }
+      ++decisions;
       waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
-      if (try_start(j)) continue;  // started, or ran out of memory and queued again at the end
+      if (try_start(j)) {  // started, or ran out of memory and queued again at the end
+        r = room();
+        continue;
+      }
       waiting_.insert(waiting_.begin() + static_cast<std::ptrdiff_t>(i), j);
       ++i;
-      ++skipped;
     }
   }
 
@@ -666,8 +726,9 @@ class simulation {
     const double mid = (warmup_ + horizon_) / 2;
     const double a1 = std::clamp(now_, warmup_, mid), b1 = std::clamp(t, warmup_, mid);
     const double a2 = std::clamp(now_, mid, horizon_), b2 = std::clamp(t, mid, horizon_);
-    occ_first_ += static_cast<double>(running_jobs_) * (b1 - a1);
-    occ_second_ += static_cast<double>(running_jobs_) * (b2 - a2);
+    const double in_system = static_cast<double>(running_jobs_ + waiting_.size());
+    occ_first_ += in_system * (b1 - a1);
+    occ_second_ += in_system * (b2 - a2);
     now_ = t;
   }
 
@@ -677,21 +738,24 @@ class simulation {
     r.stable = stable_;
     if (!stable_) {
       r.p95_wait = std::numeric_limits<double>::infinity();
-      r.mean_wait = r.p95_wait;
+      r.mean_wait = r.p95_wait_late = r.p95_wait;
       return r;
     }
-    std::vector<double> waits;
+    std::vector<double> waits, late;
+    const double mid = (warmup_ + horizon_) / 2;
     for (std::size_t i = 0; i < jobs_.size(); ++i) {
       if (jobs_[i].arrival < warmup_ || jobs_[i].arrival > horizon_) continue;
       if (state_[i].start < 0) {  // never placed: the cluster cannot hold the stream
         r.stable = false;
-        r.p95_wait = r.mean_wait = std::numeric_limits<double>::infinity();
+        r.p95_wait = r.mean_wait = r.p95_wait_late = std::numeric_limits<double>::infinity();
         return r;
       }
       waits.push_back(state_[i].start - jobs_[i].arrival);
+      if (jobs_[i].arrival >= mid) late.push_back(waits.back());
     }
     r.jobs = waits.size();
     r.p95_wait = waits.empty() ? 0 : percentile(waits, 0.95);
+    r.p95_wait_late = late.empty() ? 0 : percentile(late, 0.95);
     double sum = 0;
     for (double w : waits) sum += w;
     r.mean_wait = waits.empty() ? 0 : sum / static_cast<double>(waits.size());
@@ -703,7 +767,7 @@ class simulation {
     r.busy_gpus = busy_integral_ / (span * static_cast<double>(gpu_count_));
     r.slowdown = completed_ > 0 ? slowdown_sum_ / static_cast<double>(completed_) : 0;
     const double m = (occ_first_ + occ_second_) / span;
-    r.occupancy_drift = m > 0 ? std::fabs(occ_second_ - occ_first_) / (span / 2) / m : 0;
+    r.occupancy_drift = m > 0 ? (occ_second_ - occ_first_) / (span / 2) / m : 0;
     return r;
   }
 
@@ -746,11 +810,12 @@ run_result run_once(policy p, int nodes, double rate, const std::vector<workload
   return sim.run();
 }
 
-// Within the target at steady state: the queue stays bounded, the p95 wait is within the target,
-// and the jobs running in the second half of the window are within 5% of the first half's (a
-// system whose occupancy still climbs is not at steady state, whatever its waits so far).
+// Within the target at steady state: the queue stays bounded, the p95 wait is within the target
+// over the window and over its second half alone, and the jobs in the system (running or queued)
+// grow by at most 10% from the first half of the window to the second. Memory-packed GPUs can be
+// overloaded without a queue: every job is placed, all run slower, and the running set grows.
 bool meets(const run_result& r, double target) {
-  return r.stable && r.p95_wait <= target && r.occupancy_drift <= 0.05;
+  return r.stable && r.p95_wait <= target && r.p95_wait_late <= target && r.occupancy_drift <= 0.10;
 }
 
 // The largest arrival rate at which `nodes` keep the p95 wait within the target (bisection; the
@@ -836,7 +901,7 @@ int main(int argc, char** argv) {
       "- jobs: Poisson arrivals; 90%% batch jobs (exponential run time, mean 1) drawn uniformly "
       "from the workloads below, a quarter of the training ones on 2, 4 or 8 GPUs of one node; "
       "10%% long-running inference services (mean 5); real use = estimate x a measured/predicted "
-      "ratio of the planner's H200 accuracy (0.91-1.10); %s\n",
+      "ratio of the planner's H200 accuracy (0.92-1.10); %s\n",
       s.hand_requests ? "requests written by hand: estimate x a factor log-uniform in [0.9, 2.5], "
                         "rounded up to 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 120 or 140 GiB"
                       : "requests = estimate + 10%, whole GiB (the planner's)");
@@ -851,8 +916,8 @@ int main(int argc, char** argv) {
   std::printf("- seed %u\n", s.seed);
   std::printf(
       "- measured from t=%.0f to t=%.0f (mean batch run times), after a warm-up of %.0f; "
-      "target: p95 queue wait <= %.3g at steady state (jobs running in the two halves of the "
-      "window within 5%%)\n\n",
+      "target: p95 queue wait <= %.3g at steady state (over the window and over its second half "
+      "alone, and the jobs in the system growing by at most 10%% between the halves)\n\n",
       s.warmup, s.horizon, s.warmup, s.target);
   std::printf("| workload | planner estimate per GPU | planner request | compute demand |\n");
   std::printf("| --- | ---: | ---: | ---: |\n");
@@ -923,10 +988,13 @@ int main(int argc, char** argv) {
   std::printf(
       "\nout-of-memory: starts that failed because the job's memory did not fit (shards by "
       "count: the GPU ran out; capped policies: the job passed its request); each is "
-      "resubmitted (shards: for a whole GPU; capped: asking 1.5x) and its wait counts until it "
-      "runs. memory used: time average of the jobs' real bytes / all GPU memory. slowdown: mean "
-      "elapsed / run time alone. steady (drift): jobs running, second half of the window against "
-      "the first. Simulated in %.0f s on this host.\n",
+      "resubmitted (shards: for a whole GPU; capped: asking 1.5x, at most the largest GPU) and its "
+      "wait counts until it runs; every queued job that could fit is tried when a job ends "
+      "(kube-scheduler's retry of unschedulable pods, Slurm's backfill). memory used: time average "
+      "of the jobs' real bytes / all GPU memory. slowdown: mean "
+      "elapsed / run time alone. steady (drift): growth of the jobs in the system (running or "
+      "queued) from the first half of the window to the second; at most 10%% counts as steady. "
+      "Simulated in %.0f s on this host.\n",
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return 0;
 }

@@ -183,6 +183,7 @@ void run_replay(benchmark::State& state, const trace& t, const factory& make) {
 
 std::vector<std::pair<std::string, factory>> cuda_factories(std::shared_ptr<device_api> api) {
   std::vector<std::pair<std::string, factory>> out;
+  out.reserve(8);
   out.emplace_back("vramkit_pool/cuda_async", [api] {
     bench_stack s;
     s.api = api;
@@ -231,6 +232,7 @@ std::vector<std::pair<std::string, factory>> sim_factories() {
     return std::make_shared<host_sim_device>(o);
   };
   std::vector<std::pair<std::string, factory>> out;
+  out.reserve(8);
   out.emplace_back("vramkit_pool/host_sim", [make_dev] {
     bench_stack s;
     auto dev = make_dev();

@@ -223,7 +223,7 @@ _CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..
 # reduced layer counts where the full model does not fit one GPU with room for its activations).
 for _name in ("mixtral-8x7b-l2", "qwen1.5-moe-a2.7b-l2", "qwen3-30b-a3b-l2", "deepseek-v2-lite-l2", "deepseek-v3-l2",
               "gemma-2-2b-l4", "gemma-3-1b-l6", "falcon-7b-l2", "roberta-base", "vit-base-patch16-224",
-              "llama-3.1-8b-l4"):
+              "llama-3.1-8b-l4", "flan-t5-base", "t5-base", "llava-1.5-7b-l4"):
     with open(os.path.join(_CONFIG_DIR, _name + ".json")) as _f:
         PRESET_CONFIGS[_name] = json.load(_f)
 
@@ -369,6 +369,14 @@ CASES = [
     _train("roberta-base", 16, 512, "amp-fp16", "adamw", 16, group="new"),
     _infer("roberta-base", 32, 512, None, "fp32", 8, group="new"),
     _train("vit-base-patch16-224", 32, None, "amp-bf16", "adamw", 12, image_size=224, group="new"),
+    # T5 (its own eager attention; relu FF) and Flan-T5 (gated gelu_new FF, untied head).
+    _train("t5-base", 4, 512, "fp32", "adamw", 16, group="new"),
+    _train("flan-t5-base", 4, 512, "amp-bf16", "adamw", 16, group="new"),
+    _infer("flan-t5-base", 8, 512, 32, "fp32", 6, group="new"),
+    # LLaVA-1.5 (CLIP-L/14-336 tower frozen, projector, Vicuna-7B with 4 of its 32 layers); every
+    # sample holds one image's 576 tokens.
+    _train("llava-1.5-7b-l4", 2, 1024, "bf16", "adamw", 24, group="new"),
+    _infer("llava-1.5-7b-l4", 4, 640, 32, "bf16", 8, group="new"),
     _infer("vit-base-patch16-224", 64, None, None, "fp32", 6, image_size=224, group="new"),
     # LoRA (PEFT, adapters fp32 on a frozen bf16 base), QLoRA (NF4 base, pure-torch stand-in of
     # bitsandbytes' layout), optimizer in backward, fused AdamW, 8-bit AdamW (stand-in).
@@ -547,6 +555,10 @@ def hf_kind(model_name):
         return "mlm"
     if mt == "vit":
         return "image"
+    if mt == "t5":
+        return "seq2seq"
+    if mt == "llava":
+        return "llava"
     return "causal"
 
 
@@ -607,12 +619,18 @@ def build_model(torch, case, device):
                     from transformers import AutoModelForMaskedLM as auto_class
                 elif kind == "image":
                     from transformers import AutoModelForImageClassification as auto_class
+                elif kind == "seq2seq":
+                    from transformers import AutoModelForSeq2SeqLM as auto_class
+                elif kind == "llava":
+                    from transformers import LlavaForConditionalGeneration as auto_class
                 else:
                     from transformers import AutoModelForCausalLM as auto_class
+                # T5 runs its own eager attention (the planner models that whatever --attention says).
+                attn = "eager" if kind == "seq2seq" else case["attention"]
                 try:
-                    model = auto_class.from_config(cfg, attn_implementation=case["attention"], dtype=dtype)
+                    model = auto_class.from_config(cfg, attn_implementation=attn, dtype=dtype)
                 except TypeError:  # transformers 4.x spells it torch_dtype
-                    model = auto_class.from_config(cfg, attn_implementation=case["attention"], torch_dtype=dtype)
+                    model = auto_class.from_config(cfg, attn_implementation=attn, torch_dtype=dtype)
     finally:
         torch.set_default_dtype(old_dtype)
     # transformers 5 may pick a grouped-mm expert kernel; the planner models the eager loop.
@@ -623,6 +641,9 @@ def build_model(torch, case, device):
         model = model.to(device=device, dtype=dtype)
     if case["mode"] == "train" and hasattr(model, "config") and hasattr(model.config, "use_cache"):
         model.config.use_cache = False
+    if hf_kind(model_name) == "llava":
+        # LLaVA's recipes train the projector and the language model; the vision tower is frozen.
+        model.model.vision_tower.requires_grad_(False)
     return model
 
 
@@ -659,14 +680,41 @@ def make_batch(torch, case, model, device):
         x = torch.randn(b, 3, s, s, device=device)
         y = torch.randint(0, model.config.num_labels, (b,), device=device)
         return {"pixel_values": x, "labels": y}
+    if kind == "llava":
+        return llava_inputs(torch, case, model, device, case["seq"], labels=True)
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (b, case["seq"]), device=device)
+    if kind == "seq2seq":
+        # Targets as long as the inputs (the planner's --seq gives both).
+        labels = torch.randint(0, vocab, (b, case["seq"]), device=device)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
     if kind == "mlm":
         labels = ids.clone()
         masked = torch.rand(ids.shape, device=device) < 0.15
         labels[~masked] = -100
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
     return {"input_ids": ids, "labels": ids}
+
+
+def llava_inputs(torch, case, model, device, length, labels):
+    """One image per sample: its image tokens first, then random text; labels skip the image."""
+    b = case["batch"]
+    cfg = model.config
+    vc = cfg.vision_config
+    n_img = (vc.image_size // vc.patch_size) ** 2
+    # transformers 5 names it image_token_id (image_token_index in earlier configs).
+    image_token = getattr(cfg, "image_token_id", None)
+    if image_token is None:
+        image_token = cfg.image_token_index
+    ids = torch.randint(0, image_token, (b, length), device=device)
+    ids[:, :n_img] = image_token
+    out = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+           "pixel_values": torch.randn(b, 3, vc.image_size, vc.image_size, device=device)}
+    if labels:
+        lab = ids.clone()
+        lab[:, :n_img] = -100
+        out["labels"] = lab
+    return out
 
 
 def train_step(torch, model, opt, scaler, amp, batch, cnn):
@@ -755,9 +803,15 @@ def run_infer(torch, case, model, device):
         return run_forward(torch, case, model, device)
     model.eval()
     b, p, n = case["batch"], case["prompt"], case["new_tokens"]
-    ids = torch.randint(0, model.config.vocab_size, (b, p), device=device)
-    mask = torch.ones_like(ids)
-    pad = model.config.eos_token_id
+    extra = {}
+    if hf_kind(case["model"]) == "llava":
+        inputs = llava_inputs(torch, case, model, device, p, labels=False)
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        extra = {"pixel_values": inputs["pixel_values"]}
+    else:
+        ids = torch.randint(0, model.config.vocab_size, (b, p), device=device)
+        mask = torch.ones_like(ids)
+    pad = getattr(model.config, "eos_token_id", None)
     if isinstance(pad, list):
         pad = pad[0]
     torch.cuda.synchronize()
@@ -765,11 +819,14 @@ def run_infer(torch, case, model, device):
     t0 = time.perf_counter()
     with torch.no_grad():
         out = model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                             use_cache=True, pad_token_id=pad if pad is not None else 0)
+                             use_cache=True, pad_token_id=pad if pad is not None else 0, **extra)
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - t0
-    if out.shape[1] != p + n:
-        raise RuntimeError("generate returned %d tokens per row, expected %d" % (out.shape[1], p + n))
+    # A decoder-only model returns prompt + new tokens; an encoder-decoder the decoder start token
+    # + new tokens.
+    expected = n + 1 if hf_kind(case["model"]) == "seq2seq" else p + n
+    if out.shape[1] != expected:
+        raise RuntimeError("generate returned %d tokens per row, expected %d" % (out.shape[1], expected))
     return None, elapsed
 
 

@@ -21,9 +21,9 @@ int main(int argc, char** argv) {
   const bool strict = !args.empty() && args.front() == "--strict";
   if (strict) args.erase(args.begin());
   const double tol_alloc = strict ? 5 : 10, tol_median = strict ? 2 : 5, tol_res = strict ? 5 : 15;
-  const std::string path = !args.empty()
-                               ? args[0]
-                               : std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/plan/ground_truth.json";
+  const std::string path =
+      !args.empty() ? args[0]
+                    : std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/plan/ground_truth.json";
   ground_truth doc;
   try {
     doc = load_ground_truth(path, args.size() > 1 ? args[1] : "");

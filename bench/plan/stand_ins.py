@@ -76,7 +76,9 @@ def make_nf4_linear(torch, linear, compute_dtype):
             for a in range(0, flat.numel(), CHUNK):
                 p = packed[a // 2:(a + CHUNK) // 2]
                 idx = torch.stack((p >> 4, p & 15), dim=1).view(-1).int()
-                vals = self.code[idx].view(-1, 64).mul_(absmax[a // 64:(a + CHUNK) // 64].view(-1, 1))
+                # index_select takes int32 indices (1 MiB here; int64 would leave the small pool).
+                vals = torch.index_select(self.code, 0, idx).view(-1, 64)
+                vals.mul_(absmax[a // 64:(a + CHUNK) // 64].view(-1, 1))
                 flat[a:a + vals.numel()].copy_(vals.view(-1))
             del absmax
             return out

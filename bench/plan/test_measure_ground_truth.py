@@ -42,10 +42,10 @@ class Cases(unittest.TestCase):
     def test_new_group_covers_every_new_family_and_fine_tuning_method(self):
         new = [c for c in gt.CASES if c["group"] == "new"]
         types = {gt.PRESET_CONFIGS[c["model"]]["model_type"] for c in new}
-        for t in ("gemma2", "gemma3_text", "falcon", "roberta", "vit", "mixtral", "qwen2_moe", "deepseek_v3"):
+        for t in ("gemma2", "gemma3_text", "falcon", "roberta", "vit", "t5", "mixtral", "qwen2_moe", "deepseek_v3"):
             self.assertIn(t, types)
         for mode in ("train", "infer"):
-            for fam in ("gemma2", "falcon", "roberta", "vit"):
+            for fam in ("gemma2", "falcon", "roberta", "vit", "t5"):
                 self.assertTrue(any(c["mode"] == mode and gt.PRESET_CONFIGS[c["model"]]["model_type"] == fam
                                     for c in new), (mode, fam))
         self.assertTrue(any(c["lora_rank"] and c["quant"] == "none" for c in new))

@@ -8,17 +8,18 @@
 //  - the streamer's chain rebuilds through cuda_mip_storage (a 2048^2 BC7 chain gains level 0:
 //    eleven device-to-device level copies and a 4 MiB upload), with everything on one stream as
 //    before, with the level copies on their own stream, and with two upload streams as well.
-// Bytes counted once (host to device); CUDA events; median, min and max of 7 repetitions after a
-// warm-up; every destination read back and compared with its source.
+// Bytes counted once (host to device); CUDA events; median, min and max of the timed batches
+// (9 per level variant, in alternating rounds; 7 otherwise) after warm-ups; every destination read
+// back and compared with its source.
 // Usage: texture_stream_bench [--json FILE]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -66,10 +67,12 @@ struct bench {
 
   bench() {
     CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host), large_plain_bytes, cudaHostAllocPortable));
-    std::mt19937 rng(3);
-    for (std::size_t i = 0; i < large_plain_bytes; i += 4) {
-      const std::uint32_t v = rng();
-      std::memcpy(host + i, &v, 4);
+    std::uint64_t x = 0x9E3779B97F4A7C15ull;  // xorshift64: fast, not constant
+    for (std::size_t i = 0; i < large_plain_bytes; i += 8) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      std::memcpy(host + i, &x, 8);
     }
     CHECK(cudaMalloc(&linear, large_plain_bytes));
     for (auto& st : s) CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -104,12 +107,21 @@ struct bench {
     return ms / 1e3;
   }
 
-  // Median, min, max GB/s of 7 timed batches (after one warm-up) of `copies` x `bytes`.
-  stats gbps(const std::function<void(int)>& enqueue, int copies, int streams, double bytes) {
+  // GB/s of `reps` timed batches (after one warm-up) of `copies` x `bytes`.
+  std::vector<double> samples(const std::function<void(int)>& enqueue, int copies, int streams,
+                              double bytes, int reps) {
     time(enqueue, std::min(copies, 2), streams);
     std::vector<double> v;
-    for (int r = 0; r < 7; ++r) v.push_back(bytes * copies / time(enqueue, copies, streams) / 1e9);
-    return summarize(v);
+    v.reserve(static_cast<std::size_t>(reps));
+    for (int r = 0; r < reps; ++r)
+      v.push_back(bytes * copies / time(enqueue, copies, streams) / 1e9);
+    return v;
+  }
+
+  // Median, min, max GB/s of `reps` timed batches (after one warm-up) of `copies` x `bytes`.
+  stats gbps(const std::function<void(int)>& enqueue, int copies, int streams, double bytes,
+             int reps = 7) {
+    return summarize(samples(enqueue, copies, streams, bytes, reps));
   }
 };
 
@@ -130,7 +142,7 @@ nlohmann::json bench_level(bench& b, const level_case& c) {
   const cudaChannelFormatDesc ch =
       cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed7>();
   const std::size_t row = static_cast<std::size_t>((c.size + 3) / 4) * bc7.block_bytes;
-  const std::size_t rows = static_cast<std::size_t>((c.size + 3) / 4);
+  const auto rows = static_cast<std::size_t>((c.size + 3) / 4);
   const std::size_t bytes = row * rows;
   cudaArray_t arr[2] = {};
   for (auto& a : arr) CHECK(cudaMallocArray(&a, &ch, c.size, c.size));
@@ -142,14 +154,13 @@ nlohmann::json bench_level(bench& b, const level_case& c) {
     CHECK(cudaMemcpyAsync(b.linear, b.host, bytes, cudaMemcpyHostToDevice, b.s[0]));
   };
   std::vector<double> a1, a2, p;
-  // Alternate the three so that all see the same link state.
+  // Alternate the three so that all see the same link state: rounds of 3 batches each, 9 samples.
   for (int r = 0; r < 3; ++r) {
-    const auto sa = b.gbps([&](int k) { to_array(k, 1); }, c.copies, 1, double(bytes));
-    const auto sa2 = b.gbps([&](int k) { to_array(k, 2); }, c.copies, 2, double(bytes));
-    const auto sp = b.gbps(to_linear, c.copies, 1, double(bytes));
-    a1.push_back(sa.median);
-    a2.push_back(sa2.median);
-    p.push_back(sp.median);
+    for (double v : b.samples([&](int k) { to_array(k, 1); }, c.copies, 1, double(bytes), 3))
+      a1.push_back(v);
+    for (double v : b.samples([&](int k) { to_array(k, 2); }, c.copies, 2, double(bytes), 3))
+      a2.push_back(v);
+    for (double v : b.samples(to_linear, c.copies, 1, double(bytes), 3)) p.push_back(v);
   }
   CHECK(cudaDeviceSynchronize());
   bool ok = array_holds(b, arr[0], row, rows, b.host) && array_holds(b, arr[1], row, rows, b.host);
@@ -166,7 +177,7 @@ nlohmann::json bench_level(bench& b, const level_case& c) {
   return {{"mip", c.name},
           {"bytes", bytes},
           {"copies_per_sample", c.copies},
-          {"samples", 21},
+          {"samples", a1.size()},
           {"array_gbps", to_json(s1)},
           {"array_2streams_gbps", to_json(s2)},
           {"plain_h2d_gbps", to_json(sp)},
@@ -202,7 +213,7 @@ nlohmann::json bench_chain(bench& b) {
   const stats sp = b.gbps(plain, 8, 1, double(total));
   cudaArray_t a0 = nullptr;
   CHECK(cudaGetMipmappedArrayLevel(&a0, mip, 0));
-  if (!array_holds(b, a0, 1024 * 16, 1024, b.host)) {
+  if (!array_holds(b, a0, std::size_t{1024} * 16, 1024, b.host)) {
     std::fprintf(stderr, "texture_stream_bench: chain level 0 read-back differs\n");
     std::exit(1);
   }
@@ -252,7 +263,9 @@ nlohmann::json bench_rebuilds(bench& b) {
   for (int l = 1; l < levels; ++l)
     storage.upload_level(old, l, b.host + chain_bytes(bc7, size, size, l), stream_view(b.s[0]));
   std::vector<mip_chain*> fresh;
+  fresh.reserve(n);
   for (int k = 0; k < n; ++k) fresh.push_back(storage.create_chain(desc, 0));
+  CHECK(cudaDeviceSynchronize());
   const std::size_t level0 = level_bytes(bc7, size, size);
   const rebuild_variant variants[] = {{"one stream (before)", 0, 1},
                                       {"level copies on their own stream", 1, 1},
@@ -278,7 +291,8 @@ nlohmann::json bench_rebuilds(bench& b) {
   }
   // Every rebuilt chain: level 0 from staging, level 1 copied from the old chain.
   bool ok = true;
-  const std::size_t row0 = (size / 4) * 16, row1 = (size / 8) * 16;
+  const std::size_t row0 = static_cast<std::size_t>(size / 4) * 16;
+  const std::size_t row1 = static_cast<std::size_t>(size / 8) * 16;
   for (int k = 0; k < n; ++k) {
     auto* a0 = static_cast<cudaArray_t>(cuda_mip_storage::level_array(fresh[k], 0));
     auto* a1 = static_cast<cudaArray_t>(cuda_mip_storage::level_array(fresh[k], 1));
@@ -297,7 +311,7 @@ nlohmann::json bench_rebuilds(bench& b) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   std::string json_path = "texture-stream.json";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
@@ -317,9 +331,9 @@ int main(int argc, char** argv) {
               "array", "2 strm", "plain", "ratio", "ratio2");
   const level_case cases[] = {{"large 4096^2 (16 MiB)", 4096, 16},
                               {"large 2048^2 (4 MiB)", 2048, 48},
-                              {"small 256^2 (64 KiB)", 256, 2000},
-                              {"small 64^2 (4 KiB)", 64, 4000},
-                              {"small 16^2 (256 B)", 16, 4000}};
+                              {"small 256^2 (64 KiB)", 256, 1000},
+                              {"small 64^2 (4 KiB)", 64, 2000},
+                              {"small 16^2 (256 B)", 16, 2000}};
   nlohmann::json results = nlohmann::json::array();
   for (const auto& c : cases) results.push_back(bench_level(b, c));
   results.push_back(bench_chain(b));
@@ -331,4 +345,7 @@ int main(int argc, char** argv) {
   out["streamer_rebuilds"] = bench_rebuilds(b);
   std::ofstream(json_path) << out.dump(2) << "\n";
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "texture_stream_bench: %s\n", e.what());
+  return 1;
 }

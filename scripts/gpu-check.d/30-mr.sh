@@ -1,16 +1,17 @@
 # mr stage, at most MR_STAGE_S seconds (default 115, under its 120 s cap): every step's timeout is
 # cut to what is left, and RESULTS_DIR/mr-summary.md is rewritten after each step
 # (bench/mr/mr_summary.py), so a stage cut off keeps the figures of the steps that finished.
-# In order of what matters most:
-#   1. allocator calls from C++: PyTorch's caching allocator vs vramkit_torch_malloc/vramkit_free
-#      (bench/mr/torch_alloc_compare.cpp, compiled here against the installed PyTorch while the
-#      vramkit replays run on the CPU), the library's default pool and VRAMKIT_POOL_KIND=pool;
-#   2. a LLaMA-shaped training step under PyTorch native, vramkit vmm, expandable segments,
-#      vramkit pool and native again (bench/mr/torch_train_compare.py, one process each);
-#   3. every committed trace through torch.empty under the four allocators
+# In order:
+#   1. every committed trace through torch.empty under the four allocators
 #      (bench/mr/torch_replay.py, two processes at a time), beside `vramkit replay`'s models
-#      (one pass and as many passes as torch_replay makes);
-#   4. the pool benchmark (bench/mr/pool_bench.cpp: pools, the C API, cudaMallocAsync, cudaMalloc).
+#      (one pass and as many passes as torch_replay makes), while torch_alloc_compare compiles;
+#   2. allocator calls from C++: PyTorch's caching allocator vs vramkit_torch_malloc/vramkit_free
+#      (bench/mr/torch_alloc_compare.cpp, compiled here against the installed PyTorch), the
+#      library's default pool and VRAMKIT_POOL_KIND=pool;
+#   3. a LLaMA-shaped training step under PyTorch native, vramkit vmm, expandable segments,
+#      vramkit pool and native again (bench/mr/torch_train_compare.py, one process each);
+#   4. the pool benchmark (bench/mr/pool_bench.cpp: pools, the C API, cudaMallocAsync, cudaMalloc),
+#      with what time is left.
 # Traces are not recorded here any more (they are committed; bench/mr/record_traces.py records more).
 set -uo pipefail
 : "${BUILD_DIR:?}" "${RESULTS_DIR:?}"
@@ -61,10 +62,10 @@ PASSES=$(( 2 + REPEATS ))
     name=$(basename "${tr%.gz}" .trace)
     plain=$tr
     if [[ "$tr" == *.gz ]]; then plain=$OUT/$name.trace; gzip -dc "$tr" > "$plain"; fi
-    "$BUILD_DIR/vramkit" replay "$plain" --json --passes "$PASSES" > "$OUT/vramkit_replay_$name.json" \
-      2> "$OUT/vramkit_replay_$name.err" || rc=1
-    "$BUILD_DIR/vramkit" replay "$plain" --json > "$OUT/vramkit_replay_$name.pass1.json" \
-      2>> "$OUT/vramkit_replay_$name.err" || rc=1
+    timeout "$(cap 20)" "$BUILD_DIR/vramkit" replay "$plain" --json --passes "$PASSES" \
+      > "$OUT/vramkit_replay_$name.json" 2> "$OUT/vramkit_replay_$name.err" || rc=1
+    timeout "$(cap 10)" "$BUILD_DIR/vramkit" replay "$plain" --json \
+      > "$OUT/vramkit_replay_$name.pass1.json" 2>> "$OUT/vramkit_replay_$name.err" || rc=1
     [[ "$tr" == *.gz ]] && rm -f "$plain"
   done
   exit $rc
@@ -98,7 +99,21 @@ else
   compile_pid=$!
 fi
 
-# --- 1. allocator calls from C++ (the GPU is idle until the compile ends: nothing else may time).
+# --- 1. the traces through the real allocators (memory figures, not timings: it may share the CPU
+# with the compile and the replays).
+if [ -f "$LIB" ]; then
+  echo "== replayed traces: PyTorch native, expandable_segments:True, vramkit pool, vramkit vmm pool"
+  targs=()
+  for tr in "${replay_traces[@]}"; do targs+=(--trace "$tr"); done
+  timeout "$(cap 40)" python3 bench/mr/torch_replay.py "${targs[@]}" --lib "$LIB" --repeats "$REPEATS" \
+    --jobs 2 --json-dir "$OUT" 2>&1 | tee "$OUT/torch_replay.txt"
+  step_done "torch_replay" "${PIPESTATUS[0]}"
+fi
+# The timed steps below run alone on the CPU.
+wait "$replay_pid" || { notes+=("vramkit replay: FAILED (see mr/vramkit_replay.log and *.err)"); status=1; }
+summary
+
+# --- 2. allocator calls from C++.
 if [ -n "$compile_pid" ]; then
   echo "== allocator calls from C++: PyTorch's caching allocator vs vramkit (default pool, then pool)"
   wait "$compile_pid"; rc=$?
@@ -116,7 +131,7 @@ if [ -n "$compile_pid" ]; then
   fi
 fi
 
-# --- 2. the training step (step time is measured alone on the GPU).
+# --- 3. the training step (step time is measured alone on the GPU).
 if [ -f "$LIB" ]; then
   echo "== training step: native, vramkit vmm, expandable segments, vramkit pool, native again"
   PYTHONUNBUFFERED=1 timeout "$(cap 55)" python3 bench/mr/torch_train_compare.py --lib "$LIB" \
@@ -124,20 +139,6 @@ if [ -f "$LIB" ]; then
     --runs torch,vramkit_vmm,torch_expandable,vramkit,torch_repeat \
     --json "$OUT/torch_train.json" 2>&1 | tee "$OUT/torch_train.txt"
   step_done "torch_train_compare" "${PIPESTATUS[0]}"
-fi
-
-# --- 3. the traces through the real allocators.
-if [ -f "$LIB" ]; then
-  echo "== replayed traces: PyTorch native, expandable_segments:True, vramkit pool, vramkit vmm pool"
-  targs=()
-  for tr in "${replay_traces[@]}"; do targs+=(--trace "$tr"); done
-  timeout "$(cap 40)" python3 bench/mr/torch_replay.py "${targs[@]}" --lib "$LIB" --repeats "$REPEATS" \
-    --jobs 2 --json-dir "$OUT" 2>&1 | tee "$OUT/torch_replay.txt"
-  rc=${PIPESTATUS[0]}
-  wait "$replay_pid" || { notes+=("vramkit replay: FAILED (see mr/vramkit_replay.log and *.err)"); status=1; }
-  step_done "torch_replay" "$rc"
-else
-  wait "$replay_pid"
 fi
 
 # --- 4. the pool benchmark, with what is left.

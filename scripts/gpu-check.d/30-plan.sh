@@ -5,7 +5,8 @@
 # fresh processes, several at once) and checks them against the planner with issue 17's bar
 # (allocated within 5%, median 2%; reserved within 5%). Writes RESULTS_DIR/plan-new-families.json
 # in the format of tests/data/plan/ (commit it as tests/data/plan/ground_truth_new_families.json),
-# then reports the committed ground truth and the planner's speed. The summary is
+# measures --serve's answer against a paged KV pool of its own (bench/plan/measure_serving.py,
+# plan-serving.json), then reports the committed ground truth and the planner's speed. The summary is
 # RESULTS_DIR/plan-summary.md, written section by section so that a cut-off run keeps what it has.
 # PLAN_FRESH=0 skips the measurements; on 2+ GPUs the DDP/FSDP cases are measured as well (not
 # within the 90 s).
@@ -29,12 +30,24 @@ start=$(date +%s)
 if [ "${PLAN_FRESH:-1}" = 0 ]; then
   echo "Fresh PyTorch measurements skipped (PLAN_FRESH=0)." >> "$summary"
 elif python3 -c 'import torch, transformers' 2>/dev/null; then
-  # Every case of the new group in fresh processes, up to 8 at once within 130 GiB of estimates;
-  # past 62 s the cases still running are stopped and recorded as not run.
+  # The serving check (a measured paged KV pool against --serve, about 25 GB of the GPU) runs
+  # beside the ground truth: every case of the new group in fresh processes, up to 8 at once
+  # within 110 GiB of estimates; past 62 s the cases still running are stopped and recorded as
+  # not run.
+  timeout 75 python3 bench/plan/measure_serving.py --vramkit "$BUILD_DIR/vramkit" \
+    --out "$RESULTS_DIR/plan-serving.json" > "$RESULTS_DIR/plan-serving.txt" 2>&1 &
+  serving_pid=$!
   timeout 80 python3 bench/plan/measure_ground_truth.py --group new \
     --out "$RESULTS_DIR/plan-new-families.json" --log-dir "$RESULTS_DIR/plan-new-families-logs" \
-    --jobs 8 --budget-gib 130 --timeout 60 --total-timeout 62 \
+    --jobs 8 --budget-gib 110 --timeout 60 --total-timeout 62 \
     > "$RESULTS_DIR/plan-new-families.txt" 2>&1 || status=1
+  wait "$serving_pid" || status=1
+  {
+    echo "## Serving capacity: --serve against a measured paged KV pool (bar: max concurrent sequences within 5%)"
+    echo
+    cat "$RESULTS_DIR/plan-serving.txt"
+    echo
+  } >> "$summary"
   {
     echo "## Second-round cases measured in this run (commit plan-new-families.json as tests/data/plan/ground_truth_new_families.json)"
     echo

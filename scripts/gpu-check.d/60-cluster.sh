@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# GPU stage of the cluster module (about 40 s; the timeouts cap it at 75 s): `vramkit slurm gres`
+# GPU stage of the cluster module (about 75 s; the timeouts cap it at 120 s): `vramkit slurm gres`
 # on the real driver (NVML totals) checked against nvidia-smi's memory.total and the shard
 # arithmetic; `vramkit serve` on the real driver with its attribution (per-process series carry
-# pod/namespace/container/slurm_job labels, empty here); the extender cost benchmark; the
+# pod/namespace/container/slurm_job labels, empty here); serve under 100 paced scrapers (p99 against
+# /healthz on the same server); the extender cost benchmark; the
 # filter+prioritize latency over 1,000 nodes (10% hung, 10% stale) on a quiet many-core host. The
 # sharing simulation is CPU-only and runs on the development host (docs/results/). Writes
 # $RESULTS_DIR/cluster-summary.md (also when a step is cut off) and logs under $RESULTS_DIR/cluster/.
 set -uo pipefail
 : "${BUILD_DIR:?}" "${RESULTS_DIR:?}"
+SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 OUT="$RESULTS_DIR/cluster"
 mkdir -p "$OUT"
 VK="$BUILD_DIR/vramkit"
@@ -77,6 +79,28 @@ if timeout 5 curl -sf "http://127.0.0.1:$PORT/metrics" > "$OUT/metrics.txt" 2> "
 else
   echo "- vramkit serve /metrics FAILED: $(head -3 "$OUT/serve.err" "$OUT/metrics.err")" >> "$SUMMARY"; status=1
 fi
+kill "$SERVE" 2>/dev/null; wait "$SERVE" 2>/dev/null
+
+# 1c. serve under 100 paced scrapers (10 scrapes/s each, 1,000/s) for 15 s on this quiet host:
+# p99 of /metrics (target < 10 ms) with /healthz on the same server as the baseline, and the
+# server's CPU per request. A fake-GPU fixture keeps the page the same as on the development host.
+PORT=$((20000 + RANDOM % 20000))
+"$VK" serve --port "$PORT" --fake-gpus "$SRC_DIR/tests/data/monitor/fake_gpus.json" \
+  --host-root "$SRC_DIR/tests/data/monitor/host" > "$OUT/serve-load.out" 2> "$OUT/serve-load.err" &
+SERVE=$!
+trap 'kill "$SERVE" 2>/dev/null' EXIT
+sleep 1
+{
+  echo "## vramkit serve, 100 paced scrapers for 15 s ($(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
+  echo
+  echo '```'
+  for path in /metrics /healthz; do
+    echo "$path: $(timeout 25 python3 "$SRC_DIR/bench/monitor/scrape_load.py" "http://127.0.0.1:$PORT$path" \
+      --connections 100 --interval 0.1 --duration 15 --pid "$SERVE" 2>&1 | tail -1)"
+  done
+  echo '```'
+  echo
+} >> "$SUMMARY"
 kill "$SERVE" 2>/dev/null; wait "$SERVE" 2>/dev/null
 
 # 2. Extender cost per request over 1,000 nodes (baseline: one place_on_node).

@@ -93,14 +93,15 @@ print(f"probe gpu0.h2d.pinned (256 MiB) median: {p} GB/s; in-process plain 256 M
 print()
 print("Target: large mips >= 0.9 x probe's pinned H2D. Small mips are reported as measured.")
 print()
-print("| mip | array GB/s | / probe | 2 streams GB/s | / probe | / plain same size | probe sweep at this size |")
-print("|---|---|---|---|---|---|---|")
+print("| mip | array GB/s | / probe | us per upload | 2 streams GB/s | / probe | / plain same size | probe sweep at this size |")
+print("|---|---|---|---|---|---|---|---|")
 for r in bench["results"]:
     a = r["array_gbps"]["median"]
     a2 = r.get("array_2streams_gbps", {}).get("median")
     f = lambda x: f"{x / p:.3f}" if (p and x) else "n/a"
     at = sweep.get(int(r["bytes"]))
-    print(f"| {r['mip']} | {a:.2f} | {f(a)} | {a2 if a2 is None else f'{a2:.2f}'} | {f(a2)} | "
+    us = r["bytes"] / (a * 1e9) * 1e6 if a else float("nan")
+    print(f"| {r['mip']} | {a:.2f} | {f(a)} | {us:.2f} | {'-' if a2 is None else f'{a2:.2f}'} | {f(a2)} | "
           f"{r['ratio_median']:.3f} | {'-' if at is None else f'{at:.2f}'} |")
 print()
 print("Streamer chain rebuilds (2048^2 BC7 chain gains its 4 MiB level 0; upload GB/s):")

@@ -44,9 +44,11 @@ bool is_uid(std::string_view s) {
 std::optional<std::string> read_text(const fs::path& path, std::size_t limit) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
-  std::string out(limit, '\0');
-  in.read(out.data(), static_cast<std::streamsize>(limit));
-  out.resize(static_cast<std::size_t>(in.gcount()));
+  std::string out;
+  char buf[4096];
+  while (out.size() < limit && in.read(buf, sizeof buf).gcount() > 0) {
+    out.append(buf, std::min(static_cast<std::size_t>(in.gcount()), limit - out.size()));
+  }
   return out;
 }
 
@@ -299,19 +301,26 @@ monitor::process_owner process_attributor::read_owner(std::uint32_t /*pid*/, con
 
 monitor::process_owner process_attributor::owner_of(std::uint32_t pid) {
   const fs::path proc = options_.host_root / "proc" / std::to_string(pid);
+  // The start time tells a reused PID from the process cached under it; without a readable stat
+  // (a trimmed /proc, as in some sandboxes) the cgroup file alone still names the owner.
   const auto stat = read_text(proc / "stat", 4096);
+  std::optional<std::string> cgroup;
   if (!stat) {
-    cache_.erase(pid);
-    return {};
+    cgroup = read_text(proc / "cgroup", 64 * 1024);
+    if (!cgroup) {
+      cache_.erase(pid);
+      return {};
+    }
   }
-  const std::uint64_t start = start_time_of_stat(*stat);
+  const std::uint64_t start = stat ? start_time_of_stat(*stat) : 0;
   const std::int64_t now = now_ms();
   if (auto it = cache_.find(pid);
       it != cache_.end() && it->second.start_time == start &&
       (!it->second.names_missing || now - it->second.read_at_ms < options_.retry_after.count()))
     return it->second.owner;
+  if (!cgroup) cgroup = read_text(proc / "cgroup", 64 * 1024);
 
-  const workload w = workload_of_proc_cgroup(read_text(proc / "cgroup", 64 * 1024).value_or(""));
+  const workload w = workload_of_proc_cgroup(cgroup.value_or(""));
   // The environment can be large; the variables read here come from the runtime or slurmstepd
   // and sit near its start.
   const std::string environ = read_text(proc / "environ", 256 * 1024).value_or("");

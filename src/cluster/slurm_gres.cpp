@@ -1,13 +1,19 @@
-// gres.conf, slurm.conf node line and job_submit.lua settings for memory-sized GPU shards.
+// gres.conf, slurm.conf node line and job_submit.lua settings for memory-sized GPU shards, their
+// text and JSON forms, and the shards a memory request asks for.
 #include "vramkit/cluster/slurm_gres.hpp"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
 #include <sstream>
+#include <system_error>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/units.hpp"
@@ -50,7 +56,12 @@ slurm_gres_config make_slurm_gres(const std::vector<gpu_state>& gpus,
   if (gpus.empty()) throw invalid_input("no GPUs to describe: the node reports none");
   if (options.shard_bytes == 0) throw invalid_input("shard size must be above zero");
   if (options.node_name.empty()) throw invalid_input("a node name is required");
+  if (!is_slurm_node_name(options.node_name))
+    throw invalid_input(
+        "the node name is not a Slurm NodeName (letters, digits, '.', '-', '_', hostlist [..,..])");
   slurm_gres_config out;
+  out.node_name = options.node_name;
+  out.shard_bytes = options.shard_bytes;
   // Types in order of first appearance: Slurm numbers a node's GPUs (the IDX of scontrol -d) in the
   // order of its Gres= types, so this keeps IDX equal to the device index on single-type nodes and
   // on nodes whose types come in blocks.
@@ -73,6 +84,7 @@ slurm_gres_config make_slurm_gres(const std::vector<gpu_state>& gpus,
     else
       ++it->second;
     total_shards += shards;
+    out.gpus.push_back({gpu.index, gpu.name, gpu.uuid, gpu.total_bytes, type, shards});
     out.max_gpu_shards = std::max(out.max_gpu_shards, shards);
     lines += fmt::format("NodeName={} Name=gpu Type={} File={}\n", options.node_name, type, file);
     lines += fmt::format("NodeName={} Name=shard Count={} File={}  # {}, {} total\n",
@@ -102,6 +114,126 @@ slurm_gres_config make_slurm_gres(const std::vector<gpu_state>& gpus,
       "max_gpu_shards={}\n",
       options.shard_bytes, out.max_gpu_shards);
   return out;
+}
+
+bool is_slurm_node_name(std::string_view name) noexcept {
+  return !name.empty() && name.size() <= 255 &&
+         name.find_first_not_of(
+             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+             "0123456789.-_[],") == std::string_view::npos;
+}
+
+std::string local_node_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  std::string name(buf);
+  if (const auto dot = name.find('.'); dot != std::string::npos) name.resize(dot);
+  return name;
+}
+
+std::string to_text(const slurm_gres_config& config) {
+  return config.gres_conf + "\n" + config.node_line +
+         "\n# vramkit-slurm.conf (next to job_submit.lua)\n" + config.submit_config;
+}
+
+std::string to_json(const slurm_gres_config& config) {
+  nlohmann::json out{{"schema_version", 1},
+                     {"node", config.node_name},
+                     {"shard_bytes", config.shard_bytes},
+                     {"max_gpu_shards", config.max_gpu_shards},
+                     {"gres_conf", config.gres_conf},
+                     {"node_line", config.node_line},
+                     {"submit_config", config.submit_config}};
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& g : config.gpus) {
+    list.push_back({{"index", g.index},
+                    {"name", g.name},
+                    {"uuid", g.uuid},
+                    {"total_bytes", g.total_bytes},
+                    {"type", g.type},
+                    {"shards", g.shards}});
+  }
+  out["gpus"] = std::move(list);
+  return out.dump(2);
+}
+
+namespace {
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out || !(out << text)) throw error(fmt::format("cannot write '{}'", path.string()));
+}
+
+}  // namespace
+
+void write_slurm_gres_files(const slurm_gres_config& config, const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw error(fmt::format("cannot create '{}': {}", dir.string(), ec.message()));
+  write_file(dir / "gres.conf", config.gres_conf);
+  write_file(dir / "slurm-node.conf", config.node_line);
+  write_file(dir / "vramkit-slurm.conf", config.submit_config);
+}
+
+slurm_shard_settings parse_slurm_shard_settings(std::string_view text, std::string_view origin) {
+  slurm_shard_settings out;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  for (std::size_t n = 1; std::getline(in, line); ++n) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const auto first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    const auto eq = line.find('=');
+    const std::string key = eq == std::string::npos ? line : line.substr(0, eq);
+    std::optional<std::uint64_t>* slot = key == "shard_bytes"      ? &out.shard_bytes
+                                         : key == "max_gpu_shards" ? &out.max_gpu_shards
+                                                                   : nullptr;
+    if (eq == std::string::npos || slot == nullptr)
+      throw invalid_input(fmt::format(
+          "{}:{}: expected shard_bytes=N or max_gpu_shards=N (from vramkit slurm gres), got '{}'",
+          origin, n, line.substr(0, 60)));
+    const std::string value = line.substr(eq + 1);
+    if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos)
+      throw invalid_input(fmt::format("{}:{}: {} is not a whole number", origin, n, key));
+    try {
+      *slot = std::stoull(value);
+    } catch (const std::exception&) {
+      throw invalid_input(fmt::format("{}:{}: {} is out of range", origin, n, key));
+    }
+  }
+  return out;
+}
+
+shard_request make_shard_request(std::uint64_t request_bytes, std::uint64_t shard_bytes,
+                                 std::optional<std::uint64_t> max_gpu_shards) {
+  shard_request r;
+  r.request_bytes = request_bytes;
+  r.shard_bytes = shard_bytes;
+  r.shards = shards_for_request(request_bytes, shard_bytes);
+  r.max_gpu_shards = max_gpu_shards;
+  r.fits = !max_gpu_shards || r.shards <= *max_gpu_shards;
+  return r;
+}
+
+std::string to_text(const shard_request& r) {
+  return fmt::format(
+      "{} shards of {} for {}: sbatch --gres=shard:{}{}\n", r.shards,
+      format_bytes(static_cast<double>(r.shard_bytes)),
+      format_bytes(static_cast<double>(r.request_bytes)), r.shards,
+      r.fits ? std::string()
+             : fmt::format(" (more than the {} shards of the largest GPU: no GPU can hold it)",
+                           *r.max_gpu_shards));
+}
+
+std::string to_json(const shard_request& r) {
+  nlohmann::json out{{"schema_version", 1},
+                     {"request_bytes", r.request_bytes},
+                     {"shard_bytes", r.shard_bytes},
+                     {"shards", r.shards},
+                     {"fits", r.fits},
+                     {"gres", fmt::format("gres:shard:{}", r.shards)}};
+  if (r.max_gpu_shards) out["max_gpu_shards"] = *r.max_gpu_shards;
+  return out.dump(2);
 }
 
 }  // namespace vramkit::cluster

@@ -1,15 +1,25 @@
-// Requested against used GPU memory per Slurm job, from sacct's parsable output.
+// Requested against used GPU memory per Slurm job, from sacct's parsable output; the report's
+// JSON and text; running sacct.
 #include "vramkit/cluster/slurm_report.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/printf.h>
+#include <nlohmann/json.hpp>
 
 #include "vramkit/cluster/memory_request.hpp"
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
+#include "vramkit/monitor/safe_text.hpp"
 
 namespace vramkit::cluster {
 namespace {
@@ -197,6 +207,107 @@ slurm_usage_report over_requested_jobs(const std::vector<slurm_job_usage>& jobs,
                      return *a.requested_bytes - *a.peak_bytes > *b.requested_bytes - *b.peak_bytes;
                    });
   return r;
+}
+
+std::string to_json(const slurm_usage_report& r, const over_request_rule& rule) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& j : r.over_requested) {
+    rows.push_back({{"job_id", j.job_id},
+                    {"name", j.name},
+                    {"user", j.user},
+                    {"state", j.state},
+                    {"requested_bytes", *j.requested_bytes},
+                    {"requested_from", j.requested_from},
+                    {"peak_bytes", *j.peak_bytes},
+                    {"unused_bytes", *j.requested_bytes - *j.peak_bytes}});
+  }
+  nlohmann::json out{{"schema_version", 1},
+                     {"jobs", r.jobs},
+                     {"judged", r.judged},
+                     {"without_usage", r.without_usage},
+                     {"requested_bytes", r.requested_bytes},
+                     {"used_bytes", r.used_bytes},
+                     {"min_ratio", rule.min_ratio},
+                     {"min_unused_bytes", rule.min_unused_bytes},
+                     {"over_requested", std::move(rows)}};
+  return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+namespace {
+
+std::string bytes_text(std::uint64_t b) { return format_bytes(static_cast<double>(b)); }
+
+std::string job_row(const slurm_job_usage& j) {
+  return fmt::sprintf(
+      "%-14s %-12s %-20s %-11s %11s %11s %5.0f%% %11s  %s\n", monitor::printable(j.job_id),
+      monitor::printable(j.user.substr(0, 12)), monitor::printable(j.name.substr(0, 20)),
+      monitor::printable(j.state.substr(0, 11)), bytes_text(*j.requested_bytes),
+      bytes_text(*j.peak_bytes),
+      100.0 * static_cast<double>(*j.peak_bytes) / static_cast<double>(*j.requested_bytes),
+      bytes_text(*j.requested_bytes - *j.peak_bytes), j.requested_from);
+}
+
+}  // namespace
+
+std::string to_text(const slurm_usage_report& r, const over_request_rule& rule) {
+  std::string out = fmt::sprintf(
+      "%zu jobs read, %zu with a request and a recorded peak (gres/gpumem), %zu without a "
+      "recorded peak\n",
+      r.jobs, r.judged, r.without_usage);
+  if (r.judged > 0) {
+    out += fmt::sprintf("asked %s, used at peak %s (%.0f%%)\n", bytes_text(r.requested_bytes),
+                        bytes_text(r.used_bytes),
+                        r.requested_bytes > 0 ? 100.0 * static_cast<double>(r.used_bytes) /
+                                                    static_cast<double>(r.requested_bytes)
+                                              : 0.0);
+  }
+  out += fmt::sprintf("%zu asked for at least %.3gx what they used and %s more:\n",
+                      r.over_requested.size(), rule.min_ratio, bytes_text(rule.min_unused_bytes));
+  if (!r.over_requested.empty()) {
+    out += fmt::sprintf("%-14s %-12s %-20s %-11s %11s %11s %6s %11s  %s\n", "JOB", "USER", "NAME",
+                        "STATE", "ASKED", "PEAK", "USED", "UNUSED", "FROM");
+    for (const auto& j : r.over_requested) out += job_row(j);
+  }
+  return out;
+}
+
+std::string run_sacct(const std::string& since) {
+  const std::string fields = std::string("--format=") + std::string(sacct_report_fields);
+  const std::string start = "--starttime=" + since;
+  std::vector<const char*> argv = {"sacct",       "--parsable2",  "--allusers",
+                                   start.c_str(), fields.c_str(), nullptr};
+  int fds[2];
+  if (pipe(fds) != 0) throw error(fmt::format("cannot run sacct: {}", std::strerror(errno)));
+  const pid_t pid = fork();
+  if (pid < 0) throw error(fmt::format("cannot run sacct: {}", std::strerror(errno)));
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    execvp("sacct", const_cast<char* const*>(argv.data()));
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n > 0) {
+      out.append(buf, static_cast<std::size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+    throw error("cannot run sacct (not on PATH): give its output with --sacct FILE");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw error(
+        fmt::format("sacct failed (exit status {})", WIFEXITED(status) ? WEXITSTATUS(status) : -1));
+  return out;
 }
 
 }  // namespace vramkit::cluster

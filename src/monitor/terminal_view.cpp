@@ -42,6 +42,8 @@ std::vector<std::string> terminal_view_keys() {
       "m p c      sort processes by GPU memory / pid / command",
       "d Tab      show one device after the other, then all (the selected one is highlighted)",
       "Up Down    select a process; PgUp PgDn a page; Home End the first / last (live view)",
+      // One entry split over two lines, not two entries.
+      // NOLINTNEXTLINE(bugprone-suspicious-missing-comma)
       "/          filter processes: type text (pid, user, command, workload), Enter keeps, Esc "
       "clears",
       "g          group processes by workload (Kubernetes pod or Slurm job)",
@@ -121,10 +123,10 @@ std::string fit(const std::string& s, int width) {
   if (cells(s) <= width) return s;
   std::string out;
   int n = 0;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    auto c = static_cast<unsigned char>(s[i]);
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
     if ((c & 0xC0) != 0x80 && n++ == width) break;
-    out += s[i];
+    out += ch;
   }
   return out;
 }
@@ -141,7 +143,7 @@ std::string bytes(const std::optional<std::uint64_t>& v) {
 }
 
 std::string clock_hms(std::int64_t epoch_ms) {
-  std::time_t t = static_cast<std::time_t>(epoch_ms / 1000);
+  const auto t = static_cast<std::time_t>(epoch_ms / 1000);
   std::tm tm{};
   gmtime_r(&t, &tm);
   return fmt::format("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec);
@@ -158,12 +160,14 @@ std::string duration_text(std::int64_t ms) {
 void draw_bar(int y, int x, int width, double used_frac, double reserved_frac) {
   if (width < 3) return;
   int inner = width - 2;
-  int used = std::clamp(static_cast<int>(used_frac * inner + 0.5), 0, inner);
-  int reserved = std::clamp(static_cast<int>(reserved_frac * inner + 0.5), 0, used);
+  int used = std::clamp(static_cast<int>(std::lround(used_frac * inner)), 0, inner);
+  int reserved = std::clamp(static_cast<int>(std::lround(reserved_frac * inner)), 0, used);
   put(y, x, "[");
   for (int i = 0; i < inner; ++i) {
     char c = i < reserved ? 'r' : i < used ? '#' : '.';
-    int attr = i < reserved ? COLOR_PAIR(3) : i < used ? COLOR_PAIR(used_frac > 0.9 ? 2 : 1) : 0;
+    const int attr = static_cast<int>(i < reserved ? COLOR_PAIR(3)
+                                      : i < used ? COLOR_PAIR(used_frac > 0.9 ? 2 : 1)
+                                                 : 0);
     if (attr != 0) attron(attr);
     mvaddch(y, x + 1 + i, c);
     if (attr != 0) attroff(attr);
@@ -205,7 +209,7 @@ void draw_graph(int y, int x, int width, int height, const series& points, doubl
       continue;
     }
     double v = top > 0 ? std::clamp(*p / top, 0.0, 1.0) : 0.0;
-    int eighths = static_cast<int>(v * height * 8 + 0.5);
+    int eighths = static_cast<int>(std::lround(v * height * 8));
     if (*p > 0 && eighths == 0) eighths = 1;  // a non-zero value is never drawn as nothing
     for (int row = 0; row < height; ++row) {
       int level = std::clamp(eighths - row * 8, 0, 8);
@@ -507,7 +511,7 @@ void draw_processes(int y, int bottom, view_state& st) {
 void draw_host(int y, const sample& s) {
   if (s.host.memory) {
     const auto& m = *s.host.memory;
-    double total = static_cast<double>(m.total_bytes);
+    const auto total = static_cast<double>(m.total_bytes);
     double in_use =
         total - static_cast<double>(m.available_bytes.value_or(m.free_bytes.value_or(0)));
     std::string label =
@@ -693,7 +697,7 @@ class replay_clock {
   }
   /// The sample `delta_ms` of recording time from `pos`: the first at or after the target going
   /// forward, the last at or before it going back.
-  std::size_t seek(std::size_t pos, std::int64_t delta_ms) const {
+  [[nodiscard]] std::size_t seek(std::size_t pos, std::int64_t delta_ms) const {
     auto target = rec_[pos].timestamp_ms + delta_ms;
     auto by_time = [](const sample& s, std::int64_t t) { return s.timestamp_ms < t; };
     if (delta_ms >= 0) {
@@ -713,6 +717,315 @@ class replay_clock {
   std::int64_t typical_ms_ = 1000;
 };
 
+constexpr const char* k_end_of_recording = "end of recording: q to quit, Left/Home to go back";
+
+// What one step of the loop (a sample due, a key) did: nothing to redraw, a redraw, or leave.
+enum class step { unchanged, changed, quit };
+
+// The live view's loop: the drawn state, where samples come from and when the next one is due,
+// and what each key does. The terminal is the caller's (curses_session).
+class live_view {
+ public:
+  live_view(const sample_source& source, const terminal_view_options& options)
+      : source_(source),
+        options_(options),
+        send_(options.send_signal ? options.send_signal : send_process_signal),
+        refusal_(options.refusal ? options.refusal : signal_refusal) {
+    // After setlocale (curses_session), so that the terminal's code set is known.
+    const char* codeset = nl_langinfo(CODESET);
+    st_.utf8 = codeset != nullptr && std::string(codeset) == "UTF-8";
+    st_.replay = options.recording != nullptr;
+    st_.speed = options.speed > 0 ? options.speed : 1.0;
+    if (st_.replay) {
+      replay_clock_.emplace(*options.recording, options.max_gap);
+      show_replay(0, true);
+    }
+  }
+
+  /// Polls keys, takes or steps to the samples that are due and redraws, until q, Ctrl-C, or a
+  /// source that ends before its first sample.
+  void run() {
+    bool dirty = true;
+    while (g_interrupted == 0) {
+      const auto now = clock::now();
+      const step sampled = st_.replay ? step_replay(now) : step_live(now);
+      if (sampled == step::quit) return;
+      const bool expired = update_message(now);
+      if ((dirty || sampled == step::changed || expired) && current_)
+        draw(*current_, st_, options_);
+      const int ch = getch();
+      if (ch == ERR) {
+        dirty = false;
+        continue;
+      }
+      const step keyed = on_key(ch);
+      if (keyed == step::quit) return;
+      dirty = keyed == step::changed;
+    }
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+
+  // A status line that stays five seconds.
+  void say(std::string m) {
+    st_.message = std::move(m);
+    message_until_ = clock::now() + std::chrono::seconds(5);
+  }
+
+  // The status line until the next key.
+  void say_until_key(std::string m) {
+    st_.message = std::move(m);
+    message_until_ = clock::time_point::max();
+  }
+
+  // Replay: show sample `pos`, the history being the samples up to it.
+  void show_replay(std::size_t pos, bool rebuild) {
+    const auto& rec = *options_.recording;
+    st_.pos = pos;
+    if (rebuild) {
+      st_.history.clear();
+      for (std::size_t i = pos + 1 > k_history_points ? pos + 1 - k_history_points : 0; i <= pos;
+           ++i)
+        remember(rec[i], st_);
+    } else {
+      remember(rec[pos], st_);
+    }
+    current_ = rec[pos];
+    st_.at_end = pos + 1 >= rec.size();
+    bool skipped = false;
+    next_due_ = clock::now() + replay_clock_->wait_after(pos, st_.speed, skipped);
+    if (skipped && !st_.at_end)
+      say(fmt::format("gap of {} in the recording skipped ({} -> {} UTC)",
+                      duration_text(rec[pos + 1].timestamp_ms - rec[pos].timestamp_ms),
+                      clock_hms(rec[pos].timestamp_ms), clock_hms(rec[pos + 1].timestamp_ms)));
+  }
+
+  // Replay: the next sample is due one wait (at the current speed) from now.
+  void reschedule_replay() {
+    bool skipped = false;
+    next_due_ = clock::now() + replay_clock_->wait_after(st_.pos, st_.speed, skipped);
+  }
+
+  step step_replay(clock::time_point now) {
+    if (st_.paused || st_.at_end || now < next_due_) return step::unchanged;
+    show_replay(st_.pos + 1, false);
+    return step::changed;
+  }
+
+  step step_live(clock::time_point now) {
+    if (st_.at_end || now < next_due_) return step::unchanged;
+    auto s = source_();
+    if (!s) {
+      st_.at_end = true;
+      if (!current_) return step::quit;
+      say_until_key("no more samples: q to quit");
+    } else {
+      remember(*s, st_);
+      current_ = std::move(s);
+      next_due_ = now + options_.interval;
+    }
+    return step::changed;
+  }
+
+  // Clears an expired status line (true: redraw) and puts up the end-of-recording one.
+  bool update_message(clock::time_point now) {
+    bool expired = false;
+    if (!st_.message.empty() && now > message_until_) {
+      st_.message.clear();
+      expired = true;
+    }
+    if (st_.replay && st_.at_end && st_.message.empty()) say_until_key(k_end_of_recording);
+    return expired;
+  }
+
+  // A key: first to an open dialog (confirmation, help, filter), else a command.
+  step on_key(int ch) {
+    if (ch == KEY_RESIZE) {
+      clear();
+      return step::changed;
+    }
+    if (st_.confirm) {
+      answer_confirmation(ch);
+      return step::changed;
+    }
+    if (st_.help) {
+      st_.help = false;
+      clear();
+      return step::changed;
+    }
+    if (st_.editing_filter) {
+      edit_filter(ch);
+      return step::changed;
+    }
+    if (st_.message == k_end_of_recording || message_until_ != clock::time_point::max())
+      st_.message.clear();
+    if (ch == 'q' || ch == 'Q') return step::quit;
+    const bool known = view_key(ch) || selection_key(ch) || signal_key(ch) || replay_key(ch);
+    return known ? step::changed : step::unchanged;
+  }
+
+  void answer_confirmation(int ch) {
+    const auto c = *st_.confirm;
+    st_.confirm.reset();
+    if (ch == 'y' || ch == 'Y') {
+      say(send_(c.pid, c.sig).message);
+    } else {
+      say(fmt::format("{} to pid {} cancelled", signal_name(c.sig), c.pid));
+    }
+  }
+
+  void edit_filter(int ch) {
+    if (ch == '\n' || ch == '\r' || ch == KEY_ENTER) {
+      st_.editing_filter = false;
+    } else if (ch == 27) {
+      st_.editing_filter = false;
+      st_.filter.clear();
+    } else if (ch == KEY_BACKSPACE || ch == 127 || ch == 8) {
+      if (!st_.filter.empty()) st_.filter.pop_back();
+    } else if (ch >= 32 && ch < 127) {
+      st_.filter += static_cast<char>(ch);
+    }
+    st_.scroll = 0;
+  }
+
+  // Help, sort order, grouping, the filter and the device shown.
+  bool view_key(int ch) {
+    switch (ch) {
+      case 'h':
+      case '?':
+        st_.help = true;
+        return true;
+      case 'm':
+        st_.sort = process_sort::memory;
+        return true;
+      case 'p':
+        st_.sort = process_sort::pid;
+        return true;
+      case 'c':
+        st_.sort = process_sort::command;
+        return true;
+      case 'g':
+        st_.group = !st_.group;
+        return true;
+      case '/':
+        st_.editing_filter = true;
+        return true;
+      case 27:
+        st_.filter.clear();
+        return true;
+      case 'd':
+      case '\t':
+        next_device();
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // all -> first device -> ... -> last device -> all
+  void next_device() {
+    const int n = current_ ? static_cast<int>(current_->gpus.size()) : 0;
+    if (n == 0) {
+      st_.selected = -1;
+      return;
+    }
+    int pos = -1;
+    for (int i = 0; i < n; ++i) {
+      if (static_cast<int>(current_->gpus[static_cast<std::size_t>(i)].index) == st_.selected)
+        pos = i;
+    }
+    pos = pos + 1 >= n ? -1 : pos + 1;
+    st_.selected =
+        pos < 0 ? -1 : static_cast<int>(current_->gpus[static_cast<std::size_t>(pos)].index);
+  }
+
+  // The selected process; Home and End go to the first and last sample in a replay.
+  bool selection_key(int ch) {
+    switch (ch) {
+      case KEY_UP:
+        move_selection(st_, -1);
+        return true;
+      case KEY_DOWN:
+        move_selection(st_, 1);
+        return true;
+      case KEY_PPAGE:
+        move_selection(st_, -st_.page_rows);
+        return true;
+      case KEY_NPAGE:
+        move_selection(st_, st_.page_rows);
+        return true;
+      case KEY_HOME:
+        if (st_.replay)
+          show_replay(0, true);
+        else
+          move_selection(st_, -1 << 20);
+        return true;
+      case KEY_END:
+        if (st_.replay)
+          show_replay(options_.recording->size() - 1, true);
+        else
+          move_selection(st_, 1 << 20);
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // T, K, I: asks to confirm a signal to the selected process, unless it would be refused.
+  bool signal_key(int ch) {
+    if (ch != 'T' && ch != 'K' && ch != 'I') return false;
+    const int sig = ch == 'T' ? SIGTERM : ch == 'K' ? SIGKILL : SIGINT;
+    if (st_.rows.empty()) {
+      say("no process selected");
+      return true;
+    }
+    const auto& r = st_.rows[static_cast<std::size_t>(
+        std::clamp<int>(st_.selected_row, 0, static_cast<int>(st_.rows.size()) - 1))];
+    if (auto why = refusal_(r.p.pid); !why.empty()) {
+      say(why);
+      return true;
+    }
+    st_.confirm = pending_signal{r.p.pid, sig, r.p.command};
+    return true;
+  }
+
+  // Pause, seek and speed; outside a replay they only say what they are for.
+  bool replay_key(int ch) {
+    const bool pause = ch == ' ';
+    const bool seek = ch == KEY_RIGHT || ch == KEY_SRIGHT || ch == KEY_LEFT || ch == KEY_SLEFT;
+    const bool speed = ch == '+' || ch == '=' || ch == '-' || ch == '_';
+    if (!pause && !seek && !speed) return false;
+    if (!st_.replay) {
+      say("Space, Left/Right and +/- control a replay (vramkit watch --replay FILE)");
+      return true;
+    }
+    if (pause) {
+      st_.paused = !st_.paused;
+      if (!st_.paused) reschedule_replay();
+    } else if (seek) {
+      std::int64_t step_ms = (ch == KEY_SRIGHT || ch == KEY_SLEFT) ? 60000 : 10000;
+      if (ch == KEY_LEFT || ch == KEY_SLEFT) step_ms = -step_ms;
+      show_replay(replay_clock_->seek(st_.pos, step_ms), true);
+    } else {
+      st_.speed = (ch == '+' || ch == '=') ? std::min(st_.speed * 2, 1024.0)
+                                           : std::max(st_.speed / 2, 1.0 / 64);
+      reschedule_replay();
+    }
+    return true;
+  }
+
+  const sample_source& source_;
+  const terminal_view_options& options_;
+  std::function<signal_outcome(std::uint32_t, int)> send_;
+  std::function<std::string(std::uint32_t)> refusal_;
+  view_state st_;
+  std::optional<sample> current_;
+  std::optional<replay_clock> replay_clock_;
+  clock::time_point next_due_ = clock::now();
+  clock::time_point message_until_ = clock::time_point::min();
+};
+
 }  // namespace
 
 void run_terminal_view(const sample_source& source, const terminal_view_options& options) {
@@ -721,244 +1034,8 @@ void run_terminal_view(const sample_source& source, const terminal_view_options&
   }
   if (options.recording && options.recording->empty())
     throw invalid_input("the recording holds no sample");
-  auto send = options.send_signal ? options.send_signal : send_process_signal;
-  auto refusal = options.refusal ? options.refusal : signal_refusal;
   curses_session session;
-  view_state st;
-  const char* codeset = nl_langinfo(CODESET);
-  st.utf8 = codeset != nullptr && std::string(codeset) == "UTF-8";
-  st.replay = options.recording != nullptr;
-  st.speed = options.speed > 0 ? options.speed : 1.0;
-  using clock = std::chrono::steady_clock;
-  std::optional<sample> current;
-  std::optional<replay_clock> rclock;
-  auto next_due = clock::now();
-  auto message_until = clock::time_point::min();
-  auto say = [&](std::string m) {
-    st.message = std::move(m);
-    message_until = clock::now() + std::chrono::seconds(5);
-  };
-  // Replay: show sample `pos`, the history being the samples up to it.
-  auto show_replay = [&](std::size_t pos, bool rebuild) {
-    const auto& rec = *options.recording;
-    st.pos = pos;
-    if (rebuild) {
-      st.history.clear();
-      for (std::size_t i = pos + 1 > k_history_points ? pos + 1 - k_history_points : 0; i <= pos;
-           ++i)
-        remember(rec[i], st);
-    } else {
-      remember(rec[pos], st);
-    }
-    current = rec[pos];
-    st.at_end = pos + 1 >= rec.size();
-    bool skipped = false;
-    next_due = clock::now() + rclock->wait_after(pos, st.speed, skipped);
-    if (skipped && !st.at_end)
-      say(fmt::format("gap of {} in the recording skipped ({} -> {} UTC)",
-                      duration_text(rec[pos + 1].timestamp_ms - rec[pos].timestamp_ms),
-                      clock_hms(rec[pos].timestamp_ms), clock_hms(rec[pos + 1].timestamp_ms)));
-  };
-  if (st.replay) {
-    rclock.emplace(*options.recording, options.max_gap);
-    show_replay(0, true);
-  }
-  bool dirty = true;
-  while (g_interrupted == 0) {
-    auto now = clock::now();
-    if (st.replay) {
-      if (!st.paused && !st.at_end && now >= next_due) {
-        show_replay(st.pos + 1, false);
-        dirty = true;
-      }
-    } else if (!st.at_end && now >= next_due) {
-      auto s = source();
-      if (!s) {
-        st.at_end = true;
-        if (!current) return;
-        say("no more samples: q to quit");
-        message_until = clock::time_point::max();
-      } else {
-        remember(*s, st);
-        current = std::move(s);
-        next_due = now + options.interval;
-      }
-      dirty = true;
-    }
-    if (!st.message.empty() && now > message_until) {
-      st.message.clear();
-      dirty = true;
-    }
-    if (st.replay && st.at_end && st.message.empty()) {
-      st.message = "end of recording: q to quit, Left/Home to go back";
-      message_until = clock::time_point::max();
-    }
-    if (dirty && current) draw(*current, st, options);
-    dirty = false;
-    int ch = getch();
-    if (ch == ERR) continue;
-    dirty = true;
-    if (ch == KEY_RESIZE) {
-      clear();
-      continue;
-    }
-    if (st.confirm) {
-      auto c = *st.confirm;
-      st.confirm.reset();
-      if (ch == 'y' || ch == 'Y') {
-        say(send(c.pid, c.sig).message);
-      } else {
-        say(fmt::format("{} to pid {} cancelled", signal_name(c.sig), c.pid));
-      }
-      continue;
-    }
-    if (st.help) {
-      st.help = false;
-      clear();
-      continue;
-    }
-    if (st.editing_filter) {
-      if (ch == '\n' || ch == '\r' || ch == KEY_ENTER) {
-        st.editing_filter = false;
-      } else if (ch == 27) {
-        st.editing_filter = false;
-        st.filter.clear();
-      } else if (ch == KEY_BACKSPACE || ch == 127 || ch == 8) {
-        if (!st.filter.empty()) st.filter.pop_back();
-      } else if (ch >= 32 && ch < 127) {
-        st.filter += static_cast<char>(ch);
-      }
-      st.scroll = 0;
-      continue;
-    }
-    if (st.message == "end of recording: q to quit, Left/Home to go back" ||
-        message_until != clock::time_point::max())
-      st.message.clear();
-    auto replay_only = [&] {
-      if (!st.replay)
-        say("Space, Left/Right and +/- control a replay (vramkit watch --replay FILE)");
-      return st.replay;
-    };
-    switch (ch) {
-      case 'q':
-      case 'Q':
-        return;
-      case 'h':
-      case '?':
-        st.help = true;
-        break;
-      case 'm':
-        st.sort = process_sort::memory;
-        break;
-      case 'p':
-        st.sort = process_sort::pid;
-        break;
-      case 'c':
-        st.sort = process_sort::command;
-        break;
-      case 'g':
-        st.group = !st.group;
-        break;
-      case '/':
-        st.editing_filter = true;
-        break;
-      case 27:
-        st.filter.clear();
-        break;
-      case KEY_UP:
-        move_selection(st, -1);
-        break;
-      case KEY_DOWN:
-        move_selection(st, 1);
-        break;
-      case KEY_PPAGE:
-        move_selection(st, -st.page_rows);
-        break;
-      case KEY_NPAGE:
-        move_selection(st, st.page_rows);
-        break;
-      case KEY_HOME:
-        if (st.replay)
-          show_replay(0, true);
-        else
-          move_selection(st, -1 << 20);
-        break;
-      case KEY_END:
-        if (st.replay)
-          show_replay(options.recording->size() - 1, true);
-        else
-          move_selection(st, 1 << 20);
-        break;
-      case 'T':
-      case 'K':
-      case 'I': {
-        int sig = ch == 'T' ? SIGTERM : ch == 'K' ? SIGKILL : SIGINT;
-        if (st.rows.empty()) {
-          say("no process selected");
-          break;
-        }
-        const auto& r = st.rows[static_cast<std::size_t>(
-            std::clamp<int>(st.selected_row, 0, static_cast<int>(st.rows.size()) - 1))];
-        if (auto why = refusal(r.p.pid); !why.empty()) {
-          say(why);
-          break;
-        }
-        st.confirm = pending_signal{r.p.pid, sig, r.p.command};
-        break;
-      }
-      case ' ':
-        if (replay_only()) {
-          st.paused = !st.paused;
-          if (!st.paused) {
-            bool skipped = false;
-            next_due = clock::now() + rclock->wait_after(st.pos, st.speed, skipped);
-          }
-        }
-        break;
-      case KEY_RIGHT:
-      case KEY_SRIGHT:
-      case KEY_LEFT:
-      case KEY_SLEFT:
-        if (replay_only()) {
-          std::int64_t step = (ch == KEY_SRIGHT || ch == KEY_SLEFT) ? 60000 : 10000;
-          if (ch == KEY_LEFT || ch == KEY_SLEFT) step = -step;
-          show_replay(rclock->seek(st.pos, step), true);
-        }
-        break;
-      case '+':
-      case '=':
-      case '-':
-      case '_':
-        if (replay_only()) {
-          st.speed = (ch == '+' || ch == '=') ? std::min(st.speed * 2, 1024.0)
-                                              : std::max(st.speed / 2, 1.0 / 64);
-          bool skipped = false;
-          next_due = clock::now() + rclock->wait_after(st.pos, st.speed, skipped);
-        }
-        break;
-      case 'd':
-      case '\t': {
-        int n = current ? static_cast<int>(current->gpus.size()) : 0;
-        if (n == 0) {
-          st.selected = -1;
-        } else {
-          // all -> first device -> ... -> last device -> all
-          int pos = -1;
-          for (int i = 0; i < n; ++i) {
-            if (static_cast<int>(current->gpus[static_cast<std::size_t>(i)].index) == st.selected)
-              pos = i;
-          }
-          pos = pos + 1 >= n ? -1 : pos + 1;
-          st.selected =
-              pos < 0 ? -1 : static_cast<int>(current->gpus[static_cast<std::size_t>(pos)].index);
-        }
-        break;
-      }
-      default:
-        dirty = false;
-        break;
-    }
-  }
+  live_view(source, options).run();
 }
 
 #endif

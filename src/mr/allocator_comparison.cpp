@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "vramkit/core/device_api_wrapper.hpp"
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/host_sim_device.hpp"
 #include "vramkit/core/units.hpp"
@@ -44,6 +45,19 @@ void note_failure(allocator_replay_result& r, unsigned pass, std::size_t index, 
   r.first_failure_live_bytes = live;
 }
 
+// The simulated device with every event complete as soon as it is recorded: a replay runs no
+// kernels, so the work before any event is done at once, and the vmm pool's use of events (which
+// frees it may remap without synchronizing) no longer depends on the simulated streams' threads:
+// the same trace gives the same figures every time.
+class instant_events final : public device_api_wrapper {
+ public:
+  using device_api_wrapper::device_api_wrapper;
+  void record_event(event_view e, stream_view s) override {
+    device_api_wrapper::record_event(e, s);
+    device_api_wrapper::synchronize_event(e);
+  }
+};
+
 // The trace's ids in the order a replay frees the blocks a pass leaves live: allocation order,
 // as a Python replayer that clears its dict of tensors frees them.
 std::vector<std::uint64_t> allocation_order(const trace& t) {
@@ -74,7 +88,7 @@ allocator_replay_result replay_vramkit(const trace& t, const std::string& name,
   if (name == "vramkit_vmm_pool") {
     vmm_pool_options o;
     o.address_space_bytes = 2 * d.device_memory_bytes;
-    vmm = std::make_shared<vmm_pool_resource>(dev, o);
+    vmm = std::make_shared<vmm_pool_resource>(std::make_shared<instant_events>(dev), o);
     pool = vmm;
   } else {
     classic = std::make_shared<pool_resource>(std::make_shared<device_api_resource>(dev), dev);

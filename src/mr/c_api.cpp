@@ -186,21 +186,6 @@ device_stack* make_stack(int device) {
     d->vmm = std::make_shared<vmm_pool_resource>(d->api, v);
     d->pool_top = d->vmm;
   }
-  std::shared_ptr<memory_resource> upstream;
-  const char* kind = env("VRAMKIT_POOL_UPSTREAM");
-  const std::string up = kind != nullptr ? kind : "async";
-  if (g.override_api) {
-    upstream = std::make_shared<device_api_resource>(d->api);
-  } else if (up == "async") {
-    cuda_async_options o;
-    o.device = device;
-    d->async_upstream = std::make_shared<cuda_async_resource>(o);
-    upstream = d->async_upstream;
-  } else if (up == "cuda") {
-    upstream = std::make_shared<device_api_resource>(d->api);
-  } else {
-    throw invalid_input("VRAMKIT_POOL_UPSTREAM must be 'async' or 'cuda' (got '" + up + "')");
-  }
   if (!d->vmm) {
     if (env("VRAMKIT_POOL_SLACK") != nullptr) {
       throw invalid_input("VRAMKIT_POOL_SLACK applies to the virtual-memory pool only (" +
@@ -208,6 +193,22 @@ device_stack* make_stack(int device) {
                                           ? "VRAMKIT_POOL_KIND=pool"
                                           : "this device has no virtual memory management") +
                           ")");
+    }
+    // The classic pool's upstream (the vmm pool maps physical memory itself).
+    std::shared_ptr<memory_resource> upstream;
+    const char* kind = env("VRAMKIT_POOL_UPSTREAM");
+    const std::string up = kind != nullptr ? kind : "async";
+    if (g.override_api) {
+      upstream = std::make_shared<device_api_resource>(d->api);
+    } else if (up == "async") {
+      cuda_async_options a;
+      a.device = device;
+      d->async_upstream = std::make_shared<cuda_async_resource>(a);
+      upstream = d->async_upstream;
+    } else if (up == "cuda") {
+      upstream = std::make_shared<device_api_resource>(d->api);
+    } else {
+      throw invalid_input("VRAMKIT_POOL_UPSTREAM must be 'async' or 'cuda' (got '" + up + "')");
     }
     pool_options o;
     o.initial_size = env_bytes("VRAMKIT_POOL_INITIAL", 0);

@@ -22,25 +22,12 @@ namespace {
 
 using json = nlohmann::json;
 
-const std::vector<std::string> k_model_types = {"gpt2",
-                                                "llama",
-                                                "mistral",
-                                                "qwen2",
-                                                "phi3",
-                                                "mixtral",
-                                                "qwen2_moe",
-                                                "qwen3_moe",
-                                                "deepseek_v2",
-                                                "deepseek_v3",
-                                                "gemma2",
-                                                "gemma3_text",
-                                                "gpt_neox",
-                                                "falcon",
-                                                "bert",
-                                                "roberta",
-                                                "vit",
-                                                "torchvision_resnet",
-                                                "torchvision_vit"};
+const std::vector<std::string> k_model_types = {
+    "gpt2",           "llama",       "mistral",   "qwen2",       "phi3",
+    "mixtral",        "qwen2_moe",   "qwen3_moe", "deepseek_v2", "deepseek_v3",
+    "gemma2",         "gemma3_text", "gpt_neox",  "falcon",      "t5",
+    "llava",          "bert",        "roberta",   "vit",         "torchvision_resnet",
+    "torchvision_vit"};
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -434,6 +421,74 @@ model_description parse_falcon(const fields& f) {
   return m;
 }
 
+/// T5 / Flan-T5: d_model, d_kv per head, d_ff; feed_forward_proj "relu" (T5) or "gated-gelu"
+/// (v1.1, Flan); relative-position buckets; the head tied unless tie_word_embeddings is false.
+model_description parse_t5(const fields& f) {
+  model_description m;
+  m.family = model_family::t5;
+  auto& t = m.t;
+  t.hidden = f.integer("d_model", 1, k_max_hidden);
+  const auto enc = f.integer("num_layers", 1, k_max_layers);
+  t.decoder_layers = f.integer_or("num_decoder_layers", enc, 1, k_max_layers);
+  t.layers = enc + t.decoder_layers;
+  t.heads = f.integer("num_heads", 1, 4096);
+  t.kv_heads = t.heads;
+  t.head_dim = f.integer_or("d_kv", 64, 1, 4096);
+  t.intermediate = f.integer("d_ff", 1, 64 * k_max_hidden);
+  t.vocab = f.integer("vocab_size", 1, k_max_vocab);
+  t.relative_buckets = f.integer_or("relative_attention_num_buckets", 32, 1, 1 << 16);
+  const auto proj = f.string_or("feed_forward_proj", "relu");
+  if (proj == "relu")
+    t.mlp = mlp_kind::gelu;  // one activation kernel saving one tensor
+  else if (proj == "gated-gelu")
+    t.mlp = mlp_kind::swiglu;  // gated: wi_0 and wi_1
+  else
+    f.fail(fmt::format("field 'feed_forward_proj' = \"{}\" is not supported (relu, gated-gelu)",
+                       proj));
+  t.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
+  t.layer_norm = false;
+  t.attention_dropout = t.hidden_dropout = f.number_or("dropout_rate", 0.1, 0, 1);
+  return m;
+}
+
+/// LLaVA-1.5: a CLIP vision tower (vision_config, CLIPVisionConfig defaults), the two-layer GELU
+/// projector, and a LLaMA language model (text_config, LlamaConfig defaults where the published
+/// config leaves fields out); every image becomes (image/patch)^2 tokens of the prompt.
+model_description parse_llava(const fields& f) {
+  if (!f.has("text_config") || !f.j.at("text_config").is_object())
+    f.fail("llava needs a 'text_config' object");
+  json text = f.j.at("text_config");
+  const std::string tt = text.value("model_type", "llama");
+  if (tt != "llama")
+    f.fail(fmt::format("llava with a {} language model is not modelled (llama)", tt));
+  // LlamaConfig's defaults for the fields LLaVA's published config leaves out.
+  const json defaults = {{"hidden_size", 4096},     {"intermediate_size", 11008},
+                         {"num_hidden_layers", 32}, {"num_attention_heads", 32},
+                         {"vocab_size", 32000},     {"max_position_embeddings", 2048}};
+  for (const auto& [k, v] : defaults.items())
+    if (!text.contains(k) || text.at(k).is_null()) text[k] = v;
+  const fields tf{text, f.source + ": text_config"};
+  model_description m = parse_llama_like(tf, "llama");
+  m.family = model_family::llava;
+  m.t.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
+  json vision = f.has("vision_config") ? f.j.at("vision_config") : json::object();
+  if (!vision.is_object()) f.fail("field 'vision_config' must be an object");
+  const fields vf{vision, f.source + ": vision_config"};
+  auto& v = m.vit;
+  v.hidden = vf.integer_or("hidden_size", 768, 1, k_max_hidden);
+  v.layers = vf.integer_or("num_hidden_layers", 12, 1, k_max_layers);
+  v.heads = vf.integer_or("num_attention_heads", 12, 1, 4096);
+  v.mlp_dim = vf.integer_or("intermediate_size", 3072, 1, 64 * k_max_hidden);
+  v.patch = vf.integer_or("patch_size", 32, 1, 1024);
+  v.image = vf.integer_or("image_size", 224, 1, 1 << 14);
+  v.channels = vf.integer_or("num_channels", 3, 1, 64);
+  if (v.image % v.patch != 0 || v.hidden % v.heads != 0)
+    vf.fail("image_size must be a multiple of patch_size and hidden_size of num_attention_heads");
+  if (f.string_or("vision_feature_select_strategy", "default") != "default")
+    f.fail("vision_feature_select_strategy other than \"default\" is not modelled");
+  return m;
+}
+
 model_description parse_neox(const fields& f) {
   model_description m;
   m.family = model_family::gpt_neox;
@@ -516,7 +571,7 @@ model_description parse_resnet(const fields& f) {
   m.family = model_family::resnet;
   const auto block = f.string_or("block", "");
   if (block != "basic" && block != "bottleneck")
-    f.fail("field 'block' must be \"basic\" or \"bottleneck\"");
+    f.fail(R"(field 'block' must be "basic" or "bottleneck")");
   m.resnet.bottleneck = block == "bottleneck";
   if (!f.has("layers") || !f.j.at("layers").is_array() || f.j.at("layers").size() != 4)
     f.fail("field 'layers' must be an array of 4 block counts");
@@ -586,6 +641,10 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
     m = parse_neox(f);
   else if (type == "falcon")
     m = parse_falcon(f);
+  else if (type == "t5")
+    m = parse_t5(f);
+  else if (type == "llava")
+    m = parse_llava(f);
   else if (type == "bert" || type == "roberta" || type == "xlm-roberta")
     m = parse_bert(f);
   else if (type == "gemma2" || type == "gemma3_text")

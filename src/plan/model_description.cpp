@@ -51,15 +51,57 @@ void add(list& out, const char* name, std::int64_t elements, int layer = -1) {
 void transformer_params(const model_description& m, list& out) {
   const auto& t = m.t;
   const std::int64_t h = t.hidden, q = t.heads * t.head_dim, kv = t.kv_heads * t.head_dim;
-  const std::int64_t f = t.intermediate, V = t.vocab;
+  const std::int64_t f = t.intermediate, vocab = t.vocab;
   const std::int64_t norm = t.layer_norm ? 2 * h : h;
+  if (m.family == model_family::t5) {
+    // T5ForConditionalGeneration: shared embedding, encoder blocks (self-attention, feed-forward,
+    // the first with the relative-position bias), final norm, decoder blocks (self-attention,
+    // cross-attention, feed-forward), final norm, lm_head unless tied. Norms are weight-only.
+    const std::int64_t inner = t.heads * t.head_dim;
+    const std::int64_t enc = t.layers - t.decoder_layers;
+    const std::int64_t ffn = t.mlp == mlp_kind::swiglu ? 2 * h * f : h * f;
+    add(out, "embed_tokens", vocab * h);
+    for (int l = 0; l < t.layers; ++l) {
+      const bool first = l == 0 || l == enc;
+      add(out, "attn_qkv", 3 * h * inner, l);
+      add(out, "attn_out", inner * h, l);
+      if (first) add(out, "rel_bias", t.relative_buckets * t.heads, l);
+      add(out, "attn_norm", h, l);
+      if (l >= enc) {
+        add(out, "cross_q", h * inner, l);
+        add(out, "cross_kv", 2 * h * inner, l);
+        add(out, "cross_out", inner * h, l);
+        add(out, "cross_norm", h, l);
+      }
+      add(out, t.mlp == mlp_kind::swiglu ? "mlp_gate_up" : "mlp_up", ffn, l);
+      add(out, "mlp_down", f * h, l);
+      add(out, "mlp_norm", h, l);
+      if (l == enc - 1) add(out, "enc_final_norm", h, -1);
+    }
+    add(out, "final_norm", h);
+    if (!t.tied_embeddings) add(out, "lm_head", vocab * h);
+    return;
+  }
   if (m.family == model_family::hf_vit) {
     // ViTEmbeddings: cls_token, position_embeddings, the patch projection (a conv).
     add(out, "cls_token", h);
     add(out, "embed_positions", t.max_positions * h);
     add(out, "patch_embed", m.vit.channels * m.vit.patch * m.vit.patch * h + h);
   } else {
-    add(out, "embed_tokens", V * h);
+    if (m.family == model_family::llava) {
+      // CLIPVisionModel (embeddings, pre-norm, encoder layers with biases, post-norm) as one
+      // tensor (frozen in LLaVA's recipes), then the projector's two Linear layers.
+      const auto& v = m.vit;
+      const std::int64_t vh = v.hidden, grid = (v.image / v.patch) * (v.image / v.patch);
+      const std::int64_t per_layer =
+          4 * (vh * vh + vh) + 4 * vh + (vh * v.mlp_dim + v.mlp_dim) + (v.mlp_dim * vh + vh);
+      add(out, "vision_tower",
+          vh + v.channels * v.patch * v.patch * vh + (grid + 1) * vh + 2 * vh +
+              v.layers * per_layer + 2 * vh);
+      add(out, "projector_1", vh * h + h);
+      add(out, "projector_2", h * h + h);
+    }
+    add(out, "embed_tokens", vocab * h);
   }
   if (t.max_positions > 0 && m.family != model_family::hf_vit)
     add(out, "embed_positions", t.max_positions * h);
@@ -114,15 +156,15 @@ void transformer_params(const model_description& m, list& out) {
   if (m.family == model_family::bert) {
     // BertForMaskedLM's prediction head: transform dense + LayerNorm, decoder bias (weight tied).
     add(out, "head_transform", h * h + h + norm);
-    add(out, "head_bias", V);
+    add(out, "head_bias", vocab);
   } else {
     add(out, "final_norm", norm);
   }
   if (m.family == model_family::hf_vit) {
-    add(out, "classifier", h * V + V);  // V: the number of labels
+    add(out, "classifier", h * vocab + vocab);  // vocab: the number of labels
     return;
   }
-  if (!t.tied_embeddings) add(out, "lm_head", V * h);
+  if (!t.tied_embeddings) add(out, "lm_head", vocab * h);
 }
 
 struct conv_counter {

@@ -216,6 +216,18 @@ void check_layout(plan_request& r, const model_description& m) {
     }
   }
   if (m.is_vision() && r.ep != 1) refuse("--ep applies to mixture-of-experts models");
+  if (m.family == model_family::t5) {
+    if (r.tp > 1 || r.pp > 1 || r.sp || r.ep > 1)
+      refuse("--tp/--pp/--sp/--ep are not modelled for T5 (plan data parallel)");
+    if (r.ckpt != checkpointing::none)
+      refuse("--checkpointing is not modelled for T5's encoder-decoder blocks");
+    if (r.attention != attention_kind::sdpa)
+      refuse("--attention: T5 always runs its own eager attention (the scores are materialised)");
+    if (r.lora_rank > 0) refuse("--lora-rank is not modelled for T5");
+    if (r.serving != serving_kind::generate)
+      refuse(
+          "--serving paged is not modelled for T5 (its encoder-decoder caches are generate()'s)");
+  }
   if (r.gpus_per_node != 8 && r.offload == offload_kind::none)
     refuse(
         "--gpus-per-node sets the per-node host figure of --offload runs; without --offload it "
@@ -306,6 +318,9 @@ void check_train(plan_request& r, const model_description& m) {
     if (t.max_context > 0 && r.seq > t.max_context)
       refuse(fmt::format("--seq {} exceeds the model's max_position_embeddings {}", r.seq,
                          t.max_context));
+    if (r.seq <= m.image_tokens())
+      refuse(fmt::format("--seq {}: each sample's image alone takes {} tokens of {}", r.seq,
+                         m.image_tokens(), m.name));
   }
   if (r.batch % dp != 0)
     refuse(fmt::format("--batch {} is not divisible by the {} data-parallel ranks", r.batch, dp));
@@ -349,12 +364,16 @@ void check_infer(plan_request& r, const model_description& m) {
   if (m.is_vision()) {
     if (r.prompt != 0 || r.new_tokens != 0)
       refuse("--prompt/--new-tokens apply to language models, not to " + m.name);
+    if (r.serving != serving_kind::generate)
+      refuse("--serving paged: " + m.name + " has no KV cache");
     r.prompt = r.new_tokens = 0;
   } else if (m.family == model_family::bert) {
     // An encoder (masked LM): one forward over the sequence, no generation.
     if (r.new_tokens != 0)
-      refuse(m.name + " is an encoder: inference is one forward over --seq tokens (no --new-tokens)");
-    if (r.serving != serving_kind::generate) refuse("--serving paged: " + m.name + " has no KV cache");
+      refuse(m.name +
+             " is an encoder: inference is one forward over --seq tokens (no --new-tokens)");
+    if (r.serving != serving_kind::generate)
+      refuse("--serving paged: " + m.name + " has no KV cache");
     if (r.prompt == 0) r.prompt = r.seq > 0 ? r.seq : std::min<std::int64_t>(512, m.t.max_context);
     if (r.prompt < 1 || r.prompt > m.t.max_context)
       refuse(fmt::format("--seq {} must be in [1, {}] (the model's positions)", r.prompt,
@@ -362,8 +381,11 @@ void check_infer(plan_request& r, const model_description& m) {
     r.seq = r.prompt;
   } else {
     const auto& t = m.t;
-    if (r.prompt == 0) r.prompt = r.seq > 0 ? r.seq : 512;
+    if (r.prompt == 0) r.prompt = r.seq > 0 ? r.seq : m.image_tokens() + 512;
     if (r.new_tokens == 0) r.new_tokens = 128;
+    if (r.prompt <= m.image_tokens())
+      refuse(fmt::format("--prompt {}: each sequence's image alone takes {} tokens of {}", r.prompt,
+                         m.image_tokens(), m.name));
     if (r.prompt < 1 || r.prompt > k_max_tokens)
       refuse(fmt::format("--prompt {} must be in [1, {}]", r.prompt, k_max_tokens));
     if (r.new_tokens < 1 || r.new_tokens > k_max_tokens)

@@ -75,6 +75,8 @@ serve_result plan_serving(const model_description& m, const plan_request& base,
         fmt::format("--gpu-memory-utilization {} must be in (0, 1]", opt.gpu_memory_utilization));
   if (m.is_vision() || m.family == model_family::bert)
     throw invalid_input("--serve plans a KV cache; " + m.name + " has none");
+  if (m.family == model_family::t5)
+    throw invalid_input("--serve plans decoder-only models; " + m.name + " is an encoder-decoder");
   if (opt.block_size < 1 || opt.block_size > 1024)
     throw invalid_input(fmt::format("block size {} must be in [1, 1024]", opt.block_size));
   if (opt.max_num_seqs < 1 || opt.max_num_seqs > 1 << 20)

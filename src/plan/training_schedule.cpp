@@ -98,7 +98,7 @@ void place_weights(walker& w, const std::vector<parameter_tensor>& params) {
       // QLoRA base: bitsandbytes NF4, blocks of 64 with a double-quantised absmax (0.5 byte +
       // one byte per 64 + an fp32 scale per 256 absmax blocks).
       const u64 e = w.param_elems(i);
-      bytes = e / 2 + e / 64 + e / (64 * 256) * 4;
+      bytes = e / 2 + e / 64 + e / (64ull * 256) * 4;
     } else {
       bytes = static_cast<u64>(std::ceil(static_cast<double>(w.param_elems(i)) * pshard)) *
               static_cast<u64>(w.dt().param);
@@ -118,6 +118,8 @@ tensor forward_loss(walker& w) {
       return detail::vit_forward_loss(w);
     case model_family::hf_vit:
       return detail::hf_vit_forward_loss(w);
+    case model_family::t5:
+      return detail::t5_forward_loss(w);
     default:
       return detail::lm_forward_loss(w);
   }
@@ -235,6 +237,8 @@ void build_schedule(const model_description& m, const plan_request& r, schedule&
       // Vision inference: the forward without saving, batch as given.
       w.set_grad(false);
       forward_loss(w);
+    } else if (m.family == model_family::t5) {
+      detail::t5_generate(w);
     } else if (m.family == model_family::bert) {
       // An encoder's inference: one forward without saving, the logits made and dropped.
       w.set_grad(false);

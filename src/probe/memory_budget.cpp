@@ -160,9 +160,7 @@ void add_cgroup_limits(const cgroup_mount& mount, std::string path, int version,
       if (auto inactive = stat_field(dir / "memory.stat",
                                      version == 2 ? "inactive_file" : "total_inactive_file"))
         used = used > *inactive ? used - *inactive : 0;
-      const std::string shown = "/" + rel.generic_string();
-      out.push_back(
-          {fmt::format("cgroup v{} {}", version, shown == "/" ? "/" : shown), *limit, used});
+      out.push_back({fmt::format("cgroup v{} /{}", version, rel.generic_string()), *limit, used});
     }
     if (rel.empty()) break;
     rel = rel.parent_path();

@@ -28,7 +28,7 @@ void check_sections(const std::set<std::string>& only) {
   for (const auto& s : only) {
     if (std::find(valid.begin(), valid.end(), s) != valid.end()) continue;
     std::string list;
-    for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
+    for (const auto& v : valid) list.append(list.empty() ? "" : ", ").append(v);
     throw invalid_input("--only: unknown section '" + s + "' (valid: " + list + ")");
   }
 }
@@ -90,6 +90,24 @@ probe_report run_probe(const probe_options& given) {
 bool has_failures(const probe_report& report) {
   return std::any_of(report.skips.begin(), report.skips.end(),
                      [](const skipped& s) { return s.failed; });
+}
+
+std::optional<std::string> unmeasured_section(const probe_report& report,
+                                              const std::set<std::string>& only) {
+  const auto gpu_sections = gpu_probe_sections();
+  for (const auto& skip : report.skips) {
+    if (skip.failed) continue;
+    const auto dot = skip.key.rfind('.');
+    const std::string tail = dot == std::string::npos ? skip.key : skip.key.substr(dot + 1);
+    for (const auto& section : only) {
+      const bool gpu_section =
+          std::find(gpu_sections.begin(), gpu_sections.end(), section) != gpu_sections.end();
+      if (tail == section || (skip.key == "gpu" && gpu_section))
+        return "section '" + section + "' was skipped: " + skip.reason;
+    }
+  }
+  if (report.results.empty() && report.curves.empty()) return std::string("the probe");
+  return std::nullopt;
 }
 
 }  // namespace vramkit::probe

@@ -56,7 +56,8 @@ class CudaRoundTrip(unittest.TestCase):
                         self.assertEqual((back.dtype, back.shape, back.device.type), (t.dtype, t.shape, "cuda"))
                         # Rounding the restored value to bf16/fp16 adds 2^-8/2^-11 relative.
                         extra = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}.get(dtype, 0.0)
-                        check_bound(self, t, back, fmt, extra)
+                        with self.subTest(backend=backend, compile=compile, fmt=fmt, shape=shape, dtype=dtype):
+                            check_bound(self, t, back, fmt, extra)
 
     def test_kernels_match_torch_and_the_host_reference_bit_for_bit(self):
         if not (fp8_codec.cuda_kernels_available() and fp8_codec.torch_fp8_available()):

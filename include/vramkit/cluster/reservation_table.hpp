@@ -79,6 +79,7 @@ class reservation_table {
   using gpu_key = std::pair<std::string, int>;
 
   std::size_t expire_locked(std::chrono::steady_clock::time_point now);
+  [[nodiscard]] node_state effective_locked(const node_state& observed) const;
   void drop_locked(const std::string& pod_uid);
 
   std::chrono::milliseconds ttl_;

@@ -1,7 +1,8 @@
 // GPU memory asked for against used, per Slurm job, from Slurm's accounting (`sacct --parsable2`):
 // the request from the job's comment (vram=24GiB, as job_submit.lua reads it) or its shards
 // (AllocTRES gres/shard=N x the shard size), the use from the largest gres/gpumem of its steps'
-// TRESUsageInMax (Slurm 23.02+ gathers it with the gpu/nvml plugin). Pure functions; thread-safe.
+// TRESUsageInMax (Slurm 23.02+ gathers it with the gpu/nvml plugin). Pure functions, except
+// run_sacct; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -58,5 +59,18 @@ struct slurm_usage_report {
 /// A TRES size as sacct prints it ("38888M", "4G", "10372780K", "0"): binary K/M/G/T/P, no
 /// suffix = bytes. nullopt when it is not one.
 [[nodiscard]] std::optional<std::uint64_t> parse_tres_bytes(std::string_view text);
+
+/// The report as JSON (schema_version 1): the counts and sums, the rule, and each over-requested
+/// job with its unused bytes; indented by two, invalid UTF-8 in job fields replaced.
+[[nodiscard]] std::string to_json(const slurm_usage_report& r, const over_request_rule& rule);
+
+/// The report as text: what was read, the sums, then a table of the over-requested jobs (job
+/// fields through monitor::printable, so that control characters reach no terminal).
+[[nodiscard]] std::string to_text(const slurm_usage_report& r, const over_request_rule& rule);
+
+/// Runs `sacct --parsable2 --allusers --starttime=SINCE --format=<sacct_report_fields>` from PATH
+/// (no shell) and returns its standard output. Throws vramkit::error when it cannot start, is not
+/// on PATH, or exits with a non-zero status.
+[[nodiscard]] std::string run_sacct(const std::string& since);
 
 }  // namespace vramkit::cluster

@@ -20,8 +20,8 @@ struct fit_options {
   std::optional<gpu_spec> gpu;       ///< for the cost model; a generic H100-class GPU when absent
   double margin = 0.05;              ///< fraction of capacity kept free
   bool vary_precision = true;        ///< may move fp32 to amp-bf16 / bf16
-  std::size_t max_results = 10;
-  unsigned threads = 0;  ///< configurations planned in parallel; 0 = hardware threads
+  std::size_t max_results = 16;      ///< the fastest of each method first, then the rest by time
+  unsigned threads = 0;              ///< configurations planned in parallel; 0 = hardware threads
 };
 
 /// One configuration that fits, with its cost and the reason for each choice.

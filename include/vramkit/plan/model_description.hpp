@@ -84,8 +84,8 @@ struct transformer_shape {
   bool qkv_bias = false;  ///< biases on the query/key/value projections
   bool out_bias = false;  ///< bias on the attention output projection
   bool mlp_bias = false;
-  bool layer_norm = true;          ///< LayerNorm with bias (false: RMSNorm without bias)
-  bool parallel_residual = false;  ///< GPT-NeoX: attention and MLP read the same input
+  bool layer_norm = true;             ///< LayerNorm with bias (false: RMSNorm without bias)
+  bool parallel_residual = false;     ///< GPT-NeoX: attention and MLP read the same input
   bool shared_parallel_norm = false;  ///< Falcon-7B: one LayerNorm feeds attention and MLP
   mlp_kind mlp = mlp_kind::gelu;
   double attention_dropout = 0;
@@ -100,6 +100,10 @@ struct transformer_shape {
   bool embed_scale = false;    ///< Gemma: embeddings multiplied by sqrt(hidden)
   double attn_softcap = 0;     ///< Gemma-2: tanh soft-capping of the attention scores (eager)
   double final_softcap = 0;    ///< Gemma-2: tanh soft-capping of the logits
+  /// T5: `layers` counts encoder and decoder blocks, the last `decoder_layers` of them decoder
+  /// blocks (self-attention, cross-attention, feed-forward); relative-position buckets.
+  std::int64_t decoder_layers = 0;
+  std::int64_t relative_buckets = 0;
   moe_shape moe;
   mla_shape mla;
   [[nodiscard]] bool sparse(std::int64_t layer) const noexcept {
@@ -155,6 +159,10 @@ struct model_description {
   [[nodiscard]] bool is_vision() const noexcept {
     return family == model_family::resnet || family == model_family::vit ||
            family == model_family::hf_vit;
+  }
+  /// LLaVA: image tokens each image adds to the prompt (the patches; the class token is dropped).
+  [[nodiscard]] std::int64_t image_tokens() const noexcept {
+    return family == model_family::llava ? (vit.image / vit.patch) * (vit.image / vit.patch) : 0;
   }
   [[nodiscard]] bool is_torchvision() const noexcept {
     return family == model_family::resnet || family == model_family::vit;

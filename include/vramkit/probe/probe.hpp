@@ -3,6 +3,7 @@
 // Call from one thread at a time.
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -32,5 +33,12 @@ probe_report run_probe(const probe_options& options);
 
 /// True when a test of the report failed its verification (a `skipped` with `failed` set).
 bool has_failures(const probe_report& report);
+
+/// Why a run measured nothing of what it was asked: "section 'S' was skipped: REASON" for the
+/// first section of `only` that was skipped whole and not failed (a skip's key names its section
+/// as "gpu", "host.latency" or "gpu0.zerocopy"; the key "gpu" covers every GPU section), else "the
+/// probe" when the report holds no result and no curve; nullopt when something asked was measured.
+std::optional<std::string> unmeasured_section(const probe_report& report,
+                                              const std::set<std::string>& only);
 
 }  // namespace vramkit::probe

@@ -1,7 +1,8 @@
-// block_codec: a CPU reference decoder for BC1, BC2, BC3, BC4, BC5 and BC7 written from the format
-// specifications (D3D11 functional spec / Khronos Data Format spec), the ground truth for the GPU
-// sampling checks, and a small BC1 encoder (range fit) for generated test and demo textures.
-// Pure functions; thread-safe.
+// block_codec: a CPU reference decoder for BC1-BC7 (BC6H UF16/SF16 included) written from the
+// format specifications (D3D11 functional spec / Khronos Data Format spec, Microsoft's BC6H page),
+// with an NVIDIA mode that reproduces the H200's texture unit for the loosely specified BC1-BC5;
+// the ground truth for the GPU sampling checks; and a small BC1 encoder (range fit) for generated
+// test and demo textures. Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -12,20 +13,21 @@
 
 namespace vramkit::texture {
 
-/// One decoded texel: R, G, B, A in [0, 1] ([-1, 1] for SNORM channels).
+/// One decoded texel: R, G, B, A in [0, 1] ([-1, 1] for SNORM channels; BC6H: the half-float
+/// values, alpha 1).
 struct texel {
   float r = 0, g = 0, b = 0, a = 1;
 };
 
-/// Which arithmetic turns BC1-BC3 colour endpoints into palette colours. The format specification
-/// leaves BC1-BC5 interpolation loosely defined; GPUs differ by a few 8-bit steps.
+/// Which arithmetic turns BC1-BC5 endpoints into palettes. The format specification leaves BC1-BC5
+/// interpolation loosely defined; GPUs differ by a few 8-bit steps. BC6H and BC7 are exact in both.
 enum class bc_decoder {
-  reference,  ///< exact: endpoints c/31, c/63 and (2a + b) / 3 in real arithmetic
-  nvidia,     ///< NVIDIA's texture unit: 8-bit palette from integer formulas (docs/texture.md);
-              ///< BC4/BC5 and BC3 alpha stay as the reference
+  reference,  ///< exact: endpoints c/31, c/63 and (2a + b) / 3, (6 a + b) / 7 in real arithmetic
+  nvidia,     ///< NVIDIA's texture unit (docs/texture.md): 8-bit BC1-BC3 colour and BC3 alpha
+              ///< palettes, 16-bit BC4/BC5 ones, from integer formulas
 };
 
-/// Whether decode_block knows `f` (BC1-BC5, BC7 and RGBA8; not BC6H or ASTC).
+/// Whether decode_block knows `f` (RGBA8 and BC1-BC7; not ASTC).
 bool can_decode(const pixel_format& f) noexcept;
 
 /// Decodes the block at `block` (block_bytes of `f`) into 16 texels, row-major within the 4x4

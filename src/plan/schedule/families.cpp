@@ -9,7 +9,7 @@ namespace vramkit::plan::detail {
 
 namespace {
 
-constexpr std::array<transformer_family, 10> k_families{{
+constexpr std::array<transformer_family, 11> k_families{{
     {model_family::gpt2, &gpt2_attention, block_layout::pre_norm},
     {model_family::llama, &llama_attention, block_layout::pre_norm},
     {model_family::gpt_neox, &gpt_neox_attention, block_layout::pre_norm},
@@ -20,6 +20,7 @@ constexpr std::array<transformer_family, 10> k_families{{
     {model_family::gemma, &llama_attention, block_layout::pre_norm},
     {model_family::hf_vit, &bert_attention, block_layout::pre_norm},
     {model_family::falcon, &falcon_attention, block_layout::pre_norm},
+    {model_family::llava, &llama_attention, block_layout::pre_norm},
 }};
 
 }  // namespace

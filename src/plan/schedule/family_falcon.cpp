@@ -42,7 +42,9 @@ tensor falcon_attention(walker& w, const dims& D, const tensor& in, int in_bytes
   k.reset();
   const int rb = w.dt().amp ? 4 : low;
   tensor o;
-  if (multi_query && w.request().attention != attention_kind::eager) {
+  // flash-attn 2 (attn_implementation "flash_attention_2") takes multi-query heads as they are.
+  const bool math = multi_query && w.request().attention == attention_kind::sdpa;
+  if (math) {
     // Autocast casts SDPA's inputs to 16 bits; the math kernel upcasts them again.
     if (rb == 4) {
       tensor qc = w.op(nq * low, "sdpa input cast", {edge{qr, nq * 4}}, {});
@@ -52,16 +54,16 @@ tensor falcon_attention(walker& w, const dims& D, const tensor& in, int in_bytes
     }
     o = math_attention(w, D, qr, kr, v, low, true);
   } else {
-    dims Dk = D;
-    if (!multi_query) Dk.kv = D.heads;  // k and v were broadcast to every query head
-    o = attention(w, Dk, {qr, kr, v, rb, low, false, true, t.attention_dropout});
+    dims dk = D;
+    if (!multi_query) dk.kv = D.heads;  // k and v were broadcast to every query head
+    o = attention(w, dk, {qr, kr, v, rb, low, false, true, t.attention_dropout});
   }
   qr.reset();
   kr.reset();
   v.reset();
   // attn_output.transpose(1, 2).reshape(b, s, h): the math kernel's (b, heads, s, d) output is
   // copied; flash attention's is already laid out by token.
-  if (!multi_query || w.request().attention == attention_kind::eager) return o;
+  if (!math) return o;
   return w.op(nq * low, "attention output (reshaped copy)", {edge{o, nq * low}}, {});
 }
 

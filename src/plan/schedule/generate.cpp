@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "steps.hpp"
+#include "transformer.hpp"
 
 namespace vramkit::plan::detail {
 
@@ -25,7 +26,7 @@ u64 inference_weight_bytes(const walker& w, int i, const parameter_tensor& p) {
     // bitsandbytes NF4 with double quantisation (QLoRA paper): 0.5 byte + one 8-bit absmax per
     // block of 64 + one fp32 scale per 256 of those = 4.127 bits per weight.
     case quant_kind::nf4:
-      return matrix ? e / 2 + e / 64 + e / (64 * 256) * 4 : e * 2;
+      return matrix ? e / 2 + e / 64 + e / (64ull * 256) * 4 : e * 2;
     // fp8 checkpoints (e4m3): one byte per weight and an fp32 scale per tensor.
     case quant_kind::fp8:
       return matrix ? e + 4 : e * 2;
@@ -158,7 +159,8 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
   const i64 cached = t.sliding(l) ? std::min<i64>(past, t.sliding_window - 1) : past;
   if (w.request().attention == attention_kind::eager)
     eager_scores(w, D, q_len, cached + q_len);
-  else if (t.shared_parallel_norm && t.kv_heads == 1 && t.heads > 1)
+  else if (w.model().family == model_family::falcon && t.shared_parallel_norm && t.kv_heads == 1 &&
+           t.heads > 1)
     math_scores(w, D, q_len, cached + q_len);
   if (w.request().serving == serving_kind::generate) {
     // DynamicCache: keys = cat([keys, new]) allocates the grown tensor, then the old one dies.
@@ -226,16 +228,16 @@ tensor infer_moe(walker& w, u64 rows, u64 nh) {
   const auto& moe = w.model().t.moe;
   const int low = w.dt().low;
   const int ep = w.request().ep;
-  const u64 E = static_cast<u64>(moe.experts), k = static_cast<u64>(moe.top_k);
+  const u64 experts = static_cast<u64>(moe.experts), k = static_cast<u64>(moe.top_k);
   const u64 h = nh / rows;
-  const u64 local = E / static_cast<u64>(ep);
+  const u64 local = experts / static_cast<u64>(ep);
   const u64 ef = static_cast<u64>(moe.expert_ffn / (ep > 1 ? 1 : w.request().tp));
-  tensor lg = w.alloc(rows * E * low, tmp, "router logits");
-  tensor pr = w.alloc(rows * E * 4, tmp, "router softmax");
+  tensor lg = w.alloc(rows * experts * low, tmp, "router logits");
+  tensor pr = w.alloc(rows * experts * 4, tmp, "router softmax");
   lg.reset();
   tensor top = w.alloc(rows * k * 12, tmp, "router top-k");
   pr.reset();
-  tensor mask = w.alloc(rows * k * E * 8, tmp, "expert mask (one_hot)");
+  tensor mask = w.alloc(rows * k * experts * 8, tmp, "expert mask (one_hot)");
   tensor out = w.alloc(nh * low, tmp, "moe output (zeros)");
   tensor send, recv;
   if (ep > 1) {
@@ -317,18 +319,18 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
   }
   w.set_layer(-1);
   // logits_to_keep = 1: only the last position goes through the head; generate copies it to fp32.
-  const i64 V = w.model().t.vocab;
+  const i64 vocab = w.model().t.vocab;
   w.transient(static_cast<u64>(D.b) * D.h * low, tmp, "final norm (last token)");
-  tensor lg =
-      w.alloc(static_cast<u64>(D.b * V) * low, component::logits_and_loss, "logits (last token)");
+  tensor lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss,
+                      "logits (last token)");
   if (w.model().t.final_softcap > 0) {
     // Gemma-2 soft-caps the last position's logits: / cap, tanh, * cap.
-    lg = w.alloc(static_cast<u64>(D.b * V) * low, component::logits_and_loss, "softcap");
-    lg = w.alloc(static_cast<u64>(D.b * V) * low, component::logits_and_loss, "softcap tanh");
-    lg = w.alloc(static_cast<u64>(D.b * V) * low, component::logits_and_loss, "softcap scaled");
+    lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss, "softcap");
+    lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss, "softcap tanh");
+    lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss, "softcap scaled");
   }
-  tensor l32 =
-      w.alloc(static_cast<u64>(D.b * V) * 4, component::logits_and_loss, "next-token logits fp32");
+  tensor l32 = w.alloc(static_cast<u64>(D.b * vocab) * 4, component::logits_and_loss,
+                       "next-token logits fp32");
   lg.reset();
   l32.reset();
 }
@@ -361,49 +363,58 @@ void generate(walker& w) {
   const auto& r = w.request();
   w.set_grad(false);
   const i64 b = r.micro_batch, p = r.prompt, n = r.new_tokens;
-  infer_dims D;
-  D.b = b;
-  D.h = t.hidden;
-  D.heads = t.heads / r.tp;
-  D.kv = std::max<i64>(1, t.kv_heads / r.tp);
-  D.d = t.head_dim;
-  D.f = t.intermediate / r.tp;
-  D.layers = t.layers / r.pp;
+  infer_dims shape;
+  shape.b = b;
+  shape.h = t.hidden;
+  shape.heads = t.heads / r.tp;
+  shape.kv = std::max<i64>(1, t.kv_heads / r.tp);
+  shape.d = t.head_dim;
+  shape.f = t.intermediate / r.tp;
+  shape.layers = t.layers / r.pp;
   // A paged engine may keep its cache in fp8 (one byte per element, per-layer scales).
   const u64 kvb = r.kv_cache == kv_cache_kind::fp8 ? 1 : static_cast<u64>(w.dt().low);
-  D.kv_tok = static_cast<u64>(D.kv * D.d) * kvb;
+  shape.kv_tok = static_cast<u64>(shape.kv * shape.d) * kvb;
   if (t.latent_attention()) {
     const auto& mla = t.mla;
     // transformers' cache holds the decompressed per-head keys (qk_nope + qk_rope) and values
     // (v_head); a paged engine with MLA (vLLM) keeps the compressed latent and the rotary key,
     // kv_lora_rank + qk_rope per token and layer, for all heads. kv_tok is half of the token's
     // K+V bytes (the cache is modelled as a K and a V tensor of equal size).
-    const u64 per_token = r.serving == serving_kind::paged
-                              ? static_cast<u64>(mla.kv_lora_rank + mla.qk_rope)
-                              : static_cast<u64>(D.kv * (mla.qk_nope + mla.qk_rope + mla.v_head));
-    D.kv_tok = per_token * kvb / 2;
+    const u64 per_token =
+        r.serving == serving_kind::paged
+            ? static_cast<u64>(mla.kv_lora_rank + mla.qk_rope)
+            : static_cast<u64>(shape.kv * (mla.qk_nope + mla.qk_rope + mla.v_head));
+    shape.kv_tok = per_token * kvb / 2;
   }
-  kv_cache cache{std::vector<tensor>(D.layers), std::vector<tensor>(D.layers)};
+  kv_cache cache{std::vector<tensor>(shape.layers), std::vector<tensor>(shape.layers)};
   w.keep(static_cast<u64>(b * p) * 16, component::inputs, "input ids and mask");
   if (r.serving == serving_kind::paged) {
     // Paged engine: blocks of 16 tokens for the whole context, reserved up front.
-    for (int l = 0; l < D.layers; ++l) {
+    for (int l = 0; l < shape.layers; ++l) {
       // A sliding-window layer needs blocks for its window only.
       const i64 tokens = t.sliding(l) ? std::min<i64>(p + n, t.sliding_window) : p + n;
       const u64 blocks = static_cast<u64>((tokens + 15) / 16);
-      cache.k[l] = w.alloc(blocks * 16 * D.kv_tok * b, component::kv_cache, "paged KV blocks (K)");
-      cache.v[l] = w.alloc(blocks * 16 * D.kv_tok * b, component::kv_cache, "paged KV blocks (V)");
+      cache.k[l] =
+          w.alloc(blocks * 16 * shape.kv_tok * b, component::kv_cache, "paged KV blocks (K)");
+      cache.v[l] =
+          w.alloc(blocks * 16 * shape.kv_tok * b, component::kv_cache, "paged KV blocks (V)");
     }
   }
   w.set_phase(phase::prefill);
-  infer_forward(w, D, cache, p, 0);
+  if (t.vocab > 0 && w.model().family == model_family::llava) {
+    // The images' features (vision tower, projector) are merged into the prompt's embeddings.
+    tensor img = llava_image_features(w, b);
+    w.transient(static_cast<u64>(b * p * shape.h) * w.dt().low, component::temporaries,
+                "embeddings with image features");
+  }
+  infer_forward(w, shape, cache, p, 0);
   w.set_phase(phase::decode);
   const i64 steps = n - 1;
-  const i64 replay = replayed_decode_steps(r, D);
+  const i64 replay = replayed_decode_steps(r, shape);
   for (i64 k = 1; k <= replay; ++k) {
     const i64 i = replay == steps ? k : (k * steps + replay - 1) / replay;
     w.set_step(static_cast<int>(std::min<i64>(i, 32000)));
-    infer_forward(w, D, cache, 1, p + i - 1);
+    infer_forward(w, shape, cache, 1, p + i - 1);
   }
   w.set_step(0);
   // The cache stays allocated to the end of the call.

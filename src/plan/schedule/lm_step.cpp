@@ -57,6 +57,15 @@ tensor lm_forward_loss(walker& w, bool with_loss) {
   tensor ids = w.alloc(rows * 8, component::inputs, "input ids");
   tensor labels = with_loss ? w.alloc(rows * 8, component::inputs, "labels") : tensor{};
   tensor x = embeddings(w, D, ids);
+  if (w.model().family == model_family::llava) {
+    // One image per sample: its features replace the prompt's image tokens (masked_scatter makes
+    // a new tensor; the mask is an expanded bool view).
+    tensor img = llava_image_features(w, D.b);
+    const u64 nh = static_cast<u64>(D.tok() * D.h);
+    const u64 ni = static_cast<u64>(D.b * w.model().image_tokens() * D.h);
+    x = w.op(nh * eb, "embeddings with image features",
+             {edge{x, nh * eb}, edge{img, ni * w.dt().low}}, {});
+  }
   // A causal eager mask (b, 1, s, s) in the residual dtype lives through the forward.
   tensor mask;
   if (r.attention == attention_kind::eager && w.model().family != model_family::bert)

@@ -185,8 +185,8 @@ tensor selective_eager_attention(walker& w, const dims& D, const attention_input
 
 }  // namespace
 
-tensor math_attention(walker& w, const dims& D, const tensor& q, const tensor& k,
-                      const tensor& v, int in_bytes, bool causal) {
+tensor math_attention(walker& w, const dims& D, const tensor& q, const tensor& k, const tensor& v,
+                      int in_bytes, bool causal) {
   const u64 nq = static_cast<u64>(D.tok() * D.heads * D.d);
   const u64 nkv = static_cast<u64>(D.tok() * D.kv * D.d);
   const i64 s = D.s * D.sp;
@@ -234,7 +234,10 @@ tensor math_attention(walker& w, const dims& D, const tensor& q, const tensor& k
 
 tensor attention(walker& w, const dims& D, const attention_inputs& in) {
   const auto& r = w.request();
-  if (r.attention != attention_kind::eager || !w.grad_on()) return sdpa(w, D, in);
+  if (r.attention != attention_kind::eager) return sdpa(w, D, in);
+  // Without grad (a checkpointed layer's first forward, an encoder's inference) eager attention
+  // still materialises its scores; nothing is saved.
+  if (!w.grad_on()) return eager_attention(w, D, in);
   if (r.ckpt == checkpointing::selective && !w.recomputing())
     return selective_eager_attention(w, D, in);
   return eager_attention(w, D, in);

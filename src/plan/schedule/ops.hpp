@@ -61,8 +61,8 @@ tensor attention(walker& w, const dims& D, const attention_inputs& in);
 /// broadcast over the query heads (a copy, as matmul reshapes the expanded tensor), the fp32
 /// (b, heads, s, s) scores and their softmax (saved), the broadcast value copy, the output cast
 /// back; with is_causal an (s, s) float mask. Inputs are 16-bit (autocast casts them first).
-tensor math_attention(walker& w, const dims& D, const tensor& q, const tensor& k,
-                      const tensor& v, int in_bytes, bool causal);
+tensor math_attention(walker& w, const dims& D, const tensor& q, const tensor& k, const tensor& v,
+                      int in_bytes, bool causal);
 
 /// Cross-entropy over (rows, V) logits as transformers' loss functions compute it: fp32 upcast
 /// (explicit with `explicit_upcast`), log_softmax (saved), nll_loss. Returns the scalar loss.

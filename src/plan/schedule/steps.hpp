@@ -22,4 +22,9 @@ u64 inference_weight_bytes(const walker& w, int i, const parameter_tensor& p);
 /// A generate() call (prefill, then decode steps) of a language model.
 void generate(walker& w);
 
+/// T5: the forward and loss of one micro-batch (encoder, decoder, head); generate() (the encoder
+/// once, then decode steps with self- and cross-attention caches).
+tensor t5_forward_loss(walker& w);
+void t5_generate(walker& w);
+
 }  // namespace vramkit::plan::detail

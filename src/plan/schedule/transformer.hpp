@@ -63,6 +63,10 @@ tensor run_layer(walker& w, const tensor& x, int layer);
 /// encoder's inference forward) no labels and no loss: the logits are made and dropped.
 tensor lm_forward_loss(walker& w, bool loss = true);
 
+/// LLaVA: the frozen vision tower over `images` images, then the projector; returns the image
+/// features (images x patches rows of the language model's width).
+tensor llava_image_features(walker& w, i64 images);
+
 /// Forward and loss of one micro-batch of transformers' ViT image classifier.
 tensor hf_vit_forward_loss(walker& w);
 

@@ -350,6 +350,11 @@ void walker::setup_params() {
                 : nm == "attn_out"                                     ? &lp.attn_out
                 : nm == "mlp_norm"                                     ? &lp.mlp_norm
                 : nm == "post_attn_norm"                               ? &lp.post_attn_norm
+                : nm == "rel_bias"                                     ? &lp.rel_bias
+                : nm == "cross_q"                                      ? &lp.cross_q
+                : nm == "cross_kv"                                     ? &lp.cross_kv
+                : nm == "cross_out"                                    ? &lp.cross_out
+                : nm == "cross_norm"                                   ? &lp.cross_norm
                 : nm == "post_mlp_norm"                                ? &lp.post_mlp_norm
                 : nm == "mlp_gate_up" || nm == "mlp_up" || nm == "moe_experts_gate_up" ? &lp.mlp_in
                 : nm == "mlp_down" || nm == "moe_experts_down" ? &lp.mlp_down
@@ -367,7 +372,7 @@ void walker::setup_params() {
   }
   lm_ = lm_params{};
   for (int i = 0; i < n; ++i) {
-    if (params[i].layer >= 0) continue;
+    if (params[i].layer >= 0 && params[i].name != "enc_final_norm") continue;
     const auto& nm = params[i].name;
     int* slot = nm == "embed_tokens"        ? &lm_.embed
                 : nm == "embed_positions"   ? &lm_.pos
@@ -380,9 +385,15 @@ void walker::setup_params() {
                 : nm == "cls_token"         ? &lm_.cls_token
                 : nm == "patch_embed"       ? &lm_.patch_embed
                 : nm == "classifier"        ? &lm_.classifier
+                : nm == "enc_final_norm"    ? &lm_.enc_final_norm
+                : nm == "vision_tower"      ? &lm_.vision_tower
+                : nm == "projector_1"       ? &lm_.projector_1
+                : nm == "projector_2"       ? &lm_.projector_2
                                             : nullptr;
     if (slot != nullptr) *slot = i;
   }
+  // LLaVA's recipes train the projector and the language model; the vision tower stays frozen.
+  if (lm_.vision_tower >= 0) trainable_[lm_.vision_tower] = 0;
   if (r_.mode == run_mode::train && r_.lora_rank > 0) add_lora_params();
   s_.trainable_parameters = 0;
   for (int i = 0; i < param_count(); ++i)
@@ -406,8 +417,7 @@ std::vector<lora_shape> lora_shapes(const model_description& m, int l) {
             f = t.intermediate;
   std::vector<lora_shape> v;
   const bool packed_qkv = m.family == model_family::gpt2 || m.family == model_family::gpt_neox ||
-                          m.family == model_family::falcon ||
-                          m.family == model_family::phi3;
+                          m.family == model_family::falcon || m.family == model_family::phi3;
   if (packed_qkv) {
     v.push_back({lora_target::q | lora_target::k | lora_target::v, h, q + 2 * kv});
   } else {

@@ -93,15 +93,18 @@ struct layer_params {
   int attn_norm = -1, qkv = -1, attn_out = -1, mlp_norm = -1, mlp_in = -1, mlp_down = -1;
   int qk_norm = -1;                             ///< Qwen3 / Gemma-3 per-head q/k norms
   int post_attn_norm = -1, post_mlp_norm = -1;  ///< Gemma's sandwich norms
-  int router = -1, shared_in = -1, shared_down = -1, shared_gate = -1;  ///< MoE block
-  int q_a = -1, q_a_norm = -1, kv_a = -1, kv_a_norm = -1, kv_b = -1;    ///< latent attention
+  int rel_bias = -1, cross_q = -1, cross_kv = -1, cross_out = -1, cross_norm = -1;  ///< T5
+  int router = -1, shared_in = -1, shared_down = -1, shared_gate = -1;              ///< MoE block
+  int q_a = -1, q_a_norm = -1, kv_a = -1, kv_a_norm = -1, kv_b = -1;  ///< latent attention
 };
 
 /// Parameter indices of a language model outside its layers (-1: the model has none).
 struct lm_params {
   int embed = -1, pos = -1, types = -1, embed_norm = -1, final_norm = -1, head = -1,
       head_transform = -1, head_bias = -1;
-  int cls_token = -1, patch_embed = -1, classifier = -1;  ///< transformers' ViT
+  int cls_token = -1, patch_embed = -1, classifier = -1;      ///< transformers' ViT
+  int enc_final_norm = -1;                                    ///< T5's encoder
+  int vision_tower = -1, projector_1 = -1, projector_2 = -1;  ///< LLaVA
 };
 
 /// Forward of one layer, re-run by backward for a checkpointed layer.
@@ -208,7 +211,7 @@ class walker {
   /// zero_grad(set_to_none=True).
   void zero_grad();
   /// Optimizer state `which` (0 or 1) of parameter p, created on first use.
-  bool has_state(int p, int which) const { return state_[which][p] >= 0; }
+  [[nodiscard]] bool has_state(int p, int which) const { return state_[which][p] >= 0; }
   void set_state(int p, int which, int id) { state_[which][p] = id; }
 
  private:
@@ -222,8 +225,8 @@ class walker {
     [[nodiscard]] std::size_t size() const noexcept { return n_; }
     [[nodiscard]] bool empty() const noexcept { return n_ == 0; }
     const T& operator[](std::size_t i) const noexcept { return a_[i]; }
-    const T* begin() const noexcept { return a_.data(); }
-    const T* end() const noexcept { return a_.data() + n_; }
+    [[nodiscard]] const T* begin() const noexcept { return a_.data(); }
+    [[nodiscard]] const T* end() const noexcept { return a_.data() + n_; }
 
    private:
     std::array<T, N> a_{};
@@ -242,7 +245,7 @@ class walker {
     int ckpt_input = -1;
   };
 
-  tensor adopt(int id) noexcept { return tensor(this, id); }
+  tensor adopt(int id) noexcept { return {this, id}; }
   int new_tensor(u64 bytes, component c, const char* label);
   void push_event(u64 bytes, int t, component c, bool is_alloc);
   [[nodiscard]] bool requires_grad(int t) const { return t >= 0 && meta_[t].producer != -1; }

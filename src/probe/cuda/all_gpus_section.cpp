@@ -18,7 +18,7 @@ constexpr std::size_t MiB = std::size_t{1} << 20;
 // One GPU's share: a device buffer, a pinned host buffer, a stream and two events, all of that
 // GPU (created while it is current).
 struct lane {
-  int device;
+  int device = 0;
   std::unique_ptr<device_buffer> dev;
   std::unique_ptr<pinned_buffer> host;
   std::unique_ptr<owned_cuda_stream> stream;
@@ -81,7 +81,8 @@ void run_all_gpus_section(gpu_context& ctx) {
   std::vector<lane> lanes;
   for (int d = 0; d < ctx.device_count; ++d) {
     VRAMKIT_CUDA_TRY(cudaSetDevice(d));
-    lane l{d};
+    lane l;
+    l.device = d;
     l.dev = std::make_unique<device_buffer>(bytes);
     l.host = std::make_unique<pinned_buffer>(bytes, pinned_buffer::mapping::unmapped);
     l.stream = std::make_unique<owned_cuda_stream>();

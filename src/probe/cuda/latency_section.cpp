@@ -207,7 +207,12 @@ void run_zerocopy_latency(gpu_context& ctx) {
   owned_cuda_stream stream;
   const cudaStream_t s = stream.get();
   const int samples = 3;
-  const std::size_t ws = ctx.quick() ? 16 * MiB : 64 * MiB;
+  const std::size_t ws = ctx.host_fit(ctx.quick() ? 16 * MiB : 64 * MiB, 1, MiB);
+  if (ws == 0) {
+    ctx.report->skips.push_back(
+        {ctx.tag + ".latency.zerocopy", "too little host memory available for the chase"});
+    return;
+  }
   pinned_buffer host(ws, pinned_buffer::mapping::mapped);
   auto* dev = static_cast<std::uint64_t*>(host.device_ptr());
   auto* h = static_cast<std::uint64_t*>(host.get());

@@ -24,10 +24,12 @@ void run_managed_section(gpu_context& ctx) {
   std::size_t free_b = 0, total_b = 0;
   VRAMKIT_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
   // Never more managed memory than a quarter of what is free: oversubscription can stall a GPU.
-  const std::size_t bytes =
-      std::min<std::size_t>(ctx.quick() ? 128 * MiB : 512 * MiB, free_b / 4) / MiB * MiB;
+  // The CPU writes it first, so its pages also live in host memory for a while.
+  const std::size_t bytes = ctx.host_fit(
+      std::min<std::size_t>(ctx.quick() ? 128 * MiB : 512 * MiB, free_b / 4) / MiB * MiB, 1, 0);
   if (bytes < 16 * MiB) {
-    ctx.report->skips.push_back({ctx.tag + ".managed", "not enough free device memory"});
+    ctx.report->skips.push_back(
+        {ctx.tag + ".managed", "not enough free device memory or host memory available"});
     return;
   }
   const std::size_t words = bytes / 4;

@@ -162,9 +162,11 @@ __device__ __forceinline__ uint4 resident_load(const uint4* p) {
   }
 }
 
+// Launch bounds of 1024 threads: one block per multiprocessor must be able to hold them all.
 template <bool GridOnceL2>
-__global__ void resident_read_kernel(const uint4* __restrict__ p, std::uint64_t ws_vec, int reps,
-                                     std::uint32_t* sum) {
+__global__ void __launch_bounds__(1024)
+    resident_read_kernel(const uint4* __restrict__ p, std::uint64_t ws_vec, int reps,
+                         std::uint32_t* sum) {
   std::uint64_t begin, count, stride, start;
   if constexpr (!GridOnceL2) {
     begin = threadIdx.x;
@@ -287,8 +289,9 @@ cudaError_t launch_resident_read(const std::uint32_t* p, std::size_t ws_vec, int
     resident_read_kernel<true><<<grid_of(cfg), cfg.threads, 0, stream>>>(v, ws_vec, reps, sum);
     return cudaGetLastError();
   }
-  // As much L1 as the multiprocessor can give (the kernel uses no shared memory).
-  static const cudaError_t carveout = cudaFuncSetAttribute(
+  // As much L1 as the multiprocessor can give (the kernel uses no shared memory); set on every
+  // launch, since the current device may differ between calls.
+  const cudaError_t carveout = cudaFuncSetAttribute(
       resident_read_kernel<false>, cudaFuncAttributePreferredSharedMemoryCarveout, 0);
   if (carveout != cudaSuccess) return carveout;
   resident_read_kernel<false><<<grid_of(cfg), cfg.threads, 0, stream>>>(v, ws_vec, reps, sum);

@@ -74,9 +74,10 @@ cudaTextureObject_t make_texture_object(cudaMipmappedArray_t array, const mip_ch
   tex.maxMipmapLevelClamp = static_cast<float>(desc.mip_levels - first_level - 1);
   cudaTextureObject_t object = 0;
   cudaError_t st = cudaCreateTextureObject(&object, &res, &tex, nullptr);
-  if (st == cudaErrorInvalidValue && desc.format.format == texture_format::bc6h) {
-    // BC6H holds half floats, to which the normalized read mode may not apply: read them as the
-    // element type instead.
+  if ((st == cudaErrorInvalidValue || st == cudaErrorInvalidNormSetting) &&
+      desc.format.format == texture_format::bc6h) {
+    // BC6H holds half floats, to which the normalized read mode does not apply (the runtime says
+    // cudaErrorInvalidNormSetting): read them as the element type instead.
     static_cast<void>(cudaGetLastError());
     tex.readMode = cudaReadModeElementType;
     st = cudaCreateTextureObject(&object, &res, &tex, nullptr);

@@ -205,12 +205,30 @@ TEST(TextureGpu, EveryBcFormatSamplesAsTheCpuDecoder) {
         const int unequal = unequal_texels(gpu, model);
         EXPECT_EQ(unequal, 0) << what << ": texels differing from the decoder";
         off_model += unequal;
+        for (std::size_t i = 0, shown = 0; i < gpu.size() && shown < 6 && unequal > 0; ++i) {
+          if (gpu[i].r == model[i].r && gpu[i].g == model[i].g && gpu[i].b == model[i].b) continue;
+          const std::size_t x = i % lw, y = i / lw;
+          std::printf(
+              "[texture-off] %s texel %zu,%zu (mode bits 0x%02x): gpu %g %g %g cpu %g %g %g\n",
+              what.c_str(), x, y, level[((y / 4) * ((lw + 3) / 4) + x / 4) * 16] & 31, gpu[i].r,
+              gpu[i].g, gpu[i].b, model[i].r, model[i].g, model[i].b);
+          ++shown;
+        }
         continue;
       }
       worst_ref = std::max(worst_ref, max_error(gpu, exact));
       const float e = max_error(gpu, model);
       worst_model = std::max(worst_model, e);
       EXPECT_LE(e, c.tolerance) << what;
+      if (c.format.format == tf::bc3) {
+        // BC3's colour is BC1's four-colour block: bit-exact, whatever the alpha tolerance.
+        float e_rgb = 0;
+        for (std::size_t i = 0; i < gpu.size(); ++i) {
+          for (int ch = 0; ch < 3; ++ch)
+            e_rgb = std::max(e_rgb, std::fabs(channel(gpu[i], ch) - channel(model[i], ch)));
+        }
+        EXPECT_LE(e_rgb, float_ulps) << what << " colour";
+      }
       for (std::size_t i = 0; i < gpu.size(); ++i) {
         bool exact_match = true;
         for (int ch = 0; ch < 4; ++ch)
@@ -393,7 +411,6 @@ TEST(TextureGpu, DemoWithAQuarterBudgetMeetsItsChecks) {
   // test at this size must not assert.
   for (const auto& [k, v] : r.summary["checks"].items()) EXPECT_TRUE(v.get<bool>()) << k;
   EXPECT_TRUE(r.passed);
-  EXPECT_FALSE(r.summary["checks"].contains("no_frame_waits_p99_within_10pct"));
   std::printf("[texture] demo timing (reported, not checked): %s\n",
               r.summary["timing"].dump().c_str());
   std::filesystem::remove_all(o.out_dir);

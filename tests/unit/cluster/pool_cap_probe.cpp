@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   vramkit::host_sim_options o;
   o.device_memory_bytes = std::size_t{64} << 30;
   o.poison_byte = -1;
+  o.commit_physical =
+      false;  // the default pool maps physical memory: leave its pages untouched too
   vramkit::mr::detail::set_c_api_device_api(std::make_shared<vramkit::host_sim_device>(o));
   for (int i = 1; i < argc; ++i) {
     std::uint64_t bytes = 0;

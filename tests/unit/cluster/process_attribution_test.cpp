@@ -149,6 +149,9 @@ TEST(ProcessAttribution, ReusedPidIsReadAgainAndLateLogDirectoriesAreFound) {
     stat << "6001 (torch run) S 1 6001 6001 0 -1 4194560 1 0 0 0 1 1 0 0 20 0 1 0 777777 1 1\n";
   }
   EXPECT_EQ(a.owner_of(6001).slurm_job, "4242");
+  // A /proc without stat files (some sandboxes trim it): the cgroup file alone still names it.
+  fs::remove(root / "proc/6001/stat");
+  EXPECT_EQ(a.owner_of(6001).slurm_job, "4242");
   fs::remove_all(root / "proc/6001");
   EXPECT_TRUE(a.owner_of(6001).empty()) << "the process ended";
   fs::remove_all(root);

@@ -109,7 +109,8 @@ TEST(Exposition, ValuesAreInBaseUnitsWithTheAgreedLabels) {
   EXPECT_TRUE(has("vramkit_gpu_power_watts{" + gpu0 + "} 412.5"));
   EXPECT_TRUE(has("vramkit_gpu_sm_clock_hertz{" + gpu0 + "} 1980000000"));
   EXPECT_TRUE(has("vramkit_gpu_process_memory_used_bytes{" + gpu0 +
-                  R"(,pid="4343",command="vllm serve model,\"x\""} 34359738368)"))
+                  R"(,pid="4343",command="vllm serve model,\"x\"",namespace="",pod="",)"
+                  R"(container="",pod_uid="",slurm_job=""} 34359738368)"))
       << text;
   EXPECT_TRUE(has(
       R"(vramkit_process_resident_memory_bytes{pid="4242",command="python3 train.py --batch-size 8"} 8589934592)"));
@@ -142,6 +143,64 @@ TEST(Exposition, ADeviceLostLaterKeepsItsUuidLabel) {
   EXPECT_NE(text.find("vramkit_gpu_up{gpu=\"0\",uuid=\"GPU-x\",name=\"N\"} 0"), std::string::npos)
       << text;
   EXPECT_EQ(text.find("vramkit_gpu_memory_used_bytes"), std::string::npos);
+}
+
+TEST(Exposition, ProcessesCarryTheirOwnerAndWorkloadsTheirPlanUse) {
+  sample s;
+  gpu_sample g;
+  g.index = 0;
+  g.uuid = "GPU-a";
+  g.name = "N";
+  g.memory_total_bytes = 100;
+  auto proc = [](std::uint32_t pid, std::uint64_t used, process_owner o) {
+    gpu_process p;
+    p.pid = pid;
+    p.used_bytes = used;
+    p.command = "c";
+    p.owner = std::move(o);
+    return p;
+  };
+  process_owner pod;
+  pod.pod_namespace = "ml";
+  pod.pod = "train-0";
+  pod.container = "main";
+  pod.pod_uid = "u-1";
+  pod.planned_bytes = 40;
+  pod.planned_from = plan_source::planned;
+  process_owner job;
+  job.slurm_job = "42";
+  g.processes = {proc(1, 30, pod), proc(2, 6, pod), proc(3, 10, job), proc(4, 5, {})};
+  s.gpus.push_back(g);
+  const std::string text = render_metrics(s, {});
+  auto has = [&](const std::string& line) { return text.find(line + "\n") != std::string::npos; };
+  const std::string p1 =
+      R"({gpu="0",uuid="GPU-a",name="N",pid="1",command="c",namespace="ml",pod="train-0",)"
+      R"(container="main",pod_uid="u-1",slurm_job=""})";
+  EXPECT_TRUE(has("vramkit_gpu_process_memory_used_bytes" + p1 + " 30")) << text;
+  EXPECT_TRUE(has("vramkit_gpu_process_memory_planned_bytes" + p1 + " 40")) << text;
+  EXPECT_TRUE(has("vramkit_gpu_process_memory_plan_ratio" + p1 + " 0.75")) << text;
+  EXPECT_TRUE(has(R"(vramkit_gpu_process_memory_used_bytes{gpu="0",uuid="GPU-a",name="N",pid="4",)"
+                  R"(command="c",namespace="",pod="",container="",pod_uid="",slurm_job=""} 5)"))
+      << text;
+  // Processes without a plan have no planned or ratio series.
+  EXPECT_EQ(
+      text.find(
+          R"(vramkit_gpu_process_memory_planned_bytes{gpu="0",uuid="GPU-a",name="N",pid="3")"),
+      std::string::npos);
+  // Per workload and GPU: the pod's two processes summed against its plan; the job without a plan
+  // has a use but no ratio; the host process none.
+  const std::string w =
+      R"({gpu="0",uuid="GPU-a",name="N",namespace="ml",pod="train-0",container="main",pod_uid="u-1",slurm_job=""})";
+  EXPECT_TRUE(has("vramkit_workload_gpu_memory_used_bytes" + w + " 36")) << text;
+  EXPECT_TRUE(has("vramkit_workload_gpu_memory_planned_bytes" + w + " 40")) << text;
+  EXPECT_TRUE(has("vramkit_workload_gpu_memory_plan_ratio" + w + " 0.9")) << text;
+  EXPECT_TRUE(
+      has(R"(vramkit_workload_gpu_memory_used_bytes{gpu="0",uuid="GPU-a",name="N",namespace="",)"
+          R"(pod="",container="",pod_uid="",slurm_job="42"} 10)"))
+      << text;
+  EXPECT_EQ(text.find("slurm_job=\"42\"} 0."), std::string::npos);
+  // The page a scrape serves is the sample's page plus its counter, and nothing else.
+  EXPECT_EQ(text, render_sample_metrics(s, 0) + render_scrape_counter(0));
 }
 
 }  // namespace

@@ -23,6 +23,13 @@ namespace {
 
 using vramkit::testing::gate;
 
+// No growth slack: growth remaps whenever free space allows, the case the stress tests are about.
+vmm_pool_options without_slack() {
+  vmm_pool_options o;
+  o.growth_slack = 0;
+  return o;
+}
+
 struct sim_vmm {
   explicit sim_vmm(vmm_pool_options o = {}, host_sim_options d = {})
       : dev(std::make_shared<host_sim_device>(d)),
@@ -231,7 +238,7 @@ void vmm_stress(int streams, std::uint32_t seed, std::size_t capacity) {
   auto dev = std::make_shared<host_sim_device>(host_sim_options{.device_memory_bytes = capacity});
   std::vector<std::unique_ptr<owned_stream>> ss;
   for (int i = 0; i < streams; ++i) ss.push_back(std::make_unique<owned_stream>(*dev));
-  auto pool = std::make_shared<vmm_pool_resource>(dev);
+  auto pool = std::make_shared<vmm_pool_resource>(dev, without_slack());
   statistics_adaptor stats(pool);
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> coin(0, 99);
@@ -272,9 +279,12 @@ void vmm_stress(int streams, std::uint32_t seed, std::size_t capacity) {
       const auto a = reinterpret_cast<std::uintptr_t>(p);
       ASSERT_EQ(a % 256, 0u);
       auto next = model.lower_bound(a);
-      if (next != model.end()) ASSERT_LE(a + n, next->first);
-      if (next != model.begin())
+      if (next != model.end()) {
+        ASSERT_LE(a + n, next->first);
+      }
+      if (next != model.begin()) {
         ASSERT_LE(std::prev(next)->first + std::prev(next)->second.bytes, a);
+      }
       const auto tag = static_cast<unsigned char>(op | 1);
       for (std::size_t k : touch_points(n)) static_cast<unsigned char*>(p)[k] = tag;
       model.emplace(a, live{n, st, tag});
@@ -313,7 +323,7 @@ TEST(VmmPoolResourceStress, ThreadsOnSeveralStreamsNeverShareALiveBlock) {
   constexpr int threads = 4;
   std::vector<std::unique_ptr<owned_stream>> ss;
   for (int i = 0; i < threads + 1; ++i) ss.push_back(std::make_unique<owned_stream>(*dev));
-  auto pool = std::make_shared<vmm_pool_resource>(dev);
+  auto pool = std::make_shared<vmm_pool_resource>(dev, without_slack());
   std::atomic<int> corrupt{0};
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {

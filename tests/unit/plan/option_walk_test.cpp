@@ -1,6 +1,12 @@
 // Every plan option, applied to a training and an inference request: the plan must change
 // (some figure differs) or the request must be refused with a invalid_input. An option that is
-// accepted and changes nothing is a bug (the house rule for every flag).
+// accepted and changes nothing is a bug (the house rule for every flag). Options of the command
+// itself rather than of the request ("--json", "--list", "--fit", "--gpu", "--probe", "--serve"
+// and its "--gpu-memory-utilization", "--max-model-len", "--max-num-seqs",
+// "--max-num-batched-tokens", "--concurrency", "--enforce-eager", and vramkit offload's
+// "--offload" mixes, "--compress-activations", "--allow-lossy") are tested in
+// tests/unit/plan/CMakeLists.txt and finetune_test.cpp (Serving); cli_flags_walked.cmake checks
+// that no option of `vramkit plan --help` is left out.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -35,9 +41,26 @@ std::vector<mutation> mutations() {
   for (auto p :
        {precision::fp32, precision::amp_bf16, precision::amp_fp16, precision::bf16, precision::fp8})
     add(std::string("--precision ") + to_string(p), [p](plan_request& r) { r.prec = p; });
-  for (auto o : {optimizer_kind::sgd, optimizer_kind::sgd_momentum, optimizer_kind::adam,
-                 optimizer_kind::adamw_8bit})
+  for (auto o :
+       {optimizer_kind::sgd, optimizer_kind::sgd_momentum, optimizer_kind::adam,
+        optimizer_kind::adamw_fused, optimizer_kind::adamw_8bit, optimizer_kind::paged_adamw_8bit})
     add(std::string("--optimizer ") + to_string(o), [o](plan_request& r) { r.optimizer = o; });
+  add("--optimizer-in-backward", [](plan_request& r) { r.optimizer_in_backward = true; });
+  add("--lora-rank 8", [](plan_request& r) { r.lora_rank = 8; });
+  add("--lora-rank 8 --lora-targets attention",
+      [](plan_request& r) { r.lora_rank = 8, r.lora_targets = lora_target::attention; });
+  add("--lora-rank 8 --lora-targets q,v",
+      [](plan_request& r) { r.lora_rank = 8, r.lora_targets = lora_target::q | lora_target::v; });
+  add("--lora-rank 8 --lora-dropout 0.1",
+      [](plan_request& r) { r.lora_rank = 8, r.lora_dropout = 0.1; });
+  add("--lora-targets mlp (no --lora-rank)",
+      [](plan_request& r) { r.lora_targets = lora_target::mlp; });
+  add("--lora-dropout 0.1 (no --lora-rank)", [](plan_request& r) { r.lora_dropout = 0.1; });
+  add("--lora-rank 8 --quant nf4",
+      [](plan_request& r) { r.lora_rank = 8, r.quant = quant_kind::nf4; });
+  add("--kv-cache-dtype fp8", [](plan_request& r) { r.kv_cache = kv_cache_kind::fp8; });
+  add("--serving paged --kv-cache-dtype fp8",
+      [](plan_request& r) { r.serving = serving_kind::paged, r.kv_cache = kv_cache_kind::fp8; });
   for (auto c : {checkpointing::full, checkpointing::selective})
     add(std::string("--checkpointing ") + to_string(c), [c](plan_request& r) { r.ckpt = c; });
   for (auto a : {attention_kind::flash, attention_kind::eager})
@@ -125,6 +148,69 @@ TEST(OptionWalk, EveryOptionChangesAVisionPlanOrIsRefused) {
   plan_request r;
   r.batch = 8;
   walk(preset_model("resnet-18"), r);
+}
+
+/// As walk, over two bases of one model: every option must change the plan of at least one of
+/// them or be refused by both (an option's effect may show only where its memory sets the peak:
+/// flash attention's log-sum-exp in backward, optimizer-in-backward at the optimizer step).
+void walk_pair(const model_description& m, plan_request a, plan_request b) {
+  a.validate(m);
+  b.validate(m);
+  const auto fa = figures(make_plan(m, a)), fb = figures(make_plan(m, b));
+  for (const auto& mu : mutations()) {
+    SCOPED_TRACE(mu.name);
+    bool accepted = false, changed = false, same_value = true;
+    for (const auto* base : {&a, &b}) {
+      plan_request r = *base;
+      mu.apply(r);
+      try {
+        r.validate(m);
+      } catch (const vramkit::invalid_input&) {
+        continue;
+      }
+      accepted = true;
+      if (r == *base) continue;
+      same_value = false;
+      changed = changed || figures(make_plan(m, r)) != (base == &a ? fa : fb);
+    }
+    if (!accepted || same_value || same_memory_by_design(mu.name)) continue;
+    EXPECT_TRUE(changed) << mu.name << " is accepted and changes nothing";
+  }
+}
+
+TEST(OptionWalk, EveryOptionChangesTheNewFamiliesPlansOrIsRefused) {
+  for (const char* file : {"gemma-3-1b-l6.json", "gemma-2-2b-l4.json", "falcon-7b-l2.json",
+                           "roberta-base.json", "vit-base-patch16-224.json", "flan-t5-base.json"}) {
+    SCOPED_TRACE(file);
+    const auto m =
+        load_model_config(std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/plan/configs/" + file);
+    // Activations large enough to set the peak; 500 tokens so that flash attention's unrounded
+    // log-sum-exp differs from SDPA's 128-row rounding.
+    plan_request r;
+    r.batch = m.is_vision() ? 32 : 4, r.prec = precision::bf16, r.optimizer = optimizer_kind::sgd;
+    if (!m.is_vision()) r.seq = 500;
+    plan_request adam = r;
+    adam.optimizer = optimizer_kind::adamw;
+    walk_pair(m, r, adam);
+    plan_request i;
+    i.mode = run_mode::infer, i.batch = 2;
+    if (m.family != model_family::bert && !m.is_vision()) i.prompt = 128, i.new_tokens = 8;
+    walk(m, i);
+  }
+}
+
+TEST(OptionWalk, EveryOptionChangesALlavaPlanOrIsRefused) {
+  const auto m = load_model_config(std::string(VRAMKIT_SOURCE_DIR) +
+                                   "/tests/data/plan/configs/llava-1.5-7b-l4.json");
+  // 8 x 1000 tokens: the activations (and flash's unrounded log-sum-exp) set the SGD peak.
+  plan_request r;
+  r.batch = 8, r.seq = 1000, r.prec = precision::bf16, r.optimizer = optimizer_kind::sgd;
+  plan_request adam = r;
+  adam.optimizer = optimizer_kind::adamw;
+  walk_pair(m, r, adam);
+  plan_request i;
+  i.mode = run_mode::infer, i.batch = 2, i.prompt = 640, i.new_tokens = 8;
+  walk(m, i);
 }
 
 TEST(OptionWalk, EveryOptionChangesAMixtureOfExpertsPlanOrIsRefused) {
