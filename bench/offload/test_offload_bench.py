@@ -122,7 +122,9 @@ class Derived(unittest.TestCase):
         shape = dict(ob.SHAPES["1b"])
         entry = {"shape": shape, "cap_bytes": 30 * GiB, "link_bytes_per_s": {"d2h": 5e10, "h2d": 5e10},
                  "block_forward_s": 0.006, "mixes": {"vramkit-act": ["offload", "checkpoint", "keep"]},
-                 "plans": {"fit": {"json": fit}, "fit-uncapped": {"json": uncapped}},
+                 "plans": {"fit": {"json": fit}, "fit-uncapped": {"json": uncapped},
+                           "reference": {"json": {"allocated_peak_bytes": 40 * GiB}},
+                           "full-checkpoint": {"json": {"allocated_peak_bytes": 19 * GiB}}},
                  "configs": [
                      result("reference", 1.0, 60 * GiB, 41 * GiB, census={"total": 100, "blocks": 90, "by_where": {"mlp": 50}}),
                      result("vramkit-act", 1.1, 29 * GiB, 17 * GiB, copy_s={"d2h": 0.2, "h2d": 0.2},
@@ -149,6 +151,7 @@ class Derived(unittest.TestCase):
         self.assertAlmostEqual(rows["vramkit-act"]["peak_error"], 0.0)
         self.assertAlmostEqual(rows["full-checkpoint"]["step_error"], 1.25 / 1.3 - 1)
         self.assertAlmostEqual(rows["reference"]["step_error"], -0.05)
+        self.assertAlmostEqual(rows["reference"]["peak_error"], 40 / 41 - 1)  # the plain plan's peak
         self.assertEqual(d["ranking"]["measured"], ["reference", "vramkit-act", "full-checkpoint", "vramkit-act+opt"])
         self.assertTrue(d["ranking"]["same_order"])
         text = ob.summarize(res)

@@ -155,18 +155,21 @@ class offload_activations:
       exercises the bookkeeping on machines without a GPU.
 
     - `compress`: a vramkit.compress_activations object: the tensors it selects are stored as fp8
-      (offloaded blocks move the fp8 payload, kept blocks keep it on the device); lossy. With
-      its CUDA kernels the encode of an offloaded tensor runs on the copy stream with at most
-      `encode_ctas` thread blocks (leaving the other SMs to the forward) and writes straight
-      into pinned memory.
-
+      (offloaded blocks move the fp8 payload, kept blocks keep it on the device); lossy. The
+      payload of an offloaded tensor is encoded on the device and copied out by the copy engine
+      (about 11 ms a GiB of bf16 on an H200, run 7 of docs/results/2026-12-01-h200-offload.md);
+      `fused_encode=True` makes the encode kernel write it straight into pinned memory instead,
+      on the copy stream with at most `encode_ctas` (default 16) thread blocks: no fp8 copy on
+      the device, but SM stores over PCIe ran at 23 GB/s with 16 thread blocks there (24 ms a
+      GiB), against the copy engine's 50.
     Without `compress`, gradients equal the run without offload bit for bit: the copies are exact and the tensor
     comes back with its size, strides and dtype.
     """
 
     def __init__(self, model=None, *, blocks=None, mix=None, offload=None, checkpoint=None,
                  outside=None, min_bytes=1 << 20, prefetch=1, max_inflight_bytes=512 << 20, pool=None,
-                 offload_cpu_tensors=False, timing=False, compress=None, encode_ctas=16):
+                 offload_cpu_tensors=False, timing=False, compress=None, fused_encode=False,
+                 encode_ctas=None):
         if blocks is None and model is not None:
             blocks = find_blocks(model)
         self.blocks = list(blocks) if blocks is not None else []
@@ -196,10 +199,14 @@ class offload_activations:
             raise ValueError("offload_activations: min_bytes, prefetch and max_inflight_bytes must be >= 0")
         self.model = model
         self.compress = compress
-        if int(encode_ctas) < 1:
+        if encode_ctas is not None and not fused_encode:
+            raise ValueError("offload_activations: encode_ctas applies to fused_encode=True")
+        if encode_ctas is not None and int(encode_ctas) < 1:
             raise ValueError("offload_activations: encode_ctas must be >= 1")
-        self.encode_ctas = int(encode_ctas)
-        self._fused_encode = True
+        if fused_encode and compress is None:
+            raise ValueError("offload_activations: fused_encode=True needs compress=")
+        self.encode_ctas = 16 if encode_ctas is None else int(encode_ctas)
+        self._fused_encode = bool(fused_encode)
         self.outside = outside
         self.min_bytes = int(min_bytes)
         self.prefetch = int(prefetch)
@@ -373,10 +380,9 @@ class offload_activations:
         return rec
 
     def _store_compressed(self, x, comp):
-        """A Packed of the contiguous tensor x whose payload lives in pinned memory. With the CUDA
-        kernels the encode runs on the copy stream and writes payload and scales straight into
-        the pinned buffer (no fp8 copy on the device); else the payload is encoded on the device
-        and copied out like any tensor."""
+        """A Packed of the contiguous tensor x whose payload lives in pinned memory: encoded on
+        the device and copied out like any tensor, or with fused_encode (and the CUDA kernels)
+        encoded on the copy stream straight into the pinned buffer."""
         from . import fp8_codec
         from .activation_compress import Packed
 

@@ -3,9 +3,9 @@
 # activation compression alone and with offload, and the fp8 codec's fused encode into pinned
 # memory (bench/offload/offload_bench.py: vramkit's configurations first, one worker per shape,
 # the JSON and summary rewritten after every configuration, so a cut-short run keeps what it
-# measured; budget OFFLOAD_BUDGET_S, default 175 s, hard stop 8 s later); then loss curves and
+# measured; budget OFFLOAD_BUDGET_S, default 170 s, hard stop 6 s later); then loss curves and
 # per-block gradient error with and without compression (bench/offload/compress_accuracy.py,
-# budget 32 s, hard stop 45 s). The GPU tests of the Python package (python.offload_gpu,
+# budget 50 s, hard stop 56 s). The GPU tests of the Python package (python.offload_gpu,
 # python.compress_gpu) and of the codec (compress_gpu_tests) run in the gpu-tests stage. Writes
 # RESULTS_DIR/offload-summary.md, offload-bench.json, compress-accuracy.json.
 set -uo pipefail
@@ -47,13 +47,13 @@ if [ -s "$RESULTS_DIR/probe.json" ]; then probe=(--probe "$RESULTS_DIR/probe.jso
   echo "- planner: ${VRAMKIT_CLI:-not found}; fp8 kernels: ${VRAMKIT_COMPRESS_LIB:-not found}; link for the planner: ${probe[1]:-GPU catalogue}"
   echo
 } > "$RESULTS_DIR/offload-header.md"
-budget=${OFFLOAD_BUDGET_S:-175}
-PYTHONUNBUFFERED=1 timeout $((budget + 8)) python3 bench/offload/offload_bench.py \
+budget=${OFFLOAD_BUDGET_S:-170}
+PYTHONUNBUFFERED=1 timeout $((budget + 6)) python3 bench/offload/offload_bench.py \
   --shapes "${OFFLOAD_SHAPES:-1b,3b-wide}" --budget-s "$budget" "${probe[@]}" \
   --out "$RESULTS_DIR/offload-bench.json" --summary "$RESULTS_DIR/offload-table.md"
 status=$?
-[ $status -eq 124 ] && echo "offload: the bench passed its hard stop ($((budget + 8)) s); offload-table.md holds what it measured"
-PYTHONUNBUFFERED=1 timeout 45 python3 bench/offload/compress_accuracy.py --steps "${COMPRESS_STEPS:-300}" --budget-s 32 \
+[ $status -eq 124 ] && echo "offload: the bench passed its hard stop ($((budget + 6)) s); offload-table.md holds what it measured"
+PYTHONUNBUFFERED=1 timeout 56 python3 bench/offload/compress_accuracy.py --steps "${COMPRESS_STEPS:-300}" --budget-s 50 \
   --out "$RESULTS_DIR/compress-accuracy.json" --summary "$RESULTS_DIR/compress-accuracy.md" || status=1
 cat "$RESULTS_DIR/offload-header.md" "$RESULTS_DIR/offload-table.md" "$RESULTS_DIR/compress-accuracy.md" > "$summary" 2>/dev/null
 echo "stage time $(( $(date +%s) - started )) s" >> "$summary"

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -194,6 +195,11 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   const plan_result full = make_plan(m, rc, o);
   double other = static_cast<double>(full.allocated_peak_bytes) -
                  static_cast<double>(in.input_bytes) * s.n_blocks - static_cast<double>(saved);
+  // Mixes without a checkpointed block peak where the plan without checkpointing does (the
+  // start of backward, with the loss's gradients): anchored to that plan instead, so that
+  // keeping every block gives its peak less what compression saves.
+  double other_keep =
+      static_cast<double>(base.allocated_peak_bytes) - static_cast<double>(saved) * s.n_blocks;
   if (optimizer) {
     if (r.optimizer != optimizer_kind::adam && r.optimizer != optimizer_kind::adamw)
       throw invalid_input(
@@ -202,10 +208,12 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
     const auto est = estimate_optimizer_offload(base.parameters, master_weights::none,
                                                 s.link.bytes_per_s, s.link.bytes_per_s);
     other += static_cast<double>(est.device_buffer_bytes) - 2 * w * params;
+    other_keep += static_cast<double>(est.device_buffer_bytes) - 2 * w * params;
     s.optimizer_host_bytes = est.host_bytes;
     s.optimizer_time_s = est.step_time_s;
   }
   in.other_bytes = static_cast<std::uint64_t>(std::max(0.0, other));
+  s.other_bytes_without_checkpoint = static_cast<std::uint64_t>(std::max(0.0, other_keep));
   s.cache_bytes = full.reserved_peak_bytes - full.allocated_peak_bytes;
   s.context_bytes = base.context_bytes;
   return s;
@@ -218,7 +226,11 @@ offload_plan evaluate_offload(const offload_setup& s, const std::vector<block_po
   p.compress = c;
   p.optimizer = optimizer;
   p.setup = s;
-  p.estimate = simulate_offload(mix, s.inputs);
+  offload_inputs in = s.inputs;
+  if (std::none_of(mix.begin(), mix.end(),
+                   [](block_policy b) { return b == block_policy::checkpoint; }))
+    in.other_bytes = s.other_bytes_without_checkpoint;
+  p.estimate = simulate_offload(mix, in);
   p.allocated_peak_bytes = p.estimate.device_peak_bytes;
   p.device_peak_bytes = p.allocated_peak_bytes + s.cache_bytes + s.context_bytes;
   p.host_pinned_bytes = p.estimate.host_pinned_bytes + s.optimizer_host_bytes;
@@ -287,6 +299,7 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
   r.offload = offload_kind::none;
   r.validate(m);
   // The best mix without and with optimizer offload: two candidates, ranked with the rest.
+  std::vector<fit_candidate> offloads;
   for (const bool optimizer : {false, true}) {
     std::optional<offload_plan> best;
     try {
@@ -315,14 +328,33 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
       c.reasons.emplace_back("activations compressed to " + best->compress.to_string() +
                              " (lossy, --allow-lossy)");
     if (best->optimizer)
-      c.reasons.push_back("Adam moments in pinned host memory (vramkit.OffloadedAdamW)");
+      c.reasons.emplace_back("Adam moments in pinned host memory (vramkit.OffloadedAdamW)");
     c.reasons.push_back(fmt::format("device peak {} of {}, pinned host {}",
                                     format_bytes(static_cast<double>(c.device_peak_bytes)),
                                     format_bytes(static_cast<double>(opt.capacity_bytes)),
                                     format_bytes(static_cast<double>(c.host_peak_bytes))));
+    offloads.push_back(c);
     res.fits.push_back(std::move(c));
   }
   rank_fits(res, opt.max_results);
+  // Both offload candidates stay listed (they are what vramkit.offload_activations and
+  // OffloadedAdamW run): one the ranking cut takes the place of the slowest plain configuration.
+  const auto same = [](const fit_candidate& a, const fit_candidate& b) {
+    return a.optimizer_offload == b.optimizer_offload && a.activation_mix == b.activation_mix &&
+           a.compress_activations == b.compress_activations;
+  };
+  for (auto& c : offloads) {
+    if (std::any_of(res.fits.begin(), res.fits.end(),
+                    [&](const fit_candidate& f) { return same(f, c); }))
+      continue;
+    if (res.fits.size() >= opt.max_results) {
+      const auto last_plain = std::find_if(res.fits.rbegin(), res.fits.rend(),
+                                           [](const auto& f) { return f.activation_mix.empty(); });
+      if (last_plain == res.fits.rend()) continue;
+      res.fits.erase(std::next(last_plain).base());
+    }
+    res.fits.push_back(std::move(c));
+  }
   return res;
 }
 

@@ -50,6 +50,9 @@ struct offload_setup {
   double pack_s_per_block = 0, unpack_s_per_block = 0;
   std::uint64_t cache_bytes = 0;    ///< reserved - allocated of the plan without offload
   std::uint64_t context_bytes = 0;  ///< CUDA context and modules
+  /// inputs.other_bytes for mixes without a checkpointed block (anchored to the plan without
+  /// checkpointing, whose peak moment they share; inputs.other_bytes to full checkpointing's).
+  std::uint64_t other_bytes_without_checkpoint = 0;
   std::uint64_t optimizer_host_bytes = 0;
   double optimizer_time_s = 0;
   double micro_batches = 1;  ///< per optimizer step (the model runs one micro-batch)
