@@ -33,6 +33,7 @@ import argparse
 import functools
 import gc
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -543,12 +544,8 @@ def run_config(w, name, mix=None):
         if name == "vramkit-compress":
             ctx = comp
         elif name.startswith("vramkit-"):
-            kw = {}
-            if name in ("vramkit-offload2", "vramkit-act+compress") and w.get("block_bytes") \
-                    and mix == w.get("offload2_mix"):
-                # One block's copy may be in flight, so the forward need not wait for the link.
-                kw["max_inflight_bytes"] = int(1.1 * w["block_bytes"])
-                out["max_inflight_bytes"] = kw["max_inflight_bytes"]
+            kw = offload_tuning(w, mix)
+            out.update(kw)
             ctx = vramkit.offload_activations(model, blocks=blocks, mix=mix, timing=name != "vramkit-compute-only",
                                               compress=comp if name == "vramkit-act+compress" else None, **kw)
         elif name == "full-checkpoint":
@@ -648,6 +645,22 @@ def run_config(w, name, mix=None):
     torch.cuda.empty_cache()
     out["wall_s"] = time.time() - t0
     return out
+
+
+def offload_tuning(w, mix):
+    """The engine's copy windows for a mix that offloads blocks: up to two blocks' copies out in
+    flight (the forward runs on while the link drains them), and the copies back started as many
+    blocks ahead as one block's copy takes backward passes of a block (about twice its forward),
+    plus one."""
+    n_off = (mix or []).count("offload")
+    a, t_f, link = w.get("block_bytes") or 0, w.get("block_forward_s") or 0, w.get("link") or {}
+    if not n_off or not a:
+        return {}
+    kw = {"max_inflight_bytes": int(1.1 * min(n_off, 2) * a)}
+    if t_f > 0 and link.get("h2d"):
+        copy_in = a / link["h2d"]
+        kw["prefetch_blocks"] = min(len(mix), int(math.ceil(copy_in / (2 * t_f))) + 1)
+    return kw
 
 
 def overlap_mix(mixes):
@@ -795,7 +808,8 @@ def worker(args):
     w = {"shape": shape, "model": model, "loss_fn": loss_fn, "blocks": find_blocks(model), "kind": kind,
          "total": torch.cuda.get_device_properties(0).total_memory, "warmup": args.warmup,
          "timed": args.steps - args.warmup, "cap": state.get("cap_bytes", 0),
-         "block_bytes": state.get("block_bytes", 0)}
+         "block_bytes": state.get("block_bytes", 0), "block_forward_s": state.get("block_forward_s", 0),
+         "link": state.get("link", {})}
     del model, loss_fn
 
     def announce(note=None):
@@ -864,6 +878,7 @@ def worker(args):
             outside = max(0, (total - free) - torch.cuda.memory_reserved())
             extra = {"block_forward_s": block_forward_s(w), "link_bytes_per_s": measure_link(),
                      "outside_allocator_bytes": outside, "planner_capacity_bytes": w["cap"] + outside}
+            w["block_forward_s"], w["link"] = extra["block_forward_s"], extra["link_bytes_per_s"]
             try:
                 plans = planner_runs(shape, w["cap"] + outside, args.out_dir, args.probe)
                 mixes = {k: v["mix"] for k, v in planner_choices(plans, shape).items() if v.get("mix")}
@@ -893,7 +908,8 @@ def worker(args):
             if args.state:
                 with open(args.state, "w") as f:
                     json.dump({"cap_bytes": w["cap"], "mixes": mixes, "reference_step_s": ref_step,
-                               "model_kind": w["kind"], "block_bytes": w.get("block_bytes", 0)}, f)
+                               "model_kind": w["kind"], "block_bytes": w.get("block_bytes", 0),
+                               "block_forward_s": w.get("block_forward_s", 0), "link": w.get("link", {})}, f)
     if args.compress and args.codec and time.time() + 5 < deadline:
         torch.cuda.set_per_process_memory_fraction(1.0)
         try:

@@ -87,6 +87,34 @@ offload_link offload_link_for(const device_overheads& o, const gpu_spec* gpu) {
   return {o.h2d_bytes_per_s, "default"};
 }
 
+namespace {
+
+/// Bytes autograd saves in one block: the activations a middle layer allocates in the forward of
+/// the first step and that are still alive when the forward ends.
+std::uint64_t block_saved_bytes(const model_description& m, const plan_request& r, int n_blocks) {
+  const schedule sch = build_schedule(m, r);
+  const int probe_layer = n_blocks > 2 ? 1 : 0;
+  std::vector<std::uint8_t> live(sch.tensors.size(), 0);
+  std::uint64_t saved = 0;
+  for (const auto& e : sch.events) {
+    const auto& ti = sch.tensors[e.tensor];
+    if (e.alloc && ti.step == 0 && ti.ph != phase::setup && ti.ph != phase::forward) break;
+    if (ti.comp != component::activations || ti.step != 0 || ti.ph != phase::forward ||
+        ti.layer != probe_layer)
+      continue;
+    if (e.alloc && !live[e.tensor]) {
+      live[e.tensor] = 1;
+      saved += ti.bytes;
+    } else if (!e.alloc && live[e.tensor]) {
+      live[e.tensor] = 0;
+      saved -= ti.bytes;
+    }
+  }
+  return saved;
+}
+
+}  // namespace
+
 offload_setup make_offload_setup(const model_description& m, const plan_request& r_in,
                                  const compress_option& c, bool optimizer, const gpu_spec& gpu,
                                  const device_overheads& o) {
@@ -107,26 +135,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   const auto& t = m.t;
   offload_setup s;
   s.n_blocks = static_cast<int>(t.layers);
-  // Bytes autograd saves in one block: the activations a middle layer allocates in the forward
-  // of the first step and that are still alive when the forward ends.
-  const schedule sch = build_schedule(m, r);
-  const int probe_layer = s.n_blocks > 2 ? 1 : 0;
-  std::vector<std::uint8_t> live(sch.tensors.size(), 0);
-  std::uint64_t saved = 0;
-  for (const auto& e : sch.events) {
-    const auto& ti = sch.tensors[e.tensor];
-    if (e.alloc && ti.step == 0 && ti.ph != phase::setup && ti.ph != phase::forward) break;
-    if (ti.comp != component::activations || ti.step != 0 || ti.ph != phase::forward ||
-        ti.layer != probe_layer)
-      continue;
-    if (e.alloc && !live[e.tensor]) {
-      live[e.tensor] = 1;
-      saved += ti.bytes;
-    } else if (!e.alloc && live[e.tensor]) {
-      live[e.tensor] = 0;
-      saved -= ti.bytes;
-    }
-  }
+  const std::uint64_t saved = block_saved_bytes(m, r, s.n_blocks);
   s.saved_bytes_per_block = saved;
   const bool amp = r.prec == precision::amp_bf16 || r.prec == precision::amp_fp16;
   const double low = r.prec == precision::fp32 ? 4 : 2;  // bytes of the GEMM inputs
