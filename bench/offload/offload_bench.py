@@ -417,7 +417,7 @@ class Census:
         self.torch = torch
         self.inner = inner  # a compress_activations whose pack hook this one wraps
         self.params = {_storage_ptr(p) for p in model.parameters()}
-        self.kinds = compress_activations(blocks=blocks, modules=MODULES, min_bytes=0)
+        self.kinds = compress_activations(blocks=blocks, modules=MODULES, min_bytes=0, decode_ahead=0)
         self.stack, self.handles = [], []
         self.block = [None]
         self.bytes = {}

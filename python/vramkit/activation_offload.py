@@ -426,7 +426,7 @@ class offload_activations:
         backend = comp.backend_for(x.device)
         n = x.numel()
         if backend != "cuda" or not self._fused_encode:
-            p = comp.pack_contiguous(x)
+            p = comp.pack_contiguous(x, side=False)  # the copy out follows on the copy stream
             if p.q.device.type == "cuda" or self.offload_cpu_tensors:
                 p.q = self._offload(p.q)
             return p
