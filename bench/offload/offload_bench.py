@@ -544,7 +544,7 @@ def run_config(w, name, mix=None):
         if name == "vramkit-compress":
             ctx = comp
         elif name.startswith("vramkit-"):
-            kw = offload_tuning(w, mix)
+            kw = offload_tuning(w, mix, name)
             out.update(kw)
             ctx = vramkit.offload_activations(model, blocks=blocks, mix=mix, timing=name != "vramkit-compute-only",
                                               compress=comp if name == "vramkit-act+compress" else None, **kw)
@@ -647,12 +647,16 @@ def run_config(w, name, mix=None):
     return out
 
 
-def offload_tuning(w, mix):
-    """The engine's copy windows for a mix that offloads blocks: up to two blocks' copies out in
-    flight (the forward runs on while the link drains them), and the copies back started as many
-    blocks ahead as one block's copy takes backward passes of a block (about twice its forward),
-    plus one."""
+def offload_tuning(w, mix, name=None):
+    """The engine's copy windows for a mix that offloads blocks: the planner's (those its estimate
+    assumes) for the mixes it chose, else up to two blocks' copies out in flight (the forward runs
+    on while the link drains them), and the copies back started as many blocks ahead as one
+    block's copy takes backward passes of a block (about twice its forward), plus one."""
     n_off = (mix or []).count("offload")
+    planned = (w.get("plan_settings") or {}).get(name) or {}
+    if n_off and planned.get("prefetch_blocks") and planned.get("max_inflight_bytes"):
+        return {"max_inflight_bytes": int(planned["max_inflight_bytes"]),
+                "prefetch_blocks": int(planned["prefetch_blocks"])}
     a, t_f, link = w.get("block_bytes") or 0, w.get("block_forward_s") or 0, w.get("link") or {}
     if not n_off or not a:
         return {}
@@ -756,7 +760,8 @@ def planner_choices(plans, shape):
     for cfg, f in got.items():
         out[cfg] = {"mix": f["activation_mix"], "allocated_peak_bytes": f.get("allocated_peak_bytes"),
                     "device_peak_bytes": f.get("device_peak_bytes"), "step_time_s": f.get("step_time_s"),
-                    "host_bytes": f.get("host_peak_bytes"), "compress": f.get("compress_activations")}
+                    "host_bytes": f.get("host_peak_bytes"), "compress": f.get("compress_activations"),
+                    "max_inflight_bytes": f.get("max_inflight_bytes"), "prefetch_blocks": f.get("prefetch_blocks")}
     # The plain configurations: the allocated peak from their own plan (amp-bf16, AdamW), the
     # time from the fit's cost model for the same layout (its candidates without offload; the
     # time does not depend on amp-bf16 against bf16, so either precision's candidate serves).
@@ -809,7 +814,7 @@ def worker(args):
          "total": torch.cuda.get_device_properties(0).total_memory, "warmup": args.warmup,
          "timed": args.steps - args.warmup, "cap": state.get("cap_bytes", 0),
          "block_bytes": state.get("block_bytes", 0), "block_forward_s": state.get("block_forward_s", 0),
-         "link": state.get("link", {})}
+         "link": state.get("link", {}), "plan_settings": state.get("plan_settings", {})}
     del model, loss_fn
 
     def announce(note=None):
@@ -881,7 +886,11 @@ def worker(args):
             w["block_forward_s"], w["link"] = extra["block_forward_s"], extra["link_bytes_per_s"]
             try:
                 plans = planner_runs(shape, w["cap"] + outside, args.out_dir, args.probe)
-                mixes = {k: v["mix"] for k, v in planner_choices(plans, shape).items() if v.get("mix")}
+                chosen = planner_choices(plans, shape)
+                mixes = {k: v["mix"] for k, v in chosen.items() if v.get("mix")}
+                w["plan_settings"] = {k: {"max_inflight_bytes": v.get("max_inflight_bytes"),
+                                          "prefetch_blocks": v.get("prefetch_blocks")}
+                                      for k, v in chosen.items() if v.get("mix")}
             except (OSError, ValueError, RuntimeError) as e:
                 plans = {"error": str(e)}
             act = mixes.get("vramkit-act")
@@ -909,7 +918,8 @@ def worker(args):
                 with open(args.state, "w") as f:
                     json.dump({"cap_bytes": w["cap"], "mixes": mixes, "reference_step_s": ref_step,
                                "model_kind": w["kind"], "block_bytes": w.get("block_bytes", 0),
-                               "block_forward_s": w.get("block_forward_s", 0), "link": w.get("link", {})}, f)
+                               "block_forward_s": w.get("block_forward_s", 0), "link": w.get("link", {}),
+                               "plan_settings": w.get("plan_settings", {})}, f)
     if args.compress and args.codec and time.time() + 5 < deadline:
         torch.cuda.set_per_process_memory_fraction(1.0)
         try:
@@ -1161,9 +1171,12 @@ def summarize(results):
         if entry.get("pinned_allocation"):
             lines.append("pinned host memory: %s" % entry["pinned_allocation"])
         for cfg, mix in (entry.get("mixes") or {}).items():
-            src = {"vramkit-offload2": "two of the planner's checkpointed blocks offloaded, placed by its rule; one "
-                                       "block's copy may be in flight",
+            src = {"vramkit-offload2": "two of the planner's checkpointed blocks offloaded, placed by its rule",
                    "vramkit-act+compress": entry.get("act+compress_mix")}.get(cfg) or "vramkit plan --fit"
+            run = _by(entry).get(cfg) or {}
+            if run.get("prefetch_blocks") or run.get("max_inflight_bytes"):
+                src += "; engine: prefetch_blocks %s, copy-out window %s GiB" % (
+                    run.get("prefetch_blocks", 0), _gib(run.get("max_inflight_bytes")))
             lines.append("mix of %s (o offload, c checkpoint, k keep): %s (%s)" % (cfg, "".join(x[0] for x in mix), src))
         if entry.get("plans") is not None and not entry.get("mixes"):
             lines.append("planner: no offload mix fits the cap")

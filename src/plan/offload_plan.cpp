@@ -113,6 +113,16 @@ std::uint64_t block_saved_bytes(const model_description& m, const plan_request& 
   return saved;
 }
 
+/// The engine settings the plan assumes (vramkit.offload_activations' max_inflight_bytes and
+/// prefetch_blocks, printed in the JSON): two blocks' copies out in flight, and each block's copy
+/// back started as many blocks ahead as one copy takes backward passes of a block, plus one.
+void set_copy_windows(offload_inputs& in, int n_blocks) {
+  in.window_bytes = 2 * in.block_bytes;
+  const double copy_in = static_cast<double>(in.block_bytes) / in.h2d_bytes_per_s;
+  const double ahead = in.t_bwd_s > 0 ? std::ceil(copy_in / in.t_bwd_s) + 1 : n_blocks;
+  in.prefetch_blocks = static_cast<int>(std::clamp(ahead, 1.0, static_cast<double>(n_blocks)));
+}
+
 }  // namespace
 
 offload_setup make_offload_setup(const model_description& m, const plan_request& r_in,
@@ -196,6 +206,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   s.micro_batches = mbs;
   s.link = offload_link_for(o, &gpu);
   in.d2h_bytes_per_s = in.h2d_bytes_per_s = s.link.bytes_per_s;
+  set_copy_windows(in, s.n_blocks);
   // Everything but the blocks' saved tensors, anchored to the memory model's plan with full
   // checkpointing (the mixes under a cap are mostly checkpointed): its peak is other + the
   // layers' inputs + one block's recompute.
@@ -326,6 +337,8 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
     for (auto b : best->mix) c.activation_mix.emplace_back(to_string(b));
     c.compress_activations = best->compress.to_string();
     c.optimizer_offload = best->optimizer;
+    c.offload_max_inflight_bytes = best->setup.inputs.window_bytes;
+    c.offload_prefetch_blocks = best->setup.inputs.prefetch_blocks;
     c.reasons.push_back(
         "per block: " + mix_summary(best->mix) +
         " (vramkit.offload_activations), the fastest mix that fits" +
@@ -395,6 +408,8 @@ std::string offload_json(const offload_plan& p) {
   j["block_backward_s"] = s.inputs.t_bwd_s;
   j["link_bytes_per_s"] = s.link.bytes_per_s;
   j["link_source"] = s.link.source;
+  j["max_inflight_bytes"] = s.inputs.window_bytes;
+  j["prefetch_blocks"] = s.inputs.prefetch_blocks;
   return j.dump(2);
 }
 
