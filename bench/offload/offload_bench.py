@@ -61,8 +61,11 @@ SHAPES = {
 COMPRESS_MODULES = ("mlp", "attn", "norm")
 CENSUS_MIN_BYTES = 1 << 16  # compress_activations' min_bytes: the census counts what it sees
 # Configurations in the order they run; (name, capped).
-ORDER = ["reference", "vramkit-act", "vramkit-offload2", "vramkit-compute-only", "vramkit-act+opt", "vramkit-compress",
-         "vramkit-act+compress", "full-checkpoint", "torchtune-style", "save-on-cpu", "none-capped"]
+# The baselines the targets need (full checkpointing, save_on_cpu) right after the planner's mix
+# and its overlap; the slowest one (torchtune-style, whose first step pins every saved tensor)
+# last, after the codec measurement.
+ORDER = ["reference", "vramkit-act", "vramkit-offload2", "vramkit-compute-only", "full-checkpoint", "save-on-cpu",
+         "vramkit-compress", "vramkit-act+compress", "vramkit-act+opt", "torchtune-style", "none-capped"]
 CAPPED = {"vramkit-act", "vramkit-offload2", "vramkit-act+opt", "vramkit-act+compress", "full-checkpoint", "torchtune-style",
           "save-on-cpu", "none-capped"}
 # Each run's steps: (warm-up, timed). The configurations that copy every saved tensor each way
@@ -827,6 +830,7 @@ def worker(args):
     mixes = state.get("mixes", {})
     w["offload2_mix"] = mixes.get("vramkit-offload2")
     ref_step = state.get("reference_step_s")
+    failed_configs = set()
     for name in ORDER:
         if name in skip:
             continue
@@ -840,8 +844,12 @@ def worker(args):
                 if name != "vramkit-offload2":
                     emit("RESULT", {"config": name, "ok": False, "error": "not run: the planner found no mix for it that fits the cap"})
                 continue
+        if name == "torchtune-style":
+            run_codec(args, deadline)
         if name == "vramkit-compute-only":
             act = overlap_mix(mixes)
+            if act and act[0] in failed_configs:
+                act = None  # its offloading run failed (e.g. out of memory): no overlap to measure
             if not act:
                 emit("RESULT", {"config": name, "ok": False, "error": "not run: no measured mix offloads a block"})
                 continue
@@ -872,6 +880,8 @@ def worker(args):
             r = run_config(w, name, mix)
         r["model_kind"] = w["kind"]
         emit("RESULT", r)
+        if not r.get("ok"):
+            failed_configs.add(name)
         if name == "reference" and r.get("ok"):
             ref_step = r["step_time_s"]["median"]
             w["cap"] = int(r["peak_reserved_bytes"] * args.cap_fraction)
@@ -920,13 +930,25 @@ def worker(args):
                                "model_kind": w["kind"], "block_bytes": w.get("block_bytes", 0),
                                "block_forward_s": w.get("block_forward_s", 0), "link": w.get("link", {}),
                                "plan_settings": w.get("plan_settings", {})}, f)
-    if args.compress and args.codec and time.time() + 5 < deadline:
-        torch.cuda.set_per_process_memory_fraction(1.0)
-        try:
-            emit("CODEC", codec_bench())
-        except Exception as e:  # noqa: BLE001 - recorded, the worker still finishes
-            emit("CODEC", {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300])})
+    run_codec(args, deadline)
     emit("DONE", {})
+
+
+_CODEC_DONE = []
+
+
+def run_codec(args, deadline):
+    """The codec measurement, once per worker (before the slowest baseline, or at the end)."""
+    import torch
+
+    if _CODEC_DONE or not (args.compress and args.codec) or time.time() + 5 >= deadline:
+        return
+    _CODEC_DONE.append(True)
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    try:
+        emit("CODEC", codec_bench())
+    except Exception as e:  # noqa: BLE001 - recorded, the worker still finishes
+        emit("CODEC", {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300])})
 
 
 # --------------------------------------------------------------------------------------------
