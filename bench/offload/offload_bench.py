@@ -531,6 +531,7 @@ def run_config(w, name, mix=None):
     tokens = make_tokens(shape, n_steps, "cuda")
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
+    torch.cuda.reset_accumulated_memory_stats()
     opt = ctx = comp = census = None
     hf_ckpt = False
     losses, times, fwd, bwd, optim = [], [], [], [], []
@@ -607,6 +608,11 @@ def run_config(w, name, mix=None):
     out["losses"] = losses
     out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
     out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    # Near the cap the caching allocator frees its cache and retries (cudaFree synchronizes the
+    # device): counted, since it costs time that is neither compute nor copy.
+    ms = torch.cuda.memory_stats()
+    out["allocator"] = {k: ms.get(k, 0) for k in ("num_alloc_retries", "num_device_alloc", "num_device_free",
+                                                  "num_sync_all_streams")}
     if times:
         out["step_time_s"] = {"median": statistics.median(times), "min": min(times), "max": max(times), "n": len(times)}
         out["forward_s"], out["backward_s"] = statistics.median(fwd), statistics.median(bwd)
@@ -1210,16 +1216,23 @@ def summarize(results):
                   "pinned GiB | loss max abs diff vs reference |", "| --- | --- | --- | --- | --- | --- | --- |"]
         by = _by(entry)
         ck = by.get("full-checkpoint")
+        notes = []
         for c in entry["configs"]:
             if not c.get("ok"):
                 lines.append("| %s | %s | | | | | |" % (c["config"], c.get("error")))
                 continue
             st = c["step_time_s"]
+            al = c.get("allocator") or {}
+            if al.get("num_alloc_retries"):
+                notes.append("%s: the allocator freed its cache and retried %d times (%d cudaMalloc, %d cudaFree)" % (
+                    c["config"], al["num_alloc_retries"], al.get("num_device_alloc", 0), al.get("num_device_free", 0)))
             lines.append("| %s | %.3f (%.3f-%.3f, %d) | %s | %s | %s | %s | %s |" % (
                 c["config"], st["median"], st["min"], st["max"], st["n"],
                 "%.2fx" % (st["median"] / ck["step_time_s"]["median"]) if ck else "-",
                 _gib(c["peak_reserved_bytes"]), _gib(c["peak_allocated_bytes"]), _gib(c.get("pinned_host_bytes")),
                 "-" if c.get("loss_max_abs_diff_vs_reference") is None else "%.2e" % c["loss_max_abs_diff_vs_reference"]))
+        if notes:
+            lines += [""] + notes
         d = entry.get("derived") or {}
         if d.get("planner_vs_measured"):
             lines += ["", "| planner vs measured | step s predicted | measured | error | allocated peak GiB predicted | "
