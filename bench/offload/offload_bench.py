@@ -62,10 +62,11 @@ COMPRESS_MODULES = ("mlp", "attn", "norm")
 CENSUS_MIN_BYTES = 1 << 16  # compress_activations' min_bytes: the census counts what it sees
 # Configurations in the order they run; (name, capped).
 # The baselines the targets need (full checkpointing, save_on_cpu) right after the planner's mix
-# and its overlap; the slowest one (torchtune-style, whose first step pins every saved tensor)
+# and its overlap; the two-block offload (for shapes where the planner offloads nothing; it may
+# not fit) and the slowest baseline (torchtune-style, whose first step pins every saved tensor)
 # last, after the codec measurement.
-ORDER = ["reference", "vramkit-act", "vramkit-offload2", "vramkit-compute-only", "full-checkpoint", "save-on-cpu",
-         "vramkit-compress", "vramkit-act+compress", "vramkit-act+opt", "torchtune-style", "none-capped"]
+ORDER = ["reference", "vramkit-act", "vramkit-compute-only", "full-checkpoint", "save-on-cpu", "vramkit-compress",
+         "vramkit-act+compress", "vramkit-act+opt", "vramkit-offload2", "torchtune-style", "none-capped"]
 CAPPED = {"vramkit-act", "vramkit-offload2", "vramkit-act+opt", "vramkit-act+compress", "full-checkpoint", "torchtune-style",
           "save-on-cpu", "none-capped"}
 # Each run's steps: (warm-up, timed). The configurations that copy every saved tensor each way
@@ -677,12 +678,11 @@ def offload_tuning(w, mix, name=None):
 
 
 def overlap_mix(mixes):
-    """(config, mix) whose overlap is measured: the planner's mix when it offloads a block, else
-    the two-block variant; None without either."""
-    for cfg in ("vramkit-act", "vramkit-offload2"):
-        m = mixes.get(cfg)
-        if m and "offload" in m:
-            return cfg, m
+    """(config, mix) whose overlap is measured (vramkit-compute-only runs it with the offloaded
+    blocks kept): the planner's mix when it offloads a block, else None."""
+    m = mixes.get("vramkit-act")
+    if m and "offload" in m:
+        return "vramkit-act", m
     return None
 
 
@@ -853,13 +853,13 @@ def worker(args):
         if name == "torchtune-style":
             run_codec(args, deadline)
         if name == "vramkit-compute-only":
-            act = overlap_mix(mixes)
-            if act and act[0] in failed_configs:
-                act = None  # its offloading run failed (e.g. out of memory): no overlap to measure
-            if not act:
-                emit("RESULT", {"config": name, "ok": False, "error": "not run: no measured mix offloads a block"})
+            # The overlap of the planner's mix (run just before this one); none when it offloads
+            # nothing or its run failed.
+            act = mixes.get("vramkit-act")
+            if not act or "offload" not in act or "vramkit-act" in failed_configs:
+                emit("RESULT", {"config": name, "ok": False, "error": "not run: the planner's mix offloads no block"})
                 continue
-            mix = ["keep" if p == "offload" else p for p in act[1]]
+            mix = ["keep" if p == "offload" else p for p in act]
         if name in ("vramkit-compress", "vramkit-act+compress") and not args.compress:
             continue
         # Rough cost: the steps at a multiple of the reference step, plus pinning for the
