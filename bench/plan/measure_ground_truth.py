@@ -396,7 +396,8 @@ OUTPUT_KEYS = [
     "checkpointing", "attention", "prompt", "new_tokens", "quant", "lora_rank", "lora_targets", "lora_dropout",
     "optimizer_in_backward", "stand_in", "steps", "params",
     "max_allocated_bytes", "max_reserved_bytes", "nvidia_smi_used_bytes", "context_bytes", "loss",
-    "step_time_s", "error",
+    "step_time_s", "allocated_before_bytes", "reserved_before_bytes", "largest_segments_bytes",
+    "segments", "error",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -483,7 +484,8 @@ def case_record(case, result):
         "steps": case.get("steps", 3 if case["mode"] == "train" else 1),
     }
     for key in ("params", "max_allocated_bytes", "max_reserved_bytes", "nvidia_smi_used_bytes",
-                "context_bytes", "loss", "step_time_s", "error"):
+                "context_bytes", "loss", "step_time_s", "allocated_before_bytes",
+                "reserved_before_bytes", "largest_segments_bytes", "segments", "error"):
         rec[key] = result.get(key)
     if rec["error"] is None and rec["max_allocated_bytes"] is None:
         rec["error"] = "no measurement recorded"
@@ -622,7 +624,10 @@ def build_model(torch, case, device):
                 elif kind == "seq2seq":
                     from transformers import AutoModelForSeq2SeqLM as auto_class
                 elif kind == "llava":
-                    from transformers import LlavaForConditionalGeneration as auto_class
+                    # transformers 5 has no from_config on the model classes, only on the Auto
+                    # classes; AutoModelForImageTextToText maps model_type llava to
+                    # LlavaForConditionalGeneration.
+                    from transformers import AutoModelForImageTextToText as auto_class
                 else:
                     from transformers import AutoModelForCausalLM as auto_class
                 # T5 runs its own eager attention (the planner models that whatever --attention says).
@@ -850,6 +855,11 @@ def child_main(case, result_path):
         # The model's own parameters (before adapters are added or weights quantised).
         result["params"] = sum(p.numel() for p in model.parameters())
         model = apply_fine_tuning(torch, case, model)
+        # What the model's construction leaves in the allocator before the measured run (blocks
+        # freed while building stay reserved and count in max_memory_reserved).
+        torch.cuda.synchronize()
+        result["allocated_before_bytes"] = int(torch.cuda.memory_allocated())
+        result["reserved_before_bytes"] = int(torch.cuda.memory_reserved())
         if case["mode"] == "train":
             loss, step_time = run_train(torch, case, model, device, case.get("steps", 3))
             result["loss"] = loss
@@ -861,6 +871,13 @@ def child_main(case, result_path):
         torch.cuda.synchronize()
         result["max_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
         result["max_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
+        # The largest segments at the end (cudaMalloc'd blocks the allocator still holds).
+        try:
+            sizes = sorted((seg["total_size"] for seg in torch.cuda.memory_snapshot()), reverse=True)
+            result["largest_segments_bytes"] = [int(v) for v in sizes[:8]]
+            result["segments"] = len(sizes)
+        except Exception as e:  # diagnostics only
+            notes.append("snapshot: %s" % e)
         result["step_time_s"] = round(step_time, 4)
         smi, why = query_own_smi_bytes()
         result["nvidia_smi_used_bytes"] = smi
