@@ -78,8 +78,15 @@ void norm_temporaries(walker& w, u64 nh) {
 }
 
 /// Eager attention at inference (transformers' eager_attention_forward): repeat_kv copies K and
-/// V out to every query head, the q k^T scores are scaled and masked out of place, softmax runs
-/// in fp32 and is cast back, then multiplies V. The score tensors are (b, heads, q, kv).
+/// V out to every query head, the q k^T scores are scaled and masked out of place, then
+/// `softmax(x, dim=-1, dtype=torch.float32).to(query.dtype)` multiplies V. ATen's softmax with a
+/// dtype fuses the upcast for fp16 inputs only: a bf16 input is first copied to fp32
+/// (input_.toType), the fp32 softmax written beside that copy, so the masked bf16 scores, the
+/// fp32 copy and the fp32 softmax are live at once (5 bytes per score over the 2 of the scores);
+/// the cast back is made while the masked scores and the fp32 softmax still exist (the variable
+/// is rebound after the whole expression). In fp32 both the copy and the cast are no-ops. GPT-2's
+/// eager attention calls softmax without a dtype (no copy, no cast). The score tensors are (b,
+/// heads, q, kv).
 void eager_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   const int low = w.dt().low;
   const u64 n_s = static_cast<u64>(D.b * D.heads) * static_cast<u64>(q_len * kv_len);
@@ -92,9 +99,17 @@ void eager_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   tensor s = w.alloc(n_s * low, tmp, "attention scores");
   s = w.alloc(n_s * low, tmp, "scaled scores");
   s = w.alloc(n_s * low, tmp, "masked scores");
+  if (w.model().family == model_family::gpt2 || low == 4) {
+    tensor p = w.alloc(n_s * low, tmp, "softmax");
+    s.reset();
+    return;
+  }
+  tensor up = w.alloc(n_s * 4, tmp, "softmax input fp32 copy");
   tensor p = w.alloc(n_s * 4, tmp, "softmax fp32");
+  up.reset();
+  tensor cast = w.alloc(n_s * low, tmp, "softmax cast");
   s.reset();
-  p = w.alloc(n_s * low, tmp, "softmax cast");
+  p.reset();
 }
 
 /// SDPA's math fallback at inference (Falcon's multi-query heads without enable_gqa): fp32 copies
