@@ -638,6 +638,8 @@ def build_model(torch, case, device):
                     model = auto_class.from_config(cfg, attn_implementation=attn, torch_dtype=dtype)
     finally:
         torch.set_default_dtype(old_dtype)
+    if model_name not in TORCHVISION_MODELS:
+        untie_head_if_config_says(torch, model, model_name)
     # transformers 5 may pick a grouped-mm expert kernel; the planner models the eager loop.
     if hasattr(model, "set_experts_implementation") and getattr(model.config, "num_experts_per_tok", None):
         model.set_experts_implementation("eager")
@@ -650,6 +652,22 @@ def build_model(torch, case, device):
         # LLaVA's recipes train the projector and the language model; the vision tower is frozen.
         model.model.vision_tower.requires_grad_(False)
     return model
+
+
+def untie_head_if_config_says(torch, model, model_name):
+    """Gives the LM head its own weight when the config says tie_word_embeddings: false but the
+    built model shares it with the input embeddings (run E: flan-t5-base came out of transformers
+    5.17's from_config with 222,903,552 parameters, t5-base's tied count, where the checkpoint and
+    the published count, 247,577,856, have a separate head)."""
+    with open(os.path.join(DATA_DIR, config_relpath(model_name))) as f:
+        tie = json.load(f).get("tie_word_embeddings")
+    if tie is not False:
+        return
+    out, inp = model.get_output_embeddings(), model.get_input_embeddings()
+    if out is None or inp is None or out.weight.data_ptr() != inp.weight.data_ptr():
+        return
+    out.weight = torch.nn.Parameter(out.weight.detach().clone())
+    model.config.tie_word_embeddings = False
 
 
 def make_optimizer(torch, name, params):
