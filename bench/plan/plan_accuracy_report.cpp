@@ -5,7 +5,7 @@
 // outside the accuracy tolerances: allocated +-10% with a median of 5%, reserved +-15%; with
 // --strict (the bar of ground_truth_new_families.json) allocated +-5% with a median of 2%,
 // reserved +-5%. --known names a list of cases known to be outside, with the reason
-// (tests/data/plan/ground_truth_new_families.known_outside.json): they are marked OUTSIDE
+// (tests/data/plan/known_outside_new_families.json): they are marked OUTSIDE
 // (known) and listed with their reasons at the end, and do not fail the report on their own; a
 // listed case found within the bar fails it (the list must be kept true).
 #include <algorithm>

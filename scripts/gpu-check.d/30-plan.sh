@@ -55,7 +55,7 @@ elif python3 -c 'import torch, transformers' 2>/dev/null; then
     echo "QLoRA and 8-bit AdamW cases ran with the pure-torch stand-ins of bench/plan/stand_ins.py (bitsandbytes is not installed here)."
     echo
     if [ -s "$RESULTS_DIR/plan-new-families.json" ]; then
-      timeout 20 "$report" --strict --known tests/data/plan/ground_truth_new_families.known_outside.json \
+      timeout 20 "$report" --strict --known tests/data/plan/known_outside_new_families.json \
         "$RESULTS_DIR/plan-new-families.json" tests/data/plan 2>&1 || status=1
     else
       echo "no plan-new-families.json: see plan-new-families.txt"

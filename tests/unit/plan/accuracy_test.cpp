@@ -4,7 +4,7 @@
 // must be predicted within +-10% (allocated; median |error| <= 5%), +-15% (reserved) and +-15%
 // (nvidia-smi used, where measured); ground_truth_new_families.json within +-5% allocated (median
 // 2%) and +-5% reserved, apart from the cases listed with their reasons in
-// ground_truth_new_families.known_outside.json: those must still be outside that bar or be a
+// known_outside_new_families.json: those must still be outside that bar or be a
 // different model than planned (the list is kept true) and within +-35%. Skips only while a file is
 // absent.
 #include <gtest/gtest.h>
@@ -124,7 +124,7 @@ TEST(PlanAccuracy, EveryNewFamilyCaseWithinTolerance) {
   // backward, fused and 8-bit AdamW); committed as ground_truth_new_families.json. Issue 17's bar:
   // allocated within 5% (median 2%), reserved within 5%.
   expect_within_tolerance("ground_truth_new_families.json", k_strict,
-                          "ground_truth_new_families.known_outside.json");
+                          "known_outside_new_families.json");
 }
 
 TEST(PlanAccuracy, MalformedGroundTruthNamesFileAndCase) {
