@@ -396,8 +396,8 @@ OUTPUT_KEYS = [
     "checkpointing", "attention", "prompt", "new_tokens", "quant", "lora_rank", "lora_targets", "lora_dropout",
     "optimizer_in_backward", "stand_in", "steps", "params",
     "max_allocated_bytes", "max_reserved_bytes", "nvidia_smi_used_bytes", "context_bytes", "loss",
-    "step_time_s", "allocated_before_bytes", "reserved_before_bytes", "largest_segments_bytes",
-    "segments", "error",
+    "step_time_s", "reserved_after_build_bytes", "allocated_before_bytes", "reserved_before_bytes",
+    "largest_segments_bytes", "segments", "error",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -484,8 +484,9 @@ def case_record(case, result):
         "steps": case.get("steps", 3 if case["mode"] == "train" else 1),
     }
     for key in ("params", "max_allocated_bytes", "max_reserved_bytes", "nvidia_smi_used_bytes",
-                "context_bytes", "loss", "step_time_s", "allocated_before_bytes",
-                "reserved_before_bytes", "largest_segments_bytes", "segments", "error"):
+                "context_bytes", "loss", "step_time_s", "reserved_after_build_bytes",
+                "allocated_before_bytes", "reserved_before_bytes", "largest_segments_bytes",
+                "segments", "error"):
         rec[key] = result.get(key)
     if rec["error"] is None and rec["max_allocated_bytes"] is None:
         rec["error"] = "no measurement recorded"
@@ -873,9 +874,13 @@ def child_main(case, result_path):
         # The model's own parameters (before adapters are added or weights quantised).
         result["params"] = sum(p.numel() for p in model.parameters())
         model = apply_fine_tuning(torch, case, model)
-        # What the model's construction leaves in the allocator before the measured run (blocks
-        # freed while building stay reserved and count in max_memory_reserved).
+        # Building from a config on the device allocates and drops blocks a loaded checkpoint
+        # never has (a tied head's own weight, replaced when the weights are tied); they would
+        # stay cached and count in max_memory_reserved. The run starts as a loaded model's would:
+        # with them released. What construction left is recorded first.
         torch.cuda.synchronize()
+        result["reserved_after_build_bytes"] = int(torch.cuda.memory_reserved())
+        torch.cuda.empty_cache()
         result["allocated_before_bytes"] = int(torch.cuda.memory_allocated())
         result["reserved_before_bytes"] = int(torch.cuda.memory_reserved())
         if case["mode"] == "train":
