@@ -854,6 +854,49 @@ def run_infer(torch, case, model, device):
     return None, elapsed
 
 
+def trace_wanted(case):
+    """Whether --trace-peak asked for this case (VRAMKIT_TRACE_PEAK: comma-separated substrings)."""
+    wanted = [w for w in os.environ.get("VRAMKIT_TRACE_PEAK", "").split(",") if w]
+    return any(w in case["name"] for w in wanted)
+
+
+def short_frames(frames, n=5):
+    """The innermost Python frames of an allocation outside torch's own modules, as file:line:function."""
+    out = []
+    for f in frames:
+        name = f.get("filename", "")
+        if "/torch/" in name and "/torch/nn/" not in name:
+            continue
+        out.append("%s:%s:%s" % ("/".join(name.split("/")[-2:]), f.get("line"), f.get("name")))
+        if len(out) == n:
+            break
+    return out
+
+
+def peak_live_blocks(torch, top=30):
+    """Replays the recorded allocator trace (blocks allocated during the measured run only) and
+    returns the blocks live at its allocated peak, largest first, with their Python frames."""
+    events = torch.cuda.memory._snapshot()["device_traces"][0]
+    live, total, best, best_at = {}, 0, -1, -1
+    for i, e in enumerate(events):
+        if e["action"] == "alloc":
+            live[e["addr"]] = e["size"]
+            total += e["size"]
+            if total > best:
+                best, best_at = total, i
+        elif e["action"] == "free_completed" and e["addr"] in live:
+            total -= live.pop(e["addr"])
+    live = {}
+    for e in events[: best_at + 1]:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+        elif e["action"] == "free_completed":
+            live.pop(e["addr"], None)
+    blocks = sorted(live.values(), key=lambda e: -e["size"])
+    return {"peak_bytes_since_trace": best, "live_blocks": len(blocks),
+            "largest": [{"size": e["size"], "frames": short_frames(e.get("frames", []))} for e in blocks[:top]]}
+
+
 def child_main(case, result_path):
     """Runs one case and writes its result JSON to result_path (also on failure)."""
     result = {"error": None}
@@ -883,6 +926,9 @@ def child_main(case, result_path):
         torch.cuda.empty_cache()
         result["allocated_before_bytes"] = int(torch.cuda.memory_allocated())
         result["reserved_before_bytes"] = int(torch.cuda.memory_reserved())
+        tracing = trace_wanted(case)
+        if tracing:
+            torch.cuda.memory._record_memory_history(max_entries=400000, stacks="python")
         if case["mode"] == "train":
             loss, step_time = run_train(torch, case, model, device, case.get("steps", 3))
             result["loss"] = loss
@@ -894,6 +940,13 @@ def child_main(case, result_path):
         torch.cuda.synchronize()
         result["max_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
         result["max_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
+        if tracing:
+            try:
+                with open(result_path.replace(".result.json", ".peak.json"), "w") as f:
+                    json.dump(peak_live_blocks(torch), f, indent=1)
+            except Exception as e:  # diagnostics only
+                notes.append("trace: %s" % e)
+            torch.cuda.memory._record_memory_history(enabled=None)
         # The largest segments at the end (cudaMalloc'd blocks the allocator still holds).
         try:
             sizes = sorted((seg["total_size"] for seg in torch.cuda.memory_snapshot()), reverse=True)
@@ -1030,8 +1083,14 @@ def main(argv=None):
                          "of the second round, ground_truth_new_families.json)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     ap.add_argument("--write-configs", action="store_true", help="write tests/data/plan/configs/*.json and exit")
+    ap.add_argument("--trace-peak", action="append", default=[], metavar="SUBSTR",
+                    help="for cases whose name contains SUBSTR (repeatable), record the allocator's trace "
+                         "during the run and write LOG_DIR/NAME.peak.json: the blocks live at the allocated "
+                         "peak with their Python frames (slows those cases)")
     ap.add_argument("--child", nargs=2, metavar=("CASE_JSON", "RESULT_PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.trace_peak:
+        os.environ["VRAMKIT_TRACE_PEAK"] = ",".join(args.trace_peak)
 
     if args.child:
         child_main(json.loads(args.child[0]), args.child[1])

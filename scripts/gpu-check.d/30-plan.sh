@@ -33,13 +33,17 @@ elif python3 -c 'import torch, transformers' 2>/dev/null; then
   # The serving check (a measured paged KV pool against --serve, about 25 GB of the GPU) runs
   # beside the ground truth: all 37 cases of the new group (LLaVA's included) in fresh processes,
   # up to 8 at once within 110 GiB of estimates (one call took 125 s); past 130 s the cases still
-  # running are stopped and recorded as not run.
+  # running are stopped and recorded as not run. The cases still outside the bar record the
+  # blocks live at their allocated peak (plan-new-families-logs/NAME.peak.json).
   timeout 75 python3 bench/plan/measure_serving.py --vramkit "$BUILD_DIR/vramkit" \
     --out "$RESULTS_DIR/plan-serving.json" > "$RESULTS_DIR/plan-serving.txt" 2>&1 &
   serving_pid=$!
   timeout 150 python3 bench/plan/measure_ground_truth.py --group new \
     --out "$RESULTS_DIR/plan-new-families.json" --log-dir "$RESULTS_DIR/plan-new-families-logs" \
     --jobs 8 --budget-gib 110 --timeout 70 --total-timeout 130 \
+    --trace-peak mistral-7b-l4-w1024 --trace-peak falcon-7b --trace-peak roberta-base-train \
+    --trace-peak vit-base-patch16-224-infer --trace-peak flan-t5-base-infer \
+    --trace-peak qwen2-0.5b-train-bf16-adamw-8bit \
     > "$RESULTS_DIR/plan-new-families.txt" 2>&1 || status=1
   wait "$serving_pid" || status=1
   {
