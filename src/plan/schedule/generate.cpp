@@ -322,8 +322,13 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
     tensor h1 = w.alloc(nh * low, tmp, "residual");
     proj.reset();
     x.reset();
-    w.transient(nh * low, tmp, "norm output");
+    // The norm before the MLP (post_attention_layernorm, Gemma's pre_feedforward_layernorm) runs
+    // as the first one does, and its output is the MLP's input: the decoder layer's
+    // hidden_states holds it until the MLP returns.
+    norm_temporaries(w, nh);
+    tensor mlp_in = w.alloc(nh * low, tmp, "MLP input (norm output)");
     x = w.model().t.sparse(l) ? infer_moe(w, rows, nh) : infer_mlp(w, rows, nh, nf);
+    mlp_in.reset();
     if (sandwich) {
       // post_feedforward_layernorm on the MLP output, then the residual add.
       norm_temporaries(w, nh);

@@ -169,6 +169,19 @@ TEST(PlannerFixes, EagerAttentionAtInferenceMaterialisesTheScores) {
   EXPECT_LT(extra, 10.5 * scores);
 }
 
+TEST(PlannerFixes, TheMlpInputLivesThroughTheMlpAtInference) {
+  // The decoder layer's hidden_states holds post_attention_layernorm's output until the MLP
+  // returns, so at the prefill peak (the SwiGLU product) the residual, that input and three
+  // intermediates (SiLU output, up projection, product) are live.
+  const auto m = preset_model("llama-3-8b");
+  plan_request r;
+  r.mode = run_mode::infer, r.batch = 1, r.prompt = 8000, r.new_tokens = 1;
+  const auto p = make_plan(m, r);
+  EXPECT_EQ(p.peak_tensor, "mlp product");
+  const std::uint64_t rows = 8000, h = 4096, f = 14336;
+  EXPECT_GE(component_bytes(p, "temporaries"), rows * (2 * h + 3 * f) * 2);
+}
+
 TEST(PlannerFixes, NoOpCombinationsAreRefused) {
   const auto m = preset_model("gpt2");
   plan_request r;
