@@ -113,8 +113,8 @@ void eager_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
 }
 
 /// SDPA's math fallback at inference (Falcon's multi-query heads without enable_gqa): fp32 copies
-/// of q, k, v, the scaled query, the key and value broadcast over the query heads, fp32 scores
-/// and softmax, the (dropped) weights cast and the output cast; an (q, kv) mask when causal.
+/// of q, k, v, the scaled query, the key and value broadcast over the query heads, fp32 scores,
+/// _safe_softmax, the (dropped) weights cast and the output cast; an (q, kv) mask when causal.
 void math_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   const int low = w.dt().low;
   const u64 nq = static_cast<u64>(D.b * D.heads * q_len * D.d);
@@ -142,7 +142,13 @@ void math_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   tensor sc = w.alloc(ns * 4, tmp, "sdpa math scores");
   qs.reset();
   kx.reset();
-  tensor sm = w.alloc(ns * 4, tmp, "sdpa math softmax");
+  // _safe_softmax: softmax, a bool mask of the -inf scores, and where() over them (a second
+  // fp32 tensor) before the softmax and the mask are dropped.
+  tensor sm0 = w.alloc(ns * 4, tmp, "sdpa math softmax");
+  tensor inf = w.alloc(ns, tmp, "sdpa math -inf mask");
+  tensor sm = w.alloc(ns * 4, tmp, "sdpa math safe softmax");
+  sm0.reset();
+  inf.reset();
   sc.reset();
   mask.reset();
   tensor vx = w.alloc(nx * 4, tmp, "sdpa math value broadcast copy");
