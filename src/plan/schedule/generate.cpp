@@ -160,6 +160,25 @@ void math_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   tensor o = w.alloc(nq * low, tmp, "sdpa math output cast");
 }
 
+/// Tokens a sliding-window layer attends to in a forward of `q_len` new tokens after `past`:
+/// transformers' DynamicSlidingWindowLayer keeps window - 1 tokens between steps.
+i64 sliding_kv_len(const transformer_shape& t, i64 q_len, i64 past) {
+  return std::min<i64>(past, t.sliding_window - 1) + q_len;
+}
+
+/// Whether this forward's sliding-window layers get an explicit mask under SDPA: transformers
+/// skips it (is_causal instead) only while the layer sees fewer tokens than its window
+/// (_ignore_causal_mask_sdpa); with a mask, sdpa_attention_forward repeats K and V over the
+/// query heads (enable_gqa needs no mask) and SDPA takes the memory-efficient kernel with the
+/// bool mask converted to an additive one in the model dtype.
+bool sliding_mask(const walker& w, i64 q_len, i64 past) {
+  const auto& t = w.model().t;
+  if (t.sliding_window <= 0 || w.request().attention == attention_kind::eager) return false;
+  bool any = false;
+  for (const char s : t.sliding_layers) any = any || s != 0;
+  return any && sliding_kv_len(t, q_len, past) >= t.sliding_window;
+}
+
 /// Attention of one layer: projections, RoPE, the cache append, the output projection.
 tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u64 rows, i64 past) {
   const int low = w.dt().low;
@@ -191,7 +210,23 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
   }
   k.reset();
   v.reset();
+  tensor rk, rv, bias;
+  if (t.sliding(l) && sliding_mask(w, q_len, past)) {
+    const i64 kv_len = cached + q_len;
+    if (D.kv != D.heads) {
+      const u64 n_rep = static_cast<u64>(D.b * D.heads * kv_len * D.d) * low;
+      rk = w.alloc(n_rep, tmp, "repeat_kv keys (masked SDPA)");
+      rv = w.alloc(n_rep, tmp, "repeat_kv values (masked SDPA)");
+    }
+    // convert_boolean_attn_mask: zeros_like in the query dtype, masked_fill_ over logical_not.
+    const u64 n_mask = static_cast<u64>(D.b * q_len) * static_cast<u64>(kv_len);
+    bias = w.alloc(n_mask * low, tmp, "SDPA additive mask");
+    w.transient(n_mask, tmp, "SDPA mask logical_not");
+  }
   tensor o = w.alloc(rows * D.heads * D.d * low, tmp, "attention output");
+  bias.reset();
+  rk.reset();
+  rv.reset();
   q.reset();
   return w.alloc(nh * low, tmp, "attention projection");
 }
@@ -316,6 +351,12 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
   if (w.request().attention == attention_kind::eager)
     mask = w.alloc(static_cast<u64>(D.b * q_len) * static_cast<u64>(past + q_len) * low, tmp,
                    "causal mask");
+  // The sliding-window layers' bool mask (b, 1, q, kv), built once per forward.
+  tensor window_mask;
+  if (sliding_mask(w, q_len, past))
+    window_mask = w.alloc(
+        static_cast<u64>(D.b * q_len) * static_cast<u64>(sliding_kv_len(w.model().t, q_len, past)),
+        tmp, "sliding-window mask (bool)");
   for (int l = 0; l < D.layers; ++l) {
     w.set_layer(l);
     norm_temporaries(w, nh);

@@ -200,6 +200,27 @@ TEST(PlannerFixes, SdpaMathFallbackRunsSafeSoftmax) {
   EXPECT_EQ(largest(s, "sdpa math safe softmax"), scores * 2);
 }
 
+TEST(PlannerFixes, SlidingWindowPrefillPastTheWindowRunsMaskedSdpa) {
+  // Past the window transformers builds a bool sliding-window mask; with a mask,
+  // sdpa_attention_forward repeats K and V over the query heads (enable_gqa needs no mask) and
+  // SDPA converts the mask to an additive one in the model dtype. Within the window: none.
+  auto m = parse_model_config(
+      R"({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+          "num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": 8,
+          "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 1024})",
+      "mistral-w1024");
+  plan_request r;
+  r.mode = run_mode::infer, r.batch = 4, r.prompt = 3000, r.new_tokens = 2;
+  auto s = schedule_of(m, r);
+  EXPECT_EQ(largest(s, "sliding-window mask (bool)"), 4ull * 3000 * 3000);
+  EXPECT_EQ(largest(s, "SDPA additive mask"), 4ull * 3000 * 3000 * 2);
+  EXPECT_EQ(largest(s, "repeat_kv keys (masked SDPA)"), 4ull * 32 * 3000 * 128 * 2);
+  r.prompt = 1000;
+  s = schedule_of(m, r);
+  EXPECT_EQ(largest(s, "SDPA additive mask"), 0u);
+  EXPECT_EQ(largest(s, "sliding-window mask (bool)"), 0u);
+}
+
 TEST(PlannerFixes, NoOpCombinationsAreRefused) {
   const auto m = preset_model("gpt2");
   plan_request r;
