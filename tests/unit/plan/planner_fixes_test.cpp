@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "vramkit/core/error.hpp"
 #include "vramkit/plan/config_loader.hpp"
@@ -219,6 +220,29 @@ TEST(PlannerFixes, SlidingWindowPrefillPastTheWindowRunsMaskedSdpa) {
   s = schedule_of(m, r);
   EXPECT_EQ(largest(s, "SDPA additive mask"), 0u);
   EXPECT_EQ(largest(s, "sliding-window mask (bool)"), 0u);
+}
+
+TEST(PlannerFixes, VitLayerKeepsItsAttentionOutputThroughTheMlp) {
+  // ViTLayer.forward holds attention_output in a local until it returns: at the largest live
+  // set of an inference forward (inside the MLP) that layer's attention output is still live.
+  const auto m = preset_model("vit-base-hf");
+  plan_request r;
+  r.mode = run_mode::infer, r.batch = 64, r.image_size = 224;
+  const auto s = schedule_of(m, r);
+  std::vector<bool> live(s.tensors.size(), false);
+  std::uint64_t now = 0, best = 0;
+  std::vector<bool> at_best;
+  for (const auto& e : s.events) {
+    live[e.tensor] = e.alloc;
+    now = e.alloc ? now + e.bytes : now - e.bytes;
+    if (now > best) best = now, at_best = live;
+  }
+  bool attention_output_live = false;
+  for (std::size_t i = 0; i < s.tensors.size(); ++i)
+    attention_output_live =
+        attention_output_live ||
+        (at_best[i] && std::strcmp(s.tensors[i].label, "attention output projection") == 0);
+  EXPECT_TRUE(attention_output_live);
 }
 
 TEST(PlannerFixes, NoOpCombinationsAreRefused) {
