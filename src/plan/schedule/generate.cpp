@@ -344,8 +344,15 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
   const u64 rows = static_cast<u64>(D.b * q_len);
   const u64 nh = rows * D.h;
   const u64 nf = rows * D.f;
-  tensor x = w.alloc(nh * low, tmp, "hidden states");
-  if (w.model().t.embed_scale) x = w.alloc(nh * low, tmp, "scaled embeddings");
+  // inputs_embeds is a local of the model's forward: the embedding output lives until that
+  // forward returns, while hidden_states moves on layer by layer (GPT-2 adds the positions,
+  // Gemma scales by sqrt(hidden), both into new tensors).
+  tensor emb = w.alloc(nh * low, tmp, "input embeddings");
+  tensor x;
+  if (w.model().family == model_family::gpt2)
+    x = w.alloc(nh * low, tmp, "embeddings + positions");
+  else if (w.model().t.embed_scale)
+    x = w.alloc(nh * low, tmp, "scaled embeddings");
   // Eager attention needs the (b, 1, q, kv) additive causal mask, built once per forward.
   tensor mask;
   if (w.request().attention == attention_kind::eager)
@@ -385,9 +392,14 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
     h1.reset();
   }
   w.set_layer(-1);
-  // logits_to_keep = 1: only the last position goes through the head; generate copies it to fp32.
+  // The final norm runs over every position (the head slices logits_to_keep after it); the
+  // model's forward then returns, dropping the last layer's output and inputs_embeds, and
+  // logits_to_keep = 1 sends only the last position through the head; generate copies it to fp32.
   const i64 vocab = w.model().t.vocab;
-  w.transient(static_cast<u64>(D.b) * D.h * low, tmp, "final norm (last token)");
+  norm_temporaries(w, nh);
+  tensor fin = w.alloc(nh * low, tmp, "final norm");
+  x.reset();
+  emb.reset();
   tensor lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss,
                       "logits (last token)");
   if (w.model().t.final_softcap > 0) {
@@ -396,6 +408,7 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
     lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss, "softcap tanh");
     lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss, "softcap scaled");
   }
+  fin.reset();
   tensor l32 = w.alloc(static_cast<u64>(D.b * vocab) * 4, component::logits_and_loss,
                        "next-token logits fp32");
   lg.reset();

@@ -222,27 +222,41 @@ TEST(PlannerFixes, SlidingWindowPrefillPastTheWindowRunsMaskedSdpa) {
   EXPECT_EQ(largest(s, "sliding-window mask (bool)"), 0u);
 }
 
+namespace {
+
+/// Whether a tensor with that label is live where the schedule's live bytes peak.
+bool live_at_peak(const schedule& s, const char* label) {
+  std::vector<bool> live(s.tensors.size(), false);
+  std::vector<bool> at_best;
+  std::uint64_t now = 0, best = 0;
+  for (const auto& e : s.events) {
+    live[e.tensor] = e.alloc;
+    now = e.alloc ? now + e.bytes : now - e.bytes;
+    if (now > best) best = now, at_best = live;
+  }
+  for (std::size_t i = 0; i < s.tensors.size(); ++i)
+    if (at_best[i] && std::strcmp(s.tensors[i].label, label) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
 TEST(PlannerFixes, VitLayerKeepsItsAttentionOutputThroughTheMlp) {
   // ViTLayer.forward holds attention_output in a local until it returns: at the largest live
   // set of an inference forward (inside the MLP) that layer's attention output is still live.
   const auto m = preset_model("vit-base-hf");
   plan_request r;
   r.mode = run_mode::infer, r.batch = 64, r.image_size = 224;
-  const auto s = schedule_of(m, r);
-  std::vector<bool> live(s.tensors.size(), false);
-  std::uint64_t now = 0, best = 0;
-  std::vector<bool> at_best;
-  for (const auto& e : s.events) {
-    live[e.tensor] = e.alloc;
-    now = e.alloc ? now + e.bytes : now - e.bytes;
-    if (now > best) best = now, at_best = live;
-  }
-  bool attention_output_live = false;
-  for (std::size_t i = 0; i < s.tensors.size(); ++i)
-    attention_output_live =
-        attention_output_live ||
-        (at_best[i] && std::strcmp(s.tensors[i].label, "attention output projection") == 0);
-  EXPECT_TRUE(attention_output_live);
+  EXPECT_TRUE(live_at_peak(schedule_of(m, r), "attention output projection"));
+}
+
+TEST(PlannerFixes, InputEmbeddingsLiveThroughThePrefill) {
+  // inputs_embeds is a local of the decoder model's forward: the embedding output is still
+  // live at the prefill peak in the last layer's MLP.
+  const auto m = preset_model("llama-3-8b");
+  plan_request r;
+  r.mode = run_mode::infer, r.batch = 1, r.prompt = 8000, r.new_tokens = 1;
+  EXPECT_TRUE(live_at_peak(schedule_of(m, r), "input embeddings"));
 }
 
 TEST(PlannerFixes, NoOpCombinationsAreRefused) {
