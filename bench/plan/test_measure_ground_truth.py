@@ -111,6 +111,7 @@ class PeakTrace(unittest.TestCase):
         def ev(action, addr, size, fn="f"):
             return {"action": action, "addr": addr, "size": size,
                     "frames": [{"filename": "/x/torch/cuda/memory.py", "line": 1, "name": "inner"},
+                               {"filename": "/x/torch/nn/modules/module.py", "line": 2, "name": "_call_impl"},
                                {"filename": "/x/transformers/models/m.py", "line": 7, "name": fn}]}
         trace = [ev("alloc", 1, 100, "a"), ev("alloc", 2, 300, "b"), ev("free_requested", 1, 100),
                  ev("free_completed", 1, 100), ev("alloc", 3, 50, "c"), ev("alloc", 4, 10, "d"),

@@ -42,8 +42,7 @@ elif python3 -c 'import torch, transformers' 2>/dev/null; then
     --out "$RESULTS_DIR/plan-new-families.json" --log-dir "$RESULTS_DIR/plan-new-families-logs" \
     --jobs 8 --budget-gib 110 --timeout 70 --total-timeout 130 \
     --trace-peak mistral-7b-l4-w1024 --trace-peak falcon-7b --trace-peak roberta-base-train \
-    --trace-peak vit-base-patch16-224-infer --trace-peak flan-t5-base-infer \
-    --trace-peak qwen2-0.5b-train-bf16-adamw-8bit \
+    --trace-peak qwen2-0.5b-train-bf16-adamw-8bit --trace-peak llava-1.5-7b-l4-train \
     > "$RESULTS_DIR/plan-new-families.txt" 2>&1 || status=1
   wait "$serving_pid" || status=1
   {
