@@ -38,72 +38,93 @@ inline void caching_allocator_model::free_pool::mark(unsigned bin, bool on) noex
   }
 }
 
-std::int32_t caching_allocator_model::free_pool::peek_best(std::uint64_t size) const {
+std::int32_t caching_allocator_model::free_pool::peek_best(const std::vector<block>& blocks,
+                                                           std::uint64_t size) const {
   const unsigned bin = bin_of(size);
-  // Descending order: the last of the entries that fit is the best of its bin.
-  const auto& v = bins_[bin];
-  if (!v.empty() && v.back().size >= size) return v.back().index;  // the smallest fits
-  const auto it =
-      std::partition_point(v.begin(), v.end(), [&](const entry& e) { return e.size >= size; });
-  if (it != v.begin()) return std::prev(it)->index;
+  // Ascending order: the first block that fits is the best of its bin.
+  for (std::int32_t i = head_[bin]; i >= 0; i = blocks[i].fnext)
+    if (blocks[i].size >= size) return i;
   // The next non-empty bin above: same level first, then higher levels. Everything there fits;
-  // its last entry is the best.
+  // its head is the best.
   const unsigned level = bin >> sub_bits;
   const unsigned sub = bin & ((1u << sub_bits) - 1);
   const std::uint64_t above =
       sub + 1 < 64 ? bin_bits_[level] & (~std::uint64_t{0} << (sub + 1)) : 0;
-  if (above != 0)
-    return bins_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(above))].back().index;
+  if (above != 0) return head_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(above))];
   const std::uint64_t higher =
       level + 1 < 64 ? level_bits_ & (~std::uint64_t{0} << (level + 1)) : 0;
   if (higher == 0) return -1;
   const auto l = static_cast<unsigned>(__builtin_ctzll(higher));
-  return bins_[(l << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bin_bits_[l]))].back().index;
+  return head_[(l << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bin_bits_[l]))];
 }
 
 std::int32_t caching_allocator_model::free_pool::take_best(std::vector<block>& blocks,
                                                            std::uint64_t size) {
-  const std::int32_t b = peek_best(size);
+  const std::int32_t b = peek_best(blocks, size);
   if (b >= 0) erase(blocks, b);
   return b;
-}
-
-std::vector<caching_allocator_model::free_pool::entry>::iterator
-caching_allocator_model::free_pool::position(unsigned bin, std::uint64_t size, std::uint64_t addr) {
-  auto& v = bins_[bin];
-  const auto after = [&](const entry& e) {
-    return e.size > size || (e.size == size && e.addr > addr);
-  };
-  // The first entry not after (size, address) in descending order; most often the end (a new
-  // smallest or lowest block) or the last entry (the block taken last).
-  if (v.empty() || after(v.back())) return v.end();
-  if (v.size() == 1 || after(v[v.size() - 2])) return v.end() - 1;
-  return std::partition_point(v.begin(), v.end() - 2, after);
 }
 
 void caching_allocator_model::free_pool::insert(std::vector<block>& blocks, std::int32_t b) {
   auto& nb = blocks[b];
   const unsigned bin = bin_of(nb.size);
   nb.bin = static_cast<std::uint16_t>(bin);
-  auto& v = bins_[bin];
-  if (v.empty()) mark(bin, true);
-  v.insert(position(bin, nb.size, nb.addr), entry{nb.size, nb.addr, b});
+  const auto before = [&](std::int32_t i) {  // is block i ahead of b in (size, address) order?
+    const auto& c = blocks[i];
+    return c.size < nb.size || (c.size == nb.size && c.addr < nb.addr);
+  };
+  std::int32_t prev = -1, next = -1;
+  if (const std::int32_t h = hint_[bin]; h < 0) {
+    mark(bin, true);
+  } else if (!before(head_[bin])) {
+    next = head_[bin];  // the most common place: a new smallest or lowest block
+  } else if (before(h)) {
+    // Else the walk starts at the block listed last: a bin can hold dozens of equal-size
+    // blocks (one per layer), and frees and splits tend to land next to the previous one.
+    prev = h;
+    next = blocks[h].fnext;
+    while (next >= 0 && before(next)) {
+      prev = next;
+      next = blocks[next].fnext;
+    }
+  } else {
+    next = h;
+    prev = blocks[h].fprev;
+    while (prev >= 0 && !before(prev)) {
+      next = prev;
+      prev = blocks[prev].fprev;
+    }
+  }
+  nb.fprev = prev;
+  nb.fnext = next;
+  if (next >= 0) blocks[next].fprev = b;
+  if (prev >= 0)
+    blocks[prev].fnext = b;
+  else
+    head_[bin] = b;
+  hint_[bin] = b;
 }
 
 void caching_allocator_model::free_pool::erase(std::vector<block>& blocks, std::int32_t b) {
-  const auto& ob = blocks[b];
-  auto& v = bins_[ob.bin];
-  const auto it = position(ob.bin, ob.size, ob.addr);
-  if (it == v.end() || it->index != b)
-    throw logic_error("caching_allocator_model: free block not in its pool");
-  v.erase(it);
-  if (v.empty()) mark(ob.bin, false);
+  auto& ob = blocks[b];
+  if (ob.fprev >= 0) {
+    blocks[ob.fprev].fnext = ob.fnext;
+  } else {
+    if (head_[ob.bin] != b)
+      throw logic_error("caching_allocator_model: free block not in its pool");
+    head_[ob.bin] = ob.fnext;
+    if (ob.fnext < 0) mark(ob.bin, false);
+  }
+  if (ob.fnext >= 0) blocks[ob.fnext].fprev = ob.fprev;
+  if (hint_[ob.bin] == b) hint_[ob.bin] = ob.fnext >= 0 ? ob.fnext : ob.fprev;
+  ob.fprev = ob.fnext = -1;
 }
 
 void caching_allocator_model::free_pool::clear() noexcept {
   for (unsigned level = 0; level < levels; ++level) {
     for (std::uint64_t bits = bin_bits_[level]; bits != 0; bits &= bits - 1)
-      bins_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bits))].clear();
+      head_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bits))] =
+          hint_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bits))] = -1;
     bin_bits_[level] = 0;
   }
   level_bits_ = 0;
@@ -200,7 +221,7 @@ std::uint64_t caching_allocator_model::transient(std::uint64_t bytes) {
   const std::uint64_t size = round_size(bytes);
   const bool small = size <= small_size;
   auto& pool = small ? small_pool_ : large_pool_;
-  std::int32_t b = pool.peek_best(size);
+  std::int32_t b = pool.peek_best(blocks_, size);
   if (b < 0) {
     // malloc would cut the block from a new segment and free would merge it back whole.
     b = new_segment(size, small);

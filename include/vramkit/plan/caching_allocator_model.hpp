@@ -73,46 +73,45 @@ class caching_allocator_model {
  private:
   struct block {
     std::uint64_t addr = 0, size = 0;
-    std::int32_t prev = -1, next = -1;  ///< neighbours in the segment, by address
-    std::uint32_t owner = 0;            ///< handle of the live allocation in it
-    std::uint16_t bin = 0;              ///< the free pool bin it is listed in
+    std::int32_t prev = -1, next = -1;    ///< neighbours in the segment, by address
+    std::int32_t fprev = -1, fnext = -1;  ///< neighbours in the free pool's bin list
+    std::uint32_t owner = 0;              ///< handle of the live allocation in it
+    std::uint16_t bin = 0;                ///< the free pool bin it is listed in
     bool free = false, small = false, live = false;
   };
   /// Free blocks of one pool, searched in PyTorch's order: smallest size >= the request, then
   /// lowest address (BlockComparatorSize). Sizes map to 64 bins per power of two (two-level
-  /// segregated fit: the bin index is monotone in size); each bin is a vector of (size, address,
-  /// block) kept in descending (size, address) order, and a two-level bitmap finds the next
-  /// non-empty bin in constant time. The best fit is the last entry >= the request in its own
-  /// bin (a binary search), else the back of the next non-empty bin. A bin can hold dozens of
-  /// equal-size blocks (one per layer): contiguous entries make the searches and the shifts of
-  /// an insert or removal cheaper than walking a linked list.
+  /// segregated fit: the bin index is monotone in size); each bin is a list of blocks linked
+  /// through the blocks themselves and kept in ascending (size, address) order, and a two-level
+  /// bitmap finds the next non-empty bin in constant time. The best fit is the first block >= the
+  /// request in its own bin, else the head of the next non-empty bin. Removal needs no search; a
+  /// sorted insert walks from the block the bin listed last, since a bin can hold dozens of
+  /// equal-size blocks (one per layer) and consecutive frees and splits land close together.
   class free_pool {
    public:
+    free_pool() noexcept {
+      for (auto& h : head_) h = -1;
+      for (auto& h : hint_) h = -1;
+    }
     /// The best-fitting block for `size`, left in place; -1 if none.
-    [[nodiscard]] std::int32_t peek_best(std::uint64_t size) const;
+    [[nodiscard]] std::int32_t peek_best(const std::vector<block>& blocks,
+                                         std::uint64_t size) const;
     /// As peek_best, and removed from the pool.
     std::int32_t take_best(std::vector<block>& blocks, std::uint64_t size);
     /// Lists block `b` (its size and address set).
     void insert(std::vector<block>& blocks, std::int32_t b);
-    /// Unlists block `b`, which must be listed with its current size and address.
+    /// Unlists block `b`, which must be listed.
     void erase(std::vector<block>& blocks, std::int32_t b);
     void clear() noexcept;
 
    private:
-    struct entry {
-      std::uint64_t size, addr;
-      std::int32_t index;
-    };
     static constexpr int sub_bits = 6;  ///< 64 bins per power of two
     static constexpr int levels = 64;
     static constexpr unsigned bin_count = levels << sub_bits;
     static unsigned bin_of(std::uint64_t size) noexcept;
     void mark(unsigned bin, bool on) noexcept;
-    std::vector<entry>::iterator position(unsigned bin, std::uint64_t size, std::uint64_t addr);
-    /// Each bin in descending (size, address) order: the best fit is at the back, where new
-    /// segments (each below the last) and their splits are inserted and taken, so the shifts of
-    /// inserts and removals are short.
-    std::vector<entry> bins_[bin_count];
+    std::int32_t head_[bin_count];         ///< first (smallest) block of each bin, or -1
+    std::int32_t hint_[bin_count];         ///< the block of each bin listed last, or -1
     std::uint64_t level_bits_ = 0;         ///< bit l: some bin of level l is non-empty
     std::uint64_t bin_bits_[levels] = {};  ///< per level, bit k: bin (l, k) non-empty
   };
