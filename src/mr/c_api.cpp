@@ -176,6 +176,7 @@ device_stack* make_stack(int device) {
     v.rounding = env_bytes("VRAMKIT_POOL_ROUNDING", v.rounding);
     v.maximum_size = env_bytes("VRAMKIT_POOL_MAXIMUM", v.maximum_size);
     v.growth_slack = env_fraction("VRAMKIT_POOL_SLACK", v.growth_slack);
+    v.growth_slack_max = env_fraction("VRAMKIT_POOL_SLACK_MAX", v.growth_slack_max);
     for (const char* other : classic_only) {
       if (env(other) != nullptr) {
         throw invalid_input(std::string(other) +
@@ -187,8 +188,9 @@ device_stack* make_stack(int device) {
     d->pool_top = d->vmm;
   }
   if (!d->vmm) {
-    if (env("VRAMKIT_POOL_SLACK") != nullptr) {
-      throw invalid_input("VRAMKIT_POOL_SLACK applies to the virtual-memory pool only (" +
+    for (const char* vmm_only : {"VRAMKIT_POOL_SLACK", "VRAMKIT_POOL_SLACK_MAX"}) {
+      if (env(vmm_only) == nullptr) continue;
+      throw invalid_input(std::string(vmm_only) + " applies to the virtual-memory pool only (" +
                           std::string(choice == kind_choice::pool
                                           ? "VRAMKIT_POOL_KIND=pool"
                                           : "this device has no virtual memory management") +

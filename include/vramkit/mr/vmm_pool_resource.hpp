@@ -4,9 +4,12 @@
 // When a request fits no free block, growth creates granules while the pool holds less than
 // growth_slack above its highest allocation; past that it first unmaps the physical granules that
 // lie wholly in free space anywhere in the pool and maps them where the request needs them
-// (remapping instead of reserving more); only the shortfall is created. Free blocks, best fit,
-// per-stream lists and cross-stream reuse through events work as in pool_resource, whose fast path
-// this shares. Thread-safe: one mutex; released only around host synchronization.
+// (remapping instead of reserving more); only the shortfall is created. Remaps that move memory
+// back to where an earlier remap took it from, or move it a second time (a repeated step whose
+// free space falls apart the same way every time), raise the allowance granule by granule up to
+// growth_slack_max, so that a repeated step stops remapping after a step or two. Free blocks, best
+// fit, per-stream lists and cross-stream reuse through events work as in pool_resource, whose fast
+// path this shares. Thread-safe: one mutex; released only around host synchronization.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +39,10 @@ struct vmm_pool_options {
   /// the pool tightest and remaps most; 0.02 (VRAMKIT_POOL_SLACK) removed the remapping that a
   /// repeated training step otherwise pays on every step, for at most 2% more memory.
   double growth_slack = 0.02;
+  /// Most slack the allowance reaches when remaps recur (VRAMKIT_POOL_SLACK_MAX): every granule
+  /// a remap moves back or moves again adds one granule to growth_slack, up to this fraction of
+  /// the highest allocation (trim() restarts it). At or below growth_slack: no adaptation.
+  double growth_slack_max = 0.03;
   misuse_handler on_misuse;  ///< empty = print to stderr
 };
 
