@@ -99,6 +99,16 @@ struct vmm_pool_resource::impl {
   // Granules of growth allowance above growth_slack, earned by remaps that moved memory back to
   // where an earlier remap took it from or moved it a second time (see creatable).
   std::size_t thrash_granules = 0;
+  // Growths met by remapping, by where they happened: a request of the same size arriving with
+  // the same bytes allocated is the same point of a repeated step (a training loop's step
+  // allocates the same sizes in the same order every time). Direct-mapped, a collision only
+  // restarts a count.
+  struct remap_point {
+    std::uint64_t key = 0;
+    std::uint32_t count = 0;
+  };
+  static constexpr std::size_t remap_points = 4096;
+  std::vector<remap_point> remapped_at = std::vector<remap_point>(remap_points);
   mutable pool_report stats;
 
   arena& arena_for(bool small) { return small ? small_arena : large_arena; }
@@ -502,6 +512,28 @@ struct vmm_pool_resource::impl {
     return std::min(room, static_cast<std::size_t>(left)) / g;
   }
 
+  [[nodiscard]] std::uint64_t point_key(std::size_t size) const {
+    const auto live = static_cast<std::uint64_t>(stats.allocated_bytes.all.current);
+    std::uint64_t k = (static_cast<std::uint64_t>(size) * 0x9E3779B97F4A7C15ull) ^ live;
+    k ^= k >> 29;
+    k *= 0xBF58476D1CE4E5B9ull;
+    return (k ^ (k >> 32)) | 1;  // never 0, the empty slot's key
+  }
+  // Whether a growth of `size` here was met by remapping max_repeated_remaps times already: then
+  // remapping it again every step costs more than the memory it saves, and growth creates.
+  [[nodiscard]] bool remapped_here_before(std::size_t size) const {
+    if (opt.max_repeated_remaps == 0) return false;
+    const std::uint64_t k = point_key(size);
+    const remap_point& p = remapped_at[k % remap_points];
+    return p.key == k && p.count >= opt.max_repeated_remaps;
+  }
+  void count_remap_here(std::size_t size) {
+    const std::uint64_t k = point_key(size);
+    remap_point& p = remapped_at[k % remap_points];
+    if (p.key != k) p = {k, 0};
+    ++p.count;
+  }
+
   enum class grow_result { grown, retry, failed };
 
   // Maps granules so that a block of `size` fits on st: cached granules first, then granules
@@ -529,7 +561,7 @@ struct vmm_pool_resource::impl {
     // Growth creates granules only when all it needs beyond the cache fits the allowance (creating
     // part of it and remapping the rest held more memory on every trace for no fewer remaps).
     const std::size_t wanted = plan.granules > cache.size() ? plan.granules - cache.size() : 0;
-    if (wanted > creatable()) {
+    if (wanted > creatable() && !remapped_here_before(size)) {
       const std::size_t shortfall = wanted;
       refresh_completed();
       const std::size_t ready = reclaimable(true, plan.prev_free, plan.next_free);
@@ -546,6 +578,7 @@ struct vmm_pool_resource::impl {
         reclaimed = reclaim(shortfall, plan.prev_free, plan.next_free, true);
       }
       if (reclaimed > 0) {
+        count_remap_here(size);
         ++stats.vmm.defragmentations;
         plan = plan_growth(st, a, size);  // holes merged: the old plan's pointers are stale
         if (plan.hole == nullptr) {
@@ -868,6 +901,7 @@ std::size_t vmm_pool_resource::trim() {
     std::fill(a->evicted.begin(), a->evicted.end(), 0);
   }
   s.thrash_granules = 0;  // what recurring remaps earned restarts with the slack
+  std::fill(s.remapped_at.begin(), s.remapped_at.end(), impl::remap_point{});
   ++s.stats.trims;
   // The growth slack counts from what is allocated now: after torch.cuda.empty_cache-style trims
   // between workloads, an earlier workload's high mark would otherwise let a smaller one grow up

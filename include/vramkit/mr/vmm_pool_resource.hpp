@@ -43,6 +43,11 @@ struct vmm_pool_options {
   /// a remap moves back or moves again adds one granule to growth_slack, up to this fraction of
   /// the highest allocation (trim() restarts it). At or below growth_slack: no adaptation.
   double growth_slack_max = 0.03;
+  /// Times the same growth (a request of the same size arriving with the same bytes allocated: the
+  /// same point of a repeated step) is met by remapping; past that, growth there creates granules,
+  /// so that a training loop's steps stop remapping after this many (VRAMKIT_POOL_REMAP_REPEATS).
+  /// 0 = no limit. trim() and reaching maximum_size start remapping again.
+  unsigned max_repeated_remaps = 1;
   misuse_handler on_misuse;  ///< empty = print to stderr
 };
 
