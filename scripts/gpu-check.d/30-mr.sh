@@ -139,7 +139,7 @@ if [ -f "$LIB" ]; then
   # last: its trace lets the CPU replay the real step through the pool (`vramkit replay`).
   echo "== training step: native, vramkit vmm, expandable segments, vramkit vmm writing its trace"
   PYTHONUNBUFFERED=1 timeout "$(cap 80)" python3 bench/mr/torch_train_compare.py --lib "$LIB" \
-    --layers 8 --batch 4 --seq 1024 --steps 10 --warmup 3 \
+    --layers 8 --batch 4 --seq 1024 --steps 12 --warmup 5 \
     --runs torch,vramkit_vmm,torch_expandable,vramkit_vmm_traced --trace-out "$OUT/train_vmm.trace" \
     --json "$OUT/torch_train.json" 2>&1 | tee "$OUT/torch_train.txt"
   step_done "torch_train_compare" "${PIPESTATUS[0]}"

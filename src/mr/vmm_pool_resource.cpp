@@ -100,9 +100,9 @@ struct vmm_pool_resource::impl {
   // where an earlier remap took it from or moved it a second time (see creatable).
   std::size_t thrash_granules = 0;
   // Growths met by remapping, by where they happened: a request of the same size arriving with
-  // the same bytes allocated is the same point of a repeated step (a training loop's step
-  // allocates the same sizes in the same order every time). Direct-mapped, a collision only
-  // restarts a count.
+  // the same bytes allocated and about the same memory held is the same point of a repeated step
+  // (a training loop's step allocates the same sizes in the same order every time).
+  // Direct-mapped, a collision only restarts a count.
   struct remap_point {
     std::uint64_t key = 0;
     std::uint32_t count = 0;
@@ -512,9 +512,14 @@ struct vmm_pool_resource::impl {
     return std::min(room, static_cast<std::size_t>(left)) / g;
   }
 
+  // The point of a growth: the request's size, the bytes allocated, and the physical memory held
+  // (to 1/128 of the highest allocation, so that a pool that changes between repetitions, as
+  // the first passes of a trace grow it, does not count as repeating).
   [[nodiscard]] std::uint64_t point_key(std::size_t size) const {
     const auto live = static_cast<std::uint64_t>(stats.allocated_bytes.all.current);
+    const std::size_t held = physical_bytes / std::max<std::size_t>(g, allocated_high / 128);
     std::uint64_t k = (static_cast<std::uint64_t>(size) * 0x9E3779B97F4A7C15ull) ^ live;
+    k = (k * 0x94D049BB133111EBull) ^ static_cast<std::uint64_t>(held);
     k ^= k >> 29;
     k *= 0xBF58476D1CE4E5B9ull;
     return (k ^ (k >> 32)) | 1;  // never 0, the empty slot's key

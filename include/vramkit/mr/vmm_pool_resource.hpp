@@ -47,7 +47,7 @@ struct vmm_pool_options {
   /// same point of a repeated step) is met by remapping; past that, growth there creates granules,
   /// so that a training loop's steps stop remapping after this many (VRAMKIT_POOL_REMAP_REPEATS).
   /// 0 = no limit. trim() and reaching maximum_size start remapping again.
-  unsigned max_repeated_remaps = 1;
+  unsigned max_repeated_remaps = 2;
   misuse_handler on_misuse;  ///< empty = print to stderr
 };
 
