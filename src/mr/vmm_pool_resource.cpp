@@ -539,6 +539,18 @@ struct vmm_pool_resource::impl {
     ++p.count;
   }
 
+  // Whether a repeated growth of `granules` is met by creating them: while the pool stays within
+  // growth_slack_max of its highest allocation, or when the growth alone is larger than that
+  // allowance (a tensor that remapping would move every step, which no slack absorbs).
+  [[nodiscard]] bool worth_creating(std::size_t granules) const {
+    const double allowance =
+        static_cast<double>(allocated_high) * std::max(opt.growth_slack, opt.growth_slack_max);
+    const double more = static_cast<double>(granules * g);
+    return static_cast<double>(physical_bytes) + more <=
+               static_cast<double>(allocated_high) + allowance ||
+           more >= allowance;
+  }
+
   enum class grow_result { grown, retry, failed };
 
   // Maps granules so that a block of `size` fits on st: cached granules first, then granules
@@ -566,7 +578,7 @@ struct vmm_pool_resource::impl {
     // Growth creates granules only when all it needs beyond the cache fits the allowance (creating
     // part of it and remapping the rest held more memory on every trace for no fewer remaps).
     const std::size_t wanted = plan.granules > cache.size() ? plan.granules - cache.size() : 0;
-    if (wanted > creatable() && !remapped_here_before(size)) {
+    if (wanted > creatable() && !(remapped_here_before(size) && worth_creating(wanted))) {
       const std::size_t shortfall = wanted;
       refresh_completed();
       const std::size_t ready = reclaimable(true, plan.prev_free, plan.next_free);
