@@ -232,10 +232,11 @@ void expect_steady(const step_loop& loop, std::size_t warmup, const std::string&
       EXPECT_EQ(steps[s].mapped, 0u) << "step " << s << ": " << steps[s].remapped << " remapped, "
                                      << steps[s].created << " created";
     }
-    // The target is expandable segments' peak or less; the pool that stops remapping holds up to
-    // 2.1% more on these synthesized loops (the llama loop: less), which this bounds.
+    // The target is expandable segments' peak or less: met on the LLaMA loop; the synthesized
+    // loops end within 0.2% of it either way (the pool that stops remapping holds what a pool
+    // that never remaps would), which this bounds at 1%.
     EXPECT_LE(static_cast<double>(peak),
-              static_cast<double>(expandable) * (what == "llama_step" ? 1.0 : 1.03))
+              static_cast<double>(expandable) * (what == "llama_step" ? 1.0 : 1.01))
         << "expandable segments' peak " << expandable;
   }
 }
