@@ -4,10 +4,11 @@
 // When a request fits no free block, growth creates granules while the pool holds less than
 // growth_slack above its highest allocation; past that it first unmaps the physical granules that
 // lie wholly in free space anywhere in the pool and maps them where the request needs them
-// (remapping instead of reserving more); only the shortfall is created. Remaps that move memory
-// back to where an earlier remap took it from, or move it a second time (a repeated step whose
-// free space falls apart the same way every time), raise the allowance granule by granule up to
-// growth_slack_max, so that a repeated step stops remapping after a step or two. Free blocks, best
+// (remapping instead of reserving more); only the shortfall is created. Remaps that recur stop:
+// those that move memory back to where an earlier remap took it from, or move it a second time,
+// raise the allowance granule by granule up to growth_slack_max, and a growth remapped at the same
+// point of a repeated step max_repeated_remaps times creates its granules from then on, so that a
+// training loop's steps stop mapping after a few (docs/mr.md). Free blocks, best
 // fit, per-stream lists and cross-stream reuse through events work as in pool_resource, whose fast
 // path this shares. Thread-safe: one mutex; released only around host synchronization.
 #pragma once
@@ -43,10 +44,11 @@ struct vmm_pool_options {
   /// a remap moves back or moves again adds one granule to growth_slack, up to this fraction of
   /// the highest allocation (trim() restarts it). At or below growth_slack: no adaptation.
   double growth_slack_max = 0.03;
-  /// Times the same growth (a request of the same size arriving with the same bytes allocated: the
-  /// same point of a repeated step) is met by remapping; past that, growth there creates granules,
-  /// so that a training loop's steps stop remapping after this many (VRAMKIT_POOL_REMAP_REPEATS).
-  /// 0 = no limit. trim() and reaching maximum_size start remapping again.
+  /// Times the same growth (a request of the same size arriving with the same bytes allocated and
+  /// about the same memory held: the same point of a repeated step) is met by remapping; past
+  /// that, growth there creates granules when the pool stays within growth_slack_max or the growth
+  /// alone exceeds growth_slack (VRAMKIT_POOL_REMAP_REPEATS). 0 = no limit. trim() and reaching
+  /// maximum_size start remapping again.
   unsigned max_repeated_remaps = 2;
   misuse_handler on_misuse;  ///< empty = print to stderr
 };
