@@ -540,14 +540,15 @@ struct vmm_pool_resource::impl {
   }
 
   // Whether a repeated growth of `granules` is met by creating them: while the pool stays within
-  // growth_slack_max of its highest allocation, or when the growth alone is larger than the slack
-  // (a tensor that remapping would move on every step and that no slack absorbs: a language
-  // model's logits; the H200 LLaMA-shaped step's 500 MiB against a 360 MiB slack).
+  // growth_slack + growth_slack_max (5%) of its highest allocation, or when the growth alone is
+  // larger than the slack (a tensor that remapping would move on every step and that no slack
+  // absorbs: a language model's logits; the H200 LLaMA-shaped step's 500 MiB against a 360 MiB
+  // slack).
   [[nodiscard]] bool worth_creating(std::size_t granules) const {
     const auto high = static_cast<double>(allocated_high);
     const double more = static_cast<double>(granules * g);
     return static_cast<double>(physical_bytes) + more <=
-               high * (1.0 + std::max(opt.growth_slack, opt.growth_slack_max)) ||
+               high * (1.0 + opt.growth_slack + std::max(opt.growth_slack, opt.growth_slack_max)) ||
            more >= high * opt.growth_slack;
   }
 

@@ -46,10 +46,11 @@ struct vmm_pool_options {
   double growth_slack_max = 0.03;
   /// Times the same growth (a request of the same size arriving with the same bytes allocated and
   /// about the same memory held: the same point of a repeated step) is met by remapping; past
-  /// that, growth there creates granules when the pool stays within growth_slack_max or the growth
-  /// alone exceeds growth_slack (VRAMKIT_POOL_REMAP_REPEATS). 0 = no limit. trim() and reaching
-  /// maximum_size start remapping again.
-  unsigned max_repeated_remaps = 2;
+  /// that, growth there creates granules when the pool stays within growth_slack + growth_slack_max
+  /// of its highest allocation or the growth alone exceeds growth_slack
+  /// (VRAMKIT_POOL_REMAP_REPEATS). 0 = no limit. trim() and reaching maximum_size start remapping
+  /// again.
+  unsigned max_repeated_remaps = 3;
   misuse_handler on_misuse;  ///< empty = print to stderr
 };
 
