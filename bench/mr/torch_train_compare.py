@@ -38,6 +38,11 @@ RUNS = {
     # less remapping per step for a little more memory.
     "vramkit_vmm_slack5": ("vramkit", {"VRAMKIT_POOL_KIND": "vmm", "VRAMKIT_POOL_SLACK": "5%"}),
     "torch_repeat": ("torch", {}),  # shows whether the runs are repeatable at all
+    # The vmm pool without its limit on repeated remaps (VRAMKIT_POOL_REMAP_REPEATS=0: it remaps
+    # the same growth every step), writing its allocation trace (vramkit-trace v1) to --trace-out,
+    # so that the step can be replayed through the pool on the CPU (`vramkit replay`); the trace
+    # is the same under any pool. Its step time includes the tracing.
+    "vramkit_vmm_traced": ("vramkit", {"VRAMKIT_POOL_KIND": "vmm", "VRAMKIT_POOL_REMAP_REPEATS": "0"}),
 }
 
 
@@ -70,8 +75,17 @@ def run_one(args):
     batches = [torch.randint(0, config.vocab_size, (args.batch, args.seq), generator=gen)
                for _ in range(args.steps)]
     losses, times = [], []
-    vmm_keys = ("vmm.granules_mapped", "vmm.granules_remapped", "vmm.map_ns", "vmm.unmap_ns")
+    vmm_keys = ("vmm.granules_mapped", "vmm.granules_remapped", "vmm.physical_creates", "vmm.map_ns",
+                "vmm.unmap_ns")
     mapping_at_warmup = None
+    per_step = {k: [] for k in vmm_keys}  # the vmm pool's mapping work in each step
+
+    def vmm_counters():
+        import vramkit_torch
+        st = vramkit_torch.memory_stats()
+        return {k: st.get(k, 0) for k in vmm_keys}
+
+    before = vmm_counters() if args.run == "vramkit" else None
     for step in range(args.steps):
         if args.run == "vramkit" and step == args.warmup:
             import vramkit_torch
@@ -89,6 +103,11 @@ def run_one(args):
         times.append(time.perf_counter() - t0)
         losses.append(out.loss.item())
         del out, ids
+        if before is not None:
+            now = vmm_counters()
+            for k in vmm_keys:
+                per_step[k].append(now[k] - before[k])
+            before = now
     res = {"allocator": args.run, "losses": losses, "step_s": times,
            "median_step_s": statistics.median(times[args.warmup:] or times),
            "params": sum(p.numel() for p in model.parameters()),
@@ -110,6 +129,7 @@ def run_one(args):
         if mapping_at_warmup is not None:
             # Mapping work of the virtual-memory pool during the timed steps (what it costs per step).
             res["timed_steps_mapping"] = {k: st.get(k, 0) - mapping_at_warmup[k] for k in vmm_keys}
+        res["per_step_mapping"] = per_step
         res["misuse_reports"] = st["num_misuse_reports"]
     res["peak_reserved_over_peak_allocated"] = res["peak_reserved_bytes"] / max(1, res["peak_allocated_bytes"])
     return res
@@ -127,6 +147,7 @@ def main():
     ap.add_argument("--lib", default=None)
     ap.add_argument("--run", choices=["torch", "vramkit"])
     ap.add_argument("--json")
+    ap.add_argument("--trace-out", help="where the vramkit_vmm_traced run writes its allocation trace")
     ap.add_argument("--runs", default="torch,vramkit_vmm,torch_expandable,vramkit,torch_repeat",
                     help="comma-separated, in this order, from %s (torch always runs, first)" % ",".join(RUNS))
     args = ap.parse_args()
@@ -140,6 +161,9 @@ def main():
     unknown = [x for x in labels if x not in RUNS]
     if unknown:
         print("--runs: unknown run %s (known: %s)" % (", ".join(unknown), ", ".join(RUNS)), file=sys.stderr)
+        return 2
+    if "vramkit_vmm_traced" in labels and not args.trace_out:
+        print("--runs vramkit_vmm_traced needs --trace-out FILE", file=sys.stderr)
         return 2
     try:
         import torch  # noqa: F401
@@ -162,6 +186,8 @@ def main():
         env = dict(os.environ)
         env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
         env.update(extra_env)
+        if label == "vramkit_vmm_traced":
+            env["VRAMKIT_TRACE_FILE"] = os.path.abspath(args.trace_out)
         cmd = [sys.executable, os.path.abspath(__file__), "--run", kind]
         for k in ("config", "layers", "steps", "warmup", "batch", "seq", "seed", "lib"):
             v = getattr(args, k)
@@ -181,6 +207,12 @@ def main():
                   label, r["median_step_s"], r["peak_reserved_bytes"] / 2**20,
                   r["peak_allocated_bytes"] / 2**20, r["peak_reserved_over_peak_allocated"],
                   " ".join("%.6f" % x for x in r["losses"])), flush=True)
+        ps = r.get("per_step_mapping")
+        if ps:
+            print("%-16s granules remapped per step %s; created per step %s; mapping ms per step %s" % (
+                label, ps["vmm.granules_remapped"], ps["vmm.physical_creates"],
+                [round((a + b) / 1e6, 2) for a, b in zip(ps["vmm.map_ns"], ps["vmm.unmap_ns"])]),
+                flush=True)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(results, f, indent=1)

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -83,6 +84,18 @@ double env_fraction(const char* name, double fallback) {
                         "')");
   }
   return x;
+}
+
+unsigned env_count(const char* name, unsigned fallback) {
+  const char* v = env(name);
+  if (v == nullptr) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long x = std::strtoul(v, &end, 10);
+  if (end == v || *end != '\0' || *v == '-' || errno != 0 || x > 1000000) {
+    throw invalid_input(std::string(name) + ": expected a count such as 0 or 2 (got '" + v + "')");
+  }
+  return static_cast<unsigned>(x);
 }
 
 std::string with_device(const std::string& path, int device) {
@@ -176,6 +189,8 @@ device_stack* make_stack(int device) {
     v.rounding = env_bytes("VRAMKIT_POOL_ROUNDING", v.rounding);
     v.maximum_size = env_bytes("VRAMKIT_POOL_MAXIMUM", v.maximum_size);
     v.growth_slack = env_fraction("VRAMKIT_POOL_SLACK", v.growth_slack);
+    v.growth_slack_max = env_fraction("VRAMKIT_POOL_SLACK_MAX", v.growth_slack_max);
+    v.max_repeated_remaps = env_count("VRAMKIT_POOL_REMAP_REPEATS", v.max_repeated_remaps);
     for (const char* other : classic_only) {
       if (env(other) != nullptr) {
         throw invalid_input(std::string(other) +
@@ -187,8 +202,10 @@ device_stack* make_stack(int device) {
     d->pool_top = d->vmm;
   }
   if (!d->vmm) {
-    if (env("VRAMKIT_POOL_SLACK") != nullptr) {
-      throw invalid_input("VRAMKIT_POOL_SLACK applies to the virtual-memory pool only (" +
+    for (const char* vmm_only :
+         {"VRAMKIT_POOL_SLACK", "VRAMKIT_POOL_SLACK_MAX", "VRAMKIT_POOL_REMAP_REPEATS"}) {
+      if (env(vmm_only) == nullptr) continue;
+      throw invalid_input(std::string(vmm_only) + " applies to the virtual-memory pool only (" +
                           std::string(choice == kind_choice::pool
                                           ? "VRAMKIT_POOL_KIND=pool"
                                           : "this device has no virtual memory management") +

@@ -49,6 +49,11 @@ struct arena {
   std::size_t size = 0;
   bool small = false;
   std::vector<physical_handle> handles;
+  // evicted[i]: granule i was unmapped from free space to be mapped elsewhere (a remap), and has
+  // not been mapped since; a growth that maps it again is the pool moving memory back and forth.
+  std::vector<std::uint8_t> evicted;
+  // moved[i]: the granule mapped at i was placed there by a remap.
+  std::vector<std::uint8_t> moved;
   std::map<std::uintptr_t, block*> holes;
   block* first = nullptr;
 };
@@ -91,6 +96,19 @@ struct vmm_pool_resource::impl {
   std::size_t mapped = 0;
   std::size_t free_block_count = 0;
   std::size_t allocated_high = 0;  // the most bytes ever handed out at once (or asked for)
+  // Granules of growth allowance above growth_slack, earned by remaps that moved memory back to
+  // where an earlier remap took it from or moved it a second time (see creatable).
+  std::size_t thrash_granules = 0;
+  // Growths met by remapping, by where they happened: a request of the same size arriving with
+  // the same bytes allocated and about the same memory held is the same point of a repeated step
+  // (a training loop's step allocates the same sizes in the same order every time).
+  // Direct-mapped, a collision only restarts a count.
+  struct remap_point {
+    std::uint64_t key = 0;
+    std::uint32_t count = 0;
+  };
+  static constexpr std::size_t remap_points = 4096;
+  std::vector<remap_point> remapped_at = std::vector<remap_point>(remap_points);
   mutable pool_report stats;
 
   arena& arena_for(bool small) { return small ? small_arena : large_arena; }
@@ -285,7 +303,10 @@ struct vmm_pool_resource::impl {
     const std::size_t n = hs.size();
     const int joined = static_cast<int>(granule_mapped(a, addr - g)) +
                        static_cast<int>(granule_mapped(a, addr + n * g));
-    for (std::size_t i = 0; i < n; ++i) a.handles[(addr - a.base) / g + i] = hs[i];
+    for (std::size_t i = 0; i < n; ++i) {
+      a.handles[(addr - a.base) / g + i] = hs[i];
+      a.evicted[(addr - a.base) / g + i] = 0;
+    }
     mapped += n;
     if (joined == 0) stats.chunks.add(a.small, 1);
     if (joined == 2) stats.chunks.remove(a.small, 1);
@@ -293,7 +314,7 @@ struct vmm_pool_resource::impl {
     stats.reserved_bytes.add(a.small, static_cast<std::int64_t>(n * g));
   }
 
-  void unmap_run(arena& a, std::uintptr_t addr, std::size_t n) {
+  void unmap_run(arena& a, std::uintptr_t addr, std::size_t n, bool evict) {
     const auto start = std::chrono::steady_clock::now();
     api->unmap(reinterpret_cast<void*>(addr), n * g);
     stats.vmm.unmap_ns += elapsed_ns(start);
@@ -302,6 +323,9 @@ struct vmm_pool_resource::impl {
       physical_handle& h = a.handles[(addr - a.base) / g + i];
       cache.push_back(h);
       h = physical_handle{};
+      a.evicted[(addr - a.base) / g + i] = static_cast<std::uint8_t>(evict);
+      if (evict) thrash_granules += a.moved[(addr - a.base) / g + i];
+      a.moved[(addr - a.base) / g + i] = 0;
     }
     cache_from_reclaim += n;
     mapped -= n;
@@ -315,12 +339,12 @@ struct vmm_pool_resource::impl {
 
   // Turns [addr, addr + len) of free block b into a hole (unmapped), keeping the rest of b free
   // on its stream.
-  void carve_hole(block* b, std::uintptr_t addr, std::size_t len) {
+  void carve_hole(block* b, std::uintptr_t addr, std::size_t len, bool evict) {
     arena& a = *b->owner;
     stream_state* st = b->stream;
     const std::uint64_t seq = b->seq;
     list_erase(b);
-    unmap_run(a, addr, len / g);
+    unmap_run(a, addr, len / g, evict);
     const std::uintptr_t end = b->ptr + b->size;
     block* left = nullptr;
     if (addr > b->ptr) {
@@ -381,7 +405,7 @@ struct vmm_pool_resource::impl {
 
   // Unmaps up to `want` granules lying wholly in free space whose frees are known complete,
   // skipping block `keep`; returns the granules gained.
-  std::size_t reclaim(std::size_t want, const block* keep, const block* keep2) {
+  std::size_t reclaim(std::size_t want, const block* keep, const block* keep2, bool evict) {
     std::size_t gained = 0;
     for (arena* a : {&large_arena, &small_arena}) {
       block* b = a->first;
@@ -394,7 +418,7 @@ struct vmm_pool_resource::impl {
           const std::uintptr_t hi = (b->ptr + b->size) / g * g;
           if (hi >= lo + g) {
             const std::size_t n = std::min((hi - lo) / g, want - gained);
-            carve_hole(b, lo, n * g);
+            carve_hole(b, lo, n * g, evict);
             gained += n;
             // The hole may have merged with its neighbours: continue after it.
             auto it = a->holes.upper_bound(lo);
@@ -470,19 +494,62 @@ struct vmm_pool_resource::impl {
     return best;
   }
 
-  // Whether `granules` more may be created instead of unmapping free ones from elsewhere: while
-  // the physical memory stays within growth_slack of the most ever allocated (and under the
-  // maximum). Remapping a granule costs an unmap and a map with its access (~57 us on the H200,
-  // docs/mr.md), and a loop that repeats its step pays it again on every step when the free
-  // space falls apart the same way each time; on the replayed LLaMA step, 924 granules per pass
-  // at no slack and none at 2%.
-  [[nodiscard]] bool within_slack(std::size_t granules) const {
-    const std::size_t more = granules * g;
-    if (more > (opt.maximum_size > physical_bytes ? opt.maximum_size - physical_bytes : 0)) {
-      return false;
-    }
-    const auto budget = static_cast<double>(allocated_high) * (1.0 + opt.growth_slack);
-    return static_cast<double>(physical_bytes + more) <= budget;
+  // How many granules growth may create instead of unmapping free ones from elsewhere: while the
+  // physical memory stays within growth_slack (plus what recurring remaps earned, up to
+  // growth_slack_max) of the most ever allocated, and under the maximum. Remapping a granule costs
+  // an unmap and a map with its access (~57 us on the H200, docs/mr.md) and, for frees still
+  // running, a device synchronization; a loop that repeats its step paid it on every step when its
+  // free space fell apart the same way each time (the H200 training step: 218 granules a step).
+  [[nodiscard]] std::size_t creatable() const {
+    const std::size_t room =
+        opt.maximum_size > physical_bytes ? opt.maximum_size - physical_bytes : 0;
+    const auto high = static_cast<double>(allocated_high);
+    const double budget =
+        std::min(high * (1.0 + opt.growth_slack) + static_cast<double>(thrash_granules * g),
+                 high * (1.0 + std::max(opt.growth_slack, opt.growth_slack_max)));
+    const double left = budget - static_cast<double>(physical_bytes);
+    if (left < static_cast<double>(g)) return 0;
+    return std::min(room, static_cast<std::size_t>(left)) / g;
+  }
+
+  // The point of a growth: the request's size, the bytes allocated, and the physical memory held
+  // (to 1/128 of the highest allocation, so that a pool that changes between repetitions, as
+  // the first passes of a trace grow it, does not count as repeating).
+  [[nodiscard]] std::uint64_t point_key(std::size_t size) const {
+    const auto live = static_cast<std::uint64_t>(stats.allocated_bytes.all.current);
+    const std::size_t held = physical_bytes / std::max<std::size_t>(g, allocated_high / 128);
+    std::uint64_t k = (static_cast<std::uint64_t>(size) * 0x9E3779B97F4A7C15ull) ^ live;
+    k = (k * 0x94D049BB133111EBull) ^ static_cast<std::uint64_t>(held);
+    k ^= k >> 29;
+    k *= 0xBF58476D1CE4E5B9ull;
+    return (k ^ (k >> 32)) | 1;  // never 0, the empty slot's key
+  }
+  // Whether a growth of `size` here was met by remapping max_repeated_remaps times already: then
+  // remapping it again every step costs more than the memory it saves, and growth creates.
+  [[nodiscard]] bool remapped_here_before(std::size_t size) const {
+    if (opt.max_repeated_remaps == 0) return false;
+    const std::uint64_t k = point_key(size);
+    const remap_point& p = remapped_at[k % remap_points];
+    return p.key == k && p.count >= opt.max_repeated_remaps;
+  }
+  void count_remap_here(std::size_t size) {
+    const std::uint64_t k = point_key(size);
+    remap_point& p = remapped_at[k % remap_points];
+    if (p.key != k) p = {k, 0};
+    ++p.count;
+  }
+
+  // Whether a repeated growth of `granules` is met by creating them: while the pool stays within
+  // growth_slack + growth_slack_max (5%) of its highest allocation, or when the growth alone is
+  // larger than the slack (a tensor that remapping would move on every step and that no slack
+  // absorbs: a language model's logits; the H200 LLaMA-shaped step's 500 MiB against a 360 MiB
+  // slack).
+  [[nodiscard]] bool worth_creating(std::size_t granules) const {
+    const auto high = static_cast<double>(allocated_high);
+    const double more = static_cast<double>(granules * g);
+    return static_cast<double>(physical_bytes) + more <=
+               high * (1.0 + opt.growth_slack + std::max(opt.growth_slack, opt.growth_slack_max)) ||
+           more >= high * opt.growth_slack;
   }
 
   enum class grow_result { grown, retry, failed };
@@ -500,8 +567,20 @@ struct vmm_pool_resource::impl {
     }
     allocated_high = std::max(allocated_high,
                               static_cast<std::size_t>(stats.allocated_bytes.all.current) + size);
-    if (plan.granules > cache.size() && !within_slack(plan.granules - cache.size())) {
-      const std::size_t shortfall = plan.granules - cache.size();
+    if (!synced) {  // (a retry after synchronizing counted them already)
+      // Granules this growth maps where an earlier remap unmapped them: the pool is moving the
+      // same memory back and forth (a repeated step whose free space falls apart the same way each
+      // time). Each such granule raises the allowance by one, so the next round creates instead.
+      const std::size_t first = (plan.at - a.base) / g;
+      std::size_t again = 0;
+      for (std::size_t i = 0; i < plan.granules; ++i) again += a.evicted[first + i];
+      thrash_granules += again;
+    }
+    // Growth creates granules only when all it needs beyond the cache fits the allowance (creating
+    // part of it and remapping the rest held more memory on every trace for no fewer remaps).
+    const std::size_t wanted = plan.granules > cache.size() ? plan.granules - cache.size() : 0;
+    if (wanted > creatable() && !(remapped_here_before(size) && worth_creating(wanted))) {
+      const std::size_t shortfall = wanted;
       refresh_completed();
       const std::size_t ready = reclaimable(true, plan.prev_free, plan.next_free);
       if (ready < shortfall && !synced &&
@@ -514,9 +593,10 @@ struct vmm_pool_resource::impl {
       std::size_t reclaimed = 0;
       {
         const detail::nvtx_range range("vramkit vmm remap");
-        reclaimed = reclaim(shortfall, plan.prev_free, plan.next_free);
+        reclaimed = reclaim(shortfall, plan.prev_free, plan.next_free, true);
       }
       if (reclaimed > 0) {
+        count_remap_here(size);
         ++stats.vmm.defragmentations;
         plan = plan_growth(st, a, size);  // holes merged: the old plan's pointers are stale
         if (plan.hole == nullptr) {
@@ -560,6 +640,9 @@ struct vmm_pool_resource::impl {
     const std::uintptr_t at = plan.at;
     map_run(a, at, hs);
     stats.vmm.granules_remapped += remapped;
+    if (remapped > 0) {
+      std::fill_n(a.moved.begin() + static_cast<std::ptrdiff_t>((at - a.base) / g), hs.size(), 1);
+    }
     // Split the hole around the mapped range, which becomes a free block of st.
     block* h = plan.hole;
     a.holes.erase(h->ptr);
@@ -612,6 +695,8 @@ struct vmm_pool_resource::impl {
     a.size = bytes;
     a.base = reinterpret_cast<std::uintptr_t>(api->reserve_address_range(bytes));
     a.handles.assign(bytes / g, physical_handle{});
+    a.evicted.assign(bytes / g, 0);
+    a.moved.assign(bytes / g, 0);
     block* top = new_block();
     top->ptr = a.base;
     top->size = bytes;
@@ -674,6 +759,9 @@ vmm_pool_resource::vmm_pool_resource(std::shared_ptr<device_api> api, vmm_pool_o
   }
   if (!(options.growth_slack >= 0.0) || options.growth_slack > 1000.0) {
     throw logic_error("vmm_pool_resource: growth_slack must be a fraction from 0 to 1000");
+  }
+  if (!(options.growth_slack_max >= 0.0) || options.growth_slack_max > 1000.0) {
+    throw logic_error("vmm_pool_resource: growth_slack_max must be a fraction from 0 to 1000");
   }
   impl& s = *impl_;
   s.api = std::move(api);
@@ -826,7 +914,12 @@ std::size_t vmm_pool_resource::trim() {
   impl& s = *impl_;
   std::unique_lock lock(s.m);
   s.sync_frees(lock);
-  s.reclaim(std::numeric_limits<std::size_t>::max(), nullptr, nullptr);
+  s.reclaim(std::numeric_limits<std::size_t>::max(), nullptr, nullptr, false);
+  for (arena* a : {&s.small_arena, &s.large_arena}) {
+    std::fill(a->evicted.begin(), a->evicted.end(), 0);
+  }
+  s.thrash_granules = 0;  // what recurring remaps earned restarts with the slack
+  std::fill(s.remapped_at.begin(), s.remapped_at.end(), impl::remap_point{});
   ++s.stats.trims;
   // The growth slack counts from what is allocated now: after torch.cuda.empty_cache-style trims
   // between workloads, an earlier workload's high mark would otherwise let a smaller one grow up

@@ -4,9 +4,13 @@
 // When a request fits no free block, growth creates granules while the pool holds less than
 // growth_slack above its highest allocation; past that it first unmaps the physical granules that
 // lie wholly in free space anywhere in the pool and maps them where the request needs them
-// (remapping instead of reserving more); only the shortfall is created. Free blocks, best fit,
-// per-stream lists and cross-stream reuse through events work as in pool_resource, whose fast path
-// this shares. Thread-safe: one mutex; released only around host synchronization.
+// (remapping instead of reserving more); only the shortfall is created. Remaps that recur stop:
+// those that move memory back to where an earlier remap took it from, or move it a second time,
+// raise the allowance granule by granule up to growth_slack_max, and a growth remapped at the same
+// point of a repeated step max_repeated_remaps times creates its granules from then on, so that a
+// training loop's steps stop mapping after a few (docs/mr.md). Free blocks, best
+// fit, per-stream lists and cross-stream reuse through events work as in pool_resource, whose fast
+// path this shares. Thread-safe: one mutex; released only around host synchronization.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +40,17 @@ struct vmm_pool_options {
   /// the pool tightest and remaps most; 0.02 (VRAMKIT_POOL_SLACK) removed the remapping that a
   /// repeated training step otherwise pays on every step, for at most 2% more memory.
   double growth_slack = 0.02;
+  /// Most slack the allowance reaches when remaps recur (VRAMKIT_POOL_SLACK_MAX): every granule
+  /// a remap moves back or moves again adds one granule to growth_slack, up to this fraction of
+  /// the highest allocation (trim() restarts it). At or below growth_slack: no adaptation.
+  double growth_slack_max = 0.03;
+  /// Times the same growth (a request of the same size arriving with the same bytes allocated and
+  /// about the same memory held: the same point of a repeated step) is met by remapping; past
+  /// that, growth there creates granules when the pool stays within growth_slack + growth_slack_max
+  /// of its highest allocation or the growth alone exceeds growth_slack
+  /// (VRAMKIT_POOL_REMAP_REPEATS). 0 = no limit. trim() and reaching maximum_size start remapping
+  /// again.
+  unsigned max_repeated_remaps = 3;
   misuse_handler on_misuse;  ///< empty = print to stderr
 };
 

@@ -304,6 +304,32 @@ TEST_F(CApi, ReadsTheGrowthSlackAndRefusesItWhereItDoesNotApply) {
   unsetenv("VRAMKIT_POOL_SLACK");
 }
 
+// VRAMKIT_POOL_SLACK_MAX (a fraction) and VRAMKIT_POOL_REMAP_REPEATS (a count): refused when
+// malformed, and with the classic pool.
+TEST_F(CApi, RefusesBadRemapSettingsAndThemWhereTheyDoNotApply) {
+  setenv("VRAMKIT_POOL_SLACK_MAX", "much", 1);
+  EXPECT_EQ(vramkit_malloc(4096, 1, nullptr), nullptr);
+  EXPECT_NE(last_error().find("VRAMKIT_POOL_SLACK_MAX: expected a fraction"), std::string::npos)
+      << last_error();
+  unsetenv("VRAMKIT_POOL_SLACK_MAX");
+  for (const char* bad : {"-1", "two", "3x", "99999999999"}) {
+    SCOPED_TRACE(bad);
+    setenv("VRAMKIT_POOL_REMAP_REPEATS", bad, 1);
+    EXPECT_EQ(vramkit_malloc(4096, 1, nullptr), nullptr);
+    EXPECT_NE(last_error().find("VRAMKIT_POOL_REMAP_REPEATS: expected a count such as 0 or 2"),
+              std::string::npos)
+        << last_error();
+  }
+  setenv("VRAMKIT_POOL_REMAP_REPEATS", "0", 1);
+  setenv("VRAMKIT_POOL_KIND", "pool", 1);
+  EXPECT_EQ(vramkit_malloc(4096, 1, nullptr), nullptr);
+  EXPECT_NE(last_error().find("VRAMKIT_POOL_REMAP_REPEATS applies to the virtual-memory pool only"),
+            std::string::npos)
+      << last_error();
+  unsetenv("VRAMKIT_POOL_KIND");
+  unsetenv("VRAMKIT_POOL_REMAP_REPEATS");
+}
+
 TEST_F(CApi, ReadsPoolOptionsFromTheEnvironmentAndRejectsBadOnes) {
   setenv("VRAMKIT_POOL_ROUNDING", "4KiB", 1);
   void* p = vramkit_malloc(100, 0, nullptr);
