@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "vramkit/core/error.hpp"
 #include "vramkit/monitor/metrics_schema.hpp"
@@ -59,20 +60,23 @@ void take(const json& j, const char* key, std::optional<T>& v) {
   if (auto it = j.find(key); it != j.end() && !it->is_null()) v = number<T>(*it, key);
 }
 
+// The text fields of a process's owner, by their key in a recording.
+constexpr std::pair<const char*, std::string process_owner::*> owner_text_fields[] = {
+    {"pod", &process_owner::pod},
+    {"namespace", &process_owner::pod_namespace},
+    {"pod_uid", &process_owner::pod_uid},
+    {"container", &process_owner::container},
+    {"container_id", &process_owner::container_id},
+    {"slurm_job", &process_owner::slurm_job},
+    {"slurm_step", &process_owner::slurm_step}};
+
 // A process's owner: only the fields that are known, so that recordings of plain hosts stay
 // as they were.
 json owner_to_json(const process_owner& o) {
   json j = json::object();
-  auto text = [&](const char* key, const std::string& v) {
-    if (!v.empty()) j[key] = v;
-  };
-  text("pod", o.pod);
-  text("namespace", o.pod_namespace);
-  text("pod_uid", o.pod_uid);
-  text("container", o.container);
-  text("container_id", o.container_id);
-  text("slurm_job", o.slurm_job);
-  text("slurm_step", o.slurm_step);
+  for (const auto& [key, member] : owner_text_fields) {
+    if (!(o.*member).empty()) j[key] = o.*member;
+  }
   put(j, "namespace_pid", o.namespace_pid);
   put(j, "planned_bytes", o.planned_bytes);
   if (o.planned_from != plan_source::none) j["planned_from"] = to_string(o.planned_from);
@@ -88,13 +92,7 @@ process_owner owner_from_json(const json& j) {
       v = it->get<std::string>();
     }
   };
-  text("pod", o.pod);
-  text("namespace", o.pod_namespace);
-  text("pod_uid", o.pod_uid);
-  text("container", o.container);
-  text("container_id", o.container_id);
-  text("slurm_job", o.slurm_job);
-  text("slurm_step", o.slurm_step);
+  for (const auto& [key, member] : owner_text_fields) text(key, o.*member);
   take(j, "namespace_pid", o.namespace_pid);
   take(j, "planned_bytes", o.planned_bytes);
   std::string from;
