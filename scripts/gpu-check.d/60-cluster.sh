@@ -67,9 +67,8 @@ fi
 # libmicrohttpd has no serve: both serve steps then say "skipped", which is not a failure.
 no_http=0
 # (--port 70000 is refused at once by a build that has serve, after the check for the server.)
-if timeout 5 "$VK" serve --port 70000 2>&1 </dev/null | grep -q "built without libmicrohttpd"; then
-  no_http=1
-fi
+serve_probe=$(timeout 5 "$VK" serve --port 70000 2>&1 </dev/null || true)
+case "$serve_probe" in *"built without libmicrohttpd"*) no_http=1 ;; esac
 if [ $no_http -eq 1 ]; then
   echo "- vramkit serve (driver, and 100 paced scrapers): skipped: built without libmicrohttpd" >> "$SUMMARY"
   echo >> "$SUMMARY"
