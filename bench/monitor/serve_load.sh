@@ -108,45 +108,55 @@ EOF
 val() { sed -n "s/^$1=//p" "$2"; }
 verdict() { if awk "BEGIN {exit !($1)}"; then echo met; else echo MISSED; fi; }
 
+# One wrk run of $scrapers connections on /metrics for SECONDS with the server's RSS sampled:
+# its figures (wrk_figures) in $work/NAME.txt.
+run_wrk() {  # NAME SECONDS [wrk options]
+  local name=$1 secs=$2 ticks
+  shift 2
+  rss_start "$work/rss-$name.kb"
+  ticks=$(cpu_ticks)
+  wrk -t2 -c"$scrapers" -d"${secs}s" --timeout 2s --latency "$@" "$url/metrics" \
+    >"$work/wrk-$name.out" 2>&1
+  rss_stop
+  wrk_figures "$work/wrk-$name.out" "$ticks" "$work/rss-$name.kb" >"$work/$name.txt"
+}
+table_head() {
+  echo
+  echo "| figure | value | target | verdict |"
+  echo "| --- | ---: | --- | --- |"
+}
+errors_row() {
+  echo "| errors (socket + non-2xx) | $(val errors "$1") of $(val requests "$1") | 0 | $(verdict "$(val errors "$1") == 0") |"
+}
+rss_row() {
+  echo "| RSS after 5 s warm-up, min-max ($(val rss_samples "$1") samples) | $(val rss_min_kib "$1")-$(val rss_max_kib "$1") KiB, spread $(val rss_spread_pct "$1") % | within 10 % | $(verdict "$(val rss_spread_pct "$1") <= 10") |"
+}
+
 # 1. Paced scrapers: the targets.
 echo 'function delay() return 100 end' >"$work/paced.lua"
-rss_start "$work/rss-paced.kb"
-ticks0=$(cpu_ticks)
-wrk -t2 -c"$scrapers" -d"${paced_seconds}s" --timeout 2s --latency -s "$work/paced.lua" \
-  "$url/metrics" >"$work/wrk-paced.out" 2>&1
-rss_stop
-wrk_figures "$work/wrk-paced.out" "$ticks0" "$work/rss-paced.kb" >"$work/paced.txt"
+run_wrk paced "$paced_seconds" -s "$work/paced.lua"
 f=$work/paced.txt
 echo "## 1. $scrapers scrapers paced at 10 scrapes/s each, ${paced_seconds} s (wrk -t2, keep-alive)"
-echo
-echo "| figure | value | target | verdict |"
-echo "| --- | ---: | --- | --- |"
-echo "| errors (socket + non-2xx) | $(val errors "$f") of $(val requests "$f") | 0 | $(verdict "$(val errors "$f") == 0") |"
+table_head
+errors_row "$f"
 echo "| p50 / p90 ms | $(val p50_ms "$f") / $(val p90_ms "$f") | | |"
 echo "| p99 ms | $(val p99_ms "$f") | < 10 | $(verdict "$(val p99_ms "$f") < 10") |"
 echo "| max ms | $(val max_ms "$f") | | |"
 echo "| requests/s | $(val rate_per_s "$f") | 1,000 asked | |"
 echo "| server CPU per request | $(val server_cpu_per_request_us "$f") us | | |"
-echo "| RSS after 5 s warm-up, min-max ($(val rss_samples "$f") samples) | $(val rss_min_kib "$f")-$(val rss_max_kib "$f") KiB, spread $(val rss_spread_pct "$f") % | within 10 % | $(verdict "$(val rss_spread_pct "$f") <= 10") |"
+rss_row "$f"
 echo
 
 # 2. Closed loop: saturation.
-rss_start "$work/rss-closed.kb"
-ticks0=$(cpu_ticks)
-wrk -t2 -c"$scrapers" -d"${closed_seconds}s" --timeout 2s --latency "$url/metrics" \
-  >"$work/wrk-closed.out" 2>&1
-rss_stop
-wrk_figures "$work/wrk-closed.out" "$ticks0" "$work/rss-closed.kb" >"$work/closed.txt"
+run_wrk closed "$closed_seconds"
 f=$work/closed.txt
 echo "## 2. $scrapers closed-loop scrapers, ${closed_seconds} s (saturation: wrk and serve share the CPUs)"
-echo
-echo "| figure | value | target | verdict |"
-echo "| --- | ---: | --- | --- |"
-echo "| errors (socket + non-2xx) | $(val errors "$f") of $(val requests "$f") | 0 | $(verdict "$(val errors "$f") == 0") |"
+table_head
+errors_row "$f"
 echo "| requests/s | $(val rate_per_s "$f") | | |"
 echo "| p50 / p99 / max ms | $(val p50_ms "$f") / $(val p99_ms "$f") / $(val max_ms "$f") | (queueing: none) | |"
 echo "| server CPU per request | $(val server_cpu_per_request_us "$f") us | | |"
-echo "| RSS spread after warm-up | $(val rss_spread_pct "$f") % ($(val rss_min_kib "$f")-$(val rss_max_kib "$f") KiB) | within 10 % | $(verdict "$(val rss_spread_pct "$f") <= 10") |"
+rss_row "$f"
 echo "| RSS after both runs | $(awk '/VmRSS/ {print $2}' "/proc/$server/status") KiB | | |"
 echo
 
@@ -220,9 +230,7 @@ print(f"failed={failed}")
 EOF
 f=$work/held.txt
 echo "## 3. $slow held connections (half idle, half one byte a second) from 127.0.0.2+, ${hold_seconds} s"
-echo
-echo "| figure | value | target | verdict |"
-echo "| --- | ---: | --- | --- |"
+table_head
 for path in metrics healthz; do
   echo "| fresh /$path ($(val ${path}_n "$f") requests): median / p99 / max ms | $(val ${path}_median_ms "$f") / $(val ${path}_p99_ms "$f") / $(val ${path}_max_ms "$f") | max < 50 | $(verdict "$(val ${path}_max_ms "$f") < 50") |"
 done
