@@ -11,7 +11,7 @@
 #   3. SLOW connections held open from 127.0.0.2.. (half idle, half sending one byte a second)
 #      while fresh GET /metrics and /healthz are timed (target: every one answered within 50 ms).
 # Usage: bench/monitor/serve_load.sh [VRAMKIT_BINARY] [SUMMARY_FILE]
-#   VRAMKIT_BINARY defaults to build/cli/vramkit; SUMMARY_FILE (markdown) to
+#   VRAMKIT_BINARY defaults to build/vramkit; SUMMARY_FILE (markdown) to
 #   serve-load-<UTC date and time>.md in the current folder. Environment: SCRAPERS (100),
 #   SECONDS_PACED (60), CLOSED_SECONDS (30), SLOW (1000), HOLD_SECONDS (8, below serve's 10 s
 #   idle timeout).
@@ -20,7 +20,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${1:-$here/build/cli/vramkit}
+bin=${1:-$here/build/vramkit}
 summary=${2:-serve-load-$(date -u +%Y%m%dT%H%M%SZ).md}
 scrapers=${SCRAPERS:-100}
 paced_seconds=${SECONDS_PACED:-60}

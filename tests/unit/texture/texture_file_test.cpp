@@ -127,7 +127,9 @@ TEST(TextureFile, DxgiCodesReadAndWritten) {
     auto bytes = read_all(path);
     std::uint32_t written = 0;
     std::memcpy(&written, &bytes[128], 4);
-    if (c.written) EXPECT_EQ(written, c.dxgi) << c.name;
+    if (c.written) {
+      EXPECT_EQ(written, c.dxgi) << c.name;
+    }
     std::memcpy(&bytes[128], &c.dxgi, 4);
     write_all(path, bytes);
     EXPECT_EQ(read_texture_info(path).format.name(), c.name) << c.dxgi;
