@@ -110,15 +110,16 @@ TEST(TextureFile, DxgiCodesReadAndWritten) {
     const char* name;
     bool written;
   };
-  const code codes[] = {{27, "RGBA8", false}, {28, "RGBA8", true},  {29, "RGBA8_SRGB", true},
-                        {87, "RGBA8", false}, {90, "RGBA8", false}, {91, "RGBA8_SRGB", false},
-                        {70, "BC1", false},   {71, "BC1", true},    {72, "BC1_SRGB", true},
-                        {73, "BC2", false},   {74, "BC2", true},    {75, "BC2_SRGB", true},
-                        {76, "BC3", false},   {77, "BC3", true},    {78, "BC3_SRGB", true},
-                        {79, "BC4", false},   {80, "BC4", true},    {81, "BC4_SNORM", true},
-                        {82, "BC5", false},   {83, "BC5", true},    {84, "BC5_SNORM", true},
-                        {94, "BC6H", false},  {95, "BC6H", true},   {96, "BC6H_SF16", true},
-                        {97, "BC7", false},   {98, "BC7", true},    {99, "BC7_SRGB", true}};
+  const code codes[] = {
+      {27, "RGBA8", false},     {28, "RGBA8", true},     {29, "RGBA8_SRGB", true},
+      {87, "RGBA8", false},     {90, "RGBA8", false},    {91, "RGBA8_SRGB", false},
+      {70, "BC1", false},       {71, "BC1", true},       {72, "BC1_SRGB", true},
+      {73, "BC2", false},       {74, "BC2", true},       {75, "BC2_SRGB", true},
+      {76, "BC3", false},       {77, "BC3", true},       {78, "BC3_SRGB", true},
+      {79, "BC4", false},       {80, "BC4", true},       {81, "BC4_SNORM", true},
+      {82, "BC5", false},       {83, "BC5", true},       {84, "BC5_SNORM", true},
+      {94, "BC6H_UF16", false}, {95, "BC6H_UF16", true}, {96, "BC6H_SF16", true},
+      {97, "BC7", false},       {98, "BC7", true},       {99, "BC7_SRGB", true}};
   for (const auto& c : codes) {
     const auto f = parse_pixel_format(c.name);
     ASSERT_TRUE(f) << c.name;
