@@ -314,7 +314,8 @@ texture_info parse_astc(const std::filesystem::path& file, const std::vector<std
   return info;
 }
 
-texture_info parse_png(const std::filesystem::path& file, std::uint64_t file_bytes) {
+// libpng's simplified reader opened on `file` (header read). Throws texture_file_error.
+png_image begin_png(const std::filesystem::path& file) {
   png_image image;
   std::memset(&image, 0, sizeof image);
   image.version = PNG_IMAGE_VERSION;
@@ -323,6 +324,11 @@ texture_info parse_png(const std::filesystem::path& file, std::uint64_t file_byt
     png_image_free(&image);
     throw texture_file_error(file, "not a readable PNG (" + why + ")");
   }
+  return image;
+}
+
+texture_info parse_png(const std::filesystem::path& file, std::uint64_t file_bytes) {
+  png_image image = begin_png(file);
   texture_info info;
   info.path = file;
   info.container = file_container::png;
@@ -385,14 +391,7 @@ texture_image load_texture(const std::filesystem::path& file) {
   img.info = p.info;
   img.data.resize(p.info.data_bytes);
   if (p.info.container == file_container::png) {
-    png_image image;
-    std::memset(&image, 0, sizeof image);
-    image.version = PNG_IMAGE_VERSION;
-    if (png_image_begin_read_from_file(&image, file.c_str()) == 0) {
-      const std::string why = image.message;
-      png_image_free(&image);
-      throw texture_file_error(file, "not a readable PNG (" + why + ")");
-    }
+    png_image image = begin_png(file);
     image.format = PNG_FORMAT_RGBA;
     if (png_image_finish_read(&image, nullptr, img.data.data(), 0, nullptr) == 0) {
       const std::string why = image.message;
