@@ -65,7 +65,7 @@ extender_response bind_service::bind(std::string_view body) {
     d.pod_namespace = string_field(doc, "PodNamespace");
     d.pod_uid = string_field(doc, "PodUID");
     d.node = string_field(doc, "Node");
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     return {400, fmt::format("request body is not JSON: {}\n", e.what()), "text/plain"};
   } catch (const invalid_input& e) {
     return {400, std::string(e.what()) + "\n", "text/plain"};

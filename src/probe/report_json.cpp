@@ -241,7 +241,7 @@ probe_report report_from_json(std::string_view json_text) {
   json doc;
   try {
     doc = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     throw invalid_input(std::string("probe report JSON: not valid JSON (") + e.what() + ")");
   }
   return report_from_document(doc);

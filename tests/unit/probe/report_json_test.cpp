@@ -97,6 +97,7 @@ TEST(ReportJson, NonFiniteNumbersBecomeNull) {
 
 TEST(ReportJson, RejectsWhatIsNotAReport) {
   EXPECT_THROW(report_from_json("[]"), invalid_input);
+  EXPECT_THROW(report_from_json(R"({"schema_version":1e999})"), invalid_input);  // out_of_range
   EXPECT_THROW(report_from_json(R"({"results": []})"), invalid_input);
   auto j = nlohmann::json::parse(to_json(sample_report()));
   j["schema_version"] = schema_version + 1;
