@@ -154,8 +154,10 @@ gpu_sample gpu_from_json(const json& j) {
   if (auto it = j.find("mig"); it != j.end()) {
     for (const auto& mj : *it) {
       mig_instance m;
-      m.gpu_instance_id = mj.value("gpu_instance_id", 0U);
-      m.compute_instance_id = mj.value("compute_instance_id", 0U);
+      m.gpu_instance_id =
+          mj.contains("gpu_instance_id") ? number_at<unsigned>(mj, "gpu_instance_id") : 0;
+      m.compute_instance_id =
+          mj.contains("compute_instance_id") ? number_at<unsigned>(mj, "compute_instance_id") : 0;
       m.uuid = mj.value("uuid", std::string());
       take(mj, "memory_total_bytes", m.memory_total_bytes);
       take(mj, "memory_used_bytes", m.memory_used_bytes);
@@ -371,14 +373,15 @@ sample sample_from_json(const std::string& line) {
   try {
     json j = json::parse(line);
     if (!j.is_object()) throw invalid_input("not a JSON object");
-    int version = j.value("schema_version", 0);
+    const int version = j.contains("schema_version") ? number_at<int>(j, "schema_version") : 0;
     if (version != sample_schema_version) {
       throw invalid_input("schema_version " + std::to_string(version) + " (this vramkit reads " +
                           std::to_string(sample_schema_version) + ")");
     }
     sample s;
-    s.timestamp_ms = j.at("timestamp_ms").get<std::int64_t>();
-    s.sample_duration_seconds = j.value("sample_duration_seconds", 0.0);
+    s.timestamp_ms = number_at<std::int64_t>(j, "timestamp_ms");
+    if (auto it = j.find("sample_duration_seconds"); it != j.end() && !it->is_null())
+      s.sample_duration_seconds = number<double>(*it, "sample_duration_seconds");
     s.gpu_source = j.value("gpu_source", std::string());
     s.gpu_unavailable_reason = j.value("gpu_unavailable_reason", std::string());
     s.driver_version = j.value("driver_version", std::string());
