@@ -33,6 +33,7 @@ import argparse
 import functools
 import gc
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -60,8 +61,12 @@ SHAPES = {
 COMPRESS_MODULES = ("mlp", "attn", "norm")
 CENSUS_MIN_BYTES = 1 << 16  # compress_activations' min_bytes: the census counts what it sees
 # Configurations in the order they run; (name, capped).
-ORDER = ["reference", "vramkit-act", "vramkit-offload2", "vramkit-compute-only", "vramkit-act+opt", "vramkit-compress",
-         "vramkit-act+compress", "full-checkpoint", "torchtune-style", "save-on-cpu", "none-capped"]
+# The baselines the targets need (full checkpointing, save_on_cpu) right after the planner's mix
+# and its overlap; the two-block offload (for shapes where the planner offloads nothing; it may
+# not fit) and the slowest baseline (torchtune-style, whose first step pins every saved tensor)
+# last, after the codec measurement.
+ORDER = ["reference", "vramkit-act", "vramkit-compute-only", "full-checkpoint", "save-on-cpu", "vramkit-compress",
+         "vramkit-act+compress", "vramkit-act+opt", "vramkit-offload2", "torchtune-style", "none-capped"]
 CAPPED = {"vramkit-act", "vramkit-offload2", "vramkit-act+opt", "vramkit-act+compress", "full-checkpoint", "torchtune-style",
           "save-on-cpu", "none-capped"}
 # Each run's steps: (warm-up, timed). The configurations that copy every saved tensor each way
@@ -416,7 +421,7 @@ class Census:
         self.torch = torch
         self.inner = inner  # a compress_activations whose pack hook this one wraps
         self.params = {_storage_ptr(p) for p in model.parameters()}
-        self.kinds = compress_activations(blocks=blocks, modules=MODULES, min_bytes=0)
+        self.kinds = compress_activations(blocks=blocks, modules=MODULES, min_bytes=0, decode_ahead=0)
         self.stack, self.handles = [], []
         self.block = [None]
         self.bytes = {}
@@ -527,6 +532,7 @@ def run_config(w, name, mix=None):
     tokens = make_tokens(shape, n_steps, "cuda")
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
+    torch.cuda.reset_accumulated_memory_stats()
     opt = ctx = comp = census = None
     hf_ckpt = False
     losses, times, fwd, bwd, optim = [], [], [], [], []
@@ -543,12 +549,8 @@ def run_config(w, name, mix=None):
         if name == "vramkit-compress":
             ctx = comp
         elif name.startswith("vramkit-"):
-            kw = {}
-            if name in ("vramkit-offload2", "vramkit-act+compress") and w.get("block_bytes") \
-                    and mix == w.get("offload2_mix"):
-                # One block's copy may be in flight, so the forward need not wait for the link.
-                kw["max_inflight_bytes"] = int(1.1 * w["block_bytes"])
-                out["max_inflight_bytes"] = kw["max_inflight_bytes"]
+            kw = offload_tuning(w, mix, name)
+            out.update(kw)
             ctx = vramkit.offload_activations(model, blocks=blocks, mix=mix, timing=name != "vramkit-compute-only",
                                               compress=comp if name == "vramkit-act+compress" else None, **kw)
         elif name == "full-checkpoint":
@@ -607,6 +609,11 @@ def run_config(w, name, mix=None):
     out["losses"] = losses
     out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
     out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    # Near the cap the caching allocator frees its cache and retries (cudaFree synchronizes the
+    # device): counted, since it costs time that is neither compute nor copy.
+    ms = torch.cuda.memory_stats()
+    out["allocator"] = {k: ms.get(k, 0) for k in ("num_alloc_retries", "num_device_alloc", "num_device_free",
+                                                  "num_sync_all_streams")}
     if times:
         out["step_time_s"] = {"median": statistics.median(times), "min": min(times), "max": max(times), "n": len(times)}
         out["forward_s"], out["backward_s"] = statistics.median(fwd), statistics.median(bwd)
@@ -650,13 +657,32 @@ def run_config(w, name, mix=None):
     return out
 
 
+def offload_tuning(w, mix, name=None):
+    """The engine's copy windows for a mix that offloads blocks: the planner's (those its estimate
+    assumes) for the mixes it chose, else up to two blocks' copies out in flight (the forward runs
+    on while the link drains them), and the copies back started as many blocks ahead as one
+    block's copy takes backward passes of a block (about twice its forward), plus one."""
+    n_off = (mix or []).count("offload")
+    planned = (w.get("plan_settings") or {}).get(name) or {}
+    if n_off and planned.get("prefetch_blocks") and planned.get("max_inflight_bytes"):
+        return {"max_inflight_bytes": int(planned["max_inflight_bytes"]),
+                "prefetch_blocks": int(planned["prefetch_blocks"])}
+    a, t_f, link = w.get("block_bytes") or 0, w.get("block_forward_s") or 0, w.get("link") or {}
+    if not n_off or not a:
+        return {}
+    kw = {"max_inflight_bytes": int(1.1 * min(n_off, 2) * a)}
+    if t_f > 0 and link.get("h2d"):
+        copy_in = a / link["h2d"]
+        kw["prefetch_blocks"] = min(len(mix), int(math.ceil(copy_in / (2 * t_f))) + 1)
+    return kw
+
+
 def overlap_mix(mixes):
-    """(config, mix) whose overlap is measured: the planner's mix when it offloads a block, else
-    the two-block variant; None without either."""
-    for cfg in ("vramkit-act", "vramkit-offload2"):
-        m = mixes.get(cfg)
-        if m and "offload" in m:
-            return cfg, m
+    """(config, mix) whose overlap is measured (vramkit-compute-only runs it with the offloaded
+    blocks kept): the planner's mix when it offloads a block, else None."""
+    m = mixes.get("vramkit-act")
+    if m and "offload" in m:
+        return "vramkit-act", m
     return None
 
 
@@ -743,7 +769,8 @@ def planner_choices(plans, shape):
     for cfg, f in got.items():
         out[cfg] = {"mix": f["activation_mix"], "allocated_peak_bytes": f.get("allocated_peak_bytes"),
                     "device_peak_bytes": f.get("device_peak_bytes"), "step_time_s": f.get("step_time_s"),
-                    "host_bytes": f.get("host_peak_bytes"), "compress": f.get("compress_activations")}
+                    "host_bytes": f.get("host_peak_bytes"), "compress": f.get("compress_activations"),
+                    "max_inflight_bytes": f.get("max_inflight_bytes"), "prefetch_blocks": f.get("prefetch_blocks")}
     # The plain configurations: the allocated peak from their own plan (amp-bf16, AdamW), the
     # time from the fit's cost model for the same layout (its candidates without offload; the
     # time does not depend on amp-bf16 against bf16, so either precision's candidate serves).
@@ -795,7 +822,8 @@ def worker(args):
     w = {"shape": shape, "model": model, "loss_fn": loss_fn, "blocks": find_blocks(model), "kind": kind,
          "total": torch.cuda.get_device_properties(0).total_memory, "warmup": args.warmup,
          "timed": args.steps - args.warmup, "cap": state.get("cap_bytes", 0),
-         "block_bytes": state.get("block_bytes", 0)}
+         "block_bytes": state.get("block_bytes", 0), "block_forward_s": state.get("block_forward_s", 0),
+         "link": state.get("link", {}), "plan_settings": state.get("plan_settings", {})}
     del model, loss_fn
 
     def announce(note=None):
@@ -808,6 +836,7 @@ def worker(args):
     mixes = state.get("mixes", {})
     w["offload2_mix"] = mixes.get("vramkit-offload2")
     ref_step = state.get("reference_step_s")
+    failed_configs = set()
     for name in ORDER:
         if name in skip:
             continue
@@ -821,12 +850,16 @@ def worker(args):
                 if name != "vramkit-offload2":
                     emit("RESULT", {"config": name, "ok": False, "error": "not run: the planner found no mix for it that fits the cap"})
                 continue
+        if name == "torchtune-style":
+            run_codec(args, deadline)
         if name == "vramkit-compute-only":
-            act = overlap_mix(mixes)
-            if not act:
-                emit("RESULT", {"config": name, "ok": False, "error": "not run: no measured mix offloads a block"})
+            # The overlap of the planner's mix (run just before this one); none when it offloads
+            # nothing or its run failed.
+            act = mixes.get("vramkit-act")
+            if not act or "offload" not in act or "vramkit-act" in failed_configs:
+                emit("RESULT", {"config": name, "ok": False, "error": "not run: the planner's mix offloads no block"})
                 continue
-            mix = ["keep" if p == "offload" else p for p in act[1]]
+            mix = ["keep" if p == "offload" else p for p in act]
         if name in ("vramkit-compress", "vramkit-act+compress") and not args.compress:
             continue
         # Rough cost: the steps at a multiple of the reference step, plus pinning for the
@@ -853,6 +886,8 @@ def worker(args):
             r = run_config(w, name, mix)
         r["model_kind"] = w["kind"]
         emit("RESULT", r)
+        if not r.get("ok"):
+            failed_configs.add(name)
         if name == "reference" and r.get("ok"):
             ref_step = r["step_time_s"]["median"]
             w["cap"] = int(r["peak_reserved_bytes"] * args.cap_fraction)
@@ -864,9 +899,14 @@ def worker(args):
             outside = max(0, (total - free) - torch.cuda.memory_reserved())
             extra = {"block_forward_s": block_forward_s(w), "link_bytes_per_s": measure_link(),
                      "outside_allocator_bytes": outside, "planner_capacity_bytes": w["cap"] + outside}
+            w["block_forward_s"], w["link"] = extra["block_forward_s"], extra["link_bytes_per_s"]
             try:
                 plans = planner_runs(shape, w["cap"] + outside, args.out_dir, args.probe)
-                mixes = {k: v["mix"] for k, v in planner_choices(plans, shape).items() if v.get("mix")}
+                chosen = planner_choices(plans, shape)
+                mixes = {k: v["mix"] for k, v in chosen.items() if v.get("mix")}
+                w["plan_settings"] = {k: {"max_inflight_bytes": v.get("max_inflight_bytes"),
+                                          "prefetch_blocks": v.get("prefetch_blocks")}
+                                      for k, v in chosen.items() if v.get("mix")}
             except (OSError, ValueError, RuntimeError) as e:
                 plans = {"error": str(e)}
             act = mixes.get("vramkit-act")
@@ -893,14 +933,28 @@ def worker(args):
             if args.state:
                 with open(args.state, "w") as f:
                     json.dump({"cap_bytes": w["cap"], "mixes": mixes, "reference_step_s": ref_step,
-                               "model_kind": w["kind"], "block_bytes": w.get("block_bytes", 0)}, f)
-    if args.compress and args.codec and time.time() + 5 < deadline:
-        torch.cuda.set_per_process_memory_fraction(1.0)
-        try:
-            emit("CODEC", codec_bench())
-        except Exception as e:  # noqa: BLE001 - recorded, the worker still finishes
-            emit("CODEC", {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300])})
+                               "model_kind": w["kind"], "block_bytes": w.get("block_bytes", 0),
+                               "block_forward_s": w.get("block_forward_s", 0), "link": w.get("link", {}),
+                               "plan_settings": w.get("plan_settings", {})}, f)
+    run_codec(args, deadline)
     emit("DONE", {})
+
+
+_CODEC_DONE = []
+
+
+def run_codec(args, deadline):
+    """The codec measurement, once per worker (before the slowest baseline, or at the end)."""
+    import torch
+
+    if _CODEC_DONE or not (args.compress and args.codec) or time.time() + 5 >= deadline:
+        return
+    _CODEC_DONE.append(True)
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    try:
+        emit("CODEC", codec_bench())
+    except Exception as e:  # noqa: BLE001 - recorded, the worker still finishes
+        emit("CODEC", {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300])})
 
 
 # --------------------------------------------------------------------------------------------
@@ -1145,9 +1199,12 @@ def summarize(results):
         if entry.get("pinned_allocation"):
             lines.append("pinned host memory: %s" % entry["pinned_allocation"])
         for cfg, mix in (entry.get("mixes") or {}).items():
-            src = {"vramkit-offload2": "two of the planner's checkpointed blocks offloaded, placed by its rule; one "
-                                       "block's copy may be in flight",
+            src = {"vramkit-offload2": "two of the planner's checkpointed blocks offloaded, placed by its rule",
                    "vramkit-act+compress": entry.get("act+compress_mix")}.get(cfg) or "vramkit plan --fit"
+            run = _by(entry).get(cfg) or {}
+            if run.get("prefetch_blocks") or run.get("max_inflight_bytes"):
+                src += "; engine: prefetch_blocks %s, copy-out window %s GiB" % (
+                    run.get("prefetch_blocks", 0), _gib(run.get("max_inflight_bytes")))
             lines.append("mix of %s (o offload, c checkpoint, k keep): %s (%s)" % (cfg, "".join(x[0] for x in mix), src))
         if entry.get("plans") is not None and not entry.get("mixes"):
             lines.append("planner: no offload mix fits the cap")
@@ -1159,16 +1216,23 @@ def summarize(results):
                   "pinned GiB | loss max abs diff vs reference |", "| --- | --- | --- | --- | --- | --- | --- |"]
         by = _by(entry)
         ck = by.get("full-checkpoint")
+        notes = []
         for c in entry["configs"]:
             if not c.get("ok"):
                 lines.append("| %s | %s | | | | | |" % (c["config"], c.get("error")))
                 continue
             st = c["step_time_s"]
+            al = c.get("allocator") or {}
+            if al.get("num_alloc_retries"):
+                notes.append("%s: the allocator freed its cache and retried %d times (%d cudaMalloc, %d cudaFree)" % (
+                    c["config"], al["num_alloc_retries"], al.get("num_device_alloc", 0), al.get("num_device_free", 0)))
             lines.append("| %s | %.3f (%.3f-%.3f, %d) | %s | %s | %s | %s | %s |" % (
                 c["config"], st["median"], st["min"], st["max"], st["n"],
                 "%.2fx" % (st["median"] / ck["step_time_s"]["median"]) if ck else "-",
                 _gib(c["peak_reserved_bytes"]), _gib(c["peak_allocated_bytes"]), _gib(c.get("pinned_host_bytes")),
                 "-" if c.get("loss_max_abs_diff_vs_reference") is None else "%.2e" % c["loss_max_abs_diff_vs_reference"]))
+        if notes:
+            lines += [""] + notes
         d = entry.get("derived") or {}
         if d.get("planner_vs_measured"):
             lines += ["", "| planner vs measured | step s predicted | measured | error | allocated peak GiB predicted | "

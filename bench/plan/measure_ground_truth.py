@@ -336,58 +336,61 @@ CASES = [
     _infer("tinyllama-1.1b", 16, 256, 1536, "bf16", 14),
     # KV tensors past 10 MiB: each layer's cache lives in a segment of its own size.
     _infer("tinyllama-1.1b", 64, 256, 2048, "bf16", 40),
+    # The second round (group "new"). Each est_gib is the case's own nvidia-smi figure in the last
+    # H200 runs x 1.1 + 1 GiB, so that the 110 GiB budget packs by what the cases use (the first
+    # guesses were up to 2.5x over for LoRA and 20% under for DeepSeek-V3 and Mixtral).
     # Eager attention materialises the (b, heads, q, kv) scores at inference; a sliding window
     # bounds each layer's cache (transformers' DynamicSlidingWindowLayer).
-    _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 14, attention="eager", group="new"),
-    _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 10, group="new"),
-    _infer("mistral-7b-l4-w1024", 4, 3000, 256, "bf16", 10, group="new"),
+    _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 15, attention="eager", group="new"),
+    _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 7, group="new"),
+    _infer("mistral-7b-l4-w1024", 4, 3000, 256, "bf16", 7, group="new"),
     # Phi-3 (packed qkv_proj and gate_up_proj).
     _train("phi-3-mini-l8", 4, 1024, "amp-bf16", "adamw", 30, group="new"),
-    _infer("phi-3-mini", 4, 512, 128, "bf16", 12, group="new"),
+    _infer("phi-3-mini", 4, 512, 128, "bf16", 11, group="new"),
     # Mixture of experts (transformers' eager expert loop) and DeepSeek's latent attention.
     _train("mixtral-8x7b-l2", 2, 1024, "bf16", "sgd", 20, group="new"),
-    _train("mixtral-8x7b-l2", 1, 1024, "amp-bf16", "adamw", 64, group="new"),
-    _infer("mixtral-8x7b-l2", 4, 512, 64, "bf16", 8, group="new"),
-    _train("qwen1.5-moe-a2.7b-l2", 4, 1024, "amp-bf16", "adamw", 36, group="new"),
+    _train("mixtral-8x7b-l2", 1, 1024, "amp-bf16", "adamw", 75, group="new"),
+    _infer("mixtral-8x7b-l2", 4, 512, 64, "bf16", 9, group="new"),
+    _train("qwen1.5-moe-a2.7b-l2", 4, 1024, "amp-bf16", "adamw", 51, group="new"),
     _infer("qwen1.5-moe-a2.7b-l2", 8, 512, 64, "bf16", 6, group="new"),
-    _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 40, group="new"),
+    _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 51, group="new"),
     _infer("qwen3-30b-a3b-l2", 8, 512, 64, "bf16", 6, group="new"),
-    _train("deepseek-v2-lite-l2", 4, 1024, "amp-bf16", "adamw", 28, group="new"),
-    _infer("deepseek-v2-lite-l2", 8, 512, 64, "bf16", 6, group="new"),
-    _train("deepseek-v3-l2", 1, 512, "bf16", "sgd", 64, group="new"),
-    _infer("deepseek-v3-l2", 2, 512, 32, "bf16", 32, group="new"),
+    _train("deepseek-v2-lite-l2", 4, 1024, "amp-bf16", "adamw", 32, group="new"),
+    _infer("deepseek-v2-lite-l2", 8, 512, 64, "bf16", 5, group="new"),
+    _train("deepseek-v3-l2", 1, 512, "bf16", "sgd", 81, group="new"),
+    _infer("deepseek-v3-l2", 2, 512, 32, "bf16", 31, group="new"),
     # Gemma-2 (soft-capped logits over a 256k vocabulary, sandwich norms) and Gemma-3 (q/k norms,
     # five sliding layers of six; the 384-token prompt grows past the 512-token window in decode).
-    _train("gemma-2-2b-l4", 2, 1024, "amp-bf16", "adamw", 40, group="new"),
-    _infer("gemma-2-2b-l4", 4, 512, 64, "bf16", 8, group="new"),
-    _train("gemma-3-1b-l6", 4, 512, "bf16", "adamw", 24, group="new"),
-    _infer("gemma-3-1b-l6", 4, 384, 256, "bf16", 6, group="new"),
+    _train("gemma-2-2b-l4", 2, 1024, "amp-bf16", "adamw", 28, group="new"),
+    _infer("gemma-2-2b-l4", 4, 512, 64, "bf16", 5, group="new"),
+    _train("gemma-3-1b-l6", 4, 512, "bf16", "adamw", 15, group="new"),
+    _infer("gemma-3-1b-l6", 4, 384, 256, "bf16", 4, group="new"),
     # Falcon-7B: multi-query heads send SDPA to its math kernel (fp32 scores).
-    _train("falcon-7b-l2", 1, 1024, "bf16", "sgd", 16, group="new"),
-    _infer("falcon-7b-l2", 2, 512, 32, "bf16", 6, group="new"),
+    _train("falcon-7b-l2", 1, 1024, "bf16", "sgd", 8, group="new"),
+    _infer("falcon-7b-l2", 2, 512, 32, "bf16", 4, group="new"),
     # RoBERTa (masked LM) and transformers' ViT: training, and one forward each at inference.
-    _train("roberta-base", 16, 512, "amp-fp16", "adamw", 16, group="new"),
-    _infer("roberta-base", 32, 512, None, "fp32", 8, group="new"),
-    _train("vit-base-patch16-224", 32, None, "amp-bf16", "adamw", 12, image_size=224, group="new"),
+    _train("roberta-base", 16, 512, "amp-fp16", "adamw", 13, group="new"),
+    _infer("roberta-base", 32, 512, None, "fp32", 7, group="new"),
+    _train("vit-base-patch16-224", 32, None, "amp-bf16", "adamw", 7, image_size=224, group="new"),
     # T5 (its own eager attention; relu FF) and Flan-T5 (gated gelu_new FF, untied head).
-    _train("t5-base", 4, 512, "fp32", "adamw", 16, group="new"),
-    _train("flan-t5-base", 4, 512, "amp-bf16", "adamw", 16, group="new"),
-    _infer("flan-t5-base", 8, 512, 32, "fp32", 6, group="new"),
+    _train("t5-base", 4, 512, "fp32", "adamw", 14, group="new"),
+    _train("flan-t5-base", 4, 512, "amp-bf16", "adamw", 14, group="new"),
+    _infer("flan-t5-base", 8, 512, 32, "fp32", 4, group="new"),
     # LLaVA-1.5 (CLIP-L/14-336 tower frozen, projector, Vicuna-7B with 4 of its 32 layers); every
     # sample holds one image's 576 tokens.
-    _train("llava-1.5-7b-l4", 2, 1024, "bf16", "adamw", 24, group="new"),
-    _infer("llava-1.5-7b-l4", 4, 640, 32, "bf16", 8, group="new"),
-    _infer("vit-base-patch16-224", 64, None, None, "fp32", 6, image_size=224, group="new"),
+    _train("llava-1.5-7b-l4", 2, 1024, "bf16", "adamw", 15, group="new"),
+    _infer("llava-1.5-7b-l4", 4, 640, 32, "bf16", 6, group="new"),
+    _infer("vit-base-patch16-224", 64, None, None, "fp32", 3, image_size=224, group="new"),
     # LoRA (PEFT, adapters fp32 on a frozen bf16 base), QLoRA (NF4 base, pure-torch stand-in of
     # bitsandbytes' layout), optimizer in backward, fused AdamW, 8-bit AdamW (stand-in).
-    _train("llama-3.1-8b-l4", 2, 1024, "bf16", "adamw", 30, lora_rank=16, lora_targets="all", group="new"),
-    _train("llama-3.1-8b-l4", 2, 1024, "amp-bf16", "adamw", 30, lora_rank=64, lora_targets="attention",
+    _train("llama-3.1-8b-l4", 2, 1024, "bf16", "adamw", 13, lora_rank=16, lora_targets="all", group="new"),
+    _train("llama-3.1-8b-l4", 2, 1024, "amp-bf16", "adamw", 12, lora_rank=64, lora_targets="attention",
            group="new"),
-    _train("llama-3.1-8b-l4", 2, 1024, "bf16", "adamw", 16, checkpointing="full", lora_rank=16, lora_targets="all",
+    _train("llama-3.1-8b-l4", 2, 1024, "bf16", "adamw", 10, checkpointing="full", lora_rank=16, lora_targets="all",
            quant="nf4", stand_in="NF4 base: pure-torch stand-in of bitsandbytes Linear4bit", group="new"),
-    _train("tinyllama-1.1b", 4, 1024, "bf16", "adamw", 24, optimizer_in_backward=True, group="new"),
-    _train("qwen2-0.5b", 4, 1024, "amp-bf16", "adamw-fused", 24, group="new"),
-    _train("qwen2-0.5b", 4, 1024, "bf16", "adamw-8bit", 16,
+    _train("tinyllama-1.1b", 4, 1024, "bf16", "adamw", 20, optimizer_in_backward=True, group="new"),
+    _train("qwen2-0.5b", 4, 1024, "amp-bf16", "adamw-fused", 27, group="new"),
+    _train("qwen2-0.5b", 4, 1024, "bf16", "adamw-8bit", 21,
            stand_in="8-bit AdamW: pure-torch stand-in of bitsandbytes' state layout", group="new"),
 ]
 
@@ -396,7 +399,8 @@ OUTPUT_KEYS = [
     "checkpointing", "attention", "prompt", "new_tokens", "quant", "lora_rank", "lora_targets", "lora_dropout",
     "optimizer_in_backward", "stand_in", "steps", "params",
     "max_allocated_bytes", "max_reserved_bytes", "nvidia_smi_used_bytes", "context_bytes", "loss",
-    "step_time_s", "error",
+    "step_time_s", "reserved_after_build_bytes", "allocated_before_bytes", "reserved_before_bytes",
+    "largest_segments_bytes", "segments", "error",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -483,7 +487,9 @@ def case_record(case, result):
         "steps": case.get("steps", 3 if case["mode"] == "train" else 1),
     }
     for key in ("params", "max_allocated_bytes", "max_reserved_bytes", "nvidia_smi_used_bytes",
-                "context_bytes", "loss", "step_time_s", "error"):
+                "context_bytes", "loss", "step_time_s", "reserved_after_build_bytes",
+                "allocated_before_bytes", "reserved_before_bytes", "largest_segments_bytes",
+                "segments", "error"):
         rec[key] = result.get(key)
     if rec["error"] is None and rec["max_allocated_bytes"] is None:
         rec["error"] = "no measurement recorded"
@@ -622,7 +628,10 @@ def build_model(torch, case, device):
                 elif kind == "seq2seq":
                     from transformers import AutoModelForSeq2SeqLM as auto_class
                 elif kind == "llava":
-                    from transformers import LlavaForConditionalGeneration as auto_class
+                    # transformers 5 has no from_config on the model classes, only on the Auto
+                    # classes; AutoModelForImageTextToText maps model_type llava to
+                    # LlavaForConditionalGeneration.
+                    from transformers import AutoModelForImageTextToText as auto_class
                 else:
                     from transformers import AutoModelForCausalLM as auto_class
                 # T5 runs its own eager attention (the planner models that whatever --attention says).
@@ -633,6 +642,8 @@ def build_model(torch, case, device):
                     model = auto_class.from_config(cfg, attn_implementation=attn, torch_dtype=dtype)
     finally:
         torch.set_default_dtype(old_dtype)
+    if model_name not in TORCHVISION_MODELS:
+        untie_head_if_config_says(torch, model, model_name)
     # transformers 5 may pick a grouped-mm expert kernel; the planner models the eager loop.
     if hasattr(model, "set_experts_implementation") and getattr(model.config, "num_experts_per_tok", None):
         model.set_experts_implementation("eager")
@@ -645,6 +656,22 @@ def build_model(torch, case, device):
         # LLaVA's recipes train the projector and the language model; the vision tower is frozen.
         model.model.vision_tower.requires_grad_(False)
     return model
+
+
+def untie_head_if_config_says(torch, model, model_name):
+    """Gives the LM head its own weight when the config says tie_word_embeddings: false but the
+    built model shares it with the input embeddings (run E: flan-t5-base came out of transformers
+    5.17's from_config with 222,903,552 parameters, t5-base's tied count, where the checkpoint and
+    the published count, 247,577,856, have a separate head)."""
+    with open(os.path.join(DATA_DIR, config_relpath(model_name))) as f:
+        tie = json.load(f).get("tie_word_embeddings")
+    if tie is not False:
+        return
+    out, inp = model.get_output_embeddings(), model.get_input_embeddings()
+    if out is None or inp is None or out.weight.data_ptr() != inp.weight.data_ptr():
+        return
+    out.weight = torch.nn.Parameter(out.weight.detach().clone())
+    model.config.tie_word_embeddings = False
 
 
 def make_optimizer(torch, name, params):
@@ -830,6 +857,50 @@ def run_infer(torch, case, model, device):
     return None, elapsed
 
 
+def trace_wanted(case):
+    """Whether --trace-peak asked for this case (VRAMKIT_TRACE_PEAK: comma-separated substrings)."""
+    wanted = [w for w in os.environ.get("VRAMKIT_TRACE_PEAK", "").split(",") if w]
+    return any(w in case["name"] for w in wanted)
+
+
+def short_frames(frames, n=5):
+    """The innermost Python frames of an allocation outside torch (the model code that asked for it:
+    transformers, peft, the stand-ins), as file:line:function."""
+    out = []
+    for f in frames:
+        name = f.get("filename", "")
+        if "/torch/" in name:
+            continue
+        out.append("%s:%s:%s" % ("/".join(name.split("/")[-2:]), f.get("line"), f.get("name")))
+        if len(out) == n:
+            break
+    return out
+
+
+def peak_live_blocks(torch, top=30):
+    """Replays the recorded allocator trace (blocks allocated during the measured run only) and
+    returns the blocks live at its allocated peak, largest first, with their Python frames."""
+    events = torch.cuda.memory._snapshot()["device_traces"][0]
+    live, total, best, best_at = {}, 0, -1, -1
+    for i, e in enumerate(events):
+        if e["action"] == "alloc":
+            live[e["addr"]] = e["size"]
+            total += e["size"]
+            if total > best:
+                best, best_at = total, i
+        elif e["action"] == "free_completed" and e["addr"] in live:
+            total -= live.pop(e["addr"])
+    live = {}
+    for e in events[: best_at + 1]:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+        elif e["action"] == "free_completed":
+            live.pop(e["addr"], None)
+    blocks = sorted(live.values(), key=lambda e: -e["size"])
+    return {"peak_bytes_since_trace": best, "live_blocks": len(blocks),
+            "largest": [{"size": e["size"], "frames": short_frames(e.get("frames", []))} for e in blocks[:top]]}
+
+
 def child_main(case, result_path):
     """Runs one case and writes its result JSON to result_path (also on failure)."""
     result = {"error": None}
@@ -850,6 +921,18 @@ def child_main(case, result_path):
         # The model's own parameters (before adapters are added or weights quantised).
         result["params"] = sum(p.numel() for p in model.parameters())
         model = apply_fine_tuning(torch, case, model)
+        # Building from a config on the device allocates and drops blocks a loaded checkpoint
+        # never has (a tied head's own weight, replaced when the weights are tied); they would
+        # stay cached and count in max_memory_reserved. The run starts as a loaded model's would:
+        # with them released. What construction left is recorded first.
+        torch.cuda.synchronize()
+        result["reserved_after_build_bytes"] = int(torch.cuda.memory_reserved())
+        torch.cuda.empty_cache()
+        result["allocated_before_bytes"] = int(torch.cuda.memory_allocated())
+        result["reserved_before_bytes"] = int(torch.cuda.memory_reserved())
+        tracing = trace_wanted(case)
+        if tracing:
+            torch.cuda.memory._record_memory_history(max_entries=400000, stacks="python")
         if case["mode"] == "train":
             loss, step_time = run_train(torch, case, model, device, case.get("steps", 3))
             result["loss"] = loss
@@ -861,6 +944,20 @@ def child_main(case, result_path):
         torch.cuda.synchronize()
         result["max_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
         result["max_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
+        if tracing:
+            try:
+                with open(result_path.replace(".result.json", ".peak.json"), "w") as f:
+                    json.dump(peak_live_blocks(torch), f, indent=1)
+            except Exception as e:  # diagnostics only
+                notes.append("trace: %s" % e)
+            torch.cuda.memory._record_memory_history(enabled=None)
+        # The largest segments at the end (cudaMalloc'd blocks the allocator still holds).
+        try:
+            sizes = sorted((seg["total_size"] for seg in torch.cuda.memory_snapshot()), reverse=True)
+            result["largest_segments_bytes"] = [int(v) for v in sizes[:8]]
+            result["segments"] = len(sizes)
+        except Exception as e:  # diagnostics only
+            notes.append("snapshot: %s" % e)
         result["step_time_s"] = round(step_time, 4)
         smi, why = query_own_smi_bytes()
         result["nvidia_smi_used_bytes"] = smi
@@ -990,8 +1087,14 @@ def main(argv=None):
                          "of the second round, ground_truth_new_families.json)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     ap.add_argument("--write-configs", action="store_true", help="write tests/data/plan/configs/*.json and exit")
+    ap.add_argument("--trace-peak", action="append", default=[], metavar="SUBSTR",
+                    help="for cases whose name contains SUBSTR (repeatable), record the allocator's trace "
+                         "during the run and write LOG_DIR/NAME.peak.json: the blocks live at the allocated "
+                         "peak with their Python frames (slows those cases)")
     ap.add_argument("--child", nargs=2, metavar=("CASE_JSON", "RESULT_PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.trace_peak:
+        os.environ["VRAMKIT_TRACE_PEAK"] = ",".join(args.trace_peak)
 
     if args.child:
         child_main(json.loads(args.child[0]), args.child[1])

@@ -19,7 +19,8 @@ void BM_PlanOne(  // NOLINT(readability-identifier-naming): Google Benchmark sty
   plan_request r;
   r.mode = mode;
   r.batch = mode == run_mode::train ? 8 : 4;
-  r.prec = precision::amp_bf16;
+  // Inference runs 16-bit weights; autocast is a training regime.
+  r.prec = mode == run_mode::train ? precision::amp_bf16 : precision::bf16;
   for (auto _ : state) {
     auto p = make_plan(m, r);
     benchmark::DoNotOptimize(p.allocated_peak_bytes);

@@ -104,5 +104,34 @@ class Helpers(unittest.TestCase):
                 self.assertEqual(json.load(f)["n_embd"], 768)
 
 
+class PeakTrace(unittest.TestCase):
+    """peak_live_blocks on a recorded allocator trace of the shape torch.cuda.memory._snapshot() gives."""
+
+    def test_live_blocks_at_the_allocated_peak(self):
+        def ev(action, addr, size, fn="f"):
+            return {"action": action, "addr": addr, "size": size,
+                    "frames": [{"filename": "/x/torch/cuda/memory.py", "line": 1, "name": "inner"},
+                               {"filename": "/x/torch/nn/modules/module.py", "line": 2, "name": "_call_impl"},
+                               {"filename": "/x/transformers/models/m.py", "line": 7, "name": fn}]}
+        trace = [ev("alloc", 1, 100, "a"), ev("alloc", 2, 300, "b"), ev("free_requested", 1, 100),
+                 ev("free_completed", 1, 100), ev("alloc", 3, 50, "c"), ev("alloc", 4, 10, "d"),
+                 ev("free_completed", 2, 300), ev("alloc", 5, 20, "e")]
+
+        class FakeMemory:
+            @staticmethod
+            def _snapshot():
+                return {"device_traces": [trace]}
+
+        class FakeTorch:
+            class cuda:
+                memory = FakeMemory
+
+        out = gt.peak_live_blocks(FakeTorch)
+        # Peak 400 after the second alloc (100 + 300); 360 later never exceeds it.
+        self.assertEqual(out["peak_bytes_since_trace"], 400)
+        self.assertEqual([b["size"] for b in out["largest"]], [300, 100])
+        self.assertEqual(out["largest"][0]["frames"], ["models/m.py:7:b"])
+
+
 if __name__ == "__main__":
     unittest.main()

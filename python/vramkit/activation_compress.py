@@ -34,6 +34,7 @@ scale = amax/448; e5m2 keeps 2 bits (2^-3 relative) and a wider range. docs/offl
 "Compression".
 """
 
+import functools
 import weakref
 
 import torch
@@ -63,13 +64,15 @@ class Packed:
     offload record holding them in pinned memory (`record`)."""
 
     __slots__ = ("q", "scale", "record", "shape", "dtype", "numel", "fmt", "backend", "compile",
-                 "decoded", "__weakref__")
+                 "decoded", "event", "ahead", "__weakref__")
 
     def __init__(self, q, scale, shape, dtype, numel, fmt, backend, compile=False, record=None):
         self.q, self.scale, self.record = q, scale, record
         self.shape, self.dtype, self.numel, self.fmt = shape, dtype, numel, fmt
         self.backend, self.compile = backend, compile
         self.decoded = None  # weakref to the restored tensor while backward holds it
+        self.event = None  # the encode's completion when it ran on a side stream
+        self.ahead = None  # (restored tensor, its decode's event or None), decoded ahead of use
 
     @property
     def nbytes(self):
@@ -116,6 +119,8 @@ def unpack_tensor(p, q=None, scale=None):
     scales when they were moved meanwhile (offload)."""
     q = p.q if q is None else q
     scale = p.scale if scale is None else scale
+    if p.event is not None:
+        torch.cuda.current_stream(q.device).wait_event(p.event)  # the side stream's encode
     out = fp8_codec.decode(q, scale, p.numel, p.fmt, p.dtype, p.backend, compile=p.compile)
     return out.view(p.shape)
 
@@ -124,6 +129,12 @@ def restore(view, q=None, scale=None):
     """The saved tensor a PackedView stands for (its base restored once while it is alive)."""
     p = view.packed
     base = p.decoded() if p.decoded is not None else None
+    if base is None and p.ahead is not None:
+        base, ev = p.ahead
+        p.ahead = None  # from now on held by backward alone
+        if ev is not None:
+            torch.cuda.current_stream(base.device).wait_event(ev)
+        p.decoded = weakref.ref(base)
     if base is None:
         base = unpack_tensor(p, q, scale)
         p.decoded = weakref.ref(base)
@@ -146,10 +157,20 @@ class compress_activations:
       loadable, else torch's float8 operations; on the CPU torch's, else the library's host
       code), or one of "cuda", "torch", "host" (refused when it cannot run here).
     - `compile=True` compiles the torch operations (torch backend only).
+    - `side_stream=True` (CUDA kernels only; default False) runs each encode on a stream of its
+      own, after the work that produced the tensor, so that it may overlap the forward's next
+      kernels; the tensor's memory is reused only once the encode has read it, and the decode in
+      backward waits for it. Measured on an H200 (1B LLaMA shape): no faster (forward 162 ms
+      either way) and 71 GiB reserved against 45 (the memory of tensors still being encoded is
+      held back from the allocator): off by default.
+    - `decode_ahead=d` (default 1): when the backward of block i begins, the tensors of blocks
+      i-1 .. i-d are decoded (on a side stream for CUDA tensors), so their decode overlaps
+      block i's backward; those decoded tensors occupy the device from then until their use.
+      0 decodes each tensor when backward asks for it.
     """
 
     def __init__(self, model=None, *, blocks=None, modules=("mlp", "attn"), fmt="e4m3", keep_ends=False,
-                 min_bytes=1 << 16, compile=False, backend="auto"):
+                 min_bytes=1 << 16, compile=False, backend="auto", side_stream=False, decode_ahead=1):
         if fmt not in FORMATS:
             raise ValueError("compress_activations: fmt=%r: use e4m3 or e5m2" % (fmt,))
         if isinstance(modules, str):
@@ -160,8 +181,8 @@ class compress_activations:
         for m in modules:
             if m not in MODULES:
                 raise ValueError("compress_activations: module %r is not one of %s" % (m, ", ".join(MODULES)))
-        if int(min_bytes) < 0:
-            raise ValueError("compress_activations: min_bytes must be >= 0")
+        if int(min_bytes) < 0 or int(decode_ahead) < 0:
+            raise ValueError("compress_activations: min_bytes and decode_ahead must be >= 0")
         if backend not in BACKENDS:
             raise ValueError("compress_activations: backend=%r: use %s" % (backend, ", ".join(BACKENDS)))
         if backend == "cuda" and not fp8_codec.cuda_kernels_available():
@@ -185,6 +206,11 @@ class compress_activations:
         self.min_bytes = int(min_bytes)
         self.compile = bool(compile)
         self.backend = backend
+        self.side_stream = bool(side_stream)
+        self.decode_ahead = int(decode_ahead)
+        self._block = []  # the blocks being run (innermost last)
+        self._by_block = {}  # this forward's block index -> [weakref(Packed)]
+        self._side_streams = {}
         self.scopes = self._scopes()
         if not self.scopes:
             raise ValueError("compress_activations: no module of the blocks matches %s" % (", ".join(modules),))
@@ -236,7 +262,7 @@ class compress_activations:
 
     # -- statistics ---------------------------------------------------------------------------
     def reset_stats(self):
-        self._stats = {"compressed": 0, "input_bytes": 0, "stored_bytes": 0, "skipped": 0,
+        self._stats = {"compressed": 0, "input_bytes": 0, "stored_bytes": 0, "skipped": 0, "decoded_ahead": 0,
                        "deduplicated": 0, "aliased": 0, "aliased_bytes": 0,
                        "by_module": {k: {"compressed": 0, "input_bytes": 0, "stored_bytes": 0} for k in MODULES}}
 
@@ -244,7 +270,7 @@ class compress_activations:
         """Tensors compressed, their bytes before and after (payload + scales), per module kind;
         tensors seen in a scope but left alone (small, integer, parameters), saves of a view of a
         tensor already compressed (deduplicated), and tensors left alone because their memory was
-        saved uncompressed already (aliased, and their bytes)."""
+        saved uncompressed already (aliased, and their bytes); tensors decoded ahead of use."""
         s = dict(self._stats)
         s["by_module"] = {k: dict(v) for k, v in self._stats["by_module"].items()}
         return s
@@ -253,6 +279,7 @@ class compress_activations:
     def _new_forward(self):
         self._packed = {}  # id(base) -> (weakref(base), version, weakref(Packed))
         self._kept = {}  # id(base) -> (weakref(base), version): saved uncompressed
+        self._by_block = {}  # a new one each forward: the backward hooks of the last one hold theirs
 
     def _arm(self):
         if self._armed:
@@ -260,6 +287,10 @@ class compress_activations:
         for s, kind in self.scopes:
             self._handles.append(s.register_forward_pre_hook(lambda m, a, k=kind: self._kinds.append(k)))
             self._handles.append(s.register_forward_hook(self._leave))
+        if self.decode_ahead > 0:
+            for i, b in enumerate(self.blocks):
+                self._handles.append(b.register_forward_pre_hook(lambda m, a, i=i: self._block.append(i)))
+                self._handles.append(b.register_forward_hook(functools.partial(self._leave_block, i)))
         self._armed = True
         self._new_forward()
 
@@ -269,7 +300,53 @@ class compress_activations:
         self._handles = []
         self._armed = False
         self._kinds = []
+        self._block = []
         self._new_forward()
+
+    def _leave_block(self, i, module, args, output):
+        if self._block and self._block[-1] == i:
+            self._block.pop()
+        if not torch.is_grad_enabled():
+            return
+        out = output
+        while isinstance(out, (tuple, list)) and out:
+            out = out[0]
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            out.register_hook(functools.partial(_decode_ahead_hook, weakref.ref(self), self._by_block, i))
+
+    def _decode_blocks(self, by_block, i):
+        """The backward of block i begins: decodes the tensors of blocks i-1 .. i-decode_ahead."""
+        for j in range(i - 1, max(-1, i - 1 - self.decode_ahead), -1):
+            for ref in by_block.pop(j, ()):
+                p = ref()
+                if p is None or p.ahead is not None or p.q is None or p.record is not None \
+                        or not isinstance(p.q, torch.Tensor):
+                    continue  # freed, or its payload is offloaded (fetched by the offload engine)
+                if p.decoded is not None and p.decoded() is not None:
+                    continue
+                p.ahead = self._decode_now(p)
+                self._stats["decoded_ahead"] += 1
+
+    def _decode_now(self, p):
+        if p.backend != "cuda":
+            return unpack_tensor(p), None
+        compute = torch.cuda.current_stream(p.q.device)
+        side = self._side(p.q.device)
+        out = torch.empty(p.numel, dtype=p.dtype, device=p.q.device)  # from the compute stream's pool
+        side.wait_stream(compute)
+        fp8_codec.decode(p.q, p.scale, p.numel, p.fmt, p.dtype, "cuda", out=out, stream=side)
+        out.record_stream(side)
+        for t in (p.q, p.scale):
+            t.record_stream(side)
+        ev = torch.cuda.Event()
+        ev.record(side)
+        return out.view(p.shape), ev
+
+    def _side(self, device):
+        side = self._side_streams.get(device)
+        if side is None:
+            side = self._side_streams[device] = torch.cuda.Stream(device)
+        return side
 
     def _leave(self, module, args, output):
         if self._kinds:
@@ -322,6 +399,8 @@ class compress_activations:
             d["compressed"] += 1
             d["input_bytes"] += x.numel() * x.element_size()
             d["stored_bytes"] += p.nbytes
+        if self._block and self.decode_ahead > 0:
+            self._by_block.setdefault(self._block[-1], []).append(weakref.ref(p))
         if whole:
             self._packed[key] = (weakref.ref(base), base._version, weakref.ref(p))
             return PackedView(p, t, base)
@@ -330,11 +409,31 @@ class compress_activations:
     def backend_for(self, device):
         return _backend_for(self.backend, device)
 
-    def pack_contiguous(self, x):
-        """Packed of the contiguous tensor x, payload on x's device."""
+    def pack_contiguous(self, x, side=True):
+        """Packed of the contiguous tensor x, payload on x's device; `side=False` encodes on the
+        current stream even with side_stream=True (the caller orders what follows)."""
         b = self.backend_for(x.device)
+        if b == "cuda" and side and self.side_stream:
+            return self._pack_on_side_stream(x)
         q, scale = fp8_codec.encode(x, self.fmt, b, compile=self.compile and b == "torch")
         return Packed(q, scale, x.shape, x.dtype, x.numel(), self.fmt, b, self.compile and b == "torch")
+
+    def _pack_on_side_stream(self, x):
+        compute = torch.cuda.current_stream(x.device)
+        side = self._side(x.device)
+        n = x.numel()
+        # Allocated on the compute stream (whose pool their memory returns to), written on the
+        # side stream, which first waits for the producer of x.
+        q = torch.empty(fp8_codec.payload_bytes(n), dtype=torch.uint8, device=x.device)
+        scale = torch.empty(fp8_codec.scale_count(n), dtype=torch.float32, device=x.device)
+        side.wait_stream(compute)
+        fp8_codec.encode(x, self.fmt, "cuda", q=q, scales=scale, stream=side)
+        for t in (x, q, scale):
+            t.record_stream(side)  # not reused before the encode is done with it
+        p = Packed(q, scale, x.shape, x.dtype, n, self.fmt, "cuda")
+        p.event = torch.cuda.Event()
+        p.event.record(side)
+        return p
 
     # -- standalone use -----------------------------------------------------------------------
     def _pack_hook(self, t):
@@ -366,3 +465,10 @@ class compress_activations:
         self._disarm()
         self._active = False
         return False
+
+
+def _decode_ahead_hook(comp_ref, by_block, i, grad):
+    """Gradient hook on block i's output (decode_ahead > 0); changes no gradient."""
+    comp = comp_ref()
+    if comp is not None:
+        comp._decode_blocks(by_block, i)  # noqa: SLF001

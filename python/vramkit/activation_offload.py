@@ -83,6 +83,7 @@ class _Step:
         self.groups = {}  # group -> [weakref(record)]
         self.group_ids = []  # ascending
         self.entered = set()  # groups whose backward has started
+        self.block_group = {}  # block index -> the group of its tensors
 
     def add(self, rec):
         if rec.group not in self.groups:
@@ -146,8 +147,16 @@ class offload_activations:
       still being copied out; then the compute stream (not the host) waits for the oldest. Those
       bytes stay on the device meanwhile (the window the planner counts in the peak).
     - In backward, entering block g fetches its tensors and prefetches those of the next
-      `prefetch` blocks (g-1, ...) on the copy stream, so the copies overlap block g's backward;
-      every use waits on its copy's event.
+      `prefetch` offloaded blocks (g-1, ...) on the copy-in stream, so the copies overlap block
+      g's backward; every use waits on its copy's event.
+    - `prefetch_blocks=d` (d > 0) also starts, when the backward of any block i begins (the
+      gradient of its output is ready), the copies back of the offloaded blocks i-1 .. i-d,
+      whatever their policies in between: a block whose copy takes longer than one block's
+      backward gets the backward of the d blocks above it to hide behind. Those tensors occupy
+      the device from then on.
+    - Copies out run on one stream, copies back on another (the link's two directions run at
+      once); tensors fetched back are allocated on the compute stream, so the caching
+      allocator reuses their memory for compute work.
     - Host buffers return to the pool when their copy back has completed, or when the graph is
       freed without a backward: nothing is held across steps (see `stats()` and `pool.stats()`).
     - `timing=True` records CUDA events around every copy; `copy_times()` sums them.
@@ -167,7 +176,8 @@ class offload_activations:
     """
 
     def __init__(self, model=None, *, blocks=None, mix=None, offload=None, checkpoint=None,
-                 outside=None, min_bytes=1 << 20, prefetch=1, max_inflight_bytes=512 << 20, pool=None,
+                 outside=None, min_bytes=1 << 20, prefetch=1, prefetch_blocks=0, max_inflight_bytes=512 << 20,
+                 pool=None,
                  offload_cpu_tensors=False, timing=False, compress=None, fused_encode=False,
                  encode_ctas=None):
         if blocks is None and model is not None:
@@ -195,8 +205,9 @@ class offload_activations:
             outside = "keep" if self.blocks else "offload"
         if outside not in ("keep", "offload"):
             raise ValueError("offload_activations: outside=%r: use 'keep' or 'offload'" % (outside,))
-        if int(min_bytes) < 0 or int(prefetch) < 0 or int(max_inflight_bytes) < 0:
-            raise ValueError("offload_activations: min_bytes, prefetch and max_inflight_bytes must be >= 0")
+        if min(int(min_bytes), int(prefetch), int(prefetch_blocks), int(max_inflight_bytes)) < 0:
+            raise ValueError("offload_activations: min_bytes, prefetch, prefetch_blocks and max_inflight_bytes "
+                             "must be >= 0")
         self.model = model
         self.compress = compress
         if encode_ctas is not None and not fused_encode:
@@ -210,12 +221,14 @@ class offload_activations:
         self.outside = outside
         self.min_bytes = int(min_bytes)
         self.prefetch = int(prefetch)
+        self.prefetch_blocks = int(prefetch_blocks)
         self.max_inflight_bytes = int(max_inflight_bytes)
         self.timing = bool(timing)
         self._copy_events = []  # (start, end, bytes, direction) when timing
         self.offload_cpu_tensors = bool(offload_cpu_tensors)
         self.pool = pool if pool is not None else PinnedPool()
-        self._copy_streams = {}
+        self._copy_streams = {}  # device -> stream of the copies out
+        self._in_streams = {}  # device -> stream of the copies back
         self._live_records = 0
         self._active = False
         self._reset_stats()
@@ -293,11 +306,29 @@ class offload_activations:
     def _enter_block(self, i, module, args):
         self._group += 1
         self._block_stack.append(i)
+        self._step.block_group[i] = self._group
+        self._release_copied()
 
     def _leave_block(self, i, module, args, output):
         if self._block_stack and self._block_stack[-1] == i:
             self._block_stack.pop()
         self._group += 1
+        self._release_copied()
+        if self.prefetch_blocks > 0 and torch.is_grad_enabled():
+            out = output
+            while isinstance(out, (tuple, list)) and out:
+                out = out[0]
+            if isinstance(out, torch.Tensor) and out.requires_grad:
+                out.register_hook(functools.partial(_block_backward_hook, weakref.ref(self), self._step, i))
+
+    def _block_backward(self, step, i):
+        """The backward of block i begins: fetches the offloaded blocks i .. i-prefetch_blocks."""
+        for j in range(i, max(-1, i - self.prefetch_blocks - 1), -1):
+            g = step.block_group.get(j)
+            if g is None or g in step.entered or not step.alive(g):
+                continue
+            step.entered.add(g)
+            self._fetch_group(step, g, prefetch=j != i)
 
     # -- pack ---------------------------------------------------------------------------------
     def _keep_reason(self, t):
@@ -318,6 +349,12 @@ class offload_activations:
         s = self._copy_streams.get(device)
         if s is None:
             s = self._copy_streams[device] = torch.cuda.Stream(device)
+        return s
+
+    def _in_stream(self, device):
+        s = self._in_streams.get(device)
+        if s is None:
+            s = self._in_streams[device] = torch.cuda.Stream(device)
         return s
 
     def _pack(self, t):
@@ -389,7 +426,7 @@ class offload_activations:
         backend = comp.backend_for(x.device)
         n = x.numel()
         if backend != "cuda" or not self._fused_encode:
-            p = comp.pack_contiguous(x)
+            p = comp.pack_contiguous(x, side=False)  # the copy out follows on the copy stream
             if p.q.device.type == "cuda" or self.offload_cpu_tensors:
                 p.q = self._offload(p.q)
             return p
@@ -440,7 +477,7 @@ class offload_activations:
     def copy_times(self):
         """With timing=True: {"d2h": (seconds, bytes), "h2d": (seconds, bytes)} of the copies
         since the last call (synchronizes the copy streams)."""
-        for s in self._copy_streams.values():
+        for s in itertools.chain(self._copy_streams.values(), self._in_streams.values()):
             s.synchronize()
         out = {"d2h": [0.0, 0], "h2d": [0.0, 0]}
         for start, end, nbytes, direction in self._copy_events:
@@ -448,6 +485,20 @@ class offload_activations:
             out[direction][1] += nbytes
         self._copy_events = []
         return {k: tuple(v) for k, v in out.items()}
+
+    def _release_copied(self):
+        """Drops the device references of tensors whose copy out has finished (no waits)."""
+        if self._inflight:
+            keep = []
+            for ref in self._inflight:
+                rec = ref()
+                if rec is None or rec.gpu_ref is None:
+                    continue
+                if rec.d2h_event.query():
+                    rec.gpu_ref = None
+                else:
+                    keep.append(ref)
+            self._inflight = keep
 
     def _retire(self, compute):
         """Drops device references whose copy out has finished; above max_inflight_bytes, makes
@@ -490,14 +541,21 @@ class offload_activations:
         if prefetch:
             st["prefetched"] += 1
         if rec.device.type == "cuda":
-            copy = self._copy_stream(rec.device)
+            # Allocated on the compute stream (its memory comes from and returns to the compute
+            # stream's pool); the copy waits for the compute work queued so far, which may still
+            # use that memory, and for this tensor's copy out.
+            dev = torch.empty_strided(rec.shape, rec.stride, dtype=rec.dtype, device=rec.device)
+            copy = self._in_stream(rec.device)
+            copy.wait_stream(torch.cuda.current_stream(rec.device))
+            if rec.d2h_event is not None:
+                copy.wait_event(rec.d2h_event)
             with torch.cuda.stream(copy):
-                dev = torch.empty_strided(rec.shape, rec.stride, dtype=rec.dtype, device=rec.device)
                 start = self._timing_start(copy)
                 dev.copy_(rec.host, non_blocking=True)
                 rec.h2d_event = torch.cuda.Event(enable_timing=self.timing)
                 rec.h2d_event.record(copy)
                 self._timing_end(start, rec.h2d_event, rec.nbytes, "h2d")
+            dev.record_stream(copy)  # freed unused, it is not reused before the copy is done
             rec.device_tensor = dev
             self.pool.put(rec.buf, rec.h2d_event)
         else:
@@ -552,14 +610,19 @@ class offload_activations:
         if rec.h2d_event is not None and not rec.stream_recorded:
             compute = torch.cuda.current_stream(rec.device)
             compute.wait_event(rec.h2d_event)
-            # Allocated on the copy stream, used on the compute stream: free only after both.
-            dev.record_stream(compute)
             rec.stream_recorded = True
         return dev
 
     def wait(self):
         """Blocks until every copy of this object's tensors has completed and their host
         buffers are back in the pool."""
-        for s in self._copy_streams.values():
+        for s in itertools.chain(self._copy_streams.values(), self._in_streams.values()):
             s.synchronize()
         self.pool.wait_all()
+
+
+def _block_backward_hook(engine_ref, step, i, grad):
+    """Gradient hook on block i's output (prefetch_blocks > 0); changes no gradient."""
+    engine = engine_ref()
+    if engine is not None:
+        engine._block_backward(step, i)  # noqa: SLF001

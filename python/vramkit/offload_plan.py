@@ -8,17 +8,21 @@ Model (docs/offload.md):
   stream while it runs (no earlier than the link is free); the forward stalls only while more
   than `window` bytes are still waiting to be copied.
 - Backward: block i runs t_b (+ t_f when checkpointed, the recompute); entering an offloaded block
-  prefetches the next `prefetch` offloaded blocks below it on the copy-in stream; a block waits
-  for its own copy in.
+  prefetches the next `prefetch` offloaded blocks below it on the copy-in stream, and with
+  `prefetch_blocks` = d > 0 the start of block i's backward fetches the offloaded blocks among
+  i .. i-d; a block waits for its own copy in.
 - Device peak: other + kept blocks' A + checkpointed blocks' inputs + the largest transient (a
-  recomputed block's A, or (1 + prefetch) offloaded blocks, or the copy-out window).
+  recomputed block's A, or (1 + prefetch) offloaded blocks, or the copy-out window); with
+  prefetch_blocks > 0, the blocks fetched back at once plus the recomputed block beside them, and
+  what is still being copied out when the forward ends (at most the window), instead of the last
+  two.
 """
 
 POLICIES = ("offload", "checkpoint", "keep")
 
 
 def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_bytes_per_s,
-             other_bytes=0, other_time_s=0.0, window_bytes=512 << 20, prefetch=1):
+             other_bytes=0, other_time_s=0.0, window_bytes=512 << 20, prefetch=1, prefetch_blocks=0):
     """Step time and device/host bytes of one mix (a list of policies, one per block, forward
     order). Returns a dict: step_time_s, compute_s, copy_s, exposed_copy_s, overlap,
     device_peak_bytes, host_pinned_bytes."""
@@ -64,7 +68,12 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
         link_in = max(link_in, now, outs[j]) + copy_in
         ready[j] = link_in
 
+    held = 0.0  # most bytes fetched back and not yet through their backward, with a recompute
     for i in reversed(range(n)):
+        if prefetch_blocks > 0:
+            for j in range(i, max(0, i - prefetch_blocks) - 1, -1):
+                if mix[j] == "offload":
+                    fetch(j, t)
         if mix[i] == "offload":
             fetch(i, t)
             k = off.index(i)
@@ -73,6 +82,7 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
             if ready[i] > t:
                 wait += ready[i] - t
                 t = ready[i]
+        held = max(held, (sum(1 for j in ready if j <= i) + (mix[i] == "checkpoint")) * a)
         t += t_b + (t_f if mix[i] == "checkpoint" else 0.0)
     compute = n * (t_f + t_b) + mix.count("checkpoint") * t_f + other_time_s
     step = t + other_time_s
@@ -82,7 +92,11 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
     transient = 0.0
     if "checkpoint" in mix:
         transient = max(transient, a)
-    if off:
+    if off and prefetch_blocks > 0:
+        # What is still to be copied out when the forward ends (where the forward peaks).
+        behind = sum(a * min(1.0, max(0.0, (done - t_forward) / copy_out)) for done in outs.values())
+        transient = max(transient, held, min(window_bytes, behind))
+    elif off:
         transient = max(transient, min(len(off), 1 + prefetch) * a, min(window_bytes, len(off) * a))
     return {
         "step_time_s": step,

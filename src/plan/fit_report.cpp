@@ -39,6 +39,8 @@ std::string to_json(const fit_result& res) {
       arr.back()["activation_mix"] = c.activation_mix;
       arr.back()["compress_activations"] = c.compress_activations;
       arr.back()["optimizer_offload"] = c.optimizer_offload;
+      arr.back()["max_inflight_bytes"] = c.offload_max_inflight_bytes;
+      arr.back()["prefetch_blocks"] = c.offload_prefetch_blocks;
     }
   }
   j["fits"] = arr;

@@ -99,4 +99,19 @@ ground_truth load_ground_truth(const std::string& path, const std::string& confi
   return g;
 }
 
+std::map<std::string, std::string> load_known_outside(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw invalid_input(path + ": cannot be read");
+  std::map<std::string, std::string> out;
+  try {
+    const json doc = json::parse(in);
+    if (!doc.contains("cases") || !doc.at("cases").is_object())
+      throw invalid_input(path + ": no \"cases\" object of case names and reasons");
+    for (const auto& [name, why] : doc.at("cases").items()) out[name] = why.get<std::string>();
+  } catch (const json::exception& e) {
+    throw invalid_input(path + ": not a list of known-outside cases (" + e.what() + ")");
+  }
+  return out;
+}
+
 }  // namespace vramkit::plan

@@ -66,7 +66,10 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   const double t_forward = t;
 
   // Backward, top block first; entering an offloaded block fetches it and prefetches the next
-  // `prefetch` offloaded blocks below it. A copy back starts after its copy out has finished.
+  // `prefetch` offloaded blocks below it; with prefetch_blocks = d, the start of block i's
+  // backward also fetches the offloaded blocks among i .. i-d. A copy back starts after its copy
+  // out has finished. `held`: the most bytes of blocks fetched back and not yet through their
+  // backward, with the activations of the checkpointed block being recomputed meanwhile.
   std::vector<int> off;
   for (int i = 0; i < n; ++i)
     if (mix[i] == block_policy::offload) off.push_back(i);
@@ -82,7 +85,10 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
     link_in = std::max({link_in, now, outs[j]}) + copy_in;
     ready[j] = link_in;
   };
+  double held = 0;
   for (int i = n - 1; i >= 0; --i) {
+    for (int j = i; in.prefetch_blocks > 0 && j >= std::max(0, i - in.prefetch_blocks); --j)
+      if (mix[j] == block_policy::offload) fetch(j, t);
     if (mix[i] == block_policy::offload) {
       fetch(i, t);
       const auto k = static_cast<int>(std::find(off.begin(), off.end(), i) - off.begin());
@@ -92,6 +98,10 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
         t = ready[i];
       }
     }
+    const auto back =
+        std::count_if(ready.begin(), ready.end(), [&](const auto& r) { return r.first <= i; });
+    held = std::max(held,
+                    (static_cast<double>(back) + (mix[i] == block_policy::checkpoint ? 1 : 0)) * a);
     t += t_b + (mix[i] == block_policy::checkpoint ? t_f : 0.0);
   }
 
@@ -104,9 +114,16 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   const double kept = count(block_policy::keep) * a + n_ck * static_cast<double>(in.input_bytes);
   double transient = 0;
   if (n_ck > 0) transient = std::max(transient, a);
-  if (n_off > 0)
+  if (n_off > 0 && in.prefetch_blocks > 0) {
+    // What is still to be copied out when the forward ends, where the forward's peak is.
+    double behind = 0;
+    for (const auto& [j, done] : outs)
+      behind += a * std::clamp((done - t_forward) / copy_out, 0.0, 1.0);
+    transient = std::max({transient, held, std::min(window, behind)});
+  } else if (n_off > 0) {
     transient =
         std::max({transient, std::min(n_off, 1 + in.prefetch) * a, std::min(window, n_off * a)});
+  }
   e.device_peak_bytes =
       static_cast<std::uint64_t>(static_cast<double>(in.other_bytes) + kept + transient);
   e.host_pinned_bytes = static_cast<std::uint64_t>(n_off * a);

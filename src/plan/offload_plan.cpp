@@ -87,6 +87,44 @@ offload_link offload_link_for(const device_overheads& o, const gpu_spec* gpu) {
   return {o.h2d_bytes_per_s, "default"};
 }
 
+namespace {
+
+/// Bytes autograd saves in one block: the activations a middle layer allocates in the forward of
+/// the first step and that are still alive when the forward ends.
+std::uint64_t block_saved_bytes(const model_description& m, const plan_request& r, int n_blocks) {
+  const schedule sch = build_schedule(m, r);
+  const int probe_layer = n_blocks > 2 ? 1 : 0;
+  std::vector<std::uint8_t> live(sch.tensors.size(), 0);
+  std::uint64_t saved = 0;
+  for (const auto& e : sch.events) {
+    const auto& ti = sch.tensors[e.tensor];
+    if (e.alloc && ti.step == 0 && ti.ph != phase::setup && ti.ph != phase::forward) break;
+    if (ti.comp != component::activations || ti.step != 0 || ti.ph != phase::forward ||
+        ti.layer != probe_layer)
+      continue;
+    if (e.alloc && !live[e.tensor]) {
+      live[e.tensor] = 1;
+      saved += ti.bytes;
+    } else if (!e.alloc && live[e.tensor]) {
+      live[e.tensor] = 0;
+      saved -= ti.bytes;
+    }
+  }
+  return saved;
+}
+
+/// The engine settings the plan assumes (vramkit.offload_activations' max_inflight_bytes and
+/// prefetch_blocks, printed in the JSON): two blocks' copies out in flight, and each block's copy
+/// back started as many blocks ahead as one copy takes backward passes of a block, plus one.
+void set_copy_windows(offload_inputs& in, int n_blocks) {
+  in.window_bytes = 2 * in.block_bytes;
+  const double copy_in = static_cast<double>(in.block_bytes) / in.h2d_bytes_per_s;
+  const double ahead = in.t_bwd_s > 0 ? std::ceil(copy_in / in.t_bwd_s) + 1 : n_blocks;
+  in.prefetch_blocks = static_cast<int>(std::clamp(ahead, 1.0, static_cast<double>(n_blocks)));
+}
+
+}  // namespace
+
 offload_setup make_offload_setup(const model_description& m, const plan_request& r_in,
                                  const compress_option& c, bool optimizer, const gpu_spec& gpu,
                                  const device_overheads& o) {
@@ -107,26 +145,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   const auto& t = m.t;
   offload_setup s;
   s.n_blocks = static_cast<int>(t.layers);
-  // Bytes autograd saves in one block: the activations a middle layer allocates in the forward
-  // of the first step and that are still alive when the forward ends.
-  const schedule sch = build_schedule(m, r);
-  const int probe_layer = s.n_blocks > 2 ? 1 : 0;
-  std::vector<std::uint8_t> live(sch.tensors.size(), 0);
-  std::uint64_t saved = 0;
-  for (const auto& e : sch.events) {
-    const auto& ti = sch.tensors[e.tensor];
-    if (e.alloc && ti.step == 0 && ti.ph != phase::setup && ti.ph != phase::forward) break;
-    if (ti.comp != component::activations || ti.step != 0 || ti.ph != phase::forward ||
-        ti.layer != probe_layer)
-      continue;
-    if (e.alloc && !live[e.tensor]) {
-      live[e.tensor] = 1;
-      saved += ti.bytes;
-    } else if (!e.alloc && live[e.tensor]) {
-      live[e.tensor] = 0;
-      saved -= ti.bytes;
-    }
-  }
+  const std::uint64_t saved = block_saved_bytes(m, r, s.n_blocks);
   s.saved_bytes_per_block = saved;
   const bool amp = r.prec == precision::amp_bf16 || r.prec == precision::amp_fp16;
   const double low = r.prec == precision::fp32 ? 4 : 2;  // bytes of the GEMM inputs
@@ -187,6 +206,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   s.micro_batches = mbs;
   s.link = offload_link_for(o, &gpu);
   in.d2h_bytes_per_s = in.h2d_bytes_per_s = s.link.bytes_per_s;
+  set_copy_windows(in, s.n_blocks);
   // Everything but the blocks' saved tensors, anchored to the memory model's plan with full
   // checkpointing (the mixes under a cap are mostly checkpointed): its peak is other + the
   // layers' inputs + one block's recompute.
@@ -317,6 +337,8 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
     for (auto b : best->mix) c.activation_mix.emplace_back(to_string(b));
     c.compress_activations = best->compress.to_string();
     c.optimizer_offload = best->optimizer;
+    c.offload_max_inflight_bytes = best->setup.inputs.window_bytes;
+    c.offload_prefetch_blocks = best->setup.inputs.prefetch_blocks;
     c.reasons.push_back(
         "per block: " + mix_summary(best->mix) +
         " (vramkit.offload_activations), the fastest mix that fits" +
@@ -386,6 +408,8 @@ std::string offload_json(const offload_plan& p) {
   j["block_backward_s"] = s.inputs.t_bwd_s;
   j["link_bytes_per_s"] = s.link.bytes_per_s;
   j["link_source"] = s.link.source;
+  j["max_inflight_bytes"] = s.inputs.window_bytes;
+  j["prefetch_blocks"] = s.inputs.prefetch_blocks;
   return j.dump(2);
 }
 

@@ -317,6 +317,29 @@ class RoundTrip(unittest.TestCase):
             rel = float((p.grad - g).norm() / (g.norm() + 1e-12))
             self.assertLess(rel, 0.1)
 
+    def test_decode_ahead_gives_the_same_gradients(self):
+        def run(ahead):
+            torch.manual_seed(0)
+            model = LlamaLike(layers=4)
+            tokens = torch.randint(0, 64, (2, 64))
+            comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, decode_ahead=ahead)
+            with comp:
+                loss = model(tokens)
+            loss.backward()
+            return [p.grad.clone() for p in model.parameters()], comp.stats()
+
+        inline, st0 = run(0)
+        self.assertEqual(st0["decoded_ahead"], 0)
+        for ahead in (1, 3):
+            got, st = run(ahead)
+            self.assertGreater(st["decoded_ahead"], 0)
+            # Blocks 0 .. 2 decoded ahead (block 3, the first in backward, when asked).
+            self.assertLess(st["decoded_ahead"], st["compressed"])
+            for a, b in zip(inline, got):
+                self.assertTrue(torch.equal(a, b))
+        with self.assertRaises(ValueError):
+            vramkit.compress_activations(LlamaLike(layers=2), decode_ahead=-1)
+
     def test_through_offload_on_cpu(self):
         torch.manual_seed(0)
         model = LlamaLike(layers=3)

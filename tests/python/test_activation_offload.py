@@ -127,6 +127,25 @@ class ActivationOffloadCpu(unittest.TestCase):
         run(self.model, self.tokens, none)
         self.assertEqual(none.stats()["prefetched"], 0)
 
+    def test_prefetch_blocks_fetches_when_a_block_above_starts_its_backward(self):
+        ref = run(self.model, self.tokens)
+        ahead = self.ctx(mix=["offload", "keep", "keep", "keep"], prefetch=0, prefetch_blocks=2)
+        self.assert_bitwise(ref, run(self.model, self.tokens, ahead))
+        s = ahead.stats()
+        self.assertGreater(s["fetched"], 0)
+        self.assertEqual(s["prefetched"], s["fetched"])  # all before block 0's first unpack
+        near = self.ctx(mix=["offload", "keep", "keep", "keep"], prefetch=0, prefetch_blocks=0)
+        self.assert_bitwise(ref, run(self.model, self.tokens, near))
+        self.assertEqual(near.stats()["prefetched"], 0)
+        spread = self.ctx(mix=["offload", "checkpoint", "offload", "keep"], prefetch=0, prefetch_blocks=1)
+        self.assert_bitwise(ref, run(self.model, self.tokens, spread))
+        s = spread.stats()
+        self.assertEqual(s["prefetched"], s["fetched"])
+        self.assertEqual(s["fetch_order"], sorted(s["fetch_order"], reverse=True))
+        self.assertEqual(spread.pool.stats()["in_use_bytes"], 0)
+        with self.assertRaises(ValueError):
+            self.ctx(prefetch_blocks=-1)
+
     def test_same_tensor_saved_twice_is_copied_once(self):
         x = torch.randn(1024, requires_grad=True)
         ctx = vramkit.offload_activations(min_bytes=0, offload_cpu_tensors=True)

@@ -156,6 +156,34 @@ class CudaSteps(unittest.TestCase):
         self.assertGreater(off.stats()["offloaded_bytes"], 0)
         for a, b in zip(alone, both):
             self.assertLess(float((a - b).norm() / (a.norm() + 1e-12)), 1e-4)
+    def test_side_stream_encode_equals_the_current_stream_one(self):
+        # The encode on a side stream reads the same tensor (after its producer) and the decode
+        # waits for it: the same bits as encoding in line, step after step.
+        if not fp8_codec.cuda_kernels_available():
+            self.skipTest("needs the CUDA kernels")
+
+        def run(side):
+            torch.manual_seed(0)
+            model = LlamaLike(vocab=512, d=256, ffn=688, layers=4, heads=4).cuda()
+            tokens = torch.randint(0, 512, (4, 256), device="cuda")
+            comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, side_stream=side)
+            out = []
+            for _ in range(2):
+                model.zero_grad(set_to_none=True)
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    with comp:
+                        loss = model(tokens)
+                loss.backward()
+                out.append([loss.detach()] + [p.grad.clone() for p in model.parameters()])
+            return out, comp
+
+        inline, _ = run(False)
+        side, comp = run(True)
+        self.assertGreater(comp.stats()["compressed"], 0)
+        for a, b in zip(inline, side):
+            for x, y in zip(a, b):
+                self.assertLess(float((x.float() - y.float()).norm() / (x.float().norm() + 1e-12)), 1e-4)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -79,11 +79,12 @@ class OffloadGpu(unittest.TestCase):
         model = TinyLM(vocab=256, d=256, ffn=768, layers=6).cuda()
         tokens = torch.randint(0, 256, (8, 256), device="cuda")
         ref = step(model, tokens)
-        for mix, prefetch in ((["offload"] * 6, 1), (["offload", "checkpoint", "keep"] * 2, 2),
-                              (["offload"] * 6, 0)):
-            with self.subTest(mix=mix, prefetch=prefetch):
+        for mix, prefetch, ahead in ((["offload"] * 6, 1, 0), (["offload", "checkpoint", "keep"] * 2, 2, 0),
+                                     (["offload"] * 6, 0, 0), (["offload", "checkpoint", "keep"] * 2, 0, 3),
+                                     (["offload"] * 2 + ["checkpoint"] * 3 + ["keep"], 1, 4)):
+            with self.subTest(mix=mix, prefetch=prefetch, prefetch_blocks=ahead):
                 ctx = vramkit.offload_activations(model, mix=mix, min_bytes=4096, prefetch=prefetch,
-                                                  max_inflight_bytes=1 << 20)
+                                                  prefetch_blocks=ahead, max_inflight_bytes=1 << 20)
                 for _ in range(2):  # the second step reuses the pool's buffers
                     got = step(model, tokens, ctx)
                     ctx.wait()

@@ -36,6 +36,9 @@ struct fit_candidate {
   std::vector<std::string> activation_mix;
   std::string compress_activations;  ///< "none" or the fp8 modules; empty without offload
   bool optimizer_offload = false;    ///< Adam moments in pinned host memory (OffloadedAdamW)
+  /// The offload engine settings the estimate assumes (offload_activations' arguments).
+  std::uint64_t offload_max_inflight_bytes = 0;
+  int offload_prefetch_blocks = 0;
 };
 
 /// Result of a search: ranked fits (cheapest first), how many configurations were planned, and

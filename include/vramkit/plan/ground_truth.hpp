@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,5 +36,10 @@ struct ground_truth {
 /// the file's folder); a case without one uses the preset named by "model". Throws invalid_input
 /// naming the file and the case for a missing or malformed field.
 ground_truth load_ground_truth(const std::string& path, const std::string& config_dir = "");
+
+/// Reads a list of cases known to lie outside a ground-truth file's bar, each with the reason
+/// (`{"cases": {"NAME": "why", ...}}`), so that the report and the accuracy test list them apart
+/// instead of hiding them. Throws invalid_input naming the file for a missing or malformed list.
+std::map<std::string, std::string> load_known_outside(const std::string& path);
 
 }  // namespace vramkit::plan

@@ -31,6 +31,10 @@ struct offload_inputs {
   double other_time_s = 0;        ///< the rest of the step (head, loss, optimizer)
   std::uint64_t window_bytes = 512ull << 20;  ///< copy-out bytes the forward runs ahead of
   int prefetch = 1;                           ///< offloaded blocks fetched ahead in backward
+  /// > 0: the backward of block i also fetches the offloaded blocks among i-1 .. i-d, and the
+  /// peak counts what is still being copied out when the forward ends (instead of the whole
+  /// window) and the offloaded blocks fetched back at once
+  int prefetch_blocks = 0;
 };
 
 struct offload_estimate {

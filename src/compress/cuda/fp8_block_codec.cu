@@ -18,6 +18,12 @@ namespace {
 
 constexpr int k_threads = 256;  // 8 warps per thread block
 constexpr int k_tile_blocks = 32;
+/// Blocks of 128 elements one warp handles per tile: all of their loads are issued before the
+/// first amax, so each warp keeps four blocks' reads in flight (one at a time reached about 2.2
+/// of the H200's 4.8 TB/s).
+constexpr int k_warp_blocks = k_tile_blocks / (k_threads / 32);
+/// Blocks one warp decodes per round, their loads issued together for the same reason.
+constexpr int k_decode_unroll = 4;
 constexpr unsigned k_full_mask = 0xFFFFFFFFU;
 
 void check(cudaError_t e, const char* what) {
@@ -102,11 +108,18 @@ __global__ void __launch_bounds__(k_threads)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const std::size_t tiles = (blocks + k_tile_blocks - 1) / k_tile_blocks;
   for (std::size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    for (int k = warp; k < k_tile_blocks; k += k_threads / 32) {
+    float vs[k_warp_blocks][4];
+#pragma unroll
+    for (int u = 0; u < k_warp_blocks; ++u) {
+      const std::size_t b = tile * k_tile_blocks + warp + u * (k_threads / 32);
+      if (b < blocks) load4<T, Aligned>(src, b * k_block_elements + 4 * lane, n, vs[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < k_warp_blocks; ++u) {
+      const int k = warp + u * (k_threads / 32);
       const std::size_t b = tile * k_tile_blocks + k;
       if (b >= blocks) break;  // the same for the whole warp
-      float v[4];
-      load4<T, Aligned>(src, b * k_block_elements + 4 * lane, n, v);
+      const float(&v)[4] = vs[u];
       float amax = 0.0F;
       bool nan = false;
 #pragma unroll
@@ -141,14 +154,27 @@ __global__ void __launch_bounds__(k_threads)
                   std::size_t n, std::size_t blocks, T* __restrict__ dst, bool e5m2) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const std::size_t warps = static_cast<std::size_t>(gridDim.x) * (k_threads / 32);
-  for (std::size_t b = (static_cast<std::size_t>(blockIdx.x) * k_threads + threadIdx.x) / 32;
-       b < blocks; b += warps) {
-    const float scale = scales[b];
-    const std::uint32_t packed = q[b * 32 + lane];
-    float v[4];
+  const std::size_t first = (static_cast<std::size_t>(blockIdx.x) * k_threads + threadIdx.x) / 32;
+  for (std::size_t b0 = first; b0 < blocks; b0 += warps * k_decode_unroll) {
+    float scale[k_decode_unroll];
+    std::uint32_t packed[k_decode_unroll];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) v[j] = from_fp8((packed >> (8 * j)) & 0xFFU, e5m2) * scale;
-    store4<T, Aligned>(dst, b * k_block_elements + 4 * lane, n, v);
+    for (int u = 0; u < k_decode_unroll; ++u) {
+      const std::size_t b = b0 + u * warps;
+      if (b < blocks) {
+        scale[u] = scales[b];
+        packed[u] = q[b * 32 + lane];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < k_decode_unroll; ++u) {
+      const std::size_t b = b0 + u * warps;
+      if (b >= blocks) break;  // the same for the whole warp
+      float v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = from_fp8((packed[u] >> (8 * j)) & 0xFFU, e5m2) * scale[u];
+      store4<T, Aligned>(dst, b * k_block_elements + 4 * lane, n, v);
+    }
   }
 }
 

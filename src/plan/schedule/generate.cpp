@@ -78,8 +78,15 @@ void norm_temporaries(walker& w, u64 nh) {
 }
 
 /// Eager attention at inference (transformers' eager_attention_forward): repeat_kv copies K and
-/// V out to every query head, the q k^T scores are scaled and masked out of place, softmax runs
-/// in fp32 and is cast back, then multiplies V. The score tensors are (b, heads, q, kv).
+/// V out to every query head, the q k^T scores are scaled and masked out of place, then
+/// `softmax(x, dim=-1, dtype=torch.float32).to(query.dtype)` multiplies V. ATen's softmax with a
+/// dtype fuses the upcast for fp16 inputs only: a bf16 input is first copied to fp32
+/// (input_.toType), the fp32 softmax written beside that copy, so the masked bf16 scores, the
+/// fp32 copy and the fp32 softmax are live at once (5 bytes per score over the 2 of the scores);
+/// the cast back is made while the masked scores and the fp32 softmax still exist (the variable
+/// is rebound after the whole expression). In fp32 both the copy and the cast are no-ops. GPT-2's
+/// eager attention calls softmax without a dtype (no copy, no cast). The score tensors are (b,
+/// heads, q, kv).
 void eager_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   const int low = w.dt().low;
   const u64 n_s = static_cast<u64>(D.b * D.heads) * static_cast<u64>(q_len * kv_len);
@@ -92,14 +99,22 @@ void eager_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   tensor s = w.alloc(n_s * low, tmp, "attention scores");
   s = w.alloc(n_s * low, tmp, "scaled scores");
   s = w.alloc(n_s * low, tmp, "masked scores");
+  if (w.model().family == model_family::gpt2 || low == 4) {
+    tensor p = w.alloc(n_s * low, tmp, "softmax");
+    s.reset();
+    return;
+  }
+  tensor up = w.alloc(n_s * 4, tmp, "softmax input fp32 copy");
   tensor p = w.alloc(n_s * 4, tmp, "softmax fp32");
+  up.reset();
+  tensor cast = w.alloc(n_s * low, tmp, "softmax cast");
   s.reset();
-  p = w.alloc(n_s * low, tmp, "softmax cast");
+  p.reset();
 }
 
 /// SDPA's math fallback at inference (Falcon's multi-query heads without enable_gqa): fp32 copies
-/// of q, k, v, the scaled query, the key and value broadcast over the query heads, fp32 scores
-/// and softmax, the (dropped) weights cast and the output cast; an (q, kv) mask when causal.
+/// of q, k, v, the scaled query, the key and value broadcast over the query heads, fp32 scores,
+/// _safe_softmax, the (dropped) weights cast and the output cast; an (q, kv) mask when causal.
 void math_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   const int low = w.dt().low;
   const u64 nq = static_cast<u64>(D.b * D.heads * q_len * D.d);
@@ -127,7 +142,13 @@ void math_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   tensor sc = w.alloc(ns * 4, tmp, "sdpa math scores");
   qs.reset();
   kx.reset();
-  tensor sm = w.alloc(ns * 4, tmp, "sdpa math softmax");
+  // _safe_softmax: softmax, a bool mask of the -inf scores, and where() over them (a second
+  // fp32 tensor) before the softmax and the mask are dropped.
+  tensor sm0 = w.alloc(ns * 4, tmp, "sdpa math softmax");
+  tensor inf = w.alloc(ns, tmp, "sdpa math -inf mask");
+  tensor sm = w.alloc(ns * 4, tmp, "sdpa math safe softmax");
+  sm0.reset();
+  inf.reset();
   sc.reset();
   mask.reset();
   tensor vx = w.alloc(nx * 4, tmp, "sdpa math value broadcast copy");
@@ -137,6 +158,25 @@ void math_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   w.transient(ns * low, tmp, "sdpa math weights cast");
   sm.reset();
   tensor o = w.alloc(nq * low, tmp, "sdpa math output cast");
+}
+
+/// Tokens a sliding-window layer attends to in a forward of `q_len` new tokens after `past`:
+/// transformers' DynamicSlidingWindowLayer keeps window - 1 tokens between steps.
+i64 sliding_kv_len(const transformer_shape& t, i64 q_len, i64 past) {
+  return std::min<i64>(past, t.sliding_window - 1) + q_len;
+}
+
+/// Whether this forward's sliding-window layers get an explicit mask under SDPA: transformers
+/// skips it (is_causal instead) only while the layer sees fewer tokens than its window
+/// (_ignore_causal_mask_sdpa); with a mask, sdpa_attention_forward repeats K and V over the
+/// query heads (enable_gqa needs no mask) and SDPA takes the memory-efficient kernel with the
+/// bool mask converted to an additive one in the model dtype.
+bool sliding_mask(const walker& w, i64 q_len, i64 past) {
+  const auto& t = w.model().t;
+  if (t.sliding_window <= 0 || w.request().attention == attention_kind::eager) return false;
+  bool any = false;
+  for (const char s : t.sliding_layers) any = any || s != 0;
+  return any && sliding_kv_len(t, q_len, past) >= t.sliding_window;
 }
 
 /// Attention of one layer: projections, RoPE, the cache append, the output projection.
@@ -170,7 +210,23 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
   }
   k.reset();
   v.reset();
+  tensor rk, rv, bias;
+  if (t.sliding(l) && sliding_mask(w, q_len, past)) {
+    const i64 kv_len = cached + q_len;
+    if (D.kv != D.heads) {
+      const u64 n_rep = static_cast<u64>(D.b * D.heads * kv_len * D.d) * low;
+      rk = w.alloc(n_rep, tmp, "repeat_kv keys (masked SDPA)");
+      rv = w.alloc(n_rep, tmp, "repeat_kv values (masked SDPA)");
+    }
+    // convert_boolean_attn_mask: zeros_like in the query dtype, masked_fill_ over logical_not.
+    const u64 n_mask = static_cast<u64>(D.b * q_len) * static_cast<u64>(kv_len);
+    bias = w.alloc(n_mask * low, tmp, "SDPA additive mask");
+    w.transient(n_mask, tmp, "SDPA mask logical_not");
+  }
   tensor o = w.alloc(rows * D.heads * D.d * low, tmp, "attention output");
+  bias.reset();
+  rk.reset();
+  rv.reset();
   q.reset();
   return w.alloc(nh * low, tmp, "attention projection");
 }
@@ -288,13 +344,26 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
   const u64 rows = static_cast<u64>(D.b * q_len);
   const u64 nh = rows * D.h;
   const u64 nf = rows * D.f;
-  tensor x = w.alloc(nh * low, tmp, "hidden states");
-  if (w.model().t.embed_scale) x = w.alloc(nh * low, tmp, "scaled embeddings");
+  // inputs_embeds is a local of the model's forward: the embedding output lives until that
+  // forward returns, while hidden_states moves on layer by layer (GPT-2 adds the positions,
+  // Gemma scales by sqrt(hidden), both into new tensors).
+  tensor emb = w.alloc(nh * low, tmp, "input embeddings");
+  tensor x;
+  if (w.model().family == model_family::gpt2)
+    x = w.alloc(nh * low, tmp, "embeddings + positions");
+  else if (w.model().t.embed_scale)
+    x = w.alloc(nh * low, tmp, "scaled embeddings");
   // Eager attention needs the (b, 1, q, kv) additive causal mask, built once per forward.
   tensor mask;
   if (w.request().attention == attention_kind::eager)
     mask = w.alloc(static_cast<u64>(D.b * q_len) * static_cast<u64>(past + q_len) * low, tmp,
                    "causal mask");
+  // The sliding-window layers' bool mask (b, 1, q, kv), built once per forward.
+  tensor window_mask;
+  if (sliding_mask(w, q_len, past))
+    window_mask = w.alloc(
+        static_cast<u64>(D.b * q_len) * static_cast<u64>(sliding_kv_len(w.model().t, q_len, past)),
+        tmp, "sliding-window mask (bool)");
   for (int l = 0; l < D.layers; ++l) {
     w.set_layer(l);
     norm_temporaries(w, nh);
@@ -307,8 +376,13 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
     tensor h1 = w.alloc(nh * low, tmp, "residual");
     proj.reset();
     x.reset();
-    w.transient(nh * low, tmp, "norm output");
+    // The norm before the MLP (post_attention_layernorm, Gemma's pre_feedforward_layernorm) runs
+    // as the first one does, and its output is the MLP's input: the decoder layer's
+    // hidden_states holds it until the MLP returns.
+    norm_temporaries(w, nh);
+    tensor mlp_in = w.alloc(nh * low, tmp, "MLP input (norm output)");
     x = w.model().t.sparse(l) ? infer_moe(w, rows, nh) : infer_mlp(w, rows, nh, nf);
+    mlp_in.reset();
     if (sandwich) {
       // post_feedforward_layernorm on the MLP output, then the residual add.
       norm_temporaries(w, nh);
@@ -318,9 +392,14 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
     h1.reset();
   }
   w.set_layer(-1);
-  // logits_to_keep = 1: only the last position goes through the head; generate copies it to fp32.
+  // The final norm runs over every position (the head slices logits_to_keep after it); the
+  // model's forward then returns, dropping the last layer's output and inputs_embeds, and
+  // logits_to_keep = 1 sends only the last position through the head; generate copies it to fp32.
   const i64 vocab = w.model().t.vocab;
-  w.transient(static_cast<u64>(D.b) * D.h * low, tmp, "final norm (last token)");
+  norm_temporaries(w, nh);
+  tensor fin = w.alloc(nh * low, tmp, "final norm");
+  x.reset();
+  emb.reset();
   tensor lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss,
                       "logits (last token)");
   if (w.model().t.final_softcap > 0) {
@@ -329,6 +408,7 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
     lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss, "softcap tanh");
     lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss, "softcap scaled");
   }
+  fin.reset();
   tensor l32 = w.alloc(static_cast<u64>(D.b * vocab) * 4, component::logits_and_loss,
                        "next-token logits fp32");
   lg.reset();

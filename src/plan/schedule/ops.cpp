@@ -216,8 +216,14 @@ tensor math_attention(walker& w, const dims& D, const tensor& q, const tensor& k
   tensor sc = w.op(ns * 4, "sdpa math scores", {edge{qs, nq * 4}, edge{kx, nq * 4}}, {qs, kx});
   qs.reset();
   kx.reset();
-  // attn.add_(mask) in place; _safe_softmax saves its output.
-  tensor sm = w.op(ns * 4, "sdpa math softmax", {edge{sc, ns * 4}}, {});
+  // attn.add_(mask) in place. _safe_softmax (aten/src/ATen/native/transformers/attention.cpp)
+  // runs softmax, a bool mask of the -inf scores and where() over them, a second fp32 tensor,
+  // before the first and the mask are dropped; its output is saved.
+  tensor sm0 = w.alloc(ns * 4, tmp, "sdpa math softmax");
+  tensor inf = w.alloc(ns, tmp, "sdpa math -inf mask");
+  tensor sm = w.op(ns * 4, "sdpa math safe softmax", {edge{sc, ns * 4}}, {});
+  sm0.reset();
+  inf.reset();
   w.save_output(sm);
   sc.reset();
   mask.reset();

@@ -100,7 +100,9 @@ tensor pre_norm_block(walker& w, const transformer_family& fam, const dims& D, c
   }
   n1.reset();
   tensor h1 = add(w, od, low, x, xb, nh, "residual");
-  od.reset();
+  // transformers' ViTLayer keeps attention_output in a local until the layer returns, so it
+  // lives through the MLP; the other families rebind hidden_states and drop it here.
+  if (w.model().family != model_family::hf_vit) od.reset();
   const int h1b = std::max(low, xb);
   tensor m = norm(w, h1, rows, D.h, h1b, p.mlp_norm);
   m = mlp(w, D, m, nb, p);

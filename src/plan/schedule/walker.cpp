@@ -136,7 +136,8 @@ void walker::record(int out, std::initializer_list<edge> edges,
                     std::initializer_list<saved_ref> saved, std::initializer_list<int> params,
                     u64 workspace) {
   if (!grad_on_) return;
-  node n;
+  // Built in place (a node is about 200 bytes) and dropped again when nothing needs a gradient.
+  node& n = nodes_.emplace_back();
   n.out = out;
   for (const auto& e : edges)
     if (requires_grad(e.id)) n.edges.push_back(e);
@@ -146,15 +147,17 @@ void walker::record(int out, std::initializer_list<edge> edges,
     n.param_bytes.push_back(param_elems_[p]);
     n.param_cast.push_back(cast_of_[p] != -1);
   }
-  if (n.edges.empty() && n.params.empty()) return;
+  if (n.edges.empty() && n.params.empty()) {
+    nodes_.pop_back();
+    return;
+  }
   for (const auto& t : saved) {
     if (t.id < 0) continue;
     retain(t.id);
     n.saved.push_back(t.id);
   }
   n.workspace = workspace;
-  meta_[out].producer = static_cast<int>(nodes_.size());
-  nodes_.push_back(n);
+  meta_[out].producer = static_cast<int>(nodes_.size() - 1);
 }
 
 void walker::save_output(const tensor& out) {

@@ -229,7 +229,7 @@ class walker {
     [[nodiscard]] const T* end() const noexcept { return a_.data() + n_; }
 
    private:
-    std::array<T, N> a_{};
+    std::array<T, N> a_;  ///< only [0, n_) is ever read: no zeroing per node
     std::uint8_t n_ = 0;
   };
   /// A recorded autograd node; fixed capacity, since a plan records thousands of them.

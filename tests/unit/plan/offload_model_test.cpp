@@ -137,6 +137,7 @@ TEST(OffloadModel, AgreesWithThePythonModelOnSharedCases) {
     in.other_time_s = j.value("other_time_s", 0.0);
     in.window_bytes = j.value("window_bytes", 512ull << 20);
     in.prefetch = j.value("prefetch", 1);
+    in.prefetch_blocks = j.value("prefetch_blocks", 0);
     const auto e = simulate_offload(mix, in);
     const auto& x = c["expect"];
     const auto near = [](double a, double b) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "vramkit/core/error.hpp"
 #include "vramkit/plan/config_loader.hpp"
@@ -159,10 +160,103 @@ TEST(PlannerFixes, EagerAttentionAtInferenceMaterialisesTheScores) {
   const auto sdpa = make_plan(m, r);
   r.attention = attention_kind::eager;
   const auto eager = make_plan(m, r);
-  // 32 heads x 8000^2 scores: fp32 softmax + the 16-bit masked scores = 6 bytes each.
-  const double scores = 32.0 * 8000 * 8000 * 6;
-  EXPECT_GT(static_cast<double>(eager.allocated_peak_bytes - sdpa.allocated_peak_bytes),
-            0.9 * scores);
+  // 32 heads x 8000^2 scores. softmax(dtype=float32) on bf16 scores copies them to fp32 first
+  // (ATen fuses the upcast for fp16 only), so the 16-bit masked scores, the fp32 copy and the
+  // fp32 softmax are live at once: 10 bytes each (H200, r9: 8.90 GiB measured at 4096 tokens,
+  // where 6 bytes per score predicted 6.83).
+  const double scores = 32.0 * 8000 * 8000;
+  const double extra = static_cast<double>(eager.allocated_peak_bytes - sdpa.allocated_peak_bytes);
+  EXPECT_GT(extra, 9.5 * scores);
+  EXPECT_LT(extra, 10.5 * scores);
+}
+
+TEST(PlannerFixes, TheMlpInputLivesThroughTheMlpAtInference) {
+  // The decoder layer's hidden_states holds post_attention_layernorm's output until the MLP
+  // returns, so at the prefill peak (the SwiGLU product) the residual, that input and three
+  // intermediates (SiLU output, up projection, product) are live.
+  const auto m = preset_model("llama-3-8b");
+  plan_request r;
+  r.mode = run_mode::infer, r.batch = 1, r.prompt = 8000, r.new_tokens = 1;
+  const auto p = make_plan(m, r);
+  EXPECT_EQ(p.peak_tensor, "mlp product");
+  const std::uint64_t rows = 8000, h = 4096, f = 14336;
+  EXPECT_GE(component_bytes(p, "temporaries"), rows * (2 * h + 3 * f) * 2);
+}
+
+TEST(PlannerFixes, SdpaMathFallbackRunsSafeSoftmax) {
+  // SDPA's math path ends in _safe_softmax: softmax, a bool mask of the -inf scores and where()
+  // over them, so two fp32 score tensors and a one-byte one exist beside the scores (Falcon's
+  // multi-query heads take this path), in training and at inference.
+  const auto m = preset_model("falcon-7b");
+  plan_request r;
+  r.mode = run_mode::infer, r.batch = 2, r.prompt = 512, r.new_tokens = 2;
+  const std::uint64_t scores = 2ull * 71 * 512 * 512;
+  auto s = schedule_of(m, r);
+  EXPECT_EQ(largest(s, "sdpa math -inf mask"), scores);
+  EXPECT_EQ(largest(s, "sdpa math safe softmax"), scores * 4);
+  r = plan_request{};
+  r.batch = 1, r.seq = 512, r.prec = precision::bf16, r.optimizer = optimizer_kind::sgd;
+  s = schedule_of(m, r);
+  EXPECT_EQ(largest(s, "sdpa math -inf mask"), scores / 2);
+  EXPECT_EQ(largest(s, "sdpa math safe softmax"), scores * 2);
+}
+
+TEST(PlannerFixes, SlidingWindowPrefillPastTheWindowRunsMaskedSdpa) {
+  // Past the window transformers builds a bool sliding-window mask; with a mask,
+  // sdpa_attention_forward repeats K and V over the query heads (enable_gqa needs no mask) and
+  // SDPA converts the mask to an additive one in the model dtype. Within the window: none.
+  auto m = parse_model_config(
+      R"({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+          "num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": 8,
+          "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 1024})",
+      "mistral-w1024");
+  plan_request r;
+  r.mode = run_mode::infer, r.batch = 4, r.prompt = 3000, r.new_tokens = 2;
+  auto s = schedule_of(m, r);
+  EXPECT_EQ(largest(s, "sliding-window mask (bool)"), 4ull * 3000 * 3000);
+  EXPECT_EQ(largest(s, "SDPA additive mask"), 4ull * 3000 * 3000 * 2);
+  EXPECT_EQ(largest(s, "repeat_kv keys (masked SDPA)"), 4ull * 32 * 3000 * 128 * 2);
+  r.prompt = 1000;
+  s = schedule_of(m, r);
+  EXPECT_EQ(largest(s, "SDPA additive mask"), 0u);
+  EXPECT_EQ(largest(s, "sliding-window mask (bool)"), 0u);
+}
+
+namespace {
+
+/// Whether a tensor with that label is live where the schedule's live bytes peak.
+bool live_at_peak(const schedule& s, const char* label) {
+  std::vector<bool> live(s.tensors.size(), false);
+  std::vector<bool> at_best;
+  std::uint64_t now = 0, best = 0;
+  for (const auto& e : s.events) {
+    live[e.tensor] = e.alloc;
+    now = e.alloc ? now + e.bytes : now - e.bytes;
+    if (now > best) best = now, at_best = live;
+  }
+  for (std::size_t i = 0; i < s.tensors.size(); ++i)
+    if (at_best[i] && std::strcmp(s.tensors[i].label, label) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST(PlannerFixes, VitLayerKeepsItsAttentionOutputThroughTheMlp) {
+  // ViTLayer.forward holds attention_output in a local until it returns: at the largest live
+  // set of an inference forward (inside the MLP) that layer's attention output is still live.
+  const auto m = preset_model("vit-base-hf");
+  plan_request r;
+  r.mode = run_mode::infer, r.batch = 64, r.image_size = 224;
+  EXPECT_TRUE(live_at_peak(schedule_of(m, r), "attention output projection"));
+}
+
+TEST(PlannerFixes, InputEmbeddingsLiveThroughThePrefill) {
+  // inputs_embeds is a local of the decoder model's forward: the embedding output is still
+  // live at the prefill peak in the last layer's MLP.
+  const auto m = preset_model("llama-3-8b");
+  plan_request r;
+  r.mode = run_mode::infer, r.batch = 1, r.prompt = 8000, r.new_tokens = 1;
+  EXPECT_TRUE(live_at_peak(schedule_of(m, r), "input embeddings"));
 }
 
 TEST(PlannerFixes, NoOpCombinationsAreRefused) {
