@@ -172,7 +172,8 @@ function vramkit.apply(job_desc)
   return nil
 end
 
-function slurm_job_submit(job_desc, part_list, submit_uid)
+-- Applies the request of job_desc; a refusal is told to the user and fails the call.
+local function apply_or_refuse(job_desc)
   local err = vramkit.apply(job_desc)
   if err ~= nil then
     slurm.log_user("%s", err)
@@ -181,15 +182,14 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   return slurm.SUCCESS
 end
 
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  return apply_or_refuse(job_desc)
+end
+
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   -- Only a new comment carries a new request; other updates pass through untouched.
   if job_desc.comment == nil then return slurm.SUCCESS end
-  local err = vramkit.apply(job_desc)
-  if err ~= nil then
-    slurm.log_user("%s", err)
-    return slurm.ERROR
-  end
-  return slurm.SUCCESS
+  return apply_or_refuse(job_desc)
 end
 
 return slurm.SUCCESS

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kube_json.hpp"
 #include "vramkit/cluster/extender_bind.hpp"
 #include "vramkit/cluster/memory_request.hpp"
 #include "vramkit/core/error.hpp"
@@ -26,32 +27,16 @@ std::string gpu_of(const std::string& id) {
   return digits ? id.substr(0, dash) : id;
 }
 
-const json* field(const json& j, std::initializer_list<const char*> keys) {
-  const json* cur = &j;
-  for (const char* k : keys) {
-    if (!cur->is_object()) return nullptr;
-    auto it = cur->find(k);
-    if (it == cur->end()) return nullptr;
-    cur = &*it;
-  }
-  return cur;
-}
-
-std::string string_at(const json& j, std::initializer_list<const char*> keys) {
-  const json* v = field(j, keys);
-  return v && v->is_string() ? v->get<std::string>() : std::string();
-}
+using kube_json::string_at;
 
 // The container's count of `resource` in limits (device-plugin resources need limits == requests).
 std::uint64_t container_units(const json& container, const std::string& resource) {
   for (const char* where : {"limits", "requests"}) {
-    const json* q = field(container, {"resources", where});
+    const json* q = kube_json::at_path(container, {"resources", where});
     if (q == nullptr || !q->is_object()) continue;
     auto it = q->find(resource);
     if (it == q->end()) continue;
-    if (it->is_string()) return parse_kube_quantity(it->get<std::string>());
-    if (it->is_number_unsigned()) return it->get<std::uint64_t>();
-    if (it->is_number_integer() && it->get<std::int64_t>() >= 0) return it->get<std::uint64_t>();
+    if (const auto units = kube_json::quantity(*it)) return *units;
   }
   return 0;
 }
@@ -109,7 +94,7 @@ std::optional<allocation> find_allocation(std::string_view pod_list_json, std::u
   } catch (const json::exception& e) {
     throw invalid_input(fmt::format("pod list is not JSON: {}", e.what()));
   }
-  const json* items = field(doc, {"items"});
+  const json* items = kube_json::at_path(doc, {"items"});
   if (items == nullptr || !items->is_array())
     throw invalid_input("pod list has no 'items' array (not a v1 PodList)");
   struct candidate {
@@ -122,8 +107,8 @@ std::optional<allocation> find_allocation(std::string_view pod_list_json, std::u
       continue;
     const std::string phase = string_at(pod, {"status", "phase"});
     if (phase == "Succeeded" || phase == "Failed") continue;
-    if (field(pod, {"metadata", "deletionTimestamp"}) != nullptr) continue;
-    const json* ann = field(pod, {"metadata", "annotations"});
+    if (kube_json::at_path(pod, {"metadata", "deletionTimestamp"}) != nullptr) continue;
+    const json* ann = kube_json::at_path(pod, {"metadata", "annotations"});
     if (ann == nullptr || !ann->is_object()) continue;
     auto uuid = ann->find(std::string(annotation_gpu_uuid));
     if (uuid == ann->end() || !uuid->is_string()) continue;
@@ -159,7 +144,7 @@ std::optional<allocation> find_allocation(std::string_view pod_list_json, std::u
         start = comma + 1;
       }
     }
-    const json* containers = field(pod, {"spec", "containers"});
+    const json* containers = kube_json::at_path(pod, {"spec", "containers"});
     if (containers == nullptr || !containers->is_array()) continue;
     // The planner's estimate (the plan annotation) is the plan of the pod's one GPU container;
     // with several, each container's plan is its own request.

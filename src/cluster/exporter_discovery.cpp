@@ -47,7 +47,7 @@ std::map<std::string, std::string> exporters_from_pod_list(std::string_view json
   json doc;
   try {
     doc = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     throw invalid_input(fmt::format("pod list is not JSON: {}", e.what()));
   }
   if (!doc.is_object() || doc.value("kind", "") != "PodList" || !doc.contains("items") ||

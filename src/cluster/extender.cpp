@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kube_json.hpp"
 #include "vramkit/cluster/memory_request.hpp"
 #include "vramkit/core/error.hpp"
 
@@ -16,45 +17,17 @@ namespace {
 
 using json = nlohmann::json;
 
-// Go's encoding/json matches field names case-insensitively; kube-scheduler sends "Pod", "Nodes",
-// "NodeNames", but a hand-written client may send "pod".
-const json* find_field(const json& object, std::string_view name) {
-  if (!object.is_object()) return nullptr;
-  if (auto it = object.find(std::string(name)); it != object.end()) return &*it;
-  for (auto it = object.begin(); it != object.end(); ++it) {
-    const std::string& key = it.key();
-    if (key.size() != name.size()) continue;
-    bool same = true;
-    for (std::size_t i = 0; i < key.size() && same; ++i) {
-      same = std::tolower(static_cast<unsigned char>(key[i])) ==
-             std::tolower(static_cast<unsigned char>(name[i]));
-    }
-    if (same) return &*it;
-  }
-  return nullptr;
-}
-
-const json* path(const json& j, std::initializer_list<const char*> keys) {
-  const json* cur = &j;
-  for (const char* k : keys) {
-    if (!cur->is_object()) return nullptr;
-    auto it = cur->find(k);
-    if (it == cur->end()) return nullptr;
-    cur = &*it;
-  }
-  return cur;
-}
+using kube_json::at_path;
+using kube_json::find_field;
 
 // The container's amount of `resource`: limits first (extended resources need limits == requests).
 std::uint64_t container_request(const json& container, const std::string& resource) {
   for (const char* where : {"limits", "requests"}) {
-    const json* q = path(container, {"resources", where});
+    const json* q = at_path(container, {"resources", where});
     if (q == nullptr || !q->is_object()) continue;
     auto it = q->find(resource);
     if (it == q->end()) continue;
-    if (it->is_string()) return parse_kube_quantity(it->get<std::string>());
-    if (it->is_number_unsigned()) return it->get<std::uint64_t>();
-    if (it->is_number_integer() && it->get<std::int64_t>() >= 0) return it->get<std::uint64_t>();
+    if (const auto units = kube_json::quantity(*it)) return *units;
     throw invalid_input(fmt::format("{} of {} is not a quantity", where, resource));
   }
   return 0;
@@ -63,7 +36,7 @@ std::uint64_t container_request(const json& container, const std::string& resour
 std::optional<std::uint64_t> request_of(const json& pod, const extender_config& config) {
   std::uint64_t sum = 0;
   bool found = false;
-  if (const json* containers = path(pod, {"spec", "containers"});
+  if (const json* containers = at_path(pod, {"spec", "containers"});
       containers && containers->is_array()) {
     for (const json& c : *containers) {
       const std::uint64_t r = container_request(c, config.resource_name);
@@ -71,7 +44,7 @@ std::optional<std::uint64_t> request_of(const json& pod, const extender_config& 
       sum += r;
     }
   }
-  if (const json* inits = path(pod, {"spec", "initContainers"}); inits && inits->is_array()) {
+  if (const json* inits = at_path(pod, {"spec", "initContainers"}); inits && inits->is_array()) {
     for (const json& c : *inits) {
       const std::uint64_t r = container_request(c, config.resource_name);
       found = found || r > 0;
@@ -85,7 +58,7 @@ std::optional<std::uint64_t> request_of(const json& pod, const extender_config& 
           fmt::format("{} of {} units of {} bytes overflows", config.resource_name, sum, unit));
     return sum * unit;
   }
-  if (const json* ann = path(pod, {"metadata", "annotations"}); ann && ann->is_object()) {
+  if (const json* ann = at_path(pod, {"metadata", "annotations"}); ann && ann->is_object()) {
     auto it = ann->find(config.plan_annotation);
     if (it != ann->end()) {
       if (!it->is_string())
@@ -133,11 +106,11 @@ parsed_args parse_args(std::string_view body, json& doc) {
   if (nodes != nullptr && !nodes->is_null()) {
     if (!nodes->is_object()) throw invalid_input("ExtenderArgs.Nodes must be a NodeList object");
     args.node_list = nodes;
-    const json* items = path(*nodes, {"items"});
+    const json* items = at_path(*nodes, {"items"});
     if (items != nullptr && !items->is_null()) {
       if (!items->is_array()) throw invalid_input("ExtenderArgs.Nodes.items must be an array");
       for (const json& item : *items) {
-        const json* name = path(item, {"metadata", "name"});
+        const json* name = at_path(item, {"metadata", "name"});
         if (name == nullptr || !name->is_string()) {
           throw invalid_input("a node in ExtenderArgs.Nodes.items has no metadata.name");
         }
@@ -281,7 +254,7 @@ extender_response extender_filter(std::string_view body, const node_lookup& look
             filter_result(args, keep, failed, unresolvable, fmt::format("vramkit: {}", e.what()))};
   }
   if (request && config.on_request) {
-    if (const json* uid = path(*args.pod, {"metadata", "uid"}); uid && uid->is_string()) {
+    if (const json* uid = at_path(*args.pod, {"metadata", "uid"}); uid && uid->is_string()) {
       config.on_request(uid->get<std::string>(), *request);
     }
   }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kube_json.hpp"
 #include "vramkit/core/error.hpp"
 
 namespace vramkit::cluster {
@@ -14,22 +15,13 @@ namespace {
 
 using json = nlohmann::json;
 
-// Go's encoding/json matches field names case-insensitively.
+// A string member of ExtenderBindingArgs, matched case-insensitively as Go does; "" when absent.
 std::string string_field(const json& object, std::string_view name) {
-  for (auto it = object.begin(); it != object.end(); ++it) {
-    const std::string& key = it.key();
-    if (key.size() != name.size()) continue;
-    bool same = true;
-    for (std::size_t i = 0; i < key.size() && same; ++i) {
-      same = std::tolower(static_cast<unsigned char>(key[i])) ==
-             std::tolower(static_cast<unsigned char>(name[i]));
-    }
-    if (!same) continue;
-    if (!it->is_string())
-      throw invalid_input(fmt::format("ExtenderBindingArgs.{} must be a string", name));
-    return it->get<std::string>();
-  }
-  return {};
+  const json* v = kube_json::find_field(object, name);
+  if (v == nullptr) return {};
+  if (!v->is_string())
+    throw invalid_input(fmt::format("ExtenderBindingArgs.{} must be a string", name));
+  return v->get<std::string>();
 }
 
 std::string result_body(const std::string& error) { return json{{"Error", error}}.dump(); }
@@ -73,7 +65,7 @@ extender_response bind_service::bind(std::string_view body) {
     d.pod_namespace = string_field(doc, "PodNamespace");
     d.pod_uid = string_field(doc, "PodUID");
     d.node = string_field(doc, "Node");
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     return {400, fmt::format("request body is not JSON: {}\n", e.what()), "text/plain"};
   } catch (const invalid_input& e) {
     return {400, std::string(e.what()) + "\n", "text/plain"};

@@ -46,7 +46,9 @@ std::string exporter::metrics() {
 void exporter::publish(sample s) {
   const std::uint64_t count = ++samples_;
   auto body = std::make_shared<const std::string>(render_sample_metrics(s, count));
+  const std::int64_t taken_ms = s.timestamp_ms;
   history_.push(std::move(s));
+  latest_sample_ms_ = taken_ms;
   std::lock_guard lock(body_mutex_);
   body_ = std::move(body);
 }
@@ -153,9 +155,10 @@ http_response exporter::handle(const http_request& req) {
     return r;
   }
   if (req.path == "/healthz") {
-    auto latest = history_.latest();
-    auto age_ms = latest ? now_ms() - latest->timestamp_ms : -1;
-    bool fresh = latest && age_ms <= 3 * options_.interval.count() + 1000;
+    // The latest sample's time only: no copy of the sample, no lock shared with the sampler.
+    const std::int64_t taken_ms = latest_sample_ms_;
+    const std::int64_t age_ms = taken_ms >= 0 ? now_ms() - taken_ms : -1;
+    const bool fresh = taken_ms >= 0 && age_ms <= 3 * options_.interval.count() + 1000;
     return fresh ? text(200, "ok\n")
                  : text(503, "stale: no sample for " + std::to_string(age_ms) + " ms\n");
   }

@@ -114,10 +114,18 @@ struct http_server::impl {
     if (!self->started) self->last_log = line;
   }
 
-  static MHD_Result queue(MHD_Connection* c, const http_response& r) {
-    MHD_Response* resp = MHD_create_response_from_buffer(
-        r.body.size(), const_cast<char*>(r.body.data()), MHD_RESPMEM_MUST_COPY);
-    if (resp == nullptr) return MHD_NO;
+  static void free_body(void* body) { delete static_cast<std::string*>(body); }
+
+  // Queues `r`; the response owns its body from here (moved, not copied: a /metrics page is
+  // tens of kilobytes per scrape).
+  static MHD_Result queue(MHD_Connection* c, http_response& r) {
+    auto* body = new std::string(std::move(r.body));
+    MHD_Response* resp = MHD_create_response_from_buffer_with_free_callback_cls(
+        body->size(), body->data(), &impl::free_body, body);
+    if (resp == nullptr) {
+      delete body;
+      return MHD_NO;
+    }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r.content_type.c_str());
     for (const auto& [k, v] : r.headers) MHD_add_response_header(resp, k.c_str(), v.c_str());
     const MHD_Result ret = MHD_queue_response(c, static_cast<unsigned>(r.status), resp);

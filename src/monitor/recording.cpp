@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "vramkit/core/error.hpp"
 #include "vramkit/monitor/metrics_schema.hpp"
@@ -59,20 +60,23 @@ void take(const json& j, const char* key, std::optional<T>& v) {
   if (auto it = j.find(key); it != j.end() && !it->is_null()) v = number<T>(*it, key);
 }
 
+// The text fields of a process's owner, by their key in a recording.
+constexpr std::pair<const char*, std::string process_owner::*> owner_text_fields[] = {
+    {"pod", &process_owner::pod},
+    {"namespace", &process_owner::pod_namespace},
+    {"pod_uid", &process_owner::pod_uid},
+    {"container", &process_owner::container},
+    {"container_id", &process_owner::container_id},
+    {"slurm_job", &process_owner::slurm_job},
+    {"slurm_step", &process_owner::slurm_step}};
+
 // A process's owner: only the fields that are known, so that recordings of plain hosts stay
 // as they were.
 json owner_to_json(const process_owner& o) {
   json j = json::object();
-  auto text = [&](const char* key, const std::string& v) {
-    if (!v.empty()) j[key] = v;
-  };
-  text("pod", o.pod);
-  text("namespace", o.pod_namespace);
-  text("pod_uid", o.pod_uid);
-  text("container", o.container);
-  text("container_id", o.container_id);
-  text("slurm_job", o.slurm_job);
-  text("slurm_step", o.slurm_step);
+  for (const auto& [key, member] : owner_text_fields) {
+    if (!(o.*member).empty()) j[key] = o.*member;
+  }
   put(j, "namespace_pid", o.namespace_pid);
   put(j, "planned_bytes", o.planned_bytes);
   if (o.planned_from != plan_source::none) j["planned_from"] = to_string(o.planned_from);
@@ -88,13 +92,7 @@ process_owner owner_from_json(const json& j) {
       v = it->get<std::string>();
     }
   };
-  text("pod", o.pod);
-  text("namespace", o.pod_namespace);
-  text("pod_uid", o.pod_uid);
-  text("container", o.container);
-  text("container_id", o.container_id);
-  text("slurm_job", o.slurm_job);
-  text("slurm_step", o.slurm_step);
+  for (const auto& [key, member] : owner_text_fields) text(key, o.*member);
   take(j, "namespace_pid", o.namespace_pid);
   take(j, "planned_bytes", o.planned_bytes);
   std::string from;
@@ -156,8 +154,10 @@ gpu_sample gpu_from_json(const json& j) {
   if (auto it = j.find("mig"); it != j.end()) {
     for (const auto& mj : *it) {
       mig_instance m;
-      m.gpu_instance_id = mj.value("gpu_instance_id", 0U);
-      m.compute_instance_id = mj.value("compute_instance_id", 0U);
+      m.gpu_instance_id =
+          mj.contains("gpu_instance_id") ? number_at<unsigned>(mj, "gpu_instance_id") : 0;
+      m.compute_instance_id =
+          mj.contains("compute_instance_id") ? number_at<unsigned>(mj, "compute_instance_id") : 0;
       m.uuid = mj.value("uuid", std::string());
       take(mj, "memory_total_bytes", m.memory_total_bytes);
       take(mj, "memory_used_bytes", m.memory_used_bytes);
@@ -373,14 +373,15 @@ sample sample_from_json(const std::string& line) {
   try {
     json j = json::parse(line);
     if (!j.is_object()) throw invalid_input("not a JSON object");
-    int version = j.value("schema_version", 0);
+    const int version = j.contains("schema_version") ? number_at<int>(j, "schema_version") : 0;
     if (version != sample_schema_version) {
       throw invalid_input("schema_version " + std::to_string(version) + " (this vramkit reads " +
                           std::to_string(sample_schema_version) + ")");
     }
     sample s;
-    s.timestamp_ms = j.at("timestamp_ms").get<std::int64_t>();
-    s.sample_duration_seconds = j.value("sample_duration_seconds", 0.0);
+    s.timestamp_ms = number_at<std::int64_t>(j, "timestamp_ms");
+    if (auto it = j.find("sample_duration_seconds"); it != j.end() && !it->is_null())
+      s.sample_duration_seconds = number<double>(*it, "sample_duration_seconds");
     s.gpu_source = j.value("gpu_source", std::string());
     s.gpu_unavailable_reason = j.value("gpu_unavailable_reason", std::string());
     s.driver_version = j.value("driver_version", std::string());

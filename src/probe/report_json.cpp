@@ -2,6 +2,9 @@
 #include "vramkit/probe/report_json.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -23,21 +26,49 @@ json stats_json(const sample_stats& s) {
   return {{"min", number(s.min)}, {"median", number(s.median)}, {"max", number(s.max)}};
 }
 
+invalid_input wrong_type(const char* field, const char* where) {
+  return invalid_input(std::string("probe report JSON: field '") + field + "' of " + where +
+                       " has the wrong type");
+}
+
+// A number of a result or curve: null reads as 0 (as it was written for NaN or infinity).
+double number_value(const json& v, const char* field, const char* where) {
+  if (v.is_null()) return 0.0;
+  if (!v.is_number()) throw wrong_type(field, where);
+  return v.get<double>();
+}
+
+// `field` of `obj` as a T; a whole-number T takes only a whole number in its range (a plain
+// get<T>() converts 1e30 with undefined behaviour and wraps -1).
 template <class T>
 T get(const json& obj, const char* field, const char* where) {
   if (!obj.is_object() || !obj.contains(field)) {
     throw invalid_input(std::string("probe report JSON: ") + where + " has no field '" + field +
                         "'");
   }
-  try {
-    const json& v = obj.at(field);
-    if constexpr (std::is_same_v<T, double>) {
-      if (v.is_null()) return 0.0;
+  const json& v = obj.at(field);
+  if constexpr (std::is_same_v<T, double>) {
+    return number_value(v, field, where);
+  } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const bool in_range =
+        v.is_number_unsigned()
+            ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max())
+        : v.is_number_integer()
+            ? std::is_signed_v<T> &&
+                  v.get<std::int64_t>() >= static_cast<std::int64_t>(std::numeric_limits<T>::min())
+            : false;
+    if (!in_range) {
+      throw invalid_input(std::string("probe report JSON: field '") + field + "' of " + where +
+                          " is not a whole number in range");
     }
-    return v.get<T>();
-  } catch (const json::exception&) {
-    throw invalid_input(std::string("probe report JSON: field '") + field + "' of " + where +
-                        " has the wrong type");
+    return v.is_number_unsigned() ? static_cast<T>(v.get<std::uint64_t>())
+                                  : static_cast<T>(v.get<std::int64_t>());
+  } else {
+    try {
+      return v.get<T>();
+    } catch (const json::exception&) {
+      throw wrong_type(field, where);
+    }
   }
 }
 template <class T>
@@ -52,7 +83,7 @@ std::vector<double> get_numbers(const json& obj, const char* field, const char* 
   if (!a.is_array())
     throw invalid_input(std::string("probe report JSON: '") + field + "' of " + where +
                         " is not an array");
-  for (const auto& x : a) out.push_back(x.is_null() ? 0.0 : x.get<double>());
+  for (const auto& x : a) out.push_back(number_value(x, field, where));
   return out;
 }
 sample_stats get_stats(const json& obj, const char* where) {
@@ -188,8 +219,8 @@ probe_report report_from_document(const json& doc) {
     m.verdict = verdict_from_string(get_or<std::string>(rj, "verdict", "unknown", w));
     m.verdict_reason = get_or<std::string>(rj, "verdict_reason", "", w);
     if (rj.contains("extra")) {
-      for (const auto& [k, v] : rj.at("extra").items())
-        m.extra[k] = v.is_null() ? 0.0 : v.get<double>();
+      if (!rj.at("extra").is_object()) throw wrong_type("extra", w);
+      for (const auto& [k, v] : rj.at("extra").items()) m.extra[k] = number_value(v, "extra", w);
     }
     r.results.push_back(std::move(m));
   }
@@ -241,7 +272,7 @@ probe_report report_from_json(std::string_view json_text) {
   json doc;
   try {
     doc = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     throw invalid_input(std::string("probe report JSON: not valid JSON (") + e.what() + ")");
   }
   return report_from_document(doc);

@@ -52,84 +52,67 @@ std::string fourcc_text(std::uint32_t code) {
   return s;
 }
 
-// Maps a DXGI_FORMAT code to a pixel format; typeless codes read as UNORM.
-std::optional<pixel_format> from_dxgi(std::uint32_t code, bool& bgra) {
-  using tf = texture_format;
-  bgra = false;
-  switch (code) {
-    case 27:
-    case 28:
-      return pixel_format::of(tf::rgba8);
-    case 29:
-      return pixel_format::of(tf::rgba8, true);
-    case 87:
-    case 90:
-      bgra = true;
-      return pixel_format::of(tf::rgba8);
-    case 91:
-      bgra = true;
-      return pixel_format::of(tf::rgba8, true);
-    case 70:
-    case 71:
-      return pixel_format::of(tf::bc1);
-    case 72:
-      return pixel_format::of(tf::bc1, true);
-    case 73:
-    case 74:
-      return pixel_format::of(tf::bc2);
-    case 75:
-      return pixel_format::of(tf::bc2, true);
-    case 76:
-    case 77:
-      return pixel_format::of(tf::bc3);
-    case 78:
-      return pixel_format::of(tf::bc3, true);
-    case 79:
-    case 80:
-      return pixel_format::of(tf::bc4);
-    case 81:
-      return pixel_format::of(tf::bc4, false, true);
-    case 82:
-    case 83:
-      return pixel_format::of(tf::bc5);
-    case 84:
-      return pixel_format::of(tf::bc5, false, true);
-    case 94:
-    case 95:
-      return pixel_format::of(tf::bc6h);
-    case 96:
-      return pixel_format::of(tf::bc6h, false, true);
-    case 97:
-    case 98:
-      return pixel_format::of(tf::bc7);
-    case 99:
-      return pixel_format::of(tf::bc7, true);
-    default:
-      return std::nullopt;
-  }
+// The DXGI_FORMAT codes read and written: typeless codes read as UNORM; `write` marks the code
+// written for a format (the UNORM, sRGB or SNORM one), BGRA codes are only read.
+struct dxgi_code {
+  std::uint32_t code;
+  texture_format format;
+  bool variant;  ///< sRGB for RGBA8, BC1/2/3/7; SNORM (SF16) for BC4/5/6H
+  bool bgra;
+  bool write;
+};
+constexpr dxgi_code dxgi_codes[] = {
+    {27, texture_format::rgba8, false, false, false},
+    {28, texture_format::rgba8, false, false, true},
+    {29, texture_format::rgba8, true, false, true},
+    {87, texture_format::rgba8, false, true, false},
+    {90, texture_format::rgba8, false, true, false},
+    {91, texture_format::rgba8, true, true, false},
+    {70, texture_format::bc1, false, false, false},
+    {71, texture_format::bc1, false, false, true},
+    {72, texture_format::bc1, true, false, true},
+    {73, texture_format::bc2, false, false, false},
+    {74, texture_format::bc2, false, false, true},
+    {75, texture_format::bc2, true, false, true},
+    {76, texture_format::bc3, false, false, false},
+    {77, texture_format::bc3, false, false, true},
+    {78, texture_format::bc3, true, false, true},
+    {79, texture_format::bc4, false, false, false},
+    {80, texture_format::bc4, false, false, true},
+    {81, texture_format::bc4, true, false, true},
+    {82, texture_format::bc5, false, false, false},
+    {83, texture_format::bc5, false, false, true},
+    {84, texture_format::bc5, true, false, true},
+    {94, texture_format::bc6h, false, false, false},
+    {95, texture_format::bc6h, false, false, true},
+    {96, texture_format::bc6h, true, false, true},
+    {97, texture_format::bc7, false, false, false},
+    {98, texture_format::bc7, false, false, true},
+    {99, texture_format::bc7, true, false, true},
+};
+
+// Whether a format's variant is SNORM (BC4, BC5, BC6H) rather than sRGB.
+bool variant_is_snorm(texture_format f) {
+  return f == texture_format::bc4 || f == texture_format::bc5 || f == texture_format::bc6h;
 }
 
+// Maps a DXGI_FORMAT code to a pixel format.
+std::optional<pixel_format> from_dxgi(std::uint32_t code, bool& bgra) {
+  bgra = false;
+  for (const auto& d : dxgi_codes) {
+    if (d.code != code) continue;
+    bgra = d.bgra;
+    const bool snorm = variant_is_snorm(d.format);
+    return pixel_format::of(d.format, d.variant && !snorm, d.variant && snorm);
+  }
+  return std::nullopt;
+}
+
+// The code written for `f`; 0 for ASTC (no DXGI code).
 std::uint32_t to_dxgi(const pixel_format& f) {
-  using tf = texture_format;
-  switch (f.format) {
-    case tf::rgba8:
-      return f.srgb ? 29 : 28;
-    case tf::bc1:
-      return f.srgb ? 72 : 71;
-    case tf::bc2:
-      return f.srgb ? 75 : 74;
-    case tf::bc3:
-      return f.srgb ? 78 : 77;
-    case tf::bc4:
-      return f.snorm ? 81 : 80;
-    case tf::bc5:
-      return f.snorm ? 84 : 83;
-    case tf::bc6h:
-      return f.snorm ? 96 : 95;
-    case tf::bc7:
-      return f.srgb ? 99 : 98;
-    case tf::astc:
-      break;
+  const bool variant = variant_is_snorm(f.format) ? f.snorm : f.srgb;
+  for (const auto& d : dxgi_codes) {
+    if (d.write && d.format == f.format && d.variant == variant) return d.code;
   }
   return 0;
 }
@@ -331,7 +314,8 @@ texture_info parse_astc(const std::filesystem::path& file, const std::vector<std
   return info;
 }
 
-texture_info parse_png(const std::filesystem::path& file, std::uint64_t file_bytes) {
+// libpng's simplified reader opened on `file` (header read). Throws texture_file_error.
+png_image begin_png(const std::filesystem::path& file) {
   png_image image;
   std::memset(&image, 0, sizeof image);
   image.version = PNG_IMAGE_VERSION;
@@ -340,6 +324,11 @@ texture_info parse_png(const std::filesystem::path& file, std::uint64_t file_byt
     png_image_free(&image);
     throw texture_file_error(file, "not a readable PNG (" + why + ")");
   }
+  return image;
+}
+
+texture_info parse_png(const std::filesystem::path& file, std::uint64_t file_bytes) {
+  png_image image = begin_png(file);
   texture_info info;
   info.path = file;
   info.container = file_container::png;
@@ -402,14 +391,7 @@ texture_image load_texture(const std::filesystem::path& file) {
   img.info = p.info;
   img.data.resize(p.info.data_bytes);
   if (p.info.container == file_container::png) {
-    png_image image;
-    std::memset(&image, 0, sizeof image);
-    image.version = PNG_IMAGE_VERSION;
-    if (png_image_begin_read_from_file(&image, file.c_str()) == 0) {
-      const std::string why = image.message;
-      png_image_free(&image);
-      throw texture_file_error(file, "not a readable PNG (" + why + ")");
-    }
+    png_image image = begin_png(file);
     image.format = PNG_FORMAT_RGBA;
     if (png_image_finish_read(&image, nullptr, img.data.data(), 0, nullptr) == 0) {
       const std::string why = image.message;

@@ -1,6 +1,6 @@
-// Fuzzes the kube-scheduler extender verbs (filter, prioritize) and the pod request reader with
-// request bodies, against fixed node states. Each verb answers 200 with JSON or 400 with a line,
-// never throws.
+// Fuzzes the kube-scheduler extender verbs (filter, prioritize, bind) and the pod request reader
+// with request bodies, against fixed node states; bind has seen pod "uid-1" in a filter call. Each
+// verb answers 200 with JSON or 400 with a line, never throws.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -8,6 +8,7 @@
 
 #include "fuzz_input.hpp"
 #include "vramkit/cluster/extender.hpp"
+#include "vramkit/cluster/extender_bind.hpp"
 
 namespace {
 
@@ -66,5 +67,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check(extender_filter(body, lookup, config));
   check(extender_prioritize(body, lookup, config));
   vramkit::fuzz::expect_clean([&] { (void)pod_memory_request(body, config); });
+  bind_service binder(lookup, std::make_shared<reservation_table>(), config,
+                      [](const bind_decision&) { return std::string(); });
+  binder.remember("uid-1", std::uint64_t{8} << 30);
+  check(binder.bind(body));
   return 0;
 }

@@ -68,6 +68,7 @@ class exporter {
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> scrapes_{0};
   std::atomic<std::uint64_t> samples_{0};
+  std::atomic<std::int64_t> latest_sample_ms_{-1};  ///< the latest sample's time, for /healthz
   std::mutex body_mutex_;
   std::shared_ptr<const std::string> body_;  ///< the latest sample's page, without the counter
   std::mutex wake_mutex_;

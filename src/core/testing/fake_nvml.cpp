@@ -5,7 +5,9 @@
 #include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -27,10 +29,27 @@ nvml_status status_from_string(const std::string& s) {
       "' (expected not_supported, no_permission, gpu_lost, not_found, uninitialized or error)");
 }
 
+// A value of type T: for an unsigned T a whole number in T's range (JSON would otherwise convert
+// 1e30 or -1 to T with undefined or wrapped results), for a double any number.
+template <typename T>
+T checked(const nlohmann::json& v, const char* key) {
+  if constexpr (std::is_unsigned_v<T>) {
+    const bool whole =
+        v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0);
+    if (!whole || v.get<std::uint64_t>() > std::numeric_limits<T>::max())
+      throw invalid_input(fmt::format("{} must be a whole number from 0 to {}", key,
+                                      std::numeric_limits<T>::max()));
+    return static_cast<T>(v.get<std::uint64_t>());
+  } else {
+    if (!v.is_number()) throw invalid_input(fmt::format("{} must be a number", key));
+    return v.get<T>();
+  }
+}
+
 template <typename T>
 std::optional<T> opt(const nlohmann::json& j, const char* key) {
   if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
-  return j.at(key).get<T>();
+  return checked<T>(j.at(key), key);
 }
 
 // A link from two optional fixture keys; none when either is absent.
@@ -66,7 +85,8 @@ std::optional<std::uint64_t> byte_count(const nlohmann::json& j, const char* key
 
 nvml_process parse_process(const nlohmann::json& p) {
   nvml_process proc;
-  proc.pid = p.at("pid").get<std::uint32_t>();
+  if (!p.is_object() || !p.contains("pid")) throw invalid_input("a process without a pid");
+  proc.pid = checked<std::uint32_t>(p.at("pid"), "pid");
   proc.used_bytes = byte_count(p, "used_bytes");
   proc.name = p.value("name", std::string());
   const std::string kind = p.value("kind", std::string("compute"));

@@ -57,7 +57,8 @@ class copy_pool {
     {
       std::lock_guard lock(mutex_);
       for (std::size_t i = 1; i < ranges.size(); ++i) {
-        auto [off, n] = ranges[i];
+        const std::size_t off = ranges[i].first;  // (not a structured binding: clang 14 cannot
+        const std::size_t n = ranges[i].second;   // capture one)
         tasks_.push_back([d, s, off, n, &done] {
           std::memcpy(d + off, s + off, n);
           std::lock_guard l(done.m);

@@ -31,6 +31,9 @@ TEST(ExporterDiscovery, RefusesWhatIsNotAPodList) {
   EXPECT_THROW((void)exporters_from_pod_list(R"({"kind":"PodList","items":5})", 9410),
                invalid_input);
   EXPECT_TRUE(exporters_from_pod_list(R"({"kind":"PodList","items":null})", 9410).empty());
+  // A number beyond a double's range (json::parse throws out_of_range, not parse_error).
+  EXPECT_THROW((void)exporters_from_pod_list(R"({"kind":"PodList","items":[],"x":1e999})", 9410),
+               invalid_input);
 }
 
 TEST(ExporterDiscovery, UnreachableApiIsAReasonNotAThrow) {

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "vramkit/core/error.hpp"
+
 namespace vramkit::monitor {
 namespace {
 
@@ -34,6 +38,39 @@ TEST(FakeNvml, ReadsLinkClocksAndBusWidthFromTheFixture) {
                          fake.pcie_link(0).status, fake.max_pcie_link(0).status}) {
     EXPECT_EQ(st, nvml_status::not_supported);
   }
+}
+
+// A count or percentage beyond its type (1e30, 2^32, -1, 0.5) was converted with undefined
+// behaviour (UBSan: float-cast-overflow) or wrapped, as the byte counts were before the fuzzing
+// finding fixed there (inputs in tests/fuzz/regressions/fake_gpu_fixture/); now each is refused
+// with a one-line error naming the key, and values in range still read.
+TEST(FakeNvml, RefusesNumbersOutsideTheirType) {
+  const char* bad[] = {R"({"gpus":[{"memory_total_bytes":1000,"utilization_gpu":1e30}]})",
+                       R"({"gpus":[{"memory_total_bytes":1000,"utilization_gpu":-1}]})",
+                       R"({"gpus":[{"memory_total_bytes":1000,"sm_clock_mhz":4294967296}]})",
+                       R"({"gpus":[{"memory_total_bytes":1000,"pcie_link_width":0.5}]})",
+                       R"({"gpus":[{"memory_total_bytes":1000,"temperature_celsius":"hot"}]})",
+                       R"({"gpus":[{"memory_total_bytes":1000,"processes":[{"pid":-5e20}]}]})",
+                       R"({"gpus":[{"memory_total_bytes":1000,"processes":[{"pid":4294967296}]}]})",
+                       R"({"gpus":[{"memory_total_bytes":1000,"processes":[7]}]})"};
+  for (const char* text : bad) {
+    try {
+      (void)fake_nvml::parse(text, "fixture.json");
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const invalid_input& e) {
+      EXPECT_NE(std::string(e.what()).find("fixture.json: gpus[0]: "), std::string::npos)
+          << e.what();
+    }
+  }
+  const auto gpus = fake_nvml::parse(
+      R"({"gpus":[{"memory_total_bytes":1000,"utilization_gpu":100,"sm_clock_mhz":4294967295,
+          "temperature_celsius":-5.5,"processes":[{"pid":4294967295}]}]})");
+  ASSERT_EQ(gpus.size(), 1u);
+  EXPECT_EQ(gpus[0].utilization_gpu, 100u);
+  EXPECT_EQ(gpus[0].sm_clock_mhz, 4294967295u);
+  EXPECT_EQ(gpus[0].temperature_celsius, -5.5);
+  ASSERT_EQ(gpus[0].processes.size(), 1u);
+  EXPECT_EQ(gpus[0].processes[0].pid, 4294967295u);
 }
 
 TEST(FakeNvml, FailsTheNewQueriesOnRequest) {

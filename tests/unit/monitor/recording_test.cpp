@@ -184,6 +184,25 @@ TEST(Recording, CsvHeaderRepeatingAColumnIsReportedNotRead) {
   EXPECT_TRUE(rec.samples.empty());
 }
 
+// Found by fuzzing (tests/fuzz/regressions/recording/): a timestamp or schema version beyond its
+// type (1.79612e+21 ms) was converted with undefined behaviour (UBSan float-cast-overflow); now
+// the line is reported and skipped, as any malformed line.
+TEST(Recording, NumbersBeyondTheirTypeAreReportedNotConverted) {
+  for (
+      const char* line :
+      {R"({"schema_version":1,"timestamp_ms":1.79612e21,"gpus":[]})",
+       R"({"schema_version":1e30,"timestamp_ms":1000,"gpus":[]})",
+       R"({"schema_version":1,"timestamp_ms":1000,"gpus":[{"index":0,"mig":[{"gpu_instance_id":-1}]}]})",
+       R"({"schema_version":1,"timestamp_ms":1000,"sample_duration_seconds":"slow","gpus":[]})"}) {
+    EXPECT_THROW((void)sample_from_json(line), invalid_input) << line;
+    const auto rec = parse_recording(std::string(line) + "\n");
+    EXPECT_TRUE(rec.samples.empty()) << line;
+    EXPECT_EQ(rec.errors.size(), 1U) << line;
+  }
+  const auto s = sample_from_json(R"({"schema_version":1,"timestamp_ms":1000,"gpus":[]})");
+  EXPECT_EQ(s.timestamp_ms, 1000);
+}
+
 TEST(Recording, UnreadableFileIsAUsageError) {
   EXPECT_THROW(read_recording("/no/such/recording.jsonl"), invalid_input);
   EXPECT_THROW(read_recording(data), invalid_input) << "a directory is not a recording";

@@ -95,8 +95,34 @@ TEST(ReportJson, NonFiniteNumbersBecomeNull) {
   EXPECT_NO_THROW(report_from_json(j.dump()));
 }
 
+// Found by fuzzing (tests/fuzz/regressions/probe_report/): an "extra" value that is not a number
+// let json's type_error escape; a count beyond its type (1e30, -1) was converted with undefined
+// behaviour or wrapped. Each is now a one-line invalid_input naming the field.
+TEST(ReportJson, FieldsOfTheWrongTypeOrRangeAreRefused) {
+  const auto good = nlohmann::json::parse(to_json(sample_report()));
+  const std::pair<const char*, nlohmann::json> cases[] = {
+      {"extra", nlohmann::json{{"threads", "many"}}},
+      {"extra", "0.1.0"},
+      {"size_bytes", 1e30},
+      {"size_bytes", -1},
+      {"repetitions", 1e30},
+      {"samples", nlohmann::json::array({1.0, "x"})}};
+  for (const auto& [field, value] : cases) {
+    auto j = good;
+    j["results"][0][field] = value;
+    try {
+      (void)report_from_json(j.dump());
+      ADD_FAILURE() << field << " = " << value.dump() << " was accepted";
+    } catch (const invalid_input& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW((void)report_from_json(good.dump()));
+}
+
 TEST(ReportJson, RejectsWhatIsNotAReport) {
   EXPECT_THROW(report_from_json("[]"), invalid_input);
+  EXPECT_THROW(report_from_json(R"({"schema_version":1e999})"), invalid_input);  // out_of_range
   EXPECT_THROW(report_from_json(R"({"results": []})"), invalid_input);
   auto j = nlohmann::json::parse(to_json(sample_report()));
   j["schema_version"] = schema_version + 1;

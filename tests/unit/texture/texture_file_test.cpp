@@ -101,6 +101,47 @@ TEST(TextureFile, Dx10RoundTripEveryFormatArraysAndCubes) {
   }
 }
 
+// Every DXGI code read, and the code written for each format: DXGI_FORMAT values of dxgiformat.h
+// (typeless codes read as UNORM; BGRA ones are read only).
+TEST(TextureFile, DxgiCodesReadAndWritten) {
+  temp_dir dir;
+  struct code {
+    std::uint32_t dxgi;
+    const char* name;
+    bool written;
+  };
+  const code codes[] = {
+      {27, "RGBA8", false},     {28, "RGBA8", true},     {29, "RGBA8_SRGB", true},
+      {87, "RGBA8", false},     {90, "RGBA8", false},    {91, "RGBA8_SRGB", false},
+      {70, "BC1", false},       {71, "BC1", true},       {72, "BC1_SRGB", true},
+      {73, "BC2", false},       {74, "BC2", true},       {75, "BC2_SRGB", true},
+      {76, "BC3", false},       {77, "BC3", true},       {78, "BC3_SRGB", true},
+      {79, "BC4", false},       {80, "BC4", true},       {81, "BC4_SNORM", true},
+      {82, "BC5", false},       {83, "BC5", true},       {84, "BC5_SNORM", true},
+      {94, "BC6H_UF16", false}, {95, "BC6H_UF16", true}, {96, "BC6H_SF16", true},
+      {97, "BC7", false},       {98, "BC7", true},       {99, "BC7_SRGB", true}};
+  for (const auto& c : codes) {
+    const auto f = parse_pixel_format(c.name);
+    ASSERT_TRUE(f) << c.name;
+    const auto path = dir / (std::to_string(c.dxgi) + ".dds");
+    write_dds(path, make_image(*f, 8, 8, 1, 1, 1));
+    auto bytes = read_all(path);
+    std::uint32_t written = 0;
+    std::memcpy(&written, &bytes[128], 4);
+    if (c.written) {
+      EXPECT_EQ(written, c.dxgi) << c.name;
+    }
+    std::memcpy(&bytes[128], &c.dxgi, 4);
+    write_all(path, bytes);
+    EXPECT_EQ(read_texture_info(path).format.name(), c.name) << c.dxgi;
+  }
+  std::vector<std::uint8_t> unknown = read_all(dir / "98.dds");
+  const std::uint32_t r8 = 61;  // DXGI_FORMAT_R8_UNORM: not a format vramkit reads
+  std::memcpy(&unknown[128], &r8, 4);
+  write_all(dir / "r8.dds", unknown);
+  EXPECT_THROW((void)read_texture_info(dir / "r8.dds"), texture_file_error);
+}
+
 // A legacy (no DX10) header with the given pixel-format fields.
 std::vector<std::uint8_t> legacy_header(int w, int h, int mips, std::uint32_t pf_flags,
                                         const char* fourcc, std::uint32_t bits = 0,
