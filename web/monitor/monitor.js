@@ -84,6 +84,12 @@
       svg.appendChild(svgEl('text', { 'class': 'xlabel', x: xx, y: H - 6, 'text-anchor': 'middle' }, clock(tt)));
       lastRight = xx + half;
     }
+    if (lastRight === -Infinity) {
+      // No round time fell inside the span (a span shorter than the step, or ticks too close to
+      // the edges on a narrow chart): label the newest sample's time at the right edge instead.
+      svg.appendChild(svgEl('line', { 'class': 'tick', x1: x(t1), x2: x(t1), y1: H - B, y2: H - B + 4 }));
+      svg.appendChild(svgEl('text', { 'class': 'xlabel', x: W - R, y: H - 6, 'text-anchor': 'end' }, clock(t1)));
+    }
     var drawn = 0;
     spec.series.forEach(function (s) {
       if (s.points.length === 0) return;
