@@ -544,7 +544,12 @@ struct vmm_pool_resource::impl {
   // larger than the slack (a tensor that remapping would move on every step and that no slack
   // absorbs: a language model's logits; the H200 LLaMA-shaped step's 500 MiB against a 360 MiB
   // slack).
+  // Never past maximum_size: there, remapping is what can still meet the request.
   [[nodiscard]] bool worth_creating(std::size_t granules) const {
+    if (granules * g >
+        (opt.maximum_size > physical_bytes ? opt.maximum_size - physical_bytes : 0)) {
+      return false;
+    }
     const auto high = static_cast<double>(allocated_high);
     const double more = static_cast<double>(granules * g);
     return static_cast<double>(physical_bytes) + more <=
