@@ -22,6 +22,11 @@ namespace {
 struct stream_state;
 struct arena;
 
+// The device API takes pointers; the pool does its address arithmetic on integers.
+void* as_ptr(std::uintptr_t addr) noexcept {
+  return reinterpret_cast<void*>(addr);  // NOLINT(performance-no-int-to-ptr)
+}
+
 enum class block_state : std::uint8_t { allocated, free, unmapped };
 
 struct block {
@@ -199,7 +204,7 @@ struct vmm_pool_resource::impl {
     stats.allocated_bytes.add(small, static_cast<std::int64_t>(b->size));
     stats.requested_bytes.add(small, static_cast<std::int64_t>(bytes));
     stats.allocations.add(small, 1);
-    return reinterpret_cast<void*>(b->ptr);
+    return as_ptr(b->ptr);
   }
 
   // --- streams and events (lock held) --------------------------------------------------------
@@ -284,13 +289,13 @@ struct vmm_pool_resource::impl {
     std::size_t done = 0;
     try {
       for (; done < hs.size(); ++done) {
-        api->map_physical(reinterpret_cast<void*>(addr + done * g), g, hs[done]);
+        api->map_physical(as_ptr(addr + done * g), g, hs[done]);
       }
-      api->set_access(reinterpret_cast<void*>(addr), hs.size() * g);
+      api->set_access(as_ptr(addr), hs.size() * g);
     } catch (...) {
       if (done > 0) {
         try {
-          api->unmap(reinterpret_cast<void*>(addr), done * g);
+          api->unmap(as_ptr(addr), done * g);
         } catch (...) {
           std::fprintf(stderr, "vramkit %s: unmapping after a failed map failed\n", name.c_str());
         }
@@ -316,7 +321,7 @@ struct vmm_pool_resource::impl {
 
   void unmap_run(arena& a, std::uintptr_t addr, std::size_t n, bool evict) {
     const auto start = std::chrono::steady_clock::now();
-    api->unmap(reinterpret_cast<void*>(addr), n * g);
+    api->unmap(as_ptr(addr), n * g);
     stats.vmm.unmap_ns += elapsed_ns(start);
     stats.vmm.granules_unmapped += n;
     for (std::size_t i = 0; i < n; ++i) {
@@ -551,7 +556,7 @@ struct vmm_pool_resource::impl {
       return false;
     }
     const auto high = static_cast<double>(allocated_high);
-    const double more = static_cast<double>(granules * g);
+    const auto more = static_cast<double>(granules * g);
     return static_cast<double>(physical_bytes) + more <=
                high * (1.0 + opt.growth_slack + std::max(opt.growth_slack, opt.growth_slack_max)) ||
            more >= high * opt.growth_slack;
@@ -721,7 +726,7 @@ struct vmm_pool_resource::impl {
       std::size_t j = i;
       while (j < a.handles.size() && a.handles[j].value != 0) ++j;
       try {
-        api->unmap(reinterpret_cast<void*>(a.base + i * g), (j - i) * g);
+        api->unmap(as_ptr(a.base + i * g), (j - i) * g);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "vramkit %s: unmap at destruction failed: %s\n", name.c_str(),
                      e.what());
@@ -729,7 +734,7 @@ struct vmm_pool_resource::impl {
       for (std::size_t k = i; k < j; ++k) api->release_physical(a.handles[k]);
       i = j;
     }
-    api->free_address_range(reinterpret_cast<void*>(a.base), a.size);
+    api->free_address_range(as_ptr(a.base), a.size);
     for (block* b = a.first; b != nullptr;) {
       block* n = b->next;
       delete b;
