@@ -20,15 +20,12 @@ Usage:
 """
 
 import argparse
-import json
 import os
-import socket
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import measure_ground_truth as gt  # noqa: E402
+import multi_rank  # noqa: E402
 
 def cases(ranks, wrap):
     """Per-rank shapes as the single-GPU ground truth uses them; global batch = ranks x per rank."""
@@ -47,87 +44,34 @@ def cases(ranks, wrap):
     return out
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def train(torch, dist, rank, ranks, case, device):
+    """One DDP or FSDP rank: three training steps (multi_rank records the peaks)."""
+    local = dict(case, batch=case["per_rank_batch"])
+    model = gt.build_model(torch, local, device)
+    params = sum(p.numel() for p in model.parameters())
+    model.train()
+    if case["wrap"] == "fsdp":
+        # FSDP2 as users apply it to a transformer: each block a unit, then the root
+        # (parameters sharded, all-gathered per unit and freed after its forward: ZeRO-3).
+        from torch.distributed.fsdp import fully_shard
 
-
-def worker(rank, ranks, case, port, result_dir):
-    """One DDP rank: three training steps; writes result_dir/rank<N>.json (also on failure)."""
-    result = {"error": None}
-    try:
-        import torch
-        import torch.distributed as dist
-
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(port)
-        torch.cuda.set_device(rank)
-        device = "cuda:%d" % rank
-        dist.init_process_group("nccl", rank=rank, world_size=ranks, device_id=torch.device(device))
-        torch.zeros(1, device=device)
-        torch.cuda.synchronize()
-        result["context_bytes"], _ = gt.query_own_smi_bytes()
-        local = dict(case, batch=case["per_rank_batch"])
-        model = gt.build_model(torch, local, device)
-        result["params"] = sum(p.numel() for p in model.parameters())
-        model.train()
-        if case["wrap"] == "fsdp":
-            # FSDP2 as users apply it to a transformer: each block a unit, then the root
-            # (parameters sharded, all-gathered per unit and freed after its forward: ZeRO-3).
-            from torch.distributed.fsdp import fully_shard
-
-            blocks = max((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)), key=len)
-            for block in blocks:
-                fully_shard(block)
-            ddp = fully_shard(model)
-        else:
-            ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
-        opt = gt.make_optimizer(torch, case["optimizer"], ddp.parameters())
-        amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(case["precision"])
-        scaler = torch.amp.GradScaler("cuda") if case["precision"] == "amp-fp16" else None
-        batch = gt.make_batch(torch, local, model, device)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        loss_value = None
-        for _ in range(case.get("steps", 3)):
-            loss_value = gt.train_step(torch, ddp, opt, scaler, amp, batch, cnn=False)
-        torch.cuda.synchronize()
-        result["loss"] = loss_value
-        result["max_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
-        result["max_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
-        result["nvidia_smi_used_bytes"], _ = gt.query_own_smi_bytes()
-        dist.barrier()
-        dist.destroy_process_group()
-    except BaseException as e:  # recorded: the parent reports it and carries on
-        import traceback
-
-        traceback.print_exc()
-        result["error"] = ("%s: %s" % (type(e).__name__, e)).splitlines()[0][:300]
-    with open(os.path.join(result_dir, "rank%d.json" % rank), "w") as f:
-        json.dump(result, f)
-
-
-def run_case(case, ranks):
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as d:
-        mp.spawn(worker, args=(ranks, case, free_port(), d), nprocs=ranks, join=True)
-        per_rank = []
-        for r in range(ranks):
-            with open(os.path.join(d, "rank%d.json" % r)) as f:
-                per_rank.append(json.load(f))
-    errors = [r["error"] for r in per_rank if r.get("error")]
-    merged = {"error": errors[0] if errors else None}
-    if not errors:
-        # The planner predicts the most loaded rank.
-        for key in ("max_allocated_bytes", "max_reserved_bytes", "nvidia_smi_used_bytes", "context_bytes"):
-            values = [r[key] for r in per_rank if r.get(key) is not None]
-            merged[key] = max(values) if values else None
-        merged["params"] = per_rank[0]["params"]
-        merged["loss"] = per_rank[0]["loss"]
-        merged["per_rank_allocated_bytes"] = [r["max_allocated_bytes"] for r in per_rank]
-    return merged
+        blocks = max((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)), key=len)
+        for block in blocks:
+            fully_shard(block)
+        ddp = fully_shard(model)
+    else:
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    opt = gt.make_optimizer(torch, case["optimizer"], ddp.parameters())
+    amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(case["precision"])
+    scaler = torch.amp.GradScaler("cuda") if case["precision"] == "amp-fp16" else None
+    batch = gt.make_batch(torch, local, model, device)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    loss_value = None
+    for _ in range(case.get("steps", 3)):
+        loss_value = gt.train_step(torch, ddp, opt, scaler, amp, batch, cnn=False)
+    torch.cuda.synchronize()
+    return {"params": params, "loss": loss_value}
 
 
 def main(argv=None):
@@ -153,22 +97,15 @@ def main(argv=None):
     doc = gt.environment_header()
     doc["gpus"] = ranks
     doc["cases"] = []
-    for case in todo:
-        t0 = time.time()
-        result = run_case(case, ranks)
+    def record(case, result):
         rec = gt.case_record(case, result)
         rec["gpus"] = ranks
         rec["zero"] = 3 if case["wrap"] == "fsdp" else 0
         rec["per_rank_batch"] = case["per_rank_batch"]
         rec["per_rank_allocated_bytes"] = result.get("per_rank_allocated_bytes")
-        doc["cases"].append(rec)
-        gib = (rec["max_allocated_bytes"] or 0) / gt.GIB
-        print("%-48s %6.2f GiB allocated  %s  (%.0f s)" % (case["name"], gib, rec["error"] or "ok", time.time() - t0),
-              flush=True)
-    with open(out_path, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    return 0 if all(c["error"] is None for c in doc["cases"]) else 1
+        return rec
+
+    return multi_rank.measure_cases(todo, train, ranks, record, doc, out_path, 48)
 
 
 if __name__ == "__main__":

@@ -33,15 +33,13 @@ Usage:
 """
 
 import argparse
-import json
 import os
-import socket
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import measure_ground_truth as gt  # noqa: E402
+import multi_rank  # noqa: E402
 
 # Mixtral-8x7B's published widths (hidden 4096, FFN 14336, 32 heads, 8 KV heads, 8 experts, top 2)
 # with 4 layers, so that one rank holds its share of the experts comfortably.
@@ -90,12 +88,6 @@ def cases(ranks):
             c["layers"] = MIXTRAL_SHAPE["num_hidden_layers"] if ranks > 1 else 1
         out.append(c)
     return out
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -281,106 +273,52 @@ def build_mixtral_ep(torch, device, group, layers):
     return model.to(device)
 
 
-def worker(rank, ranks, case, port, result_dir):
-    """One rank: three training steps; writes result_dir/rank<N>.json (also on failure)."""
+def train(torch, dist, rank, ranks, case, device):
+    """One rank: three training steps (multi_rank records the peaks)."""
     global _AllToAll
-    result = {"error": None}
-    try:
-        import torch
-        import torch.distributed as dist
+    _AllToAll = _make_all_to_all(torch)
+    torch.manual_seed(1234)
+    local = dict(case, batch=case["per_rank_batch"])
+    if case["kind"] == "mixtral-ep":
+        model = build_mixtral_ep(torch, device, dist.group.WORLD, case["layers"])
+    else:
+        model = gt.build_model(torch, local, device)
+    params = sum(p.numel() for p in model.parameters())
+    model.train()
+    from torch.distributed.device_mesh import init_device_mesh
 
-        _AllToAll = _make_all_to_all(torch)
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(port)
-        torch.cuda.set_device(rank)
-        device = "cuda:%d" % rank
-        dist.init_process_group("nccl", rank=rank, world_size=ranks, device_id=torch.device(device))
-        torch.zeros(1, device=device)
+    mesh = init_device_mesh("cuda", (ranks,))
+    replicated = []
+    if case["kind"].startswith("llama"):
+        shard_llama(torch, model, mesh, case["sp"])
+    elif case["kind"] == "neox-tp":
+        shard_neox(torch, model, mesh)
+    else:
+        replicated = [p for n, p in model.named_parameters() if not n.split(".")[-1] in ("w1", "w2", "w3")]
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    batch = gt.make_batch(torch, local, model, device)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    loss_value, times = None, []
+    for _ in range(case.get("steps", 3)):
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            if case["kind"] == "mixtral-ep":
+                loss = model(**batch).loss
+            else:
+                loss = tp_loss(torch, model, batch)
+        loss.backward()
+        for p in replicated:  # attention, norms, router: averaged over the ranks as DDP does
+            if p.grad is not None:
+                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss_value = float(loss.detach().float().item()) if not hasattr(loss, "full_tensor") else \
+            float(loss.full_tensor().float().item())
         torch.cuda.synchronize()
-        result["context_bytes"], _ = gt.query_own_smi_bytes()
-        torch.manual_seed(1234)
-        local = dict(case, batch=case["per_rank_batch"])
-        if case["kind"] == "mixtral-ep":
-            model = build_mixtral_ep(torch, device, dist.group.WORLD, case["layers"])
-        else:
-            model = gt.build_model(torch, local, device)
-        result["params"] = sum(p.numel() for p in model.parameters())
-        model.train()
-        from torch.distributed.device_mesh import init_device_mesh
-
-        mesh = init_device_mesh("cuda", (ranks,))
-        replicated = []
-        if case["kind"].startswith("llama"):
-            shard_llama(torch, model, mesh, case["sp"])
-        elif case["kind"] == "neox-tp":
-            shard_neox(torch, model, mesh)
-        else:
-            replicated = [p for n, p in model.named_parameters() if not n.split(".")[-1] in ("w1", "w2", "w3")]
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-        batch = gt.make_batch(torch, local, model, device)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        loss_value, times = None, []
-        for _ in range(case.get("steps", 3)):
-            t0 = time.perf_counter()
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                if case["kind"] == "mixtral-ep":
-                    loss = model(**batch).loss
-                else:
-                    loss = tp_loss(torch, model, batch)
-            loss.backward()
-            for p in replicated:  # attention, norms, router: averaged over the ranks as DDP does
-                if p.grad is not None:
-                    dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            loss_value = float(loss.detach().float().item()) if not hasattr(loss, "full_tensor") else \
-                float(loss.full_tensor().float().item())
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        result["loss"] = loss_value
-        result["step_time_s"] = sorted(times[1:])[len(times[1:]) // 2] if len(times) > 1 else times[0]
-        result["max_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
-        result["max_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
-        result["nvidia_smi_used_bytes"], _ = gt.query_own_smi_bytes()
-        dist.barrier()
-        dist.destroy_process_group()
-    except BaseException as e:  # recorded: the parent reports it and carries on
-        import traceback
-
-        traceback.print_exc()
-        result["error"] = ("%s: %s" % (type(e).__name__, e)).splitlines()[0][:300]
-    with open(os.path.join(result_dir, "rank%d.json" % rank), "w") as f:
-        json.dump(result, f)
-
-
-def merge_ranks(per_rank):
-    """The planner predicts the most loaded rank: maxima over ranks, plus the per-rank lists."""
-    errors = [r["error"] for r in per_rank if r.get("error")]
-    merged = {"error": errors[0] if errors else None}
-    if errors:
-        return merged
-    for key in ("max_allocated_bytes", "max_reserved_bytes", "nvidia_smi_used_bytes", "context_bytes"):
-        values = [r[key] for r in per_rank if r.get(key) is not None]
-        merged[key] = max(values) if values else None
-    for key in ("params", "loss", "step_time_s"):
-        merged[key] = per_rank[0].get(key)
-    merged["per_rank_allocated_bytes"] = [r["max_allocated_bytes"] for r in per_rank]
-    merged["per_rank_reserved_bytes"] = [r["max_reserved_bytes"] for r in per_rank]
-    merged["per_rank_nvidia_smi_bytes"] = [r["nvidia_smi_used_bytes"] for r in per_rank]
-    return merged
-
-
-def run_case(case, ranks):
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as d:
-        mp.spawn(worker, args=(ranks, case, free_port(), d), nprocs=ranks, join=True)
-        per_rank = []
-        for r in range(ranks):
-            with open(os.path.join(d, "rank%d.json" % r)) as f:
-                per_rank.append(json.load(f))
-    return merge_ranks(per_rank)
+        times.append(time.perf_counter() - t0)
+    step_time = sorted(times[1:])[len(times[1:]) // 2] if len(times) > 1 else times[0]
+    return {"params": params, "loss": loss_value, "step_time_s": step_time}
 
 
 def record(case, result, ranks):
@@ -422,18 +360,8 @@ def main(argv=None):
     out_path = args.out or os.path.join(gt.DATA_DIR, "ground_truth_parallel.json")
     doc = gt.environment_header()
     doc.update(gpus=world, dry_run=args.dry_run, cases=[])
-    for case in todo:
-        t0 = time.time()
-        result = run_case(case, world)
-        rec = record(case, result, world)
-        doc["cases"].append(rec)
-        gib = (rec["max_allocated_bytes"] or 0) / gt.GIB
-        print("%-56s %6.2f GiB allocated  %s  (%.0f s)" % (case["name"], gib, rec["error"] or "ok", time.time() - t0),
-              flush=True)
-    with open(out_path, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    return 0 if all(c["error"] is None for c in doc["cases"]) else 1
+    return multi_rank.measure_cases(todo, train, world, lambda case, result: record(case, result, world), doc,
+                                    out_path, 56)
 
 
 if __name__ == "__main__":
