@@ -138,7 +138,7 @@ class replay final : public schedule_observer {
 }  // namespace
 
 plan_result make_plan(const model_description& m, plan_request r, const device_overheads& o) {
-  return make_plan(m, std::move(r), o, plan_scope::whole);
+  return make_plan(m, r, o, plan_scope::whole);
 }
 
 plan_result make_plan(const model_description& m, plan_request r, const device_overheads& o,
@@ -251,34 +251,35 @@ std::string to_json(const plan_result& p) {
   for (const auto& c : p.components)
     comps.push_back({{"name", c.name}, {"bytes", c.bytes}, {"where", to_string(c.where)}});
   j["components"] = comps;
-  nlohmann::ordered_json in;
-  in["mode"] = to_string(r.mode);
-  in["batch"] = r.batch;
-  in["micro_batch"] = r.micro_batch;
-  in["seq"] = r.seq;
-  in["image_size"] = r.image_size;
-  in["prompt"] = r.prompt;
-  in["new_tokens"] = r.new_tokens;
-  in["precision"] = to_string(r.prec);
-  in["optimizer"] = to_string(r.optimizer);
-  in["checkpointing"] = to_string(r.ckpt);
-  in["attention"] = to_string(r.attention);
-  in["gpus"] = r.gpus;
-  in["zero"] = r.zero;
-  in["tp"] = r.tp;
-  in["sp"] = r.sp;
-  in["pp"] = r.pp;
-  in["offload"] = to_string(r.offload);
-  in["quant"] = to_string(r.quant);
-  in["serving"] = to_string(r.serving);
-  in["kv_cache_dtype"] = to_string(r.kv_cache);
-  in["lora_rank"] = r.lora_rank;
-  in["lora_targets"] = r.lora_rank > 0 ? lora_targets_string(r.lora_targets) : "";
-  in["lora_dropout"] = r.lora_dropout;
-  in["optimizer_in_backward"] = r.optimizer_in_backward;
-  in["steps"] = r.steps;
-  in["context_bytes"] = p.context_bytes;
-  in["overheads_source"] = p.overheads.source;
+  const nlohmann::ordered_json in = {
+      {"mode", to_string(r.mode)},
+      {"batch", r.batch},
+      {"micro_batch", r.micro_batch},
+      {"seq", r.seq},
+      {"image_size", r.image_size},
+      {"prompt", r.prompt},
+      {"new_tokens", r.new_tokens},
+      {"precision", to_string(r.prec)},
+      {"optimizer", to_string(r.optimizer)},
+      {"checkpointing", to_string(r.ckpt)},
+      {"attention", to_string(r.attention)},
+      {"gpus", r.gpus},
+      {"zero", r.zero},
+      {"tp", r.tp},
+      {"sp", r.sp},
+      {"pp", r.pp},
+      {"offload", to_string(r.offload)},
+      {"quant", to_string(r.quant)},
+      {"serving", to_string(r.serving)},
+      {"kv_cache_dtype", to_string(r.kv_cache)},
+      {"lora_rank", r.lora_rank},
+      {"lora_targets", r.lora_rank > 0 ? lora_targets_string(r.lora_targets) : ""},
+      {"lora_dropout", r.lora_dropout},
+      {"optimizer_in_backward", r.optimizer_in_backward},
+      {"steps", r.steps},
+      {"context_bytes", p.context_bytes},
+      {"overheads_source", p.overheads.source},
+  };
   j["inputs"] = in;
   return j.dump(2);
 }

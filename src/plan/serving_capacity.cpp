@@ -176,34 +176,35 @@ serve_result plan_serving(const model_description& m, const plan_request& base,
 }
 
 std::string to_json(const serve_result& s) {
-  nlohmann::ordered_json j;
-  j["schema_version"] = plan_schema_version;
-  j["model"] = s.model;
-  j["capacity_bytes"] = s.capacity_bytes;
-  j["gpu_memory_utilization"] = s.options.gpu_memory_utilization;
-  j["budget_bytes"] = s.budget_bytes;
-  j["weights_bytes"] = s.weights_bytes;
-  j["activation_peak_bytes"] = s.activation_peak_bytes;
-  j["non_torch_bytes"] = s.non_torch_bytes;
-  j["kv_cache_bytes"] = s.kv_cache_bytes;
-  j["block_size"] = s.options.block_size;
-  j["block_bytes"] = s.block_bytes;
-  j["num_blocks"] = s.num_blocks;
-  j["kv_bytes_per_sequence"] = s.kv_bytes_per_sequence;
-  j["max_model_len"] = s.max_model_len;
-  j["max_num_seqs"] = s.options.max_num_seqs;
-  j["max_num_batched_tokens"] = s.options.max_num_batched_tokens;
-  j["max_concurrency"] = s.max_concurrency;
-  j["vllm_concurrency"] = s.vllm_concurrency;
-  j["concurrency"] = s.options.concurrency;
-  j["max_context"] = s.max_context;
-  j["cuda_graph_bytes"] = s.cuda_graph_bytes;
-  j["context_bytes"] = s.context_bytes;
-  j["kv_cache_dtype"] = to_string(s.request.kv_cache);
-  j["precision"] = to_string(s.request.prec);
-  j["quant"] = to_string(s.request.quant);
-  j["tp"] = s.request.tp;
-  j["fits"] = s.fits;
+  nlohmann::ordered_json j = {
+      {"schema_version", plan_schema_version},
+      {"model", s.model},
+      {"capacity_bytes", s.capacity_bytes},
+      {"gpu_memory_utilization", s.options.gpu_memory_utilization},
+      {"budget_bytes", s.budget_bytes},
+      {"weights_bytes", s.weights_bytes},
+      {"activation_peak_bytes", s.activation_peak_bytes},
+      {"non_torch_bytes", s.non_torch_bytes},
+      {"kv_cache_bytes", s.kv_cache_bytes},
+      {"block_size", s.options.block_size},
+      {"block_bytes", s.block_bytes},
+      {"num_blocks", s.num_blocks},
+      {"kv_bytes_per_sequence", s.kv_bytes_per_sequence},
+      {"max_model_len", s.max_model_len},
+      {"max_num_seqs", s.options.max_num_seqs},
+      {"max_num_batched_tokens", s.options.max_num_batched_tokens},
+      {"max_concurrency", s.max_concurrency},
+      {"vllm_concurrency", s.vllm_concurrency},
+      {"concurrency", s.options.concurrency},
+      {"max_context", s.max_context},
+      {"cuda_graph_bytes", s.cuda_graph_bytes},
+      {"context_bytes", s.context_bytes},
+      {"kv_cache_dtype", to_string(s.request.kv_cache)},
+      {"precision", to_string(s.request.prec)},
+      {"quant", to_string(s.request.quant)},
+      {"tp", s.request.tp},
+      {"fits", s.fits},
+  };
   if (!s.fits) j["why"] = s.why;
   return j.dump(2);
 }

@@ -1,6 +1,7 @@
 // The transformer MLPs: SwiGLU (LLaMA, Mistral, Qwen2), one fused GELU kernel (BERT, GPT-NeoX)
 // and GPT-2's "gelu_new" written as Python tensor ops.
 #include <algorithm>
+#include <cstdint>
 
 #include "transformer.hpp"
 
@@ -8,27 +9,58 @@ namespace vramkit::plan::detail {
 
 namespace {
 
-tensor swiglu(walker& w, const dims& D, const tensor& in, int in_bytes, const layer_params& p) {
+/// Rows, compute width and rows x ffn elements of an MLP's intermediate tensors.
+struct mlp_sizes {
+  i64 rows;
+  int low;
+  u64 nf;
+};
+
+mlp_sizes sizes_of(const walker& w, const dims& D) {
   const i64 rows = D.tok();
+  return {rows, w.dt().low, static_cast<u64>(rows * D.f)};
+}
+
+/// The three names of a SwiGLU's projections and the LoRA target bits of each.
+struct swiglu_names {
+  const char* gate;
+  const char* up;
+  const char* down;
+  std::uint8_t gate_target, up_target, down_target;
+};
+
+/// down(silu(gate(x)) * up(x)) in PyTorch's order: the gate's output dies with its silu before
+/// up runs. `linear(x, rows, in, out, param, x_bytes, label, target)` makes each projection.
+template <class Linear>
+tensor swiglu_with(walker& w, const Linear& linear, i64 rows, i64 h, i64 f, const tensor& in,
+                   int in_bytes, int p_in, int p_down, const swiglu_names& n) {
   const int low = w.dt().low;
-  const u64 nf = static_cast<u64>(rows * D.f);
-  tensor g = w.proj(in, rows, D.h, D.f, p.mlp_in, in_bytes, "mlp gate", lora_target::gate);
+  const u64 nf = static_cast<u64>(rows * f);
+  tensor g = linear(in, rows, h, f, p_in, in_bytes, n.gate, n.gate_target);
   tensor a = w.op(nf * low, "mlp silu", {edge{g, nf * low}}, {g});
   g.reset();
-  tensor u = w.proj(in, rows, D.h, D.f, p.mlp_in, in_bytes, "mlp up", lora_target::up);
+  tensor u = linear(in, rows, h, f, p_in, in_bytes, n.up, n.up_target);
   tensor m = w.op(nf * low, "mlp product", {edge{a, nf * low}, edge{u, nf * low}}, {a, u});
   a.reset();
   u.reset();
-  return w.proj(m, rows, D.f, D.h, p.mlp_down, low, "mlp down", lora_target::down);
+  return linear(m, rows, f, h, p_down, low, n.down, n.down_target);
+}
+
+tensor swiglu(walker& w, const dims& D, const tensor& in, int in_bytes, const layer_params& p) {
+  const auto lora_proj = [&w](const tensor& x, i64 rows, i64 i, i64 o, int param, int xb,
+                              const char* label, std::uint8_t target) {
+    return w.proj(x, rows, i, o, param, xb, label, target);
+  };
+  return swiglu_with(
+      w, lora_proj, D.tok(), D.h, D.f, in, in_bytes, p.mlp_in, p.mlp_down,
+      {"mlp gate", "mlp up", "mlp down", lora_target::gate, lora_target::up, lora_target::down});
 }
 
 /// NewGELUActivation: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3))). pow is on autocast's fp32
 /// list, so under autocast the chain runs in fp32 from the cast of x onwards.
 tensor gelu_python(walker& w, const dims& D, const tensor& in, int in_bytes,
                    const layer_params& p) {
-  const i64 rows = D.tok();
-  const int low = w.dt().low;
-  const u64 nf = static_cast<u64>(rows * D.f);
+  const auto [rows, low, nf] = sizes_of(w, D);
   const int eb = w.dt().amp ? 4 : low;
   tensor u = w.proj(in, rows, D.h, D.f, p.mlp_in, in_bytes, "mlp up", lora_target::up);
   tensor u32 = w.dt().amp ? w.op(nf * 4, "gelu input fp32", {edge{u, nf * low}}, {}) : u;
@@ -53,9 +85,7 @@ tensor gelu_python(walker& w, const dims& D, const tensor& in, int in_bytes,
 /// input, a view that keeps the whole 2f projection alive until backward.
 tensor swiglu_packed(walker& w, const dims& D, const tensor& in, int in_bytes,
                      const layer_params& p) {
-  const i64 rows = D.tok();
-  const int low = w.dt().low;
-  const u64 nf = static_cast<u64>(rows * D.f);
+  const auto [rows, low, nf] = sizes_of(w, D);
   tensor gu = w.proj(in, rows, D.h, 2 * D.f, p.mlp_in, in_bytes, "mlp gate_up",
                      lora_target::gate | lora_target::up);
   tensor a = w.op(nf * low, "mlp silu", {edge{gu, nf * low}}, {gu});
@@ -68,16 +98,12 @@ tensor swiglu_packed(walker& w, const dims& D, const tensor& in, int in_bytes,
 /// A dense SwiGLU MLP on given parameters (the shared experts of Qwen2-MoE and DeepSeek).
 tensor swiglu_on(walker& w, i64 rows, i64 h, i64 f, const tensor& in, int in_bytes, int p_in,
                  int p_down, const char* label) {
-  const int low = w.dt().low;
-  const u64 nf = static_cast<u64>(rows * f);
-  tensor g = w.linear(in, rows, h, f, p_in, in_bytes, label);
-  tensor a = w.op(nf * low, "mlp silu", {edge{g, nf * low}}, {g});
-  g.reset();
-  tensor u = w.linear(in, rows, h, f, p_in, in_bytes, label);
-  tensor m = w.op(nf * low, "mlp product", {edge{a, nf * low}, edge{u, nf * low}}, {a, u});
-  a.reset();
-  u.reset();
-  return w.linear(m, rows, f, h, p_down, low, label);
+  const auto plain = [&w](const tensor& x, i64 r, i64 i, i64 o, int param, int xb, const char* name,
+                          std::uint8_t /*target*/) {
+    return w.linear(x, r, i, o, param, xb, name);
+  };
+  return swiglu_with(w, plain, rows, h, f, in, in_bytes, p_in, p_down,
+                     {label, label, label, 0, 0, 0});
 }
 
 /// Sparse MoE block as transformers 5 runs it with the eager experts (MixtralSparseMoeBlock,
@@ -93,29 +119,31 @@ tensor moe_block(walker& w, const dims& D, const tensor& in, int in_bytes, const
   const auto& moe = w.model().t.moe;
   const int low = w.dt().low;
   const i64 rows = D.tok();
-  const i64 E = moe.experts, k = moe.top_k;
+  const i64 experts = moe.experts, k = moe.top_k;
   const int ep = w.request().ep;
-  const i64 local = E / ep;
+  const i64 local = experts / ep;
   const i64 ef = moe.expert_ffn / (ep > 1 ? 1 : w.request().tp);
   const u64 nh = static_cast<u64>(rows * D.h);
   const bool fp32_router = w.model().family == model_family::deepseek;
-  tensor logits = fp32_router ? w.op(static_cast<u64>(rows * E) * 4, "router logits fp32",
-                                     {edge{in, nh * in_bytes}}, {in}, {p.router})
-                              : w.linear(in, rows, D.h, E, p.router, in_bytes, "router logits");
-  tensor probs = w.op(static_cast<u64>(rows * E) * 4, "router softmax",
-                      {edge{logits, static_cast<u64>(rows * E) * (fp32_router ? 4 : low)}}, {});
+  tensor logits = fp32_router
+                      ? w.op(static_cast<u64>(rows * experts) * 4, "router logits fp32",
+                             {edge{in, nh * in_bytes}}, {in}, {p.router})
+                      : w.linear(in, rows, D.h, experts, p.router, in_bytes, "router logits");
+  tensor probs =
+      w.op(static_cast<u64>(rows * experts) * 4, "router softmax",
+           {edge{logits, static_cast<u64>(rows * experts) * (fp32_router ? 4 : low)}}, {});
   w.save_output(probs);
   logits.reset();
   const tensor top_idx =
       w.alloc(static_cast<u64>(rows * k) * 8, component::activations, "router top-k indices");
   tensor top = w.op(static_cast<u64>(rows * k) * 4, "router top-k",
-                    {edge{probs, static_cast<u64>(rows * E) * 4}}, {top_idx});
+                    {edge{probs, static_cast<u64>(rows * experts) * 4}}, {top_idx});
   probs.reset();
   top = w.op(static_cast<u64>(rows * k) * 4, "routing weights",
              {edge{top, static_cast<u64>(rows * k) * 4}}, {top});
   // one_hot(top_k_index, num_experts) is int64; it lives through the expert loop.
-  tensor mask =
-      w.alloc(static_cast<u64>(rows * k * E) * 8, component::temporaries, "expert mask (one_hot)");
+  tensor mask = w.alloc(static_cast<u64>(rows * k * experts) * 8, component::temporaries,
+                        "expert mask (one_hot)");
   const int ob = in_bytes;  // zeros_like(hidden_states): the output takes the input's dtype
   tensor src = in;
   int src_bytes = in_bytes;
@@ -186,9 +214,7 @@ tensor moe_block(walker& w, const dims& D, const tensor& in, int in_bytes, const
 }
 
 tensor gelu(walker& w, const dims& D, const tensor& in, int in_bytes, const layer_params& p) {
-  const i64 rows = D.tok();
-  const int low = w.dt().low;
-  const u64 nf = static_cast<u64>(rows * D.f);
+  const auto [rows, low, nf] = sizes_of(w, D);
   tensor u = w.proj(in, rows, D.h, D.f, p.mlp_in, in_bytes, "mlp up", lora_target::up);
   tensor a = w.op(nf * low, "mlp gelu", {edge{u, nf * low}}, {u});
   u.reset();

@@ -21,14 +21,25 @@ tensor layer_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int 
               {edge{x, static_cast<u64>(rows * h) * x_bytes}}, {x, stats}, {p});
 }
 
-tensor rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p) {
-  const u64 n = static_cast<u64>(rows * h);
+namespace {
+
+/// x * rsqrt(mean(x^2) + eps) in fp32, as both RMSNorms compute it: x cast to fp32 (unless it
+/// is), the pow's transient, the saved rstd and the normalised n = rows x h values.
+tensor rms_normalised(walker& w, const tensor& x, u64 n, i64 rows, int x_bytes) {
   tensor x32 = x_bytes != 4 ? w.op(n * 4, "rmsnorm fp32 input", {edge{x, n * x_bytes}}, {}) : x;
   w.transient(n * 4, component::temporaries, "rmsnorm pow");
   tensor rs = w.alloc(static_cast<u64>(rows) * 4, component::activations, "rmsnorm rstd");
   tensor normed = w.op(n * 4, "rmsnorm normalised", {edge{x32, n * 4}}, {x32, rs});
   rs.reset();
   x32.reset();
+  return normed;
+}
+
+}  // namespace
+
+tensor rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p) {
+  const u64 n = static_cast<u64>(rows * h);
+  tensor normed = rms_normalised(w, x, n, rows, x_bytes);
   // weight * x saves x only for the weight's gradient (none for a frozen weight).
   const bool tw = w.trainable(p);
   if (x_bytes == 4)
@@ -42,12 +53,7 @@ tensor rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p)
 
 tensor gemma_rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p) {
   const u64 n = static_cast<u64>(rows * h);
-  tensor x32 = x_bytes != 4 ? w.op(n * 4, "rmsnorm fp32 input", {edge{x, n * x_bytes}}, {}) : x;
-  w.transient(n * 4, component::temporaries, "rmsnorm pow");
-  tensor rs = w.alloc(static_cast<u64>(rows) * 4, component::activations, "rmsnorm rstd");
-  tensor normed = w.op(n * 4, "rmsnorm normalised", {edge{x32, n * 4}}, {x32, rs});
-  rs.reset();
-  x32.reset();
+  tensor normed = rms_normalised(w, x, n, rows, x_bytes);
   // (1.0 + weight.float()): the weight's fp32 copy (when it is 16-bit) and the sum; the product
   // saves the normalised input only for the weight's gradient, whose backward reduces an n-sized
   // product over the rows.

@@ -144,6 +144,32 @@ tensor position_bias(walker& w, const t5_dims& D, int rel_bias) {
               {edge{values, qk * static_cast<u64>(D.heads) * low}}, {});
 }
 
+/// x = x + dropout(SelfAttention(T5LayerNorm(x))) with the relative-position `bias`; x widens
+/// to the compute width. Returns the width of the norm's output.
+int self_attention_sublayer(walker& w, const t5_dims& D, tensor& x, int& xb, const layer_params& p,
+                            const tensor& bias) {
+  const i64 rows = D.b * D.q;
+  const int low = w.dt().low;
+  tensor n = t5_norm(w, x, rows, D.h, xb, p.attn_norm);
+  const int nb = w.param_width(p.attn_norm);
+  tensor a = t5_attention(w, D, n, nb, n, nb, p.qkv, p.qkv, p.attn_out, bias);
+  n.reset();
+  x = residual(w, x, xb, std::move(a), low, static_cast<u64>(rows * D.h));
+  xb = std::max(xb, low);
+  return nb;
+}
+
+/// x = x + dropout(DenseReluDense(T5LayerNorm(x))), the feed-forward reading the norm's output
+/// as `ff_in_bytes` wide.
+void feed_forward_sublayer(walker& w, const t5_dims& D, tensor& x, int xb, const layer_params& p,
+                           int ff_in_bytes) {
+  const i64 rows = D.b * D.q;
+  tensor n = t5_norm(w, x, rows, D.h, xb, p.mlp_norm);
+  tensor f = t5_ff(w, D, n, ff_in_bytes, p);
+  n.reset();
+  x = residual(w, x, xb, std::move(f), w.dt().low, static_cast<u64>(rows * D.h));
+}
+
 }  // namespace
 
 tensor t5_forward_loss(walker& w) {
@@ -171,16 +197,8 @@ tensor t5_forward_loss(walker& w) {
     w.set_layer(l);
     const auto p = w.layer_param(l);
     if (l == 0) ebias = position_bias(w, enc_dims, p.rel_bias);
-    tensor n = t5_norm(w, x, b * s, t.hidden, xb, p.attn_norm);
-    const int nb = w.param_width(p.attn_norm);
-    tensor a = t5_attention(w, enc_dims, n, nb, n, nb, p.qkv, p.qkv, p.attn_out, ebias);
-    n.reset();
-    x = residual(w, x, xb, std::move(a), low, nh);
-    xb = std::max(xb, low);
-    n = t5_norm(w, x, b * s, t.hidden, xb, p.mlp_norm);
-    tensor f = t5_ff(w, enc_dims, n, w.param_width(p.mlp_norm), p);
-    n.reset();
-    x = residual(w, x, xb, std::move(f), low, nh);
+    self_attention_sublayer(w, enc_dims, x, xb, p, ebias);
+    feed_forward_sublayer(w, enc_dims, x, xb, p, w.param_width(p.mlp_norm));
   }
   ebias.reset();
   w.set_layer(-1);
@@ -203,20 +221,13 @@ tensor t5_forward_loss(walker& w) {
       sbias = position_bias(w, self_dims, p.rel_bias);
       xbias = position_bias(w, cross_dims, -1);
     }
-    tensor n = t5_norm(w, y, b * sd, t.hidden, yb, p.attn_norm);
-    const int nb = w.param_width(p.attn_norm);
-    tensor a = t5_attention(w, self_dims, n, nb, n, nb, p.qkv, p.qkv, p.attn_out, sbias);
+    const int nb = self_attention_sublayer(w, self_dims, y, yb, p, sbias);
+    tensor n = t5_norm(w, y, b * sd, t.hidden, yb, p.cross_norm);
+    tensor a =
+        t5_attention(w, cross_dims, n, nb, enc_out, ob, p.cross_q, p.cross_kv, p.cross_out, xbias);
     n.reset();
     y = residual(w, y, yb, std::move(a), low, nd);
-    yb = std::max(yb, low);
-    n = t5_norm(w, y, b * sd, t.hidden, yb, p.cross_norm);
-    a = t5_attention(w, cross_dims, n, nb, enc_out, ob, p.cross_q, p.cross_kv, p.cross_out, xbias);
-    n.reset();
-    y = residual(w, y, yb, std::move(a), low, nd);
-    n = t5_norm(w, y, b * sd, t.hidden, yb, p.mlp_norm);
-    tensor f = t5_ff(w, self_dims, n, nb, p);
-    n.reset();
-    y = residual(w, y, yb, std::move(f), low, nd);
+    feed_forward_sublayer(w, self_dims, y, yb, p, nb);
   }
   sbias.reset();
   xbias.reset();

@@ -10,43 +10,54 @@ namespace vramkit::plan::detail {
 dims lm_dims(const walker& w) {
   const auto& t = w.model().t;
   const auto& r = w.request();
-  dims D;
-  D.b = r.micro_batch;
-  D.s = r.seq;
+  dims d;
+  d.b = r.micro_batch;
+  d.s = r.seq;
   // transformers' ViT: the patches of the image plus the class token.
   if (w.model().family == model_family::hf_vit)
-    D.s = (r.image_size / w.model().vit.patch) * (r.image_size / w.model().vit.patch) + 1;
-  D.h = t.hidden;
-  D.heads = t.heads / r.tp;
-  D.kv = std::max<i64>(1, t.kv_heads / r.tp);
-  D.d = t.head_dim;
-  D.f = t.intermediate / r.tp;
-  D.V = t.vocab;
-  if (t.latent_attention()) D.vd = t.mla.v_head;
+    d.s = (r.image_size / w.model().vit.patch) * (r.image_size / w.model().vit.patch) + 1;
+  d.h = t.hidden;
+  d.heads = t.heads / r.tp;
+  d.kv = std::max<i64>(1, t.kv_heads / r.tp);
+  d.d = t.head_dim;
+  d.f = t.intermediate / r.tp;
+  d.V = t.vocab;
+  if (t.latent_attention()) d.vd = t.mla.v_head;
   if (r.sp && r.tp > 1) {
     // Sequence parallel: every activation of the layer is split t ways (Korthikanti et al.);
     // modelled as full heads over s/t tokens.
-    D.s = std::max<i64>(1, D.s / r.tp);
-    D.sp = r.tp;
-    D.heads = t.heads;
-    D.kv = t.kv_heads;
-    D.f = t.intermediate;
+    d.s = std::max<i64>(1, d.s / r.tp);
+    d.sp = r.tp;
+    d.heads = t.heads;
+    d.kv = t.kv_heads;
+    d.f = t.intermediate;
   }
-  return D;
+  return d;
 }
 
 namespace {
+
+/// What both block layouts size their tensors by: the token rows, rows x hidden elements, the
+/// residual stream's width, a norm's output width (fp32 under autocast) and the compute width.
+struct block_sizes {
+  i64 rows;
+  u64 nh;
+  int xb;
+  int nb;
+  int low;
+};
+
+block_sizes sizes_of(const walker& w, const dims& D) {
+  const i64 rows = D.tok();
+  return {rows, static_cast<u64>(rows * D.h), w.dt().act, w.dt().amp ? 4 : w.dt().act, w.dt().low};
+}
 
 /// Post-LN (BERT): attention -> dense -> dropout -> LayerNorm(x + .) -> MLP -> dropout ->
 /// LayerNorm(h + .).
 tensor post_norm_block(walker& w, const transformer_family& fam, const dims& D, const tensor& x,
                        const layer_params& p) {
   const auto& t = w.model().t;
-  const i64 rows = D.tok();
-  const u64 nh = static_cast<u64>(rows * D.h);
-  const int xb = w.dt().act;
-  const int nb = w.dt().amp ? 4 : w.dt().act;
-  const int low = w.dt().low;
+  const auto [rows, nh, xb, nb, low] = sizes_of(w, D);
   tensor y = fam.self_attention(w, D, x, xb, p);
   y = w.proj(y, rows, D.h, D.h, p.attn_out, low, "attention dense", lora_target::o);
   y = dropout(w, y, nh, low, t.hidden_dropout, "hidden dropout");
@@ -65,11 +76,7 @@ tensor post_norm_block(walker& w, const transformer_family& fam, const dims& D, 
 tensor pre_norm_block(walker& w, const transformer_family& fam, const dims& D, const tensor& x,
                       const layer_params& p) {
   const auto& t = w.model().t;
-  const i64 rows = D.tok();
-  const u64 nh = static_cast<u64>(rows * D.h);
-  const int xb = w.dt().act;
-  const int nb = w.dt().amp ? 4 : w.dt().act;
-  const int low = w.dt().low;
+  const auto [rows, nh, xb, nb, low] = sizes_of(w, D);
   tensor n1 = norm(w, x, rows, D.h, xb, p.attn_norm);
   tensor od = fam.self_attention(w, D, n1, nb, p);
   od = w.proj(od, rows, D.heads * D.v_dim(), D.h, p.attn_out, low, "attention output projection",
@@ -119,10 +126,10 @@ tensor transformer_block(walker& w, const tensor& x, int l) {
   w.set_layer(l);
   if (w.current_phase() != phase::backward) w.set_phase(phase::forward);
   const auto& fam = transformer_family_of(w.model().family);
-  const dims D = lm_dims(w);
+  const dims d = lm_dims(w);
   const layer_params p = w.layer_param(l);
-  return fam.layout == block_layout::post_norm ? post_norm_block(w, fam, D, x, p)
-                                               : pre_norm_block(w, fam, D, x, p);
+  return fam.layout == block_layout::post_norm ? post_norm_block(w, fam, d, x, p)
+                                               : pre_norm_block(w, fam, d, x, p);
 }
 
 tensor run_layer(walker& w, const tensor& x, int l) {
