@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -23,6 +24,22 @@ int count(const schedule& s, const char* label) {
   int n = 0;
   for (const auto& t : s.tensors) n += std::strcmp(t.label, label) == 0;
   return n;
+}
+
+/// A config of tests/data/plan/configs, one training step of it and that step's schedule.
+struct one_step {
+  model_description m;
+  plan_request r;
+  schedule s;
+};
+
+one_step train_one_step(const char* file, std::int64_t batch, std::int64_t seq, precision prec,
+                        int gpus = 1) {
+  one_step o{load_model_config(data(file)), {}, {}};
+  o.r.batch = batch, o.r.seq = seq, o.r.prec = prec, o.r.gpus = gpus, o.r.steps = 1;
+  o.r.validate(o.m);
+  o.s = build_schedule(o.m, o.r);
+  return o;
 }
 
 }  // namespace
@@ -93,11 +110,7 @@ TEST(Families, MoeModelsHaveTheirPublishedParameterCounts) {
 }
 
 TEST(Families, MoeBlockLoopsOverTheExpertsWithBalancedRouting) {
-  const auto m = load_model_config(data("mixtral-8x7b-l2.json"));
-  plan_request r;
-  r.batch = 1, r.seq = 512, r.prec = precision::amp_bf16, r.steps = 1;
-  r.validate(m);
-  const auto s = build_schedule(m, r);
+  const auto s = train_one_step("mixtral-8x7b-l2.json", 1, 512, precision::amp_bf16).s;
   // 2 layers x 8 experts: one gathered token set, gate_up and down per expert.
   EXPECT_EQ(count(s, "expert tokens"), 16);
   EXPECT_EQ(count(s, "expert gate_up"), 16);
@@ -113,11 +126,7 @@ TEST(Families, MoeBlockLoopsOverTheExpertsWithBalancedRouting) {
 }
 
 TEST(Families, ExpertParallelSplitsExpertWeightsAndAddsAllToAllBuffers) {
-  const auto m = load_model_config(data("qwen1.5-moe-a2.7b-l2.json"));
-  plan_request r;
-  r.batch = 4, r.seq = 256, r.prec = precision::bf16, r.gpus = 4, r.steps = 1;
-  r.validate(m);
-  const auto one = build_schedule(m, r);
+  auto [m, r, one] = train_one_step("qwen1.5-moe-a2.7b-l2.json", 4, 256, precision::bf16, 4);
   r.ep = 4;
   r.validate(m);
   const auto four = build_schedule(m, r);
@@ -150,11 +159,7 @@ TEST(Families, LatentAttentionCachesDecompressedKvInGenerateAndTheLatentWhenPage
 }
 
 TEST(Families, LatentAttentionTrainsWithItsProjections) {
-  const auto m = load_model_config(data("deepseek-v3-l2.json"));
-  plan_request r;
-  r.batch = 1, r.seq = 128, r.prec = precision::bf16, r.steps = 1;
-  r.validate(m);
-  const auto s = build_schedule(m, r);
+  const auto [m, r, s] = train_one_step("deepseek-v3-l2.json", 1, 128, precision::bf16);
   EXPECT_EQ(count(s, "q_a_proj"), 2);
   EXPECT_EQ(count(s, "kv_b_proj"), 2);
   EXPECT_EQ(count(s, "mlp gate"), 1);            // layer 0 is dense

@@ -2,6 +2,8 @@
 // return nothing.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include "vramkit/core/error.hpp"
 #include "vramkit/core/units.hpp"
 #include "vramkit/plan/config_loader.hpp"
@@ -10,6 +12,27 @@
 
 using namespace vramkit::plan;
 using vramkit::GiB;
+
+namespace {
+
+/// A training request of `batch` samples of `seq` tokens on `gpus` GPUs.
+plan_request training(std::int64_t batch, std::int64_t seq, int gpus = 1) {
+  plan_request r;
+  r.batch = batch;
+  r.seq = seq;
+  r.gpus = gpus;
+  return r;
+}
+
+/// Searching for the catalogue's `gpu`, with its whole memory unless `capacity` is given.
+fit_options searching(const char* gpu, std::uint64_t capacity = 0) {
+  fit_options opt;
+  opt.gpu = find_gpu(gpu);
+  opt.capacity_bytes = capacity != 0 ? capacity : opt.gpu->memory_bytes;
+  return opt;
+}
+
+}  // namespace
 
 TEST(GpuCatalogue, KnowsCommonGpusWithSources) {
   EXPECT_EQ(find_gpu("h200").name, "H200");
@@ -25,12 +48,8 @@ TEST(GpuCatalogue, KnowsCommonGpusWithSources) {
 
 TEST(FitSearch, ReturnsConfigurationsThatFitRankedByCost) {
   const auto m = preset_model("gpt2-medium");
-  plan_request r;
-  r.batch = 32;
-  r.seq = 1024;
-  fit_options opt;
-  opt.gpu = find_gpu("rtx4090");
-  opt.capacity_bytes = opt.gpu->memory_bytes;
+  const auto r = training(32, 1024);
+  const auto opt = searching("rtx4090");
   const auto res = fit_search(m, r, opt);
   ASSERT_FALSE(res.fits.empty());
   EXPECT_GT(res.planned, res.fits.size());
@@ -59,9 +78,7 @@ TEST(FitSearch, ReturnsConfigurationsThatFitRankedByCost) {
 
 TEST(FitSearch, NothingFitsATinyGpu) {
   const auto m = preset_model("llama-2-7b");
-  plan_request r;
-  r.batch = 8;
-  r.seq = 2048;
+  const auto r = training(8, 2048);
   fit_options opt;
   opt.capacity_bytes = 4 * GiB;
   EXPECT_TRUE(fit_search(m, r, opt).fits.empty());
@@ -69,14 +86,7 @@ TEST(FitSearch, NothingFitsATinyGpu) {
 
 TEST(FitSearch, MultiGpuUsesSharding) {
   const auto m = preset_model("llama-2-7b");
-  plan_request r;
-  r.batch = 16;
-  r.seq = 2048;
-  r.gpus = 8;
-  fit_options opt;
-  opt.gpu = find_gpu("a100-40gb");
-  opt.capacity_bytes = opt.gpu->memory_bytes;
-  const auto res = fit_search(m, r, opt);
+  const auto res = fit_search(m, training(16, 2048, 8), searching("a100-40gb"));
   ASSERT_FALSE(res.fits.empty());
   for (const auto& c : res.fits) {
     // 16 bytes/parameter of replicated AdamW state alone exceed 40 GB: every fit shards, splits or
@@ -90,9 +100,7 @@ TEST(FitSearch, MultiGpuUsesSharding) {
 TEST(FitSearch, CostModelChargesRecomputeAndOffload) {
   const auto m = preset_model("gpt2-large");
   const auto& g = find_gpu("h100");
-  plan_request r;
-  r.batch = 8;
-  r.seq = 1024;
+  auto r = training(8, 1024);
   r.validate(m);
   const double base = estimate_step_time(m, r, g, default_overheads());
   auto ck = r;
@@ -108,13 +116,8 @@ TEST(FitSearch, CostModelChargesRecomputeAndOffload) {
 // Configurations are planned on several threads; the answer must not depend on how many.
 TEST(FitSearch, SameAnswerOnAnyNumberOfThreads) {
   const auto m = preset_model("gpt2-medium");
-  plan_request r;
-  r.batch = 32;
-  r.seq = 512;
-  r.gpus = 4;
-  fit_options opt;
-  opt.gpu = find_gpu("a100-40gb");
-  opt.capacity_bytes = 12 * GiB;
+  const auto r = training(32, 512, 4);
+  auto opt = searching("a100-40gb", 12 * GiB);
   opt.threads = 1;
   const auto one = fit_search(m, r, opt);
   opt.threads = 5;

@@ -34,6 +34,18 @@ plan_request train(std::int64_t batch, std::int64_t seq, precision prec = precis
   return r;
 }
 
+/// Generation: `batch` prompts of `prompt` tokens, `new_tokens` generated, in `prec`.
+plan_request infer(std::int64_t batch, std::int64_t prompt, std::int64_t new_tokens,
+                   precision prec = precision::bf16) {
+  plan_request r;
+  r.mode = run_mode::infer;
+  r.batch = batch;
+  r.prompt = prompt;
+  r.new_tokens = new_tokens;
+  r.prec = prec;
+  return r;
+}
+
 }  // namespace
 
 TEST(MemoryModel, ScheduleFreesEverythingButPersistentState) {
@@ -64,8 +76,10 @@ TEST(MemoryModel, ActivationsGrowLinearlyWithBatch) {
   const auto a = make_plan(m, train(4, 512));
   const auto b = make_plan(m, train(8, 512));
   const auto c = make_plan(m, train(16, 512));
-  const double d1 = static_cast<double>(b.allocated_peak_bytes) - a.allocated_peak_bytes;
-  const double d2 = static_cast<double>(c.allocated_peak_bytes) - b.allocated_peak_bytes;
+  const double d1 =
+      static_cast<double>(b.allocated_peak_bytes) - static_cast<double>(a.allocated_peak_bytes);
+  const double d2 =
+      static_cast<double>(c.allocated_peak_bytes) - static_cast<double>(b.allocated_peak_bytes);
   EXPECT_GT(d1, 0);
   EXPECT_NEAR(d2 / d1, 2.0, 0.15);
 }
@@ -93,13 +107,13 @@ TEST(MemoryModel, CheckpointingAndSdpaReduceMemory) {
 
 TEST(MemoryModel, OptimizerStatesPerParameter) {
   const auto m = preset_model("bert-base");
-  const double P = static_cast<double>(parameter_count(m));
+  const auto params = static_cast<double>(parameter_count(m));
   auto states = [&](optimizer_kind o) {
     return static_cast<double>(
         component_bytes(make_plan(m, train(2, 128, precision::fp32, o)), "optimizer states"));
   };
-  EXPECT_NEAR(states(optimizer_kind::adamw), 8 * P, 8 * P * 0.01);
-  EXPECT_NEAR(states(optimizer_kind::sgd_momentum), 4 * P, 4 * P * 0.01);
+  EXPECT_NEAR(states(optimizer_kind::adamw), 8 * params, 8 * params * 0.01);
+  EXPECT_NEAR(states(optimizer_kind::sgd_momentum), 4 * params, 4 * params * 0.01);
   EXPECT_EQ(states(optimizer_kind::sgd), 0.0);
 }
 
@@ -115,7 +129,7 @@ TEST(MemoryModel, AmpKeepsFp32WeightsAndAddsCasts) {
 
 TEST(MemoryModel, ZeroShardsStatesGradientsAndParameters) {
   const auto m = preset_model("gpt2-large");
-  const double P = static_cast<double>(parameter_count(m));
+  const auto params = static_cast<double>(parameter_count(m));
   auto states_at = [&](int zero) {
     auto r = train(8, 512);
     r.gpus = 8;
@@ -127,21 +141,16 @@ TEST(MemoryModel, ZeroShardsStatesGradientsAndParameters) {
   const auto [s0, w0] = states_at(0);
   const auto [s1, w1] = states_at(1);
   const auto [s3, w3] = states_at(3);
-  EXPECT_NEAR(s0, 8 * P, 8 * P * 0.01);
-  EXPECT_NEAR(s1, 8 * P / 8, 8 * P / 8 * 0.02);
-  EXPECT_NEAR(w0, 4 * P, 4 * P * 0.01);
+  EXPECT_NEAR(s0, 8 * params, 8 * params * 0.01);
+  EXPECT_NEAR(s1, 8 * params / 8, 8 * params / 8 * 0.02);
+  EXPECT_NEAR(w0, 4 * params, 4 * params * 0.01);
   EXPECT_LT(w3, w0 / 2);  // a shard plus two gathered layers
 }
 
 TEST(MemoryModel, PagedKvCacheArithmetic) {
   // Llama-3-8B: 32 layers x 8 KV heads x 128 dims x 2 (K, V) x 2 bytes = 128 KiB per token.
   const auto m = preset_model("llama-3-8b");
-  plan_request r;
-  r.mode = run_mode::infer;
-  r.batch = 2;
-  r.prompt = 4000;
-  r.new_tokens = 96;
-  r.prec = precision::bf16;
+  auto r = infer(2, 4000, 96);
   r.serving = serving_kind::paged;
   const auto p = make_plan(m, r);
   EXPECT_EQ(component_bytes(p, "KV cache"), 2ull * 4096 * 128 * 1024);
@@ -151,12 +160,7 @@ TEST(MemoryModel, PagedKvCacheArithmetic) {
 
 TEST(MemoryModel, GenerateKvCacheGrowsToTheLastToken) {
   const auto m = preset_model("qwen2-0.5b");
-  plan_request r;
-  r.mode = run_mode::infer;
-  r.batch = 8;
-  r.prompt = 16;
-  r.new_tokens = 2000;
-  r.prec = precision::bf16;
+  const auto r = infer(8, 16, 2000);
   const auto p = make_plan(m, r);
   // 24 layers x 2 KV heads x 64 dims x 2 x 2 bytes = 12 KiB per token; the cache holds
   // prompt + new - 1 tokens at the last decode step, where the peak is, plus the old copy of the
@@ -279,12 +283,7 @@ TEST(MemoryModel, SkippingRepeatedWorkChangesNoFigure) {
 // and the run fits; on a too small GPU it does not.
 TEST(MemoryModel, GpuCapacityModelsMemoryPressure) {
   const auto m = preset_model("llama-3-8b");
-  plan_request r;
-  r.mode = run_mode::infer;
-  r.prec = precision::fp32;
-  r.batch = 16;
-  r.prompt = 512;
-  r.new_tokens = 2048;
+  auto r = infer(16, 512, 2048, precision::fp32);
   const auto free_run = make_plan(m, r);
   EXPECT_TRUE(free_run.fits());
   r.device_capacity_bytes = 80ull << 30;
