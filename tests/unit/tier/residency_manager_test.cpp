@@ -7,8 +7,11 @@
 #include <atomic>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "residency_trace.hpp"
@@ -26,15 +29,48 @@ std::vector<std::uint8_t> fill_host(residency_manager& m, tiered_buffer b, std::
   auto* p = static_cast<std::uint8_t*>(m.host_data(b, access_mode::write));
   std::vector<std::uint8_t> shadow(m.size(b));
   for (std::size_t i = 0; i < shadow.size(); ++i)
-    shadow[i] = p[i] = static_cast<std::uint8_t>(seed * 31 + i * 7);
+    shadow[i] = p[i] = static_cast<std::uint8_t>(std::size_t{seed} * 31 + i * 7);
   return shadow;
 }
 
-TEST(ResidencyManager, RandomizedAccessLosesNoByteAndStaysWithinBudget) {
+// A fresh simulated device, a stream on it and (manage) a residency manager over them.
+// NOLINTNEXTLINE(readability-identifier-naming): GoogleTest names the suite after the fixture.
+class ResidencyManager : public ::testing::Test {
+ protected:
   sim_setup sim;
+  owned_stream s{*sim.device};
+
+  // The manager of `budget` device bytes over the counted device and pinned memory.
+  residency_manager& manage(std::size_t budget) {
+    return manager_.emplace(*sim.device, *sim.device_memory, *sim.pinned_memory,
+                            residency_options{.device_budget_bytes = budget});
+  }
+
+ private:
+  std::optional<residency_manager> manager_;
+};
+
+// One use of `b` on stream `s`: acquire, then release.
+void use_once(residency_manager& m, tiered_buffer b, stream_view s, access_mode mode) {
+  (void)m.acquire(b, s, mode);
+  m.release(b, s);
+}
+
+// The message of the E that `f` throws (a test failure when it throws none).
+template <class E, class F>
+std::string thrown_message(F&& f) {
+  try {
+    std::forward<F>(f)();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no exception";
+  return {};
+}
+
+TEST_F(ResidencyManager, RandomizedAccessLosesNoByteAndStaysWithinBudget) {
   constexpr std::size_t budget = 160 * KiB;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                      {.device_budget_bytes = budget});
+  auto& m = manage(budget);
   std::mt19937 rng(1234);
   std::vector<tiered_buffer> h;
   std::vector<std::vector<std::uint8_t>> shadow;
@@ -96,10 +132,8 @@ TEST(ResidencyManager, RandomizedAccessLosesNoByteAndStaysWithinBudget) {
   EXPECT_LE(sim.device_peak(), static_cast<std::int64_t>(budget)) << "device resource peak";
 }
 
-TEST(ResidencyManager, DirtyBufferIsCopiedBackAfterItsLastUseBeforeItsMemoryIsReused) {
-  sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                      {.device_budget_bytes = 64 * KiB});
+TEST_F(ResidencyManager, DirtyBufferIsCopiedBackAfterItsLastUseBeforeItsMemoryIsReused) {
+  auto& m = manage(64 * KiB);
   auto a = m.create(64 * KiB);
   auto b = m.create(64 * KiB);
   fill_host(m, b, 9);
@@ -129,14 +163,10 @@ TEST(ResidencyManager, DirtyBufferIsCopiedBackAfterItsLastUseBeforeItsMemoryIsRe
   EXPECT_EQ(m.stats().evictions, 1u);
 }
 
-TEST(ResidencyManager, WriteAccessSkipsTheCopyInAndHostWriteIsSeenByNextAcquire) {
-  sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                      {.device_budget_bytes = 1 * MiB});
+TEST_F(ResidencyManager, WriteAccessSkipsTheCopyInAndHostWriteIsSeenByNextAcquire) {
+  auto& m = manage(1 * MiB);
   auto b = m.create(8 * KiB);
-  owned_stream s(*sim.device);
-  (void)m.acquire(b, s, access_mode::write);
-  m.release(b, s);
+  use_once(m, b, s, access_mode::write);
   EXPECT_EQ(m.stats().bytes_h2d, 0u);
   auto* h = static_cast<std::uint8_t*>(m.host_data(b, access_mode::write));
   std::memset(h, 0x77, 8 * KiB);
@@ -149,21 +179,16 @@ TEST(ResidencyManager, WriteAccessSkipsTheCopyInAndHostWriteIsSeenByNextAcquire)
   EXPECT_TRUE(ok.load());
 }
 
-TEST(ResidencyManager, ReadOnlyBuffersAreNeverCopiedBackNorWritable) {
-  sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                      {.device_budget_bytes = 32 * KiB});
+TEST_F(ResidencyManager, ReadOnlyBuffersAreNeverCopiedBackNorWritable) {
+  auto& m = manage(32 * KiB);
   auto r = m.create(32 * KiB, buffer_flags::read_only);
   auto other = m.create(32 * KiB);
   const auto shadow = fill_host(m, r, 3);
-  owned_stream s(*sim.device);
   EXPECT_THROW((void)m.acquire(r, s, access_mode::read_write), logic_error);
   EXPECT_THROW((void)m.acquire(r, s, access_mode::write), logic_error);
   for (int i = 0; i < 5; ++i) {
-    (void)m.acquire(r, s, access_mode::read);
-    m.release(r, s);
-    (void)m.acquire(other, s, access_mode::read);  // evicts r
-    m.release(other, s);
+    use_once(m, r, s, access_mode::read);
+    use_once(m, other, s, access_mode::read);  // evicts r
   }
   sim.device->synchronize(s);
   const auto st = m.stats();
@@ -172,47 +197,35 @@ TEST(ResidencyManager, ReadOnlyBuffersAreNeverCopiedBackNorWritable) {
   EXPECT_EQ(0, std::memcmp(m.host_data(r), shadow.data(), shadow.size()));
 }
 
-TEST(ResidencyManager, PinnedInPlaceBufferIsNeverEvicted) {
-  sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                      {.device_budget_bytes = 64 * KiB});
+TEST_F(ResidencyManager, PinnedInPlaceBufferIsNeverEvicted) {
+  auto& m = manage(64 * KiB);
   auto pinned = m.create(32 * KiB, buffer_flags::pinned_in_place);
   std::vector<tiered_buffer> others;
+  others.reserve(4);
   for (int i = 0; i < 4; ++i) others.push_back(m.create(32 * KiB));
-  owned_stream s(*sim.device);
-  (void)m.acquire(pinned, s, access_mode::read_write);
-  m.release(pinned, s);
+  use_once(m, pinned, s, access_mode::read_write);
   for (int round = 0; round < 3; ++round) {
     for (auto o : others) {
-      (void)m.acquire(o, s, access_mode::read);
-      m.release(o, s);
+      use_once(m, o, s, access_mode::read);
       EXPECT_TRUE(m.is_resident(pinned));
     }
   }
   EXPECT_EQ(m.stats().pinned_bytes, 32 * KiB);
   // Pinned + one acquired fill the budget: a third buffer cannot fit.
   (void)m.acquire(others[0], s, access_mode::read);
-  try {
-    (void)m.acquire(others[1], s, access_mode::read);
-    FAIL() << "no exception";
-  } catch (const out_of_memory& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("pinned"), std::string::npos) << what;
-    EXPECT_NE(what.find("acquired"), std::string::npos) << what;
-  }
+  const std::string what =
+      thrown_message<out_of_memory>([&] { (void)m.acquire(others[1], s, access_mode::read); });
+  EXPECT_NE(what.find("pinned"), std::string::npos) << what;
+  EXPECT_NE(what.find("acquired"), std::string::npos) << what;
   m.release(others[0], s);
 }
 
-TEST(ResidencyManager, AcquireLargerThanBudgetThrowsWithSummaryAndChangesNothing) {
-  sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                      {.device_budget_bytes = 64 * KiB});
+TEST_F(ResidencyManager, AcquireLargerThanBudgetThrowsWithSummaryAndChangesNothing) {
+  auto& m = manage(64 * KiB);
   auto small = m.create(16 * KiB);
   auto big = m.create(65 * KiB);
   const auto shadow = fill_host(m, small, 5);
-  owned_stream s(*sim.device);
-  (void)m.acquire(small, s, access_mode::read);
-  m.release(small, s);
+  use_once(m, small, s, access_mode::read);
   const auto before = m.stats();
   try {
     (void)m.acquire(big, s, access_mode::read);
@@ -231,18 +244,12 @@ TEST(ResidencyManager, AcquireLargerThanBudgetThrowsWithSummaryAndChangesNothing
   EXPECT_EQ(0, std::memcmp(m.host_data(small), shadow.data(), shadow.size()));
 }
 
-TEST(ResidencyManager, ReleaseWithoutAcquireIsALogicErrorAndChangesNothing) {
-  sim_setup sim;
+TEST_F(ResidencyManager, ReleaseWithoutAcquireIsALogicErrorAndChangesNothing) {
   residency_manager m(*sim.device, {.device_budget_bytes = 64 * KiB});
   auto b = m.create(4 * KiB);
   owned_stream s1(*sim.device), s2(*sim.device);
-  try {
-    m.release(b, s1);
-    FAIL() << "no exception";
-  } catch (const logic_error& e) {
-    EXPECT_NE(std::string(e.what()).find("without a matching acquire"), std::string::npos)
-        << e.what();
-  }
+  const std::string what = thrown_message<logic_error>([&] { m.release(b, s1); });
+  EXPECT_NE(what.find("without a matching acquire"), std::string::npos) << what;
   (void)m.acquire(b, s1, access_mode::read);
   EXPECT_THROW(m.release(b, s2), logic_error);  // acquired on another stream
   EXPECT_EQ(m.stats().acquired_bytes, 4 * KiB);
@@ -251,14 +258,11 @@ TEST(ResidencyManager, ReleaseWithoutAcquireIsALogicErrorAndChangesNothing) {
   EXPECT_EQ(m.stats().acquired_bytes, 0u);
 }
 
-TEST(ResidencyManager, StaleHandlesAreRejectedEvenWhenTheSlotIsReused) {
-  sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                      {.device_budget_bytes = 64 * KiB});
+TEST_F(ResidencyManager, StaleHandlesAreRejectedEvenWhenTheSlotIsReused) {
+  auto& m = manage(64 * KiB);
   auto old_handle = m.create(4 * KiB);
   auto keep = m.create(4 * KiB);
   const auto shadow = fill_host(m, keep, 11);
-  owned_stream s(*sim.device);
   (void)m.acquire(old_handle, s, access_mode::read_write);
   EXPECT_THROW(m.destroy(old_handle), logic_error);  // still acquired
   m.release(old_handle, s);
@@ -266,12 +270,9 @@ TEST(ResidencyManager, StaleHandlesAreRejectedEvenWhenTheSlotIsReused) {
   auto reused = m.create(4 * KiB);
   EXPECT_EQ(reused.index(), old_handle.index());
   EXPECT_NE(reused.generation(), old_handle.generation());
-  try {
-    (void)m.acquire(old_handle, s, access_mode::read);
-    FAIL() << "no exception";
-  } catch (const logic_error& e) {
-    EXPECT_NE(std::string(e.what()).find("destroyed"), std::string::npos) << e.what();
-  }
+  const std::string what =
+      thrown_message<logic_error>([&] { (void)m.acquire(old_handle, s, access_mode::read); });
+  EXPECT_NE(what.find("destroyed"), std::string::npos) << what;
   EXPECT_THROW(m.release(old_handle, s), logic_error);
   EXPECT_THROW(m.prefetch(old_handle, s), logic_error);
   EXPECT_THROW((void)m.host_data(old_handle), logic_error);
@@ -279,19 +280,14 @@ TEST(ResidencyManager, StaleHandlesAreRejectedEvenWhenTheSlotIsReused) {
   EXPECT_THROW((void)m.acquire(tiered_buffer{}, s, access_mode::read), logic_error);
   EXPECT_EQ(m.stats().buffers, 2u);
   EXPECT_EQ(0, std::memcmp(m.host_data(keep), shadow.data(), shadow.size()));
-  (void)m.acquire(reused, s, access_mode::read);
-  m.release(reused, s);
+  use_once(m, reused, s, access_mode::read);
 }
 
-TEST(ResidencyManager, PrefetchedBufferHitsAndDoesNotMakeTheStreamWait) {
-  sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                      {.device_budget_bytes = 1 * MiB});
+TEST_F(ResidencyManager, PrefetchedBufferHitsAndDoesNotMakeTheStreamWait) {
+  auto& m = manage(1 * MiB);
   auto a = m.create(256 * KiB);
   auto b = m.create(256 * KiB);
-  owned_stream s(*sim.device);
-  (void)m.acquire(a, s, access_mode::read);  // miss: the stream waits ~130 us for the copy
-  m.release(a, s);
+  use_once(m, a, s, access_mode::read);  // miss: the stream waits ~130 us for the copy
   sim.device->synchronize(s);
   auto st = m.stats();
   EXPECT_EQ(st.misses, 1u);
@@ -300,8 +296,7 @@ TEST(ResidencyManager, PrefetchedBufferHitsAndDoesNotMakeTheStreamWait) {
   // load): the count, not the duration, is the behaviour under test.
   m.prefetch(b, s);
   m.synchronize();  // the prefetch completes before the acquire
-  (void)m.acquire(b, s, access_mode::read);
-  m.release(b, s);
+  use_once(m, b, s, access_mode::read);
   sim.device->synchronize(s);
   st = m.stats();
   EXPECT_EQ(st.prefetches, 1u);
@@ -310,13 +305,10 @@ TEST(ResidencyManager, PrefetchedBufferHitsAndDoesNotMakeTheStreamWait) {
   EXPECT_EQ(st.stream_waits, 1u);  // unchanged: the prefetched copy had landed
 }
 
-TEST(ResidencyManager, PrefetchThatWouldEvictAnAcquiredBufferIsDropped) {
-  sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                      {.device_budget_bytes = 64 * KiB});
+TEST_F(ResidencyManager, PrefetchThatWouldEvictAnAcquiredBufferIsDropped) {
+  auto& m = manage(64 * KiB);
   auto a = m.create(48 * KiB);
   auto b = m.create(32 * KiB);
-  owned_stream s(*sim.device);
   (void)m.acquire(a, s, access_mode::read);
   m.prefetch(b, s);
   EXPECT_FALSE(m.is_resident(b));
@@ -328,23 +320,19 @@ TEST(ResidencyManager, PrefetchThatWouldEvictAnAcquiredBufferIsDropped) {
   EXPECT_LE(m.stats().peak_resident_bytes, 64 * KiB);
 }
 
-TEST(ResidencyManager, MovesNoMoreBytesThanAnIdealLruOfTheSameBudget) {
-  sim_setup sim;
+TEST_F(ResidencyManager, MovesNoMoreBytesThanAnIdealLruOfTheSameBudget) {
   constexpr std::uint32_t buffers = 20;
   constexpr std::size_t bytes = 8 * KiB;
   constexpr std::size_t budget = 6 * bytes;
   const auto trace = bench::make_locality_trace(buffers, 400, 9, 0.3, 5);
   const std::vector<std::size_t> sizes(buffers, bytes);
   const auto lru = simulate_lru(sizes, trace, budget);
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                      {.device_budget_bytes = budget});
+  auto& m = manage(budget);
   std::vector<tiered_buffer> h;
   for (std::uint32_t b = 0; b < buffers; ++b) h.push_back(m.create(bytes));
   m.reset_counters();
-  owned_stream s(*sim.device);
   for (const auto& use : trace) {
-    (void)m.acquire(h[use.buffer], s, use.access);
-    m.release(h[use.buffer], s);
+    use_once(m, h[use.buffer], s, use.access);
   }
   sim.device->synchronize(s);
   const auto st = m.stats();
@@ -355,18 +343,13 @@ TEST(ResidencyManager, MovesNoMoreBytesThanAnIdealLruOfTheSameBudget) {
   EXPECT_EQ(st.misses, lru.misses);
 }
 
-TEST(ResidencyManager, TraceIsChromeTraceEventJson) {
-  sim_setup sim;
-  residency_manager m(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                      {.device_budget_bytes = 16 * KiB});
+TEST_F(ResidencyManager, TraceIsChromeTraceEventJson) {
+  auto& m = manage(16 * KiB);
   auto a = m.create(16 * KiB);
   auto b = m.create(16 * KiB);
-  owned_stream s(*sim.device);
-  (void)m.acquire(a, s, access_mode::read_write);
-  m.release(a, s);
+  use_once(m, a, s, access_mode::read_write);
   m.prefetch(b, s);  // evicts dirty a: copy_out
-  (void)m.acquire(b, s, access_mode::read);
-  m.release(b, s);
+  use_once(m, b, s, access_mode::read);
   m.synchronize();
   std::ostringstream out;
   m.write_trace(out);
@@ -386,7 +369,7 @@ TEST(ResidencyManager, TraceIsChromeTraceEventJson) {
   EXPECT_EQ(m.trace_dropped(), 0u);
 }
 
-TEST(ResidencyManager, ZeroBudgetAndZeroSizeAreRejected) {
+TEST_F(ResidencyManager, ZeroBudgetAndZeroSizeAreRejected) {
   host_sim_device dev;
   EXPECT_THROW(residency_manager(dev, {.device_budget_bytes = 0}), logic_error);
   residency_manager m(dev, {.device_budget_bytes = 1 * KiB});
