@@ -394,7 +394,9 @@ class chase_mapping {
   explicit chase_mapping(std::uint64_t bytes) : map_bytes_(align_up(bytes, huge) + huge) {
     raw_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw_ == MAP_FAILED) return;
-    buf_ = reinterpret_cast<char*>(align_up(reinterpret_cast<std::uintptr_t>(raw_), huge));
+    // Aligned by offsetting the mapping's own pointer (no integer-to-pointer cast).
+    const auto addr = reinterpret_cast<std::uintptr_t>(raw_);
+    buf_ = static_cast<char*>(raw_) + (align_up(addr, huge) - addr);
     const std::string thp = transparent_huge_pages_mode();
     const bool huge_pages = (thp == "always" || thp == "madvise") &&
                             madvise(buf_, align_up(bytes, huge), MADV_HUGEPAGE) == 0;
@@ -522,13 +524,9 @@ void run_latency(const host_topology& topo, const probe_options& options, probe_
     return;
   }
   report.header["host.latency.pages"] = map.pages();
-  curve cv;
-  cv.key = "host.latency";
-  cv.section = "latency";
-  cv.title = "host load latency vs working set (one thread, random single-cycle chase)";
-  cv.x_label = "bytes";
-  cv.y_unit = "ns";
-  cv.log_x = true;
+  curve cv = make_curve("host.latency", "latency",
+                        "host load latency vs working set (one thread, random single-cycle chase)",
+                        "bytes", "ns", true);
   std::string failure;
   std::thread worker([&] {
     topo.pin_current_thread(topo.spread(topo.pus(), 1).front());
@@ -585,7 +583,7 @@ class dram_chase {
     loads_ = loads;
     return loads;
   }
-  chase_outcome run(int reps) const {
+  [[nodiscard]] chase_outcome run(int reps) const {
     chase_outcome out;
     for (int r = 0; r < reps; ++r) {
       const auto t0 = steady::now();
@@ -618,16 +616,9 @@ std::size_t dram_working_set(const host_topology& topo, const probe_options& opt
 
 measurement latency_measurement(std::string key, std::string section, std::string title,
                                 std::string device, std::size_t ws, std::vector<double> ns) {
-  measurement m;
-  m.key = std::move(key);
-  m.section = std::move(section);
-  m.title = std::move(title);
-  m.device = std::move(device);
-  m.unit = "ns";
+  auto m = make_measurement(std::move(key), std::move(section), std::move(title), std::move(device),
+                            "ns", std::move(ns));
   m.size_bytes = ws;
-  m.repetitions = static_cast<int>(ns.size());
-  m.samples = std::move(ns);
-  m.stats = sample_stats::of(m.samples);
   m.verified = true;
   return m;
 }
@@ -759,16 +750,10 @@ void add_loaded_results(const curve& cv, const std::string& how, std::size_t ws,
   full.note = how;
   report.results.push_back(std::move(full));
   if (const auto at = detail::bandwidth_at_latency(cv.points, 2.0)) {
-    measurement m;
-    m.key = "host.latency.loaded.double_at";
-    m.section = "loaded-latency";
-    m.title = "streamed bandwidth at which the DRAM load latency doubles";
-    m.device = "host";
-    m.unit = "GB/s";
+    auto m = make_measurement("host.latency.loaded.double_at", "loaded-latency",
+                              "streamed bandwidth at which the DRAM load latency doubles", "host",
+                              "GB/s", {*at});
     m.convention = byte_convention::read;
-    m.samples = {*at};
-    m.repetitions = 1;
-    m.stats = sample_stats::of(m.samples);
     m.verified = true;
     m.note =
         "read off the loaded-latency curve, interpolated between its two points around "
@@ -814,13 +799,9 @@ void run_loaded_latency(const host_topology& topo, const probe_options& options,
     report.skips.push_back({"host.latency.loaded", "could not map the chase buffer"});
     return;
   }
-  curve cv;
-  cv.key = "host.latency.loaded";
-  cv.section = "loaded-latency";
-  cv.title = "host DRAM load latency while other threads stream (x: their GB/s)";
-  cv.x_label = "GB/s";
-  cv.y_unit = "ns";
-  cv.log_x = false;
+  curve cv = make_curve("host.latency.loaded", "loaded-latency",
+                        "host DRAM load latency while other threads stream (x: their GB/s)", "GB/s",
+                        "ns", false);
   std::string failure;
   std::vector<double> max_ns;
   double max_gbps = 0;

@@ -1,5 +1,8 @@
-// byte_convention and verdict names for the probe's result model.
+// byte_convention and verdict names, and the measurement and curve makers, of the probe's
+// result model.
 #include "vramkit/probe/measurement.hpp"
+
+#include <utility>
 
 namespace vramkit::probe {
 
@@ -31,6 +34,32 @@ const char* to_string(verdict_kind v) noexcept {
       return "unknown";
   }
   return "unknown";
+}
+
+measurement make_measurement(std::string key, std::string section, std::string title,
+                             std::string device, std::string unit, std::vector<double> samples) {
+  measurement m;
+  m.key = std::move(key);
+  m.section = std::move(section);
+  m.title = std::move(title);
+  m.device = std::move(device);
+  m.unit = std::move(unit);
+  m.repetitions = static_cast<int>(samples.size());
+  m.samples = std::move(samples);
+  m.stats = sample_stats::of(m.samples);
+  return m;
+}
+
+curve make_curve(std::string key, std::string section, std::string title, std::string x_label,
+                 std::string y_unit, bool log_x) {
+  curve c;
+  c.key = std::move(key);
+  c.section = std::move(section);
+  c.title = std::move(title);
+  c.x_label = std::move(x_label);
+  c.y_unit = std::move(y_unit);
+  c.log_x = log_x;
+  return c;
 }
 
 }  // namespace vramkit::probe

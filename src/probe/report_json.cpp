@@ -27,6 +27,7 @@ json stats_json(const sample_stats& s) {
 }
 
 invalid_input wrong_type(const char* field, const char* where) {
+  // NOLINTNEXTLINE(modernize-return-braced-init-list): the constructor is explicit.
   return invalid_input(std::string("probe report JSON: field '") + field + "' of " + where +
                        " has the wrong type");
 }
@@ -122,47 +123,43 @@ json report_document(const probe_report& report) {
   doc["header"] = report.header;
   json results = json::array();
   for (const auto& m : report.results) {
-    json r;
-    r["key"] = m.key;
-    r["section"] = m.section;
-    r["title"] = m.title;
-    r["device"] = m.device;
-    r["unit"] = m.unit;
-    r["convention"] = to_string(m.convention);
-    r["size_bytes"] = m.size_bytes;
-    r["repetitions"] = m.repetitions;
-    r["samples"] = numbers(m.samples);
-    r["stats"] = stats_json(m.stats);
-    r["peak"] = m.peak ? number(*m.peak) : json(nullptr);
-    r["peak_basis"] = m.peak_basis;
-    const auto pct = m.percent_of_peak();
-    r["percent_of_peak"] = pct ? number(*pct) : json(nullptr);
-    r["verified"] = m.verified;
-    r["note"] = m.note;
-    r["verdict"] = to_string(m.verdict);
-    r["verdict_reason"] = m.verdict_reason;
     json extra = json::object();
     for (const auto& [k, v] : m.extra) extra[k] = number(v);
-    r["extra"] = extra;
-    results.push_back(std::move(r));
+    const auto pct = m.percent_of_peak();
+    results.push_back({{"key", m.key},
+                       {"section", m.section},
+                       {"title", m.title},
+                       {"device", m.device},
+                       {"unit", m.unit},
+                       {"convention", to_string(m.convention)},
+                       {"size_bytes", m.size_bytes},
+                       {"repetitions", m.repetitions},
+                       {"samples", numbers(m.samples)},
+                       {"stats", stats_json(m.stats)},
+                       {"peak", m.peak ? number(*m.peak) : json(nullptr)},
+                       {"peak_basis", m.peak_basis},
+                       {"percent_of_peak", pct ? number(*pct) : json(nullptr)},
+                       {"verified", m.verified},
+                       {"note", m.note},
+                       {"verdict", to_string(m.verdict)},
+                       {"verdict_reason", m.verdict_reason},
+                       {"extra", std::move(extra)}});
   }
   doc["results"] = std::move(results);
   json curves = json::array();
   for (const auto& c : report.curves) {
-    json cj;
-    cj["key"] = c.key;
-    cj["section"] = c.section;
-    cj["title"] = c.title;
-    cj["x_label"] = c.x_label;
-    cj["y_unit"] = c.y_unit;
-    cj["log_x"] = c.log_x;
     json pts = json::array();
     for (const auto& p : c.points) {
       pts.push_back(
           {{"x", number(p.x)}, {"stats", stats_json(p.y)}, {"samples", numbers(p.samples)}});
     }
-    cj["points"] = std::move(pts);
-    curves.push_back(std::move(cj));
+    curves.push_back({{"key", c.key},
+                      {"section", c.section},
+                      {"title", c.title},
+                      {"x_label", c.x_label},
+                      {"y_unit", c.y_unit},
+                      {"log_x", c.log_x},
+                      {"points", std::move(pts)}});
   }
   doc["curves"] = std::move(curves);
   json levels = json::array();

@@ -77,6 +77,15 @@ struct curve {
   bool log_x = true;
 };
 
+/// A measurement of `samples` in `unit`, with its repetitions (one per sample) and stats; the
+/// rest (convention, size, peak, verification, verdict) is the caller's to set.
+measurement make_measurement(std::string key, std::string section, std::string title,
+                             std::string device, std::string unit, std::vector<double> samples);
+
+/// A curve of y in `y_unit` over x in `x_label`, without points yet.
+curve make_curve(std::string key, std::string section, std::string title, std::string x_label,
+                 std::string y_unit, bool log_x);
+
 /// A section or test that did not run, with the reason people see. `failed` marks a test that ran
 /// but whose result did not verify (its speed is not reported); the CLI then exits 1.
 struct skipped {

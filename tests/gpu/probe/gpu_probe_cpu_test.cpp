@@ -13,6 +13,7 @@
 #include "vramkit/config.hpp"
 #include "vramkit/core/cuda_device_api.hpp"
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
 #include "vramkit/probe/gpu_probe.hpp"
 
 namespace vramkit::probe {
@@ -109,15 +110,6 @@ TEST(GpuProbe, SkipsWithReasonWithoutGpu) {
   EXPECT_TRUE(report.curves.empty());
 }
 
-TEST(GpuProbe, DoesNothingWhenOnlyHostSectionsAreAsked) {
-  probe_options options;
-  options.only = {"host"};
-  probe_report report;
-  run_gpu_probe(options, report);
-  EXPECT_TRUE(report.skips.empty());
-  EXPECT_TRUE(report.results.empty());
-}
-
 std::vector<std::uint64_t> visit_all(std::uint64_t ws, std::uint64_t line,
                                      std::uint64_t chunk_bytes, std::uint64_t seed) {
   using namespace detail;
@@ -135,7 +127,7 @@ std::vector<std::uint64_t> visit_all(std::uint64_t ws, std::uint64_t line,
 
 TEST(GpuChaseOrder, IsOneCycleThroughEveryLine) {
   for (std::uint64_t ws : {4096ull, 65536ull, 1ull << 20, 3ull << 20}) {
-    const auto order = visit_all(ws, 128, 64 * 1024, ws);
+    const auto order = visit_all(ws, 128, 64 * KiB, ws);
     const std::uint64_t n = ws / 128;
     ASSERT_EQ(order.size(), n);
     // Following next(visit t) = visit t+1 from line order[0] returns after n steps, having seen
@@ -150,15 +142,15 @@ TEST(GpuChaseOrder, IsOneCycleThroughEveryLine) {
 }
 
 TEST(GpuChaseOrder, HopsToAnotherChunkEveryStep) {
-  const auto order = visit_all(1ull << 20, 128, 64 * 1024, 7);
-  const std::uint64_t lines_per_chunk = 64 * 1024 / 128;
+  const auto order = visit_all(1ull << 20, 128, 64 * KiB, 7);
+  const std::uint64_t lines_per_chunk = 64 * KiB / 128;
   for (std::size_t t = 0; t + 1 < order.size(); ++t) {
     EXPECT_NE(order[t] / lines_per_chunk, order[t + 1] / lines_per_chunk) << "step " << t;
   }
 }
 
 TEST(GpuChaseOrder, DependsOnTheSeed) {
-  EXPECT_NE(visit_all(1 << 20, 128, 64 * 1024, 1), visit_all(1 << 20, 128, 64 * 1024, 2));
+  EXPECT_NE(visit_all(1 << 20, 128, 64 * KiB, 1), visit_all(1 << 20, 128, 64 * KiB, 2));
 }
 
 TEST(GpuPattern, ClosedFormSumMatchesTheWords) {

@@ -1,5 +1,6 @@
 // Reading the GPU cache levels off a bandwidth-over-working-set curve.
 #include "vramkit/probe/detail/bandwidth_plateaus.hpp"
+#include "vramkit/core/units.hpp"
 #include "vramkit/probe/report_json.hpp"
 
 #include <gtest/gtest.h>
@@ -14,7 +15,8 @@
 namespace vramkit::probe::detail {
 namespace {
 
-constexpr double KiB = 1024, MiB = 1024 * 1024;
+using vramkit::KiB;
+using vramkit::MiB;
 
 std::vector<curve::point> curve_of(const std::vector<std::pair<double, double>>& xy) {
   std::vector<curve::point> pts;
@@ -26,6 +28,15 @@ std::vector<curve::point> curve_of(const std::vector<std::pair<double, double>>&
     pts.push_back(p);
   }
   return pts;
+}
+
+// The plateaus of an L2 sweep over `xy`, named for an L2 of `l2_bytes`.
+std::vector<bandwidth_plateau> l2_sweep_levels(const std::vector<std::pair<double, double>>& xy,
+                                               double l2_bytes) {
+  const auto pts = curve_of(xy);
+  auto p = find_bandwidth_plateaus(pts);
+  name_l2_sweep_plateaus(p, pts, static_cast<std::uint64_t>(l2_bytes));
+  return p;
 }
 
 // Shaped like an H100/H200-class GPU: L1 ~ 30 TB/s to 128 KiB, L2 ~ 10 TB/s to ~30 MiB, a far-L2
@@ -79,10 +90,8 @@ TEST(BandwidthPlateaus, NamesTheLevelsOfAnL2Sweep) {
   for (double x = 30 * MiB; x <= 60 * MiB; x += 3.75 * MiB) xy.emplace_back(x, 10000);
   xy.emplace_back(63.75 * MiB, 6500);
   for (double x = 67.5 * MiB; x <= 240 * MiB; x *= 1.5) xy.emplace_back(x, 4700);
-  const auto pts = curve_of(xy);
-  auto p = find_bandwidth_plateaus(pts);
+  const auto p = l2_sweep_levels(xy, 60 * MiB);
   ASSERT_EQ(p.size(), 3u);
-  name_l2_sweep_plateaus(p, pts, static_cast<std::uint64_t>(60 * MiB));
   EXPECT_EQ(p[0].name, "L2 near");
   EXPECT_EQ(p[1].name, "L2");
   EXPECT_EQ(p[2].name, "HBM");
@@ -93,15 +102,12 @@ TEST(BandwidthPlateaus, NamesTheLevelsOfAnL2Sweep) {
 TEST(BandwidthPlateaus, AnL2SweepCutShortBeforeDeviceMemoryHasOnlyAnL2) {
   std::vector<std::pair<double, double>> xy;
   for (double x = 4 * MiB; x <= 28 * MiB; x += 4 * MiB) xy.emplace_back(x, 9000);
-  const auto pts = curve_of(xy);
-  auto p = find_bandwidth_plateaus(pts);
+  const auto p = l2_sweep_levels(xy, 32 * MiB);
   ASSERT_EQ(p.size(), 1u);
-  name_l2_sweep_plateaus(p, pts, static_cast<std::uint64_t>(32 * MiB));
   EXPECT_EQ(p[0].name, "L2");
   EXPECT_EQ(p[0].end_x, 0);  // no size: the curve never left it
   // Past the L2 from its first point: no L2 level at all.
-  auto q = find_bandwidth_plateaus(pts);
-  name_l2_sweep_plateaus(q, pts, static_cast<std::uint64_t>(2 * MiB));
+  const auto q = l2_sweep_levels(xy, 2 * MiB);
   EXPECT_TRUE(q[0].name.empty());
 }
 
@@ -109,10 +115,8 @@ TEST(BandwidthPlateaus, OneL2WithoutANearPart) {
   std::vector<std::pair<double, double>> xy;
   for (double x = 0.5 * MiB; x <= 4 * MiB; x *= 2) xy.emplace_back(x, 5000);
   for (double x = 8 * MiB; x <= 32 * MiB; x *= 2) xy.emplace_back(x, 1500);
-  const auto pts = curve_of(xy);
-  auto p = find_bandwidth_plateaus(pts);
+  const auto p = l2_sweep_levels(xy, 6 * MiB);
   ASSERT_EQ(p.size(), 2u);
-  name_l2_sweep_plateaus(p, pts, static_cast<std::uint64_t>(6 * MiB));
   EXPECT_EQ(p[0].name, "L2");
   EXPECT_EQ(p[1].name, "HBM");
   // The band's edge 0.88 x 5000 = 4400 lies 600/3500 of the way from 4 MiB (5000) to 8 MiB

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "vramkit/core/units.hpp"
+#include "vramkit/probe/gpu_probe.hpp"
 
 namespace vramkit::probe {
 namespace {
@@ -130,13 +132,21 @@ TEST(HostProbe, HeaderDescribesTheMachine) {
   EXPECT_GE(std::stoi(r.header["host.cpu.threads"]), 1);
 }
 
+// Neither side of the probe measures or skips anything for sections that were not asked for
+// (the GPU side without touching a device: this runs on machines with and without one).
 TEST(HostProbe, SectionsNotAskedForDoNothing) {
-  probe_options o;
-  o.only = {"h2d"};
-  probe_report r;
-  run_host_probe(o, r);
-  EXPECT_TRUE(r.results.empty());
-  EXPECT_TRUE(r.curves.empty());
+  using probe_side = void (*)(const probe_options&, probe_report&);
+  const std::pair<probe_side, const char*> cases[] = {{run_host_probe, "h2d"},
+                                                      {run_gpu_probe, "host"}};
+  for (const auto& [run, section] : cases) {
+    probe_options o;
+    o.only = {section};
+    probe_report r;
+    run(o, r);
+    EXPECT_TRUE(r.skips.empty()) << section;
+    EXPECT_TRUE(r.results.empty()) << section;
+    EXPECT_TRUE(r.curves.empty()) << section;
+  }
 }
 
 }  // namespace

@@ -22,8 +22,8 @@ namespace fs = std::filesystem;
 class fixture_root {
  public:
   fixture_root()
-      : root_(fs::temp_directory_path() /
-              ("vramkit_budget_" + std::to_string(::getpid()) + "_" + std::to_string(++count_))) {
+      : root_(fs::temp_directory_path() / ("vramkit_budget_" + std::to_string(::getpid()) + "_" +
+                                           std::to_string(next_serial()))) {
     fs::create_directories(root_);
   }
   ~fixture_root() { fs::remove_all(root_); }
@@ -34,10 +34,32 @@ class fixture_root {
     fs::create_directories(p.parent_path());
     std::ofstream(p) << text;
   }
+  /// The process's view: /proc/meminfo, /proc/self/mountinfo and /proc/self/cgroup.
+  void process(const std::string& meminfo, const std::string& mountinfo,
+               const std::string& cgroup) const {
+    write("/proc/meminfo", meminfo);
+    write("/proc/self/mountinfo", mountinfo);
+    write("/proc/self/cgroup", cgroup);
+  }
+  /// One cgroup level's limit and usage: `limit_file` and `usage_file` under `dir`.
+  void level(const std::string& dir, const char* limit_file, const std::string& limit,
+             const char* usage_file, const std::string& usage) const {
+    write(dir + limit_file, limit + "\n");
+    write(dir + usage_file, usage + "\n");
+  }
+  void v1_level(const std::string& dir, const std::string& limit, const std::string& usage) const {
+    level(dir, "memory.limit_in_bytes", limit, "memory.usage_in_bytes", usage);
+  }
+  void v2_level(const std::string& dir, const std::string& max, const std::string& current) const {
+    level(dir, "memory.max", max, "memory.current", current);
+  }
   [[nodiscard]] const fs::path& path() const { return root_; }
 
  private:
-  static inline int count_ = 0;
+  static int next_serial() {
+    static int serial = 0;
+    return ++serial;
+  }
   fs::path root_;
 };
 
@@ -51,21 +73,16 @@ constexpr const char* meminfo_20g =
 // runtime without cgroup v2: the job's cgroup and its parent both limit.
 TEST(MemoryBudget, CgroupV1JobAndParentLimitsAndTheTightestWins) {
   fixture_root f;
-  f.write("/proc/meminfo", meminfo_20g);
-  f.write("/proc/self/mountinfo",
-          "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
-          "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
-          "38 31 0:35 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n");
-  f.write("/proc/self/cgroup", "9:name=systemd:/\n4:memory:/slurm/uid_1000/job_42\n0::/\n");
+  f.process(meminfo_20g,
+            "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+            "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+            "38 31 0:35 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n",
+            "9:name=systemd:/\n4:memory:/slurm/uid_1000/job_42\n0::/\n");
   const std::string job = "/sys/fs/cgroup/memory/slurm/uid_1000/job_42/";
-  f.write(job + "memory.limit_in_bytes", "2147483648\n");
-  f.write(job + "memory.usage_in_bytes", "805306368\n");
+  f.v1_level(job, "2147483648", "805306368");
   f.write(job + "memory.stat", "cache 300000000\ninactive_file 1\ntotal_inactive_file 268435456\n");
-  const std::string uid = "/sys/fs/cgroup/memory/slurm/uid_1000/";
-  f.write(uid + "memory.limit_in_bytes", "4294967296\n");
-  f.write(uid + "memory.usage_in_bytes", "3758096384\n");
-  f.write("/sys/fs/cgroup/memory/slurm/memory.limit_in_bytes", "9223372036854771712\n");
-  f.write("/sys/fs/cgroup/memory/slurm/memory.usage_in_bytes", "3758096384\n");
+  f.v1_level("/sys/fs/cgroup/memory/slurm/uid_1000/", "4294967296", "3758096384");
+  f.v1_level("/sys/fs/cgroup/memory/slurm/", "9223372036854771712", "3758096384");
   const auto b = read_memory_budget(f.path(), std::nullopt);
   ASSERT_EQ(b.limits.size(), 3u);  // MemAvailable, the job, its parent (slurm/ is unlimited)
   // The job: 2 GiB, 768 MiB in use of which 256 MiB inactive page cache: 1.5 GiB left. The parent
@@ -83,13 +100,11 @@ TEST(MemoryBudget, CgroupV1JobAndParentLimitsAndTheTightestWins) {
 // the mount's root is the container's cgroup.
 TEST(MemoryBudget, CgroupV2NamespacedContainer) {
   fixture_root f;
-  f.write("/proc/meminfo", meminfo_20g);
-  f.write("/proc/self/mountinfo",
-          "612 587 0:26 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup "
-          "rw,nsdelegate,memory_recursiveprot\n");
-  f.write("/proc/self/cgroup", "0::/\n");
-  f.write("/sys/fs/cgroup/memory.max", "2147483648\n");
-  f.write("/sys/fs/cgroup/memory.current", "104857600\n");
+  f.process(meminfo_20g,
+            "612 587 0:26 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup "
+            "rw,nsdelegate,memory_recursiveprot\n",
+            "0::/\n");
+  f.v2_level("/sys/fs/cgroup/", "2147483648", "104857600");
   f.write("/sys/fs/cgroup/memory.stat", "anon 90000000\nfile 14857600\ninactive_file 4857600\n");
   const auto b = read_memory_budget(f.path(), std::nullopt);
   ASSERT_EQ(b.limits.size(), 2u);
@@ -101,18 +116,14 @@ TEST(MemoryBudget, CgroupV2NamespacedContainer) {
 // in a slice several levels down; "max" levels do not limit.
 TEST(MemoryBudget, CgroupV2SystemdSliceWalksUpToTheRoot) {
   fixture_root f;
-  f.write("/proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable: 1048576 kB\n");
-  f.write("/proc/self/mountinfo",
-          "29 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 "
-          "cgroup2 rw,nsdelegate,memory_recursiveprot\n");
-  f.write("/proc/self/cgroup", "0::/user.slice/user-1000.slice/session-3.scope\n");
+  f.process("MemTotal: 16000000 kB\nMemAvailable: 1048576 kB\n",
+            "29 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 "
+            "cgroup2 rw,nsdelegate,memory_recursiveprot\n",
+            "0::/user.slice/user-1000.slice/session-3.scope\n");
   const std::string base = "/sys/fs/cgroup/user.slice/";
-  f.write(base + "memory.max", "max\n");
-  f.write(base + "memory.current", "5000000000\n");
-  f.write(base + "user-1000.slice/memory.max", "8589934592\n");
-  f.write(base + "user-1000.slice/memory.current", "1073741824\n");
-  f.write(base + "user-1000.slice/session-3.scope/memory.max", "max\n");
-  f.write(base + "user-1000.slice/session-3.scope/memory.current", "1000\n");
+  f.v2_level(base, "max", "5000000000");
+  f.v2_level(base + "user-1000.slice/", "8589934592", "1073741824");
+  f.v2_level(base + "user-1000.slice/session-3.scope/", "max", "1000");
   const auto b = read_memory_budget(f.path(), std::nullopt);
   ASSERT_EQ(b.limits.size(), 2u);
   EXPECT_EQ(b.limits[1].source, "cgroup v2 /user.slice/user-1000.slice");

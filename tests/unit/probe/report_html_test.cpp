@@ -15,30 +15,18 @@ namespace {
 probe_report sample_report() {
   probe_report r;
   r.header["hostname"] = "node <7> & \"friends\"";
-  measurement m;
-  m.key = "host.bw.copy.all_threads";
-  m.section = "host";
-  m.title = "<script>alert(1)</script>";
-  m.unit = "GB/s";
+  auto m = make_measurement("host.bw.copy.all_threads", "host", "<script>alert(1)</script>", "",
+                            "GB/s", {20.5, 21.0, 20.7});
   m.convention = byte_convention::read_plus_written;
   m.size_bytes = 256ull << 20;
-  m.samples = {20.5, 21.0, 20.7};
-  m.stats = sample_stats::of(m.samples);
   m.verdict = verdict_kind::low;
   m.verdict_reason = "buffer on the far NUMA node";
   r.results.push_back(m);
-  curve bw;
-  bw.key = "gpu0.h2d.pinned.sweep";
-  bw.title = "pinned H2D vs size";
-  bw.x_label = "bytes";
-  bw.y_unit = "GB/s";
+  curve bw = make_curve("gpu0.h2d.pinned.sweep", "", "pinned H2D vs size", "bytes", "GB/s", true);
   for (double x = 4096; x <= (1 << 30); x *= 4)
     bw.points.push_back({x, {1, x / 3e7, 60}, {x / 3e7}});
   r.curves.push_back(bw);
-  curve lat;
-  lat.key = "host.latency";
-  lat.x_label = "bytes";
-  lat.y_unit = "ns";
+  curve lat = make_curve("host.latency", "", "", "bytes", "ns", true);
   lat.points.push_back({4096, {1, 1, 1}, {1}});
   lat.points.push_back({1 << 20, {4, 4, 4}, {4}});
   lat.points.push_back({1 << 28, {90, 95, 99}, {95}});

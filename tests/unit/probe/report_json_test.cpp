@@ -16,17 +16,10 @@ probe_report sample_report() {
   probe_report r;
   r.header["hostname"] = "node-7";
   r.header["gpu.0.name"] = "NVIDIA H200";
-  measurement m;
-  m.key = "gpu0.h2d.pinned";
-  m.section = "h2d";
-  m.title = "pinned H2D, 1 GiB";
-  m.device = "gpu0";
-  m.unit = "GB/s";
+  auto m = make_measurement("gpu0.h2d.pinned", "h2d", "pinned H2D, 1 GiB", "gpu0", "GB/s",
+                            {55.1, 55.4, 54.9});
   m.convention = byte_convention::copied_once;
   m.size_bytes = 1ull << 30;
-  m.repetitions = 3;
-  m.samples = {55.1, 55.4, 54.9};
-  m.stats = sample_stats::of(m.samples);
   m.peak = 63.0;
   m.peak_basis = "PCIe gen 5 x16";
   m.verified = true;
@@ -42,12 +35,7 @@ probe_report sample_report() {
   h.samples = {1.1};
   h.stats = sample_stats::of(h.samples);
   r.results.push_back(h);
-  curve c;
-  c.key = "host.latency";
-  c.section = "latency";
-  c.title = "latency";
-  c.x_label = "bytes";
-  c.y_unit = "ns";
+  curve c = make_curve("host.latency", "latency", "latency", "bytes", "ns", true);
   c.points.push_back({4096, {1, 1.1, 1.2}, {1, 1.1, 1.2}});
   c.points.push_back({8192, {1, 1.2, 1.3}, {1.3, 1.2, 1}});
   r.curves.push_back(c);

@@ -32,38 +32,37 @@ probe_report h200(int gen, int width) {
   return r;
 }
 
-TEST(Verdict, Gen4LinkOnGen5CardIsLowWithThatReason) {
-  auto r = h200(4, 16);
-  r.results.push_back(gpu_figure("gpu0.h2d.pinned", 26.0));
+// The verdict on one figure of an H200 whose link trained at gen `gen` x`width`.
+measurement judged(int gen, int width, const std::string& key, double median) {
+  auto r = h200(gen, width);
+  r.results.push_back(gpu_figure(key, median));
   apply_verdicts(r);
-  EXPECT_EQ(r.results[0].verdict, verdict_kind::low);
-  EXPECT_NE(r.results[0].verdict_reason.find(
-                "PCIe link trained at gen 4 x16, below its maximum gen 5 x16"),
+  return r.results[0];
+}
+
+TEST(Verdict, Gen4LinkOnGen5CardIsLowWithThatReason) {
+  const auto m = judged(4, 16, "gpu0.h2d.pinned", 26.0);
+  EXPECT_EQ(m.verdict, verdict_kind::low);
+  EXPECT_NE(m.verdict_reason.find("PCIe link trained at gen 4 x16, below its maximum gen 5 x16"),
             std::string::npos)
-      << r.results[0].verdict_reason;
+      << m.verdict_reason;
 }
 
 TEST(Verdict, NarrowLinkIsNamed) {
-  auto r = h200(5, 8);
-  r.results.push_back(gpu_figure("gpu0.d2h.pinned", 27.0));
-  apply_verdicts(r);
-  EXPECT_EQ(r.results[0].verdict, verdict_kind::low);
-  EXPECT_NE(r.results[0].verdict_reason.find("x8"), std::string::npos);
+  const auto m = judged(5, 8, "gpu0.d2h.pinned", 27.0);
+  EXPECT_EQ(m.verdict, verdict_kind::low);
+  EXPECT_NE(m.verdict_reason.find("x8"), std::string::npos);
 }
 
 TEST(Verdict, HealthyLinkInRangeIsNormal) {
-  auto r = h200(5, 16);
-  r.results.push_back(gpu_figure("gpu0.h2d.pinned", 55.5));
-  apply_verdicts(r);
-  EXPECT_EQ(r.results[0].verdict, verdict_kind::normal);
+  const auto m = judged(5, 16, "gpu0.h2d.pinned", 55.5);
+  EXPECT_EQ(m.verdict, verdict_kind::normal);
 }
 
 TEST(Verdict, LowWithoutCauseSaysSo) {
-  auto r = h200(5, 16);
-  r.results.push_back(gpu_figure("gpu0.h2d.pinned", 30));
-  apply_verdicts(r);
-  EXPECT_EQ(r.results[0].verdict, verdict_kind::low);
-  EXPECT_NE(r.results[0].verdict_reason.find("no likely cause"), std::string::npos);
+  const auto m = judged(5, 16, "gpu0.h2d.pinned", 30);
+  EXPECT_EQ(m.verdict, verdict_kind::low);
+  EXPECT_NE(m.verdict_reason.find("no likely cause"), std::string::npos);
 }
 
 TEST(Verdict, FarNumaBufferAndClocksAreNamed) {
