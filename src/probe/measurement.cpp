@@ -36,12 +36,23 @@ const char* to_string(verdict_kind v) noexcept {
   return "unknown";
 }
 
+namespace {
+
+/// A figure or curve with its identity: the stable key, the --only section and the title.
+template <class Figure>
+Figure titled(std::string&& key, std::string&& section, std::string&& title) {
+  Figure f;
+  f.key = std::move(key);
+  f.section = std::move(section);
+  f.title = std::move(title);
+  return f;
+}
+
+}  // namespace
+
 measurement make_measurement(std::string key, std::string section, std::string title,
                              std::string device, std::string unit, std::vector<double> samples) {
-  measurement m;
-  m.key = std::move(key);
-  m.section = std::move(section);
-  m.title = std::move(title);
+  auto m = titled<measurement>(std::move(key), std::move(section), std::move(title));
   m.device = std::move(device);
   m.unit = std::move(unit);
   m.repetitions = static_cast<int>(samples.size());
@@ -52,10 +63,7 @@ measurement make_measurement(std::string key, std::string section, std::string t
 
 curve make_curve(std::string key, std::string section, std::string title, std::string x_label,
                  std::string y_unit, bool log_x) {
-  curve c;
-  c.key = std::move(key);
-  c.section = std::move(section);
-  c.title = std::move(title);
+  auto c = titled<curve>(std::move(key), std::move(section), std::move(title));
   c.x_label = std::move(x_label);
   c.y_unit = std::move(y_unit);
   c.log_x = log_x;
