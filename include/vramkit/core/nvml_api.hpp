@@ -94,12 +94,14 @@ struct nvml_nvlink {
 struct nvml_clocks {
   unsigned sm_mhz = 0;
   unsigned memory_mhz = 0;
+  bool operator==(const nvml_clocks&) const = default;
 };
 
 /// A PCIe link: generation (1 to 6) and width in lanes.
 struct nvml_pcie_link {
   unsigned generation = 0;
   unsigned width = 0;
+  bool operator==(const nvml_pcie_link&) const = default;
 };
 
 /// ECC error counts since the driver loaded the device (aggregate), and retired/remapped pages.

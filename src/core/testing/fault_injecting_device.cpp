@@ -26,6 +26,10 @@ void fault_injecting_device::fail_nth(fault_kind kind, std::size_t n) {
   countdown_[static_cast<int>(kind)] = n;
 }
 
+void fault_injecting_device::disarm() {
+  for (auto k : {fault_kind::allocation, fault_kind::copy, fault_kind::event}) fail_nth(k, 0);
+}
+
 void fault_injecting_device::delay_stream(stream_view stream, std::chrono::microseconds delay) {
   std::lock_guard lock(m_);
   if (delay.count() <= 0) {

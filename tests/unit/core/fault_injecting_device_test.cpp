@@ -13,6 +13,7 @@
 namespace vramkit {
 namespace {
 
+using testing::fault_counters;
 using testing::fault_injecting_device;
 using testing::fault_kind;
 
@@ -82,8 +83,7 @@ TEST(FaultInjectingDevice, FailsOnlyTheNthAllocation) {
   EXPECT_NE(b, nullptr);
   dev.free_device(a);
   dev.free_device(b);
-  EXPECT_EQ(dev.counters().allocations, 3U);
-  EXPECT_EQ(dev.counters().injected_failures, 1U);
+  EXPECT_EQ(dev.counters(), (fault_counters{.allocations = 3, .injected_failures = 1}));
 }
 
 TEST(FaultInjectingDevice, DisarmedCountdownFailsNothing) {
@@ -122,8 +122,7 @@ TEST(FaultInjectingDevice, FailsTheNthEventOperation) {
   EXPECT_THROW(dev.stream_wait_event({}, e), cuda_error);
   dev.synchronize_event(e);
   dev.destroy_event(e);
-  EXPECT_EQ(dev.counters().events, 4U);
-  EXPECT_EQ(dev.counters().injected_failures, 2U);
+  EXPECT_EQ(dev.counters(), (fault_counters{.events = 4, .injected_failures = 2}));
 }
 
 TEST(FaultInjectingDevice, DelayedStreamCompletesLaterWithoutBlockingTheHost) {

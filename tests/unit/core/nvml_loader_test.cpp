@@ -28,6 +28,14 @@ TEST(NvmlLoader, FailingInitIsUnavailableWithDriverMessage) {
   EXPECT_NE(api.error().reason.find("Driver Not Loaded"), std::string::npos) << api.error().reason;
 }
 
+// The value of a query that must succeed (a test failure with the driver's reason when not).
+template <class T>
+T value_of(const nvml_value<T>& v) {
+  EXPECT_TRUE(v.ok()) << v.detail;
+  return v.value;
+}
+
+// NOLINTNEXTLINE(readability-identifier-naming): GoogleTest names the suite after the fixture.
 class StubNvml : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
@@ -118,21 +126,10 @@ TEST_P(StubNvml, FindsDevicesByPciBusIdWhateverTheIndexOrder) {
 }
 
 TEST_P(StubNvml, ReadsTheLinkClocksAndBusWidthTheProbeNeeds) {
-  auto link = api_->pcie_link(0);
-  ASSERT_TRUE(link.ok()) << link.detail;
-  EXPECT_EQ(link.value.generation, 1U);
-  EXPECT_EQ(link.value.width, 16U);
-  auto max_link = api_->max_pcie_link(0);
-  ASSERT_TRUE(max_link.ok()) << max_link.detail;
-  EXPECT_EQ(max_link.value.generation, 5U);
-  EXPECT_EQ(max_link.value.width, 16U);
-  auto max_clocks = api_->max_clocks(0);
-  ASSERT_TRUE(max_clocks.ok()) << max_clocks.detail;
-  EXPECT_EQ(max_clocks.value.sm_mhz, 1980U);
-  EXPECT_EQ(max_clocks.value.memory_mhz, 3201U);
-  auto bus = api_->memory_bus_width_bits(0);
-  ASSERT_TRUE(bus.ok()) << bus.detail;
-  EXPECT_EQ(bus.value, 5120U);
+  EXPECT_EQ(value_of(api_->pcie_link(0)), (nvml_pcie_link{.generation = 1, .width = 16}));
+  EXPECT_EQ(value_of(api_->max_pcie_link(0)), (nvml_pcie_link{.generation = 5, .width = 16}));
+  EXPECT_EQ(value_of(api_->max_clocks(0)), (nvml_clocks{.sm_mhz = 1980, .memory_mhz = 3201}));
+  EXPECT_EQ(value_of(api_->memory_bus_width_bits(0)), 5120U);
 }
 
 TEST_P(StubNvml, AnswersEachProbeQueryWithItsOwnStatus) {

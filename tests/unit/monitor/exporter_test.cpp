@@ -93,6 +93,15 @@ TEST(Exporter, MetricsAndHistoryComeFromTheBackgroundSampler) {
 }
 
 #if defined(VRAMKIT_TEST_HTTP)
+// The body of GET `path`, a test failure when no response came or its status is not `status`.
+std::string body_of(httplib::Client& cli, const char* path, int status = 200) {
+  auto r = cli.Get(path);
+  EXPECT_TRUE(r) << path;
+  if (!r) return {};
+  EXPECT_EQ(r->status, status) << path;
+  return r->body;
+}
+
 TEST(Exporter, ServesEveryEndpointOverHttp) {
   exporter_options eo;
   eo.port = 0;
@@ -105,21 +114,11 @@ TEST(Exporter, ServesEveryEndpointOverHttp) {
   EXPECT_EQ(m->status, 200);
   EXPECT_EQ(m->get_header_value("Content-Type"), exposition_content_type);
   EXPECT_NE(m->body.find("# TYPE vramkit_gpu_memory_total_bytes gauge"), std::string::npos);
-  auto h = cli.Get("/healthz");
-  ASSERT_TRUE(h);
-  EXPECT_EQ(h->status, 200);
-  auto page = cli.Get("/");
-  ASSERT_TRUE(page);
-  EXPECT_NE(page->body.find("<script src=\"/monitor.js\">"), std::string::npos);
-  auto js = cli.Get("/monitor.js");
-  ASSERT_TRUE(js);
-  EXPECT_NE(js->body.find("/api/samples"), std::string::npos);
-  auto api = cli.Get("/api/samples?since=0");
-  ASSERT_TRUE(api);
-  EXPECT_EQ(api->status, 200);
-  auto bad = cli.Get("/api/samples?since=yesterday");
-  ASSERT_TRUE(bad);
-  EXPECT_EQ(bad->status, 400);
+  (void)body_of(cli, "/healthz");
+  EXPECT_NE(body_of(cli, "/").find("<script src=\"/monitor.js\">"), std::string::npos);
+  EXPECT_NE(body_of(cli, "/monitor.js").find("/api/samples"), std::string::npos);
+  (void)body_of(cli, "/api/samples?since=0");
+  (void)body_of(cli, "/api/samples?since=yesterday", 400);
   EXPECT_EQ(cli.Get("/nothing-here")->status, 404);
 
   // A second exporter on the same port fails with one clear line.
@@ -160,9 +159,9 @@ TEST(Exporter, KeepsServingWhileADeviceIsLostOrNvmlFails) {
     ADD_FAILURE() << "never saw " << needle << " in\n" << body;
     return body;
   };
-  scrape_until("vramkit_gpu_up{gpu=\"0\",uuid=\"GPU-lost\",name=\"Fake H200\"} 1");
+  scrape_until(R"(vramkit_gpu_up{gpu="0",uuid="GPU-lost",name="Fake H200"} 1)");
   fake->edit_gpu(0, [](fake_gpu& x) { x.lost = true; });
-  auto lost = scrape_until("vramkit_gpu_up{gpu=\"0\",uuid=\"GPU-lost\",name=\"Fake H200\"} 0");
+  auto lost = scrape_until(R"(vramkit_gpu_up{gpu="0",uuid="GPU-lost",name="Fake H200"} 0)");
   EXPECT_NE(lost.find("vramkit_host_memory_total_bytes"), std::string::npos);
   auto health = cli.Get("/healthz");
   ASSERT_TRUE(health);
@@ -177,7 +176,7 @@ TEST(Exporter, KeepsServingWhileADeviceIsLostOrNvmlFails) {
   }
   fake->fail_all(std::nullopt);
   fake->edit_gpu(0, [](fake_gpu& x) { x.lost = false; });
-  scrape_until("vramkit_gpu_up{gpu=\"0\",uuid=\"GPU-lost\",name=\"Fake H200\"} 1");
+  scrape_until(R"(vramkit_gpu_up{gpu="0",uuid="GPU-lost",name="Fake H200"} 1)");
   ex.stop();
 }
 #endif

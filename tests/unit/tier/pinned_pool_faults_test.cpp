@@ -21,10 +21,6 @@ namespace {
 using vramkit::testing::fault_injecting_device;
 using vramkit::testing::fault_kind;
 
-void disarm(fault_injecting_device& dev) {
-  for (auto k : {fault_kind::allocation, fault_kind::copy, fault_kind::event}) dev.fail_nth(k, 0);
-}
-
 struct live_block {
   std::uint8_t* ptr;
   std::size_t bytes;
@@ -90,7 +86,7 @@ TEST(TierFaults, PinnedPoolNeverHandsOutABlockStillInUseAndHoldsNothingAfterTrim
       // noexcept): the block must still not be reused early.
       pool.deallocate(blk.ptr, blk.bytes, 256, s);
     }
-    disarm(*dev);
+    dev->disarm();
     for (const auto& blk : live) pool.deallocate(blk.ptr, blk.bytes, 256, streams[blk.stream]);
     dev->synchronize(a);
     dev->synchronize(b);

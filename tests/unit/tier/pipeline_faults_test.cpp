@@ -22,10 +22,6 @@ namespace {
 using vramkit::testing::fault_injecting_device;
 using vramkit::testing::fault_kind;
 
-void disarm(fault_injecting_device& dev) {
-  for (auto k : {fault_kind::allocation, fault_kind::copy, fault_kind::event}) dev.fail_nth(k, 0);
-}
-
 std::uint32_t mix(std::uint32_t x, std::size_t index) {
   return x * 2654435761u + static_cast<std::uint32_t>(index) * 7u + 1u;
 }
@@ -98,7 +94,7 @@ TEST(TierFaults, PipelineRunsDeliverEveryByteOrFailTypedAndReleaseEverything) {
           ++failed_runs;
           EXPECT_EQ(device_held(), 0) << "a failed run left device buffers";
         }
-        disarm(*dev);
+        dev->disarm();
         if (!faulty) {
           ASSERT_EQ(0, std::memcmp(out, expected.data(), bytes)) << "a clean run after faults";
         }

@@ -20,10 +20,6 @@ namespace {
 using vramkit::testing::fault_injecting_device;
 using vramkit::testing::fault_kind;
 
-void disarm(fault_injecting_device& dev) {
-  for (auto k : {fault_kind::allocation, fault_kind::copy, fault_kind::event}) dev.fail_nth(k, 0);
-}
-
 // Regression: a copy or event that failed inside acquire()/prefetch() used to leave the buffer
 // marked resident with a device copy that was never filled (or a `ready` event never recorded),
 // which the next acquire trusted (5,701 stale reads, host_data wrong afterwards); a failed record
@@ -63,12 +59,12 @@ TEST(TierFaults, EveryByteSurvivesRandomFaultsOverManyEvictionsAndPrefetches) {
       try {
         if (op == 0) {
           m.prefetch(h[(b + 5) % n_buffers], s);
-          disarm(*dev);
+          dev->disarm();
           continue;
         }
         const access_mode access = op < 5 ? access_mode::read : access_mode::read_write;
         auto* d = static_cast<std::uint8_t*>(m.acquire(h[b], s, access));
-        disarm(*dev);
+        dev->disarm();
         if (access == access_mode::read) {
           if (step % 8 == 0) {
             dev->launch_host_func(s, [d, expected = shadow[b], &stale] {
@@ -88,7 +84,7 @@ TEST(TierFaults, EveryByteSurvivesRandomFaultsOverManyEvictionsAndPrefetches) {
         } catch (const cuda_error&) {
           // The acquire stays open (state unchanged): releasing again must work.
           ++typed_failures;
-          disarm(*dev);
+          dev->disarm();
           m.release(h[b], s);
         }
       } catch (const out_of_memory&) {
@@ -96,13 +92,13 @@ TEST(TierFaults, EveryByteSurvivesRandomFaultsOverManyEvictionsAndPrefetches) {
       } catch (const cuda_error&) {
         ++typed_failures;
       }
-      disarm(*dev);
+      dev->disarm();
       if (step % 1024 == 0) {
         const auto st = m.stats();
         moves = st.evictions + st.prefetches;
       }
     }
-    disarm(*dev);
+    dev->disarm();
     dev->synchronize(s);
     const auto st = m.stats();
     EXPECT_GE(st.evictions + st.prefetches, 100000U);

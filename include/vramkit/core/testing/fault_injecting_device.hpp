@@ -28,6 +28,7 @@ struct fault_counters {
   std::uint64_t copies = 0;
   std::uint64_t events = 0;
   std::uint64_t injected_failures = 0;
+  bool operator==(const fault_counters&) const = default;
 };
 
 /// Example:
@@ -41,6 +42,8 @@ class fault_injecting_device final : public device_api_wrapper {
   /// Makes the n-th operation of `kind` from now (1 = the next one) fail once: allocations throw
   /// out_of_memory, copies and events throw cuda_error; the target is not called for it. 0 disarms.
   void fail_nth(fault_kind kind, std::size_t n);
+  /// Disarms every kind: no planned failure remains (delays stay).
+  void disarm();
   /// Makes every copy, fill, event record and host function later submitted to `stream` wait
   /// `delay` on the stream first (the host does not wait); a zero delay removes it.
   void delay_stream(stream_view stream, std::chrono::microseconds delay);
