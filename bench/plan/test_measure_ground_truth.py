@@ -91,6 +91,16 @@ class Helpers(unittest.TestCase):
         # A case larger than the budget still runs, alone.
         self.assertEqual(gt.schedule_next([{"est_gib": 500}], [], 4, 60), 0)
 
+    def test_first_cases_start_before_the_others(self):
+        cases = [{"name": "a", "est_gib": 50}, {"name": "b", "est_gib": 5, "first": True},
+                 {"name": "c", "est_gib": 9, "first": True}, {"name": "d", "est_gib": 70}]
+        self.assertEqual([c["name"] for c in gt.start_order(cases)], ["c", "b", "d", "a"])
+        new = [c for c in gt.CASES if c["group"] == "new"]
+        ordered = gt.start_order(new)
+        firsts = sum(c["first"] for c in new)
+        self.assertGreater(firsts, 0)
+        self.assertTrue(all(c["first"] for c in ordered[:firsts]))
+
     def test_oom_detection(self):
         self.assertTrue(gt.is_oom("OutOfMemoryError: CUDA out of memory. Tried to allocate"))
         self.assertFalse(gt.is_oom("RuntimeError: shape mismatch"))
