@@ -123,7 +123,8 @@ class PeakTrace(unittest.TestCase):
                     "frames": [{"filename": "/x/torch/cuda/memory.py", "line": 1, "name": "inner"},
                                {"filename": "/x/torch/nn/modules/module.py", "line": 2, "name": "_call_impl"},
                                {"filename": "/x/transformers/models/m.py", "line": 7, "name": fn}]}
-        trace = [ev("alloc", 1, 100, "a"), ev("alloc", 2, 300, "b"), ev("free_requested", 1, 100),
+        trace = [ev("segment_alloc", 0, 2 << 20), ev("alloc", 1, 100, "a"), ev("alloc", 2, 300, "b"),
+                 ev("free_requested", 1, 100),
                  ev("free_completed", 1, 100), ev("alloc", 3, 50, "c"), ev("alloc", 4, 10, "d"),
                  ev("free_completed", 2, 300), ev("alloc", 5, 20, "e")]
 
@@ -141,6 +142,8 @@ class PeakTrace(unittest.TestCase):
         self.assertEqual(out["peak_bytes_since_trace"], 400)
         self.assertEqual([b["size"] for b in out["largest"]], [300, 100])
         self.assertEqual(out["largest"][0]["frames"], ["models/m.py:7:b"])
+        self.assertEqual(out["segments_allocated"], [{"size": 2 << 20, "request": 100, "event": 0,
+                                                      "frames": ["models/m.py:7:a"]}])
 
 
 if __name__ == "__main__":
