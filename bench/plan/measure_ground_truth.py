@@ -931,13 +931,19 @@ def peak_live_blocks(torch, top=30):
     blocks = sorted(live.values(), key=lambda e: -e["size"])
     # Every segment cudaMalloc'd during the run, in order, with the request that asked for it
     # (the next alloc) and that request's frames: where the cached bytes came from.
-    segments = []
+    # allocated: the bytes allocated during the trace and still live when it was made.
+    segments, held, running = [], {}, 0
     for i, e in enumerate(events):
-        if e["action"] != "segment_alloc":
-            continue
-        req = next((x for x in events[i + 1:] if x["action"] == "alloc"), None)
-        segments.append({"size": e["size"], "request": req["size"] if req else None, "event": i,
-                         "frames": short_frames(req.get("frames", [])) if req else []})
+        if e["action"] == "alloc":
+            held[e["addr"]] = e["size"]
+            running += e["size"]
+        elif e["action"] == "free_completed" and e["addr"] in held:
+            running -= held.pop(e["addr"])
+        elif e["action"] == "segment_alloc":
+            req = next((x for x in events[i + 1:] if x["action"] == "alloc"), None)
+            segments.append({"size": e["size"], "request": req["size"] if req else None, "event": i,
+                             "allocated": running,
+                             "frames": short_frames(req.get("frames", [])) if req else []})
     return {"peak_bytes_since_trace": best, "live_blocks": len(blocks),
             "largest": [{"size": e["size"], "frames": short_frames(e.get("frames", []))} for e in blocks[:top]],
             "segments_allocated": segments}

@@ -143,7 +143,7 @@ class PeakTrace(unittest.TestCase):
         self.assertEqual([b["size"] for b in out["largest"]], [300, 100])
         self.assertEqual(out["largest"][0]["frames"], ["models/m.py:7:b"])
         self.assertEqual(out["segments_allocated"], [{"size": 2 << 20, "request": 100, "event": 0,
-                                                      "frames": ["models/m.py:7:a"]}])
+                                                      "allocated": 0, "frames": ["models/m.py:7:a"]}])
 
 
 if __name__ == "__main__":
