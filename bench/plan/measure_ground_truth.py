@@ -923,12 +923,12 @@ def peak_live_blocks(torch, top=30):
         elif e["action"] == "free_completed" and e["addr"] in live:
             total -= live.pop(e["addr"])
     live = {}
-    for e in events[: best_at + 1]:
+    for i, e in enumerate(events[: best_at + 1]):
         if e["action"] == "alloc":
-            live[e["addr"]] = e
+            live[e["addr"]] = (i, e)
         elif e["action"] == "free_completed":
             live.pop(e["addr"], None)
-    blocks = sorted(live.values(), key=lambda e: -e["size"])
+    blocks = sorted(live.values(), key=lambda ie: -ie[1]["size"])
     # Every segment cudaMalloc'd during the run, in order, with the request that asked for it
     # (the next alloc) and that request's frames: where the cached bytes came from.
     # allocated: the bytes allocated during the trace and still live when it was made.
@@ -944,8 +944,10 @@ def peak_live_blocks(torch, top=30):
             segments.append({"size": e["size"], "request": req["size"] if req else None, "event": i,
                              "allocated": running,
                              "frames": short_frames(req.get("frames", [])) if req else []})
-    return {"peak_bytes_since_trace": best, "live_blocks": len(blocks),
-            "largest": [{"size": e["size"], "frames": short_frames(e.get("frames", []))} for e in blocks[:top]],
+    # Each live block with the index of its alloc event (the peak is event peak_event).
+    return {"peak_bytes_since_trace": best, "peak_event": best_at, "live_blocks": len(blocks),
+            "largest": [{"size": e["size"], "event": i, "frames": short_frames(e.get("frames", []))}
+                        for i, e in blocks[:top]],
             "segments_allocated": segments}
 
 

@@ -142,6 +142,8 @@ class PeakTrace(unittest.TestCase):
         self.assertEqual(out["peak_bytes_since_trace"], 400)
         self.assertEqual([b["size"] for b in out["largest"]], [300, 100])
         self.assertEqual(out["largest"][0]["frames"], ["models/m.py:7:b"])
+        self.assertEqual(out["largest"][0]["event"], 2)
+        self.assertEqual(out["peak_event"], 2)
         self.assertEqual(out["segments_allocated"], [{"size": 2 << 20, "request": 100, "event": 0,
                                                       "allocated": 0, "frames": ["models/m.py:7:a"]}])
 
