@@ -65,20 +65,27 @@ def _gpt2(n_embd, n_layer, n_head):
     }
 
 
-def _llama(hidden, inter, layers, heads, kv_heads, vocab, max_pos, rope_theta, bos, eos, rms_eps=1e-05):
+def _decoder(hidden, inter, layers, heads, kv_heads, vocab, max_pos):
+    """The shape fields LLaMA-style configs share (SiLU-gated MLP, grouped-query heads)."""
     return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
         "vocab_size": vocab,
         "hidden_size": hidden,
         "intermediate_size": inter,
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
-        "head_dim": hidden // heads,
         "hidden_act": "silu",
         "max_position_embeddings": max_pos,
         "initializer_range": 0.02,
+    }
+
+
+def _llama(hidden, inter, layers, heads, kv_heads, vocab, max_pos, rope_theta, bos, eos, rms_eps=1e-05):
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        **_decoder(hidden, inter, layers, heads, kv_heads, vocab, max_pos),
+        "head_dim": hidden // heads,
         "rms_norm_eps": rms_eps,
         "rope_theta": rope_theta,
         "attention_bias": False,
@@ -94,15 +101,7 @@ def _qwen2(hidden, inter, layers, heads, kv_heads, vocab, max_pos, tied):
     return {
         "architectures": ["Qwen2ForCausalLM"],
         "model_type": "qwen2",
-        "vocab_size": vocab,
-        "hidden_size": hidden,
-        "intermediate_size": inter,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "hidden_act": "silu",
-        "max_position_embeddings": max_pos,
-        "initializer_range": 0.02,
+        **_decoder(hidden, inter, layers, heads, kv_heads, vocab, max_pos),
         "rms_norm_eps": 1e-06,
         "rope_theta": 1000000.0,
         "attention_dropout": 0.0,
@@ -308,6 +307,13 @@ def _infer(model, batch, prompt, new_tokens, precision, est_gib, attention="sdpa
     })
 
 
+def _moe_pair(model, train_gib, infer_gib):
+    """The two cases of a reduced MoE model: training at b4 s1024 (amp-bf16, AdamW) and generate()
+    at b8 p512 n64 (bf16)."""
+    return (_train(model, 4, 1024, "amp-bf16", "adamw", train_gib, group="new"),
+            _infer(model, 8, 512, 64, "bf16", infer_gib, group="new"))
+
+
 CASES = [
     # GPT-2 family
     _train("gpt2", 8, 1024, "fp32", "adamw", 22),
@@ -360,12 +366,9 @@ CASES = [
     _train("mixtral-8x7b-l2", 2, 1024, "bf16", "sgd", 20, group="new"),
     _train("mixtral-8x7b-l2", 1, 1024, "amp-bf16", "adamw", 75, group="new"),
     _infer("mixtral-8x7b-l2", 4, 512, 64, "bf16", 9, group="new"),
-    _train("qwen1.5-moe-a2.7b-l2", 4, 1024, "amp-bf16", "adamw", 51, group="new"),
-    _infer("qwen1.5-moe-a2.7b-l2", 8, 512, 64, "bf16", 6, group="new"),
-    _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 51, group="new"),
-    _infer("qwen3-30b-a3b-l2", 8, 512, 64, "bf16", 6, group="new"),
-    _train("deepseek-v2-lite-l2", 4, 1024, "amp-bf16", "adamw", 32, group="new"),
-    _infer("deepseek-v2-lite-l2", 8, 512, 64, "bf16", 5, group="new"),
+    *_moe_pair("qwen1.5-moe-a2.7b-l2", 51, 6),
+    *_moe_pair("qwen3-30b-a3b-l2", 51, 6),
+    *_moe_pair("deepseek-v2-lite-l2", 32, 5),
     _train("deepseek-v3-l2", 1, 512, "bf16", "sgd", 81, group="new"),
     _infer("deepseek-v3-l2", 2, 512, 32, "bf16", 31, group="new"),
     # Gemma-2 (soft-capped logits over a 256k vocabulary, sandwich norms) and Gemma-3 (q/k norms,
