@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <utility>
+
 #include "vramkit/core/error.hpp"
 #include "vramkit/plan/config_loader.hpp"
 
@@ -23,33 +26,41 @@ std::string error_of(const std::string& json, const std::string& source = "cfg.j
 }  // namespace
 
 TEST(ConfigLoader, PublishedParameterCounts) {
-  // Counts as torch's sum(p.numel() for p in model.parameters()) reports them.
-  EXPECT_EQ(parameter_count(preset_model("gpt2")), 124439808u);
-  EXPECT_EQ(parameter_count(preset_model("gpt2-medium")), 354823168u);
-  EXPECT_EQ(parameter_count(preset_model("gpt2-large")), 774030080u);
-  EXPECT_EQ(parameter_count(preset_model("gpt2-xl")), 1557611200u);
-  EXPECT_EQ(parameter_count(preset_model("llama-2-7b")), 6738415616u);
-  EXPECT_EQ(parameter_count(preset_model("llama-3-8b")), 8030261248u);
-  EXPECT_EQ(parameter_count(preset_model("mistral-7b")), 7241732096u);
-  EXPECT_EQ(parameter_count(preset_model("bert-base")), 109514298u);  // BertForMaskedLM
-  EXPECT_EQ(parameter_count(preset_model("resnet-18")), 11689512u);
-  EXPECT_EQ(parameter_count(preset_model("resnet-50")), 25557032u);
-  EXPECT_EQ(parameter_count(preset_model("resnet-101")), 44549160u);
-  EXPECT_EQ(parameter_count(preset_model("vit-b-16")), 86567656u);
-  EXPECT_EQ(parameter_count(preset_model("tinyllama-1.1b")), 1100048384u);
-  EXPECT_EQ(parameter_count(preset_model("qwen2-0.5b")), 494032768u);
-  EXPECT_EQ(parameter_count(preset_model("qwen2-7b")), 7615616512u);
+  // Counts as torch's sum(p.numel() for p in model.parameters()) reports them (bert-base as
+  // BertForMaskedLM).
+  const std::pair<const char*, std::uint64_t> published[] = {
+      {"gpt2", 124439808u},
+      {"gpt2-medium", 354823168u},
+      {"gpt2-large", 774030080u},
+      {"gpt2-xl", 1557611200u},
+      {"llama-2-7b", 6738415616u},
+      {"llama-3-8b", 8030261248u},
+      {"mistral-7b", 7241732096u},
+      {"bert-base", 109514298u},
+      {"resnet-18", 11689512u},
+      {"resnet-50", 25557032u},
+      {"resnet-101", 44549160u},
+      {"vit-b-16", 86567656u},
+      {"tinyllama-1.1b", 1100048384u},
+      {"qwen2-0.5b", 494032768u},
+      {"qwen2-7b", 7615616512u},
+  };
+  for (const auto& [name, count] : published)
+    EXPECT_EQ(parameter_count(preset_model(name)), count) << name;
 }
 
 TEST(ConfigLoader, ParsesEveryFamily) {
-  EXPECT_EQ(preset_model("gpt2").family, model_family::gpt2);
-  EXPECT_EQ(preset_model("tinyllama-1.1b").family, model_family::llama);
-  EXPECT_EQ(preset_model("mistral-7b").family, model_family::llama);
-  EXPECT_EQ(preset_model("qwen2-0.5b").family, model_family::llama);
-  EXPECT_EQ(preset_model("pythia-410m").family, model_family::gpt_neox);
-  EXPECT_EQ(preset_model("bert-large").family, model_family::bert);
-  EXPECT_EQ(preset_model("resnet-50").family, model_family::resnet);
-  EXPECT_EQ(preset_model("vit-b-16").family, model_family::vit);
+  const std::pair<const char*, model_family> families[] = {
+      {"gpt2", model_family::gpt2},
+      {"tinyllama-1.1b", model_family::llama},
+      {"mistral-7b", model_family::llama},
+      {"qwen2-0.5b", model_family::llama},
+      {"pythia-410m", model_family::gpt_neox},
+      {"bert-large", model_family::bert},
+      {"resnet-50", model_family::resnet},
+      {"vit-b-16", model_family::vit},
+  };
+  for (const auto& [name, family] : families) EXPECT_EQ(preset_model(name).family, family) << name;
 }
 
 TEST(ConfigLoader, GroupedQueryHeadsAndHeadDim) {

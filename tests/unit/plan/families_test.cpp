@@ -65,6 +65,14 @@ std::uint64_t sum_bytes(const schedule& s, component c) {
   return n;
 }
 
+/// One training step of `m` at batch b and sequence length seq, validated.
+plan_request one_step(const model_description& m, int b, int seq, precision p) {
+  plan_request r;
+  r.batch = b, r.seq = seq, r.prec = p, r.steps = 1;
+  r.validate(m);
+  return r;
+}
+
 std::uint64_t kv_bytes(const schedule& s) {
   std::uint64_t live = 0, peak = 0;
   for (const auto& e : s.events) {
@@ -94,10 +102,7 @@ TEST(Families, MoeModelsHaveTheirPublishedParameterCounts) {
 
 TEST(Families, MoeBlockLoopsOverTheExpertsWithBalancedRouting) {
   const auto m = load_model_config(data("mixtral-8x7b-l2.json"));
-  plan_request r;
-  r.batch = 1, r.seq = 512, r.prec = precision::amp_bf16, r.steps = 1;
-  r.validate(m);
-  const auto s = build_schedule(m, r);
+  const auto s = build_schedule(m, one_step(m, 1, 512, precision::amp_bf16));
   // 2 layers x 8 experts: one gathered token set, gate_up and down per expert.
   EXPECT_EQ(count(s, "expert tokens"), 16);
   EXPECT_EQ(count(s, "expert gate_up"), 16);
@@ -151,9 +156,7 @@ TEST(Families, LatentAttentionCachesDecompressedKvInGenerateAndTheLatentWhenPage
 
 TEST(Families, LatentAttentionTrainsWithItsProjections) {
   const auto m = load_model_config(data("deepseek-v3-l2.json"));
-  plan_request r;
-  r.batch = 1, r.seq = 128, r.prec = precision::bf16, r.steps = 1;
-  r.validate(m);
+  const auto r = one_step(m, 1, 128, precision::bf16);
   const auto s = build_schedule(m, r);
   EXPECT_EQ(count(s, "q_a_proj"), 2);
   EXPECT_EQ(count(s, "kv_b_proj"), 2);

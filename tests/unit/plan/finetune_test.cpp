@@ -4,8 +4,10 @@
 // transformers' ViT.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "vramkit/core/error.hpp"
 #include "vramkit/plan/config_loader.hpp"
@@ -246,14 +248,15 @@ TEST(Serving, SlidingWindowLayersHoldOnlyTheirWindow) {
 }
 
 TEST(Families, SecondRoundModelsHaveTheirPublishedParameterCounts) {
-  EXPECT_EQ(parameter_count(config("gemma-2-9b.json")), 9241705984u);
-  EXPECT_EQ(parameter_count(config("gemma-2-2b.json")), 2614341888u);
-  EXPECT_EQ(parameter_count(config("gemma-3-1b.json")), 999885952u);
-  EXPECT_EQ(parameter_count(config("falcon-7b.json")), 6921720704u);
-  EXPECT_EQ(parameter_count(config("roberta-base.json")), 124697433u);  // RobertaForMaskedLM
-  EXPECT_EQ(parameter_count(config("vit-base-patch16-224.json")), 86567656u);
-  EXPECT_EQ(parameter_count(config("t5-base.json")), 222903552u);       // tied head
-  EXPECT_EQ(parameter_count(config("flan-t5-base.json")), 247577856u);  // gated FF, own head
+  // RobertaForMaskedLM; T5 with its tied head, Flan-T5 with a gated FF and its own head.
+  const std::pair<const char*, std::uint64_t> published[] = {
+      {"gemma-2-9b.json", 9241705984u},  {"gemma-2-2b.json", 2614341888u},
+      {"gemma-3-1b.json", 999885952u},   {"falcon-7b.json", 6921720704u},
+      {"roberta-base.json", 124697433u}, {"vit-base-patch16-224.json", 86567656u},
+      {"t5-base.json", 222903552u},      {"flan-t5-base.json", 247577856u},
+  };
+  for (const auto& [file, count] : published)
+    EXPECT_EQ(parameter_count(config(file)), count) << file;
   const auto g = config("gemma-2-9b.json");
   EXPECT_EQ(g.family, model_family::gemma);
   EXPECT_TRUE(g.t.sliding(0));
