@@ -1009,6 +1009,8 @@ def child_main(case, result_path):
             sizes = sorted((seg["total_size"] for seg in torch.cuda.memory_snapshot()), reverse=True)
             result["largest_segments_bytes"] = [int(v) for v in sizes[:8]]
             result["segments"] = len(sizes)
+            # Every segment's size, for the per-case log only (case_record keeps OUTPUT_KEYS).
+            result["segment_sizes_bytes"] = [int(v) for v in sizes]
         except Exception as e:  # diagnostics only
             notes.append("snapshot: %s" % e)
         result["step_time_s"] = round(step_time, 4)
