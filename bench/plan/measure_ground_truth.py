@@ -947,8 +947,16 @@ def peak_live_blocks(torch, top=30):
             segments.append({"size": e["size"], "request": req["size"] if req else None, "event": i,
                              "allocated": running,
                              "frames": short_frames(req.get("frames", [])) if req else []})
+    # The run's large events in order (allocs and frees of blocks of at least 8 MiB, and every
+    # segment), each as [event index, action, size, innermost frame or "" from the backward
+    # thread], to set the planner's schedule beside.
+    large = [[i, e["action"], e["size"], (short_frames(e.get("frames", []), 1) or [""])[0]]
+             for i, e in enumerate(events)
+             if (e["action"] in ("alloc", "free_completed") and e["size"] >= 8 << 20)
+             or e["action"] in ("segment_alloc", "segment_free")]
     # Each live block with the index of its alloc event (the peak is event peak_event).
     return {"peak_bytes_since_trace": best, "peak_event": best_at, "live_blocks": len(blocks),
+            "large_events": large[:20000],
             "largest": [{"size": e["size"], "event": i, "frames": short_frames(e.get("frames", []))}
                         for i, e in blocks[:top]],
             "segments_allocated": segments}

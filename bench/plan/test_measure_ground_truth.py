@@ -144,6 +144,7 @@ class PeakTrace(unittest.TestCase):
         self.assertEqual(out["largest"][0]["frames"], ["models/m.py:7:b"])
         self.assertEqual(out["largest"][0]["event"], 2)
         self.assertEqual(out["peak_event"], 2)
+        self.assertEqual(out["large_events"], [[0, "segment_alloc", 2 << 20, "models/m.py:7:f"]])
         self.assertEqual(out["segments_allocated"], [{"size": 2 << 20, "request": 100, "event": 0,
                                                       "allocated": 0, "frames": ["models/m.py:7:a"]}])
 
