@@ -15,7 +15,7 @@ tensor swiglu(walker& w, const dims& D, const tensor& in, int in_bytes, const la
   tensor g = w.proj(in, rows, D.h, D.f, p.mlp_in, in_bytes, "mlp gate", lora_target::gate);
   tensor a = w.op(nf * low, "mlp silu", {edge{g, nf * low}}, {g});
   g.reset();
-  tensor u = w.proj(in, rows, D.h, D.f, p.mlp_in, in_bytes, "mlp up", lora_target::up);
+  tensor u = w.proj(in, rows, D.h, D.f, p.up(), in_bytes, "mlp up", lora_target::up);
   tensor m = w.op(nf * low, "mlp product", {edge{a, nf * low}, edge{u, nf * low}}, {a, u});
   a.reset();
   u.reset();
@@ -93,29 +93,31 @@ tensor moe_block(walker& w, const dims& D, const tensor& in, int in_bytes, const
   const auto& moe = w.model().t.moe;
   const int low = w.dt().low;
   const i64 rows = D.tok();
-  const i64 E = moe.experts, k = moe.top_k;
+  const i64 experts = moe.experts, k = moe.top_k;
   const int ep = w.request().ep;
-  const i64 local = E / ep;
+  const i64 local = experts / ep;
   const i64 ef = moe.expert_ffn / (ep > 1 ? 1 : w.request().tp);
   const u64 nh = static_cast<u64>(rows * D.h);
   const bool fp32_router = w.model().family == model_family::deepseek;
-  tensor logits = fp32_router ? w.op(static_cast<u64>(rows * E) * 4, "router logits fp32",
-                                     {edge{in, nh * in_bytes}}, {in}, {p.router})
-                              : w.linear(in, rows, D.h, E, p.router, in_bytes, "router logits");
-  tensor probs = w.op(static_cast<u64>(rows * E) * 4, "router softmax",
-                      {edge{logits, static_cast<u64>(rows * E) * (fp32_router ? 4 : low)}}, {});
+  tensor logits = fp32_router
+                      ? w.op(static_cast<u64>(rows * experts) * 4, "router logits fp32",
+                             {edge{in, nh * in_bytes}}, {in}, {p.router})
+                      : w.linear(in, rows, D.h, experts, p.router, in_bytes, "router logits");
+  tensor probs =
+      w.op(static_cast<u64>(rows * experts) * 4, "router softmax",
+           {edge{logits, static_cast<u64>(rows * experts) * (fp32_router ? 4 : low)}}, {});
   w.save_output(probs);
   logits.reset();
   const tensor top_idx =
       w.alloc(static_cast<u64>(rows * k) * 8, component::activations, "router top-k indices");
   tensor top = w.op(static_cast<u64>(rows * k) * 4, "router top-k",
-                    {edge{probs, static_cast<u64>(rows * E) * 4}}, {top_idx});
+                    {edge{probs, static_cast<u64>(rows * experts) * 4}}, {top_idx});
   probs.reset();
   top = w.op(static_cast<u64>(rows * k) * 4, "routing weights",
              {edge{top, static_cast<u64>(rows * k) * 4}}, {top});
   // one_hot(top_k_index, num_experts) is int64; it lives through the expert loop.
-  tensor mask =
-      w.alloc(static_cast<u64>(rows * k * E) * 8, component::temporaries, "expert mask (one_hot)");
+  tensor mask = w.alloc(static_cast<u64>(rows * k * experts) * 8, component::temporaries,
+                        "expert mask (one_hot)");
   const int ob = in_bytes;  // zeros_like(hidden_states): the output takes the input's dtype
   tensor src = in;
   int src_bytes = in_bytes;
