@@ -31,10 +31,9 @@ const std::string& current_trace_tag() noexcept { return thread_tag; }
 void set_trace_tag(std::string_view tag) { thread_tag.assign(tag); }
 
 tracing_adaptor::tracing_adaptor(std::shared_ptr<memory_resource> upstream, tracing_options options)
-    : upstream_(std::move(upstream)),
+    : adaptor_resource(std::move(upstream), "tracing_adaptor"),
       options_(std::move(options)),
       start_(std::chrono::steady_clock::now()) {
-  if (!upstream_) throw logic_error("tracing_adaptor: upstream is null");
   tags_.emplace_back();
   tag_index_.emplace("", 0);
 }
