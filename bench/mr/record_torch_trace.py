@@ -91,6 +91,7 @@ def timed_step(torch, model, opt, batch, amp_dtype, losses, starts_us=None):
     losses.append(float(loss.detach().float().item()))
     return seconds
 
+
 def choose_events(device_trace, step_starts_us, max_bytes, source, notes):
     """Converts the device trace, starting at a later step while the text exceeds max_bytes.
 
