@@ -121,11 +121,12 @@ def training(out, lines):
             mapped = ps["vmm.granules_mapped"]
             last = max([i for i, x in enumerate(mapped) if x] or [-1])
             lines.append("")
-            lines.append("%s per step: granules remapped %s, created %s, mapping ms %s; last step that mapped: %s; "
-                         "in the timed steps (%d-%d): %d remapped, %d mapped in all" % (
+            lines.append("%s per step: granules remapped %s, created %s, mapping ms %s, device synchronizations "
+                         "before a remap %s; last step that mapped: %s; in the timed steps (%d-%d): %d remapped, "
+                         "%d mapped in all" % (
                              k, ps["vmm.granules_remapped"], ps.get("vmm.physical_creates", "-"),
                              [round((a + b) / 1e6, 2) for a, b in zip(ps["vmm.map_ns"], ps["vmm.unmap_ns"])],
-                             last if last >= 0 else "none", w, n - 1,
+                             ps.get("vmm.growth_syncs", "-"), last if last >= 0 else "none", w, n - 1,
                              sum(ps["vmm.granules_remapped"][w:]), sum(mapped[w:])))
     noise = ratios.get("step_time_torch_repeat_over_torch")
     noise_p = paired.get("torch_repeat")

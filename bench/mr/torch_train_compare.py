@@ -58,7 +58,7 @@ RUNS = {
     "vramkit_vmm_traced": ("vramkit", {"VRAMKIT_POOL_KIND": "vmm"}),
 }
 VMM_KEYS = ("vmm.granules_mapped", "vmm.granules_remapped", "vmm.physical_creates", "vmm.map_ns",
-            "vmm.unmap_ns")
+            "vmm.unmap_ns", "vmm.growth_syncs", "vmm.growth_sync_ns")
 
 
 class Worker:
@@ -373,10 +373,12 @@ def report(results):
         print("%-18s step s %s" % (label, " ".join("%.4f" % x for x in r["step_s"])))
         ps = r.get("per_step_mapping")
         if ps:
-            print("%-18s granules remapped per step %s; created per step %s; mapping ms per step %s" % (
-                label, ps["vmm.granules_remapped"], ps["vmm.physical_creates"],
-                [round((a + b) / 1e6, 2) for a, b in zip(ps["vmm.map_ns"], ps["vmm.unmap_ns"])]),
-                flush=True)
+            print("%-18s granules remapped per step %s; created per step %s; mapping ms per step %s; "
+                  "synchronizations before a remap per step %s (ms %s)" % (
+                      label, ps["vmm.granules_remapped"], ps["vmm.physical_creates"],
+                      [round((a + b) / 1e6, 2) for a, b in zip(ps["vmm.map_ns"], ps["vmm.unmap_ns"])],
+                      ps["vmm.growth_syncs"], [round(x / 1e6, 2) for x in ps["vmm.growth_sync_ns"]]),
+                  flush=True)
     m = results.get("measurement", {})
     print("%s, %d rounds, median of steps %d-%d of every run" % (
         m.get("order"), m.get("rounds", 0), m.get("warmup", 0), m.get("rounds", 0) - 1))

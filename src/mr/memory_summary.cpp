@@ -18,7 +18,7 @@ namespace vramkit::mr {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(pool_report::vmm_figures, granularity, cached_bytes,
                                    granules_mapped, granules_unmapped, granules_remapped,
                                    physical_creates, physical_releases, defragmentations, map_ns,
-                                   unmap_ns)
+                                   unmap_ns, growth_syncs, growth_sync_ns)
 
 namespace {
 
@@ -134,6 +134,8 @@ std::string render_pool(const pool_report& p) {
                            " / " + std::to_string(v.physical_releases),
                        "map / unmap time: " + std::to_string(v.map_ns / 1000) + " / " +
                            std::to_string(v.unmap_ns / 1000) + " us");
+    out += two_columns("syncs before a remap: " + std::to_string(v.growth_syncs),
+                       "their time: " + std::to_string(v.growth_sync_ns / 1000) + " us");
   }
   out += rule('=');
   out += header_row;

@@ -482,7 +482,10 @@ struct vmm_pool_resource::impl : detail::stream_pool_core<vmm_pool_resource::imp
           reclaimable(false, plan.prev_free, plan.next_free) > ready) {
         // Free space whose frees may still run on the device: wait for them rather than grow.
         synced = true;
+        const auto start = std::chrono::steady_clock::now();
         sync_frees(lock);
+        ++stats.vmm.growth_syncs;
+        stats.vmm.growth_sync_ns += elapsed_ns(start);
         return grow_result::retry;
       }
       std::size_t reclaimed = 0;

@@ -87,6 +87,8 @@ struct pool_report {
     std::uint64_t defragmentations = 0;  ///< growths met (partly) by unmapping free space
     std::uint64_t map_ns = 0;            ///< host time in map_physical and set_access
     std::uint64_t unmap_ns = 0;          ///< host time in unmap and release_physical
+    std::uint64_t growth_syncs = 0;      ///< device synchronizations before a remap (frees pending)
+    std::uint64_t growth_sync_ns = 0;    ///< host time in them
   } vmm;
 
   /// Restarts every peak at its current value (the counters of reset_peak_stats).
