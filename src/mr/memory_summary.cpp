@@ -40,7 +40,7 @@ std::string centered(const std::string& text) {
 // "%6d UNIT" in 10 columns; the unit is chosen per value (B, KiB, MiB, GiB, TiB).
 std::string size_cell(std::int64_t v) {
   static const char* units[] = {"B  ", "KiB", "MiB", "GiB", "TiB"};
-  double x = static_cast<double>(v);
+  auto x = static_cast<double>(v);
   int u = 0;
   while (u < 4 && (x >= 768.0 * 1024.0 || x <= -768.0 * 1024.0)) {
     x /= 1024.0;

@@ -20,6 +20,11 @@ namespace {
 
 struct block;
 struct chunk;
+
+// Chunks are handed back to the upstream as pointers; the pool's arithmetic is on integers.
+void* as_ptr(std::uintptr_t addr) noexcept {
+  return reinterpret_cast<void*>(addr);  // NOLINT(performance-no-int-to-ptr)
+}
 using stream_state = detail::stream_state<block>;
 
 struct block {
@@ -203,7 +208,7 @@ struct pool_resource::impl : detail::stream_pool_core<pool_resource::impl, block
         continue;
       }
       // Synchronized already: the default stream orders the upstream free.
-      out.push_back({reinterpret_cast<void*>(c->base), c->size, stream_view{}});
+      out.push_back({as_ptr(c->base), c->size, stream_view{}});
       block* b = c->first;
       while (b != nullptr) {
         block* n = b->next;
@@ -229,7 +234,7 @@ struct pool_resource::impl : detail::stream_pool_core<pool_resource::impl, block
     std::size_t gathered = 0;
     for (chunk* c : idle) {
       if (gathered >= bytes) break;
-      out.push_back({reinterpret_cast<void*>(c->base), c->size, c->first->stream->stream});
+      out.push_back({as_ptr(c->base), c->size, c->first->stream->stream});
       gathered += c->size;
       list_erase(c->first);
       remove_chunk(c);
@@ -289,7 +294,7 @@ pool_resource::~pool_resource() {
   }
   std::vector<released_chunk> all;
   for (chunk* c : s.chunks) {
-    all.push_back({reinterpret_cast<void*>(c->base), c->size, stream_view{}});
+    all.push_back({as_ptr(c->base), c->size, stream_view{}});
     for (block* b = c->first; b != nullptr;) {
       block* n = b->next;
       delete b;
@@ -335,7 +340,7 @@ void* pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, strea
     // starts over (another thread may have freed or taken memory meanwhile).
     std::size_t want = s.chunk_size_for(small, size);
     const std::size_t minimum = small ? s.opt.small_chunk_size : align_up(size, s.opt.rounding);
-    const std::size_t reserved = static_cast<std::size_t>(s.stats.reserved_bytes.all.current);
+    const auto reserved = static_cast<std::size_t>(s.stats.reserved_bytes.all.current);
     const std::size_t room = s.opt.maximum_size > reserved ? s.opt.maximum_size - reserved : 0;
     if (want > room) want = minimum;
     void* p = nullptr;

@@ -117,7 +117,7 @@ void tracing_adaptor::do_deallocate(void* ptr, std::size_t bytes, std::size_t al
 trace tracing_adaptor::to_trace() const {
   std::lock_guard lock(mutex_);
   trace t;
-  t.comments.push_back(" source: vramkit tracing_adaptor");
+  t.comments.emplace_back(" source: vramkit tracing_adaptor");
   t.events.reserve(events_.size());
   // A free whose allocation was dropped (max_events) would make the trace invalid: skip those.
   std::unordered_map<std::uint64_t, bool> kept;

@@ -69,6 +69,7 @@ struct factory {
 };
 
 template <typename Factory>
+// NOLINTNEXTLINE(readability-identifier-naming): gtest's style
 class ResourceConformance : public ::testing::Test {
  protected:
   stack s = Factory::make();

@@ -105,6 +105,19 @@ class gate {
   bool open_ = false;
 };
 
+/// The block at an address a test keeps as an integer.
+inline void* as_ptr(std::uintptr_t addr) noexcept {
+  return reinterpret_cast<void*>(addr);  // NOLINT(performance-no-int-to-ptr)
+}
+
+/// n streams of a device, each destroyed before the device.
+inline std::vector<std::unique_ptr<owned_stream>> make_streams(host_sim_device& dev, int n) {
+  std::vector<std::unique_ptr<owned_stream>> ss;
+  ss.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) ss.push_back(std::make_unique<owned_stream>(dev));
+  return ss;
+}
+
 /// The two stream-ordered pools on a simulated device: pool_resource over its memory, and
 /// vmm_pool_resource on its virtual memory.
 struct classic_pool {
@@ -201,7 +214,7 @@ int run_thread_stress(host_sim_device& dev, Pool& pool, Streams& streams, int th
       std::vector<std::tuple<void*, std::size_t, int>> mine;
       for (int op = 0; op < o.ops; ++op) {
         if (mine.size() < 8 && (mine.empty() || rng() % 2 == 0)) {
-          const std::size_t n = 256 + rng() % (rng() % 4 == 0 ? o.large : 8 * 1024);
+          const std::size_t n = 256 + rng() % (rng() % 4 == 0 ? o.large : std::size_t{8} * 1024);
           const int st = rng() % 3 == 0 ? threads : t;  // own stream or the shared one
           void* p = pool.allocate(n, 256, *streams[st]);
           const auto v = static_cast<unsigned char>(t * 50 + op);

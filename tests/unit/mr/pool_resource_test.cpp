@@ -61,6 +61,7 @@ TEST(PoolResource, LargeRequestsUseLargeChunksAndHugeOnesAChunkOfTheirOwn) {
 TEST(PoolResource, CoalescesNeighboursBackToOneBlockPerChunk) {
   sim_pool s;
   std::vector<void*> ps;
+  ps.reserve(5);
   for (int i = 0; i < 5; ++i) ps.push_back(s.pool->allocate(2 * MiB, 256, s.a));
   EXPECT_EQ(s.pool->chunk_count(), 1u);  // all from the first 20 MiB chunk
   for (int i : {1, 3, 0, 4, 2}) s.pool->deallocate(ps[i], 2 * MiB, 256, s.a);
@@ -229,8 +230,7 @@ TEST(PoolResource, CrossStreamReuseWaitsOnAnEventRecordedAfterTheFree) {
 // statistics equal the model, and every byte returns on trim.
 void random_stress(int streams, std::uint32_t seed, bool expect_one_block_per_chunk) {
   auto dev = std::make_shared<host_sim_device>();
-  std::vector<std::unique_ptr<owned_stream>> ss;
-  for (int i = 0; i < streams; ++i) ss.push_back(std::make_unique<owned_stream>(*dev));
+  auto ss = vramkit::testing::make_streams(*dev, streams);
   auto pool = std::make_shared<pool_resource>(std::make_shared<device_api_resource>(dev), dev);
   statistics_adaptor stats(pool);
   std::mt19937 rng(seed);
@@ -252,7 +252,7 @@ void random_stress(int streams, std::uint32_t seed, bool expect_one_block_per_ch
       model_peak = std::max(model_peak, model.bytes);
     } else {
       auto it = model.pick(rng);
-      auto* p = reinterpret_cast<unsigned char*>(it->first);
+      auto* p = static_cast<unsigned char*>(vramkit::testing::as_ptr(it->first));
       ASSERT_EQ(p[0], it->second.tag);
       ASSERT_EQ(p[it->second.bytes - 1], it->second.tag);
       // Free on the allocating stream or, sometimes, on another one.
@@ -267,7 +267,7 @@ void random_stress(int streams, std::uint32_t seed, bool expect_one_block_per_ch
     ASSERT_EQ(pool->report().requested_bytes.all.current, model.bytes);
   }
   for (auto& [a, l] : model.blocks)
-    stats.deallocate(reinterpret_cast<void*>(a), l.bytes, 256, *ss[l.stream]);
+    stats.deallocate(vramkit::testing::as_ptr(a), l.bytes, 256, *ss[l.stream]);
   EXPECT_EQ(pool->allocated_bytes(), 0u);
   if (expect_one_block_per_chunk) {
     EXPECT_EQ(pool->free_block_count(), pool->chunk_count());
@@ -293,8 +293,7 @@ TEST(PoolResourceStress, RandomOpsOnFourStreamsKeepTheModelAndTrimToZero) {
 TEST(PoolResourceStress, ThreadsOnSeveralStreamsNeverShareALiveBlock) {
   auto dev = std::make_shared<host_sim_device>();
   constexpr int threads = 4;
-  std::vector<std::unique_ptr<owned_stream>> ss;
-  for (int i = 0; i < threads + 1; ++i) ss.push_back(std::make_unique<owned_stream>(*dev));
+  auto ss = vramkit::testing::make_streams(*dev, threads + 1);
   auto pool = std::make_shared<pool_resource>(std::make_shared<device_api_resource>(dev), dev);
   EXPECT_EQ(
       vramkit::testing::run_thread_stress(

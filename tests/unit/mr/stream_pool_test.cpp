@@ -19,6 +19,7 @@ using vramkit::testing::sim_stack;
 using vramkit::testing::vmm_pool;
 
 template <class Kind>
+// NOLINTNEXTLINE(readability-identifier-naming): gtest's style
 class StreamOrderedPool : public ::testing::Test {};
 using kinds = ::testing::Types<classic_pool, vmm_pool>;
 TYPED_TEST_SUITE(StreamOrderedPool, kinds);

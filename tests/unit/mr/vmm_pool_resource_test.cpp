@@ -30,6 +30,7 @@ using sim_vmm = vramkit::testing::sim_stack<vramkit::testing::vmm_pool>;
 TEST(VmmPoolResource, GrowsOneSegmentInPlace) {
   sim_vmm s;
   std::vector<void*> blocks;
+  blocks.reserve(5);
   for (int i = 0; i < 5; ++i) blocks.push_back(s.pool->allocate(7 * MiB, 256, s.a));
   EXPECT_EQ(s.pool->segment_count(), 1u);  // one contiguous run of mapped granules
   for (int i = 1; i < 5; ++i) {
@@ -86,6 +87,7 @@ TEST(VmmPoolResource, GrowthSlackCreatesInsteadOfRemappingUpToItsBound) {
     o.growth_slack = slack;
     sim_vmm s(o);
     std::vector<void*> blocks;
+    blocks.reserve(10);
     for (int i = 0; i < 10; ++i) blocks.push_back(s.pool->allocate(4 * MiB, 256, s.a));
     for (int i = 0; i < 10; i += 2) s.pool->deallocate(blocks[i], 4 * MiB, 256, s.a);
     void* big = s.pool->allocate(16 * MiB, 256, s.a);
@@ -110,6 +112,7 @@ TEST(VmmPoolResource, TrimRestartsTheGrowthSlack) {
   s.pool->deallocate(big, 400 * MiB, 256, s.a);
   s.pool->trim();
   std::vector<void*> blocks;
+  blocks.reserve(10);
   for (int i = 0; i < 10; ++i) blocks.push_back(s.pool->allocate(4 * MiB, 256, s.a));
   for (int i = 0; i < 10; i += 2) s.pool->deallocate(blocks[i], 4 * MiB, 256, s.a);
   void* more = s.pool->allocate(16 * MiB, 256, s.a);  // 56 MiB is past 1.02 x 40 MiB: remaps
@@ -202,8 +205,7 @@ TEST(VmmPoolResource, SummaryShowsTheMappingWork) {
 // block handed out twice shows up as a wrong byte.
 void vmm_stress(int streams, std::uint32_t seed, std::size_t capacity) {
   auto dev = std::make_shared<host_sim_device>(host_sim_options{.device_memory_bytes = capacity});
-  std::vector<std::unique_ptr<owned_stream>> ss;
-  for (int i = 0; i < streams; ++i) ss.push_back(std::make_unique<owned_stream>(*dev));
+  auto ss = vramkit::testing::make_streams(*dev, streams);
   auto pool = std::make_shared<vmm_pool_resource>(dev, without_slack());
   statistics_adaptor stats(pool);
   std::mt19937 rng(seed);
@@ -216,7 +218,7 @@ void vmm_stress(int streams, std::uint32_t seed, std::size_t capacity) {
   };
   auto check_all = [&] {
     for (auto& [a, l] : model.blocks) {
-      const auto* c = reinterpret_cast<const unsigned char*>(a);
+      const auto* c = static_cast<const unsigned char*>(vramkit::testing::as_ptr(a));
       for (std::size_t k : touch_points(l.bytes)) ASSERT_EQ(c[k], l.tag) << "offset " << k;
     }
   };
@@ -243,7 +245,7 @@ void vmm_stress(int streams, std::uint32_t seed, std::size_t capacity) {
     } else {
       auto it = model.pick(rng);
       const int st = coin(rng) < 80 ? it->second.stream : static_cast<int>(rng() % streams);
-      stats.deallocate(reinterpret_cast<void*>(it->first), it->second.bytes, 256, *ss[st]);
+      stats.deallocate(vramkit::testing::as_ptr(it->first), it->second.bytes, 256, *ss[st]);
       model.erase(it);
     }
     ASSERT_EQ(pool->report().requested_bytes.all.current, model.bytes);
@@ -251,7 +253,7 @@ void vmm_stress(int streams, std::uint32_t seed, std::size_t capacity) {
   }
   check_all();
   for (auto& [a, l] : model.blocks)
-    stats.deallocate(reinterpret_cast<void*>(a), l.bytes, 256, *ss[l.stream]);
+    stats.deallocate(vramkit::testing::as_ptr(a), l.bytes, 256, *ss[l.stream]);
   const std::size_t reserved = pool->reserved_bytes();
   EXPECT_EQ(pool->trim(), reserved);
   EXPECT_EQ(pool->mapped_granules(), 0u);
@@ -269,8 +271,7 @@ TEST(VmmPoolResourceStress, FourStreamsNearCapacityKeepEveryByte) { vmm_stress(4
 TEST(VmmPoolResourceStress, ThreadsOnSeveralStreamsNeverShareALiveBlock) {
   auto dev = std::make_shared<host_sim_device>(host_sim_options{.device_memory_bytes = 256 * MiB});
   constexpr int threads = 4;
-  std::vector<std::unique_ptr<owned_stream>> ss;
-  for (int i = 0; i < threads + 1; ++i) ss.push_back(std::make_unique<owned_stream>(*dev));
+  auto ss = vramkit::testing::make_streams(*dev, threads + 1);
   auto pool = std::make_shared<vmm_pool_resource>(dev, without_slack());
   EXPECT_EQ(vramkit::testing::run_thread_stress(*dev, *pool, ss, threads,
                                                 {.seed = 200,
