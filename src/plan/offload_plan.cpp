@@ -191,18 +191,14 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   in.block_bytes = static_cast<std::uint64_t>(static_cast<double>(saved) - compressible +
                                               comp_elems * k_fp8_bytes);
   in.input_bytes = static_cast<std::uint64_t>(rows * h * resid);
-  // Compute: the cost model's step split between the blocks (their share of the parameters)
-  // and the rest, per micro-batch.
-  const double step_s = estimate_step_time(m, r, gpu, o);
-  const auto params = static_cast<double>(base.parameters);
-  const double embed = static_cast<double>(t.vocab) * h * (t.tied_embeddings ? 1 : 2);
-  const double frac = params > embed ? (params - embed) / params : 1.0;
-  const auto micro_batches = r.batch / r.data_parallel() / r.micro_batch;  // whole micro-batches
-  const auto mbs = static_cast<double>(micro_batches);
-  const double per_micro = step_s / mbs;
-  in.t_fwd_s = per_micro * frac / 3 / s.n_blocks + (c.enabled ? s.pack_s_per_block : 0);
-  in.t_bwd_s = 2 * per_micro * frac / 3 / s.n_blocks + (c.enabled ? s.unpack_s_per_block : 0);
-  in.other_time_s = per_micro * (1 - frac);
+  // Compute: the cost model's parts, per micro-batch (the head, the loss and the optimizer's
+  // share of the step outside the blocks).
+  const step_time_parts parts = estimate_step_parts(m, r, gpu, o);
+  const double mbs = parts.micro_batches;
+  in.t_fwd_s = parts.block_forward_s + (c.enabled ? s.pack_s_per_block : 0);
+  in.t_bwd_s = parts.block_backward_s + (c.enabled ? s.unpack_s_per_block : 0);
+  in.other_time_s = parts.outside_s + (optimizer ? 0.0 : parts.optimizer_s / mbs);
+  s.compute = parts;
   s.micro_batches = mbs;
   s.link = offload_link_for(o, &gpu);
   in.d2h_bytes_per_s = in.h2d_bytes_per_s = s.link.bytes_per_s;
@@ -227,6 +223,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
     const double w = r.prec == precision::bf16 ? 2 : 4;
     const auto est = estimate_optimizer_offload(base.parameters, master_weights::none,
                                                 s.link.bytes_per_s, s.link.bytes_per_s);
+    const auto params = static_cast<double>(base.parameters);
     other += static_cast<double>(est.device_buffer_bytes) - 2 * w * params;
     other_keep += static_cast<double>(est.device_buffer_bytes) - 2 * w * params;
     s.optimizer_host_bytes = est.host_bytes;
@@ -261,9 +258,12 @@ offload_plan evaluate_offload(const offload_setup& s, const std::vector<block_po
 offload_plan plan_offload(const model_description& m, const plan_request& r,
                           const offload_option& opt, const compress_option& c, const gpu_spec& gpu,
                           const device_overheads& o) {
+  if (r.ckpt == checkpointing::selective)
+    throw invalid_input("--offload with --checkpointing selective: give none or full");
   const auto s = make_offload_setup(m, r, c, opt.optimizer, gpu, o);
   const int n = opt.activations ? opt.activation_blocks : 0;
-  return evaluate_offload(s, arrange_mix(s.n_blocks, n, 0), c, opt.optimizer);
+  const int ck = r.ckpt == checkpointing::full ? s.n_blocks - n : 0;
+  return evaluate_offload(s, arrange_mix(s.n_blocks, n, ck), c, opt.optimizer);
 }
 
 std::optional<offload_plan> fit_offload(const model_description& m, const plan_request& r,
