@@ -252,9 +252,11 @@ def make_tokens(shape, n, device):
 # --------------------------------------------------------------------------------------------
 # Baselines.
 def torchtune_style(model):
-    """torchtune's OffloadActivations as published: every saved tensor of >= 1 KiB that is not a
-    parameter goes to pinned memory on a side stream; the last 5 stay on the device (stash) and
-    are used as is; the rest come back on the side stream when backward asks for them."""
+    """torchtune's OffloadActivations(use_pin_memory=True, use_streams=True) as published: every
+    saved tensor of >= 1 KiB that is not a parameter goes to pinned memory on a side stream that
+    waits for the compute stream; the last 5 stay on the device (max_fwd_stash_size) and are used
+    as is; the rest come back on the side stream when backward asks for them, the compute stream
+    waiting for that copy (torchtune starts no copy before its use)."""
     import torch
 
     params = {_storage_ptr(p) for p in model.parameters()}
