@@ -205,7 +205,7 @@ void add_request_options(CLI::App* sub, plan::plan_request& r, plan_args& a) {
           r.offload = plan::parse_offload(s);
           a.offload.clear();
         } else {
-          (void)plan::parse_offload_option(s, 1 << 30);  // the spelling; N is checked later
+          (void)plan::parse_offload_option(s, 0);  // the spelling; N is checked later
           r.offload = plan::offload_kind::none;
           a.offload = s;
         }

@@ -48,6 +48,7 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, HERE)  # llama_layout, the built-in model
 
 GiB = 1 << 30
 SHAPES = {
@@ -115,102 +116,21 @@ def build_hf(shape, device):
 
 
 def build_builtin(shape, device):
-    """LlamaForCausalLM's layout in plain torch (RMSNorm in fp32, rotary, separate q/k/v and
-    gate/up projections, SDPA, the loss on upcast logits with shifted labels)."""
+    """LlamaForCausalLM's layout in plain torch (llama_layout.py: RMSNorm in fp32, rotary,
+    separate q/k/v and gate/up projections, SDPA, the loss on upcast logits with shifted labels)."""
     import torch
 
-    class RMSNorm(torch.nn.Module):
-        def __init__(self, d):
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.ones(d))
+    from llama_layout import Block, CausalLM
 
-        def forward(self, x):
-            dt = x.dtype
-            x = x.float()
-            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
-            return self.weight * x.to(dt)
-
-    def rotate_half(x):
-        a, b = x.chunk(2, dim=-1)
-        return torch.cat((-b, a), dim=-1)
-
-    class Attention(torch.nn.Module):
-        def __init__(self, d, heads):
-            super().__init__()
-            self.heads = heads
-            self.q_proj = torch.nn.Linear(d, d, bias=False)
-            self.k_proj = torch.nn.Linear(d, d, bias=False)
-            self.v_proj = torch.nn.Linear(d, d, bias=False)
-            self.o_proj = torch.nn.Linear(d, d, bias=False)
-
-        def forward(self, x, cos, sin):
-            b, s, d = x.shape
-            h = self.heads
-
-            def split(t):
-                return t.view(b, s, h, d // h).transpose(1, 2)
-
-            q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
-            if hasattr(torch.nn.functional, "scaled_dot_product_attention"):
-                a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-            else:  # torch < 2.0 (the CPU tests)
-                mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
-                att = (q @ k.transpose(-1, -2) / (d // h) ** 0.5).masked_fill(mask, float("-inf"))
-                a = torch.softmax(att, dim=-1) @ v
-            return self.o_proj(a.transpose(1, 2).reshape(b, s, d))
-
-    class MLP(torch.nn.Module):
-        def __init__(self, d, ffn):
-            super().__init__()
-            self.gate_proj = torch.nn.Linear(d, ffn, bias=False)
-            self.up_proj = torch.nn.Linear(d, ffn, bias=False)
-            self.down_proj = torch.nn.Linear(ffn, d, bias=False)
-
-        def forward(self, x):
-            return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
-
-    class Block(torch.nn.Module):
-        def __init__(self, d, heads, ffn):
-            super().__init__()
-            self.input_layernorm, self.post_attention_layernorm = RMSNorm(d), RMSNorm(d)
-            self.self_attn = Attention(d, heads)
-            self.mlp = MLP(d, ffn)
-
-        def forward(self, x, cos, sin):
-            x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-            return x + self.mlp(self.post_attention_layernorm(x))
-
-    class LM(torch.nn.Module):
-        def __init__(self, c):
-            super().__init__()
-            self.embed_tokens = torch.nn.Embedding(c["vocab"], c["d"])
-            self.layers = torch.nn.ModuleList(Block(c["d"], c["heads"], c["ffn"]) for _ in range(c["layers"]))
-            self.norm = RMSNorm(c["d"])
-            self.lm_head = torch.nn.Linear(c["d"], c["vocab"], bias=False)
-            hd = c["d"] // c["heads"]
-            self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd)), persistent=False)
-
-        def forward(self, tokens):
-            s = tokens.shape[1]
-            with torch.autocast(tokens.device.type, enabled=False):
-                f = torch.outer(torch.arange(s, device=tokens.device).float(), self.inv_freq)
-                emb = torch.cat((f, f), dim=-1)
-                cos, sin = emb.cos()[None, None], emb.sin()[None, None]
-            x = self.embed_tokens(tokens)
-            for layer in self.layers:
-                x = layer(x, cos, sin)
-            logits = self.lm_head(self.norm(x)).float()
-            labels = torch.nn.functional.pad(tokens, (0, 1), value=-100)[:, 1:]
-            return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.reshape(-1),
-                                                     ignore_index=-100)
+    def make():
+        blocks = [Block(shape["d"], shape["heads"], shape["ffn"]) for _ in range(shape["layers"])]
+        return CausalLM(shape["vocab"], shape["d"], blocks, rotary_heads=shape["heads"])
 
     if hasattr(torch.device, "__enter__"):
         with torch.device(device):
-            model = LM(shape)
+            model = make()
     else:  # torch < 2.0
-        model = LM(shape).to(device)
+        model = make().to(device)
     return model, (lambda m, x: m(x))
 
 
@@ -738,9 +658,11 @@ def block_forward_s(w):
 
 # --------------------------------------------------------------------------------------------
 # The planner.
-def planner_runs(shape, cap, out_dir, probe):
+def planner_runs(shape, cap, out_dir, probe, mixes=None):
     """What `vramkit plan` says: the --fit mixes under the cap (act, act+opt; with --allow-lossy
-    the compressed one), and its figures for the fixed configurations. Errors are recorded."""
+    the compressed one), and its figures for the fixed configurations; with `mixes` ({config:
+    (mix, optimizer offload, compressed)}), only its estimate of each of those mixes (key
+    "mix:CONFIG"). Errors are recorded."""
     from vramkit.planner import find_cli
 
     path = os.path.join(out_dir, "plan-config-%dx%d-%d.json" % (shape["d"], shape["layers"], shape["batch"]))
@@ -759,6 +681,10 @@ def planner_runs(shape, cap, out_dir, probe):
             "fit-lossy": base + cap_gpu + ["--fit", "--allow-lossy", "--json"] + comp,
             "reference": base + h200 + ["--compress-activations", "none", "--json"],
             "full-checkpoint": base + h200 + ["--compress-activations", "none", "--checkpointing", "full", "--json"]}
+    if mixes is not None:
+        runs = {"mix:" + cfg: base + h200 + ["--offload", ("both:" if opt else "activations:") + "".join(p[0] for p in mix),
+                                             "--json"] + (comp if compressed else ["--compress-activations", "none"])
+                for cfg, (mix, opt, compressed) in mixes.items()}
     out = {}
     for key, argv in runs.items():
         for attempt in (argv, [a for i, a in enumerate(argv) if "--probe" not in argv[i - 1:i + 1]]):
@@ -795,6 +721,14 @@ def planner_choices(plans, shape):
                     "device_peak_bytes": f.get("device_peak_bytes"), "step_time_s": f.get("step_time_s"),
                     "host_bytes": f.get("host_peak_bytes"), "compress": f.get("compress_activations"),
                     "max_inflight_bytes": f.get("max_inflight_bytes"), "prefetch_blocks": f.get("prefetch_blocks")}
+    # The mixes measured beside the planner's (its estimate of each as given).
+    for key, entry in plans.items():
+        if not key.startswith("mix:") or not isinstance(entry, dict):
+            continue
+        o = (entry.get("json") or {}).get("offload")
+        if o and key[4:] not in out:
+            out[key[4:]] = {"mix": o.get("mix"), "allocated_peak_bytes": o.get("allocated_peak_bytes"),
+                            "step_time_s": o.get("step_time_s"), "given": True}
     # The plain configurations: the allocated peak from their own plan (amp-bf16, AdamW), the
     # time from the offload model's estimate for it.
     for cfg in ("reference", "full-checkpoint"):
@@ -939,6 +873,18 @@ def worker(args):
                 extra["act+compress_mix"] = "%s's mix (the planner's --allow-lossy fit chose no compression)" % src
             elif "vramkit-act+compress" in mixes:
                 extra["act+compress_mix"] = "the planner's --allow-lossy fit"
+                extra["lossy_fit_config"] = "vramkit-act+compress"
+            derived = {cfg: (mixes[cfg], False, cfg == "vramkit-act+compress") for cfg in ("vramkit-offload1",
+                                                                                        "vramkit-act+compress")
+                       if cfg in mixes and cfg != extra.get("lossy_fit_config")}
+            act = mixes.get("vramkit-act")
+            if act and "offload" in act:
+                derived["vramkit-compute-only"] = (["keep" if p == "offload" else p for p in act], False, False)
+            if derived and isinstance(plans, dict) and "error" not in plans:
+                try:
+                    plans.update(planner_runs(shape, w["cap"] + outside, args.out_dir, probe, mixes=derived))
+                except (OSError, ValueError, RuntimeError) as e:
+                    plans["mix-error"] = {"error": str(e)}
             emit("PLAN", {"cap_bytes": w["cap"], "plans": plans, "mixes": mixes, **extra})
             if args.state:
                 with open(args.state, "w") as f:

@@ -20,7 +20,8 @@ namespace {
 /// Tokens processed per sample: sequence length, or ViT-style patches for vision models (a
 /// coarse stand-in that keeps the ranking between configurations of one model consistent).
 double tokens_per_sample(const model_description& m, const plan_request& r) {
-  if (m.is_vision()) return static_cast<double>((r.image_size / 16) * (r.image_size / 16));
+  const std::int64_t side = r.image_size / 16;
+  if (m.is_vision()) return static_cast<double>(side * side);
   return static_cast<double>(r.mode == run_mode::train ? r.seq : r.prompt + r.new_tokens);
 }
 
@@ -72,11 +73,13 @@ step_time_parts estimate_step_parts(const model_description& m, const plan_reque
   const double low = r.prec == precision::fp32 ? 4 : 2;             // GEMM inputs and outputs
   const double resid = (r.prec == precision::fp32 || amp) ? 4 : 2;  // residual stream, norms
   const double w = r.prec == precision::bf16 ? 2 : 4;               // parameters and states
+  if (r.micro_batch < 1 || r.batch < 1 || r.seq < 1)
+    throw invalid_input("the step-time parts need a validated request (batch, micro-batch, seq)");
   const auto b = static_cast<double>(r.micro_batch);
   const auto s = static_cast<double>(r.seq);
-  const double T = b * s;
+  const double tokens = b * s;
   const auto h = static_cast<double>(t.hidden);
-  const auto L = static_cast<double>(std::max<std::int64_t>(1, t.layers));
+  const auto n_layers = static_cast<double>(std::max<std::int64_t>(1, t.layers));
   const double hd = static_cast<double>(
       t.head_dim > 0 ? t.head_dim : t.hidden / std::max<std::int64_t>(1, t.heads));
   const double nq = static_cast<double>(t.heads) * hd;
@@ -92,14 +95,14 @@ step_time_parts estimate_step_parts(const model_description& m, const plan_reque
       e *= static_cast<double>(t.moe.top_k) / static_cast<double>(t.moe.experts);
     block_macs += e;
   }
-  block_macs /= L;
-  const auto V = static_cast<double>(t.vocab);
-  const double head_macs = V * h + (m.family == model_family::bert ? h * h : 0);
+  block_macs /= n_layers;
+  const auto vocab = static_cast<double>(t.vocab);
+  const double head_macs = vocab * h + (m.family == model_family::bert ? h * h : 0);
   const double tp = r.tp;
 
   // GEMMs: 2 FLOPs per multiply-add; backward computes input and weight gradients (LoRA's frozen
   // base: input gradients only); QLoRA dequantises every weight before its GEMMs.
-  const double gemm_fwd = 2 * T * block_macs / k.gemm_flops;
+  const double gemm_fwd = 2 * tokens * block_macs / k.gemm_flops;
   const double gemm_bwd = gemm_fwd * (lora ? 1 : 2);
   const double dequant =
       r.quant == quant_kind::nf4 ? block_macs * (0.5 + 2) / mem : 0;  // read nf4, write bf16
@@ -113,7 +116,7 @@ step_time_parts estimate_step_parts(const model_description& m, const plan_reque
     const auto n_sl = static_cast<double>(
         std::count(t.sliding_layers.begin(), t.sliding_layers.end(), std::uint8_t{1}));
     const double win = std::min(s, static_cast<double>(t.sliding_window));
-    s_kv = (n_sl * win + (L - n_sl) * s) / L;
+    s_kv = (n_sl * win + (n_layers - n_sl) * s) / n_layers;
   }
   const double attn_flops = 4 * b * s * s_kv * nq * (causal && !eager ? 0.5 : 1);
   double attn_fwd = 0, attn_bwd = 0, scores_fwd = 0;
@@ -142,7 +145,7 @@ step_time_parts estimate_step_parts(const model_description& m, const plan_reque
   const double rope = t.rotary_fraction * (nq + nkv) * (amp ? 36 : 10 * low);
   const double residual = 2 * (2 * resid + low) * h;
   const double dropout = t.hidden_dropout > 0 ? 2 * (2 * low + 1) * h : 0;
-  double f_eff = static_cast<double>(t.intermediate);
+  auto f_eff = static_cast<double>(t.intermediate);
   double routing = 0;
   if (t.moe.experts > 0) {
     f_eff = static_cast<double>(t.moe.top_k * t.moe.expert_ffn + t.moe.shared_ffn);
@@ -152,7 +155,7 @@ step_time_parts estimate_step_parts(const model_description& m, const plan_reque
                      : t.mlp == mlp_kind::gelu      ? 2 * low
                                                     : 5 * low;
   const double elem_bytes =
-      T * (norms * norm * h + casts + rope + residual + dropout + act * f_eff + routing);
+      tokens * (norms * norm * h + casts + rope + residual + dropout + act * f_eff + routing);
   const double elem_fwd = elem_bytes / mem;
   // Autocast casts each fp32 weight to 16 bits per forward, and each 16-bit weight gradient back.
   const double cast_fwd = amp && !lora ? 6 * block_macs / mem : 0;
@@ -172,10 +175,10 @@ step_time_parts estimate_step_parts(const model_description& m, const plan_reque
   // Outside the blocks: the head's GEMMs, the logits upcast to fp32 for the loss and the
   // cross-entropy forward and backward (36 bytes a logit; 24 when they are fp32 already), the
   // final norm, the embedding's gather and its gradient's scatter into a zeroed table.
-  const double logits = T * V * (r.prec == precision::fp32 ? 24 : 36);
-  const double outside_bytes = logits + 3 * T * norm * h + T * h * (2 * resid + 12) + 4 * V * h +
-                               (amp && !lora ? 12 * head_macs : 0);
-  out.outside_s = (6 * T * head_macs / k.gemm_flops + outside_bytes / mem) / tp;
+  const double logits = tokens * vocab * (r.prec == precision::fp32 ? 24 : 36);
+  const double outside_bytes = logits + 3 * tokens * norm * h + tokens * h * (2 * resid + 12) +
+                               4 * vocab * h + (amp && !lora ? 12 * head_macs : 0);
+  out.outside_s = (6 * tokens * head_macs / k.gemm_flops + outside_bytes / mem) / tp;
   // The optimizer's passes over parameters, gradients and states (foreach AdamW: 21 accesses of
   // a parameter's 4 bytes; fused: 7), over the trainable parameters of this GPU's shard.
   const int dp = std::max(1, r.data_parallel());
@@ -203,33 +206,36 @@ step_time_parts estimate_step_parts(const model_description& m, const plan_reque
       break;
   }
   out.optimizer_s = trainable * per_param / mem;
-  out.micro_batches = static_cast<double>(r.batch / dp / r.micro_batch);
+  const std::int64_t micro_batches = r.batch / dp / r.micro_batch;  // whole micro-batches
+  out.micro_batches = static_cast<double>(micro_batches);
   return out;
 }
 
 double estimate_step_time(const model_description& m, const plan_request& r, const gpu_spec& gpu,
                           const device_overheads& o) {
-  const double P = static_cast<double>(parameter_count(m));
+  const auto params = static_cast<double>(parameter_count(m));
   const double tokens = tokens_per_sample(m, r) * static_cast<double>(r.batch);
   const double rate = r.prec == precision::fp32 ? gpu.fp32_flops : gpu.bf16_flops;
   if (r.mode == run_mode::infer) {
-    // Decode is bound by reading the weights once per token; prefill by 2 P FLOPs per token.
-    const double wbytes = P *
+    // Decode is bound by reading the weights once per token; prefill by 2 params FLOPs per token.
+    const double wbytes = params *
                           (r.quant == quant_kind::int4 || r.quant == quant_kind::nf4 ? 0.5
                            : r.quant == quant_kind::int8 || r.quant == quant_kind::fp8
                                ? 1
                                : (r.prec == precision::fp32 ? 4 : 2)) /
                           r.tp;
-    const double prefill = 2 * P * static_cast<double>(r.batch * r.prompt) / (rate * 0.5 * r.tp);
+    const double prefill =
+        2 * params * static_cast<double>(r.batch * r.prompt) / (rate * 0.5 * r.tp);
     return prefill + static_cast<double>(r.new_tokens) * wbytes / gpu.hbm_bytes_per_s;
   }
   double t = 0;
-  const double mbs = static_cast<double>(r.batch / r.data_parallel() / r.micro_batch);
+  const std::int64_t micro_batches = r.batch / r.data_parallel() / r.micro_batch;
+  const auto mbs = static_cast<double>(micro_batches);
   if (m.is_vision()) {
-    // Vision models: 6 P FLOPs per token (ViT patches), full recompute adds 2 P; efficiency
-    // falls for small micro-batches, whose kernels launch regardless of size.
-    double flops = 6 * P * tokens;
-    if (r.ckpt == checkpointing::full) flops += 2 * P * tokens;
+    // Vision models: 6 params FLOPs per token (ViT patches), full recompute adds 2 params;
+    // efficiency falls for small micro-batches, whose kernels launch regardless of size.
+    double flops = 6 * params * tokens;
+    if (r.ckpt == checkpointing::full) flops += 2 * params * tokens;
     const double mb_tokens = tokens_per_sample(m, r) * static_cast<double>(r.micro_batch);
     const double eff = 0.5 * mb_tokens / (mb_tokens + 2048.0);
     t = flops / (rate * eff * r.gpus);
@@ -240,7 +246,7 @@ double estimate_step_time(const model_description& m, const plan_request& r, con
   if (r.pp > 1) t /= 1.0 - (r.pp - 1) / (mbs + r.pp - 1);
   const int dp = r.data_parallel();
   const double link = gpu.nvlink_bytes_per_s > 0 ? gpu.nvlink_bytes_per_s : gpu.pcie_bytes_per_s();
-  const double grad_bytes = 2 * P / (r.tp * r.pp);
+  const double grad_bytes = 2 * params / (r.tp * r.pp);
   if (dp > 1) {
     // Ring all-reduce (or reduce-scatter + all-gather) moves 2 (N-1)/N of the gradients; ZeRO-3
     // adds the parameter all-gather of the backward pass (1.5x).
@@ -254,7 +260,7 @@ double estimate_step_time(const model_description& m, const plan_request& r, con
     t += mbs * 4 * static_cast<double>(m.t.layers) / r.pp * 2.0 * (r.tp - 1) / r.tp * act / link;
   }
   const double pcie = o.h2d_bytes_per_s > 0 ? o.h2d_bytes_per_s : gpu.pcie_bytes_per_s();
-  const double shard = P / (r.tp * r.pp) / dp;
+  const double shard = params / (r.tp * r.pp) / dp;
   if (r.offload != offload_kind::none) {
     // Gradients down and parameters up once per step, plus the CPU optimizer streaming 16 bytes
     // of state per parameter through ~100 GB/s of host memory.
@@ -268,7 +274,7 @@ double estimate_step_time(const model_description& m, const plan_request& r, con
 double estimate_step_time(const plan_result& p, const gpu_spec& gpu, const device_overheads& o) {
   double t = estimate_step_time(p.model, p.request, gpu, o);
   // Paged optimizer states that do not stay resident migrate in and out once per step.
-  const double paged = static_cast<double>(p.managed_bytes - p.managed_resident_bytes);
+  const auto paged = static_cast<double>(p.managed_bytes - p.managed_resident_bytes);
   const double pcie = o.h2d_bytes_per_s > 0 ? o.h2d_bytes_per_s : gpu.pcie_bytes_per_s();
   return t + 2 * paged / pcie;
 }
@@ -361,7 +367,7 @@ search_axes axes_of(const model_description& m, const plan_request& base, const 
         // Inference plans one replica over all the GPUs.
         if (!train && tp * pp != base.gpus) continue;
         if ((base.batch % (base.gpus / tp / pp)) != 0) continue;
-        a.layouts.push_back({tp, pp});
+        a.layouts.emplace_back(tp, pp);
       }
     }
   }
@@ -522,7 +528,8 @@ class searcher {
     return sizes[lo];
   }
 
-  fit_candidate candidate(const plan_result& p, std::int64_t mb, std::int64_t per_gpu) const {
+  [[nodiscard]] fit_candidate candidate(const plan_result& p, std::int64_t mb,
+                                        std::int64_t per_gpu) const {
     fit_candidate c;
     c.request = p.request;
     c.device_peak_bytes = p.device_peak_bytes;
@@ -554,13 +561,13 @@ class searcher {
               : fmt::format("micro-batch {} x {} accumulation steps: the largest divisor of {} "
                             "that fits",
                             mb, per_gpu / mb, per_gpu));
-      c.reasons.push_back(
+      c.reasons.emplace_back(
           q.ckpt == checkpointing::none ? "checkpointing none: no recompute"
           : q.ckpt == checkpointing::selective
               ? "checkpointing selective: eager attention's s x s tensors recomputed (a few % "
                 "more compute)"
-              : "checkpointing full: one extra forward per step (about +33% compute) to keep "
-                "only layer inputs");
+              : "checkpointing full: every block's forward runs again in backward to keep only "
+                "layer inputs");
     } else {
       c.reasons.push_back(
           mb == per_gpu

@@ -16,16 +16,12 @@ need_torch()
 import torch  # noqa: E402
 
 import vramkit  # noqa: E402
-from _models import TinyLM, grads  # noqa: E402
+from _models import TinyLM, forward, grads  # noqa: E402
 
 
 def run(model, tokens, ctx=None):
     model.zero_grad(set_to_none=True)
-    if ctx is None:
-        loss = model(tokens)
-    else:
-        with ctx:
-            loss = model(tokens)
+    loss = forward(model, tokens, ctx)
     loss.backward()
     return loss.detach(), grads(model)
 

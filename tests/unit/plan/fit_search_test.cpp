@@ -11,6 +11,29 @@
 using namespace vramkit::plan;
 using vramkit::GiB;
 
+namespace {
+
+/// A training request of batch x seq on `gpus` GPUs (micro-batch the whole per-GPU batch).
+plan_request train(std::int64_t batch, std::int64_t seq, int gpus = 1,
+                   precision prec = precision::automatic) {
+  plan_request r;
+  r.batch = batch;
+  r.seq = seq;
+  r.gpus = gpus;
+  if (prec != precision::automatic) r.prec = prec;
+  return r;
+}
+
+/// Fit options for a catalogue GPU, with its whole memory unless a capacity is given.
+fit_options on_gpu(const char* name, std::uint64_t capacity = 0) {
+  fit_options opt;
+  opt.gpu = find_gpu(name);
+  opt.capacity_bytes = capacity != 0 ? capacity : opt.gpu->memory_bytes;
+  return opt;
+}
+
+}  // namespace
+
 TEST(GpuCatalogue, KnowsCommonGpusWithSources) {
   EXPECT_EQ(find_gpu("h200").name, "H200");
   EXPECT_EQ(find_gpu("A100 80GB").memory_bytes, 81920ull * 1024 * 1024);
@@ -25,12 +48,8 @@ TEST(GpuCatalogue, KnowsCommonGpusWithSources) {
 
 TEST(FitSearch, ReturnsConfigurationsThatFitRankedByCost) {
   const auto m = preset_model("gpt2-medium");
-  plan_request r;
-  r.batch = 32;
-  r.seq = 1024;
-  fit_options opt;
-  opt.gpu = find_gpu("rtx4090");
-  opt.capacity_bytes = opt.gpu->memory_bytes;
+  const auto r = train(32, 1024);
+  const auto opt = on_gpu("rtx4090");
   const auto res = fit_search(m, r, opt);
   ASSERT_FALSE(res.fits.empty());
   EXPECT_GT(res.planned, res.fits.size());
@@ -59,9 +78,7 @@ TEST(FitSearch, ReturnsConfigurationsThatFitRankedByCost) {
 
 TEST(FitSearch, NothingFitsATinyGpu) {
   const auto m = preset_model("llama-2-7b");
-  plan_request r;
-  r.batch = 8;
-  r.seq = 2048;
+  const auto r = train(8, 2048);
   fit_options opt;
   opt.capacity_bytes = 4 * GiB;
   EXPECT_TRUE(fit_search(m, r, opt).fits.empty());
@@ -69,13 +86,8 @@ TEST(FitSearch, NothingFitsATinyGpu) {
 
 TEST(FitSearch, MultiGpuUsesSharding) {
   const auto m = preset_model("llama-2-7b");
-  plan_request r;
-  r.batch = 16;
-  r.seq = 2048;
-  r.gpus = 8;
-  fit_options opt;
-  opt.gpu = find_gpu("a100-40gb");
-  opt.capacity_bytes = opt.gpu->memory_bytes;
+  const auto r = train(16, 2048, 8);
+  const auto opt = on_gpu("a100-40gb");
   const auto res = fit_search(m, r, opt);
   ASSERT_FALSE(res.fits.empty());
   for (const auto& c : res.fits) {
@@ -90,9 +102,7 @@ TEST(FitSearch, MultiGpuUsesSharding) {
 TEST(FitSearch, CostModelChargesRecomputeAndOffload) {
   const auto m = preset_model("gpt2-large");
   const auto& g = find_gpu("h100");
-  plan_request r;
-  r.batch = 8;
-  r.seq = 1024;
+  auto r = train(8, 1024);
   r.validate(m);
   const double base = estimate_step_time(m, r, g, default_overheads());
   auto ck = r;
@@ -115,11 +125,8 @@ namespace {
 
 /// An amp-bf16 training request of batch x seq, validated for m.
 plan_request amp_request(const model_description& m, std::int64_t batch, std::int64_t seq) {
-  plan_request r;
-  r.batch = batch;
+  auto r = train(batch, seq, 1, precision::amp_bf16);
   r.micro_batch = batch;
-  r.seq = seq;
-  r.prec = precision::amp_bf16;
   r.validate(m);
   return r;
 }
@@ -169,13 +176,8 @@ TEST(FitSearch, AttentionCostGrowsWithTheSequence) {
 // Configurations are planned on several threads; the answer must not depend on how many.
 TEST(FitSearch, SameAnswerOnAnyNumberOfThreads) {
   const auto m = preset_model("gpt2-medium");
-  plan_request r;
-  r.batch = 32;
-  r.seq = 512;
-  r.gpus = 4;
-  fit_options opt;
-  opt.gpu = find_gpu("a100-40gb");
-  opt.capacity_bytes = 12 * GiB;
+  const auto r = train(32, 512, 4);
+  auto opt = on_gpu("a100-40gb", 12 * GiB);
   opt.threads = 1;
   const auto one = fit_search(m, r, opt);
   opt.threads = 5;
