@@ -281,51 +281,74 @@ def measure_link():
     return rates
 
 
-def kernel_probe(shape):
-    """Kernel rates at the shape's sizes (uncapped), for the planner's cost model: bf16 GEMMs of a
-    block's projections (the forward's shapes and the weight gradients', weighted by how many a
-    block runs), causal SDPA forward and backward (3.5x the forward's FLOPs in all), and an fp32
-    elementwise product (bytes read plus written)."""
+def _timed(fn, reps=4):
+    """Median seconds of fn() on the current stream (CUDA events), after one warm-up call."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = _ev(), torch.cuda.Event(enable_timing=True)
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    return statistics.median(times)
+
+
+def _gemm_cases(T, d, f):
+    """(seconds, FLOPs, count per block) of a block's bf16 GEMMs: q/k/v/o, gate/up and down in
+    the forward's shapes (their input gradients have the same shapes: counted twice), and the
+    weight gradients, which contract over the tokens."""
     import torch
     import torch.nn.functional as F
 
-    T, d, f = shape["batch"] * shape["seq"], shape["d"], shape["ffn"]
     bf = torch.bfloat16
-
-    def timed(fn, reps=4):
-        fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            a, b = _ev(), torch.cuda.Event(enable_timing=True)
-            fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) / 1e3)
-        return statistics.median(times)
-
     x, y = torch.randn(T, d, device="cuda", dtype=bf), torch.randn(T, f, device="cuda", dtype=bf)
     w_dd, w_fd, w_df = (torch.randn(o, i, device="cuda", dtype=bf) for o, i in ((d, d), (f, d), (d, f)))
-    # (time, FLOPs, count per block): q/k/v/o, gate/up, down; their input gradients have the same
-    # shapes (counted twice); weight gradients contract over the tokens.
-    cases = [(timed(lambda: F.linear(x, w_dd)), 2 * T * d * d, 8), (timed(lambda: F.linear(x, w_fd)), 2 * T * d * f, 4),
-             (timed(lambda: F.linear(y, w_df)), 2 * T * f * d, 2), (timed(lambda: torch.mm(x.t(), x)), 2 * T * d * d, 4),
-             (timed(lambda: torch.mm(y.t(), x)), 2 * T * d * f, 3)]
+    return [(_timed(lambda: F.linear(x, w_dd)), 2 * T * d * d, 8), (_timed(lambda: F.linear(x, w_fd)), 2 * T * d * f, 4),
+            (_timed(lambda: F.linear(y, w_df)), 2 * T * f * d, 2), (_timed(lambda: torch.mm(x.t(), x)), 2 * T * d * d, 4),
+            (_timed(lambda: torch.mm(y.t(), x)), 2 * T * d * f, 3)]
+
+
+def _attention_times(b, h, s, hd):
+    """Seconds of causal SDPA forward, and of forward + backward, in bf16."""
+    import torch
+    import torch.nn.functional as F
+
+    q, k, v = (torch.randn(b, h, s, hd, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    g = torch.randn(b, h, s, hd, device="cuda", dtype=torch.bfloat16)
+    fwd = _timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    both = _timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(g))
+    return fwd, both
+
+
+def _product_rate(n):
+    """Bytes read plus written per second of an fp32 elementwise product of n elements."""
+    import torch
+
+    a, c = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    r = torch.empty_like(a)
+    return 12.0 * n / _timed(lambda: torch.mul(a, c, out=r))
+
+
+def kernel_probe(shape):
+    """Kernel rates at the shape's sizes (uncapped), for the planner's cost model: bf16 GEMMs of a
+    block's projections weighted by how many a block runs, causal SDPA forward and backward
+    (3.5x the forward's FLOPs in all: the backward's 5 GEMMs against 2), and an fp32 elementwise
+    product (bytes read plus written)."""
+    import torch
+
+    T, d, f = shape["batch"] * shape["seq"], shape["d"], shape["ffn"]
+    cases = _gemm_cases(T, d, f)
     out = {"gemm_flops": sum(fl * n for _, fl, n in cases) / sum(t * n for t, _, n in cases),
            "gemm_cases_tflops": [fl / t / 1e12 for t, fl, _ in cases]}
-    del x, y, w_dd, w_fd, w_df
     b, h, s = shape["batch"], shape["heads"], shape["seq"]
-    q, k, v = (torch.randn(b, h, s, d // h, device="cuda", dtype=bf, requires_grad=True) for _ in range(3))
-    g = torch.randn(b, h, s, d // h, device="cuda", dtype=bf)
-    fwd = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    both = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(g))
+    fwd, both = _attention_times(b, h, s, d // h)
     flops = 2.0 * b * h * s * s * (d // h)  # QK^T and PV, half of the square (causal)
-    out.update({"attention_flops": 3.5 * flops / both, "attention_forward_flops": flops / fwd})
-    del q, k, v, g
-    a, c = torch.randn(T * d, device="cuda"), torch.randn(T * d, device="cuda")
-    r = torch.empty_like(a)
-    out["memory_bytes_per_s"] = 12.0 * a.numel() / timed(lambda: torch.mul(a, c, out=r))
-    del a, c, r
+    out.update({"attention_flops": 3.5 * flops / both, "attention_forward_flops": flops / fwd,
+                "memory_bytes_per_s": _product_rate(T * d)})
     torch.cuda.empty_cache()
     return out
 

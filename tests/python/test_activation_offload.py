@@ -1,7 +1,6 @@
 """CPU tests of vramkit.offload_activations: selection, thresholds, bookkeeping, no leak, exact
 gradients. The CUDA cases are in test_offload_gpu.py."""
 
-import copy
 import os
 import sys
 import unittest
