@@ -76,7 +76,7 @@ budget=${OFFLOAD_BUDGET_S:-$(( $(left) - 6 - acc_reserve - 2 ))}
 if [ $((budget + 6 + acc_reserve)) -gt "$(left)" ]; then budget=$(( $(left) - 6 - acc_reserve )); fi
 if [ "$budget" -lt 20 ]; then budget=20; fi
 PYTHONUNBUFFERED=1 timeout $((budget + 6)) python3 bench/offload/offload_bench.py \
-  --shapes "${OFFLOAD_SHAPES:-1b,3b-wide}" --budget-s "$budget" "${probe[@]}" \
+  --shapes "${OFFLOAD_SHAPES:-1b,3b-wide}" --budget-s "$budget" --steps 4 --warmup 1 "${probe[@]}" \
   --out "$RESULTS_DIR/offload-bench.json" --summary "$RESULTS_DIR/offload-table.md"
 status=$?
 [ $checks_status -eq 0 ] || status=1
