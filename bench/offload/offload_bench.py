@@ -758,8 +758,10 @@ def planner_choices(plans, shape):
         j = (plans.get(cfg) or {}).get("json")
         if not j:
             continue
+        o = j.get("offload") or {}
         out[cfg] = {"allocated_peak_bytes": j.get("allocated_peak_bytes"), "device_peak_bytes": j.get("device_peak_bytes"),
-                    "step_time_s": (j.get("offload") or {}).get("step_time_s")}
+                    "step_time_s": o.get("step_time_s"), "block_forward_s": o.get("block_forward_s"),
+                    "block_backward_s": o.get("block_backward_s"), "kernel_rates": o.get("kernel_rates")}
     return out
 
 
@@ -1203,6 +1205,13 @@ def summarize(results):
                     r["config"], "-" if r["predicted_step_s"] is None else "%.3f" % r["predicted_step_s"],
                     "-" if r["measured_step_s"] is None else "%.3f" % r["measured_step_s"], _pct(r.get("step_error")),
                     _gib(r["predicted_allocated_peak_bytes"]), _gib(r["measured_allocated_peak_bytes"]), _pct(r.get("peak_error"))))
+            pr = (planner_choices(entry.get("plans") or {}, s) or {}).get("reference") or {}
+            if pr.get("block_forward_s") and entry.get("block_forward_s"):
+                lines.append("")
+                lines.append("planner's block forward %.2f ms (backward %.2f ms; kernel rates: %s) against %.2f ms measured "
+                             "(%s)" % (1e3 * pr["block_forward_s"], 1e3 * (pr.get("block_backward_s") or 0),
+                                       pr.get("kernel_rates"), 1e3 * entry["block_forward_s"],
+                                       _pct(pr["block_forward_s"] / entry["block_forward_s"] - 1)))
             rk = d.get("ranking") or {}
             lines.append("")
             lines.append("order by step time: predicted %s; measured %s (%s)" % (

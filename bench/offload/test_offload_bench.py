@@ -119,7 +119,9 @@ class Derived(unittest.TestCase):
         entry = {"shape": shape, "cap_bytes": 30 * GiB, "link_bytes_per_s": {"d2h": 5e10, "h2d": 5e10},
                  "block_forward_s": 0.006, "mixes": {"vramkit-act": ["offload", "checkpoint", "keep"]},
                  "plans": {"fit": {"json": fit},
-                           "reference": {"json": {"allocated_peak_bytes": 40 * GiB, "offload": {"step_time_s": 0.95}}},
+                           "reference": {"json": {"allocated_peak_bytes": 40 * GiB,
+                                                  "offload": {"step_time_s": 0.95, "block_forward_s": 0.005,
+                                                              "kernel_rates": "probe"}}},
                            "full-checkpoint": {"json": {"allocated_peak_bytes": 19 * GiB,
                                                         "offload": {"step_time_s": 1.25}}}},
                  "configs": [
@@ -149,7 +151,8 @@ class Derived(unittest.TestCase):
         self.assertTrue(d["ranking"]["same_order"])
         text = ob.summarize(res)
         for needle in ("overlap (vramkit-act): 87.5%", "same order", "vramkit-act+compress", "0.909x",
-                       "| none-capped | out of memory", "vramkit-act / save-on-cpu step time: 0.500x"):
+                       "| none-capped | out of memory", "vramkit-act / save-on-cpu step time: 0.500x",
+                       "planner's block forward 5.00 ms", "against 6.00 ms measured (-16.7%)"):
             self.assertIn(needle, text)
 
 
