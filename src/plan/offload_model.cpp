@@ -200,13 +200,25 @@ offload_option parse_offload_option(std::string_view value, int n_blocks) {
   o.activations = true;
   o.optimizer = head == "both";
   o.activation_blocks = n_blocks;
+  if (!count.empty() && count.find_first_not_of("ock") == std::string_view::npos) {
+    for (const char c : count)
+      o.mix.push_back(c == 'o'   ? block_policy::offload
+                      : c == 'c' ? block_policy::checkpoint
+                                 : block_policy::keep);
+    if (n_blocks > 0 && static_cast<int>(o.mix.size()) != n_blocks)
+      throw bad(fmt::format("the mix names {} blocks; the model has {}", o.mix.size(), n_blocks));
+    o.activation_blocks =
+        static_cast<int>(std::count(o.mix.begin(), o.mix.end(), block_policy::offload));
+    return o;
+  }
   if (!count.empty() || value.back() == ':') {
     int n = 0;
     const auto* end = count.data() + count.size();
     const auto [p, ec] = std::from_chars(count.data(), end, n);
     if (ec != std::errc{} || p != end || n < 1)
-      throw bad("N must be a whole number of blocks, at least 1");
-    if (n > n_blocks) throw bad(fmt::format("N is larger than the model's {} blocks", n_blocks));
+      throw bad("N must be a whole number of blocks, at least 1, or a mix of o, c and k per block");
+    if (n_blocks > 0 && n > n_blocks)
+      throw bad(fmt::format("N is larger than the model's {} blocks", n_blocks));
     o.activation_blocks = n;
   }
   return o;

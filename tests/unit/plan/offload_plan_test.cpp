@@ -51,6 +51,30 @@ TEST_F(OffloadPlan, MoreOffloadedBlocksLowerTheDevicePeakAndRaiseHostBytes) {
   EXPECT_EQ(all.setup.link.source, "catalogue: " + gpu.name);
 }
 
+// --offload activations:MIX evaluates that mix; --checkpointing full checkpoints the blocks not
+// offloaded; the time of every block kept is the cost model's plain step.
+TEST_F(OffloadPlan, GivenMixesAndCheckpointingFull) {
+  const auto none = with(0);
+  plan_request rv = r;
+  rv.validate(m);
+  EXPECT_NEAR(none.step_time_s, estimate_step_time(m, rv, gpu, default_overheads()),
+              1e-9 * none.step_time_s);
+  offload_option o = parse_offload_option("activations:2", 22);
+  plan_request rc = r;
+  rc.ckpt = checkpointing::full;
+  const auto two = plan_offload(m, rc, o, {}, gpu, default_overheads());
+  EXPECT_EQ(two.mix, arrange_mix(22, 2, 20));
+  std::string letters(22, 'c');
+  letters[0] = 'o';
+  letters[21] = 'k';
+  o = parse_offload_option("activations:" + letters, 22);
+  const auto given = plan_offload(m, r, o, {}, gpu, default_overheads());
+  EXPECT_EQ(given.mix.front(), block_policy::offload);
+  EXPECT_EQ(given.mix.back(), block_policy::keep);
+  EXPECT_EQ(given.host_pinned_bytes, given.setup.inputs.block_bytes);
+  EXPECT_THROW(plan_offload(m, rc, o, {}, gpu, default_overheads()), invalid_input);
+}
+
 TEST_F(OffloadPlan, CompressionHalvesStoredBytesAndCountsPackTime) {
   const auto plain = with(22), comp = with(22, "fp8");
   EXPECT_LT(comp.setup.inputs.block_bytes, plain.setup.inputs.block_bytes);
