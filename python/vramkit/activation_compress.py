@@ -20,13 +20,17 @@ Selection (per block, the model's longest nn.ModuleList):
   tensors (q/k/v in head layout, its output, the softmax statistics) are never compressed;
 - "norm": the tensors normalization layers save (LayerNorm/RMSNorm inputs and normalized
   outputs: in amp the fp32 residual stream, the largest saved tensors of a LLaMA block).
-- Parameters, integer/bool tensors, tensors under `min_bytes` and everything outside the
-  selected modules stay as they are; `keep_ends=True` leaves the first and last blocks alone.
+- Parameters and their casts (autocast's bf16 weights: backward needs them for the input's
+  gradient), statistics per row (a last dimension of 1: a norm's rsqrt, a softmax's log-sum-exp),
+  integer/bool tensors, tensors under `min_bytes` and everything outside the selected modules
+  stay as they are; `keep_ends=True` leaves the first and last blocks alone.
 - A tensor whose memory another op saved uncompressed in the same forward (the o_proj input is
   a view of the attention output the attention kernel keeps) stays as it is: compressing it
   would add bytes, not remove them ("aliased" in stats()).
 - Saves of several views of one tensor (q, k and v projections reading one input, the gate and
-  up halves of one product) share one compressed copy of the whole tensor.
+  up halves of one product) share one compressed copy of the whole tensor; so do the casts of
+  one source to one dtype (under autocast each of q/k/v and gate/up casts the norm's fp32 output
+  to bf16 itself: one compressed copy instead of three and two).
 
 Error: e4m3 keeps 3 mantissa bits, so a restored element x' satisfies |x' - x| <= 2^-4 |x| for
 |x| >= scale * 2^-6 within its block, and |x' - x| <= scale * 2^-10 below it (subnormals), with
@@ -52,6 +56,33 @@ _ATTN_NAMES = ("attn", "attention")
 def _root(t):
     b = t._base
     return t if b is None else b
+
+
+def _cast_key(base):
+    """What identifies `base` when it is a dtype cast (autocast casts a Linear's input once per
+    Linear: q/k/v, gate/up): its source's autograd node and output, its dtype and geometry; None
+    otherwise. An in-place change of the source gives the source a new node, so two casts with
+    one key hold the same values."""
+    fn = base.grad_fn
+    if fn is None or type(fn).__name__ != "ToCopyBackward0":
+        return None
+    nxt = fn.next_functions
+    if len(nxt) != 1 or nxt[0][0] is None:
+        return None
+    return (nxt[0][0], nxt[0][1], base.dtype, tuple(base.shape), base.stride())
+
+
+def _is_constant(base):
+    """True for a weight's cast (autocast's bf16 copy of a parameter, which backward needs for
+    the input's gradient) and for a tensor of at most 2 dimensions outside autograd (a frozen
+    weight or its cast): weights, not activations."""
+    fn = base.grad_fn
+    if fn is None:
+        return not base.requires_grad and base.dim() <= 2
+    if type(fn).__name__ != "ToCopyBackward0":
+        return False
+    nxt = fn.next_functions
+    return len(nxt) == 1 and nxt[0][0] is not None and type(nxt[0][0]).__name__ == "AccumulateGrad"
 
 
 def _is_norm(name, module):
@@ -263,14 +294,16 @@ class compress_activations:
     # -- statistics ---------------------------------------------------------------------------
     def reset_stats(self):
         self._stats = {"compressed": 0, "input_bytes": 0, "stored_bytes": 0, "skipped": 0, "decoded_ahead": 0,
-                       "deduplicated": 0, "aliased": 0, "aliased_bytes": 0,
+                       "deduplicated": 0, "aliased": 0, "aliased_bytes": 0, "cast_shared": 0, "cast_shared_bytes": 0,
                        "by_module": {k: {"compressed": 0, "input_bytes": 0, "stored_bytes": 0} for k in MODULES}}
 
     def stats(self):
         """Tensors compressed, their bytes before and after (payload + scales), per module kind;
         tensors seen in a scope but left alone (small, integer, parameters), saves of a view of a
         tensor already compressed (deduplicated), and tensors left alone because their memory was
-        saved uncompressed already (aliased, and their bytes); tensors decoded ahead of use."""
+        saved uncompressed already (aliased, and their bytes); casts of a source another cast of
+        which was compressed already, sharing its copy (cast_shared, and their bytes); tensors
+        decoded ahead of use."""
         s = dict(self._stats)
         s["by_module"] = {k: dict(v) for k, v in self._stats["by_module"].items()}
         return s
@@ -278,6 +311,7 @@ class compress_activations:
     # -- selection ----------------------------------------------------------------------------
     def _new_forward(self):
         self._packed = {}  # id(base) -> (weakref(base), version, weakref(Packed))
+        self._casts = {}  # _cast_key(base) -> weakref(Packed): casts of one source share a copy
         self._kept = {}  # id(base) -> (weakref(base), version): saved uncompressed
         self._by_block = {}  # a new one each forward: the backward hooks of the last one hold theirs
 
@@ -360,6 +394,10 @@ class compress_activations:
             return False
         if t.requires_grad and t.is_leaf:
             return False
+        if t.dim() > 0 and t.shape[-1] == 1:
+            return False  # a statistic per row (a norm's rsqrt, a softmax's log-sum-exp)
+        if _is_constant(_root(t)):
+            return False
         return t.numel() * t.element_size() >= self.min_bytes
 
     @staticmethod
@@ -391,6 +429,16 @@ class compress_activations:
             self._stats["aliased_bytes"] += t.numel() * t.element_size()
             return None
         whole = base.is_contiguous() and base.dtype == t.dtype and base.is_floating_point()
+        ck = _cast_key(base) if whole else None
+        if ck is not None:
+            got = self._casts.get(ck)
+            p = got() if got is not None else None
+            if p is not None:
+                st = self._stats
+                st["cast_shared"] += 1
+                st["cast_shared_bytes"] += base.numel() * base.element_size()
+                self._packed[key] = (weakref.ref(base), base._version, weakref.ref(p))
+                return PackedView(p, t, base)
         x = base.detach() if whole else t.detach().contiguous()
         p = store(x, self) if store is not None else self.pack_contiguous(x)
         kind = self._kinds[-1] if self._kinds else "mlp"
@@ -403,6 +451,8 @@ class compress_activations:
             self._by_block.setdefault(self._block[-1], []).append(weakref.ref(p))
         if whole:
             self._packed[key] = (weakref.ref(base), base._version, weakref.ref(p))
+            if ck is not None:
+                self._casts[ck] = weakref.ref(p)
             return PackedView(p, t, base)
         return PackedView(p)
 

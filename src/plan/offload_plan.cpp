@@ -153,38 +153,43 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   const auto rows = static_cast<double>(r.micro_batch * r.seq);
   const auto h = static_cast<double>(t.hidden);
   const auto f = static_cast<double>(t.intermediate);
-  // Elements vramkit.compress_activations stores per block, and their bytes uncompressed.
-  double elems = 0, bytes = 0;
-  const auto add = [&](double n, double b) {
+  // Per block: the elements vramkit.compress_activations takes out of the saved tensors, their
+  // bytes, and the elements it stores (casts of one source share one compressed copy).
+  double elems = 0, bytes = 0, stored = 0;
+  const auto add = [&](double n, double b, double kept_n) {
     elems += n;
     bytes += n * b;
+    stored += kept_n;
   };
   if (c.enabled) {
     // Separate q/k/v projections under autocast each save their own cast of the norm's fp32
-    // output; a fused projection, or no cast, saves one. o_proj's input is a view of the
-    // attention output the attention kernel saves anyway: left alone (it would add bytes).
+    // output (one compressed copy for the three); a fused projection, or no cast, saves one.
+    // o_proj's input is a view of the attention output the attention kernel saves anyway: left
+    // alone (it would add bytes).
     const bool separate = m.family == model_family::llama || m.family == model_family::moe ||
                           m.family == model_family::bert;
-    if (c.attn) add((amp && separate ? 3 : 1) * rows * h, low);
+    if (c.attn) add((amp && separate ? 3 : 1) * rows * h, low, rows * h);
     if (c.mlp) {
-      // Gated MLPs: gate and up each cast the input under autocast, and save their outputs,
-      // the activation's output and the product; GELU MLPs: the input, fc1's output and the
-      // activation's output.
+      // Gated MLPs: gate and up each cast the input under autocast (one copy for both), and
+      // save their outputs, the activation's output and the product; GELU MLPs: the input,
+      // fc1's output and the activation's output.
       if (t.mlp == mlp_kind::swiglu)
-        add((amp ? 2 : 1) * rows * h + 4 * rows * f, low);
+        add((amp ? 2 : 1) * rows * h + 4 * rows * f, low, rows * h + 4 * rows * f);
       else
-        add(rows * h + 2 * rows * f, low);
+        add(rows * h + 2 * rows * f, low, rows * h + 2 * rows * f);
     }
     // RMSNorm saves its input and its normalized output, LayerNorm its input: two norms a block.
-    if (c.norm) add((t.layer_norm ? 2 : 4) * rows * h, resid);
+    const double norm_elems = (t.layer_norm ? 2 : 4) * rows * h;
+    if (c.norm) add(norm_elems, resid, norm_elems);
   }
   const double compressible = std::min(bytes, 0.9 * static_cast<double>(saved));
-  const double comp_elems = bytes > 0 ? elems * compressible / bytes : 0.0;
+  const double comp_elems = bytes > 0 ? stored * compressible / bytes : 0.0;
   s.compressible_bytes_per_block = static_cast<std::uint64_t>(compressible);
   const double hbm = gpu.hbm_bytes_per_s * k_kernel_efficiency;
-  // One kernel each way (libvramkit_compress.so): read the tensor, write fp8 + scales; read
-  // them back, write the tensor.
-  s.pack_s_per_block = (compressible + comp_elems * k_fp8_bytes) / hbm;
+  // One kernel each way (libvramkit_compress.so) per stored copy: read the tensor, write fp8 +
+  // scales; read them back, write the tensor.
+  const double copy_bytes = elems > 0 ? compressible * stored / elems : 0.0;
+  s.pack_s_per_block = (copy_bytes + comp_elems * k_fp8_bytes) / hbm;
   s.unpack_s_per_block = s.pack_s_per_block;
 
   auto& in = s.inputs;
@@ -200,8 +205,10 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   const auto micro_batches = r.batch / r.data_parallel() / r.micro_batch;  // whole micro-batches
   const auto mbs = static_cast<double>(micro_batches);
   const double per_micro = step_s / mbs;
-  in.t_fwd_s = per_micro * frac / 3 / s.n_blocks + (c.enabled ? s.pack_s_per_block : 0);
-  in.t_bwd_s = 2 * per_micro * frac / 3 / s.n_blocks + (c.enabled ? s.unpack_s_per_block : 0);
+  in.t_fwd_s = per_micro * frac / 3 / s.n_blocks;
+  in.t_bwd_s = 2 * per_micro * frac / 3 / s.n_blocks;
+  in.pack_s = c.enabled ? s.pack_s_per_block : 0;
+  in.unpack_s = c.enabled ? s.unpack_s_per_block : 0;
   in.other_time_s = per_micro * (1 - frac);
   s.micro_batches = mbs;
   s.link = offload_link_for(o, &gpu);

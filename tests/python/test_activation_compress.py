@@ -282,6 +282,40 @@ class RoundTrip(unittest.TestCase):
         for a, b in zip(g, [p.grad for p in model.parameters()]):
             self.assertLess(float((a - b).norm() / (b.norm() + 1e-12)), 0.1)
 
+    def test_casts_of_one_source_share_one_copy(self):
+        # Under autocast each Linear casts its fp32 input to bf16 itself: three projections of
+        # one input save three equal casts, stored as one compressed copy; a cast of another
+        # source, or of the same source after an in-place change, gets its own.
+        torch.manual_seed(4)
+        lin = [torch.nn.Linear(64, 64) for _ in range(4)]
+        blocks = [torch.nn.ModuleDict({"attn": torch.nn.ModuleList(lin)})]
+        comp = ac.compress_activations(blocks=blocks, modules="attn", min_bytes=0)
+        src = torch.randn(16, 64, requires_grad=True)
+        other = torch.randn(16, 64, requires_grad=True)
+
+        def run():
+            h = src * 2
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                outs = [m(h) for m in lin[:3]]
+                h.mul_(1.5)
+                outs.append(lin[3](h))
+                outs.append(lin[3](other * 1))
+            return sum(o.float().sum() for o in outs)
+
+        with comp:
+            loss = run()
+        st = comp.stats()
+        self.assertEqual(st["cast_shared"], 2)  # the 2nd and 3rd projections' casts
+        self.assertEqual(st["compressed"], 3)  # the shared cast, the one after mul_, other's
+        loss.backward()
+        g = [m.weight.grad.clone() for m in lin] + [src.grad.clone()]
+        for m in lin:
+            m.zero_grad()
+        src.grad = None
+        run().backward()
+        for a, b in zip(g, [m.weight.grad for m in lin] + [src.grad]):
+            self.assertLess(float((a - b).norm() / (b.norm() + 1e-12)), 0.1)
+
     def test_aliased_tensor_stays(self):
         # o_proj's input is sigmoid's output, which sigmoid saves uncompressed: left alone.
         model = Net()
