@@ -10,6 +10,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cfloat>
 #include <string>
 
@@ -287,18 +288,31 @@ void* device_address(const void* p, const char* what) {
                       " is pageable host memory: a kernel can reach only device or pinned memory");
 }
 
-int sm_count() {
-  int dev = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
-  int sms = 0;
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
-        "cudaDeviceGetAttribute");
-  return sms;
+/// Thread blocks of `kernel` that fill every SM once (its occupancy times the SM count), found
+/// once per kernel: the grid-stride loops then run as one wave, with no half-empty second wave.
+template <auto Kernel>
+std::size_t one_wave() {
+  static std::atomic<int> cached{0};
+  int g = cached.load(std::memory_order_relaxed);
+  if (g == 0) {
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    int sms = 0;
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
+          "cudaDeviceGetAttribute");
+    int per_sm = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, k_threads, 0),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    g = sms * (per_sm > 0 ? per_sm : 1);
+    cached.store(g, std::memory_order_relaxed);
+  }
+  return static_cast<std::size_t>(g);
 }
 
+/// CTAs for `work_items` CTAs' worth of work: at most one wave, at most `max_ctas` when > 0.
+template <auto Kernel>
 unsigned grid_for(std::size_t work_items, int max_ctas) {
-  const std::size_t cap =
-      max_ctas > 0 ? static_cast<std::size_t>(max_ctas) : static_cast<std::size_t>(8 * sm_count());
+  const std::size_t cap = max_ctas > 0 ? static_cast<std::size_t>(max_ctas) : one_wave<Kernel>();
   const std::size_t g = work_items < cap ? work_items : cap;
   return static_cast<unsigned>(g > 0 ? g : 1);
 }
@@ -312,16 +326,19 @@ void launch_encode(const void* src, std::size_t n, fp8_format f, void* q, void* 
                    cudaStream_t s, int max_ctas) {
   const std::size_t blocks = scale_count(n);
   const std::size_t warps = (blocks + k_warp_blocks - 1) / k_warp_blocks;
-  const unsigned grid = grid_for((warps + k_threads / 32 - 1) / (k_threads / 32), max_ctas);
+  const std::size_t ctas = (warps + k_threads / 32 - 1) / (k_threads / 32);
   const auto* in = static_cast<const T*>(src);
   auto* out = static_cast<std::uint8_t*>(q);
   auto* sc = static_cast<float*>(scales);
   const bool e5m2 = f == fp8_format::e5m2;
   const float inv = fp8_inverse_max(f);
-  if (aligned(src, 16) && aligned(q, 8))
-    encode_kernel<T, true><<<grid, k_threads, 0, s>>>(in, n, blocks, out, sc, e5m2, inv);
-  else
-    encode_kernel<T, false><<<grid, k_threads, 0, s>>>(in, n, blocks, out, sc, e5m2, inv);
+  if (aligned(src, 16) && aligned(q, 8)) {
+    constexpr auto k = encode_kernel<T, true>;
+    k<<<grid_for<k>(ctas, max_ctas), k_threads, 0, s>>>(in, n, blocks, out, sc, e5m2, inv);
+  } else {
+    constexpr auto k = encode_kernel<T, false>;
+    k<<<grid_for<k>(ctas, max_ctas), k_threads, 0, s>>>(in, n, blocks, out, sc, e5m2, inv);
+  }
   check(cudaGetLastError(), "encode kernel launch");
 }
 
@@ -330,15 +347,18 @@ void launch_decode(const void* q, const void* scales, std::size_t n, fp8_format 
                    cudaStream_t s) {
   const std::size_t blocks = scale_count(n);
   const std::size_t warps = (blocks + k_warp_blocks - 1) / k_warp_blocks;
-  const unsigned grid = grid_for((warps + k_threads / 32 - 1) / (k_threads / 32), 0);
+  const std::size_t ctas = (warps + k_threads / 32 - 1) / (k_threads / 32);
   const auto* in = static_cast<const std::uint8_t*>(q);
   const auto* sc = static_cast<const float*>(scales);
   auto* out = static_cast<T*>(dst);
   const bool e5m2 = f == fp8_format::e5m2;
-  if (aligned(dst, 16) && aligned(q, 8))
-    decode_kernel<T, true><<<grid, k_threads, 0, s>>>(in, sc, n, blocks, out, e5m2);
-  else
-    decode_kernel<T, false><<<grid, k_threads, 0, s>>>(in, sc, n, blocks, out, e5m2);
+  if (aligned(dst, 16) && aligned(q, 8)) {
+    constexpr auto k = decode_kernel<T, true>;
+    k<<<grid_for<k>(ctas, 0), k_threads, 0, s>>>(in, sc, n, blocks, out, e5m2);
+  } else {
+    constexpr auto k = decode_kernel<T, false>;
+    k<<<grid_for<k>(ctas, 0), k_threads, 0, s>>>(in, sc, n, blocks, out, e5m2);
+  }
   check(cudaGetLastError(), "decode kernel launch");
 }
 
