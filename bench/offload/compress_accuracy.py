@@ -2,7 +2,8 @@
 LLaMA-shaped model (offload_bench's built-in LLaMA layout) trained with AdamW under bf16 autocast
 on batches drawn fresh every step from a fixed sparse Markov chain (4 successors per token, so the
 loss floor is ln 4 = 1.386), in bf16 and with fp8 activation compression of several module
-selections, all from the same weights on the same batches; and twice more in bf16 alone, once
+selections (norm inputs as bf16, the default, and as fp8), all from the same weights on the same
+batches; and twice more in bf16 alone, once
 with the batches drawn in another order and once from other initial weights.
 
 The tolerance is bf16's own variation, measured in the same run: a compressed run passes when its
@@ -32,14 +33,15 @@ sys.path.insert(0, HERE)
 SHAPE = dict(d=512, layers=4, heads=8, ffn=1376, vocab=2048, batch=8, seq=256)
 TINY = dict(d=64, layers=3, heads=2, ffn=176, vocab=256, batch=2, seq=64)
 FINAL_STEPS, WINDOW = 20, 10
-# name -> (modules or None, data seed, init seed, keep_ends)
+# name -> (modules or None, data seed, init seed, {compress_activations' other options})
 RUNS = {
-    "bf16": (None, 7, 0, False),
-    "bf16, other data order": (None, 8, 0, False),
-    "bf16, other initial weights": (None, 7, 1, False),
-    "fp8 mlp,attn": (("mlp", "attn"), 7, 0, False),
-    "fp8 mlp,attn,norm": (("mlp", "attn", "norm"), 7, 0, False),
-    "fp8 mlp,attn, ends kept": (("mlp", "attn"), 7, 0, True),
+    "bf16": (None, 7, 0, {}),
+    "bf16, other data order": (None, 8, 0, {}),
+    "bf16, other initial weights": (None, 7, 1, {}),
+    "fp8 mlp,attn": (("mlp", "attn"), 7, 0, {}),
+    "fp8 mlp,attn,norm": (("mlp", "attn", "norm"), 7, 0, {}),
+    "fp8 mlp,attn,norm, norm inputs fp8": (("mlp", "attn", "norm"), 7, 0, {"norm_inputs": "fp8"}),
+    "fp8 mlp,attn, ends kept": (("mlp", "attn"), 7, 0, {"keep_ends": True}),
 }
 REFERENCE, DATA_ORDER, INIT = "bf16", "bf16, other data order", "bf16, other initial weights"
 
@@ -81,13 +83,13 @@ def worker(name, steps, deadline, out_path, device, shape):
     import vramkit
     from offload_bench import build_builtin
 
-    modules, data_seed, init_seed, keep_ends = RUNS[name]
+    modules, data_seed, init_seed, options = RUNS[name]
     batches = data(shape["vocab"], shape["batch"], shape["seq"], steps, device, data_seed)
     model, loss_fn = build_builtin(shape, device)
     init(model, init_seed)
     # The smoke run's tensors are all under the default min_bytes: everything is compressed there.
-    kw = {"min_bytes": 0} if shape is TINY else {}
-    comp = vramkit.compress_activations(model, modules=modules, keep_ends=keep_ends, **kw) if modules else None
+    kw = dict(options, min_bytes=0) if shape is TINY else dict(options)
+    comp = vramkit.compress_activations(model, modules=modules, **kw) if modules else None
 
     def forward(x, compressed):
         with torch.autocast(device, dtype=torch.bfloat16):
