@@ -1,5 +1,7 @@
 """Small LLaMA-shaped models for the Python tests (CPU or GPU)."""
 
+import contextlib
+
 import torch
 
 
@@ -37,6 +39,14 @@ class TinyLM(torch.nn.Module):
         logits = self.head(self.norm(x))
         return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
                                                  tokens[:, 1:].reshape(-1))
+
+
+def loss_in(model, tokens, ctx=None, amp=None):
+    """model(tokens), run inside `ctx` when given and under autocast to `amp` (a dtype) on the
+    tokens' device when given."""
+    cast = torch.autocast(tokens.device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
+    with cast, (ctx if ctx is not None else contextlib.nullcontext()):
+        return model(tokens)
 
 
 def grads(model):
