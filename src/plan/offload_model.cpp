@@ -50,9 +50,10 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   // the window waits for the link.
   double t = 0, link = 0, stall = 0;
   std::map<int, double> outs;
+  const auto codec = [&](int i, double s) { return mix[i] == block_policy::checkpoint ? 0.0 : s; };
   for (int i = 0; i < n; ++i) {
     const double start = t;
-    t += t_f;
+    t += t_f + codec(i, in.pack_s);
     if (mix[i] != block_policy::offload) continue;
     link = std::max(std::max(link, start) + copy_out, t);
     outs[i] = link;
@@ -102,11 +103,12 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
         std::count_if(ready.begin(), ready.end(), [&](const auto& r) { return r.first <= i; });
     held = std::max(held,
                     (static_cast<double>(back) + (mix[i] == block_policy::checkpoint ? 1 : 0)) * a);
-    t += t_b + (mix[i] == block_policy::checkpoint ? t_f : 0.0);
+    t += t_b + (mix[i] == block_policy::checkpoint ? t_f : codec(i, in.unpack_s));
   }
 
   offload_estimate e;
-  e.compute_s = n * (t_f + t_b) + n_ck * t_f + in.other_time_s;
+  e.compute_s =
+      n * (t_f + t_b) + n_ck * t_f + (n - n_ck) * (in.pack_s + in.unpack_s) + in.other_time_s;
   e.step_time_s = t + in.other_time_s;
   e.copy_s = n_off * (copy_out + copy_in);
   e.exposed_copy_s = stall + wait;

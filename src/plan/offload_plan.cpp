@@ -160,50 +160,61 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   const auto rows = static_cast<double>(r.micro_batch * r.seq);
   const auto h = static_cast<double>(t.hidden);
   const auto f = static_cast<double>(t.intermediate);
-  // Elements vramkit.compress_activations stores per block, and their bytes uncompressed.
-  double elems = 0, bytes = 0;
-  const auto add = [&](double n, double b) {
-    elems += n;
-    bytes += n * b;
+  // Per block, in bytes: what vramkit.compress_activations takes out of the saved tensors, what
+  // its encodes read (casts of one source share one copy) and what it stores.
+  double removed = 0, read = 0, stored = 0;
+  // n elements of b bytes each, `copies` of them distinct, stored at `to` bytes an element.
+  const auto add = [&](double n, double b, double copies, double to) {
+    removed += n * b;
+    read += copies * b;
+    stored += copies * to;
   };
   if (c.enabled) {
     // Separate q/k/v projections under autocast each save their own cast of the norm's fp32
-    // output; a fused projection, or no cast, saves one. o_proj's input is a view of the
-    // attention output the attention kernel saves anyway: left alone (it would add bytes).
+    // output (one compressed copy for the three); a fused projection, or no cast, saves one.
+    // o_proj's input is a view of the attention output the attention kernel saves anyway: left
+    // alone (it would add bytes).
     const bool separate = m.family == model_family::llama || m.family == model_family::moe ||
                           m.family == model_family::bert;
-    if (c.attn) add((amp && separate ? 3 : 1) * rows * h, low);
+    if (c.attn) add((amp && separate ? 3 : 1) * rows * h, low, rows * h, k_fp8_bytes);
     if (c.mlp) {
-      // Gated MLPs: gate and up each cast the input under autocast, and save their outputs,
-      // the activation's output and the product; GELU MLPs: the input, fc1's output and the
-      // activation's output.
+      // Gated MLPs: gate and up each cast the input under autocast (one copy for both), and
+      // save their outputs, the activation's output and the product; GELU MLPs: the input,
+      // fc1's output and the activation's output.
       if (t.mlp == mlp_kind::swiglu)
-        add((amp ? 2 : 1) * rows * h + 4 * rows * f, low);
+        add((amp ? 2 : 1) * rows * h + 4 * rows * f, low, rows * h + 4 * rows * f, k_fp8_bytes);
       else
-        add(rows * h + 2 * rows * f, low);
+        add(rows * h + 2 * rows * f, low, rows * h + 2 * rows * f, k_fp8_bytes);
     }
-    // RMSNorm saves its input and its normalized output, LayerNorm its input: two norms a block.
-    if (c.norm) add((t.layer_norm ? 2 : 4) * rows * h, resid);
+    if (c.norm) {
+      // Two norms a block, each saving its input (the residual stream: kept as bf16 when it is
+      // fp32, left alone when 16-bit) and, RMSNorm, its normalized output (fp8).
+      const double inputs = 2 * rows * h, outputs = t.layer_norm ? 0 : 2 * rows * h;
+      if (resid == 4) add(inputs, resid, inputs, 2);
+      add(outputs, resid, outputs, k_fp8_bytes);
+    }
   }
-  const double compressible = std::min(bytes, 0.9 * static_cast<double>(saved));
-  const double comp_elems = bytes > 0 ? elems * compressible / bytes : 0.0;
+  const double compressible = std::min(removed, 0.9 * static_cast<double>(saved));
+  const double share = removed > 0 ? compressible / removed : 0.0;
   s.compressible_bytes_per_block = static_cast<std::uint64_t>(compressible);
   const double hbm = gpu.hbm_bytes_per_s * k_kernel_efficiency;
-  // One kernel each way (libvramkit_compress.so): read the tensor, write fp8 + scales; read
-  // them back, write the tensor.
-  s.pack_s_per_block = (compressible + comp_elems * k_fp8_bytes) / hbm;
+  // One kernel each way (libvramkit_compress.so) per stored copy: read the tensor, write what
+  // is stored; read that back, write the tensor.
+  s.pack_s_per_block = share * (read + stored) / hbm;
   s.unpack_s_per_block = s.pack_s_per_block;
 
   auto& in = s.inputs;
-  in.block_bytes = static_cast<std::uint64_t>(static_cast<double>(saved) - compressible +
-                                              comp_elems * k_fp8_bytes);
+  in.block_bytes =
+      static_cast<std::uint64_t>(static_cast<double>(saved) - compressible + share * stored);
   in.input_bytes = static_cast<std::uint64_t>(rows * h * resid);
   // Compute: the cost model's parts, per micro-batch (the head, the loss and the optimizer's
-  // share of the step outside the blocks).
+  // share of the step outside the blocks); the codec's kernels are the model's own terms.
   const step_time_parts parts = estimate_step_parts(m, r, gpu, o);
   const double mbs = parts.micro_batches;
-  in.t_fwd_s = parts.block_forward_s + (c.enabled ? s.pack_s_per_block : 0);
-  in.t_bwd_s = parts.block_backward_s + (c.enabled ? s.unpack_s_per_block : 0);
+  in.t_fwd_s = parts.block_forward_s;
+  in.t_bwd_s = parts.block_backward_s;
+  in.pack_s = c.enabled ? s.pack_s_per_block : 0;
+  in.unpack_s = c.enabled ? s.unpack_s_per_block : 0;
   in.other_time_s = parts.outside_s + (optimizer ? 0.0 : parts.optimizer_s / mbs);
   s.compute = parts;
   s.micro_batches = mbs;

@@ -4,6 +4,8 @@ bench/offload/llama_layout.py (the offload bench's built-in model)."""
 import os
 import sys
 
+import contextlib
+
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "offload"))
@@ -44,6 +46,14 @@ class LlamaLike(CausalLM):
     def __init__(self, vocab=64, d=64, ffn=128, layers=4, heads=4):
         blocks = [LlamaBlock(d, heads, ffn, norm=torch.nn.LayerNorm) for _ in range(layers)]
         super().__init__(vocab, d, blocks, norm=torch.nn.LayerNorm)
+
+
+def loss_in(model, tokens, ctx=None, amp=None):
+    """model(tokens), run inside `ctx` when given and under autocast to `amp` (a dtype) on the
+    tokens' device when given."""
+    cast = torch.autocast(tokens.device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
+    with cast, (ctx if ctx is not None else contextlib.nullcontext()):
+        return model(tokens)
 
 
 def grads(model):

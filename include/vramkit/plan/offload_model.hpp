@@ -25,6 +25,11 @@ struct offload_inputs {
   std::uint64_t input_bytes = 0;  ///< a block's input: what a checkpointed block keeps
   double t_fwd_s = 0;             ///< forward time of one block
   double t_bwd_s = 0;             ///< backward time of one block (without recompute)
+  /// Activation compression's kernels in a block that keeps or offloads its saved tensors: the
+  /// encode in its forward, the decode in its backward (a checkpointed block saves only its
+  /// input, and its recompute runs uncompressed: neither)
+  double pack_s = 0;
+  double unpack_s = 0;
   double d2h_bytes_per_s = 0;     ///< pinned device-to-host copy rate
   double h2d_bytes_per_s = 0;     ///< pinned host-to-device copy rate
   std::uint64_t other_bytes = 0;  ///< everything else at the peak (states, gradients, logits)
