@@ -92,17 +92,21 @@ void run_plan(const plan_args& a, command_context& ctx) {
       plan::parse_compress_option(a.compress.empty() ? "none" : a.compress);
   if (a.allow_lossy && !a.fit)
     throw invalid_input("--allow-lossy lets --fit consider lossy options; it needs --fit");
-  if (!a.offload.empty() || compress.enabled) {
+  // `--compress-activations none` asks for the offload model's figures without compression (and
+  // without offload unless --offload activations/both says so): every block kept, or
+  // checkpointed with --checkpointing full.
+  const bool offload_model = !a.offload.empty() || !a.compress.empty();
+  if (offload_model) {
     if (a.fit && !a.offload.empty())
       throw invalid_input("--fit chooses the offload mix itself: drop --offload " + a.offload);
-    if (a.fit && !a.allow_lossy)
+    if (a.fit && compress.enabled && !a.allow_lossy)
       throw invalid_input("--compress-activations is lossy: --fit considers it with --allow-lossy");
-    if (r.ckpt != plan::checkpointing::none && !a.fit)
+    if (r.ckpt == plan::checkpointing::selective && !a.fit)
       throw invalid_input(
-          "--offload activations/--compress-activations with --checkpointing: give none (--fit "
-          "mixes checkpointing per block)");
+          "--offload activations/--compress-activations with --checkpointing: give none or full "
+          "(full checkpoints the blocks not offloaded; --fit mixes checkpointing per block)");
   }
-  if (!a.fit && (!a.offload.empty() || compress.enabled)) {
+  if (!a.fit && offload_model) {
     const auto oo = plan::parse_offload_option(a.offload.empty() ? "none" : a.offload,
                                                static_cast<int>(model.t.layers));
     r.device_capacity_bytes = 0;
@@ -201,14 +205,14 @@ void add_request_options(CLI::App* sub, plan::plan_request& r, plan_args& a) {
           r.offload = plan::parse_offload(s);
           a.offload.clear();
         } else {
-          (void)plan::parse_offload_option(s, 1 << 30);  // the spelling; N is checked later
+          (void)plan::parse_offload_option(s, 0);  // the spelling; N is checked later
           r.offload = plan::offload_kind::none;
           a.offload = s;
         }
       },
       "optimizer or params: ZeRO-Offload (CPU optimizer, pinned host states); activations[:N]: "
-      "vramkit.offload_activations of N blocks (default all); both[:N]: that plus "
-      "vramkit.OffloadedAdamW");
+      "vramkit.offload_activations of N blocks (default all), or [:MIX] with one of o (offload), "
+      "c (checkpoint), k (keep) per block; both[:N|:MIX]: that plus vramkit.OffloadedAdamW");
   sub->add_option("--compress-activations", a.compress,
                   "fp8[:mlp,attn,norm] or fp8-e5m2[:...]: saved activations stored in 8 bits "
                   "(vramkit.compress_activations)");

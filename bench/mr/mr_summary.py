@@ -89,59 +89,69 @@ def training(out, lines):
         lines += ["not measured (failed or cut off: see mr/torch_train.txt)", ""]
         return
     t = tr["torch"]
-    lines += ["LLaMA-shaped, %d layers, batch %d x %d, amp bf16, AdamW, %d steps (median of the last %d); "
-              "one process per allocator" % (t["layers"], t["batch"], t["seq"], len(t["step_s"]),
-                                              len(t["step_s"]) - t.get("warmup", 0)), "",
-              "| run | median step s | step / native | peak reserved MiB | peak allocated MiB | "
-              "reserved / expandable's | losses identical to native |",
-              "|---|---|---|---|---|---|---|"]
+    m = tr.get("measurement", {})
+    w = t.get("warmup", 0)
+    n = len(t["step_s"])
+    how = ("interleaved: one process per run, all built at once, then one step each in turn (the order "
+           "rotating every round)" if m.get("order") == "interleaved" else "one process per run, one after the other")
+    lines += ["LLaMA-shaped, %d layers, batch %d x %d, amp bf16, AdamW, %d steps per run, %s; medians over steps "
+              "%d-%d of every run (the same %d warm-up steps left out of every allocator's)%s" % (
+                  t["layers"], t["batch"], t["seq"], n, how, w, n - 1, w,
+                  "; cut off after %d of %d rounds" % (m["rounds"], m["steps"]) if m.get("rounds", n) < m.get("steps", n)
+                  else ""), "",
+              "| run | median step s | step / native | paired step ratios q1 / median / q3 | peak reserved MiB | "
+              "peak allocated MiB | reserved / expandable's | losses identical to native |",
+              "|---|---|---|---|---|---|---|---|"]
     exp = tr.get("torch_expandable", {}).get("peak_reserved_bytes")
-    for k in ("torch", "vramkit_vmm", "torch_expandable", "vramkit_vmm_traced", "vramkit_vmm_slack5", "vramkit",
-              "torch_repeat"):
-        if k not in tr:
-            continue
+    ratios = tr.get("ratios", {})
+    paired = tr.get("paired_step_ratios", {})
+    labels = ["torch"] + [k for k, v in tr.items() if k != "torch" and isinstance(v, dict) and "losses" in v]
+    for k in labels:
         r = tr[k]
-        lines.append("| %s | %.4f | %.4f | %.1f | %.1f | %s | %s |" % (
-            k, r["median_step_s"], r["median_step_s"] / t["median_step_s"],
+        p = paired.get(k)
+        lines.append("| %s | %.4f | %s | %s | %.1f | %.1f | %s | %s |" % (
+            k, r["median_step_s"], "%.4f" % ratios.get("step_time_%s_over_torch" % k, 1.0),
+            "%.4f / %.4f / %.4f" % (p["q1"], p["median"], p["q3"]) if p else "-",
             r["peak_reserved_bytes"] / 2**20, r["peak_allocated_bytes"] / 2**20,
             f3(r["peak_reserved_bytes"] / exp) if exp else "-",
             "-" if k == "torch" else r.get("losses_identical_to_torch")))
-    for k in ("vramkit_vmm", "vramkit_vmm_traced", "vramkit_vmm_slack5", "vramkit"):
-        ps = tr.get(k, {}).get("per_step_mapping")
+    for k in labels:
+        ps = tr[k].get("per_step_mapping")
         if ps:
-            w = tr[k].get("warmup", 0)
+            mapped = ps["vmm.granules_mapped"]
+            last = max([i for i, x in enumerate(mapped) if x] or [-1])
             lines.append("")
-            lines.append("%s per step (steps 0-%d warm-up): granules remapped %s, created %s, mapping ms %s; "
-                         "after warm-up: %d remapped, %d mapped in all" % (
-                             k, w - 1, ps["vmm.granules_remapped"], ps.get("vmm.physical_creates", "-"),
+            lines.append("%s per step: granules remapped %s, created %s, mapping ms %s, device synchronizations "
+                         "before a remap %s; last step that mapped: %s; in the timed steps (%d-%d): %d remapped, "
+                         "%d mapped in all" % (
+                             k, ps["vmm.granules_remapped"], ps.get("vmm.physical_creates", "-"),
                              [round((a + b) / 1e6, 2) for a, b in zip(ps["vmm.map_ns"], ps["vmm.unmap_ns"])],
-                             sum(ps["vmm.granules_remapped"][w:]), sum(ps["vmm.granules_mapped"][w:])))
-        mp = tr.get(k, {}).get("timed_steps_mapping")
-        if mp and not ps:
-            n = len(tr[k]["step_s"]) - tr[k].get("warmup", 0)
-            lines.append("")
-            lines.append("%s (%s) during the %d timed steps: %d granules mapped, %d remapped, %.1f ms mapping and "
-                         "unmapping (%.2f ms per step)" % (
-                             k, tr[k].get("pool", "?"), n, mp["vmm.granules_mapped"], mp["vmm.granules_remapped"],
-                             (mp["vmm.map_ns"] + mp["vmm.unmap_ns"]) / 1e6,
-                             (mp["vmm.map_ns"] + mp["vmm.unmap_ns"]) / 1e6 / max(1, n)))
-    noise = tr.get("torch_repeat", {}).get("median_step_s")
+                             ps.get("vmm.growth_syncs", "-"), last if last >= 0 else "none", w, n - 1,
+                             sum(ps["vmm.granules_remapped"][w:]), sum(mapped[w:])))
+    noise = ratios.get("step_time_torch_repeat_over_torch")
+    noise_p = paired.get("torch_repeat")
+    if noise is not None:
+        lines += ["", "native against itself (torch_repeat / torch): %.4f, paired q1 / median / q3 %s: the "
+                  "measurement's noise beside the 1%% bar" % (
+                      noise, "%.4f / %.4f / %.4f" % (noise_p["q1"], noise_p["median"], noise_p["q3"])
+                      if noise_p else "-")]
     for k, what in (("vramkit_vmm", "vmm pool, the default"), ("vramkit_vmm_slack5", "vmm pool, 5% slack")):
         ps = tr.get(k, {}).get("per_step_mapping")
-        m = tr.get(k)
-        if not m:
+        r = tr.get(k)
+        if not r:
             continue
-        step = m["median_step_s"] / t["median_step_s"]
-        res = m["peak_reserved_bytes"] / exp if exp else None
-        after = None
-        if ps:
-            after = sum(ps["vmm.granules_mapped"][m.get("warmup", 0):])
-        lines += ["", "targets (%s): identical losses %s; step time within 1%% of native: %.4f (%s)%s; "
-                  "peak reserved <= expandable segments': %s (%s); no mapping after warm-up: %s" % (
-                      what, "met" if m.get("losses_identical_to_torch") else "NOT met", step,
+        step = ratios.get("step_time_%s_over_torch" % k, r["median_step_s"] / t["median_step_s"])
+        res = r["peak_reserved_bytes"] / exp if exp else None
+        after = sum(ps["vmm.granules_mapped"][w:]) if ps else None
+        early = ratios.get("step_time_%s_over_torch_from_step2" % k)
+        lines += ["", "targets (%s): identical losses %s; step time within 1%% of native: %.4f (%s; paired median "
+                  "%s; medians from step 2 on: %s); peak reserved <= expandable segments': %s (%s); no mapping in the timed steps: %s" % (
+                      what, "met" if r.get("losses_identical_to_torch") else "NOT met", step,
                       "met" if step <= 1.01 else "NOT met",
-                      "; native run twice: %.4f" % (noise / t["median_step_s"]) if noise else "",
-                      f3(res), "-" if res is None else ("met" if res <= 1 else "NOT met"),
+                      "%.4f" % paired[k]["median"] if k in paired else "-",
+                      "-" if early is None else "%.4f" % early,
+                      f3(res) if res is None else "%.4f" % res,
+                      "-" if res is None else ("met" if res <= 1 else "NOT met"),
                       "-" if after is None else ("met" if after == 0 else "NOT met (%d granules)" % after))]
     lines.append("")
 

@@ -78,6 +78,20 @@ def train_step(torch, model, opt, batch, amp_dtype):
     return loss
 
 
+def timed_step(torch, model, opt, batch, amp_dtype, losses, starts_us=None):
+    """One training step between two device synchronizations: appends its loss to `losses` (and
+    its start, in microseconds since the epoch, to `starts_us` when given); returns its seconds."""
+    torch.cuda.synchronize()
+    if starts_us is not None:
+        starts_us.append(time.time_ns() // 1000)
+    t0 = time.perf_counter()
+    loss = train_step(torch, model, opt, batch, amp_dtype)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    losses.append(float(loss.detach().float().item()))
+    return seconds
+
+
 def choose_events(device_trace, step_starts_us, max_bytes, source, notes):
     """Converts the device trace, starting at a later step while the text exceeds max_bytes.
 
@@ -137,14 +151,7 @@ def main(argv=None):
     batch = gt.make_batch(torch, case, model, device)
     step_starts_us, rec_times, losses = [], [], []
     for _ in range(args.steps):
-        torch.cuda.synchronize()
-        step_starts_us.append(time.time_ns() // 1000)
-        t0 = time.perf_counter()
-        loss = train_step(torch, model, opt, batch, amp_dtype)
-        torch.cuda.synchronize()
-        rec_times.append(time.perf_counter() - t0)
-        losses.append(float(loss.detach().float().item()))
-        del loss
+        rec_times.append(timed_step(torch, model, opt, batch, amp_dtype, losses, step_starts_us))
     torch.cuda.synchronize()
     snapshot = torch.cuda.memory._snapshot()
     stop_recording(torch)
@@ -156,13 +163,7 @@ def main(argv=None):
 
     times = []
     for _ in range(args.timing_steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        loss = train_step(torch, model, opt, batch, amp_dtype)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-        losses.append(float(loss.detach().float().item()))
-        del loss
+        times.append(timed_step(torch, model, opt, batch, amp_dtype, losses))
 
     dev = torch.cuda.current_device()
     traces = snapshot.get("device_traces") or []

@@ -10,11 +10,16 @@ Per shape, in this order (vramkit's configurations first, so that a run cut shor
 budget has measured them): the uncapped reference (which also counts the saved bytes by module
 and block and measures the link), then `vramkit plan --fit --json` under the cap picks the mixes;
 under the cap: vramkit activation offload with the planner's mix, the same mix with its offloaded
-blocks kept (uncapped: the compute time of the overlap), vramkit activations + OffloadedAdamW with
-the planner's mix for it, fp8 compression alone (uncapped, first shape) and with offload (the
-planner's --allow-lossy mix), full checkpointing, a torchtune-style offload (written from its
-published algorithm: side stream, 5-tensor stash, copy back on use), torch's
-save_on_cpu(pin_memory=True), and no offload (expected to run out of memory).
+blocks kept (uncapped: the compute time of the overlap), full checkpointing, torch's
+save_on_cpu(pin_memory=True), a torchtune-style offload (written from torchtune's published
+OffloadActivations with use_streams: every saved tensor to pinned memory on a side stream, the
+last 5 kept on the device, each copied back on its use with the compute stream waiting for it),
+fp8 compression with offload (the planner's --allow-lossy mix, first shape; compression alone is
+bench/offload/compress_bench.py's), vramkit activations + OffloadedAdamW with the planner's mix
+for it, no offload (expected to run out of memory), and one block offloaded where the planner
+offloads none. Right after the reference, a kernel probe (bf16 GEMMs of the block's shapes,
+causal SDPA forward and backward, an elementwise product, pinned copies) writes the rates the
+planner's cost model takes (offload-probe-SHAPE.json, `vramkit plan --probe`).
 
 Process layout: one worker process per shape builds the model once and runs every configuration
 in turn, printing one RESULT line as soon as each is measured; the orchestrator rewrites the JSON
@@ -43,6 +48,7 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, HERE)  # llama_layout, the built-in model
 
 GiB = 1 << 30
 SHAPES = {
@@ -60,18 +66,18 @@ SHAPES = {
 }
 COMPRESS_MODULES = ("mlp", "attn", "norm")
 CENSUS_MIN_BYTES = 1 << 16  # compress_activations' min_bytes: the census counts what it sees
-# Configurations in the order they run; (name, capped).
-# The baselines the targets need (full checkpointing, save_on_cpu) right after the planner's mix
-# and its overlap; the two-block offload (for shapes where the planner offloads nothing; it may
-# not fit) and the slowest baseline (torchtune-style, whose first step pins every saved tensor)
-# last, after the codec measurement.
-ORDER = ["reference", "vramkit-act", "vramkit-compute-only", "full-checkpoint", "save-on-cpu", "vramkit-compress",
-         "vramkit-act+compress", "vramkit-act+opt", "vramkit-offload2", "torchtune-style", "none-capped"]
-CAPPED = {"vramkit-act", "vramkit-offload2", "vramkit-act+opt", "vramkit-act+compress", "full-checkpoint", "torchtune-style",
-          "save-on-cpu", "none-capped"}
-# Each run's steps: (warm-up, timed). The configurations that copy every saved tensor each way
-# run fewer (their first step also pins tens of GB of host memory).
-STEPS = {"save-on-cpu": (1, 2), "torchtune-style": (1, 2), "none-capped": (1, 1)}
+# Configurations in the order they run: what the targets compare first (the planner's mix, its
+# overlap, the three baselines at the cap), then offload with compression against offload alone,
+# the optimizer offload the planner ranks, the capped run without offload, and the one-block
+# offload (for shapes where the planner offloads nothing; it may not fit).
+ORDER = ["reference", "vramkit-act", "vramkit-compute-only", "full-checkpoint", "save-on-cpu", "torchtune-style",
+         "vramkit-act+compress", "vramkit-act+opt", "none-capped", "vramkit-offload1"]
+CAPPED = {"vramkit-act", "vramkit-offload1", "vramkit-act+opt", "vramkit-act+compress", "full-checkpoint",
+          "torchtune-style", "save-on-cpu", "none-capped"}
+# Each run's steps: (warm-up, timed). The baselines that copy every saved tensor each way run one
+# timed step after one warm-up (the warm-up also pins tens of GB of host memory); they are 3-5x
+# slower than vramkit's, so one step ranks them.
+STEPS = {"save-on-cpu": (1, 1), "torchtune-style": (1, 1), "none-capped": (1, 1)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,102 +116,21 @@ def build_hf(shape, device):
 
 
 def build_builtin(shape, device):
-    """LlamaForCausalLM's layout in plain torch (RMSNorm in fp32, rotary, separate q/k/v and
-    gate/up projections, SDPA, the loss on upcast logits with shifted labels)."""
+    """LlamaForCausalLM's layout in plain torch (llama_layout.py: RMSNorm in fp32, rotary,
+    separate q/k/v and gate/up projections, SDPA, the loss on upcast logits with shifted labels)."""
     import torch
 
-    class RMSNorm(torch.nn.Module):
-        def __init__(self, d):
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.ones(d))
+    from llama_layout import Block, CausalLM
 
-        def forward(self, x):
-            dt = x.dtype
-            x = x.float()
-            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
-            return self.weight * x.to(dt)
-
-    def rotate_half(x):
-        a, b = x.chunk(2, dim=-1)
-        return torch.cat((-b, a), dim=-1)
-
-    class Attention(torch.nn.Module):
-        def __init__(self, d, heads):
-            super().__init__()
-            self.heads = heads
-            self.q_proj = torch.nn.Linear(d, d, bias=False)
-            self.k_proj = torch.nn.Linear(d, d, bias=False)
-            self.v_proj = torch.nn.Linear(d, d, bias=False)
-            self.o_proj = torch.nn.Linear(d, d, bias=False)
-
-        def forward(self, x, cos, sin):
-            b, s, d = x.shape
-            h = self.heads
-
-            def split(t):
-                return t.view(b, s, h, d // h).transpose(1, 2)
-
-            q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
-            if hasattr(torch.nn.functional, "scaled_dot_product_attention"):
-                a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-            else:  # torch < 2.0 (the CPU tests)
-                mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
-                att = (q @ k.transpose(-1, -2) / (d // h) ** 0.5).masked_fill(mask, float("-inf"))
-                a = torch.softmax(att, dim=-1) @ v
-            return self.o_proj(a.transpose(1, 2).reshape(b, s, d))
-
-    class MLP(torch.nn.Module):
-        def __init__(self, d, ffn):
-            super().__init__()
-            self.gate_proj = torch.nn.Linear(d, ffn, bias=False)
-            self.up_proj = torch.nn.Linear(d, ffn, bias=False)
-            self.down_proj = torch.nn.Linear(ffn, d, bias=False)
-
-        def forward(self, x):
-            return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
-
-    class Block(torch.nn.Module):
-        def __init__(self, d, heads, ffn):
-            super().__init__()
-            self.input_layernorm, self.post_attention_layernorm = RMSNorm(d), RMSNorm(d)
-            self.self_attn = Attention(d, heads)
-            self.mlp = MLP(d, ffn)
-
-        def forward(self, x, cos, sin):
-            x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-            return x + self.mlp(self.post_attention_layernorm(x))
-
-    class LM(torch.nn.Module):
-        def __init__(self, c):
-            super().__init__()
-            self.embed_tokens = torch.nn.Embedding(c["vocab"], c["d"])
-            self.layers = torch.nn.ModuleList(Block(c["d"], c["heads"], c["ffn"]) for _ in range(c["layers"]))
-            self.norm = RMSNorm(c["d"])
-            self.lm_head = torch.nn.Linear(c["d"], c["vocab"], bias=False)
-            hd = c["d"] // c["heads"]
-            self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd)), persistent=False)
-
-        def forward(self, tokens):
-            s = tokens.shape[1]
-            with torch.autocast(tokens.device.type, enabled=False):
-                f = torch.outer(torch.arange(s, device=tokens.device).float(), self.inv_freq)
-                emb = torch.cat((f, f), dim=-1)
-                cos, sin = emb.cos()[None, None], emb.sin()[None, None]
-            x = self.embed_tokens(tokens)
-            for layer in self.layers:
-                x = layer(x, cos, sin)
-            logits = self.lm_head(self.norm(x)).float()
-            labels = torch.nn.functional.pad(tokens, (0, 1), value=-100)[:, 1:]
-            return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.reshape(-1),
-                                                     ignore_index=-100)
+    def make():
+        blocks = [Block(shape["d"], shape["heads"], shape["ffn"]) for _ in range(shape["layers"])]
+        return CausalLM(shape["vocab"], shape["d"], blocks, rotary_heads=shape["heads"])
 
     if hasattr(torch.device, "__enter__"):
         with torch.device(device):
-            model = LM(shape)
+            model = make()
     else:  # torch < 2.0
-        model = LM(shape).to(device)
+        model = make().to(device)
     return model, (lambda m, x: m(x))
 
 
@@ -247,9 +172,11 @@ def make_tokens(shape, n, device):
 # --------------------------------------------------------------------------------------------
 # Baselines.
 def torchtune_style(model):
-    """torchtune's OffloadActivations as published: every saved tensor of >= 1 KiB that is not a
-    parameter goes to pinned memory on a side stream; the last 5 stay on the device (stash) and
-    are used as is; the rest come back on the side stream when backward asks for them."""
+    """torchtune's OffloadActivations(use_pin_memory=True, use_streams=True) as published: every
+    saved tensor of >= 1 KiB that is not a parameter goes to pinned memory on a side stream that
+    waits for the compute stream; the last 5 stay on the device (max_fwd_stash_size) and are used
+    as is; the rest come back on the side stream when backward asks for them, the compute stream
+    waiting for that copy (torchtune starts no copy before its use)."""
     import torch
 
     params = {_storage_ptr(p) for p in model.parameters()}
@@ -354,53 +281,95 @@ def measure_link():
     return rates
 
 
-def codec_bench():
-    """The fp8 encode into pinned memory (fused) against encode on the device + copy of the
-    payload, and against copying the bf16 tensor itself: seconds (median of 5) and whether the
-    fused bytes equal the device encode's."""
+def _timed(fn, reps=4):
+    """Median seconds of fn() on the current stream (CUDA events), after one warm-up call."""
     import torch
-    from vramkit import fp8_codec
 
-    if not fp8_codec.cuda_kernels_available():
-        return {"error": "CUDA kernels not loadable: %s" % fp8_codec.library_error()}
-    n = 512 << 20  # 1 GiB of bf16
-    x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    nq, ns = fp8_codec.payload_bytes(n), fp8_codec.scale_count(n)
-    host = torch.empty(nq + 4 * ns, dtype=torch.uint8, pin_memory=True)
-    host_bf16 = torch.empty(n, dtype=torch.bfloat16, pin_memory=True)
-    q_dev, s_dev = fp8_codec.encode(x, "e4m3", "cuda")
-    side = torch.cuda.Stream()
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = _ev(), torch.cuda.Event(enable_timing=True)
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    return statistics.median(times)
 
-    def timed(fn):
-        times = []
-        for _ in range(6):
-            torch.cuda.synchronize()
-            with torch.cuda.stream(side):
-                a = torch.cuda.Event(enable_timing=True)
-                b = torch.cuda.Event(enable_timing=True)
-                a.record(side)
-                fn()
-                b.record(side)
-            b.synchronize()
-            times.append(a.elapsed_time(b) / 1e3)
-        return statistics.median(times[1:])
 
-    out = {"input_bytes": 2 * n, "payload_bytes": nq + 4 * ns}
-    out["encode_device_s"] = timed(lambda: fp8_codec.encode(x, "e4m3", "cuda", q=q_dev, scales=s_dev))
-    for ctas in (16, 32):
-        out["encode_fused_s_%d_ctas" % ctas] = timed(lambda: fp8_codec.encode(
-            x, "e4m3", "cuda", q=host[:nq], scales=host[nq:].view(torch.float32), max_ctas=ctas))
-    out["encode_fused_s"] = out["encode_fused_s_16_ctas"]
-    out["encode_then_copy_s"] = timed(lambda: (fp8_codec.encode(x, "e4m3", "cuda", q=q_dev, scales=s_dev),
-                                               host[:nq].copy_(q_dev, non_blocking=True),
-                                               host[nq:].view(torch.float32).copy_(s_dev, non_blocking=True)))
-    out["copy_bf16_s"] = timed(lambda: host_bf16.copy_(x, non_blocking=True))
-    side.synchronize()
-    out["fused_equals_device"] = bool(torch.equal(host[:nq], q_dev.cpu())
-                                      and torch.equal(host[nq:].view(torch.float32), s_dev.cpu()))
-    dec = fp8_codec.decode(q_dev, s_dev, n, "e4m3", torch.bfloat16, "cuda")
-    out["roundtrip_max_rel_error"] = float(((dec.float() - x.float()).abs() / x.float().abs().clamp_min(1e-3)).max())
+def _gemm_cases(T, d, f):
+    """(seconds, FLOPs, count per block) of a block's bf16 GEMMs: q/k/v/o, gate/up and down in
+    the forward's shapes (their input gradients have the same shapes: counted twice), and the
+    weight gradients, which contract over the tokens."""
+    import torch
+    import torch.nn.functional as F
+
+    bf = torch.bfloat16
+    x, y = torch.randn(T, d, device="cuda", dtype=bf), torch.randn(T, f, device="cuda", dtype=bf)
+    w_dd, w_fd, w_df = (torch.randn(o, i, device="cuda", dtype=bf) for o, i in ((d, d), (f, d), (d, f)))
+    return [(_timed(lambda: F.linear(x, w_dd)), 2 * T * d * d, 8), (_timed(lambda: F.linear(x, w_fd)), 2 * T * d * f, 4),
+            (_timed(lambda: F.linear(y, w_df)), 2 * T * f * d, 2), (_timed(lambda: torch.mm(x.t(), x)), 2 * T * d * d, 4),
+            (_timed(lambda: torch.mm(y.t(), x)), 2 * T * d * f, 3)]
+
+
+def _attention_times(b, h, s, hd):
+    """Seconds of causal SDPA forward, and of forward + backward, in bf16."""
+    import torch
+    import torch.nn.functional as F
+
+    q, k, v = (torch.randn(b, h, s, hd, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    g = torch.randn(b, h, s, hd, device="cuda", dtype=torch.bfloat16)
+    fwd = _timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    both = _timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(g))
+    return fwd, both
+
+
+def _product_rate(n):
+    """Bytes read plus written per second of an fp32 elementwise product of n elements."""
+    import torch
+
+    a, c = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    r = torch.empty_like(a)
+    return 12.0 * n / _timed(lambda: torch.mul(a, c, out=r))
+
+
+def kernel_probe(shape):
+    """Kernel rates at the shape's sizes (uncapped), for the planner's cost model: bf16 GEMMs of a
+    block's projections weighted by how many a block runs, causal SDPA forward and backward
+    (3.5x the forward's FLOPs in all: the backward's 5 GEMMs against 2), and an fp32 elementwise
+    product (bytes read plus written)."""
+    import torch
+
+    T, d, f = shape["batch"] * shape["seq"], shape["d"], shape["ffn"]
+    cases = _gemm_cases(T, d, f)
+    out = {"gemm_flops": sum(fl * n for _, fl, n in cases) / sum(t * n for t, _, n in cases),
+           "gemm_cases_tflops": [fl / t / 1e12 for t, fl, _ in cases]}
+    b, h, s = shape["batch"], shape["heads"], shape["seq"]
+    fwd, both = _attention_times(b, h, s, d // h)
+    flops = 2.0 * b * h * s * s * (d // h)  # QK^T and PV, half of the square (causal)
+    out.update({"attention_flops": 3.5 * flops / both, "attention_forward_flops": flops / fwd,
+                "memory_bytes_per_s": _product_rate(T * d)})
+    torch.cuda.empty_cache()
     return out
+
+
+def write_probe(path, kp, link, stage_probe=None):
+    """A probe file (vramkit probe's format) with the kernel rates and the pinned copy rate
+    measured here, beside the stage's probe figures when one was given; returns its path."""
+    results = []
+    if stage_probe:
+        with open(stage_probe) as f:
+            results = [r for r in (json.load(f).get("results") or []) if isinstance(r, dict)]
+    ours = [("gpu0.gemm.bf16", kp["gemm_flops"] / 1e12, "TFLOP/s"),
+            ("gpu0.attention.bf16", kp["attention_flops"] / 1e12, "TFLOP/s"),
+            ("gpu0.device.copy", kp["memory_bytes_per_s"] / 1e9, "GB/s"),
+            ("gpu0.h2d.pinned", link["h2d"] / 1e9, "GB/s")]
+    keys = {k for k, _, _ in ours}
+    results = [r for r in results if r.get("key") not in keys]
+    results += [{"key": k, "unit": u, "stats": {"median": v}, "note": "offload_bench.py kernel probe"} for k, v, u in ours]
+    with open(path, "w") as f:
+        json.dump({"header": {"source": "bench/offload/offload_bench.py kernel probe"}, "results": results}, f, indent=1)
+    return path
 
 
 def _storage_ptr(t):
@@ -544,11 +513,9 @@ def run_config(w, name, mix=None):
             opt = vramkit.OffloadedAdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
         else:
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
-        if name in ("vramkit-compress", "vramkit-act+compress"):
+        if name == "vramkit-act+compress":
             comp = vramkit.compress_activations(blocks=blocks, modules=COMPRESS_MODULES)
-        if name == "vramkit-compress":
-            ctx = comp
-        elif name.startswith("vramkit-"):
+        if name.startswith("vramkit-"):
             kw = offload_tuning(w, mix, name)
             out.update(kw)
             ctx = vramkit.offload_activations(model, blocks=blocks, mix=mix, timing=name != "vramkit-compute-only",
@@ -567,8 +534,8 @@ def run_config(w, name, mix=None):
             e = [_ev()]
             phase = "forward"
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                if step == 0 and name in ("reference", "vramkit-compress"):
-                    census = Census(model, blocks, inner=comp)
+                if step == 0 and name == "reference":
+                    census = Census(model, blocks)
                     with census:
                         loss = loss_fn(model, x)
                 elif ctx is not None:
@@ -714,9 +681,11 @@ def block_forward_s(w):
 
 # --------------------------------------------------------------------------------------------
 # The planner.
-def planner_runs(shape, cap, out_dir, probe):
+def planner_runs(shape, cap, out_dir, probe, mixes=None):
     """What `vramkit plan` says: the --fit mixes under the cap (act, act+opt; with --allow-lossy
-    the compressed one), and its figures for the fixed configurations. Errors are recorded."""
+    the compressed one), and its figures for the fixed configurations; with `mixes` ({config:
+    (mix, optimizer offload, compressed)}), only its estimate of each of those mixes (key
+    "mix:CONFIG"). Errors are recorded."""
     from vramkit.planner import find_cli
 
     path = os.path.join(out_dir, "plan-config-%dx%d-%d.json" % (shape["d"], shape["layers"], shape["batch"]))
@@ -729,12 +698,16 @@ def planner_runs(shape, cap, out_dir, probe):
     cap_gpu = ["--gpu", "%dMiB" % (cap >> 20)]
     h200 = ["--gpu", "h200"]
     comp = ["--compress-activations", "fp8:" + ",".join(COMPRESS_MODULES)]
+    # The plain configurations through the offload model too (--compress-activations none: every
+    # block kept, or checkpointed), so that every predicted time comes from the same cost model.
     runs = {"fit": base + cap_gpu + ["--fit", "--json"],
             "fit-lossy": base + cap_gpu + ["--fit", "--allow-lossy", "--json"] + comp,
-            "fit-uncapped": base + h200 + ["--fit", "--json"],
-            "reference": base + h200 + ["--json"],
-            "full-checkpoint": base + h200 + ["--checkpointing", "full", "--json"],
-            "vramkit-compress": base + h200 + comp + ["--json"]}
+            "reference": base + h200 + ["--compress-activations", "none", "--json"],
+            "full-checkpoint": base + h200 + ["--compress-activations", "none", "--checkpointing", "full", "--json"]}
+    if mixes is not None:
+        runs = {"mix:" + cfg: base + h200 + ["--offload", ("both:" if opt else "activations:") + "".join(p[0] for p in mix),
+                                             "--json"] + (comp if compressed else ["--compress-activations", "none"])
+                for cfg, (mix, opt, compressed) in mixes.items()}
     out = {}
     for key, argv in runs.items():
         for attempt in (argv, [a for i, a in enumerate(argv) if "--probe" not in argv[i - 1:i + 1]]):
@@ -771,31 +744,24 @@ def planner_choices(plans, shape):
                     "device_peak_bytes": f.get("device_peak_bytes"), "step_time_s": f.get("step_time_s"),
                     "host_bytes": f.get("host_peak_bytes"), "compress": f.get("compress_activations"),
                     "max_inflight_bytes": f.get("max_inflight_bytes"), "prefetch_blocks": f.get("prefetch_blocks")}
+    # The mixes measured beside the planner's (its estimate of each as given).
+    for key, entry in plans.items():
+        if not key.startswith("mix:") or not isinstance(entry, dict):
+            continue
+        o = (entry.get("json") or {}).get("offload")
+        if o and key[4:] not in out:
+            out[key[4:]] = {"mix": o.get("mix"), "allocated_peak_bytes": o.get("allocated_peak_bytes"),
+                            "step_time_s": o.get("step_time_s"), "given": True}
     # The plain configurations: the allocated peak from their own plan (amp-bf16, AdamW), the
-    # time from the fit's cost model for the same layout (its candidates without offload; the
-    # time does not depend on amp-bf16 against bf16, so either precision's candidate serves).
-    for cfg, ck in (("reference", "none"), ("full-checkpoint", "full")):
+    # time from the offload model's estimate for it.
+    for cfg in ("reference", "full-checkpoint"):
         j = (plans.get(cfg) or {}).get("json")
         if not j:
             continue
-        entry = {"allocated_peak_bytes": j.get("allocated_peak_bytes"), "device_peak_bytes": j.get("device_peak_bytes"),
-                 "step_time_s": None}
-        cands = [f for key in ("fit", "fit-uncapped") for f in fits(key)
-                 if f.get("micro_batch") == shape["batch"] and f.get("checkpointing") == ck and not f.get("activation_mix")
-                 and f.get("precision") in ("amp-bf16", "bf16") and f.get("zero", 0) == 0
-                 and f.get("offload", "none") == "none" and f.get("optimizer", "adamw") == "adamw"
-                 and not f.get("lora_rank") and f.get("quant", "none") == "none"]
-        cands.sort(key=lambda f: f.get("precision") != "amp-bf16")
-        if cands:
-            entry["step_time_s"] = cands[0].get("step_time_s")
-            entry["time_from"] = "fit candidate, %s" % cands[0].get("precision")
-        out[cfg] = entry
-    j = (plans.get("vramkit-compress") or {}).get("json")
-    if j and "offload" in j:
-        o = j["offload"]
-        out["vramkit-compress"] = {"allocated_peak_bytes": o.get("allocated_peak_bytes"),
-                                   "step_time_s": o.get("step_time_s"), "stored_bytes_per_block": o.get("stored_bytes_per_block"),
-                                   "saved_bytes_per_block": o.get("saved_bytes_per_block")}
+        o = j.get("offload") or {}
+        out[cfg] = {"allocated_peak_bytes": j.get("allocated_peak_bytes"), "device_peak_bytes": j.get("device_peak_bytes"),
+                    "step_time_s": o.get("step_time_s"), "block_forward_s": o.get("block_forward_s"),
+                    "block_backward_s": o.get("block_backward_s"), "kernel_rates": o.get("kernel_rates")}
     return out
 
 
@@ -834,7 +800,6 @@ def worker(args):
 
     announce()
     mixes = state.get("mixes", {})
-    w["offload2_mix"] = mixes.get("vramkit-offload2")
     ref_step = state.get("reference_step_s")
     failed_configs = set()
     for name in ORDER:
@@ -844,14 +809,12 @@ def worker(args):
             emit("RESULT", {"config": name, "ok": False, "error": "not run: no reference, so no cap"})
             continue
         mix = None
-        if name in ("vramkit-act", "vramkit-act+opt", "vramkit-act+compress", "vramkit-offload2"):
+        if name in ("vramkit-act", "vramkit-act+opt", "vramkit-act+compress", "vramkit-offload1"):
             mix = mixes.get(name)
             if mix is None:
-                if name != "vramkit-offload2":
+                if name != "vramkit-offload1":
                     emit("RESULT", {"config": name, "ok": False, "error": "not run: the planner found no mix for it that fits the cap"})
                 continue
-        if name == "torchtune-style":
-            run_codec(args, deadline)
         if name == "vramkit-compute-only":
             # The overlap of the planner's mix (run just before this one); none when it offloads
             # nothing or its run failed.
@@ -860,11 +823,11 @@ def worker(args):
                 emit("RESULT", {"config": name, "ok": False, "error": "not run: the planner's mix offloads no block"})
                 continue
             mix = ["keep" if p == "offload" else p for p in act]
-        if name in ("vramkit-compress", "vramkit-act+compress") and not args.compress:
+        if name == "vramkit-act+compress" and not args.compress:
             continue
         # Rough cost: the steps at a multiple of the reference step, plus pinning for the
         # configurations that copy everything.
-        factor = {"save-on-cpu": 8, "torchtune-style": 5, "vramkit-act+opt": 2.5}.get(name, 2)
+        factor = {"save-on-cpu": 7, "torchtune-style": 5, "vramkit-act+opt": 2.5}.get(name, 2)
         n = sum(STEPS.get(name, (args.warmup, args.steps - args.warmup)))
         cost = 3 + n * factor * (ref_step or 0.5)
         if time.time() + cost > deadline:
@@ -900,8 +863,16 @@ def worker(args):
             extra = {"block_forward_s": block_forward_s(w), "link_bytes_per_s": measure_link(),
                      "outside_allocator_bytes": outside, "planner_capacity_bytes": w["cap"] + outside}
             w["block_forward_s"], w["link"] = extra["block_forward_s"], extra["link_bytes_per_s"]
+            probe = args.probe
             try:
-                plans = planner_runs(shape, w["cap"] + outside, args.out_dir, args.probe)
+                extra["kernel_probe"] = kernel_probe(shape)
+                probe = write_probe(os.path.join(args.out_dir, "offload-probe-%s.json" % args.shape),
+                                    extra["kernel_probe"], extra["link_bytes_per_s"], args.probe)
+            except Exception as e:  # noqa: BLE001 - recorded; the planner then uses the catalogue
+                extra["kernel_probe"] = {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:200])}
+            extra["planner_probe"] = probe
+            try:
+                plans = planner_runs(shape, w["cap"] + outside, args.out_dir, probe)
                 chosen = planner_choices(plans, shape)
                 mixes = {k: v["mix"] for k, v in chosen.items() if v.get("mix")}
                 w["plan_settings"] = {k: {"max_inflight_bytes": v.get("max_inflight_bytes"),
@@ -910,15 +881,14 @@ def worker(args):
             except (OSError, ValueError, RuntimeError) as e:
                 plans = {"error": str(e)}
             act = mixes.get("vramkit-act")
-            if act and "offload" not in act and act.count("checkpoint") >= 2:
-                # The planner offloads no block here (a block's copy costs more than its
-                # recompute): two of its checkpointed blocks offloaded instead, placed by its
-                # own rule (spread from the first block), to measure the engine's overlap and
-                # to check the planner's choice against it.
+            if act and "offload" not in act and act.count("checkpoint") >= 1:
+                # The planner offloads no block here: one of its checkpointed blocks offloaded
+                # instead, placed by its own rule (the first block), to check its choice (a
+                # block's copy does not fit the cap, or costs more than its recompute).
                 from vramkit import offload_plan
 
                 n_ck = act.count("checkpoint")
-                mixes["vramkit-offload2"] = offload_plan.arrange(len(act), 2, n_ck - 2)
+                mixes["vramkit-offload1"] = offload_plan.arrange(len(act), 1, n_ck - 1)
             if "vramkit-act+compress" not in mixes and "vramkit-act" in mixes:
                 # The lossy fit chose no compression under this cap: the offloading mix measured
                 # here, compressed, against itself uncompressed.
@@ -928,7 +898,18 @@ def worker(args):
                 extra["act+compress_mix"] = "%s's mix (the planner's --allow-lossy fit chose no compression)" % src
             elif "vramkit-act+compress" in mixes:
                 extra["act+compress_mix"] = "the planner's --allow-lossy fit"
-            w["offload2_mix"] = mixes.get("vramkit-offload2")
+                extra["lossy_fit_config"] = "vramkit-act+compress"
+            derived = {cfg: (mixes[cfg], False, cfg == "vramkit-act+compress") for cfg in ("vramkit-offload1",
+                                                                                        "vramkit-act+compress")
+                       if cfg in mixes and cfg != extra.get("lossy_fit_config")}
+            act = mixes.get("vramkit-act")
+            if act and "offload" in act:
+                derived["vramkit-compute-only"] = (["keep" if p == "offload" else p for p in act], False, False)
+            if derived and isinstance(plans, dict) and "error" not in plans:
+                try:
+                    plans.update(planner_runs(shape, w["cap"] + outside, args.out_dir, probe, mixes=derived))
+                except (OSError, ValueError, RuntimeError) as e:
+                    plans["mix-error"] = {"error": str(e)}
             emit("PLAN", {"cap_bytes": w["cap"], "plans": plans, "mixes": mixes, **extra})
             if args.state:
                 with open(args.state, "w") as f:
@@ -936,25 +917,7 @@ def worker(args):
                                "model_kind": w["kind"], "block_bytes": w.get("block_bytes", 0),
                                "block_forward_s": w.get("block_forward_s", 0), "link": w.get("link", {}),
                                "plan_settings": w.get("plan_settings", {})}, f)
-    run_codec(args, deadline)
     emit("DONE", {})
-
-
-_CODEC_DONE = []
-
-
-def run_codec(args, deadline):
-    """The codec measurement, once per worker (before the slowest baseline, or at the end)."""
-    import torch
-
-    if _CODEC_DONE or not (args.compress and args.codec) or time.time() + 5 >= deadline:
-        return
-    _CODEC_DONE.append(True)
-    torch.cuda.set_per_process_memory_fraction(1.0)
-    try:
-        emit("CODEC", codec_bench())
-    except Exception as e:  # noqa: BLE001 - recorded, the worker still finishes
-        emit("CODEC", {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300])})
 
 
 # --------------------------------------------------------------------------------------------
@@ -969,8 +932,6 @@ def spawn_worker(args, name, deadline, state_path, skip, env):
         cmd += ["--probe", args.probe]
     if args.compress_shape == name:
         cmd += ["--compress"]
-        if not args.no_codec:
-            cmd += ["--codec"]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, env=env)
 
 
@@ -1048,8 +1009,6 @@ def _run_workers(args, name, entry, deadline, save, state_path, env, log):
                     elif kind == "PLAN":
                         entry.update({k: v for k, v in data.items() if k != "mixes"})
                         entry["mixes"] = data["mixes"]
-                    elif kind == "CODEC":
-                        entry["codec"] = data
                     elif kind == "DONE":
                         done = True
                     save()
@@ -1154,15 +1113,10 @@ def derive(results):
                 t["act_vs_" + base] = act["step_time_s"]["median"] / by[base]["step_time_s"]["median"]
         if act and cap:
             t["act_fits_cap"] = act["peak_reserved_bytes"] <= cap
-        cs = by.get("vramkit-compress")
-        if cs and ref and cs.get("census") and ref.get("census"):
-            t["compress_saved_ratio_total"] = cs["census"]["total"] / ref["census"]["total"]
-            t["compress_saved_ratio_blocks"] = cs["census"]["blocks"] / max(1, ref["census"]["blocks"])
-            t["compress_step_ratio"] = cs["step_time_s"]["median"] / ref["step_time_s"]["median"]
         ac = by.get("vramkit-act+compress")
         if ac:
             # Against the same mix uncompressed when one was measured, else the planner's mix.
-            same = [c for c in ("vramkit-offload2", "vramkit-act") if c in by and by[c].get("mix") == ac.get("mix")]
+            same = [c for c in ("vramkit-offload1", "vramkit-act") if c in by and by[c].get("mix") == ac.get("mix")]
             base = same[0] if same else ("vramkit-act" if act else None)
             if base:
                 t["act_compress_vs"] = base
@@ -1198,8 +1152,17 @@ def summarize(results):
                          "(CUDA context)" % (entry["planner_capacity_bytes"] / GiB, entry["outside_allocator_bytes"] / GiB))
         if entry.get("pinned_allocation"):
             lines.append("pinned host memory: %s" % entry["pinned_allocation"])
+        kp = entry.get("kernel_probe") or {}
+        if "gemm_flops" in kp:
+            lines.append("kernel probe for the planner (%s): bf16 GEMMs %.0f TFLOP/s (by shape %s), causal SDPA forward + "
+                         "backward %.0f TFLOP/s (forward %.0f), fp32 elementwise %.0f GB/s read + written" % (
+                             os.path.basename(entry.get("planner_probe") or "-"), kp["gemm_flops"] / 1e12,
+                             "/".join("%.0f" % x for x in kp.get("gemm_cases_tflops", [])), kp["attention_flops"] / 1e12,
+                             kp["attention_forward_flops"] / 1e12, kp["memory_bytes_per_s"] / 1e9))
+        elif kp.get("error"):
+            lines.append("kernel probe failed (%s): the planner used the GPU catalogue" % kp["error"])
         for cfg, mix in (entry.get("mixes") or {}).items():
-            src = {"vramkit-offload2": "two of the planner's checkpointed blocks offloaded, placed by its rule",
+            src = {"vramkit-offload1": "one of the planner's checkpointed blocks offloaded, placed by its rule",
                    "vramkit-act+compress": entry.get("act+compress_mix")}.get(cfg) or "vramkit plan --fit"
             run = _by(entry).get(cfg) or {}
             if run.get("prefetch_blocks") or run.get("max_inflight_bytes"):
@@ -1242,6 +1205,13 @@ def summarize(results):
                     r["config"], "-" if r["predicted_step_s"] is None else "%.3f" % r["predicted_step_s"],
                     "-" if r["measured_step_s"] is None else "%.3f" % r["measured_step_s"], _pct(r.get("step_error")),
                     _gib(r["predicted_allocated_peak_bytes"]), _gib(r["measured_allocated_peak_bytes"]), _pct(r.get("peak_error"))))
+            pr = (planner_choices(entry.get("plans") or {}, s) or {}).get("reference") or {}
+            if pr.get("block_forward_s") and entry.get("block_forward_s"):
+                lines.append("")
+                lines.append("planner's block forward %.2f ms (backward %.2f ms; kernel rates: %s) against %.2f ms measured "
+                             "(%s)" % (1e3 * pr["block_forward_s"], 1e3 * (pr.get("block_backward_s") or 0),
+                                       pr.get("kernel_rates"), 1e3 * entry["block_forward_s"],
+                                       _pct(pr["block_forward_s"] / entry["block_forward_s"] - 1)))
             rk = d.get("ranking") or {}
             lines.append("")
             lines.append("order by step time: predicted %s; measured %s (%s)" % (
@@ -1259,43 +1229,9 @@ def summarize(results):
                 lines.append("vramkit-act / %s step time: %.3fx (target < 1)" % (base, t["act_vs_" + base]))
         if "act_fits_cap" in t:
             lines.append("vramkit-act fits the cap: %s" % ("yes" if t["act_fits_cap"] else "NO"))
-        cs, ref = by.get("vramkit-compress"), by.get("reference")
-        if cs and ref and cs.get("census") and ref.get("census"):
-            lines += ["", "compression fp8 e4m3 (%s), backend %s:" % (",".join(COMPRESS_MODULES), cs.get("compress_backend"))]
-            lines.append("- saved activations %.2f GiB vs bf16 run's %.2f GiB: %.1f%% (blocks only: %.1f%%; target <= 55%%)" % (
-                cs["census"]["total"] / GiB, ref["census"]["total"] / GiB, 100 * t["compress_saved_ratio_total"],
-                100 * t["compress_saved_ratio_blocks"]))
-            kinds = sorted(set(ref["census"]["by_where"]) | set(cs["census"]["by_where"]))
-            lines.append("- by where they are saved (GiB, bf16 run -> compressed): " + ", ".join(
-                "%s %.2f -> %.2f" % (k, ref["census"]["by_where"].get(k, 0) / GiB, cs["census"]["by_where"].get(k, 0) / GiB)
-                for k in kinds))
-            lines.append("- step %.3fx uncompressed (target <= 1.05x)" % t["compress_step_ratio"])
-            pc = next((r for r in d.get("planner_vs_measured", []) if r["config"] == "vramkit-compress"), None)
-            if pc:
-                lines.append("- planner allocated peak %s GiB vs measured %s GiB (%s; target within 5%%)" % (
-                    _gib(pc["predicted_allocated_peak_bytes"]), _gib(pc["measured_allocated_peak_bytes"]), _pct(pc.get("peak_error"))))
-            st = cs.get("compress_stats") or {}
-            n = max(1, len(cs.get("losses") or []))
-            lines.append("- per step: tensors compressed %d, deduplicated views %d, left alone as aliased %d (%.2f GiB)" % (
-                (st.get("compressed") or 0) // n, (st.get("deduplicated") or 0) // n, (st.get("aliased") or 0) // n,
-                (st.get("aliased_bytes") or 0) / n / GiB))
         if "act_compress_vs_act" in t:
             lines.append("- vramkit-act+compress (%s) / %s step time under the cap: %.3fx (target < 1)" % (
                 entry.get("act+compress_mix", "?"), t["act_compress_vs"], t["act_compress_vs_act"]))
-        if entry.get("codec"):
-            c = entry["codec"]
-            if "error" in c:
-                lines.append("- codec: %s" % c["error"])
-            else:
-                lines.append("- codec, 1 GiB bf16 (%.3f GiB payload): encode on device %.2f ms; encode + copy to pinned "
-                             "memory %.2f ms (offload's default); fused encode into pinned memory %.2f ms with 16 CTAs, "
-                             "%.2f with 32; copying the bf16 tensor %.2f ms: encode + copy / bf16 copy %.2fx, fused / "
-                             "(encode + copy) %.2fx; fused bytes equal the device encode's: %s; round trip max rel error "
-                             "%.4f" % (c["payload_bytes"] / GiB, 1e3 * c["encode_device_s"], 1e3 * c["encode_then_copy_s"],
-                                       1e3 * c["encode_fused_s_16_ctas"], 1e3 * c["encode_fused_s_32_ctas"],
-                                       1e3 * c["copy_bf16_s"], c["encode_then_copy_s"] / c["copy_bf16_s"],
-                                       c["encode_fused_s"] / c["encode_then_copy_s"], c["fused_equals_device"],
-                                       c["roundtrip_max_rel_error"]))
         lines.append("")
     if "wall_s" in results:
         lines.append("bench wall time %.0f s (budget %.0f s)" % (results["wall_s"], results["budget_s"]))
@@ -1311,11 +1247,10 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="steps per configuration, warm-up included")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=180.0, help="the whole bench stops by then")
-    ap.add_argument("--first-share", type=float, default=0.56, help="share of the budget the first shape may use")
+    ap.add_argument("--first-share", type=float, default=0.52, help="share of the budget the first shape may use")
     ap.add_argument("--cap-fraction", type=float, default=0.5, help="cap = this x the reference's peak reserved")
     ap.add_argument("--model", default="auto", choices=("auto", "hf", "builtin"))
     ap.add_argument("--compress-shape", default=None, help="shape measured with compression (default: the first)")
-    ap.add_argument("--no-codec", action="store_true", help="skip the codec measurement")
     ap.add_argument("--probe", default=None, help="vramkit probe --json file for the planner's link rate")
     ap.add_argument("--fast-pinning", type=int, default=1, choices=(0, 1),
                     help="1: pin host memory with cudaHostRegister from 8 threads (PyTorch's option)")
@@ -1324,7 +1259,6 @@ def main():
     ap.add_argument("--state", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--skip", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--compress", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--codec", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     for s in args.shapes.split(","):
         if s not in SHAPES:

@@ -25,6 +25,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -64,20 +65,27 @@ def _gpt2(n_embd, n_layer, n_head):
     }
 
 
-def _llama(hidden, inter, layers, heads, kv_heads, vocab, max_pos, rope_theta, bos, eos, rms_eps=1e-05):
+def _decoder(hidden, inter, layers, heads, kv_heads, vocab, max_pos):
+    """The shape fields LLaMA-style configs share (SiLU-gated MLP, grouped-query heads)."""
     return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
         "vocab_size": vocab,
         "hidden_size": hidden,
         "intermediate_size": inter,
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
-        "head_dim": hidden // heads,
         "hidden_act": "silu",
         "max_position_embeddings": max_pos,
         "initializer_range": 0.02,
+    }
+
+
+def _llama(hidden, inter, layers, heads, kv_heads, vocab, max_pos, rope_theta, bos, eos, rms_eps=1e-05):
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        **_decoder(hidden, inter, layers, heads, kv_heads, vocab, max_pos),
+        "head_dim": hidden // heads,
         "rms_norm_eps": rms_eps,
         "rope_theta": rope_theta,
         "attention_bias": False,
@@ -93,15 +101,7 @@ def _qwen2(hidden, inter, layers, heads, kv_heads, vocab, max_pos, tied):
     return {
         "architectures": ["Qwen2ForCausalLM"],
         "model_type": "qwen2",
-        "vocab_size": vocab,
-        "hidden_size": hidden,
-        "intermediate_size": inter,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "hidden_act": "silu",
-        "max_position_embeddings": max_pos,
-        "initializer_range": 0.02,
+        **_decoder(hidden, inter, layers, heads, kv_heads, vocab, max_pos),
         "rms_norm_eps": 1e-06,
         "rope_theta": 1000000.0,
         "attention_dropout": 0.0,
@@ -227,6 +227,11 @@ for _name in ("mixtral-8x7b-l2", "qwen1.5-moe-a2.7b-l2", "qwen3-30b-a3b-l2", "de
     with open(os.path.join(_CONFIG_DIR, _name + ".json")) as _f:
         PRESET_CONFIGS[_name] = json.load(_f)
 
+# Layer counts and windows of those families the planner was not checked on before.
+PRESET_CONFIGS["mistral-7b-l6-w512"] = dict(PRESET_CONFIGS["mistral-7b"], num_hidden_layers=6, sliding_window=512)
+PRESET_CONFIGS["falcon-7b-l3"] = dict(PRESET_CONFIGS["falcon-7b-l2"], num_hidden_layers=3)
+PRESET_CONFIGS["roberta-base-l6"] = dict(PRESET_CONFIGS["roberta-base"], num_hidden_layers=6)
+
 TORCHVISION_MODELS = {"resnet-18": "resnet18", "resnet-50": "resnet50", "resnet-101": "resnet101", "vit-b-16": "vit_b_16"}
 
 # ---------------------------------------------------------------------------------------------
@@ -236,8 +241,10 @@ TORCHVISION_MODELS = {"resnet-18": "resnet18", "resnet-50": "resnet50", "resnet-
 
 
 # Fine-tuning fields of a training case (ground-truth keys as ground_truth.cpp reads them).
+# `first`: the scheduler starts these cases before the others (shapes not yet in the ground truth
+# and cases still outside the bar), so that a run cut by its time limit keeps them.
 FINE_TUNING_DEFAULTS = {"lora_rank": 0, "lora_targets": None, "lora_dropout": 0.0, "quant": "none",
-                        "optimizer_in_backward": False, "stand_in": None, "group": "base"}
+                        "optimizer_in_backward": False, "stand_in": None, "group": "base", "first": False}
 
 
 def _train(model, batch, seq, precision, optimizer, est_gib, checkpointing="none", attention="sdpa", image_size=None,
@@ -274,7 +281,8 @@ def _train(model, batch, seq, precision, optimizer, est_gib, checkpointing="none
     })
 
 
-def _infer(model, batch, prompt, new_tokens, precision, est_gib, attention="sdpa", group="base", image_size=None):
+def _infer(model, batch, prompt, new_tokens, precision, est_gib, attention="sdpa", group="base", image_size=None,
+           first=False):
     if image_size is not None or new_tokens is None:
         # A forward without generation (an image classifier, an encoder over `prompt` tokens).
         name = "%s-infer-%s-b%d-%s" % (model, precision, batch,
@@ -282,7 +290,7 @@ def _infer(model, batch, prompt, new_tokens, precision, est_gib, attention="sdpa
     else:
         name = "%s-infer-%s-b%d-p%d-n%d%s" % (model, precision, batch, prompt, new_tokens,
                                               "" if attention == "sdpa" else "-" + attention)
-    return dict(FINE_TUNING_DEFAULTS, group=group, **{
+    return dict(FINE_TUNING_DEFAULTS, group=group, first=first, **{
         "name": name,
         "model": model,
         "mode": "infer",
@@ -297,6 +305,13 @@ def _infer(model, batch, prompt, new_tokens, precision, est_gib, attention="sdpa
         "image_size": image_size,
         "est_gib": est_gib,
     })
+
+
+def _moe_pair(model, train_gib, infer_gib):
+    """The two cases of a reduced MoE model: training at b4 s1024 (amp-bf16, AdamW) and generate()
+    at b8 p512 n64 (bf16)."""
+    return (_train(model, 4, 1024, "amp-bf16", "adamw", train_gib, group="new"),
+            _infer(model, 8, 512, 64, "bf16", infer_gib, group="new"))
 
 
 CASES = [
@@ -343,7 +358,7 @@ CASES = [
     # bounds each layer's cache (transformers' DynamicSlidingWindowLayer).
     _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 15, attention="eager", group="new"),
     _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 7, group="new"),
-    _infer("mistral-7b-l4-w1024", 4, 3000, 256, "bf16", 7, group="new"),
+    _infer("mistral-7b-l4-w1024", 4, 3000, 256, "bf16", 7, group="new", first=True),
     # Phi-3 (packed qkv_proj and gate_up_proj).
     _train("phi-3-mini-l8", 4, 1024, "amp-bf16", "adamw", 30, group="new"),
     _infer("phi-3-mini", 4, 512, 128, "bf16", 11, group="new"),
@@ -351,12 +366,9 @@ CASES = [
     _train("mixtral-8x7b-l2", 2, 1024, "bf16", "sgd", 20, group="new"),
     _train("mixtral-8x7b-l2", 1, 1024, "amp-bf16", "adamw", 75, group="new"),
     _infer("mixtral-8x7b-l2", 4, 512, 64, "bf16", 9, group="new"),
-    _train("qwen1.5-moe-a2.7b-l2", 4, 1024, "amp-bf16", "adamw", 51, group="new"),
-    _infer("qwen1.5-moe-a2.7b-l2", 8, 512, 64, "bf16", 6, group="new"),
-    _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 51, group="new"),
-    _infer("qwen3-30b-a3b-l2", 8, 512, 64, "bf16", 6, group="new"),
-    _train("deepseek-v2-lite-l2", 4, 1024, "amp-bf16", "adamw", 32, group="new"),
-    _infer("deepseek-v2-lite-l2", 8, 512, 64, "bf16", 5, group="new"),
+    *_moe_pair("qwen1.5-moe-a2.7b-l2", 51, 6),
+    *_moe_pair("qwen3-30b-a3b-l2", 51, 6),
+    *_moe_pair("deepseek-v2-lite-l2", 32, 5),
     _train("deepseek-v3-l2", 1, 512, "bf16", "sgd", 81, group="new"),
     _infer("deepseek-v3-l2", 2, 512, 32, "bf16", 31, group="new"),
     # Gemma-2 (soft-capped logits over a 256k vocabulary, sandwich norms) and Gemma-3 (q/k norms,
@@ -366,10 +378,10 @@ CASES = [
     _train("gemma-3-1b-l6", 4, 512, "bf16", "adamw", 15, group="new"),
     _infer("gemma-3-1b-l6", 4, 384, 256, "bf16", 4, group="new"),
     # Falcon-7B: multi-query heads send SDPA to its math kernel (fp32 scores).
-    _train("falcon-7b-l2", 1, 1024, "bf16", "sgd", 8, group="new"),
-    _infer("falcon-7b-l2", 2, 512, 32, "bf16", 4, group="new"),
+    _train("falcon-7b-l2", 1, 1024, "bf16", "sgd", 8, group="new", first=True),
+    _infer("falcon-7b-l2", 2, 512, 32, "bf16", 4, group="new", first=True),
     # RoBERTa (masked LM) and transformers' ViT: training, and one forward each at inference.
-    _train("roberta-base", 16, 512, "amp-fp16", "adamw", 13, group="new"),
+    _train("roberta-base", 16, 512, "amp-fp16", "adamw", 13, group="new", first=True),
     _infer("roberta-base", 32, 512, None, "fp32", 7, group="new"),
     _train("vit-base-patch16-224", 32, None, "amp-bf16", "adamw", 7, image_size=224, group="new"),
     # T5 (its own eager attention; relu FF) and Flan-T5 (gated gelu_new FF, untied head).
@@ -378,9 +390,9 @@ CASES = [
     _infer("flan-t5-base", 8, 512, 32, "fp32", 4, group="new"),
     # LLaVA-1.5 (CLIP-L/14-336 tower frozen, projector, Vicuna-7B with 4 of its 32 layers); every
     # sample holds one image's 576 tokens.
-    _train("llava-1.5-7b-l4", 2, 1024, "bf16", "adamw", 15, group="new"),
-    _infer("llava-1.5-7b-l4", 4, 640, 32, "bf16", 6, group="new"),
-    _infer("vit-base-patch16-224", 64, None, None, "fp32", 3, image_size=224, group="new"),
+    _train("llava-1.5-7b-l4", 2, 1024, "bf16", "adamw", 15, group="new", first=True),
+    _infer("llava-1.5-7b-l4", 4, 640, 32, "bf16", 6, group="new", first=True),
+    _infer("vit-base-patch16-224", 64, None, None, "fp32", 3, image_size=224, group="new", first=True),
     # LoRA (PEFT, adapters fp32 on a frozen bf16 base), QLoRA (NF4 base, pure-torch stand-in of
     # bitsandbytes' layout), optimizer in backward, fused AdamW, 8-bit AdamW (stand-in).
     _train("llama-3.1-8b-l4", 2, 1024, "bf16", "adamw", 13, lora_rank=16, lora_targets="all", group="new"),
@@ -391,7 +403,23 @@ CASES = [
     _train("tinyllama-1.1b", 4, 1024, "bf16", "adamw", 20, optimizer_in_backward=True, group="new"),
     _train("qwen2-0.5b", 4, 1024, "amp-bf16", "adamw-fused", 27, group="new"),
     _train("qwen2-0.5b", 4, 1024, "bf16", "adamw-8bit", 21,
-           stand_in="8-bit AdamW: pure-torch stand-in of bitsandbytes' state layout", group="new"),
+           stand_in="8-bit AdamW: pure-torch stand-in of bitsandbytes' state layout", group="new", first=True),
+    # Other shapes of the families above (batch, sequence, window and layer counts the planner was
+    # not checked on before), started first; each est_gib is the planner's nvidia-smi figure x 1.1
+    # + 1 GiB.
+    _infer("mistral-7b-l4-w1024", 2, 2048, 64, "bf16", 5, group="new", first=True),
+    _infer("mistral-7b-l6-w512", 4, 1536, 32, "bf16", 6, group="new", first=True),
+    _train("falcon-7b-l2", 2, 512, "bf16", "sgd", 7, group="new", first=True),
+    _train("falcon-7b-l3", 1, 768, "bf16", "sgd", 8, group="new", first=True),
+    _infer("falcon-7b-l3", 4, 1024, 16, "bf16", 8, group="new", first=True),
+    _train("roberta-base", 8, 256, "amp-fp16", "adamw", 6, group="new", first=True),
+    _train("roberta-base-l6", 32, 128, "fp32", "adamw", 7, group="new", first=True),
+    _infer("vit-base-patch16-224", 16, None, None, "fp32", 3, image_size=224, group="new", first=True),
+    _train("vit-base-patch16-224", 64, None, "amp-bf16", "adamw", 9, image_size=224, group="new", first=True),
+    _train("qwen2-0.5b", 2, 512, "bf16", "adamw-8bit", 8,
+           stand_in="8-bit AdamW: pure-torch stand-in of bitsandbytes' state layout", group="new", first=True),
+    _train("llava-1.5-7b-l4", 1, 768, "bf16", "adamw", 15, group="new", first=True),
+    _infer("llava-1.5-7b-l4", 2, 800, 16, "bf16", 5, group="new", first=True),
 ]
 
 OUTPUT_KEYS = [
@@ -514,8 +542,15 @@ def format_table(records):
     return "\n".join(lines)
 
 
+def start_order(cases):
+    """The order cases are offered to schedule_next: `first` cases, then the others, each part
+    largest estimate first (the big ones do not wait for a gap at the end)."""
+    return sorted(cases, key=lambda c: (not c.get("first"), -c["est_gib"]))
+
+
 def schedule_next(pending, running_est, jobs, budget_gib):
-    """Index into pending of the next case to start, or None: largest first that fits the budget."""
+    """Index into pending of the next case to start, or None: the first in pending's order that fits
+    the budget (run_cases orders it: `first` cases, then largest estimate first)."""
     if len(running_est) >= jobs or not pending:
         return None
     used = sum(running_est)
@@ -891,14 +926,40 @@ def peak_live_blocks(torch, top=30):
         elif e["action"] == "free_completed" and e["addr"] in live:
             total -= live.pop(e["addr"])
     live = {}
-    for e in events[: best_at + 1]:
+    for i, e in enumerate(events[: best_at + 1]):
         if e["action"] == "alloc":
-            live[e["addr"]] = e
+            live[e["addr"]] = (i, e)
         elif e["action"] == "free_completed":
             live.pop(e["addr"], None)
-    blocks = sorted(live.values(), key=lambda e: -e["size"])
-    return {"peak_bytes_since_trace": best, "live_blocks": len(blocks),
-            "largest": [{"size": e["size"], "frames": short_frames(e.get("frames", []))} for e in blocks[:top]]}
+    blocks = sorted(live.values(), key=lambda ie: -ie[1]["size"])
+    # Every segment cudaMalloc'd during the run, in order, with the request that asked for it
+    # (the next alloc) and that request's frames: where the cached bytes came from.
+    # allocated: the bytes allocated during the trace and still live when it was made.
+    segments, held, running = [], {}, 0
+    for i, e in enumerate(events):
+        if e["action"] == "alloc":
+            held[e["addr"]] = e["size"]
+            running += e["size"]
+        elif e["action"] == "free_completed" and e["addr"] in held:
+            running -= held.pop(e["addr"])
+        elif e["action"] == "segment_alloc":
+            req = next((x for x in events[i + 1:] if x["action"] == "alloc"), None)
+            segments.append({"size": e["size"], "request": req["size"] if req else None, "event": i,
+                             "allocated": running,
+                             "frames": short_frames(req.get("frames", [])) if req else []})
+    # The run's large events in order (allocs and frees of blocks of at least 8 MiB, and every
+    # segment), each as [event index, action, size, innermost frame or "" from the backward
+    # thread], to set the planner's schedule beside.
+    large = [[i, e["action"], e["size"], (short_frames(e.get("frames", []), 1) or [""])[0]]
+             for i, e in enumerate(events)
+             if (e["action"] in ("alloc", "free_completed") and e["size"] >= 8 << 20)
+             or e["action"] in ("segment_alloc", "segment_free")]
+    # Each live block with the index of its alloc event (the peak is event peak_event).
+    return {"peak_bytes_since_trace": best, "peak_event": best_at, "live_blocks": len(blocks),
+            "large_events": large[:20000],
+            "largest": [{"size": e["size"], "event": i, "frames": short_frames(e.get("frames", []))}
+                        for i, e in blocks[:top]],
+            "segments_allocated": segments}
 
 
 def child_main(case, result_path):
@@ -956,6 +1017,8 @@ def child_main(case, result_path):
             sizes = sorted((seg["total_size"] for seg in torch.cuda.memory_snapshot()), reverse=True)
             result["largest_segments_bytes"] = [int(v) for v in sizes[:8]]
             result["segments"] = len(sizes)
+            # Every segment's size, for the per-case log only (case_record keeps OUTPUT_KEYS).
+            result["segment_sizes_bytes"] = [int(v) for v in sizes]
         except Exception as e:  # diagnostics only
             notes.append("snapshot: %s" % e)
         result["step_time_s"] = round(step_time, 4)
@@ -1009,24 +1072,27 @@ def log(msg):
     print("[%s] %s" % (datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S"), msg), flush=True)
 
 
-def run_cases(cases, jobs, budget_gib, log_dir, timeout_s, total_timeout_s=float("inf")):
+def run_cases(cases, jobs, budget_gib, log_dir, timeout_s, total_timeout_s=float("inf"), start_margin_s=0.0):
     """Runs cases in child processes; returns {name: result dict}.
 
     Past total_timeout_s, running cases are killed and pending ones recorded as not run, so the
-    caller always gets a result for every case.
+    caller always gets a result for every case. No case starts within start_margin_s of the total
+    limit (one that could not finish would only be killed).
     """
     os.makedirs(log_dir, exist_ok=True)
-    pending = sorted(cases, key=lambda c: -c["est_gib"])
+    pending = start_order(cases)
     running = {}  # name -> (proc, case, start, result_path, alone, log file)
     results = {}
     retried = set()
     t_begin = time.time()
     while pending or running:
-        if time.time() - t_begin > total_timeout_s:
+        elapsed = time.time() - t_begin
+        if elapsed > total_timeout_s - start_margin_s:
             for case in pending:
                 results[case["name"]] = {"error": "not run: total time limit of %d s reached" % total_timeout_s}
                 log("skip  %s (total time limit)" % case["name"])
             pending = []
+        if elapsed > total_timeout_s:
             timeout_s = 0  # kills whatever still runs, below
         while True:
             i = schedule_next(pending, [r[1]["est_gib"] for r in running.values()], jobs, budget_gib)
@@ -1080,6 +1146,8 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=200.0, help="seconds per case (default 200)")
     ap.add_argument("--total-timeout", type=float, default=280.0,
                     help="seconds for all cases; later ones are recorded as not run (default 280)")
+    ap.add_argument("--start-margin", type=float, default=0.0,
+                    help="start no case within this many seconds of --total-timeout (default 0)")
     ap.add_argument("--log-dir", default=None, help="per-case logs (default: <out dir>/logs)")
     ap.add_argument("--only", action="append", default=[], help="run cases whose name contains this (repeatable)")
     ap.add_argument("--group", choices=("base", "new"), default=None,
@@ -1119,11 +1187,18 @@ def main(argv=None):
             ap.error("missing config %s (run --write-configs)" % os.path.join(DATA_DIR, rel))
 
     log_dir = args.log_dir or os.path.join(os.path.dirname(os.path.abspath(args.out)), "logs")
-    head = environment_header()
-    log("gpu %s, driver %s, torch %s (CUDA %s), transformers %s; %d cases, %d jobs" % (
-        head["gpu"], head["driver"], head["torch"], head["cuda"], head["transformers"], len(cases), args.jobs))
+    log("%d cases, %d jobs" % (len(cases), args.jobs))
     t0 = time.time()
-    results = run_cases(cases, args.jobs, args.budget_gib, log_dir, args.timeout, args.total_timeout)
+    # Beside the cases, so that importing torch here does not delay the first of them.
+    header = {}
+    header_thread = threading.Thread(target=lambda: header.update(environment_header()), daemon=True)
+    header_thread.start()
+    results = run_cases(cases, args.jobs, args.budget_gib, log_dir, args.timeout, args.total_timeout,
+                        args.start_margin)
+    header_thread.join()
+    head = header
+    log("gpu %s, driver %s, torch %s (CUDA %s), transformers %s" % (
+        head["gpu"], head["driver"], head["torch"], head["cuda"], head["transformers"]))
     records = [case_record(c, results[c["name"]]) for c in cases]
     notes = sorted({"%s" % n for c in cases for n in results[c["name"]].get("notes", [])})
     doc = dict(head)

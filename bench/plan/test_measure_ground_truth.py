@@ -91,6 +91,16 @@ class Helpers(unittest.TestCase):
         # A case larger than the budget still runs, alone.
         self.assertEqual(gt.schedule_next([{"est_gib": 500}], [], 4, 60), 0)
 
+    def test_first_cases_start_before_the_others(self):
+        cases = [{"name": "a", "est_gib": 50}, {"name": "b", "est_gib": 5, "first": True},
+                 {"name": "c", "est_gib": 9, "first": True}, {"name": "d", "est_gib": 70}]
+        self.assertEqual([c["name"] for c in gt.start_order(cases)], ["c", "b", "d", "a"])
+        new = [c for c in gt.CASES if c["group"] == "new"]
+        ordered = gt.start_order(new)
+        firsts = sum(c["first"] for c in new)
+        self.assertGreater(firsts, 0)
+        self.assertTrue(all(c["first"] for c in ordered[:firsts]))
+
     def test_oom_detection(self):
         self.assertTrue(gt.is_oom("OutOfMemoryError: CUDA out of memory. Tried to allocate"))
         self.assertFalse(gt.is_oom("RuntimeError: shape mismatch"))
@@ -113,7 +123,8 @@ class PeakTrace(unittest.TestCase):
                     "frames": [{"filename": "/x/torch/cuda/memory.py", "line": 1, "name": "inner"},
                                {"filename": "/x/torch/nn/modules/module.py", "line": 2, "name": "_call_impl"},
                                {"filename": "/x/transformers/models/m.py", "line": 7, "name": fn}]}
-        trace = [ev("alloc", 1, 100, "a"), ev("alloc", 2, 300, "b"), ev("free_requested", 1, 100),
+        trace = [ev("segment_alloc", 0, 2 << 20), ev("alloc", 1, 100, "a"), ev("alloc", 2, 300, "b"),
+                 ev("free_requested", 1, 100),
                  ev("free_completed", 1, 100), ev("alloc", 3, 50, "c"), ev("alloc", 4, 10, "d"),
                  ev("free_completed", 2, 300), ev("alloc", 5, 20, "e")]
 
@@ -131,6 +142,11 @@ class PeakTrace(unittest.TestCase):
         self.assertEqual(out["peak_bytes_since_trace"], 400)
         self.assertEqual([b["size"] for b in out["largest"]], [300, 100])
         self.assertEqual(out["largest"][0]["frames"], ["models/m.py:7:b"])
+        self.assertEqual(out["largest"][0]["event"], 2)
+        self.assertEqual(out["peak_event"], 2)
+        self.assertEqual(out["large_events"], [[0, "segment_alloc", 2 << 20, "models/m.py:7:f"]])
+        self.assertEqual(out["segments_allocated"], [{"size": 2 << 20, "request": 100, "event": 0,
+                                                      "allocated": 0, "frames": ["models/m.py:7:a"]}])
 
 
 if __name__ == "__main__":

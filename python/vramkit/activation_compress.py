@@ -19,14 +19,19 @@ Selection (per block, the model's longest nn.ModuleList):
   "attention" (the q/k/v and output projections' inputs). The attention kernel's own saved
   tensors (q/k/v in head layout, its output, the softmax statistics) are never compressed;
 - "norm": the tensors normalization layers save (LayerNorm/RMSNorm inputs and normalized
-  outputs: in amp the fp32 residual stream, the largest saved tensors of a LLaMA block).
-- Parameters, integer/bool tensors, tensors under `min_bytes` and everything outside the
-  selected modules stay as they are; `keep_ends=True` leaves the first and last blocks alone.
+  outputs: in amp the fp32 residual stream, the largest saved tensors of a LLaMA block); the
+  input as bf16 (norm_inputs="bf16", the default), the normalized output as fp8.
+- Parameters and their casts (autocast's bf16 weights: backward needs them for the input's
+  gradient), statistics per row (a last dimension of 1: a norm's rsqrt, a softmax's log-sum-exp),
+  integer/bool tensors, tensors under `min_bytes` and everything outside the selected modules
+  stay as they are; `keep_ends=True` leaves the first and last blocks alone.
 - A tensor whose memory another op saved uncompressed in the same forward (the o_proj input is
   a view of the attention output the attention kernel keeps) stays as it is: compressing it
   would add bytes, not remove them ("aliased" in stats()).
 - Saves of several views of one tensor (q, k and v projections reading one input, the gate and
-  up halves of one product) share one compressed copy of the whole tensor.
+  up halves of one product) share one compressed copy of the whole tensor; so do the casts of
+  one source to one dtype (under autocast each of q/k/v and gate/up casts the norm's fp32 output
+  to bf16 itself: one compressed copy instead of three and two).
 
 Error: e4m3 keeps 3 mantissa bits, so a restored element x' satisfies |x' - x| <= 2^-4 |x| for
 |x| >= scale * 2^-6 within its block, and |x' - x| <= scale * 2^-10 below it (subnormals), with
@@ -45,6 +50,7 @@ BLOCK = fp8_codec.BLOCK
 FORMATS = {k: (fp8_codec.TORCH_DTYPES[k], fp8_codec.FMAX[k]) for k in fp8_codec.FMAX}
 MODULES = ("mlp", "attn", "norm")
 BACKENDS = ("auto", "cuda", "torch", "host")
+NORM_INPUTS = ("bf16", "fp8")
 _MLP_NAMES = ("mlp", "feed_forward", "ffn")
 _ATTN_NAMES = ("attn", "attention")
 
@@ -52,6 +58,33 @@ _ATTN_NAMES = ("attn", "attention")
 def _root(t):
     b = t._base
     return t if b is None else b
+
+
+def _cast_key(base):
+    """What identifies `base` when it is a dtype cast (autocast casts a Linear's input once per
+    Linear: q/k/v, gate/up): its source's autograd node and output, its dtype and geometry; None
+    otherwise. An in-place change of the source gives the source a new node, so two casts with
+    one key hold the same values."""
+    fn = base.grad_fn
+    if fn is None or type(fn).__name__ != "ToCopyBackward0":
+        return None
+    nxt = fn.next_functions
+    if len(nxt) != 1 or nxt[0][0] is None:
+        return None
+    return (nxt[0][0], nxt[0][1], base.dtype, tuple(base.shape), base.stride())
+
+
+def _is_constant(base):
+    """True for a weight's cast (autocast's bf16 copy of a parameter, which backward needs for
+    the input's gradient) and for a tensor of at most 2 dimensions outside autograd (a frozen
+    weight or its cast): weights, not activations."""
+    fn = base.grad_fn
+    if fn is None:
+        return not base.requires_grad and base.dim() <= 2
+    if type(fn).__name__ != "ToCopyBackward0":
+        return False
+    nxt = fn.next_functions
+    return len(nxt) == 1 and nxt[0][0] is not None and type(nxt[0][0]).__name__ == "AccumulateGrad"
 
 
 def _is_norm(name, module):
@@ -76,6 +109,8 @@ class Packed:
 
     @property
     def nbytes(self):
+        if self.fmt == "bf16":
+            return 2 * self.numel
         return fp8_codec.payload_bytes(self.numel) + 4 * fp8_codec.scale_count(self.numel)
 
 
@@ -119,6 +154,8 @@ def unpack_tensor(p, q=None, scale=None):
     scales when they were moved meanwhile (offload)."""
     q = p.q if q is None else q
     scale = p.scale if scale is None else scale
+    if p.fmt == "bf16":  # a norm's fp32 input kept as bf16
+        return q.to(p.dtype).view(p.shape)
     if p.event is not None:
         torch.cuda.current_stream(q.device).wait_event(p.event)  # the side stream's encode
     out = fp8_codec.decode(q, scale, p.numel, p.fmt, p.dtype, p.backend, compile=p.compile)
@@ -163,6 +200,10 @@ class compress_activations:
       backward waits for it. Measured on an H200 (1B LLaMA shape): no faster (forward 162 ms
       either way) and 71 GiB reserved against 45 (the memory of tensors still being encoded is
       held back from the allocator): off by default.
+    - `norm_inputs` ("bf16", default, or "fp8"): with "norm" selected, a norm's input (in amp
+      the fp32 residual stream, which the norm's backward differentiates through) is stored as
+      bf16 (a norm's 16-bit input is left as it is) and its other tensors in `fmt`; "fp8" stores
+      the input in `fmt` too. In offloaded blocks the input is copied out as it is.
     - `decode_ahead=d` (default 1): when the backward of block i begins, the tensors of blocks
       i-1 .. i-d are decoded (on a side stream for CUDA tensors), so their decode overlaps
       block i's backward; those decoded tensors occupy the device from then until their use.
@@ -170,9 +211,12 @@ class compress_activations:
     """
 
     def __init__(self, model=None, *, blocks=None, modules=("mlp", "attn"), fmt="e4m3", keep_ends=False,
-                 min_bytes=1 << 16, compile=False, backend="auto", side_stream=False, decode_ahead=1):
+                 min_bytes=1 << 16, compile=False, backend="auto", side_stream=False, decode_ahead=1,
+                 norm_inputs="bf16"):
         if fmt not in FORMATS:
             raise ValueError("compress_activations: fmt=%r: use e4m3 or e5m2" % (fmt,))
+        if norm_inputs not in NORM_INPUTS:
+            raise ValueError("compress_activations: norm_inputs=%r: use %s" % (norm_inputs, " or ".join(NORM_INPUTS)))
         if isinstance(modules, str):
             modules = tuple(m for m in modules.split(",") if m)
         modules = tuple(modules)
@@ -202,6 +246,7 @@ class compress_activations:
         self.blocks = list(blocks)
         self.modules = modules
         self.fmt = fmt
+        self.norm_inputs = norm_inputs
         self.keep_ends = bool(keep_ends)
         self.min_bytes = int(min_bytes)
         self.compile = bool(compile)
@@ -209,6 +254,7 @@ class compress_activations:
         self.side_stream = bool(side_stream)
         self.decode_ahead = int(decode_ahead)
         self._block = []  # the blocks being run (innermost last)
+        self._inputs = []  # the scopes' inputs, beside _kinds
         self._by_block = {}  # this forward's block index -> [weakref(Packed)]
         self._side_streams = {}
         self.scopes = self._scopes()
@@ -263,14 +309,17 @@ class compress_activations:
     # -- statistics ---------------------------------------------------------------------------
     def reset_stats(self):
         self._stats = {"compressed": 0, "input_bytes": 0, "stored_bytes": 0, "skipped": 0, "decoded_ahead": 0,
-                       "deduplicated": 0, "aliased": 0, "aliased_bytes": 0,
+                       "deduplicated": 0, "aliased": 0, "aliased_bytes": 0, "cast_shared": 0, "cast_shared_bytes": 0,
+                       "norm_inputs_bf16": 0,
                        "by_module": {k: {"compressed": 0, "input_bytes": 0, "stored_bytes": 0} for k in MODULES}}
 
     def stats(self):
         """Tensors compressed, their bytes before and after (payload + scales), per module kind;
         tensors seen in a scope but left alone (small, integer, parameters), saves of a view of a
         tensor already compressed (deduplicated), and tensors left alone because their memory was
-        saved uncompressed already (aliased, and their bytes); tensors decoded ahead of use."""
+        saved uncompressed already (aliased, and their bytes); casts of a source another cast of
+        which was compressed already, sharing its copy (cast_shared, and their bytes); tensors
+        decoded ahead of use."""
         s = dict(self._stats)
         s["by_module"] = {k: dict(v) for k, v in self._stats["by_module"].items()}
         return s
@@ -278,6 +327,7 @@ class compress_activations:
     # -- selection ----------------------------------------------------------------------------
     def _new_forward(self):
         self._packed = {}  # id(base) -> (weakref(base), version, weakref(Packed))
+        self._casts = {}  # _cast_key(base) -> weakref(Packed): casts of one source share a copy
         self._kept = {}  # id(base) -> (weakref(base), version): saved uncompressed
         self._by_block = {}  # a new one each forward: the backward hooks of the last one hold theirs
 
@@ -285,7 +335,7 @@ class compress_activations:
         if self._armed:
             return
         for s, kind in self.scopes:
-            self._handles.append(s.register_forward_pre_hook(lambda m, a, k=kind: self._kinds.append(k)))
+            self._handles.append(s.register_forward_pre_hook(functools.partial(self._enter, kind)))
             self._handles.append(s.register_forward_hook(self._leave))
         if self.decode_ahead > 0:
             for i, b in enumerate(self.blocks):
@@ -300,6 +350,7 @@ class compress_activations:
         self._handles = []
         self._armed = False
         self._kinds = []
+        self._inputs = []
         self._block = []
         self._new_forward()
 
@@ -348,9 +399,27 @@ class compress_activations:
             side = self._side_streams[device] = torch.cuda.Stream(device)
         return side
 
+    def _enter(self, kind, module, args):
+        self._kinds.append(kind)
+        x = args[0] if args else None
+        self._inputs.append(x if isinstance(x, torch.Tensor) else None)
+
     def _leave(self, module, args, output):
         if self._kinds:
             self._kinds.pop()
+            self._inputs.pop()
+
+    def _is_scope_input(self, base):
+        """True when `base` is the current scope's input or a dtype cast of it (RMSNorm's
+        upcast of a bf16 input)."""
+        x = self._inputs[-1] if self._inputs else None
+        if x is None:
+            return False
+        if base.data_ptr() == x.data_ptr() and base.dtype == x.dtype and base.shape == x.shape:
+            return True
+        fn = base.grad_fn
+        return (fn is not None and x.grad_fn is not None and type(fn).__name__ == "ToCopyBackward0"
+                and len(fn.next_functions) == 1 and fn.next_functions[0][0] is x.grad_fn)
 
     def selects(self, t):
         """True when `t`, saved now, is to be compressed."""
@@ -359,6 +428,10 @@ class compress_activations:
         if isinstance(t, torch.nn.Parameter) or isinstance(getattr(t, "_base", None), torch.nn.Parameter):
             return False
         if t.requires_grad and t.is_leaf:
+            return False
+        if t.dim() > 0 and t.shape[-1] == 1:
+            return False  # a statistic per row (a norm's rsqrt, a softmax's log-sum-exp)
+        if _is_constant(_root(t)):
             return False
         return t.numel() * t.element_size() >= self.min_bytes
 
@@ -390,10 +463,36 @@ class compress_activations:
             self._stats["aliased"] += 1
             self._stats["aliased_bytes"] += t.numel() * t.element_size()
             return None
+        kind = self._kinds[-1] if self._kinds else "mlp"
+        if kind == "norm" and self.norm_inputs == "bf16" and self._is_scope_input(base):
+            if base.dtype != torch.float32 or store is not None:
+                # Already 16-bit: nothing to gain; offloaded: the engine copies it exactly.
+                return None
+            return self._pack_bf16(t, base, key, kind)
         whole = base.is_contiguous() and base.dtype == t.dtype and base.is_floating_point()
+        ck = _cast_key(base) if whole else None
+        if ck is not None:
+            got = self._casts.get(ck)
+            p = got() if got is not None else None
+            if p is not None:
+                st = self._stats
+                st["cast_shared"] += 1
+                st["cast_shared_bytes"] += base.numel() * base.element_size()
+                self._packed[key] = (weakref.ref(base), base._version, weakref.ref(p))
+                return PackedView(p, t, base)
         x = base.detach() if whole else t.detach().contiguous()
         p = store(x, self) if store is not None else self.pack_contiguous(x)
-        kind = self._kinds[-1] if self._kinds else "mlp"
+        return self._record(p, x, t, base, key, kind, whole, ck)
+
+    def _pack_bf16(self, t, base, key, kind):
+        whole = base.is_contiguous() and base.dtype == t.dtype
+        x = base.detach() if whole else t.detach().contiguous()
+        p = Packed(x.to(torch.bfloat16), None, x.shape, x.dtype, x.numel(), "bf16", "cast")
+        self._stats["norm_inputs_bf16"] += 1
+        return self._record(p, x, t, base, key, kind, whole, None)
+
+    def _record(self, p, x, t, base, key, kind, whole, ck):
+        """Counts the new Packed p (of x) and returns the view of it `t` is."""
         st, mod = self._stats, self._stats["by_module"][kind]
         for d in (st, mod):
             d["compressed"] += 1
@@ -403,6 +502,8 @@ class compress_activations:
             self._by_block.setdefault(self._block[-1], []).append(weakref.ref(p))
         if whole:
             self._packed[key] = (weakref.ref(base), base._version, weakref.ref(p))
+            if ck is not None:
+                self._casts[ck] = weakref.ref(p)
             return PackedView(p, t, base)
         return PackedView(p)
 

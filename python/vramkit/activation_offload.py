@@ -486,24 +486,9 @@ class offload_activations:
         self._copy_events = []
         return {k: tuple(v) for k, v in out.items()}
 
-    def _release_copied(self):
-        """Drops the device references of tensors whose copy out has finished (no waits)."""
-        if self._inflight:
-            keep = []
-            for ref in self._inflight:
-                rec = ref()
-                if rec is None or rec.gpu_ref is None:
-                    continue
-                if rec.d2h_event.query():
-                    rec.gpu_ref = None
-                else:
-                    keep.append(ref)
-            self._inflight = keep
-
-    def _retire(self, compute):
-        """Drops device references whose copy out has finished; above max_inflight_bytes, makes
-        the compute stream wait for the oldest copy (no host sync), after which its memory may be
-        reused by later compute work."""
+    def _pending(self):
+        """The records whose copy out is still running; drops the device references of those
+        whose copy has finished (no waits)."""
         keep = []
         for ref in self._inflight:
             rec = ref()
@@ -513,6 +498,18 @@ class offload_activations:
                 rec.gpu_ref = None
             else:
                 keep.append(rec)
+        return keep
+
+    def _release_copied(self):
+        """Drops the device references of tensors whose copy out has finished (no waits)."""
+        if self._inflight:
+            self._inflight = [weakref.ref(r) for r in self._pending()]
+
+    def _retire(self, compute):
+        """Drops device references whose copy out has finished; above max_inflight_bytes, makes
+        the compute stream wait for the oldest copy (no host sync), after which its memory may be
+        reused by later compute work."""
+        keep = self._pending()
         while keep and sum(r.hold_bytes for r in keep) > self.max_inflight_bytes:
             oldest = keep.pop(0)
             compute.wait_event(oldest.d2h_event)

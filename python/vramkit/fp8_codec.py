@@ -7,8 +7,9 @@ Backends (all give the same bits for blocks without NaN or infinity):
 - "host": the same library's host reference on CPU tensors (any torch, float8 dtypes or not);
 - "torch": torch operations on torch.float8_e4m3fn/e5m2 (PyTorch >= 2.1), optionally compiled.
 
-Per block: s = amax * (1 / fmax), scale = 1 if s == 0 else s, q = fp8(x / scale) rounded to
-nearest-even, saturated at +-fmax; a block holding NaN or infinity decodes to NaN. The payload is
+Per block: s = amax * (1 / fmax), scale = 1 if s is zero or subnormal else s, q = fp8(x * r)
+with r = 1 / scale rounded to float, to nearest-even, saturated at +-fmax; a block holding NaN or
+infinity decodes to NaN. The payload is
 ceil(n/128)*128 bytes (the last block padded with zeros), the scales ceil(n/128) floats.
 """
 
@@ -22,6 +23,7 @@ BLOCK = 128
 FORMAT_CODES = {"e4m3": 0, "e5m2": 1}
 FMAX = {"e4m3": 448.0, "e5m2": 57344.0}
 TORCH_DTYPES = {"e4m3": getattr(torch, "float8_e4m3fn", None), "e5m2": getattr(torch, "float8_e5m2", None)}
+_FLT_MIN = 2.0 ** -126  # float32's smallest normal
 _ELEMENT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 BACKENDS = ("cuda", "host", "torch")
 
@@ -126,8 +128,9 @@ def _pack_ops(x2d, fmax_inv, dtype8):
     xf = x2d.float()
     amax = xf.abs().amax(dim=1, keepdim=True)
     s = amax * fmax_inv
-    scale = torch.where(s == 0, torch.ones_like(s), s)
-    return (xf / scale).to(dtype8), scale
+    # block_scale: zero or subnormal s gives 1 (NaN compares false and stays NaN).
+    scale = torch.where(s < _FLT_MIN, torch.ones_like(s), s)
+    return (xf * scale.reciprocal()).to(dtype8), scale
 
 
 def _unpack_ops(q8, scale, dtype):

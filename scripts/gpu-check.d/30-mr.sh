@@ -2,17 +2,21 @@
 # cut to what is left, and RESULTS_DIR/mr-summary.md is rewritten after each step
 # (bench/mr/mr_summary.py), so a stage cut off keeps the figures of the steps that finished.
 # In order:
-#   1. every committed trace through torch.empty under the four allocators
+#   1. a LLaMA-shaped training step under PyTorch native (twice: native against itself is the
+#      noise), vramkit vmm, expandable segments and vramkit vmm writing its allocation trace
+#      (bench/mr/torch_train_compare.py: one process each, all built at once, then one step each in
+#      turn; losses, step time, the pool's mapping work in every step, peaks), while
+#      `vramkit replay` of the committed traces and the compilation of torch_alloc_compare run on
+#      the CPU (the interleaving puts any such load on every allocator alike);
+#   2. every committed trace through torch.empty under the four allocators
 #      (bench/mr/torch_replay.py, two processes at a time), beside `vramkit replay`'s models
-#      (one pass and as many passes as torch_replay makes), while torch_alloc_compare compiles;
-#   2. allocator calls from C++: PyTorch's caching allocator vs vramkit_torch_malloc/vramkit_free
+#      (one pass and as many passes as torch_replay makes);
+#   3. allocator calls from C++: PyTorch's caching allocator vs vramkit_torch_malloc/vramkit_free
 #      (bench/mr/torch_alloc_compare.cpp, compiled here against the installed PyTorch), the
 #      library's default pool;
-#   3. a LLaMA-shaped training step under PyTorch native, vramkit vmm and expandable segments
-#      (bench/mr/torch_train_compare.py, one process each: losses, step time, the pool's mapping
-#      work in every step, peaks);
-#   4. the classic pool's allocator calls and the pool benchmark (bench/mr/pool_bench.cpp), with
-#      what time is left.
+#   4. the training step's own trace through `vramkit replay` (the pool on the simulated device
+#      beside the models of PyTorch's allocators), the classic pool's allocator calls and the pool
+#      benchmark (bench/mr/pool_bench.cpp), with what time is left.
 # Traces are not recorded here any more (they are committed; bench/mr/record_traces.py records more).
 set -uo pipefail
 : "${BUILD_DIR:?}" "${RESULTS_DIR:?}"
@@ -100,7 +104,24 @@ else
   compile_pid=$!
 fi
 
-# --- 1. the traces through the real allocators (memory figures, not timings: it may share the CPU
+# --- 1. the training step (interleaved: a drift of the GPU or the host falls on every run alike).
+if [ -f "$LIB" ]; then
+  # Five processes of about 20 GB each. 40 steps each; the medians leave out the first 12 of every
+  # run (the pool's warm-up; the summary also gives them from step 2 on).
+  echo "== training step: native (twice), vramkit vmm, expandable segments, vramkit vmm traced"
+  rm -f "$OUT/train_vmm.trace" "$OUT/train_vmm.trace.gz"
+  PYTHONUNBUFFERED=1 timeout "$(cap 65)" python3 bench/mr/torch_train_compare.py --lib "$LIB" \
+    --layers 8 --batch 4 --seq 1024 --steps 40 --warmup 12 \
+    --runs torch,vramkit_vmm,torch_expandable,torch_repeat,vramkit_vmm_traced \
+    --trace-out "$OUT/train_vmm.trace" --json "$OUT/torch_train.json" 2>&1 \
+    | tee "$OUT/torch_train.txt"
+  rc=${PIPESTATUS[0]}
+  # Kept compressed (the stage's results travel); `vramkit replay` reads it decompressed in step 4.
+  [ -f "$OUT/train_vmm.trace" ] && gzip -f "$OUT/train_vmm.trace"
+  step_done "torch_train_compare" "$rc"
+fi
+
+# --- 2. the traces through the real allocators (memory figures, not timings: it may share the CPU
 # with the compile and the replays).
 if [ -f "$LIB" ]; then
   echo "== replayed traces: PyTorch native, expandable_segments:True, vramkit pool, vramkit vmm pool"
@@ -110,11 +131,11 @@ if [ -f "$LIB" ]; then
     --jobs 2 --json-dir "$OUT" 2>&1 | tee "$OUT/torch_replay.txt"
   step_done "torch_replay" "${PIPESTATUS[0]}"
 fi
-# The timed steps below run alone on the CPU.
+# The timed calls below run alone on the CPU.
 wait "$replay_pid" || { notes+=("vramkit replay: FAILED (see mr/vramkit_replay.log and *.err)"); status=1; }
 summary
 
-# --- 2. allocator calls from C++.
+# --- 3. allocator calls from C++.
 if [ -n "$compile_pid" ]; then
   echo "== allocator calls from C++: PyTorch's caching allocator vs vramkit (default pool, then pool)"
   wait "$compile_pid"; rc=$?
@@ -132,21 +153,17 @@ if [ -n "$compile_pid" ]; then
   fi
 fi
 
-# --- 3. the training step (step time is measured alone on the GPU).
-if [ -f "$LIB" ]; then
-  # About 25 s per process on the H200 (mostly imports and building the model). 15 steps, the
-  # first 8 warm-up: the vmm pool stops remapping a repeated growth after its third remap.
-  # (torch_train_compare.py --runs ...,vramkit_vmm_traced --trace-out FILE also records the step's
-  # allocation trace for `vramkit replay`; it does not fit this stage's time.)
-  echo "== training step: native, vramkit vmm, expandable segments"
-  PYTHONUNBUFFERED=1 timeout "$(cap 85)" python3 bench/mr/torch_train_compare.py --lib "$LIB" \
-    --layers 8 --batch 4 --seq 1024 --steps 15 --warmup 8 \
-    --runs torch,vramkit_vmm,torch_expandable --json "$OUT/torch_train.json" 2>&1 \
-    | tee "$OUT/torch_train.txt"
-  step_done "torch_train_compare" "${PIPESTATUS[0]}"
+# --- 4. with what time is left: the training step's trace through `vramkit replay`, the classic
+# pool's allocator calls, the pool benchmark.
+if [ -s "$OUT/train_vmm.trace.gz" ] && [ -x "$BUILD_DIR/vramkit" ] && [ "$(left)" -gt 8 ]; then
+  plain=$(mktemp)
+  gzip -dc "$OUT/train_vmm.trace.gz" > "$plain"
+  timeout "$(cap 15)" "$BUILD_DIR/vramkit" replay "$plain" --json \
+    > "$OUT/vramkit_replay_train_vmm.json" 2> "$OUT/vramkit_replay_train_vmm.err"
+  rc=$?
+  rm -f "$plain"
+  step_done "vramkit replay of the training step's trace" "$rc"
 fi
-
-# --- 4. with what time is left: the classic pool's allocator calls, the pool benchmark.
 if [ -x "$TAC" ] && [ "$(left)" -gt 15 ]; then
   VRAMKIT_POOL_KIND=pool timeout "$(cap 15)" "$TAC" --trace "$TRACE" --lib "$LIB" --repeats 5 \
     --torch-version "$TV" --json "$OUT/torch_alloc_compare_pool.json" 2>&1 \

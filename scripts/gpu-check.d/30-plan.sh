@@ -1,15 +1,16 @@
-# Plan stage (at most about 175 s: 150 s of measurements, then the reports): measures the planner cases of the second round with PyTorch on this
+# Plan stage (at most 150 s, cut section by section by a deadline): measures the planner cases of the second round with PyTorch on this
 # GPU (bench/plan/measure_ground_truth.py --group new: MoE, latent attention, Gemma-2/3, Falcon,
 # RoBERTa, transformers' ViT, Phi-3, sliding windows, eager attention at inference, LoRA, QLoRA
 # and 8-bit AdamW through pure-torch stand-ins of bitsandbytes, optimizer in backward, fused AdamW;
-# fresh processes, several at once) and checks them against the planner with issue 17's bar
-# (allocated within 5%, median 2%; reserved within 5%). Writes RESULTS_DIR/plan-new-families.json
-# in the format of tests/data/plan/ (commit it as tests/data/plan/ground_truth_new_families.json),
-# measures --serve's answer against a paged KV pool of its own (bench/plan/measure_serving.py,
-# plan-serving.json), then reports the committed ground truth and the planner's speed. The summary is
-# RESULTS_DIR/plan-summary.md, written section by section so that a cut-off run keeps what it has.
-# PLAN_FRESH=0 skips the measurements; on 2+ GPUs the DDP/FSDP cases are measured as well (not
-# within the 90 s).
+# fresh processes, several at once; the cases marked `first` there, new shapes and cases still
+# outside the bar, start before the others so that a cut run keeps them) and checks them against
+# the planner with issue 17's bar (allocated within 5%, median 2%; reserved within 5%). Writes
+# RESULTS_DIR/plan-new-families.json in the format of tests/data/plan/ (its measured cases go into
+# tests/data/plan/ground_truth_new_families.json), measures --serve's answer against a paged KV
+# pool of its own (bench/plan/measure_serving.py, plan-serving.json), then reports the committed
+# ground truth and the planner's speed. The summary is RESULTS_DIR/plan-summary.md, written section
+# by section so that a cut-off run keeps what it has. PLAN_FRESH=0 skips the measurements; on 2+
+# GPUs the DDP/FSDP cases are measured as well (outside the 150 s).
 set -uo pipefail
 : "${BUILD_DIR:?}" "${RESULTS_DIR:?}"
 summary="$RESULTS_DIR/plan-summary.md"
@@ -17,32 +18,44 @@ report="$BUILD_DIR/bench/plan/plan_accuracy_report"
 bench="$BUILD_DIR/bench/plan/plan_bench"
 status=0
 start=$(date +%s)
+deadline=$(( start + 148 ))
+# Seconds left before the deadline, at most $1 (at least 1, so that timeout always gets a limit).
+left() { local l=$(( deadline - $(date +%s) )); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
 {
   echo "# plan: predicted vs measured peak memory"
   echo
   echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
   echo "- commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (uncommitted changes)')"
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "- torch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo 'not importable'), transformers: $(python3 -c 'import transformers; print(transformers.__version__)' 2>/dev/null || echo 'not importable'), peft: $(python3 -c 'import peft; print(peft.__version__)' 2>/dev/null || echo 'not importable')"
   echo
 } > "$summary"
+# One Python start for the versions (each import of torch costs seconds), beside the measurements.
+timeout 40 python3 -c 'import torch, transformers
+try:
+    import peft; p = peft.__version__
+except ImportError:
+    p = "not importable"
+print("- torch: %s, transformers: %s, peft: %s" % (torch.__version__, transformers.__version__, p))' \
+  > "$RESULTS_DIR/plan-versions.txt" 2>&1 &
+versions_pid=$!
 
 if [ "${PLAN_FRESH:-1}" = 0 ]; then
   echo "Fresh PyTorch measurements skipped (PLAN_FRESH=0)." >> "$summary"
-elif python3 -c 'import torch, transformers' 2>/dev/null; then
+else
   # The serving check (a measured paged KV pool against --serve, about 25 GB of the GPU) runs
-  # beside the ground truth: all 37 cases of the new group (LLaVA's included) in fresh processes,
-  # up to 8 at once within 110 GiB of estimates (one call took 125 s); past 130 s the cases still
-  # running are stopped and recorded as not run. The cases still outside the bar record the
-  # blocks live at their allocated peak (plan-new-families-logs/NAME.peak.json).
-  timeout 75 python3 bench/plan/measure_serving.py --vramkit "$BUILD_DIR/vramkit" \
+  # beside the ground truth: the new group's cases in fresh processes, up to 8 at once within 110
+  # GiB of estimates, `first` cases first; none starts in the last 15 s of its 100 s and those
+  # still running at 100 s are stopped and recorded as not run. The cases still outside the bar
+  # record the blocks live at their allocated peak (plan-new-families-logs/NAME.peak.json).
+  timeout "$(left 75)" python3 bench/plan/measure_serving.py --vramkit "$BUILD_DIR/vramkit" \
     --out "$RESULTS_DIR/plan-serving.json" > "$RESULTS_DIR/plan-serving.txt" 2>&1 &
   serving_pid=$!
-  timeout 150 python3 bench/plan/measure_ground_truth.py --group new \
+  timeout "$(left 110)" python3 bench/plan/measure_ground_truth.py --group new \
     --out "$RESULTS_DIR/plan-new-families.json" --log-dir "$RESULTS_DIR/plan-new-families-logs" \
-    --jobs 8 --budget-gib 110 --timeout 70 --total-timeout 130 \
-    --trace-peak mistral-7b-l4-w1024 --trace-peak falcon-7b --trace-peak roberta-base-train \
-    --trace-peak qwen2-0.5b-train-bf16-adamw-8bit --trace-peak llava-1.5-7b-l4-train \
+    --jobs 8 --budget-gib 110 --timeout 60 --total-timeout 100 --start-margin 15 \
+    --trace-peak mistral-7b-l4-w1024-infer-bf16-b4 --trace-peak falcon-7b-l2-train \
+    --trace-peak roberta-base-train-amp-fp16-adamw-b16 --trace-peak qwen2-0.5b-train-bf16-adamw-8bit-b4 \
+    --trace-peak llava-1.5-7b-l4-train-bf16-adamw-b2 --trace-peak vit-base-patch16-224-infer-fp32-b64 \
     > "$RESULTS_DIR/plan-new-families.txt" 2>&1 || status=1
   wait "$serving_pid" || status=1
   {
@@ -52,13 +65,13 @@ elif python3 -c 'import torch, transformers' 2>/dev/null; then
     echo
   } >> "$summary"
   {
-    echo "## Second-round cases measured in this run (commit plan-new-families.json as tests/data/plan/ground_truth_new_families.json)"
+    echo "## Second-round cases measured in this run (measured cases go into tests/data/plan/ground_truth_new_families.json)"
     echo
     echo "max allocated / reserved / nvidia-smi: measured / predicted / error; bar: allocated +-5% (median 2%), reserved +-5%."
     echo "QLoRA and 8-bit AdamW cases ran with the pure-torch stand-ins of bench/plan/stand_ins.py (bitsandbytes is not installed here)."
     echo
     if [ -s "$RESULTS_DIR/plan-new-families.json" ]; then
-      timeout 20 "$report" --strict --known tests/data/plan/known_outside_new_families.json \
+      timeout "$(left 10)" "$report" --strict --known tests/data/plan/known_outside_new_families.json \
         "$RESULTS_DIR/plan-new-families.json" tests/data/plan 2>&1 || status=1
     else
       echo "no plan-new-families.json: see plan-new-families.txt"
@@ -69,10 +82,14 @@ elif python3 -c 'import torch, transformers' 2>/dev/null; then
     echo "measurement wall time: $(( $(date +%s) - start )) s"
     echo
   } >> "$summary"
-else
-  echo "PyTorch or transformers not importable here: no fresh measurement." >> "$summary"
-  status=1
 fi
+wait "$versions_pid" 2>/dev/null
+{
+  echo "## Versions"
+  echo
+  cat "$RESULTS_DIR/plan-versions.txt"
+  echo
+} >> "$summary"
 
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
 if [ "${PLAN_FRESH:-1}" != 0 ] && [ "$gpus" -ge 2 ] && python3 -c 'import torch, transformers' 2>/dev/null; then
@@ -94,12 +111,12 @@ fi
 {
   echo "## Committed ground truth (tests/data/plan/ground_truth.json)"
   echo
-  timeout 20 "$report" tests/data/plan/ground_truth.json 2>&1 || status=1
+  timeout "$(left 8)" "$report" tests/data/plan/ground_truth.json 2>&1 || status=1
   echo
   echo "## Planner speed (targets: one plan < 1 ms, a full --fit search < 1000 ms on one thread)"
   echo
   echo '```'
-  timeout 25 "$bench" --benchmark_min_time=0.05s --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>&1 | grep -E "Benchmark|----|_median|_min|targets" || status=1
+  timeout "$(left 20)" "$bench" --benchmark_min_time=0.03s --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>&1 | grep -E "Benchmark|----|_median|_min|targets" || status=1
   echo '```'
   echo
   echo "stage wall time: $(( $(date +%s) - start )) s"

@@ -117,6 +117,11 @@ void store(void* dst, element_type t, std::size_t i, float v) {
 
 }  // namespace
 
+float block_scale(float s) {
+  // Zero (an all-zero block) or subnormal (whose reciprocal may overflow): 1. NaN stays NaN.
+  return s < std::numeric_limits<float>::min() ? 1.0F : s;
+}
+
 float fp8_max(fp8_format f) { return f == fp8_format::e4m3 ? 448.0F : 57344.0F; }
 
 float fp8_inverse_max(fp8_format f) { return static_cast<float>(1.0 / fp8_max(f)); }
@@ -155,10 +160,10 @@ void encode_blocks_host(const void* src, element_type t, std::size_t n, fp8_form
       amax = std::max(amax, std::fabs(v));
     }
     if (nan) amax = std::numeric_limits<float>::quiet_NaN();
-    const float s = amax * inv;
-    const float scale = s == 0 ? 1.0F : s;  // an all-zero block, or amax * inv underflowing
+    const float scale = block_scale(amax * inv);
+    const float r = 1.0F / scale;
     for (std::size_t i = begin; i < begin + k_block_elements; ++i)
-      q[i] = encode_fp8(i < end ? load(src, t, i) / scale : 0.0F / scale, f);
+      q[i] = encode_fp8(i < end ? load(src, t, i) * r : 0.0F * r, f);
     scales[b] = scale;
   }
 }

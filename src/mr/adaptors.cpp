@@ -10,8 +10,7 @@ namespace vramkit::mr {
 
 statistics_adaptor::statistics_adaptor(std::shared_ptr<memory_resource> upstream,
                                        std::size_t small_size)
-    : upstream_(std::move(upstream)), small_size_(small_size) {
-  if (!upstream_) throw logic_error("statistics_adaptor: upstream is null");
+    : adaptor_resource(std::move(upstream), "statistics_adaptor"), small_size_(small_size) {
   stats_.resource = "statistics";
 }
 
@@ -61,9 +60,7 @@ void statistics_adaptor::reset_peak() const noexcept {
 }
 
 limit_adaptor::limit_adaptor(std::shared_ptr<memory_resource> upstream, std::size_t limit_bytes)
-    : upstream_(std::move(upstream)), limit_(limit_bytes) {
-  if (!upstream_) throw logic_error("limit_adaptor: upstream is null");
-}
+    : adaptor_resource(std::move(upstream), "limit_adaptor"), limit_(limit_bytes) {}
 
 std::string limit_adaptor::name() const {
   return "limit(" + format_bytes(static_cast<double>(limit_)) + ")";

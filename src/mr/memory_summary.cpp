@@ -7,9 +7,19 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "vramkit/core/json_fields.hpp"
 #include "vramkit/core/units.hpp"
 
 namespace vramkit::mr {
+
+// pool_report::vmm as JSON (found by argument-dependent lookup, hence outside the anonymous
+// namespace): the virtual-memory figures, each under its member's name (the flag `present` says
+// whether they apply, and is not one of them).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(pool_report::vmm_figures, granularity, cached_bytes,
+                                   granules_mapped, granules_unmapped, granules_remapped,
+                                   physical_creates, physical_releases, defragmentations, map_ns,
+                                   unmap_ns, growth_syncs, growth_sync_ns)
+
 namespace {
 
 constexpr int inner_width = 75;
@@ -30,7 +40,7 @@ std::string centered(const std::string& text) {
 // "%6d UNIT" in 10 columns; the unit is chosen per value (B, KiB, MiB, GiB, TiB).
 std::string size_cell(std::int64_t v) {
   static const char* units[] = {"B  ", "KiB", "MiB", "GiB", "TiB"};
-  double x = static_cast<double>(v);
+  auto x = static_cast<double>(v);
   int u = 0;
   while (u < 4 && (x >= 768.0 * 1024.0 || x <= -768.0 * 1024.0)) {
     x /= 1024.0;
@@ -124,6 +134,8 @@ std::string render_pool(const pool_report& p) {
                            " / " + std::to_string(v.physical_releases),
                        "map / unmap time: " + std::to_string(v.map_ns / 1000) + " / " +
                            std::to_string(v.unmap_ns / 1000) + " us");
+    out += two_columns("syncs before a remap: " + std::to_string(v.growth_syncs),
+                       "their time: " + std::to_string(v.growth_sync_ns / 1000) + " us");
   }
   out += rule('=');
   out += header_row;
@@ -195,28 +207,21 @@ nlohmann::json pool_json(const pool_report& p) {
   put_counter(j, "reserved_bytes", p.reserved_bytes);
   put_counter(j, "allocation", p.allocations);
   put_counter(j, "segment", p.chunks);
-  j["inactive_split_bytes.all.current"] = p.free_bytes;
-  j["free_blocks"] = p.free_blocks;
-  j["largest_free_block"] = p.largest_free_block;
-  j["num_ooms"] = p.out_of_memory_errors;
-  j["num_alloc_retries"] = p.upstream_failures;
-  j["num_device_alloc"] = p.upstream_allocations;
-  j["num_device_free"] = p.upstream_frees;
-  j["num_trims"] = p.trims;
-  j["num_cross_stream_waits"] = p.cross_stream_waits;
-  j["num_misuse_reports"] = p.misuse_reports;
-  j["streams"] = p.streams;
+  // Under torch.cuda.memory_stats()'s names where PyTorch has the figure, vramkit's own elsewhere.
+  put_fields(j, p, std::pair{"inactive_split_bytes.all.current", &pool_report::free_bytes},
+             std::pair{"free_blocks", &pool_report::free_blocks},
+             std::pair{"largest_free_block", &pool_report::largest_free_block},
+             std::pair{"num_ooms", &pool_report::out_of_memory_errors},
+             std::pair{"num_alloc_retries", &pool_report::upstream_failures},
+             std::pair{"num_device_alloc", &pool_report::upstream_allocations},
+             std::pair{"num_device_free", &pool_report::upstream_frees},
+             std::pair{"num_trims", &pool_report::trims},
+             std::pair{"num_cross_stream_waits", &pool_report::cross_stream_waits},
+             std::pair{"num_misuse_reports", &pool_report::misuse_reports},
+             std::pair{"streams", &pool_report::streams});
   if (p.vmm.present) {
-    j["vmm.granularity"] = p.vmm.granularity;
-    j["vmm.cached_bytes"] = p.vmm.cached_bytes;
-    j["vmm.granules_mapped"] = p.vmm.granules_mapped;
-    j["vmm.granules_unmapped"] = p.vmm.granules_unmapped;
-    j["vmm.granules_remapped"] = p.vmm.granules_remapped;
-    j["vmm.physical_creates"] = p.vmm.physical_creates;
-    j["vmm.physical_releases"] = p.vmm.physical_releases;
-    j["vmm.defragmentations"] = p.vmm.defragmentations;
-    j["vmm.map_ns"] = p.vmm.map_ns;
-    j["vmm.unmap_ns"] = p.vmm.unmap_ns;
+    const nlohmann::json vmm = p.vmm;
+    for (const auto& [key, value] : vmm.items()) j["vmm." + key] = value;
   }
   j["fragmentation.reserved_over_peak_allocated"] = reserved_over_peak(p);
   j["fragmentation.free"] = free_fragmentation(p);
@@ -266,10 +271,10 @@ std::string memory_summary(const memory_resource& top, const std::string& title)
   }
   out += text_line(std::string("memory kind: ") + to_string(top.kind()));
   out += rule('=');
-  for (const auto& l : b.limits()) out += render_limit(l);
-  for (const auto& s : b.statistics()) out += render_statistics(s);
-  for (const auto& p : b.pools()) out += render_pool(p);
-  for (const auto& u : b.upstreams()) {
+  for (const auto& l : b.reports<limit_report>()) out += render_limit(l);
+  for (const auto& s : b.reports<statistics_report>()) out += render_statistics(s);
+  for (const auto& p : b.reports<pool_report>()) out += render_pool(p);
+  for (const auto& u : b.reports<upstream_report>()) {
     out += centered(u.resource);
     out += rule('-');
     out += two_columns("reserved: " + fmt_bytes(u.reserved_bytes),
@@ -290,13 +295,13 @@ std::string memory_stats_json(const memory_resource& top) {
   for (const auto& l : b.layers()) layers.push_back(l);
   j["stack"] = layers;
   nlohmann::json pools = nlohmann::json::array();
-  for (const auto& p : b.pools()) pools.push_back(pool_json(p));
-  if (!b.pools().empty()) {
+  for (const auto& p : b.reports<pool_report>()) pools.push_back(pool_json(p));
+  if (!b.reports<pool_report>().empty()) {
     for (auto& [k, v] : pools[0].items()) j[k] = v;  // the first pool's figures at top level
   }
   j["pools"] = pools;
   nlohmann::json stats = nlohmann::json::array();
-  for (const auto& s : b.statistics()) {
+  for (const auto& s : b.reports<statistics_report>()) {
     nlohmann::json o;
     o["resource"] = s.resource;
     put_counter(o, "requested_bytes", s.bytes);
@@ -306,7 +311,7 @@ std::string memory_stats_json(const memory_resource& top) {
   }
   j["statistics"] = stats;
   nlohmann::json limits = nlohmann::json::array();
-  for (const auto& l : b.limits()) {
+  for (const auto& l : b.reports<limit_report>()) {
     limits.push_back({{"resource", l.resource},
                       {"limit_bytes", l.limit_bytes},
                       {"used_bytes", l.used_bytes},
@@ -316,12 +321,12 @@ std::string memory_stats_json(const memory_resource& top) {
   j["limits"] = limits;
   nlohmann::json ups = nlohmann::json::array();
   std::size_t device_peak = 0;
-  for (const auto& p : b.pools()) {
+  for (const auto& p : b.reports<pool_report>()) {
     device_peak =
         std::max(device_peak,
                  static_cast<std::size_t>(std::max<std::int64_t>(0, p.reserved_bytes.all.peak)));
   }
-  for (const auto& u : b.upstreams()) {
+  for (const auto& u : b.reports<upstream_report>()) {
     ups.push_back({{"resource", u.resource},
                    {"reserved_bytes", u.reserved_bytes},
                    {"reserved_peak_bytes", u.reserved_peak_bytes},

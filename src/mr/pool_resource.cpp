@@ -11,16 +11,21 @@
 #include <mutex>
 #include <vector>
 
-#include "free_index.hpp"
 #include "mr/nvtx_range.hpp"
-#include "pointer_map.hpp"
+#include "stream_pool.hpp"
 #include "vramkit/core/error.hpp"
 
 namespace vramkit::mr {
 namespace {
 
-struct stream_state;
+struct block;
 struct chunk;
+
+// Chunks are handed back to the upstream as pointers; the pool's arithmetic is on integers.
+void* as_ptr(std::uintptr_t addr) noexcept {
+  return reinterpret_cast<void*>(addr);  // NOLINT(performance-no-int-to-ptr)
+}
+using stream_state = detail::stream_state<block>;
 
 struct block {
   std::uintptr_t ptr = 0;
@@ -35,9 +40,10 @@ struct block {
   std::uint64_t seq = 0;           // the owning stream's free sequence number at the free
   std::uint32_t bin = 0;
   bool free = false;
+  [[nodiscard]] bool is_free() const noexcept { return free; }
+  void mark_free() noexcept { free = true; }
+  void mark_taken() noexcept { free = false; }
 };
-
-using free_index = detail::free_index<block>;
 
 struct chunk {
   std::uintptr_t base = 0;
@@ -45,19 +51,6 @@ struct chunk {
   bool small = false;
   block* first = nullptr;
   std::size_t index = 0;  // position in impl::chunks
-};
-
-struct stream_state {
-  stream_view stream;
-  event_view event;
-  bool has_event = false;
-  bool dirty = false;              // frees since the last record of `event`
-  std::uint64_t free_seq = 0;      // frees so far
-  std::uint64_t recorded_seq = 0;  // free_seq covered by the last record
-  std::uint64_t synced_seq = 0;    // free_seq known complete on the device
-  free_index free_small;
-  free_index free_large;
-  free_index& list(bool small) { return small ? free_small : free_large; }
 };
 
 struct released_chunk {
@@ -84,43 +77,13 @@ std::string misuse_report::message() const {
   return "vramkit " + resource + ": " + line;
 }
 
-struct pool_resource::impl {
+struct pool_resource::impl : detail::stream_pool_core<pool_resource::impl, block> {
   std::shared_ptr<memory_resource> upstream;
-  std::shared_ptr<device_api> api;
   pool_options opt;
-  std::string name;
-
-  mutable std::mutex m;
-  std::vector<std::unique_ptr<stream_state>> streams;
-  stream_state* last_stream = nullptr;
-  detail::pointer_map<block> live;  // blocks handed out, by address
   std::vector<chunk*> chunks;
-  std::vector<block*> spare;
   std::size_t next_large_chunk = 0;
-  std::size_t free_block_count = 0;
-  mutable pool_report stats;
 
   // --- blocks and lists (lock held) ----------------------------------------------------------
-  block* new_block() {
-    if (spare.empty()) return new block;
-    block* b = spare.back();
-    spare.pop_back();
-    *b = block{};
-    return b;
-  }
-  void recycle(block* b) { spare.push_back(b); }
-
-  void list_insert(stream_state* st, block* b) {
-    b->free = true;
-    b->stream = st;
-    st->list(b->owner->small).insert(b);
-    ++free_block_count;
-  }
-  void list_erase(block* b) {
-    b->stream->list(b->owner->small).erase(b);
-    --free_block_count;
-  }
-
   // Inserts a newly free block into st's list, merging it with free neighbours of the same list.
   void insert_free(stream_state* st, block* b) {
     if (block* p = b->prev; p != nullptr && p->free && p->stream == st) {
@@ -176,74 +139,7 @@ struct pool_resource::impl {
       b->size = size;
       list_insert(st, rest);
     }
-    b->free = false;
-    b->requested = bytes;
-    b->stream = st;
-    live.insert(b->ptr, b);
-    const bool small = b->owner->small;
-    stats.allocated_bytes.add(small, static_cast<std::int64_t>(b->size));
-    stats.requested_bytes.add(small, static_cast<std::int64_t>(bytes));
-    stats.allocations.add(small, 1);
-    return reinterpret_cast<void*>(b->ptr);
-  }
-
-  // --- streams and events (lock held) --------------------------------------------------------
-  stream_state* stream_for(stream_view s) {
-    if (last_stream != nullptr && last_stream->stream == s) return last_stream;
-    for (auto& st : streams) {
-      if (st->stream == s) {
-        last_stream = st.get();
-        return last_stream;
-      }
-    }
-    streams.push_back(std::make_unique<stream_state>());
-    streams.back()->stream = s;
-    last_stream = streams.back().get();
-    stats.streams = streams.size();
-    return last_stream;
-  }
-
-  // Records st's event so that it covers every free made on st so far (no-op without an API).
-  void record(stream_state* st) {
-    if (!api) {
-      st->recorded_seq = st->free_seq;
-      st->dirty = false;
-      return;
-    }
-    if (!st->has_event) {
-      st->event = api->create_event();
-      st->has_event = true;
-    }
-    api->record_event(st->event, st->stream);
-    st->recorded_seq = st->free_seq;
-    st->dirty = false;
-  }
-
-  // Takes the free lists of another stream that has a fitting block: `st` waits (on the device)
-  // for an event recorded on that stream now, then owns all of its free blocks.
-  bool steal(stream_state* st, bool small, std::size_t size) {
-    for (auto& other_owned : streams) {
-      stream_state* other = other_owned.get();
-      if (other == st || find_fit(other, small, size) == nullptr) continue;
-      record(other);
-      if (api) api->stream_wait_event(st->stream, other->event);
-      ++stats.cross_stream_waits;
-      std::vector<block*> moved = other->free_small.take_all();
-      std::vector<block*> large = other->free_large.take_all();
-      moved.insert(moved.end(), large.begin(), large.end());
-      free_block_count -= moved.size();
-      // The moved blocks count as freed on st now: st's next event covers them, since st waits
-      // for `other`.
-      ++st->free_seq;
-      st->dirty = true;
-      for (block* b : moved) {
-        b->free = false;
-        b->seq = st->free_seq;
-      }
-      for (block* b : moved) insert_free(st, b);
-      return true;
-    }
-    return false;
+    return count_out(st, b, bytes);
   }
 
   // --- chunks (lock held) --------------------------------------------------------------------
@@ -312,7 +208,7 @@ struct pool_resource::impl {
         continue;
       }
       // Synchronized already: the default stream orders the upstream free.
-      out.push_back({reinterpret_cast<void*>(c->base), c->size, stream_view{}});
+      out.push_back({as_ptr(c->base), c->size, stream_view{}});
       block* b = c->first;
       while (b != nullptr) {
         block* n = b->next;
@@ -338,7 +234,7 @@ struct pool_resource::impl {
     std::size_t gathered = 0;
     for (chunk* c : idle) {
       if (gathered >= bytes) break;
-      out.push_back({reinterpret_cast<void*>(c->base), c->size, c->first->stream->stream});
+      out.push_back({as_ptr(c->base), c->size, c->first->stream->stream});
       gathered += c->size;
       list_erase(c->first);
       remove_chunk(c);
@@ -353,37 +249,6 @@ struct pool_resource::impl {
       bytes += c.size;
     }
     return bytes;
-  }
-
-  // Makes every free so far known complete by synchronizing the device without the lock (not a
-  // per-stream event: a stream passed to deallocate may have been destroyed since). Returns with
-  // the lock held.
-  void sync_frees(std::unique_lock<std::mutex>& lock) {
-    std::vector<std::pair<stream_state*, std::uint64_t>> pending;
-    for (auto& st : streams) {
-      if (st->free_seq > st->synced_seq) pending.emplace_back(st.get(), st->free_seq);
-    }
-    if (pending.empty()) return;
-    if (api) {
-      lock.unlock();
-      api->synchronize_device();
-      lock.lock();
-    }
-    for (auto& [st, seq] : pending) st->synced_seq = std::max(st->synced_seq, seq);
-  }
-
-  pool_report snapshot() const {
-    pool_report r = stats;
-    r.resource = name;
-    r.free_bytes = static_cast<std::size_t>(stats.reserved_bytes.all.current -
-                                            stats.allocated_bytes.all.current);
-    r.free_blocks = free_block_count;
-    std::size_t largest = 0;
-    for (const auto& st : streams) {
-      largest = std::max({largest, st->free_small.largest(), st->free_large.largest()});
-    }
-    r.largest_free_block = largest;
-    return r;
   }
 };
 
@@ -429,7 +294,7 @@ pool_resource::~pool_resource() {
   }
   std::vector<released_chunk> all;
   for (chunk* c : s.chunks) {
-    all.push_back({reinterpret_cast<void*>(c->base), c->size, stream_view{}});
+    all.push_back({as_ptr(c->base), c->size, stream_view{}});
     for (block* b = c->first; b != nullptr;) {
       block* n = b->next;
       delete b;
@@ -442,11 +307,7 @@ pool_resource::~pool_resource() {
   s.spare.clear();
   lock.unlock();
   s.release(all);
-  if (s.api) {
-    for (auto& st : s.streams) {
-      if (st->has_event) s.api->destroy_event(st->event);
-    }
-  }
+  s.destroy_events();
 }
 
 memory_kind pool_resource::kind() const noexcept { return impl_->upstream->kind(); }
@@ -479,7 +340,7 @@ void* pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, strea
     // starts over (another thread may have freed or taken memory meanwhile).
     std::size_t want = s.chunk_size_for(small, size);
     const std::size_t minimum = small ? s.opt.small_chunk_size : align_up(size, s.opt.rounding);
-    const std::size_t reserved = static_cast<std::size_t>(s.stats.reserved_bytes.all.current);
+    const auto reserved = static_cast<std::size_t>(s.stats.reserved_bytes.all.current);
     const std::size_t room = s.opt.maximum_size > reserved ? s.opt.maximum_size - reserved : 0;
     if (want > room) want = minimum;
     void* p = nullptr;
@@ -529,51 +390,13 @@ void* pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, strea
 
 void pool_resource::do_deallocate(void* ptr, std::size_t bytes, std::size_t,
                                   stream_view stream) noexcept {
-  if (ptr == nullptr) return;
-  impl& s = *impl_;
-  misuse_report misuse;
-  {
-    std::lock_guard lock(s.m);
-    const std::size_t slot = s.live.find(reinterpret_cast<std::uintptr_t>(ptr));
-    if (slot == detail::pointer_map<block>::npos) {
-      misuse.kind = misuse_report::kind_t::foreign_pointer;
-    } else if (block* b = s.live.at(slot);
-               align_up(bytes, s.opt.rounding) != align_up(b->requested, s.opt.rounding)) {
-      misuse.kind = misuse_report::kind_t::wrong_size;
-      misuse.expected_bytes = b->requested;
-    } else {
-      s.live.erase_at(slot);
-      const bool small = b->owner->small;
-      s.stats.allocated_bytes.remove(small, static_cast<std::int64_t>(b->size));
-      s.stats.requested_bytes.remove(small, static_cast<std::int64_t>(b->requested));
-      s.stats.allocations.remove(small, 1);
-      stream_state* st = s.stream_for(stream);
-      b->seq = ++st->free_seq;
-      st->dirty = true;
-      s.insert_free(st, b);
-      return;
-    }
-    ++s.stats.misuse_reports;
-  }
-  misuse.ptr = ptr;
-  misuse.bytes = bytes;
-  misuse.resource = s.name;
-  try {
-    if (s.opt.on_misuse) {
-      s.opt.on_misuse(misuse);
-    } else {
-      std::fprintf(stderr, "%s\n", misuse.message().c_str());
-    }
-  } catch (...) {
-    std::fprintf(stderr, "vramkit %s: misuse handler threw\n", s.name.c_str());
-  }
+  impl_->deallocate_block(ptr, bytes, stream);
 }
 
 std::size_t pool_resource::trim() {
   const detail::nvtx_range range("vramkit pool trim");
   impl& s = *impl_;
-  std::unique_lock lock(s.m);
-  s.sync_frees(lock);
+  auto lock = s.lock_synced();
   auto chunks = s.take_releasable();
   ++s.stats.trims;
   lock.unlock();
@@ -596,39 +419,15 @@ std::vector<pool_segment_info> pool_resource::layout() const {
   return out;
 }
 
-pool_report pool_resource::report() const {
-  std::lock_guard lock(impl_->m);
-  return impl_->snapshot();
-}
-
-void pool_resource::describe(summary_builder& builder) const {
-  builder.add_layer(impl_->name);
-  builder.add(report());
-}
-
-void pool_resource::reset_peak() const noexcept {
-  std::lock_guard lock(impl_->m);
-  impl_->stats.reset_peaks();
-}
-
-std::size_t pool_resource::reserved_bytes() const {
-  std::lock_guard lock(impl_->m);
-  return static_cast<std::size_t>(impl_->stats.reserved_bytes.all.current);
-}
-
-std::size_t pool_resource::allocated_bytes() const {
-  std::lock_guard lock(impl_->m);
-  return static_cast<std::size_t>(impl_->stats.allocated_bytes.all.current);
-}
+pool_report pool_resource::report() const { return impl_->locked_report(); }
+void pool_resource::reset_peak() const noexcept { impl_->reset_peaks(); }
 
 std::size_t pool_resource::free_block_count() const {
-  std::lock_guard lock(impl_->m);
-  return impl_->free_block_count;
+  return impl_->locked([](const impl& s) { return s.free_block_count; });
 }
 
 std::size_t pool_resource::chunk_count() const {
-  std::lock_guard lock(impl_->m);
-  return impl_->chunks.size();
+  return impl_->locked([](const impl& s) { return s.chunks.size(); });
 }
 
 }  // namespace vramkit::mr

@@ -31,10 +31,9 @@ const std::string& current_trace_tag() noexcept { return thread_tag; }
 void set_trace_tag(std::string_view tag) { thread_tag.assign(tag); }
 
 tracing_adaptor::tracing_adaptor(std::shared_ptr<memory_resource> upstream, tracing_options options)
-    : upstream_(std::move(upstream)),
+    : adaptor_resource(std::move(upstream), "tracing_adaptor"),
       options_(std::move(options)),
       start_(std::chrono::steady_clock::now()) {
-  if (!upstream_) throw logic_error("tracing_adaptor: upstream is null");
   tags_.emplace_back();
   tag_index_.emplace("", 0);
 }
@@ -118,7 +117,7 @@ void tracing_adaptor::do_deallocate(void* ptr, std::size_t bytes, std::size_t al
 trace tracing_adaptor::to_trace() const {
   std::lock_guard lock(mutex_);
   trace t;
-  t.comments.push_back(" source: vramkit tracing_adaptor");
+  t.comments.emplace_back(" source: vramkit tracing_adaptor");
   t.events.reserve(events_.size());
   // A free whose allocation was dropped (max_events) would make the trace invalid: skip those.
   std::unordered_map<std::uint64_t, bool> kept;

@@ -11,16 +11,16 @@
 #include <mutex>
 #include <vector>
 
-#include "free_index.hpp"
 #include "mr/nvtx_range.hpp"
-#include "pointer_map.hpp"
+#include "stream_pool.hpp"
 #include "vramkit/core/error.hpp"
 
 namespace vramkit::mr {
 namespace {
 
-struct stream_state;
+struct block;
 struct arena;
+using stream_state = detail::stream_state<block>;
 
 // The device API takes pointers; the pool does its address arithmetic on integers.
 void* as_ptr(std::uintptr_t addr) noexcept {
@@ -43,9 +43,9 @@ struct block {
   std::uint32_t bin = 0;
   block_state state = block_state::unmapped;
   [[nodiscard]] bool is_free() const noexcept { return state == block_state::free; }
+  void mark_free() noexcept { state = block_state::free; }
+  void mark_taken() noexcept { state = block_state::allocated; }
 };
-
-using free_index = detail::free_index<block>;
 
 // One reserved address range: blocks cover it without gaps, and unmapped blocks (holes and the
 // unused top) are also indexed by address. handles[i] is the physical granule mapped at granule i.
@@ -63,18 +63,6 @@ struct arena {
   block* first = nullptr;
 };
 
-struct stream_state {
-  stream_view stream;
-  event_view event;
-  bool has_event = false;
-  std::uint64_t free_seq = 0;
-  std::uint64_t recorded_seq = 0;
-  std::uint64_t synced_seq = 0;
-  free_index free_small;
-  free_index free_large;
-  free_index& list(bool small) { return small ? free_small : free_large; }
-};
-
 std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
   return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
@@ -83,23 +71,15 @@ std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
 
 }  // namespace
 
-struct vmm_pool_resource::impl {
-  std::shared_ptr<device_api> api;
+struct vmm_pool_resource::impl : detail::stream_pool_core<vmm_pool_resource::impl, block> {
   vmm_pool_options opt;
-  std::string name;
   std::size_t g = 0;  // granularity
 
-  mutable std::mutex m;
   arena small_arena, large_arena;
-  std::vector<std::unique_ptr<stream_state>> streams;
-  stream_state* last_stream = nullptr;
-  detail::pointer_map<block> live;  // blocks handed out, by address
-  std::vector<block*> spare;
   std::vector<physical_handle> cache;  // unmapped granules, ready to map anywhere
   std::size_t cache_from_reclaim = 0;  // of `cache`, granules unmapped from free space
   std::size_t physical_bytes = 0;
   std::size_t mapped = 0;
-  std::size_t free_block_count = 0;
   std::size_t allocated_high = 0;  // the most bytes ever handed out at once (or asked for)
   // Granules of growth allowance above growth_slack, earned by remaps that moved memory back to
   // where an earlier remap took it from or moved it a second time (see creatable).
@@ -114,29 +94,12 @@ struct vmm_pool_resource::impl {
   };
   static constexpr std::size_t remap_points = 4096;
   std::vector<remap_point> remapped_at = std::vector<remap_point>(remap_points);
-  mutable pool_report stats;
 
   arena& arena_for(bool small) { return small ? small_arena : large_arena; }
 
   // --- blocks and lists (lock held) ----------------------------------------------------------
-  block* new_block() {
-    if (spare.empty()) return new block;
-    block* b = spare.back();
-    spare.pop_back();
-    *b = block{};
-    return b;
-  }
-  void recycle(block* b) { spare.push_back(b); }
-
-  void list_insert(stream_state* st, block* b) {
-    b->state = block_state::free;
-    b->stream = st;
-    st->list(b->owner->small).insert(b);
-    ++free_block_count;
-  }
-  void list_erase(block* b) {
-    b->stream->list(b->owner->small).erase(b);
-    --free_block_count;
+  block* find_fit(stream_state* st, bool small, std::size_t size) {
+    return st->list(small).find(size);
   }
 
   // Links `b` after `at` (or first when at is null) in b's arena.
@@ -196,85 +159,7 @@ struct vmm_pool_resource::impl {
       b->size = size;
       list_insert(st, rest);
     }
-    b->state = block_state::allocated;
-    b->requested = bytes;
-    b->stream = st;
-    live.insert(b->ptr, b);
-    const bool small = b->owner->small;
-    stats.allocated_bytes.add(small, static_cast<std::int64_t>(b->size));
-    stats.requested_bytes.add(small, static_cast<std::int64_t>(bytes));
-    stats.allocations.add(small, 1);
-    return as_ptr(b->ptr);
-  }
-
-  // --- streams and events (lock held) --------------------------------------------------------
-  stream_state* stream_for(stream_view s) {
-    if (last_stream != nullptr && last_stream->stream == s) return last_stream;
-    for (auto& st : streams) {
-      if (st->stream == s) {
-        last_stream = st.get();
-        return last_stream;
-      }
-    }
-    streams.push_back(std::make_unique<stream_state>());
-    streams.back()->stream = s;
-    last_stream = streams.back().get();
-    stats.streams = streams.size();
-    return last_stream;
-  }
-
-  void record(stream_state* st) {
-    if (!st->has_event) {
-      st->event = api->create_event();
-      st->has_event = true;
-    }
-    api->record_event(st->event, st->stream);
-    st->recorded_seq = st->free_seq;
-  }
-
-  // As pool_resource: another stream's free blocks move to st after st waits for its event.
-  bool steal(stream_state* st, bool small, std::size_t size) {
-    for (auto& other_owned : streams) {
-      stream_state* other = other_owned.get();
-      if (other == st || other->list(small).find(size) == nullptr) continue;
-      record(other);
-      api->stream_wait_event(st->stream, other->event);
-      ++stats.cross_stream_waits;
-      std::vector<block*> moved = other->free_small.take_all();
-      std::vector<block*> large = other->free_large.take_all();
-      moved.insert(moved.end(), large.begin(), large.end());
-      free_block_count -= moved.size();
-      ++st->free_seq;
-      for (block* b : moved) {
-        b->state = block_state::allocated;  // not free until re-inserted, so merges stay correct
-        b->seq = st->free_seq;
-      }
-      for (block* b : moved) insert_free(st, b);
-      return true;
-    }
-    return false;
-  }
-
-  // Frees whose events have been seen complete no longer need a synchronization.
-  void refresh_completed() {
-    for (auto& st : streams) {
-      if (st->has_event && st->recorded_seq > st->synced_seq && api->event_done(st->event)) {
-        st->synced_seq = st->recorded_seq;
-      }
-    }
-  }
-
-  // Synchronizes the device without the lock; every free made before is then complete.
-  void sync_frees(std::unique_lock<std::mutex>& lock) {
-    std::vector<std::pair<stream_state*, std::uint64_t>> pending;
-    for (auto& st : streams) {
-      if (st->free_seq > st->synced_seq) pending.emplace_back(st.get(), st->free_seq);
-    }
-    if (pending.empty()) return;
-    lock.unlock();
-    api->synchronize_device();
-    lock.lock();
-    for (auto& [st, seq] : pending) st->synced_seq = std::max(st->synced_seq, seq);
+    return count_out(st, b, bytes);
   }
 
   // --- granules (lock held) ------------------------------------------------------------------
@@ -597,7 +482,10 @@ struct vmm_pool_resource::impl {
           reclaimable(false, plan.prev_free, plan.next_free) > ready) {
         // Free space whose frees may still run on the device: wait for them rather than grow.
         synced = true;
+        const auto start = std::chrono::steady_clock::now();
         sync_frees(lock);
+        ++stats.vmm.growth_syncs;
+        stats.vmm.growth_sync_ns += elapsed_ns(start);
         return grow_result::retry;
       }
       std::size_t reclaimed = 0;
@@ -743,17 +631,8 @@ struct vmm_pool_resource::impl {
     a.first = nullptr;
   }
 
-  pool_report snapshot() const {
-    pool_report r = stats;
-    r.resource = name;
-    r.free_bytes = static_cast<std::size_t>(stats.reserved_bytes.all.current -
-                                            stats.allocated_bytes.all.current);
-    r.free_blocks = free_block_count;
-    std::size_t largest = 0;
-    for (const auto& st : streams) {
-      largest = std::max({largest, st->free_small.largest(), st->free_large.largest()});
-    }
-    r.largest_free_block = largest;
+  [[nodiscard]] pool_report snapshot() const {
+    pool_report r = stream_pool_core::snapshot();
     r.vmm.present = true;
     r.vmm.granularity = g;
     r.vmm.cached_bytes = cache.size() * g;
@@ -813,9 +692,7 @@ vmm_pool_resource::~vmm_pool_resource() {
   s.destroy_arena(s.small_arena);
   for (physical_handle h : s.cache) s.api->release_physical(h);
   for (block* b : s.spare) delete b;
-  for (auto& st : s.streams) {
-    if (st->has_event) s.api->destroy_event(st->event);
-  }
+  s.destroy_events();
 }
 
 std::string vmm_pool_resource::name() const { return impl_->name; }
@@ -847,9 +724,9 @@ void* vmm_pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, s
   bool trimmed = false;
   std::string why;
   for (;;) {
-    if (block* b = st->list(small).find(size)) return s.hand_out(st, b, size, bytes);
+    if (block* b = s.find_fit(st, small, size)) return s.hand_out(st, b, size, bytes);
     if (s.steal(st, small, size)) {
-      if (block* b = st->list(small).find(size)) return s.hand_out(st, b, size, bytes);
+      if (block* b = s.find_fit(st, small, size)) return s.hand_out(st, b, size, bytes);
     }
     impl::grow_result r = impl::grow_result::failed;
     {
@@ -880,50 +757,13 @@ void* vmm_pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, s
 
 void vmm_pool_resource::do_deallocate(void* ptr, std::size_t bytes, std::size_t,
                                       stream_view stream) noexcept {
-  if (ptr == nullptr) return;
-  impl& s = *impl_;
-  misuse_report misuse;
-  {
-    std::lock_guard lock(s.m);
-    const std::size_t slot = s.live.find(reinterpret_cast<std::uintptr_t>(ptr));
-    if (slot == detail::pointer_map<block>::npos) {
-      misuse.kind = misuse_report::kind_t::foreign_pointer;
-    } else if (block* b = s.live.at(slot);
-               align_up(bytes, s.opt.rounding) != align_up(b->requested, s.opt.rounding)) {
-      misuse.kind = misuse_report::kind_t::wrong_size;
-      misuse.expected_bytes = b->requested;
-    } else {
-      s.live.erase_at(slot);
-      const bool small = b->owner->small;
-      s.stats.allocated_bytes.remove(small, static_cast<std::int64_t>(b->size));
-      s.stats.requested_bytes.remove(small, static_cast<std::int64_t>(b->requested));
-      s.stats.allocations.remove(small, 1);
-      stream_state* st = s.stream_for(stream);
-      b->seq = ++st->free_seq;
-      s.insert_free(st, b);
-      return;
-    }
-    ++s.stats.misuse_reports;
-  }
-  misuse.ptr = ptr;
-  misuse.bytes = bytes;
-  misuse.resource = s.name;
-  try {
-    if (s.opt.on_misuse) {
-      s.opt.on_misuse(misuse);
-    } else {
-      std::fprintf(stderr, "%s\n", misuse.message().c_str());
-    }
-  } catch (...) {
-    std::fprintf(stderr, "vramkit %s: misuse handler threw\n", s.name.c_str());
-  }
+  impl_->deallocate_block(ptr, bytes, stream);
 }
 
 std::size_t vmm_pool_resource::trim() {
   const detail::nvtx_range range("vramkit vmm trim");
   impl& s = *impl_;
-  std::unique_lock lock(s.m);
-  s.sync_frees(lock);
+  auto lock = s.lock_synced();
   s.reclaim(std::numeric_limits<std::size_t>::max(), nullptr, nullptr, false);
   for (arena* a : {&s.small_arena, &s.large_arena}) {
     std::fill(a->evicted.begin(), a->evicted.end(), 0);
@@ -939,39 +779,15 @@ std::size_t vmm_pool_resource::trim() {
   return s.release_cache();
 }
 
-pool_report vmm_pool_resource::report() const {
-  std::lock_guard lock(impl_->m);
-  return impl_->snapshot();
-}
-
-void vmm_pool_resource::describe(summary_builder& builder) const {
-  builder.add_layer(impl_->name);
-  builder.add(report());
-}
-
-void vmm_pool_resource::reset_peak() const noexcept {
-  std::lock_guard lock(impl_->m);
-  impl_->stats.reset_peaks();
-}
-
-std::size_t vmm_pool_resource::reserved_bytes() const {
-  std::lock_guard lock(impl_->m);
-  return impl_->physical_bytes;
-}
-
-std::size_t vmm_pool_resource::allocated_bytes() const {
-  std::lock_guard lock(impl_->m);
-  return static_cast<std::size_t>(impl_->stats.allocated_bytes.all.current);
-}
+pool_report vmm_pool_resource::report() const { return impl_->locked_report(); }
+void vmm_pool_resource::reset_peak() const noexcept { impl_->reset_peaks(); }
 
 std::size_t vmm_pool_resource::mapped_granules() const {
-  std::lock_guard lock(impl_->m);
-  return impl_->mapped;
+  return impl_->locked([](const impl& s) { return s.mapped; });
 }
 
 std::size_t vmm_pool_resource::cached_granules() const {
-  std::lock_guard lock(impl_->m);
-  return impl_->cache.size();
+  return impl_->locked([](const impl& s) { return s.cache.size(); });
 }
 
 std::vector<pool_segment_info> vmm_pool_resource::layout() const {

@@ -8,17 +8,6 @@
 
 namespace vramkit::plan {
 
-std::int32_t caching_allocator_model::new_block() {
-  if (!spare_.empty()) {
-    const auto b = spare_.back();
-    spare_.pop_back();
-    blocks_[b] = block{};
-    return b;
-  }
-  blocks_.emplace_back();
-  return static_cast<std::int32_t>(blocks_.size() - 1);
-}
-
 unsigned caching_allocator_model::free_pool::bin_of(std::uint64_t size) noexcept {
   // Sizes are multiples of 512 (>= 2^9), so the level always has sub_bits bits below its top bit.
   const int level = 63 - __builtin_clzll(size);
@@ -133,26 +122,22 @@ void caching_allocator_model::free_pool::clear() noexcept {
 void caching_allocator_model::clear() noexcept {
   blocks_.clear();
   segment_heads_.clear();
-  spare_.clear();
-  handle_block_.clear();
   small_pool_.clear();
   large_pool_.clear();
   next_addr_ = 0;
-  allocated_ = reserved_ = peak_allocated_ = peak_reserved_ = 0;
   segments_ = 0;
-  capacity_ = 0;
-  flushes_ = ooms_ = 0;
+  reset_counters();
 }
 
 void caching_allocator_model::insert_free(std::int32_t b) {
   auto& bl = blocks_[b];
   bl.free = true;
-  (bl.small ? small_pool_ : large_pool_).insert(blocks_, b);
+  (bl.small ? small_pool_ : large_pool_).insert(blocks_.all(), b);
 }
 
 void caching_allocator_model::erase_free(std::int32_t b) {
   auto& bl = blocks_[b];
-  (bl.small ? small_pool_ : large_pool_).erase(blocks_, b);
+  (bl.small ? small_pool_ : large_pool_).erase(blocks_.all(), b);
   bl.free = false;
 }
 
@@ -179,7 +164,7 @@ void caching_allocator_model::release_cached() {
       erase_free(head);
       reserved_ -= bl.size;
       --segments_;
-      spare_.push_back(head);
+      blocks_.recycle(head);
     } else {
       segment_heads_[kept++] = head;
     }
@@ -193,7 +178,7 @@ std::int32_t caching_allocator_model::new_segment(std::uint64_t size, bool small
     release_cached();
     if (reserved_ + seg > capacity_) ++ooms_;
   }
-  const std::int32_t b = new_block();
+  const std::int32_t b = blocks_.make();
   auto& bl = blocks_[b];
   // Each new segment lies below the previous one, as cudaMalloc placed them on the H200 (driver
   // 580, CUDA 13): free blocks of equal size are taken lowest address first, so the order decides
@@ -205,10 +190,9 @@ std::int32_t caching_allocator_model::new_segment(std::uint64_t size, bool small
   bl.addr = address_top - next_addr_;
   bl.size = seg;
   bl.small = small;
-  reserved_ += seg;
+  reserve(seg);
   ++segments_;
   segment_heads_.push_back(b);
-  peak_reserved_ = std::max(peak_reserved_, reserved_);
   return b;
 }
 
@@ -221,7 +205,7 @@ std::uint64_t caching_allocator_model::transient(std::uint64_t bytes) {
   const std::uint64_t size = round_size(bytes);
   const bool small = size <= small_size;
   auto& pool = small ? small_pool_ : large_pool_;
-  std::int32_t b = pool.peek_best(blocks_, size);
+  std::int32_t b = pool.peek_best(blocks_.all(), size);
   if (b < 0) {
     // malloc would cut the block from a new segment and free would merge it back whole.
     b = new_segment(size, small);
@@ -234,15 +218,11 @@ std::uint64_t caching_allocator_model::transient(std::uint64_t bytes) {
 }
 
 std::uint32_t caching_allocator_model::malloc(std::uint64_t bytes) {
-  const auto handle = static_cast<std::uint32_t>(handle_block_.size());
-  if (bytes == 0) {
-    handle_block_.push_back(-1);
-    return handle;
-  }
+  if (bytes == 0) return add_handle(-1, 0);
   const std::uint64_t size = round_size(bytes);
   const bool small = size <= small_size;
   auto& pool = small ? small_pool_ : large_pool_;
-  std::int32_t b = pool.take_best(blocks_, size);
+  std::int32_t b = pool.take_best(blocks_.all(), size);
   if (b >= 0) {
     blocks_[b].free = false;
   } else {
@@ -250,52 +230,29 @@ std::uint32_t caching_allocator_model::malloc(std::uint64_t bytes) {
   }
   const std::uint64_t remaining = blocks_[b].size - size;
   if (splits(small, remaining)) {
-    const auto r = new_block();
-    auto& rem = blocks_[r];
-    auto& bl = blocks_[b];
-    rem.addr = bl.addr + size;
-    rem.size = remaining;
-    rem.small = bl.small;
-    rem.prev = b;
-    rem.next = bl.next;
-    if (bl.next >= 0) blocks_[bl.next].prev = r;
-    bl.next = r;
-    bl.size = size;
+    const auto r = blocks_.split(b, size);
+    blocks_[r].small = small;
     insert_free(r);
   }
   blocks_[b].live = true;
-  blocks_[b].owner = handle;
-  allocated_ += blocks_[b].size;
-  peak_allocated_ = std::max(peak_allocated_, allocated_);
-  handle_block_.push_back(b);
-  return handle;
+  blocks_[b].owner = next_handle();
+  return add_handle(b, blocks_[b].size);
 }
 
 void caching_allocator_model::free(std::uint32_t handle) {
-  if (handle >= handle_block_.size()) throw logic_error("caching_allocator_model: unknown handle");
-  std::int32_t b = handle_block_[handle];
-  if (b == -2) throw logic_error("caching_allocator_model: handle freed twice");
-  handle_block_[handle] = -2;
+  std::int32_t b = take_handle(handle, "caching_allocator_model");
   if (b < 0) return;
   allocated_ -= blocks_[b].size;
   blocks_[b].live = false;
   // Merge with free neighbours of the same segment.
-  const auto p = blocks_[b].prev;
-  if (p >= 0 && blocks_[p].free) {
+  if (const auto p = blocks_[b].prev; p >= 0 && blocks_[p].free) {
     erase_free(p);
-    blocks_[p].size += blocks_[b].size;
-    blocks_[p].next = blocks_[b].next;
-    if (blocks_[b].next >= 0) blocks_[blocks_[b].next].prev = p;
-    spare_.push_back(b);
+    blocks_.absorb_next(p);
     b = p;
   }
-  const auto nx = blocks_[b].next;
-  if (nx >= 0 && blocks_[nx].free) {
+  if (const auto nx = blocks_[b].next; nx >= 0 && blocks_[nx].free) {
     erase_free(nx);
-    blocks_[b].size += blocks_[nx].size;
-    blocks_[b].next = blocks_[nx].next;
-    if (blocks_[nx].next >= 0) blocks_[blocks_[nx].next].prev = b;
-    spare_.push_back(nx);
+    blocks_.absorb_next(b);
   }
   insert_free(b);
 }

@@ -102,11 +102,26 @@ constexpr std::int64_t k_max_positions = 1 << 24;
 
 // The shape fields Hugging Face configs of the LLaMA, GPT-NeoX and BERT families share. Key and
 // value heads default to the attention heads (no grouped-query attention).
-void read_hf_shape(const fields& f, transformer_shape& t) {
+/// hidden_size, num_hidden_layers and num_attention_heads (as many key/value heads).
+void read_hf_layers(const fields& f, transformer_shape& t) {
   t.hidden = f.integer("hidden_size", 1, k_max_hidden);
   t.layers = f.integer("num_hidden_layers", 1, k_max_layers);
   t.heads = f.integer("num_attention_heads", 1, 4096);
   t.kv_heads = t.heads;
+}
+
+/// LayerNorm and a GELU MLP, with the attention and hidden dropout probabilities of the family's
+/// field names (`p` where the config leaves them out).
+void read_layer_norm_gelu(const fields& f, transformer_shape& t, const char* attention_key,
+                          const char* hidden_key, double p) {
+  t.layer_norm = true;
+  t.mlp = mlp_kind::gelu;
+  t.attention_dropout = f.number_or(attention_key, p, 0, 1);
+  t.hidden_dropout = f.number_or(hidden_key, p, 0, 1);
+}
+
+void read_hf_shape(const fields& f, transformer_shape& t) {
+  read_hf_layers(f, t);
   t.intermediate = f.integer("intermediate_size", 1, 64 * k_max_hidden);
   t.vocab = f.integer("vocab_size", 1, k_max_vocab);
   t.max_context = f.integer_or("max_position_embeddings", 0, 1, k_max_positions);
@@ -212,16 +227,23 @@ model_description parse_gpt2(const fields& f) {
   return m;
 }
 
+/// LLaMA-shaped attention and MLP: read_hf_shape's fields, num_key_value_heads (as many as
+/// the query heads when left out), head_dim (`head_dim` when left out; 0: hidden / heads),
+/// rotary positions over the whole head and no position table, a gated MLP.
+void read_llama_shape(const fields& f, transformer_shape& t, std::int64_t head_dim) {
+  read_hf_shape(f, t);
+  t.kv_heads = f.integer_or("num_key_value_heads", t.heads, 1, 4096);
+  t.head_dim = f.integer_or("head_dim", head_dim, 1, 4096);
+  t.max_positions = 0;
+  t.rotary_fraction = 1.0;
+  t.mlp = mlp_kind::swiglu;
+}
+
 model_description parse_llama_like(const fields& f, const std::string& type) {
   model_description m;
   m.family = model_family::llama;
   auto& t = m.t;
-  read_hf_shape(f, t);
-  t.kv_heads = f.integer_or("num_key_value_heads", t.heads, 1, 4096);
-  t.head_dim = f.integer_or("head_dim", 0, 1, 4096);
-  t.max_positions = 0;
-  t.rotary_fraction = 1.0;
-  t.mlp = mlp_kind::swiglu;
+  read_llama_shape(f, t, 0);
   const auto act = f.string_or("hidden_act", "silu");
   if (act != "silu" && act != "swish")
     f.fail(fmt::format("field 'hidden_act' = \"{}\" is not supported for {} (silu)", act, type));
@@ -350,12 +372,8 @@ model_description parse_gemma(const fields& f, const std::string& type) {
   model_description m;
   m.family = model_family::gemma;
   auto& t = m.t;
-  read_hf_shape(f, t);
-  t.kv_heads = f.integer_or("num_key_value_heads", t.heads, 1, 4096);
-  t.head_dim = f.integer_or("head_dim", 256, 1, 4096);
-  t.max_positions = 0;
-  t.rotary_fraction = 1.0;
-  t.mlp = mlp_kind::swiglu;  // gate/up/down; the gate's GELU (tanh) saves what SiLU saves
+  // gate/up/down; the gate's GELU (tanh) saves what SiLU saves.
+  read_llama_shape(f, t, 256);
   const auto act = f.string_or("hidden_activation", f.string_or("hidden_act", "gelu_pytorch_tanh"));
   if (act != "gelu_pytorch_tanh" && act != "gelu" && act != "gelu_new")
     f.fail(
@@ -394,9 +412,7 @@ model_description parse_falcon(const fields& f) {
   model_description m;
   m.family = model_family::falcon;
   auto& t = m.t;
-  t.hidden = f.integer("hidden_size", 1, k_max_hidden);
-  t.layers = f.integer("num_hidden_layers", 1, k_max_layers);
-  t.heads = f.integer("num_attention_heads", 1, 4096);
+  read_hf_layers(f, t);
   t.vocab = f.integer("vocab_size", 1, k_max_vocab);
   t.max_context = f.integer_or("max_position_embeddings", 0, 1, k_max_positions);
   if (f.boolean_or("alibi", false)) f.fail("alibi = true is not modelled for falcon");
@@ -413,10 +429,7 @@ model_description parse_falcon(const fields& f) {
       !new_arch || f.integer_or("num_ln_in_parallel_attn", new_arch ? 2 : 1, 1, 2) == 1;
   t.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
   t.qkv_bias = t.out_bias = t.mlp_bias = f.boolean_or("bias", false);
-  t.layer_norm = true;
-  t.mlp = mlp_kind::gelu;
-  t.attention_dropout = f.number_or("attention_dropout", 0.0, 0, 1);
-  t.hidden_dropout = f.number_or("hidden_dropout", 0.0, 0, 1);
+  read_layer_norm_gelu(f, t, "attention_dropout", "hidden_dropout", 0.0);
   check_heads(f, t, "num_attention_heads");
   return m;
 }
@@ -499,10 +512,7 @@ model_description parse_neox(const fields& f) {
   t.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
   t.qkv_bias = t.out_bias = f.boolean_or("attention_bias", true);
   t.mlp_bias = true;
-  t.layer_norm = true;
-  t.mlp = mlp_kind::gelu;
-  t.attention_dropout = f.number_or("attention_dropout", 0.0, 0, 1);
-  t.hidden_dropout = f.number_or("hidden_dropout", 0.0, 0, 1);
+  read_layer_norm_gelu(f, t, "attention_dropout", "hidden_dropout", 0.0);
   check_heads(f, t, "num_attention_heads");
   return m;
 }
@@ -516,10 +526,7 @@ model_description parse_bert(const fields& f) {
   t.type_vocab = f.integer_or("type_vocab_size", 2, 0, 1 << 16);
   t.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
   t.qkv_bias = t.out_bias = t.mlp_bias = true;
-  t.layer_norm = true;
-  t.mlp = mlp_kind::gelu;
-  t.attention_dropout = f.number_or("attention_probs_dropout_prob", 0.1, 0, 1);
-  t.hidden_dropout = f.number_or("hidden_dropout_prob", 0.1, 0, 1);
+  read_layer_norm_gelu(f, t, "attention_probs_dropout_prob", "hidden_dropout_prob", 0.1);
   t.embedding_dropout = t.hidden_dropout;
   // RoBERTa numbers positions from padding_idx + 1: two rows of its table are never used.
   if (f.string_or("model_type", "") != "bert")
@@ -534,10 +541,7 @@ model_description parse_hf_vit(const fields& f) {
   model_description m;
   m.family = model_family::hf_vit;
   auto& t = m.t;
-  t.hidden = f.integer("hidden_size", 1, k_max_hidden);
-  t.layers = f.integer("num_hidden_layers", 1, k_max_layers);
-  t.heads = f.integer("num_attention_heads", 1, 4096);
-  t.kv_heads = t.heads;
+  read_hf_layers(f, t);
   t.intermediate = f.integer("intermediate_size", 1, 64 * k_max_hidden);
   m.vit.patch = f.integer_or("patch_size", 16, 1, 1024);
   m.vit.image = f.integer_or("image_size", 224, 1, 1 << 14);
@@ -555,13 +559,10 @@ model_description parse_hf_vit(const fields& f) {
   t.tied_embeddings = false;
   t.qkv_bias = f.boolean_or("qkv_bias", true);
   t.out_bias = t.mlp_bias = true;
-  t.layer_norm = true;
-  t.mlp = mlp_kind::gelu;
   const auto act = f.string_or("hidden_act", "gelu");
   if (act != "gelu")
     f.fail(fmt::format("field 'hidden_act' = \"{}\" is not supported (gelu)", act));
-  t.attention_dropout = f.number_or("attention_probs_dropout_prob", 0.0, 0, 1);
-  t.hidden_dropout = f.number_or("hidden_dropout_prob", 0.0, 0, 1);
+  read_layer_norm_gelu(f, t, "attention_probs_dropout_prob", "hidden_dropout_prob", 0.0);
   check_heads(f, t, "num_attention_heads");
   return m;
 }

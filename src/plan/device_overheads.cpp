@@ -63,6 +63,12 @@ device_overheads overheads_from_probe(const std::string& path) {
     if (key.find("h2d.pinned") != std::string::npos && unit == "GB/s" &&
         key.find("sweep") == std::string::npos) {
       o.h2d_bytes_per_s = median * 1e9;
+    } else if (key.find("device.copy") != std::string::npos && unit == "GB/s") {
+      o.memory_bytes_per_s = median * 1e9;
+    } else if (key.find("gemm.bf16") != std::string::npos && unit == "TFLOP/s") {
+      o.gemm_flops = median * 1e12;
+    } else if (key.find("attention.bf16") != std::string::npos && unit == "TFLOP/s") {
+      o.attention_flops = median * 1e12;
     } else if (key.find("context") != std::string::npos) {
       if (unit == "MiB")
         o.context_bytes = static_cast<std::uint64_t>(median * MiB);

@@ -14,23 +14,7 @@ namespace {
 // 1.125x the device's memory per segment; only mapped pages count.
 constexpr std::uint64_t segment_span = std::uint64_t{1} << 44;
 
-std::uint64_t round_size(std::uint64_t bytes) {
-  constexpr std::uint64_t m = expandable_segments_model::min_block;
-  return bytes < m ? m : (bytes + m - 1) / m * m;
-}
-
 }  // namespace
-
-std::int32_t expandable_segments_model::new_block() {
-  if (!spare_.empty()) {
-    const std::int32_t b = spare_.back();
-    spare_.pop_back();
-    blocks_[b] = block{};
-    return b;
-  }
-  blocks_.emplace_back();
-  return static_cast<std::int32_t>(blocks_.size() - 1);
-}
 
 std::uint32_t expandable_segments_model::segment_for(bool small, std::uint32_t stream) {
   const std::uint64_t key = (std::uint64_t{stream} << 1) | (small ? 1 : 0);
@@ -38,9 +22,9 @@ std::uint32_t expandable_segments_model::segment_for(bool small, std::uint32_t s
   if (it != segment_of_key_.end()) return it->second;
   const auto s = static_cast<std::uint32_t>(segments_.size());
   segment seg;
-  seg.page = small ? small_page : large_page;
+  seg.page = small ? small_buffer : large_buffer;
   seg.base = (std::uint64_t{s} + 1) * segment_span;
-  const std::int32_t b = new_block();
+  const std::int32_t b = blocks_.make();
   blocks_[b].addr = seg.base;
   blocks_[b].size = segment_span;
   blocks_[b].segment = s;
@@ -80,37 +64,24 @@ std::int32_t expandable_segments_model::merge(std::int32_t b) {
   };
   if (const std::int32_t p = blocks_[b].prev; alike(p)) {
     unlist_free(p);
-    blocks_[p].size += blocks_[b].size;
-    blocks_[p].next = blocks_[b].next;
-    if (blocks_[b].next >= 0) blocks_[blocks_[b].next].prev = p;
-    spare_.push_back(b);
+    blocks_.absorb_next(p);
     b = p;
   }
   if (const std::int32_t n = blocks_[b].next; alike(n)) {
     unlist_free(n);
-    blocks_[b].size += blocks_[n].size;
-    blocks_[b].next = blocks_[n].next;
-    if (blocks_[n].next >= 0) blocks_[blocks_[n].next].prev = b;
-    spare_.push_back(n);
+    blocks_.absorb_next(b);
   }
   return b;
 }
 
 // Splits `size` bytes off the front of b (unlisted); the rest keeps b's state and is returned.
 std::int32_t expandable_segments_model::split(std::int32_t b, std::uint64_t size) {
-  const std::int32_t r = new_block();
-  block& x = blocks_[b];
+  const std::int32_t r = blocks_.split(b, size);
+  const block& x = blocks_[b];
   block& y = blocks_[r];
-  y.addr = x.addr + size;
-  y.size = x.size - size;
   y.segment = x.segment;
   y.free = x.free;
   y.mapped = x.mapped;
-  y.prev = b;
-  y.next = x.next;
-  if (x.next >= 0) blocks_[x.next].prev = r;
-  x.next = r;
-  x.size = size;
   return r;
 }
 
@@ -145,11 +116,7 @@ std::uint64_t expandable_segments_model::growable_size(std::uint64_t addr) const
 }
 
 std::uint32_t expandable_segments_model::malloc(std::uint64_t bytes, std::uint32_t stream) {
-  const auto handle = static_cast<std::uint32_t>(handle_block_.size());
-  if (bytes == 0) {
-    handle_block_.push_back(-1);
-    return handle;
-  }
+  if (bytes == 0) return add_handle(-1, 0);
   const std::uint64_t size = round_size(bytes);
   const std::uint32_t s = segment_for(size <= small_size, stream);
   std::int32_t found = -1;
@@ -212,9 +179,8 @@ std::uint32_t expandable_segments_model::malloc(std::uint64_t bytes, std::uint32
             std::min(blocks_[x].size, (size - have + page - 1) / page * page);
         if (want < blocks_[x].size) list_free(split(x, want));
         blocks_[x].mapped = true;
-        reserved_ += want;
+        reserve(want);
         pages_mapped_ += want / page;
-        peak_reserved_ = std::max(peak_reserved_, reserved_);
         merged = merge(x);
         list_free(merged);
         // The merged block starts at `start` and may have taken in a free block above too.
@@ -232,17 +198,11 @@ std::uint32_t expandable_segments_model::malloc(std::uint64_t bytes, std::uint32
   }
   if (blocks_[found].size - size >= min_block) list_free(split(found, size));
   blocks_[found].free = false;
-  allocated_ += blocks_[found].size;
-  peak_allocated_ = std::max(peak_allocated_, allocated_);
-  handle_block_.push_back(found);
-  return handle;
+  return add_handle(found, blocks_[found].size);
 }
 
 void expandable_segments_model::free(std::uint32_t handle) {
-  if (handle >= handle_block_.size()) throw logic_error("expandable_segments_model: bad handle");
-  const std::int32_t b = handle_block_[handle];
-  if (b == -2) throw logic_error("expandable_segments_model: handle freed twice");
-  handle_block_[handle] = -2;
+  const std::int32_t b = take_handle(handle, "expandable_segments_model");
   if (b < 0) return;
   allocated_ -= blocks_[b].size;
   blocks_[b].free = true;

@@ -20,48 +20,233 @@ namespace {
 /// Tokens processed per sample: sequence length, or ViT-style patches for vision models (a
 /// coarse stand-in that keeps the ranking between configurations of one model consistent).
 double tokens_per_sample(const model_description& m, const plan_request& r) {
-  if (m.is_vision()) return static_cast<double>((r.image_size / 16) * (r.image_size / 16));
+  const std::int64_t side = r.image_size / 16;
+  if (m.is_vision()) return static_cast<double>(side * side);
   return static_cast<double>(r.mode == run_mode::train ? r.seq : r.prompt + r.new_tokens);
 }
 
 const gpu_spec& generic_gpu() { return find_gpu("H100 SXM 80GB"); }
 
+// Efficiencies of the catalogue's datasheet rates when no probe file gives the rate
+// (docs/plan.md, "Cost model", names the sources).
+constexpr double k_gemm_efficiency = 0.80;       // large bf16 GEMMs: 794.5 of 989 TFLOP/s, H100 SXM
+constexpr double k_attention_efficiency = 0.35;  // FlashAttention-2 on H100
+constexpr double k_memory_efficiency = 0.89;     // device copy: 4,267 of 4,800 GB/s, H200
+// Eager PyTorch's host cost of one op (dispatch and launch): the floor of a kernel's time.
+constexpr double k_op_dispatch_s = 8e-6;
+
+bool is_expert(const std::string& name) { return name.rfind("moe_experts", 0) == 0; }
+
 }  // namespace
+
+kernel_rates kernel_rates_for(const gpu_spec& gpu, const device_overheads& o, precision p) {
+  kernel_rates k;
+  const bool fp32 = p == precision::fp32;
+  const double peak = fp32 ? gpu.fp32_flops : gpu.bf16_flops;
+  const bool gemm_probe = !fp32 && o.gemm_flops > 0, attn_probe = !fp32 && o.attention_flops > 0;
+  const bool mem_probe = o.memory_bytes_per_s > 0;
+  k.gemm_flops = gemm_probe ? o.gemm_flops : peak * k_gemm_efficiency;
+  k.attention_flops = attn_probe ? o.attention_flops : peak * k_attention_efficiency;
+  k.memory_bytes_per_s =
+      mem_probe ? o.memory_bytes_per_s : gpu.hbm_bytes_per_s * k_memory_efficiency;
+  const int probed = int{gemm_probe} + int{attn_probe} + int{mem_probe};
+  k.source = probed == 0 ? "catalogue" : probed == 3 ? "probe" : "probe and catalogue";
+  return k;
+}
+
+double step_time_parts::step_s() const noexcept {
+  return micro_batches * (blocks * (block_forward_s + block_backward_s) + recompute_s + outside_s) +
+         optimizer_s;
+}
+
+step_time_parts estimate_step_parts(const model_description& m, const plan_request& r,
+                                    const gpu_spec& gpu, const device_overheads& o) {
+  if (r.mode != run_mode::train || m.is_vision())
+    throw invalid_input(
+        "the step-time parts are modelled for training transformer language models");
+  const auto& t = m.t;
+  step_time_parts out;
+  const kernel_rates k = kernel_rates_for(gpu, o, r.prec);
+  out.rates = k;
+  const double mem = k.memory_bytes_per_s;
+  const bool amp = r.prec == precision::amp_bf16 || r.prec == precision::amp_fp16;
+  const double low = r.prec == precision::fp32 ? 4 : 2;             // GEMM inputs and outputs
+  const double resid = (r.prec == precision::fp32 || amp) ? 4 : 2;  // residual stream, norms
+  const double w = r.prec == precision::bf16 ? 2 : 4;               // parameters and states
+  if (r.micro_batch < 1 || r.batch < 1 || r.seq < 1)
+    throw invalid_input("the step-time parts need a validated request (batch, micro-batch, seq)");
+  const auto b = static_cast<double>(r.micro_batch);
+  const auto s = static_cast<double>(r.seq);
+  const double tokens = b * s;
+  const auto h = static_cast<double>(t.hidden);
+  const auto n_layers = static_cast<double>(std::max<std::int64_t>(1, t.layers));
+  const double hd = static_cast<double>(
+      t.head_dim > 0 ? t.head_dim : t.hidden / std::max<std::int64_t>(1, t.heads));
+  const double nq = static_cast<double>(t.heads) * hd;
+  const double nkv = static_cast<double>(t.kv_heads > 0 ? t.kv_heads : t.heads) * hd;
+  const bool lora = r.lora_rank > 0;
+  // Multiply-adds per token: the blocks' weight matrices (routed experts at top_k of them) and
+  // the head's.
+  double block_macs = 0;
+  for (const auto& p : parameter_tensors(m)) {
+    if (p.layer < 0 || p.name.find("norm") != std::string::npos) continue;
+    auto e = static_cast<double>(p.elements);
+    if (is_expert(p.name) && t.moe.experts > 0)
+      e *= static_cast<double>(t.moe.top_k) / static_cast<double>(t.moe.experts);
+    block_macs += e;
+  }
+  block_macs /= n_layers;
+  const auto vocab = static_cast<double>(t.vocab);
+  const double head_macs = vocab * h + (m.family == model_family::bert ? h * h : 0);
+  const double tp = r.tp;
+
+  // GEMMs: 2 FLOPs per multiply-add; backward computes input and weight gradients (LoRA's frozen
+  // base: input gradients only); QLoRA dequantises every weight before its GEMMs.
+  const double gemm_fwd = 2 * tokens * block_macs / k.gemm_flops;
+  const double gemm_bwd = gemm_fwd * (lora ? 1 : 2);
+  const double dequant =
+      r.quant == quant_kind::nf4 ? block_macs * (0.5 + 2) / mem : 0;  // read nf4, write bf16
+  // Attention's s^2 terms: QK^T and PV, 2 b s^2 (heads x head_dim) FLOPs each; a causal fused
+  // kernel skips the masked half; eager attention runs them as GEMMs on the whole square and
+  // adds the memory-bound softmax over it.
+  const bool causal = m.family != model_family::bert && m.family != model_family::t5;
+  const bool eager = r.attention == attention_kind::eager;
+  double s_kv = s;
+  if (t.sliding_window > 0 && !t.sliding_layers.empty()) {
+    const auto n_sl = static_cast<double>(
+        std::count(t.sliding_layers.begin(), t.sliding_layers.end(), std::uint8_t{1}));
+    const double win = std::min(s, static_cast<double>(t.sliding_window));
+    s_kv = (n_sl * win + (n_layers - n_sl) * s) / n_layers;
+  }
+  const double attn_flops = 4 * b * s * s_kv * nq * (causal && !eager ? 0.5 : 1);
+  double attn_fwd = 0, attn_bwd = 0, scores_fwd = 0;
+  if (eager) {
+    attn_fwd = attn_flops / k.gemm_flops;
+    attn_bwd = 2 * attn_fwd;
+    // Scaled and masked scores, softmax (fp32 under autocast), its cast back, dropout.
+    const double per = 4 * low + 8 + (t.attention_dropout > 0 ? 2 * low + 1 : 0);
+    scores_fwd = b * static_cast<double>(t.heads) * s * s_kv * per / mem;
+  } else {
+    attn_fwd = attn_flops / k.attention_flops;
+    attn_bwd = 2.5 * attn_fwd;  // the fused backward recomputes QK^T: 5 GEMMs against 2
+  }
+  // Memory-bound kernels per token of a block's forward, bytes read plus written: the two
+  // norms, autocast's casts of fp32 activations into each projection, rotary embeddings on q
+  // and k (fp32 under autocast: cos/sin follow the fp32 residual stream), the residual adds,
+  // dropout and the MLP's activation (SwiGLU: SiLU and the product).
+  const double rms = resid == 4 ? 28 : 38;
+  const double norm = t.layer_norm ? 2 * resid + 2 : rms;
+  double norms = t.shared_parallel_norm ? 1 : 2;
+  if (t.sandwich_norm) norms += 2;
+  const bool fused_qkv = m.family == model_family::gpt2 || m.family == model_family::gpt_neox ||
+                         m.family == model_family::falcon || m.family == model_family::phi3;
+  const bool gated = t.mlp == mlp_kind::swiglu;
+  const double casts = amp ? ((fused_qkv ? 1 : 3) + (gated ? 2 : 1)) * (resid + low) * h : 0;
+  const double rope = t.rotary_fraction * (nq + nkv) * (amp ? 36 : 10 * low);
+  const double residual = 2 * (2 * resid + low) * h;
+  const double dropout = t.hidden_dropout > 0 ? 2 * (2 * low + 1) * h : 0;
+  auto f_eff = static_cast<double>(t.intermediate);
+  double routing = 0;
+  if (t.moe.experts > 0) {
+    f_eff = static_cast<double>(t.moe.top_k * t.moe.expert_ffn + t.moe.shared_ffn);
+    routing = 4 * static_cast<double>(t.moe.top_k) * h * low;  // gather and scatter of tokens
+  }
+  const double act = t.mlp == mlp_kind::gelu_python ? 16 * low
+                     : t.mlp == mlp_kind::gelu      ? 2 * low
+                                                    : 5 * low;
+  const double elem_bytes =
+      tokens * (norms * norm * h + casts + rope + residual + dropout + act * f_eff + routing);
+  const double elem_fwd = elem_bytes / mem;
+  // Autocast casts each fp32 weight to 16 bits per forward, and each 16-bit weight gradient back.
+  const double cast_fwd = amp && !lora ? 6 * block_macs / mem : 0;
+  // Eager ops of a block (forward, backward): their dispatch is the floor of the block's time.
+  const double ops_fwd = 40, ops_bwd = 80;
+  out.block_forward_s =
+      std::max(ops_fwd * k_op_dispatch_s,
+               (gemm_fwd + attn_fwd + scores_fwd + elem_fwd + cast_fwd + dequant) / tp);
+  out.block_backward_s =
+      std::max(ops_bwd * k_op_dispatch_s,
+               (gemm_bwd + attn_bwd + 2 * scores_fwd + 2 * elem_fwd + cast_fwd + dequant) / tp);
+  out.blocks = static_cast<int>((t.layers + r.pp - 1) / r.pp);
+  if (r.ckpt == checkpointing::full)
+    out.recompute_s = out.blocks * out.block_forward_s;
+  else if (r.ckpt == checkpointing::selective)
+    out.recompute_s = out.blocks * (eager ? attn_fwd + scores_fwd : attn_fwd) / tp;
+  // Outside the blocks: the head's GEMMs, the logits upcast to fp32 for the loss and the
+  // cross-entropy forward and backward (36 bytes a logit; 24 when they are fp32 already), the
+  // final norm, the embedding's gather and its gradient's scatter into a zeroed table.
+  const double logits = tokens * vocab * (r.prec == precision::fp32 ? 24 : 36);
+  const double outside_bytes = logits + 3 * tokens * norm * h + tokens * h * (2 * resid + 12) +
+                               4 * vocab * h + (amp && !lora ? 12 * head_macs : 0);
+  out.outside_s = (6 * tokens * head_macs / k.gemm_flops + outside_bytes / mem) / tp;
+  // The optimizer's passes over parameters, gradients and states (foreach AdamW: 21 accesses of
+  // a parameter's 4 bytes; fused: 7), over the trainable parameters of this GPU's shard.
+  const int dp = std::max(1, r.data_parallel());
+  auto trainable = static_cast<double>(parameter_count(m));
+  if (lora) trainable = 0.01 * trainable;  // adapters: a percent or so of the model
+  trainable /= (tp * r.pp) * (r.zero >= 1 ? dp : 1);
+  double per_param = 0;
+  switch (r.optimizer) {
+    case optimizer_kind::adam:
+    case optimizer_kind::adamw:
+      per_param = 21 * w;
+      break;
+    case optimizer_kind::adamw_fused:
+      per_param = 7 * w;
+      break;
+    case optimizer_kind::sgd:
+      per_param = 3 * w;
+      break;
+    case optimizer_kind::sgd_momentum:
+      per_param = 6 * w;
+      break;
+    case optimizer_kind::adamw_8bit:
+    case optimizer_kind::paged_adamw_8bit:
+      per_param = 3 * w + 4;
+      break;
+  }
+  out.optimizer_s = trainable * per_param / mem;
+  const std::int64_t micro_batches = r.batch / dp / r.micro_batch;  // whole micro-batches
+  out.micro_batches = static_cast<double>(micro_batches);
+  return out;
+}
 
 double estimate_step_time(const model_description& m, const plan_request& r, const gpu_spec& gpu,
                           const device_overheads& o) {
-  const double P = static_cast<double>(parameter_count(m));
+  const auto params = static_cast<double>(parameter_count(m));
   const double tokens = tokens_per_sample(m, r) * static_cast<double>(r.batch);
   const double rate = r.prec == precision::fp32 ? gpu.fp32_flops : gpu.bf16_flops;
   if (r.mode == run_mode::infer) {
-    // Decode is bound by reading the weights once per token; prefill by 2 P FLOPs per token.
-    const double wbytes = P *
+    // Decode is bound by reading the weights once per token; prefill by 2 params FLOPs per token.
+    const double wbytes = params *
                           (r.quant == quant_kind::int4 || r.quant == quant_kind::nf4 ? 0.5
                            : r.quant == quant_kind::int8 || r.quant == quant_kind::fp8
                                ? 1
                                : (r.prec == precision::fp32 ? 4 : 2)) /
                           r.tp;
-    const double prefill = 2 * P * static_cast<double>(r.batch * r.prompt) / (rate * 0.5 * r.tp);
+    const double prefill =
+        2 * params * static_cast<double>(r.batch * r.prompt) / (rate * 0.5 * r.tp);
     return prefill + static_cast<double>(r.new_tokens) * wbytes / gpu.hbm_bytes_per_s;
   }
-  // Training: 6 P FLOPs per token; full recompute adds one forward (2 P), selective recompute a
-  // few percent (attention core only). LoRA skips the base's weight gradients (4 P: forward and
-  // input gradients); QLoRA dequantises every weight in forward, recompute and backward (taken
-  // as +25%).
-  double flops = (r.lora_rank > 0 ? 4 : 6) * P * tokens;
-  if (r.lora_rank > 0 && r.quant == quant_kind::nf4) flops *= 1.25;
-  if (r.ckpt == checkpointing::full) flops += 2 * P * tokens;
-  if (r.ckpt == checkpointing::selective) flops += 0.05 * 2 * P * tokens;
-  // Efficiency falls for small micro-batches: kernels launch per micro-batch regardless of size.
-  const double mb_tokens = tokens_per_sample(m, r) * static_cast<double>(r.micro_batch);
-  const double eff = 0.5 * mb_tokens / (mb_tokens + 2048.0);
-  double t = flops / (rate * eff * r.gpus);
+  double t = 0;
+  const std::int64_t micro_batches = r.batch / r.data_parallel() / r.micro_batch;
+  const auto mbs = static_cast<double>(micro_batches);
+  if (m.is_vision()) {
+    // Vision models: 6 params FLOPs per token (ViT patches), full recompute adds 2 params;
+    // efficiency falls for small micro-batches, whose kernels launch regardless of size.
+    double flops = 6 * params * tokens;
+    if (r.ckpt == checkpointing::full) flops += 2 * params * tokens;
+    const double mb_tokens = tokens_per_sample(m, r) * static_cast<double>(r.micro_batch);
+    const double eff = 0.5 * mb_tokens / (mb_tokens + 2048.0);
+    t = flops / (rate * eff * r.gpus);
+  } else {
+    t = estimate_step_parts(m, r, gpu, o).step_s();
+  }
   // Pipeline bubble (1F1B): (pp - 1) / (micro-batches + pp - 1) of the time is idle.
-  const double mbs = static_cast<double>(r.batch / r.data_parallel() / r.micro_batch);
   if (r.pp > 1) t /= 1.0 - (r.pp - 1) / (mbs + r.pp - 1);
   const int dp = r.data_parallel();
   const double link = gpu.nvlink_bytes_per_s > 0 ? gpu.nvlink_bytes_per_s : gpu.pcie_bytes_per_s();
-  const double grad_bytes = 2 * P / (r.tp * r.pp);
+  const double grad_bytes = 2 * params / (r.tp * r.pp);
   if (dp > 1) {
     // Ring all-reduce (or reduce-scatter + all-gather) moves 2 (N-1)/N of the gradients; ZeRO-3
     // adds the parameter all-gather of the backward pass (1.5x).
@@ -75,7 +260,7 @@ double estimate_step_time(const model_description& m, const plan_request& r, con
     t += mbs * 4 * static_cast<double>(m.t.layers) / r.pp * 2.0 * (r.tp - 1) / r.tp * act / link;
   }
   const double pcie = o.h2d_bytes_per_s > 0 ? o.h2d_bytes_per_s : gpu.pcie_bytes_per_s();
-  const double shard = P / (r.tp * r.pp) / dp;
+  const double shard = params / (r.tp * r.pp) / dp;
   if (r.offload != offload_kind::none) {
     // Gradients down and parameters up once per step, plus the CPU optimizer streaming 16 bytes
     // of state per parameter through ~100 GB/s of host memory.
@@ -89,7 +274,7 @@ double estimate_step_time(const model_description& m, const plan_request& r, con
 double estimate_step_time(const plan_result& p, const gpu_spec& gpu, const device_overheads& o) {
   double t = estimate_step_time(p.model, p.request, gpu, o);
   // Paged optimizer states that do not stay resident migrate in and out once per step.
-  const double paged = static_cast<double>(p.managed_bytes - p.managed_resident_bytes);
+  const auto paged = static_cast<double>(p.managed_bytes - p.managed_resident_bytes);
   const double pcie = o.h2d_bytes_per_s > 0 ? o.h2d_bytes_per_s : gpu.pcie_bytes_per_s();
   return t + 2 * paged / pcie;
 }
@@ -182,7 +367,7 @@ search_axes axes_of(const model_description& m, const plan_request& base, const 
         // Inference plans one replica over all the GPUs.
         if (!train && tp * pp != base.gpus) continue;
         if ((base.batch % (base.gpus / tp / pp)) != 0) continue;
-        a.layouts.push_back({tp, pp});
+        a.layouts.emplace_back(tp, pp);
       }
     }
   }
@@ -343,7 +528,8 @@ class searcher {
     return sizes[lo];
   }
 
-  fit_candidate candidate(const plan_result& p, std::int64_t mb, std::int64_t per_gpu) const {
+  [[nodiscard]] fit_candidate candidate(const plan_result& p, std::int64_t mb,
+                                        std::int64_t per_gpu) const {
     fit_candidate c;
     c.request = p.request;
     c.device_peak_bytes = p.device_peak_bytes;
@@ -375,13 +561,13 @@ class searcher {
               : fmt::format("micro-batch {} x {} accumulation steps: the largest divisor of {} "
                             "that fits",
                             mb, per_gpu / mb, per_gpu));
-      c.reasons.push_back(
+      c.reasons.emplace_back(
           q.ckpt == checkpointing::none ? "checkpointing none: no recompute"
           : q.ckpt == checkpointing::selective
               ? "checkpointing selective: eager attention's s x s tensors recomputed (a few % "
                 "more compute)"
-              : "checkpointing full: one extra forward per step (about +33% compute) to keep "
-                "only layer inputs");
+              : "checkpointing full: every block's forward runs again in backward to keep only "
+                "layer inputs");
     } else {
       c.reasons.push_back(
           mb == per_gpu

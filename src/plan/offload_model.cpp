@@ -50,9 +50,10 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   // the window waits for the link.
   double t = 0, link = 0, stall = 0;
   std::map<int, double> outs;
+  const auto codec = [&](int i, double s) { return mix[i] == block_policy::checkpoint ? 0.0 : s; };
   for (int i = 0; i < n; ++i) {
     const double start = t;
-    t += t_f;
+    t += t_f + codec(i, in.pack_s);
     if (mix[i] != block_policy::offload) continue;
     link = std::max(std::max(link, start) + copy_out, t);
     outs[i] = link;
@@ -102,11 +103,12 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
         std::count_if(ready.begin(), ready.end(), [&](const auto& r) { return r.first <= i; });
     held = std::max(held,
                     (static_cast<double>(back) + (mix[i] == block_policy::checkpoint ? 1 : 0)) * a);
-    t += t_b + (mix[i] == block_policy::checkpoint ? t_f : 0.0);
+    t += t_b + (mix[i] == block_policy::checkpoint ? t_f : codec(i, in.unpack_s));
   }
 
   offload_estimate e;
-  e.compute_s = n * (t_f + t_b) + n_ck * t_f + in.other_time_s;
+  e.compute_s =
+      n * (t_f + t_b) + n_ck * t_f + (n - n_ck) * (in.pack_s + in.unpack_s) + in.other_time_s;
   e.step_time_s = t + in.other_time_s;
   e.copy_s = n_off * (copy_out + copy_in);
   e.exposed_copy_s = stall + wait;
@@ -200,13 +202,25 @@ offload_option parse_offload_option(std::string_view value, int n_blocks) {
   o.activations = true;
   o.optimizer = head == "both";
   o.activation_blocks = n_blocks;
+  if (!count.empty() && count.find_first_not_of("ock") == std::string_view::npos) {
+    for (const char c : count)
+      o.mix.push_back(c == 'o'   ? block_policy::offload
+                      : c == 'c' ? block_policy::checkpoint
+                                 : block_policy::keep);
+    if (n_blocks > 0 && static_cast<int>(o.mix.size()) != n_blocks)
+      throw bad(fmt::format("the mix names {} blocks; the model has {}", o.mix.size(), n_blocks));
+    o.activation_blocks =
+        static_cast<int>(std::count(o.mix.begin(), o.mix.end(), block_policy::offload));
+    return o;
+  }
   if (!count.empty() || value.back() == ':') {
     int n = 0;
     const auto* end = count.data() + count.size();
     const auto [p, ec] = std::from_chars(count.data(), end, n);
     if (ec != std::errc{} || p != end || n < 1)
-      throw bad("N must be a whole number of blocks, at least 1");
-    if (n > n_blocks) throw bad(fmt::format("N is larger than the model's {} blocks", n_blocks));
+      throw bad("N must be a whole number of blocks, at least 1, or a mix of o, c and k per block");
+    if (n_blocks > 0 && n > n_blocks)
+      throw bad(fmt::format("N is larger than the model's {} blocks", n_blocks));
     o.activation_blocks = n;
   }
   return o;

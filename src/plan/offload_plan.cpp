@@ -21,6 +21,13 @@ namespace {
 constexpr double k_fp8_bytes = 1.0 + 4.0 / 128.0;
 /// Fraction of the HBM rate the pack/unpack kernels reach.
 constexpr double k_kernel_efficiency = 0.7;
+/// Share of a copy hidden behind compute that still lengthens the step: the offload stage's
+/// measured 13.9 ms (overlap 90.8%, docs/results/2026-12-01-h200-third-round.md) over the 213 ms
+/// of copies the model schedules for that mix.
+constexpr double k_copy_interference = 0.065;
+/// Each direction's share of the one-way pinned rate when both directions copy at once: vramkit
+/// probe's bidirectional pinned figure on an H200, 89.96 GB/s against 55.28 one way (0.81).
+constexpr double k_bidirectional_share = 0.81;
 
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> out;
@@ -153,56 +160,63 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   const auto rows = static_cast<double>(r.micro_batch * r.seq);
   const auto h = static_cast<double>(t.hidden);
   const auto f = static_cast<double>(t.intermediate);
-  // Elements vramkit.compress_activations stores per block, and their bytes uncompressed.
-  double elems = 0, bytes = 0;
-  const auto add = [&](double n, double b) {
-    elems += n;
-    bytes += n * b;
+  // Per block, in bytes: what vramkit.compress_activations takes out of the saved tensors, what
+  // its encodes read (casts of one source share one copy) and what it stores.
+  double removed = 0, read = 0, stored = 0;
+  // n elements of b bytes each, `copies` of them distinct, stored at `to` bytes an element.
+  const auto add = [&](double n, double b, double copies, double to) {
+    removed += n * b;
+    read += copies * b;
+    stored += copies * to;
   };
   if (c.enabled) {
     // Separate q/k/v projections under autocast each save their own cast of the norm's fp32
-    // output; a fused projection, or no cast, saves one. o_proj's input is a view of the
-    // attention output the attention kernel saves anyway: left alone (it would add bytes).
+    // output (one compressed copy for the three); a fused projection, or no cast, saves one.
+    // o_proj's input is a view of the attention output the attention kernel saves anyway: left
+    // alone (it would add bytes).
     const bool separate = m.family == model_family::llama || m.family == model_family::moe ||
                           m.family == model_family::bert;
-    if (c.attn) add((amp && separate ? 3 : 1) * rows * h, low);
+    if (c.attn) add((amp && separate ? 3 : 1) * rows * h, low, rows * h, k_fp8_bytes);
     if (c.mlp) {
-      // Gated MLPs: gate and up each cast the input under autocast, and save their outputs,
-      // the activation's output and the product; GELU MLPs: the input, fc1's output and the
-      // activation's output.
+      // Gated MLPs: gate and up each cast the input under autocast (one copy for both), and
+      // save their outputs, the activation's output and the product; GELU MLPs: the input,
+      // fc1's output and the activation's output.
       if (t.mlp == mlp_kind::swiglu)
-        add((amp ? 2 : 1) * rows * h + 4 * rows * f, low);
+        add((amp ? 2 : 1) * rows * h + 4 * rows * f, low, rows * h + 4 * rows * f, k_fp8_bytes);
       else
-        add(rows * h + 2 * rows * f, low);
+        add(rows * h + 2 * rows * f, low, rows * h + 2 * rows * f, k_fp8_bytes);
     }
-    // RMSNorm saves its input and its normalized output, LayerNorm its input: two norms a block.
-    if (c.norm) add((t.layer_norm ? 2 : 4) * rows * h, resid);
+    if (c.norm) {
+      // Two norms a block, each saving its input (the residual stream: kept as bf16 when it is
+      // fp32, left alone when 16-bit) and, RMSNorm, its normalized output (fp8).
+      const double inputs = 2 * rows * h, outputs = t.layer_norm ? 0 : 2 * rows * h;
+      if (resid == 4) add(inputs, resid, inputs, 2);
+      add(outputs, resid, outputs, k_fp8_bytes);
+    }
   }
-  const double compressible = std::min(bytes, 0.9 * static_cast<double>(saved));
-  const double comp_elems = bytes > 0 ? elems * compressible / bytes : 0.0;
+  const double compressible = std::min(removed, 0.9 * static_cast<double>(saved));
+  const double share = removed > 0 ? compressible / removed : 0.0;
   s.compressible_bytes_per_block = static_cast<std::uint64_t>(compressible);
   const double hbm = gpu.hbm_bytes_per_s * k_kernel_efficiency;
-  // One kernel each way (libvramkit_compress.so): read the tensor, write fp8 + scales; read
-  // them back, write the tensor.
-  s.pack_s_per_block = (compressible + comp_elems * k_fp8_bytes) / hbm;
+  // One kernel each way (libvramkit_compress.so) per stored copy: read the tensor, write what
+  // is stored; read that back, write the tensor.
+  s.pack_s_per_block = share * (read + stored) / hbm;
   s.unpack_s_per_block = s.pack_s_per_block;
 
   auto& in = s.inputs;
-  in.block_bytes = static_cast<std::uint64_t>(static_cast<double>(saved) - compressible +
-                                              comp_elems * k_fp8_bytes);
+  in.block_bytes =
+      static_cast<std::uint64_t>(static_cast<double>(saved) - compressible + share * stored);
   in.input_bytes = static_cast<std::uint64_t>(rows * h * resid);
-  // Compute: the cost model's step split between the blocks (their share of the parameters)
-  // and the rest, per micro-batch.
-  const double step_s = estimate_step_time(m, r, gpu, o);
-  const auto params = static_cast<double>(base.parameters);
-  const double embed = static_cast<double>(t.vocab) * h * (t.tied_embeddings ? 1 : 2);
-  const double frac = params > embed ? (params - embed) / params : 1.0;
-  const auto micro_batches = r.batch / r.data_parallel() / r.micro_batch;  // whole micro-batches
-  const auto mbs = static_cast<double>(micro_batches);
-  const double per_micro = step_s / mbs;
-  in.t_fwd_s = per_micro * frac / 3 / s.n_blocks + (c.enabled ? s.pack_s_per_block : 0);
-  in.t_bwd_s = 2 * per_micro * frac / 3 / s.n_blocks + (c.enabled ? s.unpack_s_per_block : 0);
-  in.other_time_s = per_micro * (1 - frac);
+  // Compute: the cost model's parts, per micro-batch (the head, the loss and the optimizer's
+  // share of the step outside the blocks); the codec's kernels are the model's own terms.
+  const step_time_parts parts = estimate_step_parts(m, r, gpu, o);
+  const double mbs = parts.micro_batches;
+  in.t_fwd_s = parts.block_forward_s;
+  in.t_bwd_s = parts.block_backward_s;
+  in.pack_s = c.enabled ? s.pack_s_per_block : 0;
+  in.unpack_s = c.enabled ? s.unpack_s_per_block : 0;
+  in.other_time_s = parts.outside_s + (optimizer ? 0.0 : parts.optimizer_s / mbs);
+  s.compute = parts;
   s.micro_batches = mbs;
   s.link = offload_link_for(o, &gpu);
   in.d2h_bytes_per_s = in.h2d_bytes_per_s = s.link.bytes_per_s;
@@ -225,8 +239,10 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
       throw invalid_input(
           "--offload both moves Adam's moments: it needs --optimizer adam or adamw");
     const double w = r.prec == precision::bf16 ? 2 : 4;
-    const auto est = estimate_optimizer_offload(base.parameters, master_weights::none,
-                                                s.link.bytes_per_s, s.link.bytes_per_s);
+    // Moments stream in and out at once: each direction at the link's bidirectional share.
+    const double each = s.link.bytes_per_s * k_bidirectional_share;
+    const auto est = estimate_optimizer_offload(base.parameters, master_weights::none, each, each);
+    const auto params = static_cast<double>(base.parameters);
     other += static_cast<double>(est.device_buffer_bytes) - 2 * w * params;
     other_keep += static_cast<double>(est.device_buffer_bytes) - 2 * w * params;
     s.optimizer_host_bytes = est.host_bytes;
@@ -254,16 +270,27 @@ offload_plan evaluate_offload(const offload_setup& s, const std::vector<block_po
   p.allocated_peak_bytes = p.estimate.device_peak_bytes;
   p.device_peak_bytes = p.allocated_peak_bytes + s.cache_bytes + s.context_bytes;
   p.host_pinned_bytes = p.estimate.host_pinned_bytes + s.optimizer_host_bytes;
-  p.step_time_s = s.micro_batches * p.estimate.step_time_s + s.optimizer_time_s;
+  // Copies the schedule hides still slow the compute they overlap (HBM traffic, the engine's
+  // per-tensor work in the hooks): a fraction of the hidden copy time shows in the step.
+  const double hidden = p.estimate.copy_s - p.estimate.exposed_copy_s;
+  p.step_time_s = s.micro_batches * (p.estimate.step_time_s + k_copy_interference * hidden) +
+                  s.optimizer_time_s;
   return p;
 }
 
 offload_plan plan_offload(const model_description& m, const plan_request& r,
                           const offload_option& opt, const compress_option& c, const gpu_spec& gpu,
                           const device_overheads& o) {
+  if (r.ckpt == checkpointing::selective)
+    throw invalid_input("--offload with --checkpointing selective: give none or full");
+  if (!opt.mix.empty() && r.ckpt != checkpointing::none)
+    throw invalid_input(
+        "--offload with a mix names each block's checkpointing: drop --checkpointing");
   const auto s = make_offload_setup(m, r, c, opt.optimizer, gpu, o);
+  if (!opt.mix.empty()) return evaluate_offload(s, opt.mix, c, opt.optimizer);
   const int n = opt.activations ? opt.activation_blocks : 0;
-  return evaluate_offload(s, arrange_mix(s.n_blocks, n, 0), c, opt.optimizer);
+  const int ck = r.ckpt == checkpointing::full ? s.n_blocks - n : 0;
+  return evaluate_offload(s, arrange_mix(s.n_blocks, n, ck), c, opt.optimizer);
 }
 
 std::optional<offload_plan> fit_offload(const model_description& m, const plan_request& r,
@@ -381,35 +408,39 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
 }
 
 std::string offload_json(const offload_plan& p) {
-  nlohmann::ordered_json j;
   const auto& s = p.setup;
   const auto n = [&](block_policy b) { return std::count(p.mix.begin(), p.mix.end(), b); };
-  j["activation_blocks"] = n(block_policy::offload);
-  j["optimizer"] = p.optimizer;
-  j["compress_activations"] = p.compress.to_string();
   auto mix = nlohmann::ordered_json::array();
   for (auto b : p.mix) mix.push_back(to_string(b));
-  j["mix"] = mix;
-  j["allocated_peak_bytes"] = p.allocated_peak_bytes;
-  j["device_peak_bytes"] = p.device_peak_bytes;
-  j["host_pinned_bytes"] = p.host_pinned_bytes;
-  j["step_time_s"] = p.step_time_s;
-  j["compute_s"] = p.estimate.compute_s;
-  j["copy_s"] = p.estimate.copy_s;
-  j["exposed_copy_s"] = p.estimate.exposed_copy_s;
-  j["overlap"] = p.estimate.overlap;
-  j["optimizer_time_s"] = s.optimizer_time_s;
-  j["saved_bytes_per_block"] = s.saved_bytes_per_block;
-  j["stored_bytes_per_block"] = s.inputs.block_bytes;
-  j["compressible_bytes_per_block"] = s.compressible_bytes_per_block;
-  j["pack_s_per_block"] = p.compress.enabled ? s.pack_s_per_block : 0.0;
-  j["unpack_s_per_block"] = p.compress.enabled ? s.unpack_s_per_block : 0.0;
-  j["block_forward_s"] = s.inputs.t_fwd_s;
-  j["block_backward_s"] = s.inputs.t_bwd_s;
-  j["link_bytes_per_s"] = s.link.bytes_per_s;
-  j["link_source"] = s.link.source;
-  j["max_inflight_bytes"] = s.inputs.window_bytes;
-  j["prefetch_blocks"] = s.inputs.prefetch_blocks;
+  const double pack = p.compress.enabled ? s.pack_s_per_block : 0.0;
+  const double unpack = p.compress.enabled ? s.unpack_s_per_block : 0.0;
+  const nlohmann::ordered_json j = {
+      {"activation_blocks", n(block_policy::offload)},
+      {"optimizer", p.optimizer},
+      {"compress_activations", p.compress.to_string()},
+      {"mix", mix},
+      {"allocated_peak_bytes", p.allocated_peak_bytes},
+      {"device_peak_bytes", p.device_peak_bytes},
+      {"host_pinned_bytes", p.host_pinned_bytes},
+      {"step_time_s", p.step_time_s},
+      {"compute_s", p.estimate.compute_s},
+      {"copy_s", p.estimate.copy_s},
+      {"exposed_copy_s", p.estimate.exposed_copy_s},
+      {"overlap", p.estimate.overlap},
+      {"optimizer_time_s", s.optimizer_time_s},
+      {"saved_bytes_per_block", s.saved_bytes_per_block},
+      {"stored_bytes_per_block", s.inputs.block_bytes},
+      {"compressible_bytes_per_block", s.compressible_bytes_per_block},
+      {"pack_s_per_block", pack},
+      {"unpack_s_per_block", unpack},
+      {"block_forward_s", s.inputs.t_fwd_s},
+      {"block_backward_s", s.inputs.t_bwd_s},
+      {"link_bytes_per_s", s.link.bytes_per_s},
+      {"link_source", s.link.source},
+      {"max_inflight_bytes", s.inputs.window_bytes},
+      {"prefetch_blocks", s.inputs.prefetch_blocks},
+      {"kernel_rates", s.compute.rates.source},
+  };
   return j.dump(2);
 }
 

@@ -4,6 +4,7 @@ errors (any torch); fp8 round trips within the stated error, training steps alon
 offload where an fp8 backend exists on the CPU (torch >= 2.1's float8 dtypes, or
 libvramkit_compress.so's host code: skipped per test otherwise). GPU cases: test_compress_gpu.py."""
 
+import contextlib
 import os
 import sys
 import unittest
@@ -281,6 +282,89 @@ class RoundTrip(unittest.TestCase):
         model(x).backward()
         for a, b in zip(g, [p.grad for p in model.parameters()]):
             self.assertLess(float((a - b).norm() / (b.norm() + 1e-12)), 0.1)
+
+    def test_casts_of_one_source_share_one_copy(self):
+        # Under autocast each Linear casts its fp32 input to bf16 itself: three projections of
+        # one input save three equal casts, stored as one compressed copy; a cast of another
+        # source, or of the same source after an in-place change, gets its own.
+        torch.manual_seed(4)
+        lin = [torch.nn.Linear(64, 64) for _ in range(4)]
+        blocks = [torch.nn.ModuleDict({"attn": torch.nn.ModuleList(lin)})]
+        comp = ac.compress_activations(blocks=blocks, modules="attn", min_bytes=0)
+        src = torch.randn(16, 64, requires_grad=True)
+        other = torch.randn(16, 64, requires_grad=True)
+
+        def run():
+            h = src * 2
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                outs = [m(h) for m in lin[:3]]
+                h.mul_(1.5)
+                outs.append(lin[3](h))
+                outs.append(lin[3](other * 1))
+            return sum(o.float().sum() for o in outs)
+
+        with comp:
+            loss = run()
+        st = comp.stats()
+        self.assertEqual(st["cast_shared"], 2)  # the 2nd and 3rd projections' casts
+        self.assertEqual(st["compressed"], 3)  # the shared cast, the one after mul_, other's
+        loss.backward()
+        g = [m.weight.grad.clone() for m in lin] + [src.grad.clone()]
+        for m in lin:
+            m.zero_grad()
+        src.grad = None
+        run().backward()
+        for a, b in zip(g, [m.weight.grad for m in lin] + [src.grad]):
+            self.assertLess(float((a - b).norm() / (b.norm() + 1e-12)), 0.1)
+
+    def test_norm_inputs_kept_as_bf16_by_default(self):
+        # RMSNorm's fp32 input (the residual stream under autocast) is what its backward
+        # differentiates through: stored as bf16 by default, its normalized output as fp8; the
+        # per-row rsqrt stays as it is. norm_inputs="fp8" stores the input as fp8 too.
+        class RMSNorm(torch.nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.weight = torch.nn.Parameter(torch.ones(d))
+
+            def forward(self, x):
+                x = x.float()
+                return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
+
+        torch.manual_seed(5)
+        blocks = [torch.nn.ModuleDict({"input_layernorm": RMSNorm(64), "proj": torch.nn.Linear(64, 64)})
+                  for _ in range(2)]
+        x0 = torch.randn(4, 32, 64) * 10 ** torch.empty(4, 32, 1).uniform_(-2, 2)
+
+        def grads(comp):
+            x = x0.clone().requires_grad_()
+            h = x * 1  # not a leaf: leaves are never compressed
+            ctx = comp if comp is not None else contextlib.nullcontext()
+            with ctx:
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    for b in blocks:
+                        h = h + b["proj"](b["input_layernorm"](h)).float()
+            (h.pow(2).mean()).backward()
+            out = [b["input_layernorm"].weight.grad.clone() for b in blocks] + [x.grad.clone()]
+            for b in blocks:
+                b.zero_grad()
+            return out
+
+        ref = grads(None)
+        errs = {}
+        for mode in ("bf16", "fp8"):
+            comp = ac.compress_activations(blocks=blocks, modules="norm", min_bytes=0, norm_inputs=mode)
+            got = grads(comp)
+            st = comp.stats()
+            # Two norms: each saves its input (twice: one copy) and its normalized output (and,
+            # in some torch versions, x**2 for the mean).
+            self.assertEqual(st["norm_inputs_bf16"], 2 if mode == "bf16" else 0, mode)
+            self.assertGreaterEqual(st["compressed"], 4, mode)
+            errs[mode] = float((got[-1] - ref[-1]).norm() / ref[-1].norm())
+            for a, b in zip(got, ref):
+                self.assertLess(float((a - b).norm() / (b.norm() + 1e-12)), 0.1, mode)
+        self.assertLess(errs["bf16"], errs["fp8"])  # the input's gradient: bf16 is closer
+        with self.assertRaisesRegex(ValueError, "norm_inputs"):
+            ac.compress_activations(blocks=blocks, modules="norm", norm_inputs="fp16")
 
     def test_aliased_tensor_stays(self):
         # o_proj's input is sigmoid's output, which sigmoid saves uncompressed: left alone.

@@ -1,7 +1,6 @@
 """CPU tests of vramkit.offload_activations: selection, thresholds, bookkeeping, no leak, exact
 gradients. The CUDA cases are in test_offload_gpu.py."""
 
-import copy
 import os
 import sys
 import unittest
@@ -16,16 +15,12 @@ need_torch()
 import torch  # noqa: E402
 
 import vramkit  # noqa: E402
-from _models import TinyLM, grads  # noqa: E402
+from _models import TinyLM, forward, grads  # noqa: E402
 
 
 def run(model, tokens, ctx=None):
     model.zero_grad(set_to_none=True)
-    if ctx is None:
-        loss = model(tokens)
-    else:
-        with ctx:
-            loss = model(tokens)
+    loss = forward(model, tokens, ctx)
     loss.backward()
     return loss.detach(), grads(model)
 

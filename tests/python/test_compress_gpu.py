@@ -20,7 +20,7 @@ import torch  # noqa: E402
 import vramkit  # noqa: E402
 from vramkit import activation_compress as ac  # noqa: E402
 from vramkit import fp8_codec  # noqa: E402
-from _models import LlamaLike  # noqa: E402
+from _models import LlamaLike, loss_in  # noqa: E402
 from test_activation_compress import RoundTrip, check_bound  # noqa: E402,F401 - the CPU round trips, here too
 
 SHAPES = [(4, 2048, 512), (3, 1000), (129,), (7, 5, 333)]
@@ -107,12 +107,7 @@ class CudaSteps(unittest.TestCase):
         ctx = wrap(model)
         losses = []
         for _ in range(n):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                if ctx is None:
-                    loss = model(tokens)
-                else:
-                    with ctx:
-                        loss = model(tokens)
+            loss = loss_in(model, tokens, ctx, torch.bfloat16)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)

@@ -20,17 +20,13 @@ if __name__ == "__main__" and "--capped-child" not in sys.argv:
 import torch  # noqa: E402
 
 import vramkit  # noqa: E402
-from _models import TinyLM, grads  # noqa: E402
+from _models import TinyLM, forward, grads  # noqa: E402
 
 
 def step(model, tokens, ctx=None):
     model.zero_grad(set_to_none=True)
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        if ctx is None:
-            loss = model(tokens)
-        else:
-            with ctx:
-                loss = model(tokens)
+        loss = forward(model, tokens, ctx)
     loss.backward()
     return loss.detach(), grads(model)
 

@@ -39,10 +39,15 @@ std::uint8_t encode_fp8(float x, fp8_format f);
 /// The value of an fp8 code (exact in float): NaN codes give NaN, e5m2's 0x7C/0xFC +-infinity.
 float decode_fp8(std::uint8_t code, fp8_format f);
 
+/// A block's scale from s = amax * fp8_inverse_max: s, or 1 where s is zero or subnormal (its
+/// reciprocal could overflow); NaN stays NaN.
+float block_scale(float s);
+
 /// Encodes n elements of `src` (type t) into `q` (payload_bytes(n) bytes) and `scales`
-/// (scale_count(n) floats): per block, s = amax * fp8_inverse_max, scale = s == 0 ? 1 : s and
-/// q = encode_fp8(x / scale). A block holding NaN or infinity gets a non-finite scale, so it
-/// decodes to NaN. Host memory only.
+/// (scale_count(n) floats): per block, scale = block_scale(amax * fp8_inverse_max) and
+/// q = encode_fp8(x * r) with r = 1 / scale rounded once to float (a multiply, not a divide, per
+/// element: the kernels stay memory-bound). A block holding NaN or infinity gets a non-finite
+/// scale, so it decodes to NaN. Host memory only.
 void encode_blocks_host(const void* src, element_type t, std::size_t n, fp8_format f,
                         std::uint8_t* q, float* scales);
 
@@ -52,7 +57,8 @@ void decode_blocks_host(const std::uint8_t* q, const float* scales, std::size_t 
                         void* dst, element_type t);
 
 /// encode_blocks_host's result, computed by a CUDA kernel enqueued on `stream` (a cudaStream_t,
-/// nullptr for the legacy default stream). `src` is device memory; `q` (4-byte aligned) and
+/// nullptr for the legacy default stream). `src` is device memory; `q` (4-byte aligned; 16-byte
+/// aligned `src` and 8-byte aligned `q` take the vector path) and
 /// `scales` may be device memory or pinned host memory, which the kernel then writes over the
 /// link directly (the copy to host fused into the encode). `max_ctas` > 0 bounds the thread
 /// blocks, to leave SMs to concurrent compute. Throws cuda_error when a CUDA call fails,

@@ -6,22 +6,18 @@
 #include <atomic>
 #include <memory>
 
-#include "vramkit/mr/memory_resource.hpp"
+#include "vramkit/mr/adaptor_resource.hpp"
 #include "vramkit/mr/memory_summary.hpp"
 
 namespace vramkit::mr {
 
 /// Charges each request rounded up to 256 bytes. Example:
 ///   limit_adaptor budget(pool, 8 * GiB);   // budget.allocate(9 * GiB) throws out_of_memory
-class limit_adaptor final : public memory_resource {
+class limit_adaptor final : public adaptor_resource {
  public:
   limit_adaptor(std::shared_ptr<memory_resource> upstream, std::size_t limit_bytes);
 
-  [[nodiscard]] memory_kind kind() const noexcept override { return upstream_->kind(); }
   [[nodiscard]] std::string name() const override;
-  [[nodiscard]] const memory_resource* upstream() const noexcept override {
-    return upstream_.get();
-  }
   void describe(summary_builder& builder) const override;
   void reset_peak() const noexcept override;
 
@@ -33,7 +29,6 @@ class limit_adaptor final : public memory_resource {
   void do_deallocate(void* ptr, std::size_t bytes, std::size_t alignment,
                      stream_view stream) noexcept override;
 
-  std::shared_ptr<memory_resource> upstream_;
   std::size_t limit_;
   std::atomic<std::size_t> used_{0};
   mutable std::atomic<std::size_t> peak_{0};

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "vramkit/mr/memory_resource.hpp"
@@ -86,6 +87,8 @@ struct pool_report {
     std::uint64_t defragmentations = 0;  ///< growths met (partly) by unmapping free space
     std::uint64_t map_ns = 0;            ///< host time in map_physical and set_access
     std::uint64_t unmap_ns = 0;          ///< host time in unmap and release_physical
+    std::uint64_t growth_syncs = 0;      ///< device synchronizations before a remap (frees pending)
+    std::uint64_t growth_sync_ns = 0;    ///< host time in them
   } vmm;
 
   /// Restarts every peak at its current value (the counters of reset_peak_stats).
@@ -123,31 +126,33 @@ struct upstream_report {
   std::size_t used_bytes = 0;           ///< handed out now
 };
 
-/// Collects the figures of each resource of a stack, top first.
+/// Collects the figures of each resource of a stack, top first: reports of each kind
+/// (pool_report, statistics_report, limit_report, upstream_report) in the order added, the layers'
+/// names, and free-form notes.
 class summary_builder {
  public:
-  void add(pool_report report) { pools_.push_back(std::move(report)); }
-  void add(statistics_report report) { statistics_.push_back(std::move(report)); }
-  void add(limit_report report) { limits_.push_back(std::move(report)); }
-  void add(upstream_report report) { upstreams_.push_back(std::move(report)); }
+  template <class Report>
+  void add(Report report) {
+    std::get<std::vector<Report>>(reports_).push_back(std::move(report));
+  }
   /// A free-form line under the resource's name (e.g. a tracing adaptor's event count).
   void add_note(std::string resource, std::string line) {
     notes_.push_back(std::move(resource) + ": " + std::move(line));
   }
   void add_layer(std::string name) { layers_.push_back(std::move(name)); }
 
-  [[nodiscard]] const std::vector<pool_report>& pools() const { return pools_; }
-  [[nodiscard]] const std::vector<statistics_report>& statistics() const { return statistics_; }
-  [[nodiscard]] const std::vector<limit_report>& limits() const { return limits_; }
-  [[nodiscard]] const std::vector<upstream_report>& upstreams() const { return upstreams_; }
+  /// The reports of one kind, e.g. reports<pool_report>().
+  template <class Report>
+  [[nodiscard]] const std::vector<Report>& reports() const {
+    return std::get<std::vector<Report>>(reports_);
+  }
   [[nodiscard]] const std::vector<std::string>& notes() const { return notes_; }
   [[nodiscard]] const std::vector<std::string>& layers() const { return layers_; }
 
  private:
-  std::vector<pool_report> pools_;
-  std::vector<statistics_report> statistics_;
-  std::vector<limit_report> limits_;
-  std::vector<upstream_report> upstreams_;
+  std::tuple<std::vector<pool_report>, std::vector<statistics_report>, std::vector<limit_report>,
+             std::vector<upstream_report>>
+      reports_;
   std::vector<std::string> notes_;
   std::vector<std::string> layers_;
 };

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "vramkit/core/units.hpp"
+#include "vramkit/mr/caching_pool.hpp"
 #include "vramkit/mr/memory_resource.hpp"
 #include "vramkit/mr/memory_summary.hpp"
 #include "vramkit/mr/pool_layout.hpp"
@@ -75,7 +76,7 @@ struct pool_options {
 ///   auto dev = std::make_shared<vramkit::host_sim_device>();
 ///   auto pool = std::make_shared<pool_resource>(std::make_shared<device_api_resource>(dev), dev);
 ///   void* p = pool->allocate(1000, 256, s);  ...  pool->deallocate(p, 1000, 256, s);
-class pool_resource final : public memory_resource {
+class pool_resource final : public caching_pool {
  public:
   pool_resource(std::shared_ptr<memory_resource> upstream, std::shared_ptr<device_api> api,
                 pool_options options = {});
@@ -88,20 +89,14 @@ class pool_resource final : public memory_resource {
   [[nodiscard]] memory_kind kind() const noexcept override;
   [[nodiscard]] std::string name() const override;
   [[nodiscard]] const memory_resource* upstream() const noexcept override;
-  void describe(summary_builder& builder) const override;
   void reset_peak() const noexcept override;
 
   /// Returns every chunk with no allocated block to the upstream, after synchronizing the device
-  /// (so pending frees on every stream have completed). Returns the bytes released.
-  std::size_t trim();
-  /// The pool's figures (a consistent snapshot).
-  [[nodiscard]] pool_report report() const;
-  /// The chunks (one segment each) and their blocks now.
-  [[nodiscard]] std::vector<pool_segment_info> layout() const;
-  /// Bytes held from the upstream.
-  [[nodiscard]] std::size_t reserved_bytes() const;
-  /// Bytes of blocks handed out (after rounding).
-  [[nodiscard]] std::size_t allocated_bytes() const;
+  /// (so pending frees on every stream have completed).
+  std::size_t trim() override;
+  [[nodiscard]] pool_report report() const override;
+  /// One segment per chunk.
+  [[nodiscard]] std::vector<pool_segment_info> layout() const override;
   /// The free blocks of each chunk, in address order; for tests of coalescing.
   [[nodiscard]] std::size_t free_block_count() const;
   [[nodiscard]] std::size_t chunk_count() const;

@@ -6,7 +6,7 @@
 #include <mutex>
 
 #include "vramkit/core/units.hpp"
-#include "vramkit/mr/memory_resource.hpp"
+#include "vramkit/mr/adaptor_resource.hpp"
 #include "vramkit/mr/memory_summary.hpp"
 
 namespace vramkit::mr {
@@ -15,17 +15,13 @@ namespace vramkit::mr {
 /// below). Reserved memory is the pool's figure, reported by the pool's own layer. Example:
 ///   auto stats = std::make_shared<statistics_adaptor>(pool);
 ///   ...;  stats->report().bytes.all.peak
-class statistics_adaptor final : public memory_resource {
+class statistics_adaptor final : public adaptor_resource {
  public:
   /// Requests up to `small_size` bytes count as small.
   explicit statistics_adaptor(std::shared_ptr<memory_resource> upstream,
                               std::size_t small_size = 1 * MiB);
 
-  [[nodiscard]] memory_kind kind() const noexcept override { return upstream_->kind(); }
   [[nodiscard]] std::string name() const override { return "statistics"; }
-  [[nodiscard]] const memory_resource* upstream() const noexcept override {
-    return upstream_.get();
-  }
   void describe(summary_builder& builder) const override;
   void reset_peak() const noexcept override;
 
@@ -37,7 +33,6 @@ class statistics_adaptor final : public memory_resource {
   void do_deallocate(void* ptr, std::size_t bytes, std::size_t alignment,
                      stream_view stream) noexcept override;
 
-  std::shared_ptr<memory_resource> upstream_;
   std::size_t small_size_;
   mutable std::mutex mutex_;
   mutable statistics_report stats_;

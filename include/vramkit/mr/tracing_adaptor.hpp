@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "vramkit/mr/memory_resource.hpp"
+#include "vramkit/mr/adaptor_resource.hpp"
 #include "vramkit/mr/trace.hpp"
 
 namespace vramkit::mr {
@@ -48,17 +48,13 @@ struct traced_event {
   std::uintptr_t address = 0;  ///< the block's address
 };
 
-class tracing_adaptor final : public memory_resource {
+class tracing_adaptor final : public adaptor_resource {
  public:
   tracing_adaptor(std::shared_ptr<memory_resource> upstream, tracing_options options = {});
   /// Flushes to the configured paths (errors go to stderr).
   ~tracing_adaptor() override;
 
-  [[nodiscard]] memory_kind kind() const noexcept override { return upstream_->kind(); }
   [[nodiscard]] std::string name() const override { return "tracing"; }
-  [[nodiscard]] const memory_resource* upstream() const noexcept override {
-    return upstream_.get();
-  }
   void describe(summary_builder& builder) const override;
 
   /// The events so far as a compact trace (stream numbers in order of first appearance).
@@ -79,7 +75,6 @@ class tracing_adaptor final : public memory_resource {
   void record(trace_event::op_t op, std::uint64_t id, std::size_t bytes, stream_view s,
               const void* address);
 
-  std::shared_ptr<memory_resource> upstream_;
   tracing_options options_;
   std::chrono::steady_clock::time_point start_;
   mutable std::mutex mutex_;

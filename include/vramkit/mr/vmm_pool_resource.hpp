@@ -19,6 +19,7 @@
 #include <string>
 
 #include "vramkit/core/units.hpp"
+#include "vramkit/mr/caching_pool.hpp"
 #include "vramkit/mr/memory_resource.hpp"
 #include "vramkit/mr/memory_summary.hpp"
 #include "vramkit/mr/pool_layout.hpp"
@@ -59,7 +60,7 @@ struct vmm_pool_options {
 ///   auto dev = std::make_shared<vramkit::host_sim_device>();
 ///   vramkit::mr::vmm_pool_resource pool(dev);
 ///   void* p = pool.allocate(1000, 256, s);  ...  pool.deallocate(p, 1000, 256, s);
-class vmm_pool_resource final : public memory_resource {
+class vmm_pool_resource final : public caching_pool {
  public:
   explicit vmm_pool_resource(std::shared_ptr<device_api> api, vmm_pool_options options = {});
   /// Synchronizes the device, unmaps and releases everything; blocks still allocated are lost.
@@ -69,19 +70,14 @@ class vmm_pool_resource final : public memory_resource {
 
   [[nodiscard]] memory_kind kind() const noexcept override { return memory_kind::device; }
   [[nodiscard]] std::string name() const override;
-  void describe(summary_builder& builder) const override;
   void reset_peak() const noexcept override;
 
   /// Synchronizes the device, unmaps every granule lying wholly in free space and releases it
-  /// with every cached granule. Returns the physical bytes released.
-  std::size_t trim();
-  [[nodiscard]] pool_report report() const;
-  /// The segments (maximal runs of mapped granules, small range first) and their blocks now.
-  [[nodiscard]] std::vector<pool_segment_info> layout() const;
-  /// Physical bytes held: mapped plus cached unmapped granules.
-  [[nodiscard]] std::size_t reserved_bytes() const;
-  /// Bytes of blocks handed out (after rounding).
-  [[nodiscard]] std::size_t allocated_bytes() const;
+  /// with every cached granule (physical bytes).
+  std::size_t trim() override;
+  [[nodiscard]] pool_report report() const override;
+  /// The segments: maximal runs of mapped granules, small range first.
+  [[nodiscard]] std::vector<pool_segment_info> layout() const override;
   /// Granules currently mapped, and cached unmapped (for tests of the accounting).
   [[nodiscard]] std::size_t mapped_granules() const;
   [[nodiscard]] std::size_t cached_granules() const;

@@ -1,34 +1,26 @@
-// A model of PyTorch's CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp) for one stream:
-// 512 B rounding; requests <= 1 MiB served from 2 MiB segments, 1-10 MiB from 20 MiB segments,
-// larger ones from segments rounded up to 2 MiB; best fit by (size, address) among cached free
-// blocks of the same pool, each new segment placed below the previous one (as cudaMalloc placed
-// them on the H200); a block is split when the remainder is >= 512 B (small pool) or
-// > 1 MiB (large pool); freed blocks merge only with free neighbours of the same segment; segments
-// are released only under memory pressure: with a capacity set, a segment that would not fit
-// makes the model free every cached segment that is wholly free first (release_cached_blocks,
-// which PyTorch runs before it reports out of memory). Not thread-safe.
+// A model of PyTorch's CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp) for one stream.
+// Requests <= 1 MiB come from 2 MiB segments, 1-10 MiB from 20 MiB ones, larger ones from
+// segments rounded up to 2 MiB, each placed below the last (as cudaMalloc placed them on the
+// H200); best fit by (size, address) within a pool; a split leaves >= 512 B (small pool) or > 1
+// MiB (large); frees merge with free neighbours of their segment; under memory pressure every
+// wholly free segment is released first (release_cached_blocks). Shared parts and thread-safety:
+// allocator_model_base.hpp.
 #pragma once
 
 #include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "vramkit/plan/allocator_model_base.hpp"
+
 namespace vramkit::plan {
 
 /// Replays malloc/free and tracks allocated and reserved bytes as torch.cuda.memory_stats would.
-class caching_allocator_model {
+class caching_allocator_model : public detail::allocator_model_base {
  public:
-  static constexpr std::uint64_t min_block = 512;
-  static constexpr std::uint64_t small_size = 1u << 20;
-  static constexpr std::uint64_t small_buffer = 2u << 20;
   static constexpr std::uint64_t min_large_alloc = 10u << 20;
-  static constexpr std::uint64_t large_buffer = 20u << 20;
   static constexpr std::uint64_t round_large = 2u << 20;
 
-  /// Size a request is rounded to (multiple of 512, at least 512).
-  static constexpr std::uint64_t round_size(std::uint64_t bytes) noexcept {
-    return bytes < min_block ? min_block : (bytes + min_block - 1) / min_block * min_block;
-  }
   /// Size of the segment cudaMalloc'd for a request of `rounded` bytes when no cached block fits.
   static constexpr std::uint64_t segment_size(std::uint64_t rounded) noexcept {
     if (rounded <= small_size) return small_buffer;
@@ -45,19 +37,10 @@ class caching_allocator_model {
   /// Frees a handle returned by malloc (a handle freed twice is a logic_error).
   void free(std::uint32_t handle);
 
-  [[nodiscard]] std::uint64_t allocated_bytes() const noexcept { return allocated_; }
-  [[nodiscard]] std::uint64_t reserved_bytes() const noexcept { return reserved_; }
-  [[nodiscard]] std::uint64_t peak_allocated_bytes() const noexcept { return peak_allocated_; }
-  [[nodiscard]] std::uint64_t peak_reserved_bytes() const noexcept { return peak_reserved_; }
   [[nodiscard]] std::size_t segment_count() const noexcept { return segments_; }
-
-  /// Bytes the allocator may hold in segments (the GPU's memory less the CUDA context); 0 means
-  /// no limit. A segment that would go past it first flushes the cache (every wholly free
-  /// segment is released); if it still does not fit, the request counts as out of memory and is
-  /// served anyway so that the rest of the step can still be measured.
-  void set_capacity(std::uint64_t bytes) noexcept { capacity_ = bytes; }
-  [[nodiscard]] std::size_t cache_flushes() const noexcept { return flushes_; }
-  [[nodiscard]] std::size_t out_of_memory_count() const noexcept { return ooms_; }
+  // The capacity (set_capacity: the GPU's memory less the CUDA context) bounds the bytes held in
+  // segments; a segment that would go past it first flushes the cache (every wholly free segment
+  // is released).
   /// The allocator's state: every block of every segment (address, size, and free or the handle
   /// of the allocation in it) plus the counters. Two equal states evolve identically under equal
   /// malloc/free sequences, which lets a caller skip repeated identical work.
@@ -115,24 +98,18 @@ class caching_allocator_model {
     std::uint64_t level_bits_ = 0;         ///< bit l: some bin of level l is non-empty
     std::uint64_t bin_bits_[levels] = {};  ///< per level, bit k: bin (l, k) non-empty
   };
-  std::int32_t new_block();
   std::int32_t new_segment(std::uint64_t size, bool small);
   static bool splits(bool small, std::uint64_t remaining) noexcept;
   void insert_free(std::int32_t b);
   void erase_free(std::int32_t b);
 
-  std::vector<block> blocks_;
+  detail::block_list<block> blocks_;
   /// Model addresses count down from here (each new segment below the last, as cudaMalloc's).
   static constexpr std::uint64_t address_top = std::uint64_t{1} << 62;
   std::vector<std::int32_t> segment_heads_;  ///< first block of each segment, in creation order
-  std::vector<std::int32_t> spare_;
-  std::vector<std::int32_t> handle_block_;
   free_pool small_pool_, large_pool_;
   std::uint64_t next_addr_ = 0;
-  std::uint64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
   std::size_t segments_ = 0;
-  std::uint64_t capacity_ = 0;
-  std::size_t flushes_ = 0, ooms_ = 0;
   void release_cached();
 };
 

@@ -21,6 +21,11 @@ struct device_overheads {
   std::uint64_t collective_bytes = 0;
   /// Host-to-device bandwidth of pinned memory, bytes/s (offload cost in the fit search).
   double h2d_bytes_per_s = 0;
+  /// Measured kernel rates for the step-time model (0: from the GPU catalogue): dense bf16 GEMMs
+  /// (FLOP/s), the fused attention kernel (FLOP/s) and device memory copies (bytes/s).
+  double gemm_flops = 0;
+  double attention_flops = 0;
+  double memory_bytes_per_s = 0;
   std::string source;  ///< "default" or the probe file it came from
 };
 

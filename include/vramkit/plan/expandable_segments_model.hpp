@@ -1,13 +1,10 @@
-// A model of PyTorch's CUDACachingAllocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-// (c10/cuda/CUDACachingAllocator.cpp, Note [Expandable Segments]): one growable segment per
-// (pool, stream), the small pool (requests <= 1 MiB) mapping 2 MiB pages and the large pool 20 MiB
-// pages; 512 B rounding; best fit by (size, address) among free mapped blocks of the pool and
-// stream, where a block bordering unmapped space counts as the size it could grow to (as
-// get_free_block does), split whenever 512 B remain; with no fit, the lowest unmapped range (with
-// the free block just below it) that can hold the request gets just enough pages mapped; free
-// merges with free neighbours that are mapped alike; pages are unmapped only under memory pressure:
-// with a capacity set, a mapping that would not fit first unmaps every page lying wholly in free
-// space (release_cached_blocks). Not thread-safe.
+// PyTorch's allocator under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (Note [Expandable
+// Segments] in c10/cuda/CUDACachingAllocator.cpp): one growable segment per pool and stream,
+// mapped in 2 MiB pages (small pool) or 20 MiB pages (large). Best fit counts a block bordering
+// unmapped space at the size it could grow to (get_free_block); any split leaving 512 B is made;
+// with no fit, the lowest unmapped range that can hold the request (with the free block below
+// it) gets just enough pages; free merges with neighbours mapped alike; free pages are unmapped
+// only under memory pressure. Shared parts and thread-safety: allocator_model_base.hpp.
 #pragma once
 
 #include <cstddef>
@@ -16,38 +13,26 @@
 #include <set>
 #include <vector>
 
+#include "vramkit/plan/allocator_model_base.hpp"
+
 namespace vramkit::plan {
 
 /// Replays malloc/free and tracks allocated and reserved (mapped) bytes.
-class expandable_segments_model {
+class expandable_segments_model : public detail::allocator_model_base {
  public:
-  static constexpr std::uint64_t min_block = 512;
-  static constexpr std::uint64_t small_size = 1u << 20;
-  static constexpr std::uint64_t small_page = 2u << 20;
-  static constexpr std::uint64_t large_page = 20u << 20;
-
   /// Allocates `bytes` on `stream`; returns a handle for free(). Zero-byte requests get a handle
   /// and no block.
   std::uint32_t malloc(std::uint64_t bytes, std::uint32_t stream = 0);
   /// Frees a handle of malloc (a handle freed twice is a logic_error).
   void free(std::uint32_t handle);
 
-  [[nodiscard]] std::uint64_t allocated_bytes() const noexcept { return allocated_; }
-  [[nodiscard]] std::uint64_t reserved_bytes() const noexcept { return reserved_; }
-  [[nodiscard]] std::uint64_t peak_allocated_bytes() const noexcept { return peak_allocated_; }
-  [[nodiscard]] std::uint64_t peak_reserved_bytes() const noexcept { return peak_reserved_; }
   /// Expandable segments created (one per pool and stream that ever allocated).
   [[nodiscard]] std::size_t segment_count() const noexcept { return segments_.size(); }
   /// Pages mapped and unmapped so far.
   [[nodiscard]] std::uint64_t pages_mapped() const noexcept { return pages_mapped_; }
   [[nodiscard]] std::uint64_t pages_unmapped() const noexcept { return pages_unmapped_; }
-
-  /// Bytes the allocator may map; 0 = no limit. A mapping past it first unmaps every free page;
-  /// if it still does not fit the request counts as out of memory and is served anyway, so the
-  /// rest of the trace can be measured.
-  void set_capacity(std::uint64_t bytes) noexcept { capacity_ = bytes; }
-  [[nodiscard]] std::size_t cache_flushes() const noexcept { return flushes_; }
-  [[nodiscard]] std::size_t out_of_memory_count() const noexcept { return ooms_; }
+  // The capacity (set_capacity) bounds the mapped bytes; a mapping past it first unmaps every
+  // free page.
 
  private:
   struct block {
@@ -65,7 +50,6 @@ class expandable_segments_model {
   using size_key = std::pair<std::uint64_t, std::uint64_t>;  ///< (size, addr)
 
   std::uint32_t segment_for(bool small, std::uint32_t stream);
-  std::int32_t new_block();
   void list_free(std::int32_t b);
   void unlist_free(std::int32_t b);
   std::int32_t merge(std::int32_t b);
@@ -75,18 +59,13 @@ class expandable_segments_model {
   /// Size of the free mapped block at `addr` plus the unmapped range right after it.
   [[nodiscard]] std::uint64_t growable_size(std::uint64_t addr) const;
 
-  std::vector<block> blocks_;
-  std::vector<std::int32_t> spare_;
+  detail::block_list<block> blocks_;
   std::vector<segment> segments_;
   std::map<std::uint64_t, std::uint32_t> segment_of_key_;  ///< (stream << 1 | small) -> segment
   std::vector<std::set<size_key>> free_mapped_;            ///< per segment
   std::vector<std::map<std::uint64_t, std::int32_t>> unmapped_;  ///< per segment, by address
   std::map<std::uint64_t, std::int32_t> by_addr_;                ///< free mapped, by address
-  std::vector<std::int32_t> handle_block_;
-  std::uint64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
   std::uint64_t pages_mapped_ = 0, pages_unmapped_ = 0;
-  std::uint64_t capacity_ = 0;
-  std::size_t flushes_ = 0, ooms_ = 0;
 };
 
 }  // namespace vramkit::plan

@@ -51,6 +51,43 @@ struct fit_result {
   std::uint64_t capacity_bytes = 0;  ///< memory per GPU searched for
 };
 
+/// Rates the step-time model divides work by: dense GEMMs at training shapes, the fused attention
+/// kernel, and memory-bound kernels (bytes read plus written per second); each from the probe
+/// file the overheads came from when it has the figure, else the GPU catalogue's datasheet rate
+/// times a published efficiency (docs/plan.md, "Cost model").
+struct kernel_rates {
+  double gemm_flops = 0;
+  double attention_flops = 0;
+  double memory_bytes_per_s = 0;
+  std::string source;  ///< "probe", "catalogue" or "probe and catalogue"
+};
+
+/// The rates for GEMMs in precision `p` (fp32: the catalogue's non-tensor rate).
+kernel_rates kernel_rates_for(const gpu_spec& gpu, const device_overheads& o, precision p);
+
+/// A training step of a transformer language model split into the parts the offload model
+/// schedules, for one GPU's share of the work (seconds): GEMM FLOPs per block (with attention's
+/// s^2 terms), its memory-bound kernels, the head and loss, and the optimizer's passes over its
+/// states (docs/plan.md, "Cost model").
+struct step_time_parts {
+  double block_forward_s = 0;   ///< one block's forward, one micro-batch (mean over the blocks)
+  double block_backward_s = 0;  ///< one block's backward without recompute
+  double outside_s = 0;    ///< per micro-batch: embeddings, final norm, head and loss, both passes
+  double recompute_s = 0;  ///< per micro-batch: what the request's checkpointing recomputes
+  double optimizer_s = 0;  ///< per optimizer step: the update's passes over parameters and states
+  double micro_batches = 1;  ///< per optimizer step and GPU
+  int blocks = 0;
+  kernel_rates rates;
+  /// The whole step: micro_batches x (blocks x (forward + backward) + recompute + outside) +
+  /// optimizer.
+  [[nodiscard]] double step_s() const noexcept;
+};
+
+/// The parts of a training request of a transformer language model (throws invalid_input for
+/// inference and vision models).
+step_time_parts estimate_step_parts(const model_description& m, const plan_request& r,
+                                    const gpu_spec& gpu, const device_overheads& o);
+
 /// Estimated step time of a request on a GPU (docs/plan.md, "Cost model").
 double estimate_step_time(const model_description& m, const plan_request& r, const gpu_spec& gpu,
                           const device_overheads& o);

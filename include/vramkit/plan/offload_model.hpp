@@ -25,6 +25,11 @@ struct offload_inputs {
   std::uint64_t input_bytes = 0;  ///< a block's input: what a checkpointed block keeps
   double t_fwd_s = 0;             ///< forward time of one block
   double t_bwd_s = 0;             ///< backward time of one block (without recompute)
+  /// Activation compression's kernels in a block that keeps or offloads its saved tensors: the
+  /// encode in its forward, the decode in its backward (a checkpointed block saves only its
+  /// input, and its recompute runs uncompressed: neither)
+  double pack_s = 0;
+  double unpack_s = 0;
   double d2h_bytes_per_s = 0;     ///< pinned device-to-host copy rate
   double h2d_bytes_per_s = 0;     ///< pinned host-to-device copy rate
   std::uint64_t other_bytes = 0;  ///< everything else at the peak (states, gradients, logits)
@@ -85,15 +90,19 @@ optimizer_offload_estimate estimate_optimizer_offload(std::uint64_t parameters,
                                                       double h2d_bytes_per_s,
                                                       std::uint64_t chunk_bytes = 64ull << 20);
 
-/// The `--offload` option: none, activations[:N], optimizer or both (activations with optimizer).
+/// The `--offload` option: none, activations[:N|:MIX], optimizer or both[:N|:MIX] (activations
+/// with optimizer); MIX names every block's policy in forward order, o (offload), c (checkpoint)
+/// or k (keep), e.g. activations:occk.
 struct offload_option {
   bool activations = false;
   int activation_blocks = 0;  ///< blocks to offload; n_blocks when no N was given
   bool optimizer = false;
+  std::vector<block_policy> mix;  ///< the MIX given, empty otherwise
 };
 
-/// Parses `--offload VALUE` for a model of n_blocks blocks; throws invalid_input with a one-line
-/// message naming the value for anything else, N < 1 or N > n_blocks.
+/// Parses `--offload VALUE` for a model of n_blocks blocks (0: not known yet, only the spelling is
+/// checked); throws invalid_input with a one-line message naming the value for anything else,
+/// N < 1, N > n_blocks, or a MIX of another length than n_blocks.
 offload_option parse_offload_option(std::string_view value, int n_blocks);
 
 }  // namespace vramkit::plan

@@ -57,6 +57,7 @@ struct offload_setup {
   double optimizer_time_s = 0;
   double micro_batches = 1;  ///< per optimizer step (the model runs one micro-batch)
   offload_link link;
+  step_time_parts compute;  ///< the cost model's parts the block times come from
 };
 
 /// Builds the setup for a validated-able training request of a transformer language model
@@ -82,8 +83,9 @@ struct offload_plan {
 offload_plan evaluate_offload(const offload_setup& s, const std::vector<block_policy>& mix,
                               const compress_option& c, bool optimizer);
 
-/// The plan for `--offload activations[:N]|both[:N]`: the first N blocks' worth spread by
-/// arrange_mix, the rest kept.
+/// The plan for `--offload none|activations[:N]|both[:N]`: the first N blocks' worth spread by
+/// arrange_mix, the rest kept, or checkpointed when the request asks for full checkpointing
+/// (throws invalid_input for selective).
 offload_plan plan_offload(const model_description& m, const plan_request& r,
                           const offload_option& opt, const compress_option& c, const gpu_spec& gpu,
                           const device_overheads& o);

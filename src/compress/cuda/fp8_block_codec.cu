@@ -1,12 +1,17 @@
-// CUDA kernels of the fp8 block codec (include/vramkit/compress/fp8_block_codec.hpp): one warp
-// per block of 128 elements (4 per lane), the amax by warp shuffles, the scales of 32 blocks
-// gathered in shared memory and written as one 128-byte line, so that an encode into pinned host
-// memory sends full lines over the link. Bit-identical to encode_blocks_host for finite blocks.
+// CUDA kernels of the fp8 block codec (include/vramkit/compress/fp8_block_codec.hpp): 16 lanes
+// per block of 128 elements, 8 elements a lane (one 16-byte load for 16-bit types, two for
+// float32; one 8-byte store of codes), the amax by shuffles within each half-warp, the scale
+// applied as a multiply by its reciprocal. Each warp handles 8 consecutive blocks per round with
+// all their loads issued before the first amax (4 KiB of float32 or 2 KiB of bf16 in flight per
+// warp), and writes their 8 scales as one 32-byte run, so an encode into pinned host memory sends
+// whole runs over the link. Bit-identical to encode_blocks_host.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cfloat>
 #include <string>
 
 #include "vramkit/compress/fp8_block_codec.hpp"
@@ -17,13 +22,11 @@ namespace vramkit::compress {
 namespace {
 
 constexpr int k_threads = 256;  // 8 warps per thread block
-constexpr int k_tile_blocks = 32;
-/// Blocks of 128 elements one warp handles per tile: all of their loads are issued before the
-/// first amax, so each warp keeps four blocks' reads in flight (one at a time reached about 2.2
-/// of the H200's 4.8 TB/s).
-constexpr int k_warp_blocks = k_tile_blocks / (k_threads / 32);
-/// Blocks one warp decodes per round, their loads issued together for the same reason.
-constexpr int k_decode_unroll = 4;
+constexpr int k_lane_elements = 8;
+constexpr int k_block_lanes = static_cast<int>(k_block_elements) / k_lane_elements;  // 16
+/// Rounds of two blocks (one per half-warp) a warp issues together: 8 blocks per warp.
+constexpr int k_rounds = 4;
+constexpr int k_warp_blocks = 2 * k_rounds;
 constexpr unsigned k_full_mask = 0xFFFFFFFFU;
 
 void check(cudaError_t e, const char* what) {
@@ -34,9 +37,81 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+/// Eight elements of type T as raw words: one uint4 for 16-bit types, two for float32.
+template <typename T>
+struct raw8 {
+  uint4 w[sizeof(T) / 2];
+};
+
+/// Two elements packed in one 32-bit word, widened.
+template <typename T>
+__device__ __forceinline__ float2 widen2(unsigned w);
+template <>
+__device__ __forceinline__ float2 widen2<__nv_bfloat16>(unsigned w) {
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000U));
+}
+template <>
+__device__ __forceinline__ float2 widen2<__half>(unsigned w) {
+  __half2 h;
+  memcpy(&h, &w, sizeof h);
+  return __half22float2(h);
+}
+
+/// The 8 elements from index i (zeros past n): vector loads when whole and aligned.
+template <typename T, bool Aligned>
+__device__ __forceinline__ raw8<T> load8(const T* src, std::size_t i, std::size_t n) {
+  raw8<T> r;
+  if (Aligned && i + k_lane_elements <= n) {
+    const auto* p = reinterpret_cast<const uint4*>(src + i);
+#pragma unroll
+    for (unsigned k = 0; k < sizeof(T) / 2; ++k) r.w[k] = __ldcs(p + k);
+    return r;
+  }
+  T e[k_lane_elements];
+#pragma unroll
+  for (int j = 0; j < k_lane_elements; ++j) {
+    if (i + j < n) {
+      e[j] = src[i + j];
+    } else {
+      memset(&e[j], 0, sizeof(T));
+    }
+  }
+  memcpy(&r, e, sizeof r);
+  return r;
+}
+
+template <typename T>
+__device__ __forceinline__ void widen8(const raw8<T>& r, float (&v)[k_lane_elements]) {
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      v[4 * k + 0] = __uint_as_float(r.w[k].x);
+      v[4 * k + 1] = __uint_as_float(r.w[k].y);
+      v[4 * k + 2] = __uint_as_float(r.w[k].z);
+      v[4 * k + 3] = __uint_as_float(r.w[k].w);
+    }
+  } else {
+    const unsigned w[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = widen2<T>(w[k]);
+      v[2 * k] = f.x;
+      v[2 * k + 1] = f.y;
+    }
+  }
+}
+
+/// Two floats to two fp8 codes (round to nearest even, saturating), low byte first.
+__device__ __forceinline__ unsigned to_fp8x2(float a, float b, bool e5m2) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
+}
+
+/// Two fp8 codes (low byte first) to floats, exactly.
+__device__ __forceinline__ float2 from_fp8x2(unsigned codes, bool e5m2) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes),
+                                                   e5m2 ? __NV_E5M2 : __NV_E4M3);
+  return __half22float2(__half2(h));
+}
 
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
@@ -53,127 +128,147 @@ __device__ __forceinline__ __half from_float<__half>(float v) {
   return __float2half_rn(v);
 }
 
-/// Four elements from index i (zeros past n); one vector load when the block is whole and
-/// the pointer aligned.
+/// Writes the 8 floats from index i as T (only those below n): vector stores when whole and
+/// aligned.
 template <typename T, bool Aligned>
-__device__ __forceinline__ void load4(const T* src, std::size_t i, std::size_t n, float (&v)[4]) {
-  if (Aligned && i + 4 <= n) {
-    struct alignas(4 * sizeof(T)) quad {
-      T x[4];
-    };
-    const quad q = *reinterpret_cast<const quad*>(src + i);
+__device__ __forceinline__ void store8(T* dst, std::size_t i, std::size_t n,
+                                       const float (&v)[k_lane_elements]) {
+  T e[k_lane_elements];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) v[j] = to_float(q.x[j]);
+  for (int j = 0; j < k_lane_elements; ++j) e[j] = from_float<T>(v[j]);
+  if (Aligned && i + k_lane_elements <= n) {
+    raw8<T> r;
+    memcpy(&r, e, sizeof r);
+    auto* p = reinterpret_cast<uint4*>(dst + i);
+#pragma unroll
+    for (unsigned k = 0; k < sizeof(T) / 2; ++k) p[k] = r.w[k];
     return;
   }
 #pragma unroll
-  for (int j = 0; j < 4; ++j) v[j] = i + j < n ? to_float(src[i + j]) : 0.0F;
+  for (int j = 0; j < k_lane_elements; ++j)
+    if (i + j < n) dst[i + j] = e[j];
 }
 
-template <typename T, bool Aligned>
-__device__ __forceinline__ void store4(T* dst, std::size_t i, std::size_t n, const float (&v)[4]) {
-  if (Aligned && i + 4 <= n) {
-    struct alignas(4 * sizeof(T)) quad {
-      T x[4];
-    };
-    quad q;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) q.x[j] = from_float<T>(v[j]);
-    *reinterpret_cast<quad*>(dst + i) = q;
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    if (i + j < n) dst[i + j] = from_float<T>(v[j]);
-}
+/// Rounds of the grid-stride loop: warp w of W handles the groups of 8 blocks w, w + W, ...
+struct warp_walk {
+  std::size_t first, stride;
+};
 
-__device__ __forceinline__ std::uint32_t to_fp8(float x, bool e5m2) {
-  return e5m2 ? __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2)
-              : __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
-}
-
-__device__ __forceinline__ float from_fp8(std::uint32_t code, bool e5m2) {
-  const __half_raw h =
-      __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), e5m2 ? __NV_E5M2 : __NV_E4M3);
-  return __half2float(__half(h));
+__device__ __forceinline__ warp_walk walk() {
+  const std::size_t warps_per_cta = k_threads / 32;
+  return {(static_cast<std::size_t>(blockIdx.x) * k_threads + threadIdx.x) / 32,
+          static_cast<std::size_t>(gridDim.x) * warps_per_cta};
 }
 
 template <typename T, bool Aligned>
 __global__ void __launch_bounds__(k_threads)
     encode_kernel(const T* __restrict__ src, std::size_t n, std::size_t blocks,
-                  std::uint32_t* __restrict__ q, float* __restrict__ scales, bool e5m2,
+                  std::uint8_t* __restrict__ q, float* __restrict__ scales, bool e5m2,
                   float inv_max) {
-  __shared__ float tile_scales[k_tile_blocks];
-  const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const std::size_t tiles = (blocks + k_tile_blocks - 1) / k_tile_blocks;
-  for (std::size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    float vs[k_warp_blocks][4];
+  const int half = lane / k_block_lanes;
+  const int sub = lane % k_block_lanes;
+  const unsigned half_mask = half == 0 ? 0x0000FFFFU : 0xFFFF0000U;
+  const warp_walk w = walk();
+  const std::size_t groups = (blocks + k_warp_blocks - 1) / k_warp_blocks;
+  for (std::size_t g = w.first; g < groups; g += w.stride) {
+    raw8<T> raw[k_rounds];
 #pragma unroll
-    for (int u = 0; u < k_warp_blocks; ++u) {
-      const std::size_t b = tile * k_tile_blocks + warp + u * (k_threads / 32);
-      if (b < blocks) load4<T, Aligned>(src, b * k_block_elements + 4 * lane, n, vs[u]);
+    for (int u = 0; u < k_rounds; ++u) {
+      const std::size_t b = g * k_warp_blocks + 2 * u + half;
+      // Past the last block: zeros, so that every lane takes part in the shuffles below.
+      raw[u] =
+          load8<T, Aligned>(src, b * k_block_elements + k_lane_elements * sub, b < blocks ? n : 0);
     }
+    float my_scale[k_rounds];
 #pragma unroll
-    for (int u = 0; u < k_warp_blocks; ++u) {
-      const int k = warp + u * (k_threads / 32);
-      const std::size_t b = tile * k_tile_blocks + k;
-      if (b >= blocks) break;  // the same for the whole warp
-      const float(&v)[4] = vs[u];
+    for (int u = 0; u < k_rounds; ++u) {
+      const std::size_t b = g * k_warp_blocks + 2 * u + half;
+      float v[k_lane_elements];
+      widen8<T>(raw[u], v);
       float amax = 0.0F;
       bool nan = false;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < k_lane_elements; ++j) {
         nan = nan || v[j] != v[j];
         amax = fmaxf(amax, fabsf(v[j]));  // fmaxf drops NaN: tracked apart
       }
 #pragma unroll
-      for (int off = 16; off > 0; off /= 2)
+      for (int off = k_block_lanes / 2; off > 0; off /= 2)
         amax = fmaxf(amax, __shfl_xor_sync(k_full_mask, amax, off));
-      if (__any_sync(k_full_mask, nan)) amax = __int_as_float(0x7FC00000);
+      if ((__ballot_sync(k_full_mask, nan) & half_mask) != 0) amax = __int_as_float(0x7FC00000);
       const float s = amax * inv_max;
-      const float scale = s == 0.0F ? 1.0F : s;
-      std::uint32_t packed = 0;
+      const float scale = s < FLT_MIN ? 1.0F : s;  // block_scale: NaN stays NaN
+      const float r = __frcp_rn(scale);
+      uint2 codes;
+      codes.x = to_fp8x2(v[0] * r, v[1] * r, e5m2) | to_fp8x2(v[2] * r, v[3] * r, e5m2) << 16;
+      codes.y = to_fp8x2(v[4] * r, v[5] * r, e5m2) | to_fp8x2(v[6] * r, v[7] * r, e5m2) << 16;
+      if (b < blocks) {
+        auto* out = reinterpret_cast<uint2*>(q + b * k_block_elements) + sub;
+        if (Aligned) {
+          __stcs(out, codes);
+        } else {  // a 4-byte aligned payload
+          auto* out4 = reinterpret_cast<unsigned*>(out);
+          __stcs(out4, codes.x);
+          __stcs(out4 + 1, codes.y);
+        }
+      }
+      my_scale[u] = scale;
+    }
+    // Lane k < 8 writes the scale of the group's block k: round k / 2, half-warp k % 2.
+    float mine = 0.0F;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) packed |= to_fp8(__fdiv_rn(v[j], scale), e5m2) << (8 * j);
-      q[b * 32 + lane] = packed;
-      if (lane == 0) tile_scales[k] = scale;
+    for (int u = 0; u < k_rounds; ++u) {
+      const float got = __shfl_sync(k_full_mask, my_scale[u], (lane % 2) * k_block_lanes);
+      if (lane / 2 == u) mine = got;
     }
-    __syncthreads();
-    if (warp == 0) {
-      const std::size_t b = tile * k_tile_blocks + lane;
-      if (b < blocks) scales[b] = tile_scales[lane];
-    }
-    __syncthreads();
+    const std::size_t b = g * k_warp_blocks + lane;
+    if (lane < k_warp_blocks && b < blocks) scales[b] = mine;
   }
 }
 
 template <typename T, bool Aligned>
 __global__ void __launch_bounds__(k_threads)
-    decode_kernel(const std::uint32_t* __restrict__ q, const float* __restrict__ scales,
+    decode_kernel(const std::uint8_t* __restrict__ q, const float* __restrict__ scales,
                   std::size_t n, std::size_t blocks, T* __restrict__ dst, bool e5m2) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const std::size_t warps = static_cast<std::size_t>(gridDim.x) * (k_threads / 32);
-  const std::size_t first = (static_cast<std::size_t>(blockIdx.x) * k_threads + threadIdx.x) / 32;
-  for (std::size_t b0 = first; b0 < blocks; b0 += warps * k_decode_unroll) {
-    float scale[k_decode_unroll];
-    std::uint32_t packed[k_decode_unroll];
+  const int half = lane / k_block_lanes;
+  const int sub = lane % k_block_lanes;
+  const warp_walk w = walk();
+  const std::size_t groups = (blocks + k_warp_blocks - 1) / k_warp_blocks;
+  for (std::size_t g = w.first; g < groups; g += w.stride) {
+    uint2 codes[k_rounds];
+    float scale[k_rounds];
 #pragma unroll
-    for (int u = 0; u < k_decode_unroll; ++u) {
-      const std::size_t b = b0 + u * warps;
+    for (int u = 0; u < k_rounds; ++u) {
+      const std::size_t b = g * k_warp_blocks + 2 * u + half;
+      codes[u] = make_uint2(0, 0);
+      scale[u] = 0.0F;
       if (b < blocks) {
+        const auto* in = reinterpret_cast<const uint2*>(q + b * k_block_elements) + sub;
+        if (Aligned) {
+          codes[u] = *in;
+        } else {
+          const auto* in4 = reinterpret_cast<const unsigned*>(in);
+          codes[u] = make_uint2(in4[0], in4[1]);
+        }
         scale[u] = scales[b];
-        packed[u] = q[b * 32 + lane];
       }
     }
 #pragma unroll
-    for (int u = 0; u < k_decode_unroll; ++u) {
-      const std::size_t b = b0 + u * warps;
-      if (b >= blocks) break;  // the same for the whole warp
-      float v[4];
+    for (int u = 0; u < k_rounds; ++u) {
+      const std::size_t b = g * k_warp_blocks + 2 * u + half;
+      if (b >= blocks) continue;
+      float v[k_lane_elements];
+      const unsigned c[4] = {codes[u].x & 0xFFFFU, codes[u].x >> 16, codes[u].y & 0xFFFFU,
+                             codes[u].y >> 16};
 #pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = from_fp8((packed[u] >> (8 * j)) & 0xFFU, e5m2) * scale[u];
-      store4<T, Aligned>(dst, b * k_block_elements + 4 * lane, n, v);
+      for (int k = 0; k < 4; ++k) {
+        const float2 f = from_fp8x2(c[k], e5m2);
+        v[2 * k] = f.x * scale[u];
+        v[2 * k + 1] = f.y * scale[u];
+      }
+      store8<T, Aligned>(dst, b * k_block_elements + k_lane_elements * sub, n, v);
     }
   }
 }
@@ -193,36 +288,57 @@ void* device_address(const void* p, const char* what) {
                       " is pageable host memory: a kernel can reach only device or pinned memory");
 }
 
-int sm_count() {
-  int dev = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
-  int sms = 0;
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
-        "cudaDeviceGetAttribute");
-  return sms;
+/// Thread blocks of `kernel` that fill every SM once (its occupancy times the SM count), found
+/// once per kernel: the grid-stride loops then run as one wave, with no half-empty second wave.
+template <auto Kernel>
+std::size_t one_wave() {
+  static std::atomic<int> cached{0};
+  int g = cached.load(std::memory_order_relaxed);
+  if (g == 0) {
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    int sms = 0;
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
+          "cudaDeviceGetAttribute");
+    int per_sm = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, k_threads, 0),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    g = sms * (per_sm > 0 ? per_sm : 1);
+    cached.store(g, std::memory_order_relaxed);
+  }
+  return static_cast<std::size_t>(g);
 }
 
+/// CTAs for `work_items` CTAs' worth of work: at most one wave, at most `max_ctas` when > 0.
+template <auto Kernel>
 unsigned grid_for(std::size_t work_items, int max_ctas) {
-  const std::size_t cap =
-      max_ctas > 0 ? static_cast<std::size_t>(max_ctas) : static_cast<std::size_t>(8 * sm_count());
+  const std::size_t cap = max_ctas > 0 ? static_cast<std::size_t>(max_ctas) : one_wave<Kernel>();
   const std::size_t g = work_items < cap ? work_items : cap;
   return static_cast<unsigned>(g > 0 ? g : 1);
+}
+
+bool aligned(const void* p, std::size_t to) {
+  return reinterpret_cast<std::uintptr_t>(p) % to == 0;
 }
 
 template <typename T>
 void launch_encode(const void* src, std::size_t n, fp8_format f, void* q, void* scales,
                    cudaStream_t s, int max_ctas) {
   const std::size_t blocks = scale_count(n);
-  const unsigned grid = grid_for((blocks + k_tile_blocks - 1) / k_tile_blocks, max_ctas);
+  const std::size_t warps = (blocks + k_warp_blocks - 1) / k_warp_blocks;
+  const std::size_t ctas = (warps + k_threads / 32 - 1) / (k_threads / 32);
   const auto* in = static_cast<const T*>(src);
-  auto* out = static_cast<std::uint32_t*>(q);
+  auto* out = static_cast<std::uint8_t*>(q);
   auto* sc = static_cast<float*>(scales);
   const bool e5m2 = f == fp8_format::e5m2;
   const float inv = fp8_inverse_max(f);
-  if (reinterpret_cast<std::uintptr_t>(src) % (4 * sizeof(T)) == 0)
-    encode_kernel<T, true><<<grid, k_threads, 0, s>>>(in, n, blocks, out, sc, e5m2, inv);
-  else
-    encode_kernel<T, false><<<grid, k_threads, 0, s>>>(in, n, blocks, out, sc, e5m2, inv);
+  if (aligned(src, 16) && aligned(q, 8)) {
+    constexpr auto k = encode_kernel<T, true>;
+    k<<<grid_for<k>(ctas, max_ctas), k_threads, 0, s>>>(in, n, blocks, out, sc, e5m2, inv);
+  } else {
+    constexpr auto k = encode_kernel<T, false>;
+    k<<<grid_for<k>(ctas, max_ctas), k_threads, 0, s>>>(in, n, blocks, out, sc, e5m2, inv);
+  }
   check(cudaGetLastError(), "encode kernel launch");
 }
 
@@ -230,15 +346,19 @@ template <typename T>
 void launch_decode(const void* q, const void* scales, std::size_t n, fp8_format f, void* dst,
                    cudaStream_t s) {
   const std::size_t blocks = scale_count(n);
-  const unsigned grid = grid_for((blocks + k_threads / 32 - 1) / (k_threads / 32), 0);
-  const auto* in = static_cast<const std::uint32_t*>(q);
+  const std::size_t warps = (blocks + k_warp_blocks - 1) / k_warp_blocks;
+  const std::size_t ctas = (warps + k_threads / 32 - 1) / (k_threads / 32);
+  const auto* in = static_cast<const std::uint8_t*>(q);
   const auto* sc = static_cast<const float*>(scales);
   auto* out = static_cast<T*>(dst);
   const bool e5m2 = f == fp8_format::e5m2;
-  if (reinterpret_cast<std::uintptr_t>(dst) % (4 * sizeof(T)) == 0)
-    decode_kernel<T, true><<<grid, k_threads, 0, s>>>(in, sc, n, blocks, out, e5m2);
-  else
-    decode_kernel<T, false><<<grid, k_threads, 0, s>>>(in, sc, n, blocks, out, e5m2);
+  if (aligned(dst, 16) && aligned(q, 8)) {
+    constexpr auto k = decode_kernel<T, true>;
+    k<<<grid_for<k>(ctas, 0), k_threads, 0, s>>>(in, sc, n, blocks, out, e5m2);
+  } else {
+    constexpr auto k = decode_kernel<T, false>;
+    k<<<grid_for<k>(ctas, 0), k_threads, 0, s>>>(in, sc, n, blocks, out, e5m2);
+  }
   check(cudaGetLastError(), "decode kernel launch");
 }
 

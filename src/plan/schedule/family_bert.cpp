@@ -9,8 +9,8 @@ tensor bert_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
   const i64 rows = D.tok();
   const int low = w.dt().low;
   tensor q = w.proj(in, rows, D.h, D.heads * D.d, p.qkv, in_bytes, "query", lora_target::q);
-  tensor k = w.proj(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "key", lora_target::k);
-  tensor v = w.proj(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "value", lora_target::v);
+  tensor k = w.proj(in, rows, D.h, D.kv * D.d, p.key(), in_bytes, "key", lora_target::k);
+  tensor v = w.proj(in, rows, D.h, D.kv * D.d, p.value(), in_bytes, "value", lora_target::v);
   tensor o = attention(w, D, {q, k, v, low, low, false, false, w.model().t.attention_dropout});
   q.reset();
   k.reset();

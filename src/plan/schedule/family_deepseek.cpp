@@ -2,29 +2,11 @@
 // q_a_layernorm and q_b_proj (or one q_proj), the compressed KV and the shared rotary key from
 // kv_a_proj_with_mqa, kv_a_layernorm and kv_b_proj up to per-head keys and values; RoPE on the
 // rotary parts, then cat([pass, rotated]) builds the query and the key (the rotary key expanded
-// over the heads), and SDPA runs with qk_nope + qk_rope head dims for q/k and v_head for v.
+// over the heads), and SDPA runs with qk_nope + qk_rope head dims for q/k and v_head for v. RoPE
+// on the rotary slices is LLaMA's (rope, family_llama.cpp).
 #include "transformer.hpp"
 
 namespace vramkit::plan::detail {
-
-namespace {
-
-/// RoPE on n elements of the rotary slice (q*cos + rotate_half(q)*sin).
-tensor rope_part(walker& w, const tensor& src, u64 n) {
-  const int low = w.dt().low;
-  const int rb = w.dt().amp ? 4 : low;
-  tensor a = w.op(n * rb, "rope q*cos", {edge{src, n * low}}, {});
-  w.transient(n / 2 * low, component::temporaries, "rope neg");
-  tensor rh = w.op(n * low, "rope rotate_half", {edge{src, 0, true}}, {});
-  tensor b = w.op(n * rb, "rope rot*sin", {edge{rh, n * low}}, {});
-  rh.reset();
-  tensor c = w.op(n * rb, "rope sum", {edge{a, n * rb, true}, edge{b, n * rb, true}}, {});
-  a.reset();
-  b.reset();
-  return c;
-}
-
-}  // namespace
 
 tensor deepseek_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
                           const layer_params& p) {
@@ -50,8 +32,8 @@ tensor deepseek_attention(walker& w, const dims& D, const tensor& in, int in_byt
   kn.reset();
   const u64 nq_rot = static_cast<u64>(rows * D.heads * mla.qk_rope);
   const u64 nk_rot = static_cast<u64>(rows * mla.qk_rope);
-  tensor q_rot = rope_part(w, q, nq_rot);
-  tensor k_rot = rope_part(w, ckv, nk_rot);
+  tensor q_rot = rope(w, q, nq_rot, "rope sum");
+  tensor k_rot = rope(w, ckv, nk_rot, "rope sum");
   ckv.reset();
   const u64 nq = static_cast<u64>(rows * D.heads * qk);
   // cat promotes to the wider dtype of its inputs (the rotated parts are fp32 under autocast).

@@ -26,8 +26,8 @@ tensor llama_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
   const u64 nq = static_cast<u64>(rows * D.heads * D.d);
   const u64 nkv = static_cast<u64>(rows * D.kv * D.d);
   tensor q = w.proj(in, rows, D.h, D.heads * D.d, p.qkv, in_bytes, "query", lora_target::q);
-  tensor k = w.proj(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "key", lora_target::k);
-  tensor v = w.proj(in, rows, D.h, D.kv * D.d, p.qkv, in_bytes, "value", lora_target::v);
+  tensor k = w.proj(in, rows, D.h, D.kv * D.d, p.key(), in_bytes, "key", lora_target::k);
+  tensor v = w.proj(in, rows, D.h, D.kv * D.d, p.value(), in_bytes, "value", lora_target::v);
   const int rb = w.dt().amp ? 4 : low;
   if (p.qk_norm >= 0) {
     // Qwen3 / Gemma-3: the model's RMSNorm over each head of q and k before RoPE.

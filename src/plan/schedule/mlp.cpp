@@ -33,13 +33,13 @@ struct swiglu_names {
 /// up runs. `linear(x, rows, in, out, param, x_bytes, label, target)` makes each projection.
 template <class Linear>
 tensor swiglu_with(walker& w, const Linear& linear, i64 rows, i64 h, i64 f, const tensor& in,
-                   int in_bytes, int p_in, int p_down, const swiglu_names& n) {
+                   int in_bytes, int p_gate, int p_up, int p_down, const swiglu_names& n) {
   const int low = w.dt().low;
   const u64 nf = static_cast<u64>(rows * f);
-  tensor g = linear(in, rows, h, f, p_in, in_bytes, n.gate, n.gate_target);
+  tensor g = linear(in, rows, h, f, p_gate, in_bytes, n.gate, n.gate_target);
   tensor a = w.op(nf * low, "mlp silu", {edge{g, nf * low}}, {g});
   g.reset();
-  tensor u = linear(in, rows, h, f, p_in, in_bytes, n.up, n.up_target);
+  tensor u = linear(in, rows, h, f, p_up, in_bytes, n.up, n.up_target);
   tensor m = w.op(nf * low, "mlp product", {edge{a, nf * low}, edge{u, nf * low}}, {a, u});
   a.reset();
   u.reset();
@@ -52,7 +52,7 @@ tensor swiglu(walker& w, const dims& D, const tensor& in, int in_bytes, const la
     return w.proj(x, rows, i, o, param, xb, label, target);
   };
   return swiglu_with(
-      w, lora_proj, D.tok(), D.h, D.f, in, in_bytes, p.mlp_in, p.mlp_down,
+      w, lora_proj, D.tok(), D.h, D.f, in, in_bytes, p.mlp_in, p.up(), p.mlp_down,
       {"mlp gate", "mlp up", "mlp down", lora_target::gate, lora_target::up, lora_target::down});
 }
 
@@ -102,7 +102,7 @@ tensor swiglu_on(walker& w, i64 rows, i64 h, i64 f, const tensor& in, int in_byt
                           std::uint8_t /*target*/) {
     return w.linear(x, r, i, o, param, xb, name);
   };
-  return swiglu_with(w, plain, rows, h, f, in, in_bytes, p_in, p_down,
+  return swiglu_with(w, plain, rows, h, f, in, in_bytes, p_in, p_in, p_down,
                      {label, label, label, 0, 0, 0});
 }
 

@@ -347,30 +347,35 @@ void walker::setup_params() {
       nf4_[i] = 1;
     if (params[i].layer < 0 || params[i].layer >= static_cast<int>(layer_params_.size())) continue;
     auto& lp = layer_params_[static_cast<std::size_t>(params[i].layer)];
-    int* slot = nm == "attn_norm"                                      ? &lp.attn_norm
-                : nm == "attn_qkv" || nm == "mla_q" || nm == "mla_q_b" ? &lp.qkv
-                : nm == "attn_qk_norm"                                 ? &lp.qk_norm
-                : nm == "attn_out"                                     ? &lp.attn_out
-                : nm == "mlp_norm"                                     ? &lp.mlp_norm
-                : nm == "post_attn_norm"                               ? &lp.post_attn_norm
-                : nm == "rel_bias"                                     ? &lp.rel_bias
-                : nm == "cross_q"                                      ? &lp.cross_q
-                : nm == "cross_kv"                                     ? &lp.cross_kv
-                : nm == "cross_out"                                    ? &lp.cross_out
-                : nm == "cross_norm"                                   ? &lp.cross_norm
-                : nm == "post_mlp_norm"                                ? &lp.post_mlp_norm
-                : nm == "mlp_gate_up" || nm == "mlp_up" || nm == "moe_experts_gate_up" ? &lp.mlp_in
-                : nm == "mlp_down" || nm == "moe_experts_down" ? &lp.mlp_down
-                : nm == "moe_router"                           ? &lp.router
-                : nm == "moe_shared_gate_up"                   ? &lp.shared_in
-                : nm == "moe_shared_down"                      ? &lp.shared_down
-                : nm == "moe_shared_gate"                      ? &lp.shared_gate
-                : nm == "mla_q_a"                              ? &lp.q_a
-                : nm == "mla_q_a_norm"                         ? &lp.q_a_norm
-                : nm == "mla_kv_a"                             ? &lp.kv_a
-                : nm == "mla_kv_a_norm"                        ? &lp.kv_a_norm
-                : nm == "mla_kv_b"                             ? &lp.kv_b
-                                                               : nullptr;
+    int* slot =
+        nm == "attn_norm"                                                        ? &lp.attn_norm
+        : nm == "attn_qkv" || nm == "attn_q" || nm == "mla_q" || nm == "mla_q_b" ? &lp.qkv
+        : nm == "attn_k"                                                         ? &lp.k
+        : nm == "attn_v"                                                         ? &lp.v
+        : nm == "mlp_up_proj"                                                    ? &lp.mlp_up
+        : nm == "attn_qk_norm"                                                   ? &lp.qk_norm
+        : nm == "attn_out"                                                       ? &lp.attn_out
+        : nm == "mlp_norm"                                                       ? &lp.mlp_norm
+        : nm == "post_attn_norm" ? &lp.post_attn_norm
+        : nm == "rel_bias"       ? &lp.rel_bias
+        : nm == "cross_q"        ? &lp.cross_q
+        : nm == "cross_kv"       ? &lp.cross_kv
+        : nm == "cross_out"      ? &lp.cross_out
+        : nm == "cross_norm"     ? &lp.cross_norm
+        : nm == "post_mlp_norm"  ? &lp.post_mlp_norm
+        : nm == "mlp_gate_up" || nm == "mlp_gate" || nm == "mlp_up" || nm == "moe_experts_gate_up"
+            ? &lp.mlp_in
+        : nm == "mlp_down" || nm == "moe_experts_down" ? &lp.mlp_down
+        : nm == "moe_router"                           ? &lp.router
+        : nm == "moe_shared_gate_up"                   ? &lp.shared_in
+        : nm == "moe_shared_down"                      ? &lp.shared_down
+        : nm == "moe_shared_gate"                      ? &lp.shared_gate
+        : nm == "mla_q_a"                              ? &lp.q_a
+        : nm == "mla_q_a_norm"                         ? &lp.q_a_norm
+        : nm == "mla_kv_a"                             ? &lp.kv_a
+        : nm == "mla_kv_a_norm"                        ? &lp.kv_a_norm
+        : nm == "mla_kv_b"                             ? &lp.kv_b
+                                                       : nullptr;
     if (slot != nullptr) *slot = i;
   }
   lm_ = lm_params{};

@@ -91,6 +91,12 @@ struct dtypes {
 /// Parameter indices of one transformer layer, by role (parameter_tensors order).
 struct layer_params {
   int attn_norm = -1, qkv = -1, attn_out = -1, mlp_norm = -1, mlp_in = -1, mlp_down = -1;
+  /// Separate key and value projections (q_proj, k_proj, v_proj modules: qkv holds the query
+  /// alone) and a separate up projection (gate_proj, up_proj: mlp_in holds the gate).
+  int k = -1, v = -1, mlp_up = -1;
+  [[nodiscard]] int key() const noexcept { return k >= 0 ? k : qkv; }
+  [[nodiscard]] int value() const noexcept { return v >= 0 ? v : qkv; }
+  [[nodiscard]] int up() const noexcept { return mlp_up >= 0 ? mlp_up : mlp_in; }
   int qk_norm = -1;                             ///< Qwen3 / Gemma-3 per-head q/k norms
   int post_attn_norm = -1, post_mlp_norm = -1;  ///< Gemma's sandwich norms
   int rel_bias = -1, cross_q = -1, cross_kv = -1, cross_out = -1, cross_norm = -1;  ///< T5

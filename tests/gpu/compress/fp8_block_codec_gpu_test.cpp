@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -74,7 +75,8 @@ TEST_F(Fp8Gpu, KernelsMatchTheHostReferenceIntoDeviceAndPinnedMemory) {
        {vc::element_type::float32, vc::element_type::bfloat16, vc::element_type::float16}) {
     for (auto f : {vc::fp8_format::e4m3, vc::fp8_format::e5m2}) {
       for (std::size_t n : {1UL, 100UL, 128UL, 4095UL, 4096UL, 4097UL, 333333UL}) {
-        for (std::size_t misalign : {0UL, 1UL}) {  // 1 element off: the scalar load path
+        // 1 element off, and the payload 4 bytes off its 8-byte alignment: the scalar path.
+        for (std::size_t misalign : {0UL, 1UL}) {
           const std::size_t es = element_size(t);
           const auto host_in = random_input(t, n, static_cast<unsigned>(n + misalign));
           const std::size_t nq = vc::payload_bytes(n), ns = vc::scale_count(n);
@@ -85,23 +87,27 @@ TEST_F(Fp8Gpu, KernelsMatchTheHostReferenceIntoDeviceAndPinnedMemory) {
           unsigned char* d_in = nullptr;
           void *d_q = nullptr, *d_s = nullptr, *d_out = nullptr, *h_q = nullptr, *h_s = nullptr;
           CHECK_CUDA(cudaMalloc(&d_in, (n + 1) * es));
-          CHECK_CUDA(cudaMalloc(&d_q, nq));
+          const std::size_t q_off = 4 * misalign;
+          CHECK_CUDA(cudaMalloc(&d_q, nq + q_off));
           CHECK_CUDA(cudaMalloc(&d_s, ns * 4));
           CHECK_CUDA(cudaMalloc(&d_out, (n + 1) * es));
-          CHECK_CUDA(cudaHostAlloc(&h_q, nq, cudaHostAllocDefault));
+          CHECK_CUDA(cudaHostAlloc(&h_q, nq + q_off, cudaHostAllocDefault));
           CHECK_CUDA(cudaHostAlloc(&h_s, ns * 4, cudaHostAllocDefault));
           unsigned char* src = d_in + misalign * es;
+          void* q_dev = static_cast<unsigned char*>(d_q) + q_off;
+          void* q_host = static_cast<unsigned char*>(h_q) + q_off;
           CHECK_CUDA(cudaMemcpy(src, host_in.data(), n * es, cudaMemcpyHostToDevice));
-          vc::encode_blocks_cuda(src, t, n, f, d_q, d_s, stream_);
-          vc::encode_blocks_cuda(src, t, n, f, h_q, h_s, stream_, 4);  // fused into pinned memory
+          vc::encode_blocks_cuda(src, t, n, f, q_dev, d_s, stream_);
+          vc::encode_blocks_cuda(src, t, n, f, q_host, h_s, stream_,
+                                 4);  // fused into pinned memory
           CHECK_CUDA(cudaStreamSynchronize(stream_));
           std::vector<std::uint8_t> got_q(nq);
           std::vector<float> got_s(ns);
-          CHECK_CUDA(cudaMemcpy(got_q.data(), d_q, nq, cudaMemcpyDeviceToHost));
+          CHECK_CUDA(cudaMemcpy(got_q.data(), q_dev, nq, cudaMemcpyDeviceToHost));
           CHECK_CUDA(cudaMemcpy(got_s.data(), d_s, ns * 4, cudaMemcpyDeviceToHost));
           ASSERT_EQ(got_q, ref_q) << "n " << n << " type " << int(t) << " fmt " << int(f);
           ASSERT_EQ(got_s, ref_s);
-          ASSERT_EQ(std::memcmp(h_q, ref_q.data(), nq), 0) << "pinned payload, n " << n;
+          ASSERT_EQ(std::memcmp(q_host, ref_q.data(), nq), 0) << "pinned payload, n " << n;
           ASSERT_EQ(std::memcmp(h_s, ref_s.data(), ns * 4), 0) << "pinned scales, n " << n;
 
           // Decode from device memory and from the pinned copy (read over the link).
@@ -110,8 +116,8 @@ TEST_F(Fp8Gpu, KernelsMatchTheHostReferenceIntoDeviceAndPinnedMemory) {
           unsigned char* dst = static_cast<unsigned char*>(d_out) + misalign * es;
           for (int from_host = 0; from_host < 2; ++from_host) {
             CHECK_CUDA(cudaMemset(d_out, 0, (n + 1) * es));
-            vc::decode_blocks_cuda(from_host != 0 ? h_q : d_q, from_host != 0 ? h_s : d_s, n, f,
-                                   dst, t, stream_);
+            vc::decode_blocks_cuda(from_host != 0 ? q_host : q_dev, from_host != 0 ? h_s : d_s, n,
+                                   f, dst, t, stream_);
             CHECK_CUDA(cudaStreamSynchronize(stream_));
             std::vector<unsigned char> got(n * es);
             CHECK_CUDA(cudaMemcpy(got.data(), dst, n * es, cudaMemcpyDeviceToHost));
@@ -127,6 +133,52 @@ TEST_F(Fp8Gpu, KernelsMatchTheHostReferenceIntoDeviceAndPinnedMemory) {
       }
     }
   }
+}
+
+TEST_F(Fp8Gpu, ZeroTinyAndNonFiniteBlocksAsTheHostReference) {
+  // Block 0: zeros (scale 1); block 1: magnitudes whose s is subnormal (scale 1, codes 0); block
+  // 2: a NaN; block 3: an infinity (both decode to NaN); block 4: ordinary values.
+  std::vector<float> x(5 * 128, 0.0F);
+  for (int i = 128; i < 256; ++i) x[i] = 1e-38F * static_cast<float>(i % 7);
+  x[300] = std::nanf("");
+  x[301] = 1.0F;
+  x[400] = std::numeric_limits<float>::infinity();
+  for (int i = 512; i < 640; ++i) x[i] = 0.01F * static_cast<float>(i - 570);
+  const std::size_t n = x.size();
+  std::vector<std::uint8_t> ref_q(n);
+  std::vector<float> ref_s(5);
+  vc::encode_blocks_host(x.data(), vc::element_type::float32, n, vc::fp8_format::e4m3, ref_q.data(),
+                         ref_s.data());
+  float *d_x = nullptr, *d_s = nullptr, *d_out = nullptr;
+  void* d_q = nullptr;
+  CHECK_CUDA(cudaMalloc(&d_x, n * 4));
+  CHECK_CUDA(cudaMalloc(&d_q, n));
+  CHECK_CUDA(cudaMalloc(&d_s, 5 * 4));
+  CHECK_CUDA(cudaMalloc(&d_out, n * 4));
+  CHECK_CUDA(cudaMemcpy(d_x, x.data(), n * 4, cudaMemcpyHostToDevice));
+  vc::encode_blocks_cuda(d_x, vc::element_type::float32, n, vc::fp8_format::e4m3, d_q, d_s,
+                         stream_);
+  vc::decode_blocks_cuda(d_q, d_s, n, vc::fp8_format::e4m3, d_out, vc::element_type::float32,
+                         stream_);
+  CHECK_CUDA(cudaStreamSynchronize(stream_));
+  std::vector<std::uint8_t> q(n);
+  std::vector<float> s(5), back(n);
+  CHECK_CUDA(cudaMemcpy(q.data(), d_q, n, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(s.data(), d_s, 5 * 4, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(back.data(), d_out, n * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(s[0], 1.0F);
+  EXPECT_EQ(s[1], 1.0F);
+  EXPECT_TRUE(std::isnan(s[2]) && std::isnan(ref_s[2]));
+  EXPECT_TRUE(std::isinf(s[3]) && std::isinf(ref_s[3]));
+  EXPECT_EQ(s[4], ref_s[4]);
+  for (std::size_t i = 0; i < 256; ++i) EXPECT_EQ(q[i], ref_q[i]) << i;
+  for (std::size_t i = 512; i < n; ++i) EXPECT_EQ(q[i], ref_q[i]) << i;
+  for (std::size_t i = 256; i < 512; ++i) EXPECT_TRUE(std::isnan(back[i])) << i;
+  for (std::size_t i = 0; i < 256; ++i) EXPECT_EQ(back[i], 0.0F) << i;
+  CHECK_CUDA(cudaFree(d_x));
+  CHECK_CUDA(cudaFree(d_q));
+  CHECK_CUDA(cudaFree(d_s));
+  CHECK_CUDA(cudaFree(d_out));
 }
 
 TEST_F(Fp8Gpu, PageableDestinationsAndMisalignedPayloadsAreRefused) {

@@ -7,30 +7,18 @@ allocating and computing correctly afterwards, and last_error() keeps the text.
     python3 tests/gpu/mr/torch_oom_test.py LIB pool|vmm
 Exit 0 pass, 1 fail, 77 skip (no torch or no GPU; a failure under VRAMKIT_REQUIRE_GPU=1).
 """
-import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "python"))
-SKIP = 77
+from torch_test_support import cuda_torch, fail
+
 MIB = 1 << 20
-
-
-def fail(msg):
-    print("FAIL: " + msg)
-    return 1
 
 
 def main():
     lib, kind = sys.argv[1], sys.argv[2]
-    try:
-        import torch
-    except ImportError:
-        print("skip: no torch")
-        return SKIP
-    if not torch.cuda.is_available():
-        print("skip: PyTorch sees no GPU")
-        return 1 if os.environ.get("VRAMKIT_REQUIRE_GPU") == "1" else SKIP
+    torch, code = cuda_torch()
+    if torch is None:
+        return code
     import vramkit_torch
 
     vramkit_torch.set_pool_kind(kind)

@@ -11,27 +11,19 @@ import os
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "python"))
-SKIP = 77
-
-
-def fail(msg):
-    print("FAIL: " + msg)
-    return 1
+from torch_test_support import SKIP, cuda_torch, fail
 
 
 def main():
     lib, kind = sys.argv[1], sys.argv[2]
+    torch, code = cuda_torch()
+    if torch is None:
+        return code
     try:
-        import torch
         import torch.cuda._memory_viz as viz
     except ImportError:
-        print("skip: no torch")
+        print("skip: no torch.cuda._memory_viz")
         return SKIP
-    if not torch.cuda.is_available():
-        print("skip: PyTorch sees no GPU")
-        return 1 if os.environ.get("VRAMKIT_REQUIRE_GPU") == "1" else SKIP
     import vramkit_torch
 
     tmp = tempfile.mkdtemp()

@@ -35,81 +35,41 @@ std::shared_ptr<pool_resource> sim_pool(const std::shared_ptr<host_sim_device>& 
   return std::make_shared<pool_resource>(std::make_shared<device_api_resource>(dev), dev);
 }
 
-struct host_factory {
-  static stack make() {
-    stack s;
-    s.top = std::make_shared<host_resource>();
-    return s;
-  }
-};
-struct sim_device_factory {
-  static stack make() {
-    stack s;
-    s.top = std::make_shared<device_api_resource>(s.dev);
-    return s;
-  }
-};
-struct sim_async_factory {
-  static stack make() {
-    stack s;
-    s.top = std::make_shared<device_api_resource>(s.dev, memory_kind::device,
-                                                  allocation_mode::stream_ordered);
-    return s;
-  }
-};
-struct sim_managed_factory {
-  static stack make() {
-    stack s;
-    s.top = std::make_shared<managed_resource>(s.dev);
-    return s;
-  }
-};
-struct pool_factory {
-  static stack make() {
-    stack s;
-    s.top = sim_pool(s.dev);
-    return s;
-  }
-};
-struct statistics_factory {
-  static stack make() {
-    stack s;
-    s.top = std::make_shared<statistics_adaptor>(sim_pool(s.dev));
-    return s;
-  }
-};
-struct limit_factory {
-  static stack make() {
-    stack s;
-    s.top = std::make_shared<limit_adaptor>(sim_pool(s.dev), 1 * GiB);
-    return s;
-  }
-};
-struct tracing_factory {
-  static stack make() {
-    stack s;
-    s.top = std::make_shared<tracing_adaptor>(sim_pool(s.dev));
-    return s;
-  }
-};
-struct pinned_pool_factory {
-  static stack make() {
-    stack s;
-    s.top = std::make_shared<pinned_host_pool>(
-        std::make_shared<device_api_resource>(s.dev, memory_kind::pinned_host), s.dev);
-    return s;
-  }
-};
+// The resources under test, each built on the stack's simulated device.
+using device_ptr = const std::shared_ptr<host_sim_device>&;
+using resource_ptr = std::shared_ptr<memory_resource>;
+resource_ptr host(device_ptr) { return std::make_shared<host_resource>(); }
+resource_ptr sim_device(device_ptr dev) { return std::make_shared<device_api_resource>(dev); }
+resource_ptr sim_async(device_ptr dev) {
+  return std::make_shared<device_api_resource>(dev, memory_kind::device,
+                                               allocation_mode::stream_ordered);
+}
+resource_ptr sim_managed(device_ptr dev) { return std::make_shared<managed_resource>(dev); }
+resource_ptr pool(device_ptr dev) { return sim_pool(dev); }
+resource_ptr statistics(device_ptr dev) {
+  return std::make_shared<statistics_adaptor>(sim_pool(dev));
+}
+resource_ptr limit(device_ptr dev) {
+  return std::make_shared<limit_adaptor>(sim_pool(dev), 1 * GiB);
+}
+resource_ptr tracing(device_ptr dev) { return std::make_shared<tracing_adaptor>(sim_pool(dev)); }
+resource_ptr pinned_pool(device_ptr dev) {
+  return std::make_shared<pinned_host_pool>(
+      std::make_shared<device_api_resource>(dev, memory_kind::pinned_host), dev);
+}
+resource_ptr vmm_pool(device_ptr dev) { return std::make_shared<vmm_pool_resource>(dev); }
 
-struct vmm_pool_factory {
+template <resource_ptr (*Build)(device_ptr)>
+struct factory {
   static stack make() {
     stack s;
-    s.top = std::make_shared<vmm_pool_resource>(s.dev);
+    s.top = Build(s.dev);
     return s;
   }
 };
 
 template <typename Factory>
+// NOLINTNEXTLINE(readability-identifier-naming): gtest's style
 class ResourceConformance : public ::testing::Test {
  protected:
   stack s = Factory::make();
@@ -117,9 +77,9 @@ class ResourceConformance : public ::testing::Test {
 };
 
 using factories =
-    ::testing::Types<host_factory, sim_device_factory, sim_async_factory, sim_managed_factory,
-                     pool_factory, statistics_factory, limit_factory, tracing_factory,
-                     pinned_pool_factory, vmm_pool_factory>;
+    ::testing::Types<factory<host>, factory<sim_device>, factory<sim_async>, factory<sim_managed>,
+                     factory<pool>, factory<statistics>, factory<limit>, factory<tracing>,
+                     factory<pinned_pool>, factory<vmm_pool>>;
 TYPED_TEST_SUITE(ResourceConformance, factories);
 
 TYPED_TEST(ResourceConformance, ZeroBytesGiveNullAndFreeingNullIsANoOp) {

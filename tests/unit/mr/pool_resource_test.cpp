@@ -4,11 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cstring>
-#include <map>
 #include <random>
-#include <thread>
 
 #include "mr_test_support.hpp"
 #include "vramkit/core/error.hpp"
@@ -20,21 +17,9 @@
 namespace vramkit::mr {
 namespace {
 
-using vramkit::testing::gate;
 using vramkit::testing::recording_device_api;
 
-struct sim_pool {
-  explicit sim_pool(pool_options o = {}, host_sim_options d = {})
-      : dev(std::make_shared<host_sim_device>(d)),
-        a(*dev),
-        b(*dev),
-        pool(std::make_shared<pool_resource>(std::make_shared<device_api_resource>(dev), dev,
-                                             std::move(o))) {}
-  std::shared_ptr<host_sim_device> dev;
-  owned_stream a;
-  owned_stream b;
-  std::shared_ptr<pool_resource> pool;
-};
+using sim_pool = vramkit::testing::sim_stack<vramkit::testing::classic_pool>;
 
 TEST(PoolResource, ReusesFreedBlockOnSameStreamWithoutUpstream) {
   sim_pool s;
@@ -76,6 +61,7 @@ TEST(PoolResource, LargeRequestsUseLargeChunksAndHugeOnesAChunkOfTheirOwn) {
 TEST(PoolResource, CoalescesNeighboursBackToOneBlockPerChunk) {
   sim_pool s;
   std::vector<void*> ps;
+  ps.reserve(5);
   for (int i = 0; i < 5; ++i) ps.push_back(s.pool->allocate(2 * MiB, 256, s.a));
   EXPECT_EQ(s.pool->chunk_count(), 1u);  // all from the first 20 MiB chunk
   for (int i : {1, 3, 0, 4, 2}) s.pool->deallocate(ps[i], 2 * MiB, 256, s.a);
@@ -215,29 +201,6 @@ TEST(PoolResource, RejectsUnsupportedAlignmentAndBadOptions) {
                logic_error);
 }
 
-TEST(PoolResource, ReportsForeignPointersAndWrongSizesWithoutDamage) {
-  std::vector<misuse_report> seen;
-  pool_options o;
-  o.on_misuse = [&](const misuse_report& r) { seen.push_back(r); };
-  sim_pool s(o);
-  void* p = s.pool->allocate(4096, 256, s.a);
-  int local = 0;
-  s.pool->deallocate(&local, 4, 256, s.a);
-  s.pool->deallocate(p, 100000, 256, s.a);
-  ASSERT_EQ(seen.size(), 2u);
-  EXPECT_EQ(seen[0].kind, misuse_report::kind_t::foreign_pointer);
-  EXPECT_EQ(seen[1].kind, misuse_report::kind_t::wrong_size);
-  EXPECT_EQ(seen[1].expected_bytes, 4096u);
-  EXPECT_NE(seen[1].message().find("4096"), std::string::npos);
-  EXPECT_EQ(s.pool->allocated_bytes(), 4096u);  // still allocated: nothing corrupted
-  s.pool->deallocate(p, 4096, 256, s.a);
-  s.pool->deallocate(p, 4096, 256, s.a);  // double free
-  ASSERT_EQ(seen.size(), 3u);
-  EXPECT_EQ(seen[2].kind, misuse_report::kind_t::foreign_pointer);
-  EXPECT_EQ(s.pool->report().misuse_reports, 3u);
-  EXPECT_EQ(s.pool->allocated_bytes(), 0u);
-}
-
 TEST(PoolResource, CrossStreamReuseWaitsOnAnEventRecordedAfterTheFree) {
   auto api = std::make_shared<recording_device_api>();
   owned_stream a(*api);
@@ -263,97 +226,48 @@ TEST(PoolResource, CrossStreamReuseWaitsOnAnEventRecordedAfterTheFree) {
   pool->deallocate(q, 1000, 256, a);
 }
 
-TEST(PoolResource, BlockFreedOnAHeldStreamIsNotUsedOnAnotherBeforeItsWorkEnds) {
-  sim_pool s;
-  gate hold;
-  std::atomic<bool> b_done{false};
-  std::atomic<bool> a_saw_b_done{false};
-  void* p = s.pool->allocate(4096, 256, s.b);
-  // Stream b still "uses" p until the gate opens; then it frees it in stream order.
-  s.dev->launch_host_func(s.b, [&] {
-    hold.wait();
-    std::memset(p, 0x11, 4096);
-    b_done = true;
-  });
-  s.pool->deallocate(p, 4096, 256, s.b);
-  void* q = s.pool->allocate(4096, 256, s.a);
-  ASSERT_EQ(q, p);
-  s.dev->launch_host_func(s.a, [&] {
-    a_saw_b_done = b_done.load();
-    std::memset(q, 0x22, 4096);
-  });
-  owned_event after_a(*s.dev);
-  s.dev->record_event(after_a, s.a);
-  EXPECT_FALSE(s.dev->event_done(after_a));  // a waits for b, which waits for the gate
-  hold.open();
-  s.dev->synchronize(s.a);
-  EXPECT_TRUE(a_saw_b_done.load());
-  EXPECT_EQ(static_cast<unsigned char*>(q)[4095], 0x22);
-  s.pool->deallocate(q, 4096, 256, s.a);
-}
-
 // Shadow-model stress on several streams in one thread: no overlap, alignment, contents intact,
 // statistics equal the model, and every byte returns on trim.
 void random_stress(int streams, std::uint32_t seed, bool expect_one_block_per_chunk) {
   auto dev = std::make_shared<host_sim_device>();
-  std::vector<std::unique_ptr<owned_stream>> ss;
-  for (int i = 0; i < streams; ++i) ss.push_back(std::make_unique<owned_stream>(*dev));
+  auto ss = vramkit::testing::make_streams(*dev, streams);
   auto pool = std::make_shared<pool_resource>(std::make_shared<device_api_resource>(dev), dev);
   statistics_adaptor stats(pool);
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> coin(0, 99);
   std::uniform_int_distribution<std::size_t> small(1, 1 * MiB);
   std::uniform_int_distribution<std::size_t> large(1 * MiB + 1, 24 * MiB);
-  struct live {
-    std::size_t bytes;
-    int stream;
-    unsigned char tag;
-  };
-  std::map<std::uintptr_t, live> model;
-  std::int64_t model_bytes = 0;
+  vramkit::testing::shadow_model model;
   std::int64_t model_peak = 0;
   for (int op = 0; op < 3000 * vramkit::testing::stress_scale(); ++op) {
-    const bool alloc = model.empty() || coin(rng) < 55;
+    const bool alloc = model.blocks.empty() || coin(rng) < 55;
     if (alloc) {
       const std::size_t n = coin(rng) < 85 ? small(rng) : large(rng);
       const int st = static_cast<int>(rng() % streams);
       void* p = stats.allocate(n, 256, *ss[st]);
-      const auto a = reinterpret_cast<std::uintptr_t>(p);
-      ASSERT_EQ(a % 256, 0u);
-      auto next = model.lower_bound(a);
-      if (next != model.end()) {
-        ASSERT_LE(a + n, next->first);
-      }
-      if (next != model.begin()) {
-        auto prev = std::prev(next);
-        ASSERT_LE(prev->first + prev->second.bytes, a);
-      }
       const auto tag = static_cast<unsigned char>(op);
+      ASSERT_NO_FATAL_FAILURE(model.add(p, n, st, tag));
       std::memset(p, tag, std::min<std::size_t>(n, 4096));
       static_cast<unsigned char*>(p)[n - 1] = tag;
-      model.emplace(a, live{n, st, tag});
-      model_bytes += static_cast<std::int64_t>(n);
-      model_peak = std::max(model_peak, model_bytes);
+      model_peak = std::max(model_peak, model.bytes);
     } else {
-      auto it = model.begin();
-      std::advance(it, rng() % model.size());
-      auto* p = reinterpret_cast<unsigned char*>(it->first);
+      auto it = model.pick(rng);
+      auto* p = static_cast<unsigned char*>(vramkit::testing::as_ptr(it->first));
       ASSERT_EQ(p[0], it->second.tag);
       ASSERT_EQ(p[it->second.bytes - 1], it->second.tag);
       // Free on the allocating stream or, sometimes, on another one.
       const int st = coin(rng) < 80 ? it->second.stream : static_cast<int>(rng() % streams);
       stats.deallocate(p, it->second.bytes, 256, *ss[st]);
-      model_bytes -= static_cast<std::int64_t>(it->second.bytes);
       model.erase(it);
     }
     const statistics_report r = stats.report();
-    ASSERT_EQ(r.bytes.all.current, model_bytes);
+    ASSERT_EQ(r.bytes.all.current, model.bytes);
     ASSERT_EQ(r.bytes.all.peak, model_peak);
-    ASSERT_EQ(r.allocations.all.current, static_cast<std::int64_t>(model.size()));
-    ASSERT_EQ(pool->report().requested_bytes.all.current, model_bytes);
+    ASSERT_EQ(r.allocations.all.current, static_cast<std::int64_t>(model.blocks.size()));
+    ASSERT_EQ(pool->report().requested_bytes.all.current, model.bytes);
   }
-  for (auto& [a, l] : model)
-    stats.deallocate(reinterpret_cast<void*>(a), l.bytes, 256, *ss[l.stream]);
+  for (auto& [a, l] : model.blocks)
+    stats.deallocate(vramkit::testing::as_ptr(a), l.bytes, 256, *ss[l.stream]);
   EXPECT_EQ(pool->allocated_bytes(), 0u);
   if (expect_one_block_per_chunk) {
     EXPECT_EQ(pool->free_block_count(), pool->chunk_count());
@@ -379,43 +293,12 @@ TEST(PoolResourceStress, RandomOpsOnFourStreamsKeepTheModelAndTrimToZero) {
 TEST(PoolResourceStress, ThreadsOnSeveralStreamsNeverShareALiveBlock) {
   auto dev = std::make_shared<host_sim_device>();
   constexpr int threads = 4;
-  std::vector<std::unique_ptr<owned_stream>> ss;
-  for (int i = 0; i < threads + 1; ++i) ss.push_back(std::make_unique<owned_stream>(*dev));
+  auto ss = vramkit::testing::make_streams(*dev, threads + 1);
   auto pool = std::make_shared<pool_resource>(std::make_shared<device_api_resource>(dev), dev);
-  std::atomic<int> corrupt{0};
-  std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] {
-      std::mt19937 rng(100 + t);
-      std::vector<std::tuple<void*, std::size_t, int>> mine;
-      for (int op = 0; op < 400; ++op) {
-        if (mine.size() < 8 && (mine.empty() || rng() % 2 == 0)) {
-          const std::size_t n = 256 + rng() % (rng() % 4 == 0 ? 3 * MiB : 8 * KiB);
-          const int st = rng() % 3 == 0 ? threads : t;  // own stream or the shared one
-          void* p = pool->allocate(n, 256, *ss[st]);
-          const auto v = static_cast<unsigned char>(t * 50 + op);
-          dev->launch_host_func(*ss[st], [p, n, v, &corrupt] {
-            auto* c = static_cast<unsigned char*>(p);
-            const std::size_t m = std::min<std::size_t>(n, 16 * KiB);
-            std::memset(c, v, m);
-            for (std::size_t i = 0; i < m; i += 64) {
-              if (c[i] != v) corrupt.fetch_add(1);
-            }
-          });
-          mine.emplace_back(p, n, st);
-        } else {
-          const std::size_t i = rng() % mine.size();
-          auto [p, n, st] = mine[i];
-          pool->deallocate(p, n, 256, *ss[st]);
-          mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(i));
-        }
-      }
-      for (auto [p, n, st] : mine) pool->deallocate(p, n, 256, *ss[st]);
-    });
-  }
-  for (auto& w : workers) w.join();
-  dev->synchronize_device();
-  EXPECT_EQ(corrupt.load(), 0);
+  EXPECT_EQ(
+      vramkit::testing::run_thread_stress(
+          *dev, *pool, ss, threads, {.seed = 100, .ops = 400, .large = 3 * MiB, .dense = 16 * KiB}),
+      0);
   EXPECT_EQ(pool->allocated_bytes(), 0u);
   pool->trim();
   EXPECT_EQ(dev->counters().device_bytes_in_use, 0u);

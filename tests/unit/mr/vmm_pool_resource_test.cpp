@@ -5,11 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cstring>
-#include <map>
 #include <random>
-#include <thread>
 
 #include "mr_test_support.hpp"
 #include "vramkit/core/error.hpp"
@@ -21,8 +18,6 @@
 namespace vramkit::mr {
 namespace {
 
-using vramkit::testing::gate;
-
 // No growth slack: growth remaps whenever free space allows, the case the stress tests are about.
 vmm_pool_options without_slack() {
   vmm_pool_options o;
@@ -30,21 +25,12 @@ vmm_pool_options without_slack() {
   return o;
 }
 
-struct sim_vmm {
-  explicit sim_vmm(vmm_pool_options o = {}, host_sim_options d = {})
-      : dev(std::make_shared<host_sim_device>(d)),
-        a(*dev),
-        b(*dev),
-        pool(std::make_shared<vmm_pool_resource>(dev, std::move(o))) {}
-  std::shared_ptr<host_sim_device> dev;
-  owned_stream a;
-  owned_stream b;
-  std::shared_ptr<vmm_pool_resource> pool;
-};
+using sim_vmm = vramkit::testing::sim_stack<vramkit::testing::vmm_pool>;
 
 TEST(VmmPoolResource, GrowsOneSegmentInPlace) {
   sim_vmm s;
   std::vector<void*> blocks;
+  blocks.reserve(5);
   for (int i = 0; i < 5; ++i) blocks.push_back(s.pool->allocate(7 * MiB, 256, s.a));
   EXPECT_EQ(s.pool->segment_count(), 1u);  // one contiguous run of mapped granules
   for (int i = 1; i < 5; ++i) {
@@ -101,6 +87,7 @@ TEST(VmmPoolResource, GrowthSlackCreatesInsteadOfRemappingUpToItsBound) {
     o.growth_slack = slack;
     sim_vmm s(o);
     std::vector<void*> blocks;
+    blocks.reserve(10);
     for (int i = 0; i < 10; ++i) blocks.push_back(s.pool->allocate(4 * MiB, 256, s.a));
     for (int i = 0; i < 10; i += 2) s.pool->deallocate(blocks[i], 4 * MiB, 256, s.a);
     void* big = s.pool->allocate(16 * MiB, 256, s.a);
@@ -125,6 +112,7 @@ TEST(VmmPoolResource, TrimRestartsTheGrowthSlack) {
   s.pool->deallocate(big, 400 * MiB, 256, s.a);
   s.pool->trim();
   std::vector<void*> blocks;
+  blocks.reserve(10);
   for (int i = 0; i < 10; ++i) blocks.push_back(s.pool->allocate(4 * MiB, 256, s.a));
   for (int i = 0; i < 10; i += 2) s.pool->deallocate(blocks[i], 4 * MiB, 256, s.a);
   void* more = s.pool->allocate(16 * MiB, 256, s.a);  // 56 MiB is past 1.02 x 40 MiB: remaps
@@ -201,43 +189,6 @@ TEST(VmmPoolResource, InjectedCreateFailureIsRetriedOnceThenReported) {
   EXPECT_EQ(pool.trim(), 4 * MiB);
 }
 
-TEST(VmmPoolResource, CrossStreamReuseWaitsForTheFreeingStream) {
-  sim_vmm s;
-  gate hold;
-  std::atomic<bool> b_done{false};
-  void* p = s.pool->allocate(4096, 256, s.b);
-  s.dev->launch_host_func(s.b, [&] {
-    hold.wait();
-    std::memset(p, 0x11, 4096);
-    b_done = true;
-  });
-  s.pool->deallocate(p, 4096, 256, s.b);
-  void* q = s.pool->allocate(4096, 256, s.a);  // nothing free on a: takes b's block
-  ASSERT_EQ(q, p);
-  std::atomic<bool> a_saw_b_done{false};
-  s.dev->launch_host_func(s.a, [&] { a_saw_b_done = b_done.load(); });
-  hold.open();
-  s.dev->synchronize(s.a);
-  EXPECT_TRUE(a_saw_b_done.load());
-  EXPECT_EQ(s.pool->report().cross_stream_waits, 1u);
-  s.pool->deallocate(q, 4096, 256, s.a);
-}
-
-TEST(VmmPoolResource, ReportsMisuseWithoutDamage) {
-  std::vector<misuse_report> seen;
-  vmm_pool_options o;
-  o.on_misuse = [&](const misuse_report& r) { seen.push_back(r); };
-  sim_vmm s(o);
-  void* p = s.pool->allocate(1000, 256, s.a);
-  int local = 0;
-  s.pool->deallocate(&local, 4, 256, s.a);
-  s.pool->deallocate(p, 5000, 256, s.a);
-  ASSERT_EQ(seen.size(), 2u);
-  EXPECT_EQ(seen[1].kind, misuse_report::kind_t::wrong_size);
-  s.pool->deallocate(p, 1000, 256, s.a);
-  EXPECT_EQ(s.pool->allocated_bytes(), 0u);
-}
-
 TEST(VmmPoolResource, SummaryShowsTheMappingWork) {
   sim_vmm s;
   void* p = s.pool->allocate(5 * MiB, 256, s.a);
@@ -254,33 +205,26 @@ TEST(VmmPoolResource, SummaryShowsTheMappingWork) {
 // block handed out twice shows up as a wrong byte.
 void vmm_stress(int streams, std::uint32_t seed, std::size_t capacity) {
   auto dev = std::make_shared<host_sim_device>(host_sim_options{.device_memory_bytes = capacity});
-  std::vector<std::unique_ptr<owned_stream>> ss;
-  for (int i = 0; i < streams; ++i) ss.push_back(std::make_unique<owned_stream>(*dev));
+  auto ss = vramkit::testing::make_streams(*dev, streams);
   auto pool = std::make_shared<vmm_pool_resource>(dev, without_slack());
   statistics_adaptor stats(pool);
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> coin(0, 99);
-  struct live {
-    std::size_t bytes;
-    int stream;
-    unsigned char tag;
-  };
-  std::map<std::uintptr_t, live> model;
-  std::int64_t model_bytes = 0;
+  vramkit::testing::shadow_model model;
   auto touch_points = [](std::size_t n) {
     std::vector<std::size_t> at{0, n - 1};
     for (std::size_t k = 2 * MiB - 1; k < n; k += 2 * MiB) at.push_back(k);
     return at;
   };
   auto check_all = [&] {
-    for (auto& [a, l] : model) {
-      const auto* c = reinterpret_cast<const unsigned char*>(a);
+    for (auto& [a, l] : model.blocks) {
+      const auto* c = static_cast<const unsigned char*>(vramkit::testing::as_ptr(a));
       for (std::size_t k : touch_points(l.bytes)) ASSERT_EQ(c[k], l.tag) << "offset " << k;
     }
   };
   const int ops = 1500 * vramkit::testing::stress_scale();
   for (int op = 0; op < ops; ++op) {
-    const bool alloc = model.empty() || coin(rng) < 52;
+    const bool alloc = model.blocks.empty() || coin(rng) < 52;
     if (alloc) {
       // A sequence length per "step" scales activations, as in training with varying lengths.
       const std::size_t seq = 1 + rng() % 16;
@@ -294,34 +238,22 @@ void vmm_stress(int streams, std::uint32_t seed, std::size_t capacity) {
       } catch (const out_of_memory&) {
         continue;  // the simulated device is full: a valid outcome under this capacity
       }
-      const auto a = reinterpret_cast<std::uintptr_t>(p);
-      ASSERT_EQ(a % 256, 0u);
-      auto next = model.lower_bound(a);
-      if (next != model.end()) {
-        ASSERT_LE(a + n, next->first);
-      }
-      if (next != model.begin()) {
-        ASSERT_LE(std::prev(next)->first + std::prev(next)->second.bytes, a);
-      }
       const auto tag = static_cast<unsigned char>(op | 1);
+      ASSERT_NO_FATAL_FAILURE(model.add(p, n, st, tag));
       for (std::size_t k : touch_points(n)) static_cast<unsigned char*>(p)[k] = tag;
-      model.emplace(a, live{n, st, tag});
-      model_bytes += static_cast<std::int64_t>(n);
       if (pool->report().vmm.granules_mapped != maps_before) check_all();
     } else {
-      auto it = model.begin();
-      std::advance(it, rng() % model.size());
+      auto it = model.pick(rng);
       const int st = coin(rng) < 80 ? it->second.stream : static_cast<int>(rng() % streams);
-      stats.deallocate(reinterpret_cast<void*>(it->first), it->second.bytes, 256, *ss[st]);
-      model_bytes -= static_cast<std::int64_t>(it->second.bytes);
+      stats.deallocate(vramkit::testing::as_ptr(it->first), it->second.bytes, 256, *ss[st]);
       model.erase(it);
     }
-    ASSERT_EQ(pool->report().requested_bytes.all.current, model_bytes);
+    ASSERT_EQ(pool->report().requested_bytes.all.current, model.bytes);
     ASSERT_LE(pool->reserved_bytes(), capacity);
   }
   check_all();
-  for (auto& [a, l] : model)
-    stats.deallocate(reinterpret_cast<void*>(a), l.bytes, 256, *ss[l.stream]);
+  for (auto& [a, l] : model.blocks)
+    stats.deallocate(vramkit::testing::as_ptr(a), l.bytes, 256, *ss[l.stream]);
   const std::size_t reserved = pool->reserved_bytes();
   EXPECT_EQ(pool->trim(), reserved);
   EXPECT_EQ(pool->mapped_granules(), 0u);
@@ -339,44 +271,15 @@ TEST(VmmPoolResourceStress, FourStreamsNearCapacityKeepEveryByte) { vmm_stress(4
 TEST(VmmPoolResourceStress, ThreadsOnSeveralStreamsNeverShareALiveBlock) {
   auto dev = std::make_shared<host_sim_device>(host_sim_options{.device_memory_bytes = 256 * MiB});
   constexpr int threads = 4;
-  std::vector<std::unique_ptr<owned_stream>> ss;
-  for (int i = 0; i < threads + 1; ++i) ss.push_back(std::make_unique<owned_stream>(*dev));
+  auto ss = vramkit::testing::make_streams(*dev, threads + 1);
   auto pool = std::make_shared<vmm_pool_resource>(dev, without_slack());
-  std::atomic<int> corrupt{0};
-  std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] {
-      std::mt19937 rng(200 + t);
-      std::vector<std::tuple<void*, std::size_t, int>> mine;
-      for (int op = 0; op < 300 * vramkit::testing::stress_scale(); ++op) {
-        if (mine.size() < 8 && (mine.empty() || rng() % 2 == 0)) {
-          const std::size_t n = 256 + rng() % (rng() % 4 == 0 ? 6 * MiB : 8 * KiB);
-          const int st = rng() % 3 == 0 ? threads : t;
-          void* p = pool->allocate(n, 256, *ss[st]);
-          const auto v = static_cast<unsigned char>(t * 50 + op);
-          dev->launch_host_func(*ss[st], [p, n, v, &corrupt] {
-            auto* c = static_cast<unsigned char*>(p);
-            for (std::size_t i = 0; i < n; i += 4096) c[i] = v;
-            c[n - 1] = v;
-            for (std::size_t i = 0; i < n; i += 4096) {
-              if (c[i] != v) corrupt.fetch_add(1);
-            }
-          });
-          mine.emplace_back(p, n, st);
-        } else {
-          const std::size_t i = rng() % mine.size();
-          auto [p, n, st] = mine[i];
-          pool->deallocate(p, n, 256, *ss[st]);
-          mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(i));
-        }
-        if (op % 97 == 0) pool->trim();
-      }
-      for (auto [p, n, st] : mine) pool->deallocate(p, n, 256, *ss[st]);
-    });
-  }
-  for (auto& w : workers) w.join();
-  dev->synchronize_device();
-  EXPECT_EQ(corrupt.load(), 0);
+  EXPECT_EQ(vramkit::testing::run_thread_stress(*dev, *pool, ss, threads,
+                                                {.seed = 200,
+                                                 .ops = 300 * vramkit::testing::stress_scale(),
+                                                 .large = 6 * MiB,
+                                                 .stride = 4096,
+                                                 .trim_every = 97}),
+            0);
   EXPECT_EQ(pool->allocated_bytes(), 0u);
   pool->trim();
   EXPECT_EQ(pool->reserved_bytes(), 0u);

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -44,42 +45,43 @@ TEST(CachingAllocatorModel, MidSizeRequestsGet20MiBSegmentsAndSplit) {
   EXPECT_EQ(a.allocated_bytes(), 6 * MiB);
 }
 
-TEST(CachingAllocatorModel, ReusesFreedBlockWithoutNewSegment) {
-  caching_allocator_model a;
-  const auto h = a.malloc(12 * MiB);
-  a.free(h);
-  a.malloc(11 * MiB);  // remainder 1 MiB is not > 1 MiB: the block is not split
-  EXPECT_EQ(a.reserved_bytes(), 12 * MiB);
-  EXPECT_EQ(a.allocated_bytes(), 12 * MiB);
-  const auto h2 = a.malloc(30 * MiB);
-  a.free(h2);
-  a.malloc(16 * MiB);  // remainder 14 MiB: split, so only 16 MiB count as allocated
-  EXPECT_EQ(a.allocated_bytes(), 28 * MiB);
-  EXPECT_EQ(a.reserved_bytes(), 42 * MiB);
-}
+// A stream of mallocs ("m12": 12 MiB) and frees ("f0": the first malloc's handle), and the
+// figures the model must reach after it.
+struct stream_case {
+  const char* name;
+  const char* ops;
+  std::uint64_t allocated_mib, reserved_mib, peak_reserved_mib;
+  std::size_t segments;
+};
 
-TEST(CachingAllocatorModel, NoCoalescingAcrossSegments) {
-  caching_allocator_model a;
-  const auto x = a.malloc(12 * MiB);
-  const auto y = a.malloc(12 * MiB);
-  a.free(x);
-  a.free(y);
-  a.malloc(20 * MiB);  // 24 MiB free in total but no single block of 20 MiB
-  EXPECT_EQ(a.reserved_bytes(), 44 * MiB);
-  EXPECT_EQ(a.peak_reserved_bytes(), 44 * MiB);
-}
+const stream_case k_streams[] = {
+    // 11 MiB in the cached 12 MiB block: the 1 MiB remainder is not > 1 MiB, so no split; 16 MiB
+    // in the cached 30 MiB block: a 14 MiB remainder splits, so only 16 MiB count as allocated.
+    {"ReusesFreedBlockWithoutNewSegment", "m12 f0 m11 m30 f2 m16", 28, 42, 42, 2},
+    // 24 MiB free in total but no single block of 20 MiB.
+    {"NoCoalescingAcrossSegments", "m12 m12 f0 f1 m20", 20, 44, 44, 3},
+    // The three pieces merge back into one block.
+    {"MergesNeighboursInsideASegment", "m40 f0 m16 m16 f1 f2 m40", 40, 40, 40, 1},
+};
 
-TEST(CachingAllocatorModel, MergesNeighboursInsideASegment) {
-  caching_allocator_model a;
-  const auto big = a.malloc(40 * MiB);
-  a.free(big);
-  const auto p = a.malloc(16 * MiB);
-  const auto q = a.malloc(16 * MiB);
-  a.free(p);
-  a.free(q);
-  a.malloc(40 * MiB);  // the three pieces merged back into one block
-  EXPECT_EQ(a.reserved_bytes(), 40 * MiB);
-  EXPECT_EQ(a.segment_count(), 1u);
+TEST(CachingAllocatorModel, StreamsReachTheirFigures) {
+  for (const auto& c : k_streams) {
+    SCOPED_TRACE(c.name);
+    caching_allocator_model a;
+    std::vector<std::uint32_t> handles;
+    std::istringstream ops(c.ops);
+    for (std::string op; ops >> op;) {
+      const auto n = std::stoull(op.substr(1));
+      if (op[0] == 'm')
+        handles.push_back(a.malloc(n * MiB));
+      else
+        a.free(handles.at(n));
+    }
+    EXPECT_EQ(a.allocated_bytes(), c.allocated_mib * MiB);
+    EXPECT_EQ(a.reserved_bytes(), c.reserved_mib * MiB);
+    EXPECT_EQ(a.peak_reserved_bytes(), c.peak_reserved_mib * MiB);
+    EXPECT_EQ(a.segment_count(), c.segments);
+  }
 }
 
 TEST(CachingAllocatorModel, PeaksAndDoubleFree) {

@@ -26,7 +26,7 @@ std::string error_of(const std::string& json, const std::string& source = "cfg.j
 }  // namespace
 
 TEST(ConfigLoader, PublishedParameterCounts) {
-  // Counts as torch's sum(p.numel() for p in model.parameters()) reports them (bert-base:
+  // Counts as torch's sum(p.numel() for p in model.parameters()) reports them (bert-base as
   // BertForMaskedLM).
   const std::pair<const char*, std::uint64_t> published[] = {
       {"gpt2", 124439808u},

@@ -248,7 +248,7 @@ TEST(Serving, SlidingWindowLayersHoldOnlyTheirWindow) {
 }
 
 TEST(Families, SecondRoundModelsHaveTheirPublishedParameterCounts) {
-  // RobertaForMaskedLM; t5-base ties its head, flan-t5-base (gated FF) has its own.
+  // RobertaForMaskedLM; T5 with its tied head, Flan-T5 with a gated FF and its own head.
   const std::pair<const char*, std::uint64_t> published[] = {
       {"gemma-2-9b.json", 9241705984u},  {"gemma-2-2b.json", 2614341888u},
       {"gemma-3-1b.json", 999885952u},   {"falcon-7b.json", 6921720704u},

@@ -8,11 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
 
 namespace vramkit::plan {
 namespace {
 
-constexpr std::uint64_t GiB = 1ull << 30;
 using P = block_policy;
 
 offload_inputs base() {
@@ -104,8 +104,16 @@ TEST(OffloadOption, ParsesEveryFormAndRefusesBadOnes) {
   EXPECT_TRUE(b.activations && b.optimizer);
   EXPECT_EQ(b.activation_blocks, 4);
   EXPECT_EQ(parse_offload_option("activations:16", 16).activation_blocks, 16);
-  for (const char* bad : {"bogus", "activations:17", "activations:0", "activations:x",
-                          "activations:", "optimizer:2", "activations:3x", ""}) {
+  // A mix names every block: o offload, c checkpoint, k keep.
+  const auto mx = parse_offload_option("both:ocko", 4);
+  EXPECT_TRUE(mx.optimizer);
+  EXPECT_EQ(mx.activation_blocks, 2);
+  EXPECT_EQ(mx.mix, (std::vector<block_policy>{block_policy::offload, block_policy::checkpoint,
+                                               block_policy::keep, block_policy::offload}));
+  EXPECT_EQ(parse_offload_option("activations:ockk", 0).mix.size(), 4u);  // length unknown yet
+  for (const char* bad :
+       {"bogus", "activations:17", "activations:0", "activations:x", "activations:", "optimizer:2",
+        "activations:3x", "", "activations:occ", "activations:ocqk"}) {
     try {
       parse_offload_option(bad, 16);
       ADD_FAILURE() << bad << " was accepted";

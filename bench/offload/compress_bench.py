@@ -1,0 +1,460 @@
+#!/usr/bin/env python3
+"""fp8 activation compression alone (no offload), side by side in one process on one GPU: the
+codec's kernels against a device-to-device copy of the same bytes, and training steps of a
+LLaMA-shaped model (offload_bench's shapes and model) without compression and with each module
+selection of vramkit.compress_activations.
+
+    python3 bench/offload/compress_bench.py --out compress-bench.json --summary compress-bench.md
+
+1. Kernels: for the tensor sizes the model saves (bf16 at the hidden and MLP widths, fp32 at the
+   hidden width), encode and decode time (CUDA events, median of 10) and bandwidth (bytes read +
+   written / time) against torch's copy_ of the input (cudaMemcpy device to device) in the same
+   run; every round trip checked against fp8 e4m3's stated bound and the payload checked bit for
+   bit against the torch backend (torch's float8 operations, the same arithmetic).
+2. Steps: per configuration, the median step time (CUDA events; forward, backward, optimizer),
+   the bytes the graph holds at the end of the forward (memory_allocated after minus before:
+   the saved activations), the peak allocated, and, in one extra step with events around every
+   encode and decode, the kernels' time per step; `vramkit plan` gives its allocated peak for
+   the same configuration. "hooks" runs the selection hooks with nothing compressed (their
+   Python cost).
+
+The JSON and the summary are rewritten after every configuration, so a run cut short keeps what
+it measured; configurations that do not fit the time left (--budget-s) are reported as skipped.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, HERE)
+
+GiB = 1 << 30
+# (name, modules or None for no compression, other options); "hooks": the selection without
+# compression. In the order they run: what a budget cut short drops is the last.
+CONFIGS = (("bf16", None, {}), ("fp8 mlp,attn", ("mlp", "attn"), {}), ("hooks", ("mlp", "attn"), {}),
+           ("fp8 mlp,attn,norm", ("mlp", "attn", "norm"), {}),
+           ("fp8 mlp,attn,norm, norm inputs fp8", ("mlp", "attn", "norm"), {"norm_inputs": "fp8"}),
+           ("fp8 mlp", ("mlp",), {}))
+STEP_TARGET = 1.05
+SAVED_TARGET = 0.55
+PEAK_TOLERANCE = 0.05
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels.
+def _median_time(fn, reps=10):
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    return statistics.median(times)
+
+
+def roundtrip_violations(x, back, scales, fmt="e4m3"):
+    """Elements of `back` (decoded from x, in x's dtype) outside the stated bound: |x' - x| <=
+    2^-m |x| + scale * 2^(min_exp - mant) (fp8's rounding, subnormals included) + the rounding of
+    x' into its dtype (2^-8 of |x'| for bf16)."""
+    import torch
+
+    rel = {"e4m3": 2.0 ** -4, "e5m2": 2.0 ** -3}[fmt]
+    sub = {"e4m3": 2.0 ** -9, "e5m2": 2.0 ** -16}[fmt]
+    out_rel = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 0.0}[x.dtype]
+    xf, bf = x.float().reshape(-1), back.float().reshape(-1)
+    n = xf.numel()
+    s = scales.float().repeat_interleave(128)[:n]
+    bound = rel * xf.abs() + sub * s + out_rel * bf.abs()
+    return int(((bf - xf).abs() > bound * 1.0001).sum())
+
+
+def kernel_bench(shape, deadline):
+    """Encode/decode bandwidth against a device copy, per tensor kind the model saves."""
+    import torch
+    from vramkit import fp8_codec
+
+    if not fp8_codec.cuda_kernels_available():
+        return {"error": "CUDA kernels not loadable: %s" % fp8_codec.library_error()}
+    rows = shape["batch"] * shape["seq"]
+    kinds = (("bf16 hidden", rows * shape["d"], torch.bfloat16), ("bf16 mlp", rows * shape["ffn"], torch.bfloat16),
+             ("fp32 hidden", rows * shape["d"], torch.float32))
+    out = []
+    g = torch.Generator(device="cuda").manual_seed(3)
+    for name, n, dtype in kinds:
+        if time.time() > deadline:
+            out.append({"kind": name, "skipped": "time budget spent"})
+            continue
+        # Activations' spread: normal values times a per-row magnitude over three decades.
+        x = (torch.randn(n // 1024, 1024, device="cuda", generator=g)
+             * torch.exp2(torch.rand(n // 1024, 1, device="cuda", generator=g) * 10 - 5)).to(dtype).reshape(-1)
+        nq, ns = fp8_codec.payload_bytes(x.numel()), fp8_codec.scale_count(x.numel())
+        q = torch.empty(nq, dtype=torch.uint8, device="cuda")
+        s = torch.empty(ns, dtype=torch.float32, device="cuda")
+        back = torch.empty_like(x)
+        copy = torch.empty_like(x)
+        t_enc = _median_time(lambda: fp8_codec.encode(x, "e4m3", "cuda", q=q, scales=s))
+        t_dec = _median_time(lambda: fp8_codec.decode(q, s, x.numel(), "e4m3", dtype, "cuda", out=back))
+        t_copy = _median_time(lambda: copy.copy_(x))
+        in_b = x.numel() * x.element_size()
+        packed_b = nq + 4 * ns
+        r = {"kind": name, "elements": x.numel(), "input_bytes": in_b, "packed_bytes": packed_b,
+             "encode_s": t_enc, "decode_s": t_dec, "copy_s": t_copy,
+             "encode_gbps": (in_b + packed_b) / t_enc / 1e9, "decode_gbps": (in_b + packed_b) / t_dec / 1e9,
+             "copy_gbps": 2 * in_b / t_copy / 1e9}
+        r["encode_vs_copy"] = r["encode_gbps"] / r["copy_gbps"]
+        r["decode_vs_copy"] = r["decode_gbps"] / r["copy_gbps"]
+        fp8_codec.encode(x, "e4m3", "cuda", q=q, scales=s)
+        fp8_codec.decode(q, s, x.numel(), "e4m3", dtype, "cuda", out=back)
+        torch.cuda.synchronize()
+        r["bound_violations"] = roundtrip_violations(x, back, s)
+        if fp8_codec.torch_fp8_available():
+            tq, ts = fp8_codec.encode(x, "e4m3", "torch")
+            r["equals_torch_backend"] = bool(torch.equal(tq, q) and torch.equal(ts, s))
+            del tq, ts
+        out.append(r)
+        x = q = s = back = copy = None  # freed before the next kind's tensors
+        torch.cuda.empty_cache()
+    return {"kinds": out}
+
+
+# --------------------------------------------------------------------------------------------
+# Training steps.
+class KernelClock:
+    """Events around every fp8_codec.encode/decode while installed (on the stream each runs on)."""
+
+    def __init__(self):
+        from vramkit import fp8_codec
+
+        self.codec = fp8_codec
+        self.events = {"encode": [], "decode": []}
+        self.orig = {}
+
+    def _wrap(self, kind, fn):
+        import torch
+
+        def timed(*a, **k):
+            st = k.get("stream") or torch.cuda.current_stream()
+            e0 = torch.cuda.Event(enable_timing=True)
+            e0.record(st)
+            r = fn(*a, **k)
+            e1 = torch.cuda.Event(enable_timing=True)
+            e1.record(st)
+            self.events[kind].append((e0, e1))
+            return r
+
+        return timed
+
+    def __enter__(self):
+        for kind in self.events:
+            self.orig[kind] = getattr(self.codec, kind)
+            setattr(self.codec, kind, self._wrap(kind, self.orig[kind]))
+        return self
+
+    def __exit__(self, *e):
+        for kind, fn in self.orig.items():
+            setattr(self.codec, kind, fn)
+        return False
+
+    def seconds(self):
+        return {k: sum(a.elapsed_time(b) for a, b in v) / 1e3 for k, v in self.events.items()}
+
+
+def make_compressor(blocks, name, modules, options):
+    import vramkit
+
+    if modules is None:
+        return None
+    if name == "hooks":
+        class PassThrough(vramkit.compress_activations):
+            """The selection runs (module hooks, saved-tensor hooks, selects()), nothing compressed."""
+
+            def selects(self, t):
+                super().selects(t)
+                return False
+
+        return PassThrough(blocks=blocks, modules=modules, **options)
+    return vramkit.compress_activations(blocks=blocks, modules=modules, **options)
+
+
+def run_config(w, name, modules, options, warmup, timed):
+    import torch
+
+    model, loss_fn, blocks, shape = w["model"], w["loss_fn"], w["blocks"], w["shape"]
+    from offload_bench import init_weights, make_tokens
+
+    init_weights(model)
+    model.zero_grad(set_to_none=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+    comp = make_compressor(blocks, name, modules, options)
+    tokens = make_tokens(shape, warmup + timed + (1 if comp is not None and name != "hooks" else 0), "cuda")
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    out = {"config": name, "modules": list(modules) if modules else None, "options": options, "steps": {"warmup": warmup, "timed": timed}}
+    times, fwd, bwd, optim, losses = [], [], [], [], []
+    clock = None
+    for step, x in enumerate(tokens):
+        clocked = step == warmup + timed
+        if clocked:
+            clock = KernelClock().__enter__()
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        before = torch.cuda.memory_allocated()
+        ev[0].record()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            if comp is not None:
+                with comp:
+                    loss = loss_fn(model, x)
+            else:
+                loss = loss_fn(model, x)
+        ev[1].record()
+        if step == warmup - 1 or (warmup == 0 and step == 0):
+            out["graph_bytes"] = torch.cuda.memory_allocated() - before
+        loss.backward()
+        ev[2].record()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        ev[3].record()
+        torch.cuda.synchronize()
+        losses.append(loss.item())
+        del loss
+        if clocked:
+            clock.__exit__()
+            ks = clock.seconds()
+            out["kernel_s"] = {"encode": ks["encode"], "decode": ks["decode"],
+                               "encodes": len(clock.events["encode"]), "decodes": len(clock.events["decode"])}
+        elif step >= warmup:
+            times.append(ev[0].elapsed_time(ev[3]) / 1e3)
+            fwd.append(ev[0].elapsed_time(ev[1]) / 1e3)
+            bwd.append(ev[1].elapsed_time(ev[2]) / 1e3)
+            optim.append(ev[2].elapsed_time(ev[3]) / 1e3)
+    out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+    out["step_s"] = {"median": statistics.median(times), "min": min(times), "max": max(times), "n": len(times)}
+    out["forward_s"], out["backward_s"], out["optimizer_s"] = (statistics.median(v) for v in (fwd, bwd, optim))
+    out["losses"] = losses
+    if comp is not None:
+        st = comp.stats()
+        n = len(tokens)
+        out["per_step"] = {k: st[k] / n for k in ("compressed", "input_bytes", "stored_bytes", "deduplicated",
+                                                  "aliased", "aliased_bytes", "cast_shared", "cast_shared_bytes")
+                           if k in st}
+        try:
+            out["backend"] = comp.backend_for(torch.device("cuda"))
+        except RuntimeError as e:
+            out["backend"] = "none: %s" % e
+    del opt, comp, tokens
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Planner.
+def planner_peaks(shape, out_dir):
+    """The planner's allocated peak per configuration ({name: bytes or None}, errors apart)."""
+    try:
+        from offload_bench import shape_config
+        from vramkit.planner import find_cli
+
+        cli = find_cli()
+    except Exception as e:  # noqa: BLE001 - no CLI: reported, the rest still measured
+        return {"error": "vramkit CLI not found: %s" % e}
+    path = os.path.join(out_dir, "compress-plan-config-%dx%d.json" % (shape["d"], shape["layers"]))
+    with open(path, "w") as f:
+        json.dump(shape_config(shape), f)
+    base = [cli, "plan", path, "--precision", "amp-bf16", "--batch", str(shape["batch"]), "--seq", str(shape["seq"]),
+            "--gpu", "h200", "--json"]
+    out = {}
+    for name, modules, options in CONFIGS:
+        if name == "hooks" or options:
+            continue  # the planner models the default norm_inputs
+        argv = base + (["--compress-activations", "fp8:" + ",".join(modules)] if modules else [])
+        p = subprocess.run(argv, capture_output=True, text=True, check=False)
+        try:
+            j = json.loads(p.stdout)
+        except ValueError:
+            out[name] = {"error": (p.stderr.strip().splitlines() or ["no output"])[-1], "argv": argv[1:]}
+            continue
+        o = j.get("offload") if modules else None
+        out[name] = {"allocated_peak_bytes": (o or j).get("allocated_peak_bytes"), "argv": argv[1:]}
+        if o:
+            out[name].update({k: o.get(k) for k in ("step_time_s", "pack_s_per_block", "unpack_s_per_block",
+                                                    "saved_bytes_per_block", "stored_bytes_per_block")})
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+def summarize(res):
+    lines = ["## fp8 activation compression alone (%s)" % res.get("model", "?"), ""]
+    k = res.get("kernels") or {}
+    if "error" in k:
+        lines.append("kernels: %s" % k["error"])
+    elif k:
+        lines.append("| tensor | MiB | encode GB/s | decode GB/s | copy GB/s (D2D) | encode / copy | decode / copy "
+                     "| bound violations | = torch backend |")
+        lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for r in k["kinds"]:
+            if "skipped" in r:
+                lines.append("| %s | skipped: %s | | | | | | | |" % (r["kind"], r["skipped"]))
+                continue
+            lines.append("| %s | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %d | %s |" % (
+                r["kind"], r["input_bytes"] / (1 << 20), r["encode_gbps"], r["decode_gbps"], r["copy_gbps"],
+                r["encode_vs_copy"], r["decode_vs_copy"], r["bound_violations"], r.get("equals_torch_backend", "-")))
+        lines.append("(bytes read + written / time; copy: torch copy_ of the input, read + written)")
+    lines.append("")
+    runs = {r["config"]: r for r in res.get("configs", []) if "step_s" in r}
+    ref = runs.get("bf16")
+    plans = res.get("planner") or {}
+    lines.append("| config | step s (median, min-max, n) | vs bf16 | forward s | backward s | graph GiB (saved) | vs bf16 "
+                 "| peak alloc GiB | planner GiB | error | kernels s/step (enc+dec) |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in res.get("configs", []):
+        if "step_s" not in r:
+            lines.append("| %s | %s | | | | | | | | | |" % (r["config"], r.get("skipped") or r.get("error")))
+            continue
+        st = r["step_s"]
+        pl = (plans.get(r["config"]) or {}).get("allocated_peak_bytes")
+        ks = r.get("kernel_s")
+        lines.append("| %s | %.3f (%.3f-%.3f, %d) | %s | %.3f | %.3f | %.2f | %s | %.2f | %s | %s | %s |" % (
+            r["config"], st["median"], st["min"], st["max"], st["n"],
+            "%.3fx" % (st["median"] / ref["step_s"]["median"]) if ref else "-", r["forward_s"], r["backward_s"],
+            r.get("graph_bytes", 0) / GiB,
+            "%.1f%%" % (100 * r["graph_bytes"] / ref["graph_bytes"]) if ref and "graph_bytes" in r else "-",
+            r["peak_allocated_bytes"] / GiB, "%.2f" % (pl / GiB) if pl else "-",
+            "%+.1f%%" % (100 * (pl - r["peak_allocated_bytes"]) / r["peak_allocated_bytes"]) if pl else "-",
+            "%.4f+%.4f (%d+%d)" % (ks["encode"], ks["decode"], ks["encodes"], ks["decodes"]) if ks else "-"))
+    if ref:
+        lines.append("")
+        for name, r in runs.items():
+            if name == "bf16":
+                continue
+            ratio = r["step_s"]["median"] / ref["step_s"]["median"]
+            extra = r["step_s"]["median"] - ref["step_s"]["median"]
+            ks = r.get("kernel_s")
+            parts = ["- %s: step %.3fx bf16's (target <= %.2fx: %s), +%.1f ms" % (
+                name, ratio, STEP_TARGET, "met" if ratio <= STEP_TARGET else "NOT met", 1e3 * extra)]
+            if ks:
+                parts.append("of which encode+decode kernels %.1f ms" % (1e3 * (ks["encode"] + ks["decode"])))
+            if name != "hooks" and "graph_bytes" in r:
+                sr = r["graph_bytes"] / ref["graph_bytes"]
+                parts.append("saved bytes %.1f%% of bf16's (target <= %.0f%%: %s)" % (
+                    100 * sr, 100 * SAVED_TARGET, "met" if sr <= SAVED_TARGET else "NOT met"))
+            pl = (plans.get(name) or {}).get("allocated_peak_bytes")
+            if pl:
+                err = (pl - r["peak_allocated_bytes"]) / r["peak_allocated_bytes"]
+                parts.append("planner peak %+.1f%% (target within %.0f%%: %s)" % (
+                    100 * err, 100 * PEAK_TOLERANCE, "met" if abs(err) <= PEAK_TOLERANCE else "NOT met"))
+            ps = r.get("per_step")
+            if ps:
+                parts.append("%d tensors compressed a step, %d casts sharing a copy" % (ps.get("compressed", 0),
+                                                                                         ps.get("cast_shared", 0)))
+            lines.append(", ".join(parts))
+    if "error" in plans:
+        lines.append("planner: %s" % plans["error"])
+    lines.append("bench wall time %.1f s (budget %.0f s)" % (res.get("wall_s", 0), res.get("budget_s", 0)))
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="1b", help="offload_bench's shape (default 1b)")
+    ap.add_argument("--model", default="auto", choices=("auto", "hf", "builtin"))
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--timed", type=int, default=4)
+    ap.add_argument("--budget-s", type=float, default=40.0)
+    ap.add_argument("--out", default="compress-bench.json")
+    ap.add_argument("--summary", default=None)
+    args = ap.parse_args()
+    t0 = time.time()
+    import offload_bench
+
+    if args.shape not in offload_bench.SHAPES:
+        ap.error("--shape %s: use one of %s" % (args.shape, ", ".join(offload_bench.SHAPES)))
+    if args.warmup < 1 or args.timed < 1 or args.budget_s <= 0:
+        ap.error("--warmup, --timed and --budget-s must be positive")
+    import torch
+
+    if not torch.cuda.is_available():
+        print("compress bench: no CUDA device", file=sys.stderr)
+        return 1
+    deadline = t0 + args.budget_s
+    shape = offload_bench.SHAPES[args.shape]
+    res = {"schema_version": 1, "argv": sys.argv[1:], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "shape": dict(shape, name=args.shape),
+           "budget_s": args.budget_s, "configs": []}
+
+    def save():
+        res["wall_s"] = time.time() - t0
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+        if args.summary:
+            with open(args.summary, "w") as f:
+                f.write(summarize(res))
+
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    res["planner"] = planner_peaks(shape, out_dir)
+    save()
+    res["kernels"] = kernel_bench(shape, deadline - 25)
+    save()
+    model, loss_fn, kind = offload_bench.build_model(shape, args.model)
+    from vramkit.activation_offload import find_blocks
+
+    w = {"model": model, "loss_fn": loss_fn, "blocks": find_blocks(model), "shape": shape}
+    res["model"] = "%s, d %d, %d blocks, ffn %d, batch %d x %d tokens" % (
+        "transformers LlamaForCausalLM" if kind == "hf" else "built-in LLaMA layout", shape["d"], shape["layers"],
+        shape["ffn"], shape["batch"], shape["seq"])
+    per_step = None
+    for name, modules, options in CONFIGS:
+        steps = args.warmup + args.timed + (1 if modules and name != "hooks" else 0)
+        need = (per_step or 1.0) * steps * 1.15 + 1.0
+        if time.time() + need > deadline:
+            res["configs"].append({"config": name, "skipped": "time budget spent (%.0f s left, ~%.0f s needed)" % (
+                deadline - time.time(), need)})
+            save()
+            continue
+        start = time.time()
+        try:
+            r = run_config(w, name, modules, options, args.warmup, args.timed)
+        except Exception as e:  # noqa: BLE001 - recorded, the next configuration runs
+            r = {"config": name, "error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "")}
+            torch.cuda.empty_cache()
+        r["wall_s"] = time.time() - start
+        if per_step is None and "step_s" in r:
+            per_step = r["wall_s"] / steps
+        res["configs"].append(r)
+        save()
+    save()
+    print(summarize(res))
+    ok = all("step_s" in r or "skipped" in r for r in res["configs"])
+    kern = (res.get("kernels") or {}).get("kinds") or []
+    ok = ok and all(r.get("bound_violations", 0) == 0 and r.get("equals_torch_backend", True) for r in kern)
+    return 0 if ok else 1
+
+
+def _main_or_note():
+    """main(); an exception that escapes it is also written to the summary (one line)."""
+    try:
+        return main()
+    except Exception as e:  # noqa: BLE001 - reported where the stage's summary reads it
+        args = sys.argv
+        if "--summary" in args and args.index("--summary") + 1 < len(args):
+            with open(args[args.index("--summary") + 1], "a") as f:
+                f.write("compress bench failed: %s: %s\n" % (type(e).__name__, str(e).splitlines()[0][:300] if str(e) else ""))
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(_main_or_note())

@@ -1,0 +1,84 @@
+"""CPU tests of what compress_bench.py and compress_accuracy.py judge by: the round trip's bound
+(an element outside it is counted, one inside is not), the accuracy verdict against bf16's own
+reruns (a curve that differs more than they do is outside, one that differs less is within, the
+window statistic keeps per-step noise out), and the summaries of cut-short runs."""
+
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+import compress_accuracy as ca  # noqa: E402
+import compress_bench as cb  # noqa: E402
+
+try:
+    import torch
+except ImportError:  # the accuracy logic needs no torch; the bound test does
+    torch = None
+
+
+def curve(n, shift=0.0, wiggle=0.0):
+    """A falling loss curve, moved by `shift` and alternating by `wiggle` each step."""
+    return [2.0 + 5.0 * 0.98 ** i + shift + (wiggle if i % 2 else -wiggle) for i in range(n)]
+
+
+class AccuracyVerdict(unittest.TestCase):
+    def runs(self, fp8_shift, fp8_wiggle=0.0):
+        return {ca.REFERENCE: {"losses": curve(100)},
+                ca.DATA_ORDER: {"losses": curve(100, 0.01, 0.05)},
+                ca.INIT: {"losses": curve(100, 0.02)},
+                "fp8 mlp,attn": {"losses": curve(100, fp8_shift, fp8_wiggle), "grad_rel_error_per_block": [0.01]}}
+
+    def test_within_and_outside_bf16s_variation(self):
+        res, text = ca.report(self.runs(0.015), 100, 1.0, ca.SHAPE)
+        self.assertAlmostEqual(res["tolerance"]["final_mean_abs_diff"], 0.02)
+        self.assertTrue(res["runs"]["fp8 mlp,attn"]["within_tolerance"])
+        self.assertIn("within bf16's variation", text)
+        res, text = ca.report(self.runs(0.03), 100, 1.0, ca.SHAPE)
+        self.assertFalse(res["runs"]["fp8 mlp,attn"]["within_tolerance"])
+        self.assertIn("OUTSIDE", text)
+        # The bf16 reruns are not judged against themselves.
+        self.assertNotIn("within_tolerance", res["runs"][ca.DATA_ORDER])
+
+    def test_per_step_noise_averages_out_in_the_windows(self):
+        # Alternating +-0.04 a step: a per-step max of 0.04, window means unmoved.
+        res, _ = ca.report(self.runs(0.0, 0.04), 100, 1.0, ca.SHAPE)
+        r = res["runs"]["fp8 mlp,attn"]
+        self.assertAlmostEqual(r["step_max_abs_diff"], 0.04)
+        self.assertLess(r["window_max_abs_diff"], 1e-9)
+        self.assertTrue(r["within_tolerance"])
+
+    def test_no_reference_no_verdict(self):
+        res, text = ca.report({"fp8 mlp,attn": {"error": "exit 1: boom"}}, 0, 1.0, ca.SHAPE)
+        self.assertIn("no bf16 run finished", text)
+        self.assertIn("boom", text)
+
+
+@unittest.skipIf(torch is None, "needs torch")
+class RoundTripBound(unittest.TestCase):
+    def test_counts_only_elements_outside_the_bound(self):
+        x = torch.tensor([1.0, 2.0, -4.0, 0.5] * 32)
+        scales = torch.tensor([4.0 / 448])
+        ok = x * (1 + 2.0 ** -5)  # within 2^-4 relative
+        self.assertEqual(cb.roundtrip_violations(x, ok, scales), 0)
+        bad = ok.clone()
+        bad[3] = 0.5 * (1 + 2.0 ** -3)  # twice the bound
+        bad[7] = -0.5
+        self.assertEqual(cb.roundtrip_violations(x, bad, scales), 2)
+
+
+class Summaries(unittest.TestCase):
+    def test_cut_short_bench_summary(self):
+        res = {"configs": [{"config": "bf16", "skipped": "time budget spent (3 s left, ~9 s needed)"}],
+               "kernels": {"error": "CUDA kernels not loadable: none"}, "planner": {"error": "no CLI"}}
+        text = cb.summarize(res)
+        self.assertIn("time budget spent", text)
+        self.assertIn("kernels: CUDA kernels not loadable", text)
+        self.assertIn("planner: no CLI", text)
+
+
+if __name__ == "__main__":
+    unittest.main()

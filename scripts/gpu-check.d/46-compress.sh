@@ -1,0 +1,67 @@
+# Compression stage (issue 22), at most 90 s in all (COMPRESS_STAGE_CAP_S): fp8 activation
+# compression alone on the 1B LLaMA shape (bench/offload/compress_bench.py: the codec's kernels
+# against a device copy of the same bytes, round trips checked against fp8's bound and the torch
+# backend's bits; step time, saved bytes and peak allocated with each module selection against
+# bf16 in the same process, the planner's peak beside the measured one; budget
+# COMPRESS_BENCH_S, default 36 s, hard stop 5 s later), then the loss curves of a small model
+# with and without compression against bf16's own run-to-run variation, and per-block gradient
+# error (bench/offload/compress_accuracy.py, what is left of the cap, at most 40 s, hard stop 5 s
+# later). Each writes its JSON and summary as it goes, so a cut-short run keeps what it measured.
+# Writes RESULTS_DIR/compress-summary.md (always), compress-bench.json, compress-accuracy.json.
+set -uo pipefail
+: "${RESULTS_DIR:?}"
+summary="$RESULTS_DIR/compress-summary.md"
+started=$(date +%s)
+cap_s=${COMPRESS_STAGE_CAP_S:-90}
+left() { echo $(( cap_s - ($(date +%s) - started) )); }
+build="${BUILD_DIR:-build-gpu}"
+case "$build" in /*) ;; *) build="$PWD/$build" ;; esac
+if [ -z "${VRAMKIT_CLI:-}" ] && [ -x "$build/vramkit" ]; then export VRAMKIT_CLI="$build/vramkit"; fi
+if [ -z "${VRAMKIT_COMPRESS_LIB:-}" ] && [ -f "$build/libvramkit_compress.so" ]; then
+  export VRAMKIT_COMPRESS_LIB="$build/libvramkit_compress.so"
+fi
+bench_md="$RESULTS_DIR/compress-bench.md"
+acc_md="$RESULTS_DIR/compress-accuracy.md"
+write_summary() {
+  {
+    echo "# compression stage (issue 22)"
+    echo
+    echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+    echo "- commit: ${VRAMKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || awk -F': ' '/^commit:/ {print $2; exit}' "$RESULTS_DIR/machine.txt" 2>/dev/null)}"
+    echo "- planner: ${VRAMKIT_CLI:-not found}; fp8 kernels: ${VRAMKIT_COMPRESS_LIB:-not found}"
+    echo
+    if [ -s "$bench_md" ]; then cat "$bench_md"; else echo "compress bench: no figures (not run or cut off before its first)"; fi
+    echo
+    if [ -s "$acc_md" ]; then cat "$acc_md"; else echo "compression accuracy: no figures (not run or cut off)"; fi
+    echo
+    echo "stage time $(( $(date +%s) - started )) s (cap ${cap_s} s)"
+  } > "$summary"
+}
+# The summary exists whatever happens next (a kill of the stage included).
+trap write_summary EXIT
+rm -f "$bench_md" "$acc_md"
+status=0
+# run_part LABEL MD BUDGET_S MIN_S SCRIPT ARGS...: the script with --budget-s BUDGET_S (less when
+# the stage has less left) under a hard stop 5 s later; not run below MIN_S, MD then says so.
+run_part() {
+  local label=$1 md=$2 budget=$3 min=$4 script=$5
+  shift 5
+  if [ $((budget + 5)) -gt "$(left)" ]; then budget=$(( $(left) - 5 )); fi
+  if [ "$budget" -lt "$min" ]; then
+    echo "$label: not run (the stage's $cap_s s were spent)" > "$md"
+    status=1
+    return
+  fi
+  PYTHONUNBUFFERED=1 timeout $((budget + 5)) python3 "$script" --budget-s "$budget" --summary "$md" "$@"
+  local rc=$?
+  [ $rc -eq 124 ] && echo "$label: passed its hard stop ($((budget + 5)) s); $(basename "$md") holds what it measured"
+  [ $rc -eq 0 ] || status=1
+}
+run_part "compress bench" "$bench_md" "${COMPRESS_BENCH_S:-36}" 10 bench/offload/compress_bench.py \
+  --shape "${COMPRESS_SHAPE:-1b}" --out "$RESULTS_DIR/compress-bench.json"
+run_part "compression accuracy" "$acc_md" 40 12 bench/offload/compress_accuracy.py \
+  --steps "${COMPRESS_STEPS:-300}" --out "$RESULTS_DIR/compress-accuracy.json"
+write_summary
+trap - EXIT
+cat "$summary"
+exit $status
