@@ -73,7 +73,7 @@ budget=${OFFLOAD_BUDGET_S:-$(( $(left) - 8 ))}
 if [ $((budget + 6)) -gt "$(left)" ]; then budget=$(( $(left) - 6 )); fi
 if [ "$budget" -lt 20 ]; then budget=20; fi
 PYTHONUNBUFFERED=1 timeout $((budget + 6)) python3 bench/offload/offload_bench.py \
-  --shapes "${OFFLOAD_SHAPES:-1b,3b-wide}" --budget-s "$budget" --steps 4 --warmup 1 "${probe[@]}" \
+  --shapes "${OFFLOAD_SHAPES:-1b,3b-wide}" --budget-s "$budget" --steps 3 --warmup 1 "${probe[@]}" \
   --out "$RESULTS_DIR/offload-bench.json" --summary "$RESULTS_DIR/offload-table.md"
 status=$?
 [ $checks_status -eq 0 ] || status=1
