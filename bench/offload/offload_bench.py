@@ -281,8 +281,10 @@ def measure_link():
     return rates
 
 
-def _timed(fn, reps=4):
-    """Median seconds of fn() on the current stream (CUDA events), after one warm-up call."""
+def _timed(fn, reps=3, inner=8):
+    """Median seconds of one fn() on the current stream (CUDA events around `inner` calls back to
+    back, so that the GPU runs at the clocks of sustained work, as in training), after one
+    warm-up call."""
     import torch
 
     fn()
@@ -290,10 +292,11 @@ def _timed(fn, reps=4):
     times = []
     for _ in range(reps):
         a, b = _ev(), torch.cuda.Event(enable_timing=True)
-        fn()
+        for _ in range(inner):
+            fn()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
+        times.append(a.elapsed_time(b) / 1e3 / inner)
     return statistics.median(times)
 
 
@@ -324,20 +327,35 @@ def _attention_times(b, h, s, hd):
     return fwd, both
 
 
-def _product_rate(n):
-    """Bytes read plus written per second of an fp32 elementwise product of n elements."""
+def _memory_rates(b, s, d, heads):
+    """Bytes read plus written per second of the memory-bound kernels the planner counts in a
+    block, over b x s tokens of width d: an fp32 product, and the mix a LLaMA block's forward runs
+    (a cast of the fp32 residual stream to bf16, RMSNorm's square, mean and scaling, the rotary
+    product of a transposed bf16 view with fp32 cos, rotate_half's negation and concatenation, a
+    residual add of bf16 into fp32, SiLU). Returns (product rate, mix rate)."""
     import torch
 
-    a, c = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
-    r = torch.empty_like(a)
-    return 12.0 * n / _timed(lambda: torch.mul(a, c, out=r))
+    n, hd = b * s * d, d // heads
+    x = torch.randn(b, s, d, device="cuda")
+    y = torch.randn(b, s, d, device="cuda", dtype=torch.bfloat16)
+    q = y.view(b, s, heads, hd).transpose(1, 2)
+    cos = torch.randn(1, 1, s, hd, device="cuda")
+    r = torch.empty_like(x)
+    product = 12.0 * n / _timed(lambda: torch.mul(x, x, out=r))
+    # (kernel, bytes read plus written)
+    mix = [(lambda: x.to(torch.bfloat16), 6 * n), (lambda: x.pow(2), 8 * n), (lambda: x.mean(-1, keepdim=True), 4 * n),
+           (lambda: x * x, 12 * n), (lambda: q * cos, 6 * n),
+           (lambda: torch.cat((-q[..., hd // 2:], q[..., : hd // 2]), dim=-1), 6 * n), (lambda: x + y, 10 * n),
+           (lambda: torch.nn.functional.silu(y), 4 * n)]
+    times = [_timed(fn) for fn, _ in mix]
+    return product, sum(nb for _, nb in mix) / sum(times)
 
 
 def kernel_probe(shape):
     """Kernel rates at the shape's sizes (uncapped), for the planner's cost model: bf16 GEMMs of a
     block's projections weighted by how many a block runs, causal SDPA forward and backward
-    (3.5x the forward's FLOPs in all: the backward's 5 GEMMs against 2), and an fp32 elementwise
-    product (bytes read plus written)."""
+    (3.5x the forward's FLOPs in all: the backward's 5 GEMMs against 2), and the memory-bound
+    kernels of a block (bytes read plus written; a plain fp32 product beside them)."""
     import torch
 
     T, d, f = shape["batch"] * shape["seq"], shape["d"], shape["ffn"]
@@ -347,8 +365,9 @@ def kernel_probe(shape):
     b, h, s = shape["batch"], shape["heads"], shape["seq"]
     fwd, both = _attention_times(b, h, s, d // h)
     flops = 2.0 * b * h * s * s * (d // h)  # QK^T and PV, half of the square (causal)
+    product, mixed = _memory_rates(b, s, d, h)
     out.update({"attention_flops": 3.5 * flops / both, "attention_forward_flops": flops / fwd,
-                "memory_bytes_per_s": _product_rate(T * d)})
+                "memory_bytes_per_s": mixed, "product_bytes_per_s": product})
     torch.cuda.empty_cache()
     return out
 
@@ -935,7 +954,7 @@ def spawn_worker(args, name, deadline, state_path, skip, env):
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, env=env)
 
 
-PIN_ENV = "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"
+PIN_ENV = "pinned_use_cuda_host_register:True,pinned_num_register_threads:16"
 
 
 def run_shape(args, name, entry, deadline, save):
@@ -948,7 +967,7 @@ def run_shape(args, name, entry, deadline, save):
     env = dict(os.environ)
     if args.fast_pinning and "PYTORCH_CUDA_ALLOC_CONF" not in env:
         env["PYTORCH_CUDA_ALLOC_CONF"] = PIN_ENV
-        entry["pinned_allocation"] = "cudaHostRegister, 8 threads (PYTORCH_CUDA_ALLOC_CONF=%s)" % PIN_ENV
+        entry["pinned_allocation"] = "cudaHostRegister, 16 threads (PYTORCH_CUDA_ALLOC_CONF=%s)" % PIN_ENV
     log = open(os.path.join(args.out_dir, "offload-worker-%s.log" % name), "w")
     try:
         _run_workers(args, name, entry, deadline, save, state_path, env, log)
@@ -1155,10 +1174,12 @@ def summarize(results):
         kp = entry.get("kernel_probe") or {}
         if "gemm_flops" in kp:
             lines.append("kernel probe for the planner (%s): bf16 GEMMs %.0f TFLOP/s (by shape %s), causal SDPA forward + "
-                         "backward %.0f TFLOP/s (forward %.0f), fp32 elementwise %.0f GB/s read + written" % (
+                         "backward %.0f TFLOP/s (forward %.0f), a block's memory-bound kernels %.0f GB/s read + written "
+                         "(an fp32 product %.0f)" % (
                              os.path.basename(entry.get("planner_probe") or "-"), kp["gemm_flops"] / 1e12,
                              "/".join("%.0f" % x for x in kp.get("gemm_cases_tflops", [])), kp["attention_flops"] / 1e12,
-                             kp["attention_forward_flops"] / 1e12, kp["memory_bytes_per_s"] / 1e9))
+                             kp["attention_forward_flops"] / 1e12, kp["memory_bytes_per_s"] / 1e9,
+                             kp.get("product_bytes_per_s", 0) / 1e9))
         elif kp.get("error"):
             lines.append("kernel probe failed (%s): the planner used the GPU catalogue" % kp["error"])
         for cfg, mix in (entry.get("mixes") or {}).items():
@@ -1247,13 +1268,13 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="steps per configuration, warm-up included")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=180.0, help="the whole bench stops by then")
-    ap.add_argument("--first-share", type=float, default=0.52, help="share of the budget the first shape may use")
+    ap.add_argument("--first-share", type=float, default=0.55, help="share of the budget the first shape may use")
     ap.add_argument("--cap-fraction", type=float, default=0.5, help="cap = this x the reference's peak reserved")
     ap.add_argument("--model", default="auto", choices=("auto", "hf", "builtin"))
     ap.add_argument("--compress-shape", default=None, help="shape measured with compression (default: the first)")
     ap.add_argument("--probe", default=None, help="vramkit probe --json file for the planner's link rate")
     ap.add_argument("--fast-pinning", type=int, default=1, choices=(0, 1),
-                    help="1: pin host memory with cudaHostRegister from 8 threads (PyTorch's option)")
+                    help="1: pin host memory with cudaHostRegister from 16 threads (PyTorch's option)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--state", default=None, help=argparse.SUPPRESS)

@@ -322,7 +322,10 @@ class offload_activations:
                 out.register_hook(functools.partial(_block_backward_hook, weakref.ref(self), self._step, i))
 
     def _block_backward(self, step, i):
-        """The backward of block i begins: fetches the offloaded blocks i .. i-prefetch_blocks."""
+        """The backward of block i begins: drops the device copies of tensors whose copy out has
+        finished since the forward's last block (else they would stay on the device until their
+        own backward), then fetches the offloaded blocks i .. i-prefetch_blocks."""
+        self._release_copied()
         for j in range(i, max(-1, i - self.prefetch_blocks - 1), -1):
             g = step.block_group.get(j)
             if g is None or g in step.entered or not step.alive(g):
@@ -588,6 +591,7 @@ class offload_activations:
             return x
         rec, step = x, x.step
         if rec.group not in step.entered:
+            self._release_copied()  # copies out that finished after the forward's last block
             step.entered.add(rec.group)
             self._fetch_group(step, rec.group, prefetch=False)
             # Prefetch the next blocks of the backward: lower groups with offloaded tensors.

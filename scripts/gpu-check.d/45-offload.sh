@@ -3,15 +3,13 @@
 # half the uncapped peak (bench/offload/offload_bench.py: the planner's mix and the baselines the
 # targets compare first, one worker per shape, a kernel probe after the reference feeding the
 # planner's cost model, the JSON and summary rewritten after every configuration, so a cut-short
-# run keeps what it measured; budget: what is left of the 170 s after the checks, less the
-# accuracy run's share, hard stop 6 s later); then loss curves and per-block gradient error with
-# and without compression (bench/offload/compress_accuracy.py, at most 22 s, hard stop 28 s;
-# OFFLOAD_ACCURACY=0 skips it), after the correctness checks the figures rest on, run first
-# (gradients bit for bit equal with and without offload, prefetch_blocks included; the
-# side-stream encode equal to the in-line one), hard stop 20 s. Compression alone is the
-# compress stage's. The other GPU tests of the Python package and of the codec run in the
-# gpu-tests stage. Writes RESULTS_DIR/offload-summary.md, offload-bench.json,
-# compress-accuracy.json; the summary is written whatever step was cut.
+# run keeps what it measured; budget: what is left of the 170 s after the checks, hard stop 6 s
+# later), after the correctness checks the figures rest on, run first (gradients bit for bit
+# equal with and without offload, prefetch_blocks included; the side-stream encode equal to the
+# in-line one), hard stop 20 s. Compression alone and its accuracy are the compress stage's
+# (46-compress). The other GPU tests of the Python package and of the codec run in the gpu-tests
+# stage. Writes RESULTS_DIR/offload-summary.md, offload-bench.json; the summary is written
+# whatever step was cut.
 set -uo pipefail
 : "${RESULTS_DIR:?}"
 summary="$RESULTS_DIR/offload-summary.md"
@@ -71,27 +69,17 @@ checks_status=0
     echo "- not run: the stage's $cap_s s were spent"
   fi
 } > "$RESULTS_DIR/offload-checks.md"
-acc_reserve=28; [ "${OFFLOAD_ACCURACY:-1}" = 0 ] && acc_reserve=0
-budget=${OFFLOAD_BUDGET_S:-$(( $(left) - 6 - acc_reserve - 2 ))}
-if [ $((budget + 6 + acc_reserve)) -gt "$(left)" ]; then budget=$(( $(left) - 6 - acc_reserve )); fi
+budget=${OFFLOAD_BUDGET_S:-$(( $(left) - 8 ))}
+if [ $((budget + 6)) -gt "$(left)" ]; then budget=$(( $(left) - 6 )); fi
 if [ "$budget" -lt 20 ]; then budget=20; fi
 PYTHONUNBUFFERED=1 timeout $((budget + 6)) python3 bench/offload/offload_bench.py \
-  --shapes "${OFFLOAD_SHAPES:-1b,3b-wide}" --budget-s "$budget" --steps 4 --warmup 1 "${probe[@]}" \
+  --shapes "${OFFLOAD_SHAPES:-1b,3b-wide}" --budget-s "$budget" --steps 3 --warmup 1 "${probe[@]}" \
   --out "$RESULTS_DIR/offload-bench.json" --summary "$RESULTS_DIR/offload-table.md"
 status=$?
 [ $checks_status -eq 0 ] || status=1
 [ $status -eq 124 ] && echo "offload: the bench passed its hard stop ($((budget + 6)) s); offload-table.md holds what it measured"
-acc=$(( $(left) - 6 )); [ "$acc" -gt 22 ] && acc=22
-if [ "${OFFLOAD_ACCURACY:-1}" = 0 ]; then
-  echo "compression accuracy: not run (OFFLOAD_ACCURACY=0)" > "$RESULTS_DIR/compress-accuracy.md"
-elif [ "$acc" -ge 10 ]; then
-  PYTHONUNBUFFERED=1 timeout $((acc + 6)) python3 bench/offload/compress_accuracy.py --steps "${COMPRESS_STEPS:-300}" \
-    --budget-s "$acc" --out "$RESULTS_DIR/compress-accuracy.json" --summary "$RESULTS_DIR/compress-accuracy.md" || status=1
-else
-  echo "compression accuracy: not run (the stage's $cap_s s were spent)" > "$RESULTS_DIR/compress-accuracy.md"
-fi
-cat "$RESULTS_DIR/offload-header.md" "$RESULTS_DIR/offload-table.md" "$RESULTS_DIR/compress-accuracy.md" \
-  "$RESULTS_DIR/offload-checks.md" > "$summary" 2>/dev/null
+cat "$RESULTS_DIR/offload-header.md" "$RESULTS_DIR/offload-table.md" "$RESULTS_DIR/offload-checks.md" \
+  > "$summary" 2>/dev/null
 echo "stage time $(( $(date +%s) - started )) s" >> "$summary"
 rm -f "$RESULTS_DIR/offload-header.md"
 cat "$summary"
