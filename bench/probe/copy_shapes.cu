@@ -112,6 +112,25 @@ struct variant {
   std::vector<double> gbps;
 };
 
+// The one-pass shapes measured: the kernel (units of 16 B per thread, streaming hint), threads per
+// block and whether each block reserves enough shared memory to have an SM to itself.
+struct onepass_shape {
+  void (*kernel)(uint4*, const uint4*, std::size_t);
+  int units;
+  bool streaming;
+  int threads;
+  bool one_block;
+};
+const onepass_shape onepass_shapes[] = {
+    {onepass_copy<2, 1>, 2, true, 1024, false}, {onepass_copy<4, 1>, 4, true, 1024, false},
+    {onepass_copy<8, 1>, 8, true, 1024, false}, {onepass_copy<4, 0>, 4, false, 1024, false},
+    {onepass_copy<8, 0>, 8, false, 512, false}, {onepass_copy<16, 1>, 16, true, 256, false},
+    {onepass_copy<2, 1>, 2, true, 1024, true},  {onepass_copy<3, 1>, 3, true, 1024, true},
+    {onepass_copy<3, 0>, 3, false, 1024, true}, {onepass_copy<4, 1>, 4, true, 768, true},
+    {onepass_copy<4, 1>, 4, true, 1024, true},  {onepass_copy<6, 1>, 6, true, 512, true},
+    {onepass_copy<8, 1>, 8, true, 1024, true},
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -200,19 +219,11 @@ int main(int argc, char** argv) {
   };
   grid("grid-stride 4 x 16 B", stride_copy<4, 0>, 256, max_threads / 256);
   grid("grid-stride 8 x 16 B streaming", stride_copy<8, 1>, 512, max_threads / 512);
-  onepass("one pass 2 x 16 B streaming", onepass_copy<2, 1>, 1024, 2);
-  onepass("one pass 4 x 16 B streaming", onepass_copy<4, 1>, 1024, 4);
-  onepass("one pass 8 x 16 B streaming", onepass_copy<8, 1>, 1024, 8);
-  onepass("one pass 4 x 16 B", onepass_copy<4, 0>, 1024, 4);
-  onepass("one pass 8 x 16 B", onepass_copy<8, 0>, 512, 8);
-  onepass("one pass 16 x 16 B streaming", onepass_copy<16, 1>, 256, 16);
-  onepass("one pass 2 x 16 B streaming", onepass_copy<2, 1>, 1024, 2, one_block);
-  onepass("one pass 3 x 16 B streaming", onepass_copy<3, 1>, 1024, 3, one_block);
-  onepass("one pass 3 x 16 B", onepass_copy<3, 0>, 1024, 3, one_block);
-  onepass("one pass 4 x 16 B streaming", onepass_copy<4, 1>, 768, 4, one_block);
-  onepass("one pass 4 x 16 B streaming", onepass_copy<4, 1>, 1024, 4, one_block);
-  onepass("one pass 6 x 16 B streaming", onepass_copy<6, 1>, 512, 6, one_block);
-  onepass("one pass 8 x 16 B streaming", onepass_copy<8, 1>, 1024, 8, one_block);
+  for (const onepass_shape& o : onepass_shapes) {
+    const std::string name =
+        "one pass " + std::to_string(o.units) + " x 16 B" + (o.streaming ? " streaming" : "");
+    onepass(name.c_str(), o.kernel, o.threads, o.units, o.one_block ? one_block : 0);
+  }
   steal("work stealing 2 x 16 B", steal_copy<2, 0>, 512, 2);
   steal("work stealing 2 x 16 B streaming", steal_copy<2, 1>, 512, 2);
   steal("work stealing 4 x 16 B streaming", steal_copy<4, 1>, 1024, 4);

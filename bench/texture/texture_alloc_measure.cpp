@@ -32,26 +32,25 @@ namespace {
     }                                                                       \
   } while (0)
 
+// The CUDA channel description of each format the planner offers, from CUDA's own templates.
+struct channel_entry {
+  texture_format format;
+  cudaChannelFormatDesc (*describe)();
+};
+constexpr channel_entry channels[] = {
+    {texture_format::rgba8, &cudaCreateChannelDesc<uchar4>},
+    {texture_format::bc1, &cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed1>},
+    {texture_format::bc2, &cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed2>},
+    {texture_format::bc3, &cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed3>},
+    {texture_format::bc4, &cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed4>},
+    {texture_format::bc5, &cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed5>},
+    {texture_format::bc6h, &cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed6H>},
+    {texture_format::bc7, &cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed7>},
+};
+
 cudaChannelFormatDesc channel_of(texture_format f) {
-  switch (f) {
-    case texture_format::rgba8:
-      return cudaCreateChannelDesc<uchar4>();
-    case texture_format::bc1:
-      return cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed1>();
-    case texture_format::bc2:
-      return cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed2>();
-    case texture_format::bc3:
-      return cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed3>();
-    case texture_format::bc4:
-      return cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed4>();
-    case texture_format::bc5:
-      return cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed5>();
-    case texture_format::bc6h:
-      return cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed6H>();
-    case texture_format::bc7:
-      return cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed7>();
-    default:
-      break;
+  for (const channel_entry& e : channels) {
+    if (e.format == f) return e.describe();
   }
   std::fprintf(stderr, "texture_alloc_measure: no CUDA format\n");
   std::exit(1);
@@ -100,6 +99,12 @@ std::vector<config> configurations(bool quick) {
 unsigned array_flags(const config& c) {
   if (c.cube) return c.layers > 6 ? cudaArrayCubemap | cudaArrayLayered : cudaArrayCubemap;
   return c.layers > 1 ? cudaArrayLayered : 0u;
+}
+
+// The configuration's fields as they open each case of the JSON file.
+nlohmann::json config_json(const config& c) {
+  return {{"format", c.f.name()},   {"width", c.w},       {"height", c.h},
+          {"mip_levels", c.levels}, {"layers", c.layers}, {"cube", c.cube}};
 }
 
 struct measurement {
@@ -197,13 +202,9 @@ int main(int argc, char** argv) try {
     if (!m.unsupported.empty()) {
       std::printf("%-10s %5dx%-5d %4d %4d%s refused by the driver: %s\n", c.f.name().c_str(), c.w,
                   c.h, c.levels, c.layers, c.cube ? "c" : " ", m.unsupported.c_str());
-      cases.push_back({{"format", c.f.name()},
-                       {"width", c.w},
-                       {"height", c.h},
-                       {"mip_levels", c.levels},
-                       {"layers", c.layers},
-                       {"cube", c.cube},
-                       {"unsupported", m.unsupported}});
+      nlohmann::json refused = config_json(c);
+      refused["unsupported"] = m.unsupported;
+      cases.push_back(refused);
       continue;
     }
     const double err = m.measured > 0 ? (m.predicted - m.measured) / m.measured : 0.0;
@@ -214,19 +215,15 @@ int main(int argc, char** argv) try {
                 static_cast<unsigned long long>(tight), m.measured,
                 static_cast<unsigned long long>(m.predicted),
                 static_cast<unsigned long long>(m.deferred_size), 100 * err);
-    cases.push_back({{"format", c.f.name()},
-                     {"width", c.w},
-                     {"height", c.h},
-                     {"mip_levels", c.levels},
-                     {"layers", c.layers},
-                     {"cube", c.cube},
-                     {"arrays", m.n},
+    nlohmann::json measured = config_json(c);
+    measured.update({{"arrays", m.n},
                      {"tight_bytes", tight},
                      {"measured_bytes", m.measured},
                      {"model_bytes", m.predicted},
                      {"deferred_size", m.deferred_size},
                      {"deferred_alignment", m.deferred_alignment},
                      {"model_error", err}});
+    cases.push_back(measured);
   }
   nlohmann::json out;
   out["schema_version"] = 1;
