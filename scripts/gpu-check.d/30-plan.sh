@@ -29,7 +29,7 @@ left() { local l=$(( deadline - $(date +%s) )); [ "$l" -gt "$1" ] && l=$1; [ "$l
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo
 } > "$summary"
-# One Python start for the versions (each import of torch costs seconds), beside the measurements.
+# One Python start for the versions (each import of torch costs seconds), in the background.
 timeout 40 python3 -c 'import torch, transformers
 try:
     import peft; p = peft.__version__
@@ -43,27 +43,30 @@ if [ "${PLAN_FRESH:-1}" = 0 ]; then
   echo "Fresh PyTorch measurements skipped (PLAN_FRESH=0)." >> "$summary"
 else
   # The serving check (a measured paged KV pool against --serve, about 25 GB of the GPU) runs
-  # beside the ground truth: the new group's cases in fresh processes, up to 8 at once within 110
-  # GiB of estimates, `first` cases first; none starts in the last 15 s of its 100 s and those
-  # still running at 100 s are stopped and recorded as not run. The cases still outside the bar
-  # record the blocks live at their allocated peak (plan-new-families-logs/NAME.peak.json).
-  timeout "$(left 75)" python3 bench/plan/measure_serving.py --vramkit "$BUILD_DIR/vramkit" \
-    --out "$RESULTS_DIR/plan-serving.json" > "$RESULTS_DIR/plan-serving.txt" 2>&1 &
-  serving_pid=$!
-  timeout "$(left 110)" python3 bench/plan/measure_ground_truth.py --group new \
-    --out "$RESULTS_DIR/plan-new-families.json" --log-dir "$RESULTS_DIR/plan-new-families-logs" \
-    --jobs 8 --budget-gib 110 --timeout 60 --total-timeout 100 --start-margin 15 \
-    --trace-peak mistral-7b-l4-w1024-infer-bf16-b4 --trace-peak falcon-7b-l2-train \
-    --trace-peak roberta-base-train-amp-fp16-adamw-b16 --trace-peak qwen2-0.5b-train-bf16-adamw-8bit-b4 \
-    --trace-peak llava-1.5-7b-l4-train-bf16-adamw-b2 --trace-peak vit-base-patch16-224-infer-fp32-b64 \
-    > "$RESULTS_DIR/plan-new-families.txt" 2>&1 || status=1
-  wait "$serving_pid" || status=1
+  # first and alone: it sizes its pool from the device's free memory (cudaMemGetInfo), which
+  # other processes' allocations would shrink (run I ran it beside the cases: 89 sequences
+  # measured where 191 fit). Then the new group's cases in fresh processes, up to 8 at once
+  # within 110 GiB of estimates, `first` cases first; none starts in the last 15 s of their time
+  # (what is left of the deadline less 40 s for the reports) and those still running then are
+  # stopped and recorded as not run. The cases still outside the bar record the blocks live at
+  # their allocated peak and their segments (plan-new-families-logs/NAME.peak.json).
+  timeout "$(left 45)" python3 bench/plan/measure_serving.py --vramkit "$BUILD_DIR/vramkit" \
+    --out "$RESULTS_DIR/plan-serving.json" > "$RESULTS_DIR/plan-serving.txt" 2>&1 || status=1
   {
     echo "## Serving capacity: --serve against a measured paged KV pool (bar: max concurrent sequences within 5%)"
     echo
     cat "$RESULTS_DIR/plan-serving.txt"
     echo
   } >> "$summary"
+  cases_s=$(( $(left 200) - 40 ))
+  [ "$cases_s" -lt 20 ] && cases_s=20
+  timeout "$(( cases_s + 10 ))" python3 bench/plan/measure_ground_truth.py --group new \
+    --out "$RESULTS_DIR/plan-new-families.json" --log-dir "$RESULTS_DIR/plan-new-families-logs" \
+    --jobs 8 --budget-gib 110 --timeout 60 --total-timeout "$cases_s" --start-margin 15 \
+    --trace-peak mistral-7b-l4-w1024-infer-bf16-b4 --trace-peak falcon-7b \
+    --trace-peak roberta-base-train-amp-fp16-adamw-b16 --trace-peak qwen2-0.5b-train-bf16-adamw-8bit-b4 \
+    --trace-peak vit-base-patch16-224-infer-fp32-b64 --trace-peak qwen3-30b-a3b-l2-train \
+    > "$RESULTS_DIR/plan-new-families.txt" 2>&1 || status=1
   {
     echo "## Second-round cases measured in this run (measured cases go into tests/data/plan/ground_truth_new_families.json)"
     echo
