@@ -2,15 +2,16 @@
 LLaMA-shaped model (offload_bench's built-in LLaMA layout) trained with AdamW under bf16 autocast
 on batches drawn fresh every step from a fixed sparse Markov chain (4 successors per token, so the
 loss floor is ln 4 = 1.386), in bf16 and with fp8 activation compression of several module
-selections (norm inputs as bf16, the default, and as fp8), all from the same weights on the same
+selections (and with the products of saved tensors recomputed), all from the same weights on the same
 batches; and twice more in bf16 alone, once
 with the batches drawn in another order and once from other initial weights.
 
 The tolerance is bf16's own variation, measured in the same run: a compressed run passes when its
 curve differs from the bf16 run's by no more than the larger difference of the two bf16 reruns,
 on two statistics: the final loss (mean of the last 20 steps) and the largest difference of the
-curves averaged over windows of 10 steps (the window keeps per-batch noise out of the data-order
-run's figure). Per block, the relative error of the gradients of the first step against bf16's,
+curves averaged over windows of 10 steps in the second half of the run (the window keeps
+per-batch noise out of the data-order run's figure; the first half, the steep fall, is reported
+but not judged: there the other initial weights' rerun differs by up to half a nat). Per block, the relative error of the gradients of the first step against bf16's,
 on the same batch.
 
 Every run is a process of its own, all started at once (the model is small: the GPU has room for
@@ -40,7 +41,9 @@ RUNS = {
     "bf16, other initial weights": (None, 7, 1, {}),
     "fp8 mlp,attn": (("mlp", "attn"), 7, 0, {}),
     "fp8 mlp,attn,norm": (("mlp", "attn", "norm"), 7, 0, {}),
-    "fp8 mlp,attn,norm, norm inputs fp8": (("mlp", "attn", "norm"), 7, 0, {"norm_inputs": "fp8"}),
+    "fp8 mlp,attn,norm, recompute": (("mlp", "attn", "norm"), 7, 0, {"norm_inputs": "exact", "recompute": True}),
+    # What the norms' compression alone changes (its gradient error apart from mlp,attn's).
+    "fp8 norm": (("norm",), 7, 0, {}),
     "fp8 mlp,attn, ends kept": (("mlp", "attn"), 7, 0, {"keep_ends": True}),
 }
 REFERENCE, DATA_ORDER, INIT = "bf16", "bf16, other data order", "bf16, other initial weights"
@@ -143,8 +146,12 @@ def compare(a, b):
     n = len(a)
     fin = min(FINAL_STEPS, n)
     wa, wb = windows(a), windows(b)
+    diffs = [abs(x - y) for x, y in zip(wa, wb)]
     return {"final_mean_abs_diff": abs(sum(a[-fin:]) / fin - sum(b[-fin:]) / fin) if n else None,
-            "window_max_abs_diff": max((abs(x - y) for x, y in zip(wa, wb)), default=None),
+            "window_max_abs_diff": max(diffs, default=None),
+            # The second half: after the steep fall, where a shift of a few steps reads as a
+            # large difference (reported above, not judged).
+            "tail_window_max_abs_diff": max(diffs[len(diffs) // 2:], default=None),
             "step_max_abs_diff": max((abs(x - y) for x, y in zip(a, b)), default=None),
             "final_mean": sum(b[-fin:]) / fin if n else None}
 
@@ -162,13 +169,17 @@ def report(runs, steps, wall_s, shape):
     reruns = [compare(a, runs[k]["losses"][:steps]) for k in (DATA_ORDER, INIT) if "losses" in runs.get(k, {})]
     tol = None
     if reruns:
-        tol = {k: max(r[k] for r in reruns) for k in ("final_mean_abs_diff", "window_max_abs_diff", "step_max_abs_diff")}
+        tol = {k: max(r[k] for r in reruns) for k in ("final_mean_abs_diff", "window_max_abs_diff",
+                                                      "tail_window_max_abs_diff", "step_max_abs_diff")}
     res["tolerance"] = tol
     if tol:
         lines.append("- tolerance = the larger difference of the two bf16 reruns (other data order, other initial "
-                     "weights) from the bf16 run: final (last %d) mean |diff| %.4f, %d-step-window max |diff| %.4f "
-                     "(per step max %.4f)" % (FINAL_STEPS, tol["final_mean_abs_diff"], WINDOW,
-                                              tol["window_max_abs_diff"], tol["step_max_abs_diff"]))
+                     "weights) from the bf16 run, on where training ends (final: mean of the last %d steps, |diff| "
+                     "%.4f) and on the curve once the loss has fallen (largest |diff| of %d-step means over the "
+                     "second half, %.4f); reported, not judged: the whole curve's window max %.4f (the steep "
+                     "fall, where a shift of a few steps reads large) and the per-step max %.4f" % (
+                         FINAL_STEPS, tol["final_mean_abs_diff"], WINDOW, tol["tail_window_max_abs_diff"],
+                         tol["window_max_abs_diff"], tol["step_max_abs_diff"]))
     else:
         lines.append("- tolerance: no bf16 rerun finished; no verdict")
     for name, r in runs.items():
@@ -184,15 +195,16 @@ def report(runs, steps, wall_s, shape):
                      backend=r.get("backend"), stats=r.get("stats"), train_s=r.get("train_s"))
         if name.startswith("fp8") and tol:
             entry["within_tolerance"] = bool(c["final_mean_abs_diff"] <= tol["final_mean_abs_diff"]
-                                             and c["window_max_abs_diff"] <= tol["window_max_abs_diff"])
+                                             and c["tail_window_max_abs_diff"] <= tol["tail_window_max_abs_diff"])
         res["runs"][name] = entry
         st = r.get("stats") or {}
         verdict = ""
         if "within_tolerance" in entry:
             verdict = ": %s" % ("within bf16's variation" if entry["within_tolerance"] else "OUTSIDE bf16's variation")
-        lines.append("- %s: final mean |diff| %.4f (%.4f vs bf16 %.4f), window max |diff| %.4f, per-step max %.4f%s%s" % (
+        lines.append("- %s: final mean |diff| %.4f (%.4f vs bf16 %.4f), second-half window max |diff| %.4f (whole "
+                     "curve %.4f, per-step max %.4f)%s%s" % (
             name, c["final_mean_abs_diff"], c["final_mean"], sum(a[-FINAL_STEPS:]) / min(FINAL_STEPS, steps),
-            c["window_max_abs_diff"], c["step_max_abs_diff"], verdict,
+            c["tail_window_max_abs_diff"], c["window_max_abs_diff"], c["step_max_abs_diff"], verdict,
             "; stored %.1f%% of the selected tensors' bytes" % (100 * st["stored_bytes"] / st["input_bytes"])
             if st.get("input_bytes") else ""))
         idx = list(range(0, steps, max(1, steps // 10))) + [steps - 1]

@@ -37,9 +37,10 @@ sys.path.insert(0, HERE)
 GiB = 1 << 30
 # (name, modules or None for no compression, other options); "hooks": the selection without
 # compression. In the order they run: what a budget cut short drops is the last.
-CONFIGS = (("bf16", None, {}), ("fp8 mlp,attn", ("mlp", "attn"), {}), ("hooks", ("mlp", "attn"), {}),
-           ("fp8 mlp,attn,norm", ("mlp", "attn", "norm"), {}),
-           ("fp8 mlp,attn,norm, norm inputs fp8", ("mlp", "attn", "norm"), {"norm_inputs": "fp8"}),
+RECOMPUTE = {"norm_inputs": "exact", "recompute": True}
+CONFIGS = (("bf16", None, {}), ("fp8 mlp,attn,norm, recompute", ("mlp", "attn", "norm"), RECOMPUTE),
+           ("fp8 mlp,attn", ("mlp", "attn"), {}), ("fp8 mlp,attn,norm", ("mlp", "attn", "norm"), {}),
+           ("hooks", ("mlp", "attn"), {}), ("fp8 mlp,attn, recompute", ("mlp", "attn"), {"recompute": True}),
            ("fp8 mlp", ("mlp",), {}))
 STEP_TARGET = 1.05
 SAVED_TARGET = 0.55
@@ -248,7 +249,8 @@ def run_config(w, name, modules, options, warmup, timed):
         st = comp.stats()
         n = len(tokens)
         out["per_step"] = {k: st[k] / n for k in ("compressed", "input_bytes", "stored_bytes", "deduplicated",
-                                                  "aliased", "aliased_bytes", "cast_shared", "cast_shared_bytes")
+                                                  "aliased", "aliased_bytes", "cast_shared", "cast_shared_bytes",
+                                                  "recomputed", "recomputed_bytes", "norm_inputs_bf16")
                            if k in st}
         try:
             out["backend"] = comp.backend_for(torch.device("cuda"))
@@ -359,8 +361,8 @@ def summarize(res):
                     100 * err, 100 * PEAK_TOLERANCE, "met" if abs(err) <= PEAK_TOLERANCE else "NOT met"))
             ps = r.get("per_step")
             if ps:
-                parts.append("%d tensors compressed a step, %d casts sharing a copy" % (ps.get("compressed", 0),
-                                                                                         ps.get("cast_shared", 0)))
+                parts.append("%d tensors compressed a step (%d of them recomputed), %d casts sharing a copy" % (
+                    ps.get("compressed", 0), ps.get("recomputed", 0), ps.get("cast_shared", 0)))
             lines.append(", ".join(parts))
     if "error" in plans:
         lines.append("planner: %s" % plans["error"])

@@ -49,6 +49,16 @@ class AccuracyVerdict(unittest.TestCase):
         r = res["runs"]["fp8 mlp,attn"]
         self.assertAlmostEqual(r["step_max_abs_diff"], 0.04)
         self.assertLess(r["window_max_abs_diff"], 1e-9)
+        self.assertLess(r["tail_window_max_abs_diff"], 1e-9)
+
+    def test_the_steep_first_half_is_not_judged(self):
+        # A large difference early only (a shift of the fall) leaves the verdict to the rest.
+        runs = self.runs(0.0)
+        runs["fp8 mlp,attn"]["losses"] = [x + (0.3 if i < 30 else 0.0) for i, x in enumerate(curve(100))]
+        res, _ = ca.report(runs, 100, 1.0, ca.SHAPE)
+        r = res["runs"]["fp8 mlp,attn"]
+        self.assertAlmostEqual(r["window_max_abs_diff"], 0.3)
+        self.assertTrue(r["within_tolerance"])
         self.assertTrue(r["within_tolerance"])
 
     def test_no_reference_no_verdict(self):

@@ -50,7 +50,7 @@ BLOCK = fp8_codec.BLOCK
 FORMATS = {k: (fp8_codec.TORCH_DTYPES[k], fp8_codec.FMAX[k]) for k in fp8_codec.FMAX}
 MODULES = ("mlp", "attn", "norm")
 BACKENDS = ("auto", "cuda", "torch", "host")
-NORM_INPUTS = ("bf16", "fp8")
+NORM_INPUTS = ("exact", "bf16", "fp8")
 _MLP_NAMES = ("mlp", "feed_forward", "ffn")
 _ATTN_NAMES = ("attn", "attention")
 
@@ -109,6 +109,8 @@ class Packed:
 
     @property
     def nbytes(self):
+        if self.fmt == "recipe":
+            return 0
         if self.fmt == "bf16":
             return 2 * self.numel
         return fp8_codec.payload_bytes(self.numel) + 4 * fp8_codec.scale_count(self.numel)
@@ -156,6 +158,9 @@ def unpack_tensor(p, q=None, scale=None):
     scale = p.scale if scale is None else scale
     if p.fmt == "bf16":  # a norm's fp32 input kept as bf16
         return q.to(p.dtype).view(p.shape)
+    if p.fmt == "recipe":  # a product recomputed from its saved factors
+        a, b = (restore(f) if isinstance(f, PackedView) else f for f in q)
+        return (a * b).view(p.shape)
     if p.event is not None:
         torch.cuda.current_stream(q.device).wait_event(p.event)  # the side stream's encode
     out = fp8_codec.decode(q, scale, p.numel, p.fmt, p.dtype, p.backend, compile=p.compile)
@@ -200,10 +205,16 @@ class compress_activations:
       backward waits for it. Measured on an H200 (1B LLaMA shape): no faster (forward 162 ms
       either way) and 71 GiB reserved against 45 (the memory of tensors still being encoded is
       held back from the allocator): off by default.
-    - `norm_inputs` ("bf16", default, or "fp8"): with "norm" selected, a norm's input (in amp
+    - `norm_inputs` ("bf16", default, "fp8" or "exact"): with "norm" selected, a norm's input (in amp
       the fp32 residual stream, which the norm's backward differentiates through) is stored as
       bf16 (a norm's 16-bit input is left as it is) and its other tensors in `fmt`; "fp8" stores
-      the input in `fmt` too. In offloaded blocks the input is copied out as it is.
+      the input in `fmt` too, "exact" keeps it as it is. In offloaded blocks the input is copied
+      out as it is.
+    - `recompute=True` (standalone use only; default False): a saved product of two tensors
+      saved in the same forward (RMSNorm's normalized output x * rsqrt, the gated MLP's
+      silu(gate) * up) is not stored: backward recomputes it from them (exact when both were
+      kept as they are). With norm_inputs="exact" a norm's input is kept as it is, so its
+      normalized output is recomputed exactly. The planner does not model it yet.
     - `decode_ahead=d` (default 1): when the backward of block i begins, the tensors of blocks
       i-1 .. i-d are decoded (on a side stream for CUDA tensors), so their decode overlaps
       block i's backward; those decoded tensors occupy the device from then until their use.
@@ -212,7 +223,7 @@ class compress_activations:
 
     def __init__(self, model=None, *, blocks=None, modules=("mlp", "attn"), fmt="e4m3", keep_ends=False,
                  min_bytes=1 << 16, compile=False, backend="auto", side_stream=False, decode_ahead=1,
-                 norm_inputs="bf16"):
+                 norm_inputs="bf16", recompute=False):
         if fmt not in FORMATS:
             raise ValueError("compress_activations: fmt=%r: use e4m3 or e5m2" % (fmt,))
         if norm_inputs not in NORM_INPUTS:
@@ -247,6 +258,7 @@ class compress_activations:
         self.modules = modules
         self.fmt = fmt
         self.norm_inputs = norm_inputs
+        self.recompute = bool(recompute)
         self.keep_ends = bool(keep_ends)
         self.min_bytes = int(min_bytes)
         self.compile = bool(compile)
@@ -310,7 +322,7 @@ class compress_activations:
     def reset_stats(self):
         self._stats = {"compressed": 0, "input_bytes": 0, "stored_bytes": 0, "skipped": 0, "decoded_ahead": 0,
                        "deduplicated": 0, "aliased": 0, "aliased_bytes": 0, "cast_shared": 0, "cast_shared_bytes": 0,
-                       "norm_inputs_bf16": 0,
+                       "norm_inputs_bf16": 0, "recomputed": 0, "recomputed_bytes": 0,
                        "by_module": {k: {"compressed": 0, "input_bytes": 0, "stored_bytes": 0} for k in MODULES}}
 
     def stats(self):
@@ -328,6 +340,7 @@ class compress_activations:
     def _new_forward(self):
         self._packed = {}  # id(base) -> (weakref(base), version, weakref(Packed))
         self._casts = {}  # _cast_key(base) -> weakref(Packed): casts of one source share a copy
+        self._nodes = {}  # (grad_fn, output_nr) -> what the standalone hooks saved for that tensor
         self._kept = {}  # id(base) -> (weakref(base), version): saved uncompressed
         self._by_block = {}  # a new one each forward: the backward hooks of the last one hold theirs
 
@@ -446,7 +459,7 @@ class compress_activations:
             base = _root(t)
             self._kept[id(base)] = (weakref.ref(base), base._version)
 
-    def pack(self, t, store=None):
+    def pack(self, t, store=None, standalone=False):
         """A PackedView of `t` (already selected), or None when t must stay as it is (its memory
         is saved uncompressed anyway). `store(x, comp)`, given, compresses the contiguous tensor
         x into a Packed its own way (offload: into pinned memory)."""
@@ -464,6 +477,15 @@ class compress_activations:
             self._stats["aliased_bytes"] += t.numel() * t.element_size()
             return None
         kind = self._kinds[-1] if self._kinds else "mlp"
+        if standalone and self.recompute and base.is_contiguous() and base.dtype == t.dtype:
+            r = self._recipe(base)
+            if r is not None:
+                self._stats["recomputed"] += 1
+                self._stats["recomputed_bytes"] += base.numel() * base.element_size()
+                return self._record(r, base.detach(), t, base, key, kind, True, None)
+        if kind == "norm" and self._is_scope_input(base) and self.norm_inputs != "fp8":
+            if self.norm_inputs == "exact":
+                return None  # kept as it is: its normalized output is recomputed from it
         if kind == "norm" and self.norm_inputs == "bf16" and self._is_scope_input(base):
             if base.dtype != torch.float32 or store is not None:
                 # Already 16-bit: nothing to gain; offloaded: the engine copies it exactly.
@@ -539,14 +561,48 @@ class compress_activations:
     # -- standalone use -----------------------------------------------------------------------
     def _pack_hook(self, t):
         if self.selects(t):
-            v = self.pack(t)
+            v = self.pack(t, standalone=True)
             if v is not None:
+                self._note_node(t, v)
                 return v
         elif self._kinds:
             self._stats["skipped"] += 1
         if t.device.type != "meta":
             self.note_kept(t)
-        return t.detach()
+        d = t.detach()
+        self._note_node(t, d)
+        return d
+
+    def _note_node(self, t, saved):
+        """Remembers what was saved for `t` (a tensor as it is, or a PackedView of all of it), so
+        that a product of saved tensors can be recomputed from them (recipes)."""
+        if self.recompute and t.grad_fn is not None and t._base is None:
+            self._nodes[(t.grad_fn, t.output_nr)] = (saved, t._version, tuple(t.shape))
+
+    def _recipe(self, base):
+        """A Packed recomputing `base` = a * b in backward when a and b were both saved in this
+        forward (kept as they are, or compressed whole), else None. Exact when both were kept."""
+        fn = base.grad_fn
+        if fn is None or type(fn).__name__ != "MulBackward0" or len(fn.next_functions) != 2:
+            return None
+        factors = []
+        for node, nr in fn.next_functions:
+            got = self._nodes.get((node, nr)) if node is not None else None
+            if got is None:
+                return None
+            saved, version, shape = got
+            if isinstance(saved, PackedView):
+                if saved.shape is not None and tuple(saved.shape) != tuple(saved.packed.shape):
+                    return None  # a view of a larger tensor
+                if saved.packed.fmt == "recipe":
+                    return None  # one level of recomputation
+            elif saved._version != version:
+                return None  # changed in place since it was saved
+            factors.append(saved)
+        if tuple(torch.broadcast_shapes(*(self._nodes[(n, nr)][2] for n, nr in fn.next_functions))) \
+                != tuple(base.shape):
+            return None
+        return Packed(tuple(factors), None, base.shape, base.dtype, base.numel(), "recipe", "recipe")
 
     @staticmethod
     def _unpack_hook(x):

@@ -3,7 +3,7 @@
 # against a device copy of the same bytes, round trips checked against fp8's bound and the torch
 # backend's bits; step time, saved bytes and peak allocated with each module selection against
 # bf16 in the same process, the planner's peak beside the measured one; budget
-# COMPRESS_BENCH_S, default 36 s, hard stop 5 s later), then the loss curves of a small model
+# COMPRESS_BENCH_S, default 42 s, hard stop 5 s later), then the loss curves of a small model
 # with and without compression against bf16's own run-to-run variation, and per-block gradient
 # error (bench/offload/compress_accuracy.py, what is left of the cap, at most 40 s, hard stop 5 s
 # later). Each writes its JSON and summary as it goes, so a cut-short run keeps what it measured.
@@ -57,7 +57,7 @@ run_part() {
   [ $rc -eq 124 ] && echo "$label: passed its hard stop ($((budget + 5)) s); $(basename "$md") holds what it measured"
   [ $rc -eq 0 ] || status=1
 }
-run_part "compress bench" "$bench_md" "${COMPRESS_BENCH_S:-36}" 10 bench/offload/compress_bench.py \
+run_part "compress bench" "$bench_md" "${COMPRESS_BENCH_S:-42}" 10 bench/offload/compress_bench.py \
   --shape "${COMPRESS_SHAPE:-1b}" --out "$RESULTS_DIR/compress-bench.json"
 run_part "compression accuracy" "$acc_md" 40 12 bench/offload/compress_accuracy.py \
   --steps "${COMPRESS_STEPS:-300}" --out "$RESULTS_DIR/compress-accuracy.json"

@@ -62,6 +62,33 @@ void note(gpu_sample& g, const char* query, const nvml_value<T>& v) {
   if (!v.ok()) g.unavailable[query] = to_string(v.status);
 }
 
+/// Per-second rates from cumulative rx/tx counters against the previous reading `prev` (none for
+/// the first reading, or when the clock or a counter went backwards); `prev` becomes this reading.
+template <class Prev>
+bool counter_rates(Prev& prev, std::int64_t now, std::uint64_t rx, std::uint64_t tx,
+                   std::optional<double>& rx_rate, std::optional<double>& tx_rate) {
+  const bool have = prev.at_ms != 0 && now > prev.at_ms && rx >= prev.rx && tx >= prev.tx;
+  if (have) {
+    const double secs = static_cast<double>(now - prev.at_ms) / 1000.0;
+    rx_rate = static_cast<double>(rx - prev.rx) / secs;
+    tx_rate = static_cast<double>(tx - prev.tx) / secs;
+  }
+  prev = {now, rx, tx};
+  return have;
+}
+
+mig_instance to_mig_instance(const nvml_mig_instance& inst) {
+  mig_instance mi;
+  mi.gpu_instance_id = inst.gpu_instance_id;
+  mi.compute_instance_id = inst.compute_instance_id;
+  mi.uuid = inst.uuid;
+  if (inst.memory) {
+    mi.memory_total_bytes = inst.memory->total;
+    mi.memory_used_bytes = inst.memory->used;
+  }
+  return mi;
+}
+
 }  // namespace
 
 sampler::sampler(result<std::shared_ptr<nvml_api>> gpus, sampler_options options)
@@ -123,15 +150,8 @@ gpu_sample sampler::read_gpu(unsigned index, std::int64_t now) {
   // else, and for the first sample, the driver's windowed rate (blocks 2 x 20 ms).
   bool pcie_done = false;
   if (auto c = gpus_->pcie_counters(index); c.ok()) {
-    auto& prev = pcie_prev_[g.uuid];
-    if (prev.at_ms != 0 && now > prev.at_ms && c.value.rx_bytes >= prev.rx &&
-        c.value.tx_bytes >= prev.tx) {
-      double secs = static_cast<double>(now - prev.at_ms) / 1000.0;
-      g.pcie_rx_bytes_per_second = static_cast<double>(c.value.rx_bytes - prev.rx) / secs;
-      g.pcie_tx_bytes_per_second = static_cast<double>(c.value.tx_bytes - prev.tx) / secs;
-      pcie_done = true;
-    }
-    prev = {now, c.value.rx_bytes, c.value.tx_bytes};
+    pcie_done = counter_rates(pcie_prev_[g.uuid], now, c.value.rx_bytes, c.value.tx_bytes,
+                              g.pcie_rx_bytes_per_second, g.pcie_tx_bytes_per_second);
   }
   if (!pcie_done) {
     if (auto p = gpus_->pcie_throughput(index); p.ok()) {
@@ -142,14 +162,8 @@ gpu_sample sampler::read_gpu(unsigned index, std::int64_t now) {
     }
   }
   if (auto n = gpus_->nvlink_counters(index); n.ok()) {
-    auto& prev = nvlink_prev_[g.uuid];
-    if (prev.at_ms != 0 && now > prev.at_ms && n.value.rx_bytes >= prev.rx &&
-        n.value.tx_bytes >= prev.tx) {
-      double secs = static_cast<double>(now - prev.at_ms) / 1000.0;
-      g.nvlink_rx_bytes_per_second = static_cast<double>(n.value.rx_bytes - prev.rx) / secs;
-      g.nvlink_tx_bytes_per_second = static_cast<double>(n.value.tx_bytes - prev.tx) / secs;
-    }
-    prev = {now, n.value.rx_bytes, n.value.tx_bytes};
+    counter_rates(nvlink_prev_[g.uuid], now, n.value.rx_bytes, n.value.tx_bytes,
+                  g.nvlink_rx_bytes_per_second, g.nvlink_tx_bytes_per_second);
   } else {
     note(g, "nvlink", n);
   }
@@ -175,17 +189,7 @@ gpu_sample sampler::read_gpu(unsigned index, std::int64_t now) {
     note(g, "ecc", e);
   }
   if (auto m = gpus_->mig_instances(index); m.ok()) {
-    for (const auto& inst : m.value) {
-      mig_instance mi;
-      mi.gpu_instance_id = inst.gpu_instance_id;
-      mi.compute_instance_id = inst.compute_instance_id;
-      mi.uuid = inst.uuid;
-      if (inst.memory) {
-        mi.memory_total_bytes = inst.memory->total;
-        mi.memory_used_bytes = inst.memory->used;
-      }
-      g.mig.push_back(std::move(mi));
-    }
+    for (const auto& inst : m.value) g.mig.push_back(to_mig_instance(inst));
   } else {
     note(g, "mig", m);
   }

@@ -27,36 +27,24 @@
 namespace vramkit::tier {
 
 pipeline_input pipeline_input::from_host(const void* data, std::size_t bytes, host_memory memory) {
-  pipeline_input in;
-  in.source = kind::host;
-  in.data = data;
-  in.bytes = bytes;
-  in.memory = memory;
-  return in;
+  return {.source = kind::host,
+          .data = data,
+          .bytes = bytes,
+          .memory = memory,
+          .path = {},
+          .declared_bytes = 0};
 }
 
 pipeline_input pipeline_input::from_file(std::string path, std::size_t declared_bytes) {
-  pipeline_input in;
-  in.source = kind::file;
-  in.path = std::move(path);
-  in.declared_bytes = declared_bytes;
-  return in;
+  return {.source = kind::file, .path = std::move(path), .declared_bytes = declared_bytes};
 }
 
 pipeline_output pipeline_output::to_host(void* data, std::size_t bytes, host_memory memory) {
-  pipeline_output out;
-  out.sink = kind::host;
-  out.data = data;
-  out.bytes = bytes;
-  out.memory = memory;
-  return out;
+  return {.sink = kind::host, .data = data, .bytes = bytes, .memory = memory, .path = {}};
 }
 
 pipeline_output pipeline_output::to_file(std::string path) {
-  pipeline_output out;
-  out.sink = kind::file;
-  out.path = std::move(path);
-  return out;
+  return {.sink = kind::file, .path = std::move(path)};
 }
 
 namespace {

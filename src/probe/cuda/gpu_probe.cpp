@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <thread>
 
 #include <sys/syscall.h>
@@ -252,28 +254,21 @@ int attribute(cudaDeviceAttr attr, int ordinal) {
 
 // PCIe rate per lane and direction in GB/s, after line encoding, for generation `gen`.
 std::optional<double> pcie_lane_gbps(unsigned gen, std::string& basis) {
-  switch (gen) {
-    case 1:
-      basis = "2.5 GT/s x 8b/10b";
-      return 2.5 * 0.8 / 8;
-    case 2:
-      basis = "5 GT/s x 8b/10b";
-      return 5.0 * 0.8 / 8;
-    case 3:
-      basis = "8 GT/s x 128b/130b";
-      return 8.0 * 128 / 130 / 8;
-    case 4:
-      basis = "16 GT/s x 128b/130b";
-      return 16.0 * 128 / 130 / 8;
-    case 5:
-      basis = "32 GT/s x 128b/130b";
-      return 32.0 * 128 / 130 / 8;
-    case 6:
-      basis = "64 GT/s x 242/256 (FLIT)";
-      return 64.0 * 242 / 256 / 8;
-    default:
-      return std::nullopt;
-  }
+  struct generation {
+    const char* basis;
+    double lane_gbps;
+  };
+  static constexpr generation generations[] = {
+      {"2.5 GT/s x 8b/10b", 2.5 * 0.8 / 8},
+      {"5 GT/s x 8b/10b", 5.0 * 0.8 / 8},
+      {"8 GT/s x 128b/130b", 8.0 * 128 / 130 / 8},
+      {"16 GT/s x 128b/130b", 16.0 * 128 / 130 / 8},
+      {"32 GT/s x 128b/130b", 32.0 * 128 / 130 / 8},
+      {"64 GT/s x 242/256 (FLIT)", 64.0 * 242 / 256 / 8},
+  };
+  if (gen < 1 || gen > std::size(generations)) return std::nullopt;
+  basis = generations[gen - 1].basis;
+  return generations[gen - 1].lane_gbps;
 }
 
 std::string format_gbps(double v) {

@@ -7,12 +7,10 @@
 #include "common/cuda_check.hpp"
 #include "gpu_probe_detail.hpp"
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
 
 namespace vramkit::probe::detail {
 namespace {
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
-constexpr std::size_t GiB = std::size_t{1} << 30;
 // L2 and L1 lines are 128 bytes on the GPUs vramkit targets; one node per line.
 constexpr std::uint64_t line_bytes = 128;
 constexpr std::uint64_t chunk_bytes = 64 * KiB;
@@ -20,7 +18,7 @@ constexpr std::uint64_t chunk_bytes = 64 * KiB;
 // Host copies of a layout's permutations, and a device copy when the chase runs on the GPU.
 struct layout_tables {
   std::vector<std::uint32_t> chunk_order, line_order, chunk_shift;
-  chase_layout host_view() const {
+  [[nodiscard]] chase_layout host_view() const {
     return {chunk_order.size(), line_order.size(), chunk_order.data(), line_order.data(),
             chunk_shift.data()};
   }
@@ -176,9 +174,13 @@ void run_latency_section(gpu_context& ctx) {
   add_level("l1", "L1", 0, std::nullopt);
   int l2 = -1;
   for (std::size_t i = 0; i < c.points.size(); ++i)
-    if (c.points[i].x <= ctx.l2_bytes / 4 && c.points[i].x >= 1 * MiB) l2 = static_cast<int>(i);
+    if (c.points[i].x <= static_cast<double>(ctx.l2_bytes) / 4 &&
+        c.points[i].x >= static_cast<double>(MiB))
+      l2 = static_cast<int>(i);
   add_level("l2", "L2", l2, ctx.l2_bytes);
-  const int hbm = point_at([&](double x) { return x >= 4.0 * ctx.l2_bytes && x >= 256.0 * MiB; });
+  const int hbm = point_at([&](double x) {
+    return x >= 4.0 * static_cast<double>(ctx.l2_bytes) && x >= 256.0 * static_cast<double>(MiB);
+  });
   add_level("hbm", "HBM", hbm, ctx.total_bytes);
   if (hbm >= 0) {
     const double base_ns = c.points[hbm].y.median;
@@ -225,16 +227,10 @@ void run_zerocopy_latency(gpu_context& ctx) {
   }
   const std::uint64_t zsteps = ctx.quick() ? 1024 : 4096;
   auto r = chase(dev, t, 256, zsteps, samples, s);
-  measurement m;
-  m.key = ctx.key("latency.zerocopy");
-  m.section = "gpu-latency";
-  m.title = "load latency from the GPU to mapped pinned host memory";
-  m.device = ctx.tag;
-  m.unit = "ns";
+  auto m = make_measurement(ctx.key("latency.zerocopy"), "gpu-latency",
+                            "load latency from the GPU to mapped pinned host memory", ctx.tag, "ns",
+                            r.ns_per_load);
   m.size_bytes = ws;
-  m.samples = r.ns_per_load;
-  m.repetitions = samples;
-  m.stats = sample_stats::of(m.samples);
   m.extra["cycles_per_load"] = r.cycles_per_load;
   m.extra["loads_per_sample"] = double(zsteps);
   m.note = "single-thread dependent loads over a random cycle in host memory; chain end checked";

@@ -6,12 +6,9 @@
 #include "common/cuda_check.hpp"
 #include "gpu_probe_detail.hpp"
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
 
 namespace vramkit::probe::detail {
-namespace {
-constexpr std::size_t MiB = std::size_t{1} << 20;
-constexpr std::size_t GiB = std::size_t{1} << 30;
-}  // namespace
 
 void run_overlap_section(gpu_context& ctx) {
   ctx.progress("copy/compute overlap");
@@ -101,16 +98,14 @@ void run_overlap_section(gpu_context& ctx) {
   bad += device_mismatches(k_dst.words(), kw, ks, a);
   bad += parallel_mismatches(h_dst.words(), cw, ds);
 
-  measurement m;
-  m.key = ctx.key("overlap");
-  m.section = "overlap";
-  m.title = "copy/compute overlap: serial time / concurrent time (kernel + H2D + D2H)";
-  m.device = ctx.tag;
-  m.unit = "x";
+  std::vector<double> ratios;
+  ratios.reserve(static_cast<std::size_t>(samples));
+  for (int i = 0; i < samples; ++i) ratios.push_back(serial[i] / concurrent[i]);
+  auto m =
+      make_measurement(ctx.key("overlap"), "overlap",
+                       "copy/compute overlap: serial time / concurrent time (kernel + H2D + D2H)",
+                       ctx.tag, "x", std::move(ratios));
   m.size_bytes = copy_bytes;
-  for (int i = 0; i < samples; ++i) m.samples.push_back(serial[i] / concurrent[i]);
-  m.repetitions = samples;
-  m.stats = sample_stats::of(m.samples);
   auto med = [](std::vector<double> v) { return sample_stats::of(std::move(v)).median; };
   const double ks_ms = med(kpart), hs_ms = med(hpart), ds_ms = med(dpart);
   m.extra["kernel_ms"] = ks_ms;

@@ -4,12 +4,9 @@
 #include "gpu_probe_detail.hpp"
 #include "launch_tuning.hpp"
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
 
 namespace vramkit::probe::detail {
-namespace {
-constexpr std::size_t MiB = std::size_t{1} << 20;
-constexpr std::size_t GiB = std::size_t{1} << 30;
-}  // namespace
 
 void run_zerocopy_section(gpu_context& ctx) {
   if (!ctx.can_map_host) {
@@ -36,6 +33,19 @@ void run_zerocopy_section(gpu_context& ctx) {
   const std::uint32_t seed = 0x2E20C0F1u;
   parallel_fill(host.words(), words, seed);
 
+  // One direction's figure: against the PCIe peak, with how it was checked and the host
+  // buffer's NUMA node.
+  const auto add = [&](const std::string& key, const char* title, byte_convention convention,
+                       const std::vector<double>& seconds, const char* check, bool ok,
+                       const std::string& why) {
+    auto m = bandwidth_measurement(ctx, key, "zerocopy", title, convention, bytes, double(bytes),
+                                   seconds);
+    m.peak = ctx.pcie_peak_gbps;
+    m.peak_basis = ctx.pcie_peak_basis;
+    m.note = std::string(check) + "; " + cfg_note(cfg);
+    if (const int node = host_numa_node(host.get()); node >= 0) m.extra["host_numa_node"] = node;
+    add_verified(ctx, std::move(m), ok, why);
+  };
   VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
   auto secs = time_blocked(blocker, s, samples, loops, warmup,
                            [&] { VRAMKIT_CUDA_TRY(launch_read(dev, words, sum_p, cfg, s)); });
@@ -43,28 +53,15 @@ void run_zerocopy_section(gpu_context& ctx) {
   VRAMKIT_CUDA_TRY(cudaMemcpy(&got, sum_p, sizeof got, cudaMemcpyDeviceToHost));
   const std::uint32_t want =
       pattern_sum(words, seed) * static_cast<std::uint32_t>(blocked_calls(samples, loops, warmup));
-  {
-    auto m = bandwidth_measurement(ctx, ctx.key("zerocopy.read"), "zerocopy",
-                                   "kernel reading mapped pinned host memory",
-                                   byte_convention::read, bytes, double(bytes), secs);
-    m.peak = ctx.pcie_peak_gbps;
-    m.peak_basis = ctx.pcie_peak_basis;
-    m.note = "sum of all words checked against the pattern; " + cfg_note(cfg);
-    if (const int node = host_numa_node(host.get()); node >= 0) m.extra["host_numa_node"] = node;
-    add_verified(ctx, std::move(m), got == want, "read sum mismatch");
-  }
+  add(ctx.key("zerocopy.read"), "kernel reading mapped pinned host memory", byte_convention::read,
+      secs, "sum of all words checked against the pattern", got == want, "read sum mismatch");
   const std::uint32_t seed_w = seed + 99;
   secs = time_blocked(blocker, s, samples, loops, warmup,
                       [&] { VRAMKIT_CUDA_TRY(launch_fill(dev, words, seed_w, cfg, s)); });
   const std::uint64_t bad = parallel_mismatches(host.words(), words, seed_w);
-  auto m = bandwidth_measurement(ctx, ctx.key("zerocopy.write"), "zerocopy",
-                                 "kernel writing mapped pinned host memory",
-                                 byte_convention::written, bytes, double(bytes), secs);
-  m.peak = ctx.pcie_peak_gbps;
-  m.peak_basis = ctx.pcie_peak_basis;
-  m.note = "host buffer checked word by word by the CPU; " + cfg_note(cfg);
-  if (const int node = host_numa_node(host.get()); node >= 0) m.extra["host_numa_node"] = node;
-  add_verified(ctx, std::move(m), bad == 0, mismatch_text(bad, words));
+  add(ctx.key("zerocopy.write"), "kernel writing mapped pinned host memory",
+      byte_convention::written, secs, "host buffer checked word by word by the CPU", bad == 0,
+      mismatch_text(bad, words));
 }
 
 }  // namespace vramkit::probe::detail

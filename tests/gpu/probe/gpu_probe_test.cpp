@@ -66,6 +66,13 @@ void expect_sane(const probe_report& r, const std::string& section) {
   }
 }
 
+// The quick run of `section`, checked with expect_sane.
+probe_report sane_section(const std::string& section) {
+  auto r = run_section(section);
+  expect_sane(r, section);
+  return r;
+}
+
 TEST(GpuProbe, HeaderDescribesEveryDevice) {
   REQUIRE_GPU_OR_SKIP();
   auto r = run_section("alloc");
@@ -84,8 +91,7 @@ TEST(GpuProbe, HeaderDescribesEveryDevice) {
 
 TEST(GpuProbe, DeviceSectionVerifiesAndReachesPlausibleBandwidth) {
   REQUIRE_GPU_OR_SKIP();
-  auto r = run_section("device");
-  expect_sane(r, "device");
+  auto r = sane_section("device");
   for (const char* k :
        {"gpu0.device.read", "gpu0.device.write", "gpu0.device.copy", "gpu0.device.memcpy"}) {
     const auto* m = find(r, k);
@@ -100,8 +106,7 @@ TEST(GpuProbe, DeviceSectionVerifiesAndReachesPlausibleBandwidth) {
 
 TEST(GpuProbe, HostDeviceCopiesVerifyOverTheSweep) {
   REQUIRE_GPU_OR_SKIP();
-  auto r = run_section("h2d");
-  expect_sane(r, "h2d");
+  auto r = sane_section("h2d");
   for (const char* k : {"gpu0.h2d.pinned", "gpu0.d2h.pinned", "gpu0.bidir.pinned",
                         "gpu0.h2d.pageable", "gpu0.d2h.pageable", "gpu0.bidir.pageable"}) {
     const auto* m = find(r, k);
@@ -122,16 +127,14 @@ TEST(GpuProbe, HostDeviceCopiesVerifyOverTheSweep) {
 
 TEST(GpuProbe, ZeroCopyVerifies) {
   REQUIRE_GPU_OR_SKIP();
-  auto r = run_section("zerocopy");
-  expect_sane(r, "zerocopy");
+  auto r = sane_section("zerocopy");
   EXPECT_NE(find(r, "gpu0.zerocopy.read"), nullptr);
   EXPECT_NE(find(r, "gpu0.zerocopy.write"), nullptr);
 }
 
 TEST(GpuProbe, ManagedMemoryVerifiesOrSaysWhyNot) {
   REQUIRE_GPU_OR_SKIP();
-  auto r = run_section("managed");
-  expect_sane(r, "managed");
+  auto r = sane_section("managed");
   if (r.results.empty()) {
     ASSERT_FALSE(r.skips.empty());
     EXPECT_FALSE(r.skips[0].reason.empty());
@@ -145,8 +148,7 @@ TEST(GpuProbe, ManagedMemoryVerifiesOrSaysWhyNot) {
 
 TEST(GpuProbe, PeerCopiesVerifyOrSayWhyNot) {
   REQUIRE_GPU_OR_SKIP();
-  auto r = run_section("p2p");
-  expect_sane(r, "p2p");
+  auto r = sane_section("p2p");
   const int n = std::stoi(r.header.at("gpu.count"));
   if (n < 2) {
     ASSERT_EQ(r.skips.size(), 1u);
@@ -158,8 +160,7 @@ TEST(GpuProbe, PeerCopiesVerifyOrSayWhyNot) {
 
 TEST(GpuProbe, LatencyCurveClimbsThroughTheLevels) {
   REQUIRE_GPU_OR_SKIP();
-  auto r = run_section("gpu-latency");
-  expect_sane(r, "gpu-latency");
+  auto r = sane_section("gpu-latency");
   ASSERT_EQ(r.curves.size(), static_cast<std::size_t>(std::stoi(r.header.at("gpu.count"))));
   const auto* l1 = find(r, "gpu0.latency.l1");
   const auto* l2 = find(r, "gpu0.latency.l2");
@@ -179,8 +180,7 @@ TEST(GpuProbe, LatencyCurveClimbsThroughTheLevels) {
 
 TEST(GpuProbe, AllocationCostIsMeasuredPerCall) {
   REQUIRE_GPU_OR_SKIP();
-  auto r = run_section("alloc");
-  expect_sane(r, "alloc");
+  auto r = sane_section("alloc");
   for (const char* k : {"gpu0.alloc.cuda_malloc", "gpu0.alloc.cuda_free", "gpu0.alloc.malloc_async",
                         "gpu0.alloc.free_async"}) {
     const auto* m = find(r, k);
@@ -192,8 +192,7 @@ TEST(GpuProbe, AllocationCostIsMeasuredPerCall) {
 
 TEST(GpuProbe, OverlapIsBetweenSerialAndIdeal) {
   REQUIRE_GPU_OR_SKIP();
-  auto r = run_section("overlap");
-  expect_sane(r, "overlap");
+  auto r = sane_section("overlap");
   const auto* m = find(r, "gpu0.overlap");
   ASSERT_NE(m, nullptr);
   EXPECT_GT(m->stats.median, 0.8);
@@ -202,8 +201,7 @@ TEST(GpuProbe, OverlapIsBetweenSerialAndIdeal) {
 
 TEST(GpuProbe, AccessPatternsAreRatiosOfAVerifiedUnitStride) {
   REQUIRE_GPU_OR_SKIP();
-  auto r = run_section("patterns");
-  expect_sane(r, "patterns");
+  auto r = sane_section("patterns");
   const auto* unit = find(r, "gpu0.pattern.read.unit");
   ASSERT_NE(unit, nullptr);
   EXPECT_EQ(unit->unit, "GB/s");
@@ -224,8 +222,7 @@ TEST(GpuProbe, AccessPatternsAreRatiosOfAVerifiedUnitStride) {
 
 TEST(GpuProbe, CacheSweepFindsAnL2Plateau) {
   REQUIRE_GPU_OR_SKIP();
-  auto r = run_section("gpu-cache");
-  expect_sane(r, "gpu-cache");
+  auto r = sane_section("gpu-cache");
   bool l1_curve = false, l2_curve = false;
   for (const auto& c : r.curves) {
     l1_curve = l1_curve || c.key == "gpu0.cache.sweep";
@@ -253,8 +250,7 @@ TEST(GpuProbe, AllGpusAtOnceSaysOneGpu) {
 
 TEST(GpuProbe, NumaTransfersVerifyOrSayWhyNot) {
   REQUIRE_GPU_OR_SKIP();
-  auto r = run_section("h2d-numa");
-  expect_sane(r, "h2d-numa");
+  auto r = sane_section("h2d-numa");
   EXPECT_TRUE(!r.results.empty() || !r.skips.empty());
 }
 

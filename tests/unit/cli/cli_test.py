@@ -9,18 +9,7 @@ import tempfile
 import time
 import urllib.request
 
-VRAMKIT = sys.argv[1]
-failures = []
-
-
-def expect(rc, pattern, *args):
-    r = subprocess.run([VRAMKIT, *args], capture_output=True, text=True, timeout=30)
-    out = r.stdout + r.stderr
-    if r.returncode != rc:
-        failures.append(f"{' '.join(args)} exited {r.returncode}, expected {rc}: {out!r}")
-    elif not re.search(pattern, out, re.M):
-        failures.append(f"{' '.join(args)} printed {out!r}, expected /{pattern}/")
-
+from cli_checks import VRAMKIT, expect, failures, finish
 
 def listens(*args):
     """Starts vramkit, returns (its 'listening on' line, its stderr) once it answers /healthz, and
@@ -75,8 +64,4 @@ with tempfile.TemporaryDirectory(prefix="vramkit-cli.") as tmp:
             if len(deprecated) != (1 if "serve" in spelling else 0):
                 failures.append(f"{name}: deprecation lines {deprecated!r}")
 
-for f in failures:
-    print("FAILED:", f, file=sys.stderr)
-if failures:
-    sys.exit(1)
-print("ok: cli")
+finish("cli")

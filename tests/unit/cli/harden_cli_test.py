@@ -5,30 +5,14 @@ NodeName that breaks gres.conf, and probe's exit code 3 for a requested section 
 Usage: harden_cli_test.py VRAMKIT_BINARY SOURCE_DIR"""
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
-VRAMKIT, SOURCE = sys.argv[1], sys.argv[2]
+from cli_checks import expect, failures, finish, run
+
+SOURCE = sys.argv[2]
 DATA = os.path.join(SOURCE, "tests", "data", "monitor")
-failures = []
-
-
-def run(*args):
-    r = subprocess.run([VRAMKIT, *args], capture_output=True, timeout=60)
-    return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
-
-
-def expect(rc, pattern, *args):
-    code, out, err = run(*args)
-    text = out + err
-    if code != rc:
-        failures.append(f"{' '.join(args)} exited {code}, expected {rc}: {text[-400:]!r}")
-    elif not re.search(pattern, text, re.M):
-        failures.append(f"{' '.join(args)} printed {text[-400:]!r}, expected /{pattern}/")
-    return text
 
 
 help_serve = run("serve", "--help")[1]
@@ -128,8 +112,4 @@ with tempfile.TemporaryDirectory(prefix="vramkit-harden.") as tmp:
     if not has_gpu and "section 'gpu' was skipped" not in err:
         failures.append(f"probe --only gpu: no reason on stderr: {err[-300:]!r}")
 
-for f in failures:
-    print("FAILED:", f, file=sys.stderr)
-if failures:
-    sys.exit(1)
-print("ok: harden cli")
+finish("harden cli")

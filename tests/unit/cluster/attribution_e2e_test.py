@@ -17,17 +17,12 @@ import sys
 import tempfile
 import urllib.request
 
+from cluster_test_support import FAILURES, check
+
 VRAMKIT, SRC = sys.argv[1], sys.argv[2]
 NODE = os.path.join(SRC, "tests", "data", "cluster", "node")
 GPUS = os.path.join(SRC, "tests", "data", "cluster", "node_gpus.json")
 GiB = 1 << 30
-FAILURES = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAILED:", what, file=sys.stderr)
 
 
 def parse(text):

@@ -4,62 +4,18 @@ verb reserves, annotates and binds through --api-url; discovery finds exporters 
 PodList; --max-sample-age makes an old exporter sample unknown. A small Python HTTP server plays
 the API server (a kubectl proxy) and the node exporters. Usage: extender_cli_test.py VRAMKIT
 """
-import http.server
 import json
 import re
-import socketserver
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 
+from cluster_test_support import PROCS, check, outcome, run_script, serve
+
 GiB = 1 << 30
 VRAMKIT = sys.argv[1]
-FAILURES = []
-PROCS = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAILED:", what, file=sys.stderr)
-
-
-class ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-
-
-def serve(handler_fn):
-    """handler_fn(method, path, body) -> (status, content_type, body)."""
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def handle_any(self, method):
-            n = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(n).decode() if n else ""
-            status, ctype, out = handler_fn(method, self.path, body)
-            data = out.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self.handle_any("GET")
-
-        def do_POST(self):
-            self.handle_any("POST")
-
-        def do_PATCH(self):
-            self.handle_any("PATCH")
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server.server_address[1]
 
 
 def metrics(total_gib, used_gib, sample_time, pods=()):
@@ -226,17 +182,8 @@ def main():
     p.terminate()
     p.wait(timeout=10)
 
-    if FAILURES:
-        print(f"{len(FAILURES)} failure(s)", file=sys.stderr)
-        return 1
-    print("extender CLI: all checks passed")
-    return 0
+    return outcome("extender CLI")
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    finally:
-        for p in PROCS:
-            if p.poll() is None:
-                p.kill()
+    run_script(main)

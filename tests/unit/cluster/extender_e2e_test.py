@@ -12,7 +12,6 @@ import http.server
 import json
 import os
 import re
-import socketserver
 import subprocess
 import sys
 import tempfile
@@ -21,16 +20,11 @@ import time
 import urllib.error
 import urllib.request
 
+from cluster_test_support import FAILURES, ThreadingServer, check
+
 GiB = 1 << 30
 VRAMKIT = sys.argv[1]
 PROCS = []
-FAILURES = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAILED:", what, file=sys.stderr)
 
 
 def start(args):
@@ -55,10 +49,6 @@ def metrics_text(fixture):
                   f"vramkit_gpu_memory_used_bytes{{{labels}}} {used}",
                   f"vramkit_gpu_memory_free_bytes{{{labels}}} {g['memory_total_bytes'] - used}"]
     return "\n".join(lines) + "\n"
-
-
-class ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
 
 
 def python_exporter(body_for_request):

@@ -19,27 +19,18 @@ code in schedule_one.go step by step:
 Usage: kube_scheduler_emulation_test.py VRAMKIT
 """
 import gzip
-import http.server
 import json
 import re
 import socket
-import socketserver
 import subprocess
 import sys
-import threading
 import time
+
+from cluster_test_support import PROCS, check, outcome, run_script, serve
 
 GiB = 1 << 30
 VRAMKIT = sys.argv[1]
-FAILURES = []
-PROCS = []
 MAX_NODE_SCORE, MAX_EXTENDER_PRIORITY = 100, 10
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAILED:", what, file=sys.stderr)
 
 
 def go_json(value):
@@ -222,45 +213,6 @@ def go_node(name):
                                        "message": "kubelet is posting ready status & <ok>"}]}}
 
 
-class ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-
-
-def serve(fn):
-    class H(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def go(self, method):
-            n = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(n).decode() if n else ""
-            st, ctype, out = fn(method, self.path, body)
-            if st is None:
-                time.sleep(30)
-                return
-            data = out.encode()
-            self.send_response(st)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self.go("GET")
-
-        def do_POST(self):
-            self.go("POST")
-
-        def do_PATCH(self):
-            self.go("PATCH")
-
-        def log_message(self, *a):
-            pass
-
-    s = ThreadingServer(("127.0.0.1", 0), H)
-    threading.Thread(target=s.serve_forever, daemon=True).start()
-    return s.server_address[1]
-
-
 def metrics(total_gib, used_gib):
     labels = 'gpu="0",uuid="GPU-1111",name="NVIDIA H200"'
     return "\n".join([f"vramkit_gpu_up{{{labels}}} 1", f"vramkit_gpu_memory_total_bytes{{{labels}}} {total_gib * GiB}",
@@ -271,10 +223,10 @@ def metrics(total_gib, used_gib):
 
 def main():
     used = {"gpu-a": 100, "gpu-b": 20, "gpu-c": 0}
-    ports = {n: serve(lambda m, p, b, n=n: (200, "text/plain", metrics(141, used[n]))) for n in used}
-    hung = serve(lambda m, p, b: (None, "", ""))
+    ports = {n: serve(lambda m, p, b, n=n: (200, "text/plain", metrics(141, used[n])), "HTTP/1.1") for n in used}
+    hung = serve(lambda m, p, b: (None, "", ""), "HTTP/1.1")
     api_calls = []
-    api = serve(lambda m, p, b: (api_calls.append((m, p)) or (201 if p.endswith("/binding") else 200), "application/json", "{}"))
+    api = serve(lambda m, p, b: (api_calls.append((m, p)) or (201 if p.endswith("/binding") else 200), "application/json", "{}"), "HTTP/1.1")
     nodes_file = f"/tmp/vramkit-kube-emulation-{id(used)}.txt"
     with open(nodes_file, "w") as f:
         for n, port in ports.items():
@@ -350,17 +302,8 @@ def main():
     except ExtenderError as e:
         check("filter" in str(e), f"bind error names the cause: {e}")
 
-    if FAILURES:
-        print(f"{len(FAILURES)} failure(s)", file=sys.stderr)
-        return 1
-    print("emulated kube-scheduler: all checks passed")
-    return 0
+    return outcome("emulated kube-scheduler")
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    finally:
-        for p in PROCS:
-            if p.poll() is None:
-                p.kill()
+    run_script(main)

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 namespace vramkit::cluster {
 namespace {
 
@@ -59,12 +61,18 @@ TEST(ProcessAttribution, HiddenCgroupPathFallsBackToThePidNamespace) {
   EXPECT_TRUE(fresh.owner_of(1003).empty());
 }
 
+// The Kubernetes names an owner was attributed to.
+void expect_names(const process_owner& o, const std::string& pod_namespace, const std::string& pod,
+                  const std::string& container) {
+  EXPECT_EQ(o.pod_namespace, pod_namespace);
+  EXPECT_EQ(o.pod, pod);
+  EXPECT_EQ(o.container, container);
+}
+
 TEST(ProcessAttribution, CrioGuaranteedNamesFromTheRuntimesStateAndTheCapAsPlan) {
   auto a = attributor();
   const process_owner o = a.owner_of(2001);
-  EXPECT_EQ(o.pod_namespace, "serving");
-  EXPECT_EQ(o.pod, "vllm-7f9c8d-x2k4q");
-  EXPECT_EQ(o.container, "server");
+  expect_names(o, "serving", "vllm-7f9c8d-x2k4q", "server");
   EXPECT_EQ(o.pod_uid, "11111111-2222-3333-4444-555555555555");
   EXPECT_EQ(o.planned_bytes, 42949672960U);
   EXPECT_EQ(o.planned_from, plan_source::cap);
@@ -73,9 +81,7 @@ TEST(ProcessAttribution, CrioGuaranteedNamesFromTheRuntimesStateAndTheCapAsPlan)
 TEST(ProcessAttribution, DockerSystemdV1LabelsOfTheKubelet) {
   auto a = attributor();
   const process_owner o = a.owner_of(3001);
-  EXPECT_EQ(o.pod_namespace, "research");
-  EXPECT_EQ(o.pod, "nb-0");
-  EXPECT_EQ(o.container, "notebook");
+  expect_names(o, "research", "nb-0", "notebook");
   EXPECT_FALSE(o.planned_bytes);
   EXPECT_EQ(o.planned_from, plan_source::none);
 }
@@ -83,9 +89,7 @@ TEST(ProcessAttribution, DockerSystemdV1LabelsOfTheKubelet) {
 TEST(ProcessAttribution, CgroupfsV1PodFromItsLogDirectoryWhenTheContainerIsUnknown) {
   auto a = attributor();
   const process_owner o = a.owner_of(3501);
-  EXPECT_EQ(o.pod_namespace, "batch");
-  EXPECT_EQ(o.pod, "etl-28411230-7xk2p");
-  EXPECT_TRUE(o.container.empty());
+  expect_names(o, "batch", "etl-28411230-7xk2p", "");
   EXPECT_EQ(o.container_id.size(), 64U);
   EXPECT_FALSE(o.planned_bytes) << "VRAMKIT_PLANNED_BYTES=garbage is no plan";
 }

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 namespace vramkit::cluster {
 namespace {
 
@@ -18,28 +20,30 @@ std::string fixture(const std::string& name) {
   return s.str();
 }
 
+// The pod, its QoS class and the container runtime a cgroup path names.
+void expect_pod(const workload& w, const std::string& pod_uid, const std::string& qos,
+                const std::string& runtime) {
+  EXPECT_EQ(w.pod_uid, pod_uid);
+  EXPECT_EQ(w.qos, qos);
+  EXPECT_EQ(w.runtime, runtime);
+}
+
 TEST(WorkloadAttribution, SystemdDriverContainerdBurstable) {
   const workload w = workload_of_proc_cgroup(fixture("k8s-systemd-v2-containerd.txt"));
-  EXPECT_EQ(w.pod_uid, "0c9d1e2f-3a4b-4c5d-8e6f-7a8b9c0d1e2f");
-  EXPECT_EQ(w.qos, "burstable");
+  expect_pod(w, "0c9d1e2f-3a4b-4c5d-8e6f-7a8b9c0d1e2f", "burstable", "containerd");
   EXPECT_EQ(w.container_id, "4f1c2b3a4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8");
-  EXPECT_EQ(w.runtime, "containerd");
   EXPECT_TRUE(w.slurm_job.empty());
 }
 
 TEST(WorkloadAttribution, CgroupfsDriverV1BestEffortBareId) {
   const workload w = workload_of_proc_cgroup(fixture("k8s-cgroupfs-v1.txt"));
-  EXPECT_EQ(w.pod_uid, "5e8a1f3c-2b4d-4e6f-9a1b-3c5d7e9f1a2b");
-  EXPECT_EQ(w.qos, "besteffort");
+  expect_pod(w, "5e8a1f3c-2b4d-4e6f-9a1b-3c5d7e9f1a2b", "besteffort", "");
   EXPECT_EQ(w.container_id, "9b8a7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b");
-  EXPECT_TRUE(w.runtime.empty());
 }
 
 TEST(WorkloadAttribution, CrioGuaranteedInAChildCgroup) {
   const workload w = workload_of_proc_cgroup(fixture("k8s-systemd-v2-crio-guaranteed.txt"));
-  EXPECT_EQ(w.pod_uid, "11111111-2222-3333-4444-555555555555");
-  EXPECT_EQ(w.qos, "guaranteed");
-  EXPECT_EQ(w.runtime, "cri-o");
+  expect_pod(w, "11111111-2222-3333-4444-555555555555", "guaranteed", "cri-o");
   EXPECT_EQ(w.container_id.size(), 64u);
 }
 

@@ -178,50 +178,60 @@ void walk_pair(const model_description& m, plan_request a, plan_request b) {
   }
 }
 
+/// A config of tests/data/plan/configs.
+model_description config(const std::string& file) {
+  return load_model_config(std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/plan/configs/" + file);
+}
+
+/// Training `batch` sequences of `seq` tokens in `prec` with SGD (the peak in backward).
+plan_request sgd_training(std::int64_t batch, std::int64_t seq, precision prec) {
+  plan_request r;
+  r.batch = batch, r.seq = seq, r.prec = prec, r.optimizer = optimizer_kind::sgd;
+  return r;
+}
+
+/// walk_pair over an SGD base and the same with AdamW.
+void walk_sgd_and_adamw(const model_description& m, const plan_request& sgd) {
+  plan_request adam = sgd;
+  adam.optimizer = optimizer_kind::adamw;
+  walk_pair(m, sgd, adam);
+}
+
+/// Generation of `batch` sequences (prompt and new tokens 0: the planner's defaults).
+plan_request generation(std::int64_t batch, std::int64_t prompt = 0, std::int64_t new_tokens = 0) {
+  plan_request i;
+  i.mode = run_mode::infer, i.batch = batch, i.prompt = prompt, i.new_tokens = new_tokens;
+  return i;
+}
+
 TEST(OptionWalk, EveryOptionChangesTheNewFamiliesPlansOrIsRefused) {
   for (const char* file : {"gemma-3-1b-l6.json", "gemma-2-2b-l4.json", "falcon-7b-l2.json",
                            "roberta-base.json", "vit-base-patch16-224.json", "flan-t5-base.json"}) {
     SCOPED_TRACE(file);
-    const auto m =
-        load_model_config(std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/plan/configs/" + file);
+    const auto m = config(file);
     // Activations large enough to set the peak; 500 tokens so that flash attention's unrounded
     // log-sum-exp differs from SDPA's 128-row rounding.
     plan_request r;
     r.batch = m.is_vision() ? 32 : 4, r.prec = precision::bf16, r.optimizer = optimizer_kind::sgd;
     if (!m.is_vision()) r.seq = 500;
-    plan_request adam = r;
-    adam.optimizer = optimizer_kind::adamw;
-    walk_pair(m, r, adam);
-    plan_request i;
-    i.mode = run_mode::infer, i.batch = 2;
+    walk_sgd_and_adamw(m, r);
+    plan_request i = generation(2);
     if (m.family != model_family::bert && !m.is_vision()) i.prompt = 128, i.new_tokens = 8;
     walk(m, i);
   }
 }
 
 TEST(OptionWalk, EveryOptionChangesALlavaPlanOrIsRefused) {
-  const auto m = load_model_config(std::string(VRAMKIT_SOURCE_DIR) +
-                                   "/tests/data/plan/configs/llava-1.5-7b-l4.json");
+  const auto m = config("llava-1.5-7b-l4.json");
   // 8 x 1000 tokens: the activations (and flash's unrounded log-sum-exp) set the SGD peak.
-  plan_request r;
-  r.batch = 8, r.seq = 1000, r.prec = precision::bf16, r.optimizer = optimizer_kind::sgd;
-  plan_request adam = r;
-  adam.optimizer = optimizer_kind::adamw;
-  walk_pair(m, r, adam);
-  plan_request i;
-  i.mode = run_mode::infer, i.batch = 2, i.prompt = 640, i.new_tokens = 8;
-  walk(m, i);
+  walk_sgd_and_adamw(m, sgd_training(8, 1000, precision::bf16));
+  walk(m, generation(2, 640, 8));
 }
 
 TEST(OptionWalk, EveryOptionChangesAMixtureOfExpertsPlanOrIsRefused) {
-  const auto m = load_model_config(std::string(VRAMKIT_SOURCE_DIR) +
-                                   "/tests/data/plan/configs/qwen1.5-moe-a2.7b-l2.json");
-  plan_request r;
+  const auto m = config("qwen1.5-moe-a2.7b-l2.json");
   // 100 tokens: flash attention's unrounded log-sum-exp differs from SDPA's 128-row rounding;
   // SGD keeps the peak in backward, where the saved activations are live.
-  r.batch = 2, r.seq = 100, r.prec = precision::amp_bf16, r.optimizer = optimizer_kind::sgd;
-  walk(m, r);
-  plan_request i;
-  i.mode = run_mode::infer, i.batch = 2, i.prompt = 128, i.new_tokens = 8;
-  walk(m, i);
+  walk(m, sgd_training(2, 100, precision::amp_bf16));
+  walk(m, generation(2, 128, 8));
 }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "tier_test_support.hpp"
@@ -45,7 +46,21 @@ std::filesystem::path temp_file(const std::string& name) {
          ("vramkit_tier_" + std::to_string(::getpid()) + "_" + name);
 }
 
-TEST(StreamPipeline, DepthsOneTwoAndFourGiveIdenticalResults) {
+// A fresh simulated device and (pipeline) a stream pipeline over its counted memory.
+// NOLINTNEXTLINE(readability-identifier-naming): GoogleTest names the suite after the fixture.
+class StreamPipeline : public ::testing::Test {
+ protected:
+  sim_setup sim;
+
+  stream_pipeline& pipeline(pipeline_options options) {
+    return pipeline_.emplace(*sim.device, *sim.device_memory, *sim.pinned_memory, options);
+  }
+
+ private:
+  std::optional<stream_pipeline> pipeline_;
+};
+
+TEST_F(StreamPipeline, DepthsOneTwoAndFourGiveIdenticalResults) {
   const std::size_t words = (1 << 18) + 250;  // 1 MiB and a partial chunk
   const auto input = make_input(words);
   std::vector<std::uint32_t> expected(words);
@@ -78,20 +93,18 @@ TEST(StreamPipeline, DepthsOneTwoAndFourGiveIdenticalResults) {
     EXPECT_EQ(st.d2h.bytes, words * 4);
     EXPECT_EQ(st.write.bytes, words * 4);
     EXPECT_GT(st.h2d.busy.count(), 0);
-    EXPECT_LE(sim.device_peak(), static_cast<std::int64_t>(depth * 64 * KiB)) << "device budget";
+    EXPECT_LE(sim.device_peak(), static_cast<std::int64_t>(depth * (64 * KiB))) << "device budget";
   }
 }
 
-TEST(StreamPipeline, FileToFileMatchesTheHostReference) {
+TEST_F(StreamPipeline, FileToFileMatchesTheHostReference) {
   const std::size_t words = 100'000;
   const auto input = make_input(words);
   const auto in_path = temp_file("in.bin");
   const auto out_path = temp_file("out.bin");
   std::ofstream(in_path, std::ios::binary)
       .write(reinterpret_cast<const char*>(input.data()), words * 4);
-  sim_setup sim;
-  stream_pipeline p(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                    {.chunk_bytes = 48 * KiB, .depth = 3, .element_bytes = 4});
+  auto& p = pipeline({.chunk_bytes = 48 * KiB, .depth = 3, .element_bytes = 4});
   const auto st = p.run(pipeline_input::from_file(in_path.string()), mixing_callback(*sim.device),
                         pipeline_output::to_file(out_path.string()));
   EXPECT_EQ(st.bytes, words * 4);
@@ -105,13 +118,11 @@ TEST(StreamPipeline, FileToFileMatchesTheHostReference) {
   std::filesystem::remove(out_path);
 }
 
-TEST(StreamPipeline, PinnedHostArrayIsTransformedInPlaceWithoutStaging) {
+TEST_F(StreamPipeline, PinnedHostArrayIsTransformedInPlaceWithoutStaging) {
   const std::size_t words = 50'000;
   auto data = make_input(words);
   const auto input = data;
-  sim_setup sim;
-  stream_pipeline p(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                    {.chunk_bytes = 32 * KiB, .depth = 2, .element_bytes = 4});
+  auto& p = pipeline({.chunk_bytes = 32 * KiB, .depth = 2, .element_bytes = 4});
   const auto st = p.run(pipeline_input::from_host(data.data(), words * 4, host_memory::pinned),
                         mixing_callback(*sim.device),
                         pipeline_output::to_host(data.data(), words * 4, host_memory::pinned));
@@ -121,13 +132,11 @@ TEST(StreamPipeline, PinnedHostArrayIsTransformedInPlaceWithoutStaging) {
   EXPECT_EQ(sim.pinned_current(), 0) << "no pinned staging buffers were needed";
 }
 
-TEST(StreamPipeline, ReductionWithoutOutputSeesEveryByteOnce) {
+TEST_F(StreamPipeline, ReductionWithoutOutputSeesEveryByteOnce) {
   const std::size_t words = 300'001;
   const auto input = make_input(words);
   const std::uint64_t expected = std::accumulate(input.begin(), input.end(), std::uint64_t{0});
-  sim_setup sim;
-  stream_pipeline p(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                    {.chunk_bytes = 40 * KiB, .depth = 2, .element_bytes = 4});
+  auto& p = pipeline({.chunk_bytes = 40 * KiB, .depth = 2, .element_bytes = 4});
   std::uint64_t sum = 0;  // written only by host functions on the (serial) compute stream
   p.run(pipeline_input::from_host(input.data(), words * 4), [&](chunk_view c, stream_view s) {
     sim.device->launch_host_func(s, [c, &sum] {
@@ -138,13 +147,11 @@ TEST(StreamPipeline, ReductionWithoutOutputSeesEveryByteOnce) {
   EXPECT_EQ(sum, expected);
 }
 
-TEST(StreamPipeline, TruncatedInputFilesAreRejectedWithTheReason) {
+TEST_F(StreamPipeline, TruncatedInputFilesAreRejectedWithTheReason) {
   const auto path = temp_file("odd.bin");
   std::vector<char> bytes(1001, 'x');
   std::ofstream(path, std::ios::binary).write(bytes.data(), 1001);
-  sim_setup sim;
-  stream_pipeline p(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                    {.chunk_bytes = 256, .depth = 2, .element_bytes = 4});
+  auto& p = pipeline({.chunk_bytes = 256, .depth = 2, .element_bytes = 4});
   auto noop = [](chunk_view, stream_view) {};
   try {
     p.run(pipeline_input::from_file(path.string()), noop);
@@ -168,12 +175,10 @@ TEST(StreamPipeline, TruncatedInputFilesAreRejectedWithTheReason) {
   EXPECT_EQ(sim.device_current(), 0);
 }
 
-TEST(StreamPipeline, FailingCallbackNamesTheChunkAndReleasesEveryBuffer) {
-  const std::size_t words = 64 * 1024;
+TEST_F(StreamPipeline, FailingCallbackNamesTheChunkAndReleasesEveryBuffer) {
+  const std::size_t words = std::size_t{64} * 1024;
   const auto input = make_input(words);
-  sim_setup sim;
-  stream_pipeline p(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                    {.chunk_bytes = 16 * KiB, .depth = 3, .element_bytes = 4});
+  auto& p = pipeline({.chunk_bytes = 16 * KiB, .depth = 3, .element_bytes = 4});
   std::vector<std::uint32_t> out(words);
   try {
     p.run(
@@ -196,7 +201,7 @@ TEST(StreamPipeline, FailingCallbackNamesTheChunkAndReleasesEveryBuffer) {
   for (std::size_t i = 0; i < words; ++i) ASSERT_EQ(out[i], mix(input[i], i));
 }
 
-TEST(StreamPipeline, BadOptionsAndOutputsAreUsageErrors) {
+TEST_F(StreamPipeline, BadOptionsAndOutputsAreUsageErrors) {
   host_sim_device dev;
   EXPECT_THROW(stream_pipeline(dev, {.chunk_bytes = 1024, .depth = 0}), invalid_input);
   EXPECT_THROW(stream_pipeline(dev, {.chunk_bytes = 1022, .depth = 2, .element_bytes = 4}),
@@ -214,12 +219,10 @@ TEST(StreamPipeline, BadOptionsAndOutputsAreUsageErrors) {
   EXPECT_EQ(st.chunks, 0u);
 }
 
-TEST(StreamPipeline, StatsShowReadAndCopyStages) {
-  const std::size_t words = 256 * 1024;
+TEST_F(StreamPipeline, StatsShowReadAndCopyStages) {
+  const std::size_t words = std::size_t{256} * 1024;
   const auto input = make_input(words);
-  sim_setup sim;
-  stream_pipeline p(*sim.device, *sim.device_memory, *sim.pinned_memory,
-                    {.chunk_bytes = 64 * KiB, .depth = 2, .element_bytes = 4});
+  auto& p = pipeline({.chunk_bytes = 64 * KiB, .depth = 2, .element_bytes = 4});
   const auto st =
       p.run(pipeline_input::from_host(input.data(), words * 4), [](chunk_view, stream_view) {});
   EXPECT_EQ(st.chunks, 16u);
