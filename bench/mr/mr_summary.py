@@ -135,7 +135,8 @@ def training(out, lines):
                   "measurement's noise beside the 1%% bar" % (
                       noise, "%.4f / %.4f / %.4f" % (noise_p["q1"], noise_p["median"], noise_p["q3"])
                       if noise_p else "-")]
-    for k, what in (("vramkit_vmm", "vmm pool, the default"), ("vramkit_vmm_slack5", "vmm pool, 5% slack")):
+    for k, what in (("vramkit_vmm", "vmm pool, the default"), ("vramkit_vmm_slack5", "vmm pool, 5% slack"),
+                    ("vramkit_vmm_slackmax5", "vmm pool, VRAMKIT_POOL_SLACK_MAX=5%")):
         ps = tr.get(k, {}).get("per_step_mapping")
         r = tr.get(k)
         if not r:
@@ -252,7 +253,7 @@ def main():
     lines = ["# mr: allocator results", "",
              "- GPU / driver: " + (sh("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1")
                                    or "unknown"),
-             "- commit: " + (sh("git rev-parse --short HEAD 2>/dev/null") or os.environ.get("VRAMKIT_COMMIT", "unknown")),
+             "- commit: " + (os.environ.get("VRAMKIT_COMMIT") or sh("git rev-parse --short HEAD 2>/dev/null") or "unknown"),
              "- date: " + datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")]
     if a.elapsed is not None:
         lines.append("- stage time so far: %.0f s" % a.elapsed)
