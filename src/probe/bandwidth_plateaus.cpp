@@ -1,8 +1,12 @@
 // Plateaus of a bandwidth curve (see bandwidth_plateaus.hpp).
 #include "vramkit/probe/detail/bandwidth_plateaus.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+
+#include "vramkit/core/units.hpp"
 
 namespace vramkit::probe::detail {
 namespace {
@@ -69,15 +73,59 @@ std::vector<bandwidth_plateau> find_bandwidth_plateaus(const std::vector<curve::
 void name_l2_sweep_plateaus(std::vector<bandwidth_plateau>& plateaus,
                             const std::vector<curve::point>& points, std::uint64_t l2_bytes) {
   if (plateaus.empty() || points.empty()) return;
-  const double l2 = static_cast<double>(l2_bytes);
-  std::size_t l2_index = plateaus.size() - 1;
+  const auto l2 = static_cast<double>(l2_bytes);
+  std::size_t end = plateaus.size();  // plateaus [0, end) may hold the L2
   if (plateaus.size() >= 2 && points[plateaus.back().first].x > 0.5 * l2) {
     plateaus.back().name = "HBM";
-    l2_index = plateaus.size() - 2;
+    end = plateaus.size() - 1;
   }
-  if (points[plateaus[l2_index].first].x >= l2) return;  // the sweep never saw an L2 level
-  plateaus[l2_index].name = "L2";
-  for (std::size_t r = 0; r < l2_index; ++r) plateaus[r].name = "L2 near";
+  // A level holds over a range of working sets; a run narrower than l2_min_span is a step of the
+  // descent to the next level. With one plateau only, it is all the curve has.
+  const double min_span = plateaus.size() == 1 ? 1.0 : l2_min_span;
+  for (std::size_t r = end; r-- > 0;) {
+    const auto& p = plateaus[r];
+    if (points[p.first].x >= l2 || points[p.last].x < min_span * points[p.first].x) continue;
+    plateaus[r].name = "L2";
+    for (std::size_t q = 0; q < r; ++q) plateaus[q].name = "L2 near";
+    return;
+  }
+}
+
+std::string describe_plateaus(const std::vector<bandwidth_plateau>& plateaus,
+                              const std::vector<curve::point>& points) {
+  if (points.empty()) return "the curve has no points";
+  std::string out;
+  for (const auto& p : plateaus) {
+    if (!out.empty()) out += "; ";
+    out += format_bytes(points[p.first].x);
+    if (p.last != p.first) out += "-" + format_bytes(points[p.last].x);
+    out += fmt::format(" at {:.0f} GB/s", p.bandwidth);
+    if (!p.name.empty()) out += " (" + p.name + ")";
+  }
+  const auto [lo, hi] = std::minmax_element(
+      points.begin(), points.end(),
+      [](const curve::point& a, const curve::point& b) { return a.y.median < b.y.median; });
+  const double spread = lo->y.median > 0 ? hi->y.median / lo->y.median : 0;
+  return fmt::format("plateaus {}; the curve spans {:.0f} to {:.0f} GB/s ({:.2f}x)", out,
+                     lo->y.median, hi->y.median, spread);
+}
+
+std::string why_no_l2_plateau(const std::vector<bandwidth_plateau>& plateaus,
+                              const std::vector<curve::point>& points, std::uint64_t l2_bytes) {
+  for (const auto& p : plateaus)
+    if (p.name == "L2") return {};
+  if (points.empty()) return "the curve has no points";
+  const std::string reported = format_bytes(static_cast<double>(l2_bytes));
+  std::string why;
+  if (points.front().x >= static_cast<double>(l2_bytes))
+    why = "the sweep starts at " + format_bytes(points.front().x) +
+          ", not below the reported L2 size (" + reported + ")";
+  else
+    why = fmt::format(
+        "no plateau before device memory both starts below the reported L2 size ({}) and "
+        "spans {:.2f}x in working set",
+        reported, l2_min_span);
+  return why + ": " + describe_plateaus(plateaus, points);
 }
 
 }  // namespace vramkit::probe::detail

@@ -7,22 +7,27 @@
 //   set: the L2 level, its size, and device memory. (With every block reading the whole set past
 //   the L2, blocks trailing each other re-read what one just fetched and the L2 answers far past
 //   its size: 88 MiB for the H200's 60 MiB in the run of 2026-12-01.)
-// The plateaus of the curves are the levels, with where each ends (bandwidth_plateaus.hpp). Every
-// launch's sum is checked.
+// Before the sweeps, reads until the clocks have settled; each sweep reads its sizes in passes up
+// and down and pools them. The plateaus of the curves are the levels, with where each ends
+// (bandwidth_plateaus.hpp); a level not found is skipped with the reason. Every launch's sum is
+// checked.
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "common/cuda_check.hpp"
 #include "gpu_probe_detail.hpp"
 #include "pattern_kernels.hpp"
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
 #include "vramkit/probe/detail/bandwidth_plateaus.hpp"
 
 namespace vramkit::probe::detail {
 namespace {
-
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 void add_size(std::vector<std::size_t>& out, std::size_t ws, std::size_t max_ws) {
   ws = ws / (16 * KiB) * (16 * KiB);
@@ -61,8 +66,74 @@ std::vector<std::size_t> l2_sizes(std::size_t l2, std::size_t max_ws, bool quick
   return out;
 }
 
-// One sweep: bandwidth at every size in `mode`, each launch's sum checked. False (with a failed
-// skip) on a mismatch.
+// What one launch of `mode` over `ws` bytes, `reps` times, adds to its sum (resident_read).
+std::uint32_t launch_sum(std::size_t ws, int reps, resident_read mode, const launch_config& cfg,
+                         std::uint32_t seed) {
+  const bool whole = mode == resident_read::every_block_whole_set;
+  return static_cast<std::uint32_t>(reps) * static_cast<std::uint32_t>(whole ? cfg.blocks : 1) *
+         pattern_sum(ws / 4, seed);
+}
+
+// How long clocks took to settle before the sweeps (clock_warm_up).
+struct warm_up {
+  int rounds = 0;
+  bool steady = false;
+  double seconds = 0;  ///< device time spent reading
+};
+
+// Reads an L2-resident set (half the L2, L1 bypassed) and a device-memory set (`hbm_ws`) in
+// rounds of about a millisecond each until both rates hold still (at least ten rounds, the last
+// five of each within 2%), or `cap_s` of device time has passed. A GPU that was idle runs its
+// clocks up under load over tens of milliseconds; a sweep timed during that climb reads the climb,
+// not the levels (a quick sweep lasts tens of milliseconds too). Throws on a read sum mismatch.
+warm_up clock_warm_up(const device_buffer& buf, std::uint32_t seed, std::size_t l2_ws,
+                      std::size_t hbm_ws, const launch_config& cfg, double cap_s) {
+  device_buffer sum(sizeof(std::uint32_t));
+  auto* sum_p = static_cast<std::uint32_t*>(sum.get());
+  owned_cuda_stream stream;
+  owned_cuda_event start, stop;
+  const cudaStream_t s = stream.get();
+  VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
+  constexpr auto mode = resident_read::grid_once_l2_only;
+  const std::array<std::size_t, 2> sets = {l2_ws, hbm_ws};
+  // About a millisecond a round at the H200's L2 (~9 TB/s) and HBM (~4.7 TB/s) rates.
+  const std::array<int, 2> reps = {
+      std::max(1, static_cast<int>(8.0 * 1024 * MiB / double(l2_ws))),
+      std::max(1, static_cast<int>(4.0 * 1024 * MiB / double(hbm_ws)))};
+  std::array<std::vector<double>, 2> rates;
+  warm_up w;
+  std::uint32_t want = 0;
+  auto still = [](const std::vector<double>& r) {
+    if (r.size() < 10) return false;
+    const auto [lo, hi] = std::minmax_element(r.end() - 5, r.end());
+    return *hi <= 1.02 * *lo;
+  };
+  while (w.seconds < cap_s && !(still(rates[0]) && still(rates[1]))) {
+    for (std::size_t k = 0; k < 2; ++k) {
+      VRAMKIT_CUDA_TRY(cudaEventRecord(start.get(), s));
+      VRAMKIT_CUDA_TRY(
+          launch_resident_read(buf.words(), sets[k] / 16, reps[k], mode, sum_p, cfg, s));
+      VRAMKIT_CUDA_TRY(cudaEventRecord(stop.get(), s));
+      VRAMKIT_CUDA_TRY(cudaStreamSynchronize(s));
+      const double secs = elapsed_ms(start.get(), stop.get()) / 1e3;
+      rates[k].push_back(gbps(double(sets[k]) * reps[k], secs));
+      w.seconds += secs;
+      want += launch_sum(sets[k], reps[k], mode, cfg, seed);
+    }
+    ++w.rounds;
+  }
+  w.steady = still(rates[0]) && still(rates[1]);
+  std::uint32_t got = 0;
+  VRAMKIT_CUDA_TRY(cudaMemcpy(&got, sum_p, sizeof got, cudaMemcpyDeviceToHost));
+  if (got != want)
+    throw vramkit::error("verification failed: read sum mismatch in the clock warm-up");
+  return w;
+}
+
+// One sweep: bandwidth at every size in `mode`, each launch's sum checked. The sizes are read in
+// `passes` passes, ascending then descending in turn, and each point pools its samples over all
+// passes, so a drift in the GPU's state during the sweep spreads over every size instead of
+// tilting the curve. False (with a failed skip) on a mismatch.
 bool sweep(gpu_context& ctx, const device_buffer& buf, std::uint32_t seed,
            const std::vector<std::size_t>& sizes, resident_read mode, const launch_config& cfg,
            curve& c) {
@@ -73,32 +144,36 @@ bool sweep(gpu_context& ctx, const device_buffer& buf, std::uint32_t seed,
   const cudaStream_t s = stream.get();
   // Bytes read per launch: enough that a launch of the smallest sets lasts tens of microseconds.
   const double target = ctx.quick() ? 2048.0 * MiB : 4096.0 * MiB;
-  const int samples = ctx.quick() ? 3 : 5, loops = ctx.quick() ? 2 : 3, warmup = 1;
+  const int passes = 3, samples = ctx.quick() ? 2 : 3, loops = ctx.quick() ? 2 : 3, warmup = 1;
   const bool whole = mode == resident_read::every_block_whole_set;
-  for (std::size_t ws : sizes) {
-    const double per_rep = whole ? double(cfg.blocks) * ws : double(ws);
-    const int reps = static_cast<int>(std::clamp(target / per_rep, 1.0, 1e5));
-    VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
-    const auto secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
-      VRAMKIT_CUDA_TRY(launch_resident_read(buf.words(), ws / 16, reps, mode, sum_p, cfg, s));
-    });
-    std::uint32_t got = 0;
-    VRAMKIT_CUDA_TRY(cudaMemcpy(&got, sum_p, sizeof got, cudaMemcpyDeviceToHost));
-    const auto per_launch = static_cast<std::uint32_t>(reps) *
-                            static_cast<std::uint32_t>(whole ? cfg.blocks : 1) *
-                            pattern_sum(ws / 4, seed);
-    const auto want =
-        per_launch * static_cast<std::uint32_t>(blocked_calls(samples, loops, warmup));
-    if (got != want) {
-      ctx.report->skips.push_back({c.key,
-                                   "verification failed, curve withheld: read sum mismatch at " +
-                                       std::to_string(ws) + " bytes",
-                                   true});
-      return false;
+  std::vector<curve::point> pts(sizes.size());
+  for (int pass = 0; pass < passes; ++pass) {
+    for (std::size_t n = 0; n < sizes.size(); ++n) {
+      const std::size_t i = pass % 2 == 0 ? n : sizes.size() - 1 - n;
+      const std::size_t ws = sizes[i];
+      const auto set = static_cast<double>(ws);
+      const double per_rep = whole ? cfg.blocks * set : set;
+      const int reps = static_cast<int>(std::clamp(target / per_rep, 1.0, 1e5));
+      VRAMKIT_CUDA_TRY(cudaMemsetAsync(sum_p, 0, sizeof(std::uint32_t), s));
+      const auto secs = time_blocked(blocker, s, samples, loops, warmup, [&] {
+        VRAMKIT_CUDA_TRY(launch_resident_read(buf.words(), ws / 16, reps, mode, sum_p, cfg, s));
+      });
+      std::uint32_t got = 0;
+      VRAMKIT_CUDA_TRY(cudaMemcpy(&got, sum_p, sizeof got, cudaMemcpyDeviceToHost));
+      const auto want = launch_sum(ws, reps, mode, cfg, seed) *
+                        static_cast<std::uint32_t>(blocked_calls(samples, loops, warmup));
+      if (got != want) {
+        ctx.report->skips.push_back({c.key,
+                                     "verification failed, curve withheld: read sum mismatch at " +
+                                         std::to_string(ws) + " bytes",
+                                     true});
+        return false;
+      }
+      pts[i].x = double(ws);
+      for (double t : secs) pts[i].samples.push_back(gbps(per_rep * reps, t));
     }
-    curve::point pt;
-    pt.x = double(ws);
-    for (double t : secs) pt.samples.push_back(gbps(per_rep * reps, t));
+  }
+  for (auto& pt : pts) {
     pt.y = sample_stats::of(pt.samples);
     c.points.push_back(std::move(pt));
   }
@@ -116,7 +191,8 @@ curve cache_curve(const gpu_context& ctx, const char* suffix, const std::string&
 
 // The measurement of a level: a cache at the middle of its plateau, device memory at its largest
 // set (nearer sets still hit the L2 in part).
-void add_level(gpu_context& ctx, const curve& c, const bandwidth_plateau& p, const char* how) {
+void add_level(gpu_context& ctx, const curve& c, const bandwidth_plateau& p, const char* how,
+               const std::string& warm_note) {
   const auto& mid = c.points[p.name == "HBM" ? p.last : (p.first + p.last) / 2];
   measurement m;
   m.key = ctx.key(p.name == "L1" ? "cache.l1" : p.name == "L2" ? "cache.l2" : "cache.hbm");
@@ -144,7 +220,8 @@ void add_level(gpu_context& ctx, const curve& c, const bandwidth_plateau& p, con
                                        : "the plateau's middle point") +
            "; " + how +
            "; a level's size is where the curve first falls below 88% of the plateau "
-           "(log-interpolated); every launch's sum checked against the pattern";
+           "(log-interpolated); every launch's sum checked against the pattern; " +
+           warm_note;
   add_verified(ctx, std::move(m), true, "");
 }
 
@@ -174,6 +251,11 @@ void run_cache_section(gpu_context& ctx) {
       std::clamp(grid.threads * std::max(1, grid.blocks / std::max(1, ctx.sm_count)), 32, 1024) /
       32 * 32;
 
+  const warm_up w = clock_warm_up(buf, seed, ctx.l2_bytes / 2 / (16 * KiB) * (16 * KiB), max_ws,
+                                  grid, ctx.quick() ? 0.25 : 0.5);
+  const std::string warm_note = fmt::format(
+      "clock warm-up before the sweeps: {} rounds, {:.0f} ms, {}", w.rounds, w.seconds * 1e3,
+      w.steady ? "rates steady (last five within 2%)" : "rates still moving at the cap");
   curve l1 = cache_curve(ctx, "cache.sweep",
                          "read bandwidth over a resident working set, " + ctx.tag +
                              " (one block per multiprocessor reads all of it through L1)");
@@ -188,22 +270,24 @@ void run_cache_section(gpu_context& ctx) {
     return;
 
   auto p1 = find_bandwidth_plateaus(l1.points);
-  if (!p1.empty() && p1.size() >= 2) {
+  if (p1.size() >= 2) {
     p1.front().name = "L1";
-    add_level(ctx, l1, p1.front(), "one block per multiprocessor reads the whole set");
+    add_level(ctx, l1, p1.front(), "one block per multiprocessor reads the whole set", warm_note);
   } else {
-    ctx.report->skips.push_back({ctx.tag + ".cache.l1", "no L1 plateau found on the curve"});
+    ctx.report->skips.push_back({ctx.tag + ".cache.l1",
+                                 "no L1 plateau found on the curve: one flat run only, no level "
+                                 "after it to end it (" +
+                                     describe_plateaus(p1, l1.points) + "; " + warm_note + ")"});
   }
   auto p2 = find_bandwidth_plateaus(l2.points);
   name_l2_sweep_plateaus(p2, l2.points, ctx.l2_bytes);
-  bool have_l2 = false;
-  for (const auto& p : p2) {
-    if (p.name != "L2" && p.name != "HBM") continue;
-    have_l2 = have_l2 || p.name == "L2";
-    add_level(ctx, l2, p, "the grid reads the set once a pass, L1 bypassed");
-  }
-  if (!have_l2)
-    ctx.report->skips.push_back({ctx.tag + ".cache.l2", "no L2 plateau found on the curve"});
+  for (const auto& p : p2)
+    if (p.name == "L2" || p.name == "HBM")
+      add_level(ctx, l2, p, "the grid reads the set once a pass, L1 bypassed", warm_note);
+  const std::string why = why_no_l2_plateau(p2, l2.points, ctx.l2_bytes);
+  if (!why.empty())
+    ctx.report->skips.push_back(
+        {ctx.tag + ".cache.l2", "no L2 plateau found on the curve: " + why + "; " + warm_note});
   add_curve(ctx, std::move(l1));
   add_curve(ctx, std::move(l2));
 }

@@ -124,6 +124,56 @@ TEST(BandwidthPlateaus, OneL2WithoutANearPart) {
   EXPECT_NEAR(p[0].end_x / MiB, 4 * std::exp2(600.0 / 3500), 0.01);
 }
 
+// A descent from the L2 to device memory slow enough to read as a run of its own (a GPU whose
+// clocks still climb, a replacement policy that keeps part of a larger set): that run starts at
+// the L2 size and is neither the L2 nor device memory; the L2 is the run before it.
+TEST(BandwidthPlateaus, ARunBetweenTheL2AndDeviceMemoryIsNeither) {
+  std::vector<std::pair<double, double>> xy;
+  for (double x = 7.5 * MiB; x <= 52.5 * MiB; x += 7.5 * MiB) xy.emplace_back(x, 8800);
+  xy.emplace_back(60 * MiB, 6300);
+  xy.emplace_back(67.5 * MiB, 5800);
+  xy.emplace_back(75 * MiB, 5500);
+  for (double x = 82.5 * MiB; x <= 120 * MiB; x += 7.5 * MiB) xy.emplace_back(x, 4700);
+  xy.emplace_back(180 * MiB, 4650);
+  xy.emplace_back(240 * MiB, 4640);
+  const auto pts = curve_of(xy);
+  auto p = find_bandwidth_plateaus(pts);
+  name_l2_sweep_plateaus(p, pts, static_cast<std::uint64_t>(60 * MiB));
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0].name, "L2");
+  EXPECT_TRUE(p[1].name.empty());
+  EXPECT_EQ(pts[p[1].first].x, 60 * MiB);
+  EXPECT_EQ(p[2].name, "HBM");
+  EXPECT_EQ(why_no_l2_plateau(p, pts, static_cast<std::uint64_t>(60 * MiB)), "");
+  // The L2's band edge 0.88 x 8800 = 7744 lies 1056/2500 of the way (log x) from 52.5 to 60 MiB.
+  EXPECT_NEAR(p[0].end_x / MiB, 52.5 * std::pow(60 / 52.5, 1056.0 / 2500), 0.01);
+}
+
+// A lone point is no level: a curve whose only run below the L2 size is its first point has no
+// L2, and the reason names the plateaus, the reported size and the curve's spread.
+TEST(BandwidthPlateaus, NoL2SaysWhyWithThePlateausFound) {
+  std::vector<std::pair<double, double>> xy = {{7.5 * MiB, 9000}};
+  for (double x = 37.5 * MiB; x <= 120 * MiB; x += 7.5 * MiB) xy.emplace_back(x, 4700);
+  const auto pts = curve_of(xy);
+  auto p = find_bandwidth_plateaus(pts);
+  name_l2_sweep_plateaus(p, pts, static_cast<std::uint64_t>(60 * MiB));
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_TRUE(p[0].name.empty());
+  EXPECT_EQ(p[1].name, "HBM");
+  EXPECT_EQ(why_no_l2_plateau(p, pts, static_cast<std::uint64_t>(60 * MiB)),
+            "no plateau before device memory both starts below the reported L2 size (60.00 MiB) "
+            "and spans 1.25x in working set: plateaus 7.50 MiB at 9000 GB/s; 37.50 "
+            "MiB-120.00 MiB at 4700 GB/s (HBM); the curve spans 4700 to 9000 GB/s (1.91x)");
+  // A sweep that starts past the L2 says so.
+  const auto far = curve_of({{64 * MiB, 4700}, {128 * MiB, 4690}});
+  auto q = find_bandwidth_plateaus(far);
+  name_l2_sweep_plateaus(q, far, static_cast<std::uint64_t>(60 * MiB));
+  EXPECT_EQ(
+      why_no_l2_plateau(q, far, static_cast<std::uint64_t>(60 * MiB))
+          .rfind("the sweep starts at 64.00 MiB, not below the reported L2 size (60.00 MiB): ", 0),
+      0u);
+}
+
 TEST(BandwidthPlateaus, NoisyButFlatIsOnePlateau) {
   std::vector<std::pair<double, double>> xy;
   double y = 1000;
@@ -227,6 +277,43 @@ TEST(BandwidthPlateaus, SecondH200SweepEndsBeforeItsFasterPoint) {
   EXPECT_NEAR(l2.end_x / MiB, 72.0, 0.3);
   EXPECT_LT(l2.end_x, 82.5 * MiB);
   EXPECT_GT(l2.end_x / l2_bytes, 1.15);  // the whole-set read's overestimate, kept in view
+}
+
+// An L2 sweep of the H200 (2026-12-01, driver 580.159.04, full sizes: sixteenths and thirty-seconds
+// of the L2 near its size): about 8.8 TB/s from 7.5 to 54.4 MiB, a short step at 7.2 TB/s at
+// 56.3-58.1 MiB on the way down, device memory from 61.9 MiB. That run read the step as the L2
+// (7.2 TB/s, 59.5 MiB); the L2 is the wide run before it, and its size where the curve leaves it:
+// between 54.375 MiB (8069) and 56.25 MiB (7212), 0.92x the reported 60 MiB.
+TEST(BandwidthPlateaus, MeasuredH200L2SweepSkipsTheStepOfTheDescent) {
+  const probe_report r = read_fixture("h200-2026-12-01-l2-sweep.json");
+  ASSERT_EQ(r.curves.size(), 1u);
+  const auto& pts = r.curves[0].points;
+  const auto l2_bytes = std::stoull(r.header.at("gpu.0.l2_bytes"));
+  auto p = find_bandwidth_plateaus(pts);
+  name_l2_sweep_plateaus(p, pts, l2_bytes);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0].name, "L2");
+  EXPECT_TRUE(p[1].name.empty());
+  EXPECT_EQ(p[2].name, "HBM");
+  EXPECT_EQ(pts[p[0].first].x, 7.5 * MiB);
+  EXPECT_EQ(pts[p[0].last].x, 54.375 * MiB);
+  EXPECT_NEAR(p[0].bandwidth, 8774, 1);
+  EXPECT_NEAR(p[2].bandwidth, 4763, 1);
+  const double edge = 0.88 * p[0].bandwidth;
+  EXPECT_NEAR(p[0].end_x / MiB,
+              54.375 * std::pow(56.25 / 54.375, (8069.4 - edge) / (8069.4 - 7211.7)), 0.01);
+  EXPECT_NEAR(p[0].end_x / double(l2_bytes), 0.92, 0.01);
+  // Its quick sizes (eighths of the L2) read the same level and size band.
+  std::vector<curve::point> quick;
+  for (const auto& pt : pts)
+    if (std::fmod(pt.x, 7.5 * MiB) == 0) quick.push_back(pt);
+  auto q = find_bandwidth_plateaus(quick);
+  name_l2_sweep_plateaus(q, quick, l2_bytes);
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_EQ(q[0].name, "L2");
+  EXPECT_EQ(q[1].name, "HBM");
+  EXPECT_GT(q[0].end_x, 52.5 * MiB);
+  EXPECT_LT(q[0].end_x, 60 * MiB);
 }
 
 TEST(BandwidthPlateaus, EmptyCurveHasNone) { EXPECT_TRUE(find_bandwidth_plateaus({}).empty()); }

@@ -30,11 +30,26 @@ struct bandwidth_plateau {
 std::vector<bandwidth_plateau> find_bandwidth_plateaus(const std::vector<curve::point>& points,
                                                        double tolerance = 0.12);
 
+/// How far a plateau of an L2 sweep must reach (its last working set over its first) to be the
+/// L2: a narrower run is a step of the curve's descent to device memory.
+inline constexpr double l2_min_span = 1.25;
+
 /// Names the plateaus of an L2 sweep (sets from below the L2 size the driver reports,
-/// `l2_bytes`, to past it): the last plateau, when it starts past half the L2, is "HBM"; the one
-/// before it (or the only one) is "L2" when it starts below the L2 size; any earlier, faster
-/// ones are "L2 near" (a partition of the L2 that answers sooner).
+/// `l2_bytes`, to past it): the last plateau, when it starts past half the L2, is "HBM"; the last
+/// one before it that starts below the L2 size and reaches l2_min_span (or the only plateau,
+/// when it starts below the L2 size) is "L2"; any earlier ones are "L2 near" (a partition of the
+/// L2 that answers sooner). Runs between the L2 and device memory (steps of the descent) stay
+/// unnamed.
 void name_l2_sweep_plateaus(std::vector<bandwidth_plateau>& plateaus,
                             const std::vector<curve::point>& points, std::uint64_t l2_bytes);
+
+/// The plateaus for a reader, "7.50 MiB-52.50 MiB at 8774 GB/s (L2); ...", and the curve's
+/// spread (fastest over slowest point): what a report says when it finds no level.
+std::string describe_plateaus(const std::vector<bandwidth_plateau>& plateaus,
+                              const std::vector<curve::point>& points);
+
+/// Why name_l2_sweep_plateaus named no "L2" (a sentence), or empty when it named one.
+std::string why_no_l2_plateau(const std::vector<bandwidth_plateau>& plateaus,
+                              const std::vector<curve::point>& points, std::uint64_t l2_bytes);
 
 }  // namespace vramkit::probe::detail
