@@ -4,7 +4,7 @@
 
 namespace vramkit::mr {
 
-struct cuda_async_resource::impl {};
+struct pimpl::cuda_async_state {};
 
 cuda_async_resource::cuda_async_resource(cuda_async_options) {
   throw error("cuda_async_resource: this vramkit was built without CUDA");

@@ -23,7 +23,7 @@ struct cached_block {
 
 }  // namespace
 
-struct pinned_host_pool::impl {
+struct pimpl::pinned_host_pool_state {
   std::shared_ptr<memory_resource> upstream;
   std::shared_ptr<device_api> api;
   pinned_pool_options opt;
@@ -80,8 +80,7 @@ struct pinned_host_pool::impl {
 };
 
 pinned_host_pool::pinned_host_pool(std::shared_ptr<memory_resource> upstream,
-                                   std::shared_ptr<device_api> api, pinned_pool_options options)
-    : impl_(std::make_unique<impl>()) {
+                                   std::shared_ptr<device_api> api, pinned_pool_options options) {
   if (!upstream) throw logic_error("pinned_host_pool: upstream is null");
   if (!is_power_of_two(options.pow2_max) || options.large_granularity == 0) {
     throw logic_error(

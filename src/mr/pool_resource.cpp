@@ -77,7 +77,7 @@ std::string misuse_report::message() const {
   return "vramkit " + resource + ": " + line;
 }
 
-struct pool_resource::impl : detail::stream_pool_core<pool_resource::impl, block> {
+struct pimpl::pool_resource_state : detail::stream_pool_core<pimpl::pool_resource_state, block> {
   std::shared_ptr<memory_resource> upstream;
   pool_options opt;
   std::vector<chunk*> chunks;
@@ -252,9 +252,10 @@ struct pool_resource::impl : detail::stream_pool_core<pool_resource::impl, block
   }
 };
 
+template class detail::stream_pool_resource<pimpl::pool_resource_state>;
+
 pool_resource::pool_resource(std::shared_ptr<memory_resource> upstream,
-                             std::shared_ptr<device_api> api, pool_options options)
-    : impl_(std::make_unique<impl>()) {
+                             std::shared_ptr<device_api> api, pool_options options) {
   if (!upstream) throw logic_error("pool_resource: upstream is null");
   const auto& o = options;
   if (!is_power_of_two(o.rounding) || o.rounding < default_alignment) {
@@ -311,7 +312,6 @@ pool_resource::~pool_resource() {
 }
 
 memory_kind pool_resource::kind() const noexcept { return impl_->upstream->kind(); }
-std::string pool_resource::name() const { return impl_->name; }
 const memory_resource* pool_resource::upstream() const noexcept { return impl_->upstream.get(); }
 const pool_options& pool_resource::options() const noexcept { return impl_->opt; }
 
@@ -332,10 +332,7 @@ void* pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, strea
   bool trimmed = false;
   std::string upstream_error;
   for (;;) {
-    if (block* b = s.find_fit(st, small, size)) return s.hand_out(st, b, size, bytes);
-    if (s.steal(st, small, size)) {
-      if (block* b = s.find_fit(st, small, size)) return s.hand_out(st, b, size, bytes);
-    }
+    if (block* b = s.fit_or_steal(st, small, size)) return s.hand_out(st, b, size, bytes);
     // Grow: the upstream call runs without the lock; the new chunk joins st's list and the search
     // starts over (another thread may have freed or taken memory meanwhile).
     std::size_t want = s.chunk_size_for(small, size);
@@ -370,27 +367,13 @@ void* pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, strea
       upstream_error = "pool maximum_size " + std::to_string(s.opt.maximum_size) + " bytes reached";
     }
     if (p != nullptr) return s.hand_out(st, s.add_chunk(st, p, want, small), size, bytes);
-    ++s.stats.upstream_failures;
-    if (!trimmed) {
-      // OOM ladder: return cached chunks to the upstream, then try once more.
-      trimmed = true;
-      lock.unlock();
-      trim();
-      lock.lock();
-      continue;
-    }
-    ++s.stats.out_of_memory_errors;
-    lock.unlock();
+    // OOM ladder: return cached chunks to the upstream, then try once more.
+    if (s.retry_after_trim(lock, trimmed, [this] { trim(); })) continue;
     detail::nvtx_mark("vramkit pool out of memory");
     std::string detail = "upstream: " + upstream_error.substr(0, upstream_error.find('\n')) + "\n" +
                          memory_summary(*this);
     throw out_of_memory(bytes, s.name, detail);
   }
-}
-
-void pool_resource::do_deallocate(void* ptr, std::size_t bytes, std::size_t,
-                                  stream_view stream) noexcept {
-  impl_->deallocate_block(ptr, bytes, stream);
 }
 
 std::size_t pool_resource::trim() {
@@ -418,9 +401,6 @@ std::vector<pool_segment_info> pool_resource::layout() const {
   }
   return out;
 }
-
-pool_report pool_resource::report() const { return impl_->locked_report(); }
-void pool_resource::reset_peak() const noexcept { impl_->reset_peaks(); }
 
 std::size_t pool_resource::free_block_count() const {
   return impl_->locked([](const impl& s) { return s.free_block_count; });

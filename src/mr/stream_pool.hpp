@@ -26,6 +26,7 @@
 #include "pointer_map.hpp"
 #include "vramkit/core/device_api.hpp"
 #include "vramkit/core/units.hpp"
+#include "vramkit/mr/detail/stream_pool_resource.hpp"
 #include "vramkit/mr/memory_summary.hpp"
 #include "vramkit/mr/pool_resource.hpp"
 
@@ -152,6 +153,30 @@ struct stream_pool_core {
     return false;
   }
 
+  // A block that may serve `size` on st: from st's own lists, else from another stream's (steal).
+  Block* fit_or_steal(stream_t* st, bool small, std::size_t size) {
+    if (Block* b = derived().find_fit(st, small, size)) return b;
+    return steal(st, small, size) ? derived().find_fit(st, small, size) : nullptr;
+  }
+
+  // The OOM ladder after growing failed: counts the failure; the first time (`trimmed` false)
+  // runs `trim` without the lock and returns true (search again); after that counts an
+  // out-of-memory error and returns false with the lock released.
+  template <class Trim>
+  bool retry_after_trim(std::unique_lock<std::mutex>& lock, bool& trimmed, Trim&& trim) {
+    ++stats.upstream_failures;
+    if (!trimmed) {
+      trimmed = true;
+      lock.unlock();
+      std::forward<Trim>(trim)();
+      lock.lock();
+      return true;
+    }
+    ++stats.out_of_memory_errors;
+    lock.unlock();
+    return false;
+  }
+
   // Frees whose events have been seen complete no longer need a synchronization.
   void refresh_completed() {
     if (!api) return;
@@ -270,5 +295,28 @@ struct stream_pool_core {
     }
   }
 };
+
+// --- the pools' shared members (stream_pool_resource.hpp), on this core --------------------------
+
+template <class State>
+std::string stream_pool_resource<State>::name() const {
+  return this->impl_->name;
+}
+
+template <class State>
+pool_report stream_pool_resource<State>::report() const {
+  return this->impl_->locked_report();
+}
+
+template <class State>
+void stream_pool_resource<State>::reset_peak() const noexcept {
+  this->impl_->reset_peaks();
+}
+
+template <class State>
+void stream_pool_resource<State>::do_deallocate(void* ptr, std::size_t bytes, std::size_t,
+                                                stream_view stream) noexcept {
+  this->impl_->deallocate_block(ptr, bytes, stream);
+}
 
 }  // namespace vramkit::mr::detail

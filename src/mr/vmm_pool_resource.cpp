@@ -71,7 +71,7 @@ std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
 
 }  // namespace
 
-struct vmm_pool_resource::impl : detail::stream_pool_core<vmm_pool_resource::impl, block> {
+struct pimpl::vmm_pool_state : detail::stream_pool_core<pimpl::vmm_pool_state, block> {
   vmm_pool_options opt;
   std::size_t g = 0;  // granularity
 
@@ -640,8 +640,9 @@ struct vmm_pool_resource::impl : detail::stream_pool_core<vmm_pool_resource::imp
   }
 };
 
-vmm_pool_resource::vmm_pool_resource(std::shared_ptr<device_api> api, vmm_pool_options options)
-    : impl_(std::make_unique<impl>()) {
+template class detail::stream_pool_resource<pimpl::vmm_pool_state>;
+
+vmm_pool_resource::vmm_pool_resource(std::shared_ptr<device_api> api, vmm_pool_options options) {
   if (!api) throw logic_error("vmm_pool_resource: device API is null");
   if (!is_power_of_two(options.rounding) || options.rounding < default_alignment) {
     throw logic_error("vmm_pool_resource: rounding must be a power of two >= 256");
@@ -695,7 +696,6 @@ vmm_pool_resource::~vmm_pool_resource() {
   s.destroy_events();
 }
 
-std::string vmm_pool_resource::name() const { return impl_->name; }
 std::size_t vmm_pool_resource::granularity() const noexcept { return impl_->g; }
 const vmm_pool_options& vmm_pool_resource::options() const noexcept { return impl_->opt; }
 
@@ -724,10 +724,7 @@ void* vmm_pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, s
   bool trimmed = false;
   std::string why;
   for (;;) {
-    if (block* b = s.find_fit(st, small, size)) return s.hand_out(st, b, size, bytes);
-    if (s.steal(st, small, size)) {
-      if (block* b = s.find_fit(st, small, size)) return s.hand_out(st, b, size, bytes);
-    }
+    if (block* b = s.fit_or_steal(st, small, size)) return s.hand_out(st, b, size, bytes);
     impl::grow_result r = impl::grow_result::failed;
     {
       const detail::nvtx_range range("vramkit vmm grow");
@@ -737,27 +734,15 @@ void* vmm_pool_resource::do_allocate(std::size_t bytes, std::size_t alignment, s
       st = s.stream_for(stream);
       continue;
     }
-    ++s.stats.upstream_failures;
-    if (!trimmed) {
-      // OOM ladder: synchronize, unmap and release all free space, then try once more.
-      trimmed = true;
-      lock.unlock();
-      trim();
-      lock.lock();
+    // OOM ladder: synchronize, unmap and release all free space, then try once more.
+    if (s.retry_after_trim(lock, trimmed, [this] { trim(); })) {
       st = s.stream_for(stream);
       synced = false;
       continue;
     }
-    ++s.stats.out_of_memory_errors;
-    lock.unlock();
     detail::nvtx_mark("vramkit vmm out of memory");
     throw out_of_memory(bytes, s.name, "cannot grow: " + why + "\n" + memory_summary(*this));
   }
-}
-
-void vmm_pool_resource::do_deallocate(void* ptr, std::size_t bytes, std::size_t,
-                                      stream_view stream) noexcept {
-  impl_->deallocate_block(ptr, bytes, stream);
 }
 
 std::size_t vmm_pool_resource::trim() {
@@ -778,9 +763,6 @@ std::size_t vmm_pool_resource::trim() {
   s.allocated_high = static_cast<std::size_t>(s.stats.allocated_bytes.all.current);
   return s.release_cache();
 }
-
-pool_report vmm_pool_resource::report() const { return impl_->locked_report(); }
-void vmm_pool_resource::reset_peak() const noexcept { impl_->reset_peaks(); }
 
 std::size_t vmm_pool_resource::mapped_granules() const {
   return impl_->locked([](const impl& s) { return s.mapped; });

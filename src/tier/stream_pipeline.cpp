@@ -74,30 +74,33 @@ class file_descriptor {
 // run in stream order, host stages by their thread; the mutex makes both safe.
 struct stage_clock {
   std::mutex m;
-  std::int64_t begin = 0;
-  std::int64_t last_end = 0;
-  std::int64_t busy = 0;
-  std::int64_t stall = 0;
-  std::uint64_t bytes = 0;
+  std::int64_t begin = 0;     // now_ns() of the running stamp's start
+  std::int64_t last_end = 0;  // of the last stop; 0 before the first
+  stage_stats totals;
 
   void start(std::int64_t t) {
     std::lock_guard lock(m);
-    if (last_end != 0) stall += std::max<std::int64_t>(0, t - last_end);
+    if (last_end != 0)
+      totals.stall += std::chrono::nanoseconds(std::max<std::int64_t>(0, t - last_end));
     begin = t;
   }
   void stop(std::int64_t t, std::size_t n) {
     std::lock_guard lock(m);
-    busy += t - begin;
+    totals.busy += std::chrono::nanoseconds(t - begin);
     last_end = t;
-    bytes += n;
+    totals.bytes += n;
+  }
+  void add_bytes(std::size_t n) {
+    std::lock_guard lock(m);
+    totals.bytes += n;
   }
   void add_stall(std::int64_t ns) {
     std::lock_guard lock(m);
-    stall += ns;
+    totals.stall += std::chrono::nanoseconds(ns);
   }
   stage_stats result() {
     std::lock_guard lock(m);
-    return {bytes, std::chrono::nanoseconds(busy), std::chrono::nanoseconds(stall)};
+    return totals;
   }
 };
 
@@ -253,8 +256,7 @@ struct stream_pipeline::impl {
   }
   void stamp_stop(stream_view s, stage_clock& clock, std::size_t bytes) {
     if (!options.measure_stages) {
-      std::lock_guard lock(clock.m);
-      clock.bytes += bytes;
+      clock.add_bytes(bytes);
       return;
     }
     api.launch_host_func(s, [&clock, bytes] { clock.stop(detail::now_ns(), bytes); });

@@ -10,9 +10,14 @@
 #include <memory>
 #include <optional>
 
+#include "vramkit/mr/detail/pimpl_resource.hpp"
 #include "vramkit/mr/memory_resource.hpp"
 
 namespace vramkit::mr {
+
+namespace pimpl {
+struct cuda_async_state;  // defined in the source file
+}
 
 struct cuda_async_options {
   /// Bytes allocated and freed at construction so the first allocations are warm ("priming").
@@ -24,13 +29,12 @@ struct cuda_async_options {
 };
 
 /// cudaMallocFromPoolAsync on its own pool of the chosen device.
-class cuda_async_resource final : public memory_resource {
+class cuda_async_resource final
+    : public detail::pimpl_resource<memory_resource, pimpl::cuda_async_state> {
  public:
   /// Throws vramkit::error naming the reason when there is no usable GPU or no CUDA build.
   explicit cuda_async_resource(cuda_async_options options = {});
   ~cuda_async_resource() override;
-  cuda_async_resource(const cuda_async_resource&) = delete;
-  cuda_async_resource& operator=(const cuda_async_resource&) = delete;
 
   [[nodiscard]] memory_kind kind() const noexcept override { return memory_kind::device; }
   [[nodiscard]] std::string name() const override { return "cuda_async"; }
@@ -49,9 +53,6 @@ class cuda_async_resource final : public memory_resource {
   void* do_allocate(std::size_t bytes, std::size_t alignment, stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, std::size_t alignment,
                      stream_view stream) noexcept override;
-
-  struct impl;
-  std::unique_ptr<impl> impl_;
 };
 
 }  // namespace vramkit::mr

@@ -8,10 +8,15 @@
 #include <memory>
 
 #include "vramkit/core/units.hpp"
+#include "vramkit/mr/detail/pimpl_resource.hpp"
 #include "vramkit/mr/memory_resource.hpp"
 #include "vramkit/mr/memory_summary.hpp"
 
 namespace vramkit::mr {
+
+namespace pimpl {
+struct pinned_host_pool_state;  // defined in the source file
+}
 
 struct pinned_pool_options {
   /// Most bytes held (in use + cached); past it cached blocks are released, then out_of_memory.
@@ -27,14 +32,13 @@ struct pinned_pool_options {
 ///                           *dev, {.byte_cap = 2 * GiB});
 ///   void* staging = pinned.allocate(8 * MiB);  ...  pinned.deallocate(staging, 8 * MiB, 256,
 ///   copy_stream);
-class pinned_host_pool final : public memory_resource {
+class pinned_host_pool final
+    : public detail::pimpl_resource<memory_resource, pimpl::pinned_host_pool_state> {
  public:
   /// `upstream` serves pinned host memory; `api` records the free events (null: reuse at once).
   pinned_host_pool(std::shared_ptr<memory_resource> upstream, std::shared_ptr<device_api> api,
                    pinned_pool_options options = {});
   ~pinned_host_pool() override;
-  pinned_host_pool(const pinned_host_pool&) = delete;
-  pinned_host_pool& operator=(const pinned_host_pool&) = delete;
 
   [[nodiscard]] memory_kind kind() const noexcept override { return memory_kind::pinned_host; }
   [[nodiscard]] std::string name() const override;
@@ -54,9 +58,6 @@ class pinned_host_pool final : public memory_resource {
   void* do_allocate(std::size_t bytes, std::size_t alignment, stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, std::size_t alignment,
                      stream_view stream) noexcept override;
-
-  struct impl;
-  std::unique_ptr<impl> impl_;
 };
 
 }  // namespace vramkit::mr

@@ -17,11 +17,16 @@
 
 #include "vramkit/core/units.hpp"
 #include "vramkit/mr/caching_pool.hpp"
+#include "vramkit/mr/detail/stream_pool_resource.hpp"
 #include "vramkit/mr/memory_resource.hpp"
 #include "vramkit/mr/memory_summary.hpp"
 #include "vramkit/mr/pool_layout.hpp"
 
 namespace vramkit::mr {
+
+namespace pimpl {
+struct pool_resource_state;  // defined in the source file
+}
 
 /// What deallocate found wrong. Deallocate is noexcept, so misuse is reported, never thrown.
 struct misuse_report {
@@ -76,25 +81,20 @@ struct pool_options {
 ///   auto dev = std::make_shared<vramkit::host_sim_device>();
 ///   auto pool = std::make_shared<pool_resource>(std::make_shared<device_api_resource>(dev), dev);
 ///   void* p = pool->allocate(1000, 256, s);  ...  pool->deallocate(p, 1000, 256, s);
-class pool_resource final : public caching_pool {
+class pool_resource final : public detail::stream_pool_resource<pimpl::pool_resource_state> {
  public:
   pool_resource(std::shared_ptr<memory_resource> upstream, std::shared_ptr<device_api> api,
                 pool_options options = {});
   /// Synchronizes the device and returns every chunk to the upstream; blocks still allocated are
   /// lost.
   ~pool_resource() override;
-  pool_resource(const pool_resource&) = delete;
-  pool_resource& operator=(const pool_resource&) = delete;
 
   [[nodiscard]] memory_kind kind() const noexcept override;
-  [[nodiscard]] std::string name() const override;
   [[nodiscard]] const memory_resource* upstream() const noexcept override;
-  void reset_peak() const noexcept override;
 
   /// Returns every chunk with no allocated block to the upstream, after synchronizing the device
   /// (so pending frees on every stream have completed).
   std::size_t trim() override;
-  [[nodiscard]] pool_report report() const override;
   /// One segment per chunk.
   [[nodiscard]] std::vector<pool_segment_info> layout() const override;
   /// The free blocks of each chunk, in address order; for tests of coalescing.
@@ -104,11 +104,6 @@ class pool_resource final : public caching_pool {
 
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment, stream_view stream) override;
-  void do_deallocate(void* ptr, std::size_t bytes, std::size_t alignment,
-                     stream_view stream) noexcept override;
-
-  struct impl;
-  std::unique_ptr<impl> impl_;
 };
 
 }  // namespace vramkit::mr

@@ -20,12 +20,17 @@
 
 #include "vramkit/core/units.hpp"
 #include "vramkit/mr/caching_pool.hpp"
+#include "vramkit/mr/detail/stream_pool_resource.hpp"
 #include "vramkit/mr/memory_resource.hpp"
 #include "vramkit/mr/memory_summary.hpp"
 #include "vramkit/mr/pool_layout.hpp"
 #include "vramkit/mr/pool_resource.hpp"
 
 namespace vramkit::mr {
+
+namespace pimpl {
+struct vmm_pool_state;  // defined in the source file
+}
 
 /// Settings of a virtual-memory pool. Sizes in bytes.
 struct vmm_pool_options {
@@ -60,22 +65,17 @@ struct vmm_pool_options {
 ///   auto dev = std::make_shared<vramkit::host_sim_device>();
 ///   vramkit::mr::vmm_pool_resource pool(dev);
 ///   void* p = pool.allocate(1000, 256, s);  ...  pool.deallocate(p, 1000, 256, s);
-class vmm_pool_resource final : public caching_pool {
+class vmm_pool_resource final : public detail::stream_pool_resource<pimpl::vmm_pool_state> {
  public:
   explicit vmm_pool_resource(std::shared_ptr<device_api> api, vmm_pool_options options = {});
   /// Synchronizes the device, unmaps and releases everything; blocks still allocated are lost.
   ~vmm_pool_resource() override;
-  vmm_pool_resource(const vmm_pool_resource&) = delete;
-  vmm_pool_resource& operator=(const vmm_pool_resource&) = delete;
 
   [[nodiscard]] memory_kind kind() const noexcept override { return memory_kind::device; }
-  [[nodiscard]] std::string name() const override;
-  void reset_peak() const noexcept override;
 
   /// Synchronizes the device, unmaps every granule lying wholly in free space and releases it
   /// with every cached granule (physical bytes).
   std::size_t trim() override;
-  [[nodiscard]] pool_report report() const override;
   /// The segments: maximal runs of mapped granules, small range first.
   [[nodiscard]] std::vector<pool_segment_info> layout() const override;
   /// Granules currently mapped, and cached unmapped (for tests of the accounting).
@@ -88,11 +88,6 @@ class vmm_pool_resource final : public caching_pool {
 
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment, stream_view stream) override;
-  void do_deallocate(void* ptr, std::size_t bytes, std::size_t alignment,
-                     stream_view stream) noexcept override;
-
-  struct impl;
-  std::unique_ptr<impl> impl_;
 };
 
 }  // namespace vramkit::mr

@@ -10,13 +10,12 @@
 
 namespace vramkit::mr {
 
-struct cuda_async_resource::impl {
+struct pimpl::cuda_async_state {
   cudaMemPool_t pool = nullptr;
   int device = 0;
 };
 
-cuda_async_resource::cuda_async_resource(cuda_async_options options)
-    : impl_(std::make_unique<impl>()) {
+cuda_async_resource::cuda_async_resource(cuda_async_options options) {
   auto status = cuda_runtime_status();
   if (!status) throw error("cuda_async_resource: " + status.error().reason);
   int device = 0;
