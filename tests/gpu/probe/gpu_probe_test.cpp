@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -257,10 +258,17 @@ TEST(GpuProbe, CacheSweepFindsAnL2Plateau) {
   const double ratio = l2->extra.at("size_ratio_to_reported");
   EXPECT_GT(ratio, 0.5) << curve_text(r, "gpu0.cache.l2_sweep");
   EXPECT_LT(ratio, 2.0) << curve_text(r, "gpu0.cache.l2_sweep");
-  if (const auto* hbm = find(r, "gpu0.cache.hbm"))
+  const auto* hbm = find(r, "gpu0.cache.hbm");
+  if (hbm != nullptr)
     EXPECT_GT(l2->stats.median, hbm->stats.median);
   else
     ADD_FAILURE() << skip_reason(r, "gpu0.cache.hbm");
+  // What was measured, for a log of repeated runs (the note ends with the clock warm-up).
+  const auto warm = l2->note.find("clock warm-up");
+  std::printf("[probe cache] L2 %.0f GB/s to %.2f MiB (%.3fx the reported L2), HBM %.0f GB/s; %s\n",
+              l2->stats.median, l2->extra.at("measured_size_bytes") / (1 << 20), ratio,
+              hbm != nullptr ? hbm->stats.median : 0.0,
+              warm == std::string::npos ? "" : l2->note.substr(warm).c_str());
 }
 
 TEST(GpuProbe, AllGpusAtOnceSaysOneGpu) {
