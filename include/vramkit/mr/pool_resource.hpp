@@ -106,4 +106,7 @@ class pool_resource final : public detail::stream_pool_resource<pimpl::pool_reso
   void* do_allocate(std::size_t bytes, std::size_t alignment, stream_view stream) override;
 };
 
+// Instantiated in the pool's source file, where its state is complete.
+extern template class detail::stream_pool_resource<pimpl::pool_resource_state>;
+
 }  // namespace vramkit::mr

@@ -90,4 +90,7 @@ class vmm_pool_resource final : public detail::stream_pool_resource<pimpl::vmm_p
   void* do_allocate(std::size_t bytes, std::size_t alignment, stream_view stream) override;
 };
 
+// Instantiated in the pool's source file, where its state is complete.
+extern template class detail::stream_pool_resource<pimpl::vmm_pool_state>;
+
 }  // namespace vramkit::mr
