@@ -112,52 +112,46 @@ void eager_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   p.reset();
 }
 
-/// SDPA's math fallback at inference (Falcon's multi-query heads without enable_gqa): fp32 copies
-/// of q, k, v, the scaled query, the key and value broadcast over the query heads, fp32 scores,
-/// _safe_softmax, the (dropped) weights cast and the output cast; an (q, kv) mask when causal.
+/// SDPA's math fallback at inference (Falcon's multi-query heads without enable_gqa), in the
+/// order of run J's allocator trace of Falcon-7B b4 p1024 (H200, torch 2.11): the additive mask
+/// SDPA converts transformers' bool mask into (query dtype, before the upcast); fp32 copies of
+/// q, k, v and the scaled query, all four kept by the kernel to its end; the two broadcast copies
+/// batched matmul makes of its operands; fp32 scores; _safe_softmax's softmax and bool mask of
+/// the -inf scores (its where() allocates no second fp32 tensor); the scores dropped; the
+/// weights cast (the kernel's second output, kept to its end); the value broadcast, the fp32
+/// output and its cast.
 void math_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   const int low = w.dt().low;
   const u64 nq = static_cast<u64>(D.b * D.heads * q_len * D.d);
   const u64 nkv = static_cast<u64>(D.b * D.kv * kv_len * D.d);
   const u64 nx = static_cast<u64>(D.b * D.heads * kv_len * D.d);
   const u64 ns = static_cast<u64>(D.b * D.heads) * static_cast<u64>(q_len * kv_len);
+  tensor mask = w.alloc(static_cast<u64>(D.b * q_len) * static_cast<u64>(kv_len) * low, tmp,
+                        "SDPA additive mask (from the bool mask)");
   tensor q32 = w.alloc(nq * 4, tmp, "sdpa math fp32 query");
   tensor k32 = w.alloc(nkv * 4, tmp, "sdpa math fp32 key");
   tensor v32 = w.alloc(nkv * 4, tmp, "sdpa math fp32 value");
   tensor qs = w.alloc(nq * 4, tmp, "sdpa math scaled query");
-  q32.reset();
-  tensor mask;
-  if (q_len > 1) {
-    const u64 m = static_cast<u64>(q_len * kv_len);
-    tensor ones = w.alloc(m, tmp, "causal mask (bool)");
-    tensor tril = w.alloc(m, tmp, "causal mask (tril)");
-    ones.reset();
-    w.transient(m, tmp, "causal mask (not)");
-    mask = w.alloc(m * 4, tmp, "causal mask (float)");
-  }
   tensor ks = w.alloc(nkv * 4, tmp, "sdpa math scaled key");
-  k32.reset();
   tensor kx = w.alloc(nx * 4, tmp, "sdpa math key broadcast copy");
-  ks.reset();
+  tensor qx = w.alloc(nq * 4, tmp, "sdpa math query broadcast copy");
   tensor sc = w.alloc(ns * 4, tmp, "sdpa math scores");
-  qs.reset();
   kx.reset();
-  // _safe_softmax: softmax, a bool mask of the -inf scores, and where() over them (a second
-  // fp32 tensor) before the softmax and the mask are dropped.
-  tensor sm0 = w.alloc(ns * 4, tmp, "sdpa math softmax");
-  tensor inf = w.alloc(ns, tmp, "sdpa math -inf mask");
-  tensor sm = w.alloc(ns * 4, tmp, "sdpa math safe softmax");
-  sm0.reset();
-  inf.reset();
+  qx.reset();
+  ks.reset();
+  tensor sm = w.alloc(ns * 4, tmp, "sdpa math softmax");
+  w.transient(ns, tmp, "sdpa math -inf mask");
   sc.reset();
-  mask.reset();
+  tensor cast = w.alloc(ns * low, tmp, "sdpa math weights cast");
   tensor vx = w.alloc(nx * 4, tmp, "sdpa math value broadcast copy");
-  v32.reset();
   tensor o32 = w.alloc(nq * 4, tmp, "sdpa math output");
   vx.reset();
-  w.transient(ns * low, tmp, "sdpa math weights cast");
-  sm.reset();
   tensor o = w.alloc(nq * low, tmp, "sdpa math output cast");
+  o32.reset();
+  sm.reset();
+  q32.reset();
+  qs.reset();
+  cast.reset();
 }
 
 /// Tokens a sliding-window layer attends to in a forward of `q_len` new tokens after `past`:
@@ -179,15 +173,38 @@ bool sliding_mask(const walker& w, i64 q_len, i64 past) {
   return any && sliding_kv_len(t, q_len, past) >= t.sliding_window;
 }
 
-/// Attention of one layer: projections, RoPE, the cache append, the output projection.
-tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u64 rows, i64 past) {
+/// Falcon-7B's multi-query heads, which send SDPA to its math fallback.
+bool falcon_multi_query(const walker& w) {
+  const auto& t = w.model().t;
+  return w.model().family == model_family::falcon && t.shared_parallel_norm && t.kv_heads == 1 &&
+         t.heads > 1;
+}
+
+/// Whether those heads go through SDPA (its math fallback) rather than eager or flash attention.
+bool falcon_math(const walker& w) {
+  return falcon_multi_query(w) && w.request().attention == attention_kind::sdpa;
+}
+
+/// Attention of one layer: projections, RoPE, the cache append, the output projection. With
+/// `shared_norm` (Falcon's parallel attention and MLP over one norm) the norm output is handed
+/// back there for the MLP instead of being dropped.
+tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u64 rows, i64 past,
+                       tensor* shared_norm) {
   const int low = w.dt().low;
   const u64 nh = rows * D.h;
   tensor nrm = w.alloc(nh * low, tmp, "norm output");
+  // Falcon's fused query_key_value output lives to the end of its attention forward (a local);
+  // the query is a reshaped copy of a view of it, the key and value indexed copies.
+  tensor fused;
+  if (falcon_multi_query(w))
+    fused = w.alloc(rows * (D.heads + 2 * D.kv) * D.d * low, tmp, "fused query_key_value");
   tensor q = w.alloc(rows * D.heads * D.d * low, tmp, "query");
   tensor k = w.alloc(rows * D.kv * D.d * low, tmp, "key");
   tensor v = w.alloc(rows * D.kv * D.d * low, tmp, "value");
-  nrm.reset();
+  if (shared_norm != nullptr)
+    *shared_norm = std::move(nrm);
+  else
+    nrm.reset();
   if (w.model().t.rotary_fraction > 0) {
     w.transient(rows * D.heads * D.d * low, tmp, "rope");
     w.transient(rows * D.heads * D.d * low, tmp, "rope");
@@ -199,8 +216,7 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
   const i64 cached = t.sliding(l) ? std::min<i64>(past, t.sliding_window - 1) : past;
   if (w.request().attention == attention_kind::eager)
     eager_scores(w, D, q_len, cached + q_len);
-  else if (w.model().family == model_family::falcon && t.shared_parallel_norm && t.kv_heads == 1 &&
-           t.heads > 1)
+  else if (falcon_math(w))
     math_scores(w, D, q_len, cached + q_len);
   if (w.request().serving == serving_kind::generate) {
     // DynamicCache: keys = cat([keys, new]) allocates the grown tensor, then the old one dies.
@@ -228,7 +244,9 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
   rk.reset();
   rv.reset();
   q.reset();
-  return w.alloc(nh * low, tmp, "attention projection");
+  tensor proj = w.alloc(nh * low, tmp, "attention projection");
+  fused.reset();
+  return proj;
 }
 
 /// The MLP of one layer from the residual; returns the layer output.
@@ -358,6 +376,10 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
   if (w.request().attention == attention_kind::eager)
     mask = w.alloc(static_cast<u64>(D.b * q_len) * static_cast<u64>(past + q_len) * low, tmp,
                    "causal mask");
+  // Falcon's bool causal mask (b, 1, q, kv), built once per forward and passed to SDPA.
+  if (falcon_math(w))
+    mask = w.alloc(static_cast<u64>(D.b * q_len) * static_cast<u64>(past + q_len), tmp,
+                   "causal mask (bool)");
   // The sliding-window layers' bool mask (b, 1, q, kv), built once per forward.
   tensor window_mask;
   if (sliding_mask(w, q_len, past))
@@ -367,7 +389,9 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
   for (int l = 0; l < D.layers; ++l) {
     w.set_layer(l);
     norm_temporaries(w, nh);
-    tensor proj = infer_attention(w, D, cache, l, rows, past);
+    tensor shared_norm;
+    tensor proj = infer_attention(w, D, cache, l, rows, past,
+                                  w.model().t.shared_parallel_norm ? &shared_norm : nullptr);
     const bool sandwich = w.model().t.sandwich_norm;
     if (sandwich) {
       norm_temporaries(w, nh);
@@ -379,8 +403,11 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
     // The norm before the MLP (post_attention_layernorm, Gemma's pre_feedforward_layernorm) runs
     // as the first one does, and its output is the MLP's input: the decoder layer's
     // hidden_states holds it until the MLP returns.
-    norm_temporaries(w, nh);
-    tensor mlp_in = w.alloc(nh * low, tmp, "MLP input (norm output)");
+    tensor mlp_in = std::move(shared_norm);
+    if (mlp_in.empty()) {
+      norm_temporaries(w, nh);
+      mlp_in = w.alloc(nh * low, tmp, "MLP input (norm output)");
+    }
     x = w.model().t.sparse(l) ? infer_moe(w, rows, nh) : infer_mlp(w, rows, nh, nf);
     mlp_in.reset();
     if (sandwich) {

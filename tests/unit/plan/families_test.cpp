@@ -168,3 +168,58 @@ TEST(Families, LatentAttentionTrainsWithItsProjections) {
     if (std::strcmp(t.label, "attention output") == 0) EXPECT_EQ(t.bytes, 128u * 128 * 128 * 2);
   EXPECT_GT(make_plan(m, r).allocated_peak_bytes, sum_bytes(s, component::weights));
 }
+
+namespace {
+
+/// The tensors live at the schedule's allocated peak.
+std::vector<const tensor_info*> live_at_peak(const schedule& s) {
+  std::uint64_t live = 0, best = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < s.events.size(); ++i) {
+    live = s.events[i].alloc ? live + s.events[i].bytes : live - s.events[i].bytes;
+    if (live > best) best = live, at = i;
+  }
+  std::vector<char> on(s.tensors.size(), 0);
+  for (std::size_t i = 0; i <= at && i < s.events.size(); ++i)
+    on[s.events[i].tensor] = s.events[i].alloc ? 1 : 0;
+  std::vector<const tensor_info*> out;
+  for (std::size_t t = 0; t < on.size(); ++t)
+    if (on[t]) out.push_back(&s.tensors[t]);
+  return out;
+}
+
+}  // namespace
+
+// Run J's allocator trace of Falcon-7B (3 layers, bf16) generating from a b4 p1024 prompt: at the
+// peak SDPA's math fallback holds the fp32 scores, their softmax and the bool mask of the -inf
+// scores (no second fp32 tensor from _safe_softmax's where()), the fp32 query and scaled query,
+// transformers' bool mask and SDPA's bf16 additive one, the fused query_key_value output and the
+// norm output the parallel MLP reads later. The plan held a third fp32 score tensor (+19.4%).
+TEST(Families, FalconMathAttentionAtInferenceHoldsWhatTheTraceHolds) {
+  plan_request r;
+  r.mode = run_mode::infer;
+  r.batch = 4, r.prompt = 1024, r.new_tokens = 16, r.prec = precision::bf16;
+  const auto m = load_model_config(data("falcon-7b-l3.json"));
+  r.validate(m);
+  const auto s = build_schedule(m, r);
+  const auto live = live_at_peak(s);
+  const std::uint64_t scores = 4ull * 71 * 1024 * 1024;
+  int fp32_scores = 0, bool_scores = 0, fp32_queries = 0;
+  bool fused = false, norm = false, bool_mask = false, additive = false;
+  for (const auto* t : live) {
+    fp32_scores += t->bytes == scores * 4;
+    bool_scores += t->bytes == scores;
+    fp32_queries += t->bytes == 4ull * 1024 * 71 * 64 * 4;
+    fused = fused || std::strcmp(t->label, "fused query_key_value") == 0;
+    norm = norm || std::strcmp(t->label, "norm output") == 0;
+    bool_mask = bool_mask || t->bytes == 4ull * 1024 * 1024;
+    additive = additive || t->bytes == 4ull * 1024 * 1024 * 2;
+  }
+  EXPECT_EQ(fp32_scores, 2);
+  EXPECT_EQ(bool_scores, 1);
+  EXPECT_EQ(fp32_queries, 2);
+  EXPECT_TRUE(fused);
+  EXPECT_TRUE(norm);
+  EXPECT_TRUE(bool_mask);
+  EXPECT_TRUE(additive);
+}
