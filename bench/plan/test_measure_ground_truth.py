@@ -101,6 +101,28 @@ class Helpers(unittest.TestCase):
         self.assertGreater(firsts, 0)
         self.assertTrue(all(c["first"] for c in ordered[:firsts]))
 
+    def test_seeds_name_their_cases_and_reach_the_record(self):
+        seeded = [c for c in gt.CASES if c["seed"]]
+        self.assertTrue(seeded)
+        for c in seeded:
+            self.assertTrue(c["name"].endswith("-seed%d" % c["seed"]))
+            twin = c["name"][: -len("-seed%d" % c["seed"])]
+            self.assertIn(twin, [o["name"] for o in gt.CASES if not o["seed"]])
+        self.assertEqual(gt.case_record(seeded[0], {"error": None})["seed"], seeded[0]["seed"])
+
+    def test_output_holds_the_cases_finished_so_far_in_case_order(self):
+        cases = gt.CASES[:3]
+        done = {cases[2]["name"]: {"max_allocated_bytes": 5, "max_reserved_bytes": 6, "error": None},
+                cases[0]["name"]: {"error": "not run: total time limit of 9 s reached"}}
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "out.json")
+            gt.write_output(path, {"gpu": "G"}, cases, done)
+            with open(path) as f:
+                doc = json.load(f)
+            self.assertEqual(doc["gpu"], "G")
+            self.assertEqual([c["name"] for c in doc["cases"]], [cases[0]["name"], cases[2]["name"]])
+            self.assertEqual(os.listdir(d), ["out.json"])
+
     def test_oom_detection(self):
         self.assertTrue(gt.is_oom("OutOfMemoryError: CUDA out of memory. Tried to allocate"))
         self.assertFalse(gt.is_oom("RuntimeError: shape mismatch"))
