@@ -936,7 +936,9 @@ def short_frames(frames, n=5):
     out = []
     for f in frames:
         name = f.get("filename", "")
-        if "/torch/" in name:
+        # torch's own frames, wherever the packages live (an environment may itself sit under a
+        # folder named torch, as run J's did: every transformers frame was dropped with them).
+        if name.split("-packages/")[-1].startswith("torch/"):
             continue
         out.append("%s:%s:%s" % ("/".join(name.split("/")[-2:]), f.get("line"), f.get("name")))
         if len(out) == n:

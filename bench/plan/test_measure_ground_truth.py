@@ -141,10 +141,12 @@ class PeakTrace(unittest.TestCase):
 
     def test_live_blocks_at_the_allocated_peak(self):
         def ev(action, addr, size, fn="f"):
+            # Packages inside an environment under a folder named torch, as on run J's machine.
+            env = "/opt/torch/.venv/lib/python3.12/site-packages/"
             return {"action": action, "addr": addr, "size": size,
-                    "frames": [{"filename": "/x/torch/cuda/memory.py", "line": 1, "name": "inner"},
-                               {"filename": "/x/torch/nn/modules/module.py", "line": 2, "name": "_call_impl"},
-                               {"filename": "/x/transformers/models/m.py", "line": 7, "name": fn}]}
+                    "frames": [{"filename": env + "torch/cuda/memory.py", "line": 1, "name": "inner"},
+                               {"filename": env + "torch/nn/modules/module.py", "line": 2, "name": "_call_impl"},
+                               {"filename": env + "transformers/models/m.py", "line": 7, "name": fn}]}
         trace = [ev("segment_alloc", 0, 2 << 20), ev("alloc", 1, 100, "a"), ev("alloc", 2, 300, "b"),
                  ev("free_requested", 1, 100),
                  ev("free_completed", 1, 100), ev("alloc", 3, 50, "c"), ev("alloc", 4, 10, "d"),
