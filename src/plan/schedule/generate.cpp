@@ -49,7 +49,10 @@ struct kv_cache {
   std::vector<tensor> k, v;
 };
 
-void norm_temporaries(walker& w, u64 nh) {
+/// A norm at inference; returns its output. RMSNorm in 16 bits runs as run J's trace of Mistral
+/// shows it: the fp32 copy, pow, the normalised fp32 tensor (the copy dropped), the cast back and
+/// the weight product, the normalised tensor living until the function returns.
+tensor infer_norm(walker& w, u64 nh) {
   const int low = w.dt().low;
   if (w.model().t.gemma_norm) {
     // Gemma: x.float(), pow, normalised, * (1 + weight) in fp32, cast back.
@@ -59,22 +62,36 @@ void norm_temporaries(walker& w, u64 nh) {
     a.reset();
     tensor d = w.alloc(nh * 4, tmp, "norm scaled");
     c.reset();
-    if (low != 4) tensor y = w.alloc(nh * low, tmp, "norm output");
-    return;
+    if (low == 4) return d;
+    return w.alloc(nh * low, tmp, "norm output");
   }
   if (!w.model().t.layer_norm && low != 4) {
-    // RMSNorm upcasts to fp32: input copy, pow, normalised, cast back.
     tensor a = w.alloc(nh * 4, tmp, "norm fp32");
     w.transient(nh * 4, tmp, "norm pow");
     tensor c = w.alloc(nh * 4, tmp, "norm normalised");
     a.reset();
     tensor cb = w.alloc(nh * low, tmp, "norm cast");
-    c.reset();
     tensor y = w.alloc(nh * low, tmp, "norm output");
     cb.reset();
-  } else {
-    w.transient(nh * low, tmp, "norm output");
+    c.reset();
+    return y;
   }
+  return w.alloc(nh * low, tmp, "norm output");
+}
+
+/// rotate_half RoPE of one (rows, heads, d) tensor of `n` bytes at inference, op by op as in run
+/// J's trace: x * cos, the negated half, the cat, its product with sin, the sum; returns the sum.
+tensor infer_rope(walker& w, u64 n) {
+  tensor xc = w.alloc(n, tmp, "rope x * cos");
+  tensor neg = w.alloc(n / 2, tmp, "rope negated half");
+  tensor rh = w.alloc(n, tmp, "rope rotate_half");
+  neg.reset();
+  tensor rs = w.alloc(n, tmp, "rope rotated * sin");
+  rh.reset();
+  tensor out = w.alloc(n, tmp, "rope output");
+  xc.reset();
+  rs.reset();
+  return out;
 }
 
 /// Eager attention at inference (transformers' eager_attention_forward): repeat_kv copies K and
@@ -185,14 +202,14 @@ bool falcon_math(const walker& w) {
   return falcon_multi_query(w) && w.request().attention == attention_kind::sdpa;
 }
 
-/// Attention of one layer: projections, RoPE, the cache append, the output projection. With
-/// `shared_norm` (Falcon's parallel attention and MLP over one norm) the norm output is handed
-/// back there for the MLP instead of being dropped.
+/// Attention of one layer from its norm output `nrm`: projections, RoPE, the cache append, the
+/// output projection. The decoder layer's hidden_states holds the norm output until the
+/// attention returns; with `shared_norm` (Falcon's parallel attention and MLP over one norm) it
+/// is handed back there for the MLP instead.
 tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u64 rows, i64 past,
-                       tensor* shared_norm) {
+                       tensor nrm, tensor* shared_norm) {
   const int low = w.dt().low;
   const u64 nh = rows * D.h;
-  tensor nrm = w.alloc(nh * low, tmp, "norm output");
   // Falcon's fused query_key_value output lives to the end of its attention forward (a local);
   // the query is a reshaped copy of a view of it, the key and value indexed copies.
   tensor fused;
@@ -201,11 +218,13 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
   tensor q = w.alloc(rows * D.heads * D.d * low, tmp, "query");
   tensor k = w.alloc(rows * D.kv * D.d * low, tmp, "key");
   tensor v = w.alloc(rows * D.kv * D.d * low, tmp, "value");
-  if (shared_norm != nullptr)
-    *shared_norm = std::move(nrm);
-  else
-    nrm.reset();
-  if (w.model().t.rotary_fraction > 0) {
+  if (w.model().t.rotary_fraction >= 1 && w.model().family != model_family::falcon) {
+    // apply_rotary_pos_emb returns both rotated tensors before the originals are dropped.
+    tensor qr = infer_rope(w, rows * D.heads * D.d * low);
+    tensor kr = infer_rope(w, rows * D.kv * D.d * low);
+    q = std::move(qr);
+    k = std::move(kr);
+  } else if (w.model().t.rotary_fraction > 0) {
     w.transient(rows * D.heads * D.d * low, tmp, "rope");
     w.transient(rows * D.heads * D.d * low, tmp, "rope");
   }
@@ -234,23 +253,29 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
       rk = w.alloc(n_rep, tmp, "repeat_kv keys (masked SDPA)");
       rv = w.alloc(n_rep, tmp, "repeat_kv values (masked SDPA)");
     }
-    // convert_boolean_attn_mask: zeros_like in the query dtype, masked_fill_ over logical_not.
+    // convert_boolean_attn_mask: the additive mask in the query dtype, made in one op (run J's
+    // trace of Mistral b4 p3000 has no bool temporary beside it).
     const u64 n_mask = static_cast<u64>(D.b * q_len) * static_cast<u64>(kv_len);
     bias = w.alloc(n_mask * low, tmp, "SDPA additive mask");
-    w.transient(n_mask, tmp, "SDPA mask logical_not");
   }
   tensor o = w.alloc(rows * D.heads * D.d * low, tmp, "attention output");
   bias.reset();
   rk.reset();
   rv.reset();
-  q.reset();
   tensor proj = w.alloc(nh * low, tmp, "attention projection");
+  o.reset();
+  q.reset();
   fused.reset();
+  if (shared_norm != nullptr)
+    *shared_norm = std::move(nrm);
+  else
+    nrm.reset();
   return proj;
 }
 
-/// The MLP of one layer from the residual; returns the layer output.
-tensor infer_mlp(walker& w, u64 rows, u64 nh, u64 nf) {
+/// The MLP of one layer from its input `in` (the norm output, dropped once the down projection
+/// exists, as the decoder layer rebinds hidden_states); returns the layer output.
+tensor infer_mlp(walker& w, tensor in, u64 rows, u64 nh, u64 nf) {
   const int low = w.dt().low;
   const auto kind = w.model().t.mlp;
   tensor a;
@@ -291,6 +316,7 @@ tensor infer_mlp(walker& w, u64 rows, u64 nh, u64 nf) {
   (void)rows;
   tensor dn = w.alloc(nh * low, tmp, "mlp down");
   a.reset();
+  in.reset();
   return w.alloc(nh * low, tmp, "residual");
 }
 
@@ -298,7 +324,7 @@ tensor infer_mlp(walker& w, u64 rows, u64 nh, u64 nf) {
 /// fp32 softmax, the one_hot mask, then per expert of this rank its gathered tokens, gate_up,
 /// SiLU, product, down, the scaled output and its index_add_ into the zero-filled output; the
 /// shared expert after. With --ep the dispatch and combine all-to-all buffers.
-tensor infer_moe(walker& w, u64 rows, u64 nh) {
+tensor infer_moe(walker& w, tensor in, u64 rows, u64 nh) {
   const auto& moe = w.model().t.moe;
   const int low = w.dt().low;
   const int ep = w.request().ep;
@@ -353,6 +379,7 @@ tensor infer_moe(walker& w, u64 rows, u64 nh) {
     if (moe.shared_gate) sh = w.alloc(nh * low, tmp, "shared expert gated");
     out = w.alloc(nh * low, tmp, "moe + shared expert");
   }
+  in.reset();
   return w.alloc(nh * low, tmp, "residual");
 }
 
@@ -382,49 +409,55 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
                    "causal mask (bool)");
   // The sliding-window layers' bool mask (b, 1, q, kv), built once per forward.
   tensor window_mask;
-  if (sliding_mask(w, q_len, past))
+  if (sliding_mask(w, q_len, past)) {
+    // transformers' sdpa_mask builds it from (q, kv) bool pieces before expanding it over the
+    // batch: run J's trace of Mistral b4 p3000 holds five, at most three at once, the last
+    // until the mask exists.
+    const u64 piece =
+        static_cast<u64>(q_len) * static_cast<u64>(sliding_kv_len(w.model().t, q_len, past));
+    tensor a = w.alloc(piece, tmp, "window mask piece");
+    tensor b = w.alloc(piece, tmp, "window mask piece");
+    a.reset();
+    tensor c = w.alloc(piece, tmp, "window mask piece");
+    tensor d = w.alloc(piece, tmp, "window mask piece");
+    b.reset();
+    c.reset();
+    w.transient(piece, tmp, "window mask piece");
     window_mask = w.alloc(
         static_cast<u64>(D.b * q_len) * static_cast<u64>(sliding_kv_len(w.model().t, q_len, past)),
         tmp, "sliding-window mask (bool)");
+  }
   for (int l = 0; l < D.layers; ++l) {
     w.set_layer(l);
-    norm_temporaries(w, nh);
     tensor shared_norm;
-    tensor proj = infer_attention(w, D, cache, l, rows, past,
+    tensor proj = infer_attention(w, D, cache, l, rows, past, infer_norm(w, nh),
                                   w.model().t.shared_parallel_norm ? &shared_norm : nullptr);
     const bool sandwich = w.model().t.sandwich_norm;
-    if (sandwich) {
-      norm_temporaries(w, nh);
-      proj = w.alloc(nh * low, tmp, "post-attention norm");
-    }
+    if (sandwich) proj = infer_norm(w, nh);  // post_attention_layernorm
     tensor h1 = w.alloc(nh * low, tmp, "residual");
     proj.reset();
-    x.reset();
     // The norm before the MLP (post_attention_layernorm, Gemma's pre_feedforward_layernorm) runs
-    // as the first one does, and its output is the MLP's input: the decoder layer's
-    // hidden_states holds it until the MLP returns.
+    // as the first one does; its output is the MLP's input.
     tensor mlp_in = std::move(shared_norm);
-    if (mlp_in.empty()) {
-      norm_temporaries(w, nh);
-      mlp_in = w.alloc(nh * low, tmp, "MLP input (norm output)");
-    }
-    x = w.model().t.sparse(l) ? infer_moe(w, rows, nh) : infer_mlp(w, rows, nh, nf);
-    mlp_in.reset();
+    if (mlp_in.empty()) mlp_in = infer_norm(w, nh);
+    tensor out = w.model().t.sparse(l) ? infer_moe(w, std::move(mlp_in), rows, nh)
+                                       : infer_mlp(w, std::move(mlp_in), rows, nh, nf);
     if (sandwich) {
       // post_feedforward_layernorm on the MLP output, then the residual add.
-      norm_temporaries(w, nh);
-      x = w.alloc(nh * low, tmp, "post-MLP norm");
-      x = w.alloc(nh * low, tmp, "residual");
+      out = infer_norm(w, nh);
+      out = w.alloc(nh * low, tmp, "residual");
     }
+    // The layer's input lives until the layer returns (the model's loop holds it), after the
+    // decoder layer's own residual.
     h1.reset();
+    x = std::move(out);
   }
   w.set_layer(-1);
   // The final norm runs over every position (the head slices logits_to_keep after it); the
   // model's forward then returns, dropping the last layer's output and inputs_embeds, and
   // logits_to_keep = 1 sends only the last position through the head; generate copies it to fp32.
   const i64 vocab = w.model().t.vocab;
-  norm_temporaries(w, nh);
-  tensor fin = w.alloc(nh * low, tmp, "final norm");
+  tensor fin = infer_norm(w, nh);
   x.reset();
   emb.reset();
   tensor lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss,
