@@ -171,6 +171,17 @@ TEST(Families, LatentAttentionTrainsWithItsProjections) {
 
 namespace {
 
+/// The schedule of a bf16 generate() of a config of tests/data/plan/configs.
+schedule generate_schedule(const char* file, std::int64_t batch, std::int64_t prompt,
+                           std::int64_t new_tokens) {
+  plan_request r;
+  r.mode = run_mode::infer;
+  r.batch = batch, r.prompt = prompt, r.new_tokens = new_tokens, r.prec = precision::bf16;
+  const auto m = load_model_config(data(file));
+  r.validate(m);
+  return build_schedule(m, r);
+}
+
 /// The tensors live at the schedule's allocated peak.
 std::vector<const tensor_info*> live_at_peak(const schedule& s) {
   std::uint64_t live = 0, best = 0;
@@ -196,12 +207,7 @@ std::vector<const tensor_info*> live_at_peak(const schedule& s) {
 // transformers' bool mask and SDPA's bf16 additive one, the fused query_key_value output and the
 // norm output the parallel MLP reads later. The plan held a third fp32 score tensor (+19.4%).
 TEST(Families, FalconMathAttentionAtInferenceHoldsWhatTheTraceHolds) {
-  plan_request r;
-  r.mode = run_mode::infer;
-  r.batch = 4, r.prompt = 1024, r.new_tokens = 16, r.prec = precision::bf16;
-  const auto m = load_model_config(data("falcon-7b-l3.json"));
-  r.validate(m);
-  const auto s = build_schedule(m, r);
+  const auto s = generate_schedule("falcon-7b-l3.json", 4, 1024, 16);
   const auto live = live_at_peak(s);
   const std::uint64_t scores = 4ull * 71 * 1024 * 1024;
   int fp32_scores = 0, bool_scores = 0, fp32_queries = 0;
@@ -230,12 +236,7 @@ TEST(Families, FalconMathAttentionAtInferenceHoldsWhatTheTraceHolds) {
 // the model's loop) dies only after the layer's output exists. With the norm output and the
 // input dropped early and RoPE as two temporaries the plan was -10.8% on reserved bytes.
 TEST(Families, PrefillLayerKeepsItsInputAndNormOutputAsTheTraceDoes) {
-  plan_request r;
-  r.mode = run_mode::infer;
-  r.batch = 4, r.prompt = 3000, r.new_tokens = 2, r.prec = precision::bf16;
-  const auto m = load_model_config(data("mistral-7b-l4-w1024.json"));
-  r.validate(m);
-  const auto s = build_schedule(m, r);
+  const auto s = generate_schedule("mistral-7b-l4-w1024.json", 4, 3000, 2);
   // Event index of the n-th alloc or free (0-based) of `label` in layer 1 of the prefill.
   const auto at = [&](const char* label, bool alloc, int nth = 0) {
     for (std::size_t i = 0; i < s.events.size(); ++i) {
