@@ -186,7 +186,7 @@ bool sliding_mask(const walker& w, i64 q_len, i64 past) {
   const auto& t = w.model().t;
   if (t.sliding_window <= 0 || w.request().attention == attention_kind::eager) return false;
   bool any = false;
-  for (const char s : t.sliding_layers) any = any || s != 0;
+  for (const std::uint8_t s : t.sliding_layers) any = any || s != 0;
   return any && sliding_kv_len(t, q_len, past) >= t.sliding_window;
 }
 
