@@ -87,6 +87,21 @@ else
       status=1
     fi
     echo
+    # Cases measured under two seeds (MoE routing): how far the measured figures move.
+    timeout 10 python3 - "$RESULTS_DIR/plan-new-families.json" <<'PY' 2>&1 || true
+import json, sys
+cases = {c["name"]: c for c in json.load(open(sys.argv[1]))["cases"] if not c.get("error")}
+for name, c in sorted(cases.items()):
+    seed = c.get("seed") or 0
+    twin = cases.get(name[: -len("-seed%d" % seed)]) if seed else None
+    if twin:
+        print("- seed spread, %s: allocated %.2f / %.2f GiB (%+.1f%%), reserved %.2f / %.2f GiB (%+.1f%%), seed 0 / seed %d"
+              % (name, twin["max_allocated_bytes"] / 2**30, c["max_allocated_bytes"] / 2**30,
+                 100.0 * (c["max_allocated_bytes"] / twin["max_allocated_bytes"] - 1),
+                 twin["max_reserved_bytes"] / 2**30, c["max_reserved_bytes"] / 2**30,
+                 100.0 * (c["max_reserved_bytes"] / twin["max_reserved_bytes"] - 1), seed))
+PY
+    echo
     echo "measurement wall time: $(( $(date +%s) - start )) s"
     echo
   } >> "$summary"
