@@ -50,9 +50,10 @@ else
   # first and alone: it sizes its pool from the device's free memory (cudaMemGetInfo), which
   # other processes' allocations would shrink (run I ran it beside the cases: 89 sequences
   # measured where 191 fit). Then the new group's cases in fresh processes, up to 10 at once
-  # within 120 GiB of estimates (the two Qwen3 seeds, 94, beside the largest outside case), `first` cases first; none starts in the last 18 s of their time
-  # (what is left of the deadline less 14 s for the reports) and those still running then are
-  # stopped and recorded as not run. The cases of the families whose figures are checked this
+  # within 120 GiB of estimates (the two Qwen3 seeds, 94, start beside the largest outside
+  # case), `first` cases first; none starts in the last 18 s of their time (what is left of the
+  # deadline less 14 s for the reports) and those still running then are stopped and recorded
+  # as not run. The cases of the families whose figures are checked this
   # round record the blocks live at their allocated peak and their segments
   # (plan-new-families-logs/NAME.peak.json).
   timeout "$(left 45)" python3 bench/plan/measure_serving.py --vramkit "$BUILD_DIR/vramkit" \
