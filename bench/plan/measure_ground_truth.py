@@ -1028,7 +1028,7 @@ def child_main(case, result_path):
         result["reserved_before_bytes"] = int(torch.cuda.memory_reserved())
         tracing = trace_wanted(case)
         if tracing:
-            torch.cuda.memory._record_memory_history(max_entries=400000, stacks="python")
+            torch.cuda.memory._record_memory_history(max_entries=600000, stacks="python")
         if case["mode"] == "train":
             loss, step_time = run_train(torch, case, model, device, case.get("steps", 3))
             result["loss"] = loss
