@@ -123,7 +123,7 @@ TEST(PlannerFixes, SlidingWindowBoundsTheKvCache) {
   r.mode = run_mode::infer, r.batch = 1, r.prompt = 6000, r.new_tokens = 64;
   const auto s = schedule_of(m, r);
   // After the prefill each layer keeps window - 1 tokens, plus the new one.
-  const std::uint64_t kv_tok = 4 * 64 * 2;
+  const std::uint64_t kv_tok = 4ull * 64 * 2;
   std::uint64_t last = 0;
   for (const auto& t : s.tensors)
     if (std::strcmp(t.label, "KV cache (K)") == 0 && t.ph == phase::decode) last = t.bytes;
@@ -165,7 +165,7 @@ TEST(PlannerFixes, EagerAttentionAtInferenceMaterialisesTheScores) {
   // fp32 softmax are live at once: 10 bytes each (H200, r9: 8.90 GiB measured at 4096 tokens,
   // where 6 bytes per score predicted 6.83).
   const double scores = 32.0 * 8000 * 8000;
-  const double extra = static_cast<double>(eager.allocated_peak_bytes - sdpa.allocated_peak_bytes);
+  const auto extra = static_cast<double>(eager.allocated_peak_bytes - sdpa.allocated_peak_bytes);
   EXPECT_GT(extra, 9.5 * scores);
   EXPECT_LT(extra, 10.5 * scores);
 }
