@@ -245,10 +245,11 @@ TORCHVISION_MODELS = {"resnet-18": "resnet18", "resnet-50": "resnet50", "resnet-
 # and cases still outside the bar), so that a run cut by its time limit keeps them.
 # `seed`: torch.manual_seed before the model is built, so that its random weights, its inputs and
 # (for mixture-of-experts models) the routing they give repeat from run to run; cases of other
-# seeds (named -seedN) measure how far the routing moves the figures.
+# seeds (named -seedN) measure how far the routing moves the figures, and `rerun` N > 0 (named
+# -rerunN) measures a case again in another process, whether its figures repeat.
 FINE_TUNING_DEFAULTS = {"lora_rank": 0, "lora_targets": None, "lora_dropout": 0.0, "quant": "none",
                         "optimizer_in_backward": False, "stand_in": None, "group": "base", "first": False,
-                        "seed": 0}
+                        "seed": 0, "rerun": 0}
 
 
 def _train(model, batch, seq, precision, optimizer, est_gib, checkpointing="none", attention="sdpa", image_size=None,
@@ -270,6 +271,8 @@ def _train(model, batch, seq, precision, optimizer, est_gib, checkpointing="none
     parts.append("s%d" % seq if seq is not None else "i%d" % image_size)
     if fine["seed"]:
         parts.append("seed%d" % fine["seed"])
+    if fine["rerun"]:
+        parts.append("rerun%d" % fine["rerun"])
     return dict(fine, **{
         "name": "-".join(parts),
         "model": model,
@@ -375,9 +378,11 @@ CASES = [
     *_moe_pair("qwen1.5-moe-a2.7b-l2", 51, 6),
     # Qwen3-30B-A3B (128 experts, top 8): seed 0 and seed 1 give two routings of the same shape,
     # how far routing moves the measured figures (runs H, I and J, unseeded, measured 44.22,
-    # 41.93 and 44.27 GiB reserved); both start first.
+    # 41.93 and 44.27 GiB reserved), and seed 0 again in another process whether a seeded
+    # measurement repeats; all three start first.
     _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 47, group="new", first=True),
     _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 47, group="new", first=True, seed=1),
+    _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 47, group="new", first=True, rerun=1),
     _infer("qwen3-30b-a3b-l2", 8, 512, 64, "bf16", 6, group="new"),
     *_moe_pair("deepseek-v2-lite-l2", 32, 5),
     _train("deepseek-v3-l2", 1, 512, "bf16", "sgd", 81, group="new"),

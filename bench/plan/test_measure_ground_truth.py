@@ -101,6 +101,13 @@ class Helpers(unittest.TestCase):
         self.assertGreater(firsts, 0)
         self.assertTrue(all(c["first"] for c in ordered[:firsts]))
 
+    def test_reruns_name_their_cases_after_a_measured_twin(self):
+        reruns = [c for c in gt.CASES if c["rerun"]]
+        self.assertTrue(reruns)
+        for c in reruns:
+            self.assertTrue(c["name"].endswith("-rerun%d" % c["rerun"]))
+            self.assertIn(c["name"][: -len("-rerun%d" % c["rerun"])], [o["name"] for o in gt.CASES])
+
     def test_seeds_name_their_cases_and_reach_the_record(self):
         seeded = [c for c in gt.CASES if c["seed"]]
         self.assertTrue(seeded)

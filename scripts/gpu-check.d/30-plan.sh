@@ -88,19 +88,20 @@ else
       status=1
     fi
     echo
-    # Cases measured under two seeds (MoE routing): how far the measured figures move.
+    # Cases measured under another seed (MoE routing: how far the figures move) or again in
+    # another process (whether a seeded measurement repeats), beside their twin.
     timeout 10 python3 - "$RESULTS_DIR/plan-new-families.json" <<'PY' 2>&1 || true
-import json, sys
+import json, re, sys
 cases = {c["name"]: c for c in json.load(open(sys.argv[1]))["cases"] if not c.get("error")}
 for name, c in sorted(cases.items()):
-    seed = c.get("seed") or 0
-    twin = cases.get(name[: -len("-seed%d" % seed)]) if seed else None
+    m = re.search(r"-(seed|rerun)(\d+)$", name)
+    twin = cases.get(name[: m.start()]) if m else None
     if twin:
-        print("- seed spread, %s: allocated %.2f / %.2f GiB (%+.1f%%), reserved %.2f / %.2f GiB (%+.1f%%), seed 0 / seed %d"
-              % (name, twin["max_allocated_bytes"] / 2**30, c["max_allocated_bytes"] / 2**30,
-                 100.0 * (c["max_allocated_bytes"] / twin["max_allocated_bytes"] - 1),
-                 twin["max_reserved_bytes"] / 2**30, c["max_reserved_bytes"] / 2**30,
-                 100.0 * (c["max_reserved_bytes"] / twin["max_reserved_bytes"] - 1), seed))
+        a0, a1 = twin["max_allocated_bytes"], c["max_allocated_bytes"]
+        r0, r1 = twin["max_reserved_bytes"], c["max_reserved_bytes"]
+        print("- %s %s against its twin: allocated %.3f / %.3f GiB (%+.2f%%), reserved %.3f / %.3f GiB (%+.2f%%)"
+              % (m.group(1), name, a0 / 2**30, a1 / 2**30, 100.0 * (a1 / a0 - 1), r0 / 2**30, r1 / 2**30,
+                 100.0 * (r1 / r0 - 1)))
 PY
     echo
     echo "measurement wall time: $(( $(date +%s) - start )) s"
