@@ -101,6 +101,35 @@ class Helpers(unittest.TestCase):
         self.assertGreater(firsts, 0)
         self.assertTrue(all(c["first"] for c in ordered[:firsts]))
 
+    def test_reruns_name_their_cases_after_a_measured_twin(self):
+        reruns = [c for c in gt.CASES if c["rerun"]]
+        self.assertTrue(reruns)
+        for c in reruns:
+            self.assertTrue(c["name"].endswith("-rerun%d" % c["rerun"]))
+            self.assertIn(c["name"][: -len("-rerun%d" % c["rerun"])], [o["name"] for o in gt.CASES])
+
+    def test_seeds_name_their_cases_and_reach_the_record(self):
+        seeded = [c for c in gt.CASES if c["seed"]]
+        self.assertTrue(seeded)
+        for c in seeded:
+            self.assertTrue(c["name"].endswith("-seed%d" % c["seed"]))
+            twin = c["name"][: -len("-seed%d" % c["seed"])]
+            self.assertIn(twin, [o["name"] for o in gt.CASES if not o["seed"]])
+        self.assertEqual(gt.case_record(seeded[0], {"error": None})["seed"], seeded[0]["seed"])
+
+    def test_output_holds_the_cases_finished_so_far_in_case_order(self):
+        cases = gt.CASES[:3]
+        done = {cases[2]["name"]: {"max_allocated_bytes": 5, "max_reserved_bytes": 6, "error": None},
+                cases[0]["name"]: {"error": "not run: total time limit of 9 s reached"}}
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "out.json")
+            gt.write_output(path, {"gpu": "G"}, cases, done)
+            with open(path) as f:
+                doc = json.load(f)
+            self.assertEqual(doc["gpu"], "G")
+            self.assertEqual([c["name"] for c in doc["cases"]], [cases[0]["name"], cases[2]["name"]])
+            self.assertEqual(os.listdir(d), ["out.json"])
+
     def test_oom_detection(self):
         self.assertTrue(gt.is_oom("OutOfMemoryError: CUDA out of memory. Tried to allocate"))
         self.assertFalse(gt.is_oom("RuntimeError: shape mismatch"))
@@ -119,10 +148,12 @@ class PeakTrace(unittest.TestCase):
 
     def test_live_blocks_at_the_allocated_peak(self):
         def ev(action, addr, size, fn="f"):
+            # Packages inside an environment under a folder named torch, as on run J's machine.
+            env = "/opt/torch/.venv/lib/python3.12/site-packages/"
             return {"action": action, "addr": addr, "size": size,
-                    "frames": [{"filename": "/x/torch/cuda/memory.py", "line": 1, "name": "inner"},
-                               {"filename": "/x/torch/nn/modules/module.py", "line": 2, "name": "_call_impl"},
-                               {"filename": "/x/transformers/models/m.py", "line": 7, "name": fn}]}
+                    "frames": [{"filename": env + "torch/cuda/memory.py", "line": 1, "name": "inner"},
+                               {"filename": env + "torch/nn/modules/module.py", "line": 2, "name": "_call_impl"},
+                               {"filename": env + "transformers/models/m.py", "line": 7, "name": fn}]}
         trace = [ev("segment_alloc", 0, 2 << 20), ev("alloc", 1, 100, "a"), ev("alloc", 2, 300, "b"),
                  ev("free_requested", 1, 100),
                  ev("free_completed", 1, 100), ev("alloc", 3, 50, "c"), ev("alloc", 4, 10, "d"),

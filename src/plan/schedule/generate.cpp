@@ -49,7 +49,10 @@ struct kv_cache {
   std::vector<tensor> k, v;
 };
 
-void norm_temporaries(walker& w, u64 nh) {
+/// A norm at inference; returns its output. RMSNorm in 16 bits runs as run J's trace of Mistral
+/// shows it: the fp32 copy, pow, the normalised fp32 tensor (the copy dropped), the cast back and
+/// the weight product, the normalised tensor living until the function returns.
+tensor infer_norm(walker& w, u64 nh) {
   const int low = w.dt().low;
   if (w.model().t.gemma_norm) {
     // Gemma: x.float(), pow, normalised, * (1 + weight) in fp32, cast back.
@@ -59,22 +62,36 @@ void norm_temporaries(walker& w, u64 nh) {
     a.reset();
     tensor d = w.alloc(nh * 4, tmp, "norm scaled");
     c.reset();
-    if (low != 4) tensor y = w.alloc(nh * low, tmp, "norm output");
-    return;
+    if (low == 4) return d;
+    return w.alloc(nh * low, tmp, "norm output");
   }
   if (!w.model().t.layer_norm && low != 4) {
-    // RMSNorm upcasts to fp32: input copy, pow, normalised, cast back.
     tensor a = w.alloc(nh * 4, tmp, "norm fp32");
     w.transient(nh * 4, tmp, "norm pow");
     tensor c = w.alloc(nh * 4, tmp, "norm normalised");
     a.reset();
     tensor cb = w.alloc(nh * low, tmp, "norm cast");
-    c.reset();
     tensor y = w.alloc(nh * low, tmp, "norm output");
     cb.reset();
-  } else {
-    w.transient(nh * low, tmp, "norm output");
+    c.reset();
+    return y;
   }
+  return w.alloc(nh * low, tmp, "norm output");
+}
+
+/// rotate_half RoPE of one (rows, heads, d) tensor of `n` bytes at inference, op by op as in run
+/// J's trace: x * cos, the negated half, the cat, its product with sin, the sum; returns the sum.
+tensor infer_rope(walker& w, u64 n) {
+  tensor xc = w.alloc(n, tmp, "rope x * cos");
+  tensor neg = w.alloc(n / 2, tmp, "rope negated half");
+  tensor rh = w.alloc(n, tmp, "rope rotate_half");
+  neg.reset();
+  tensor rs = w.alloc(n, tmp, "rope rotated * sin");
+  rh.reset();
+  tensor out = w.alloc(n, tmp, "rope output");
+  xc.reset();
+  rs.reset();
+  return out;
 }
 
 /// Eager attention at inference (transformers' eager_attention_forward): repeat_kv copies K and
@@ -112,52 +129,46 @@ void eager_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   p.reset();
 }
 
-/// SDPA's math fallback at inference (Falcon's multi-query heads without enable_gqa): fp32 copies
-/// of q, k, v, the scaled query, the key and value broadcast over the query heads, fp32 scores,
-/// _safe_softmax, the (dropped) weights cast and the output cast; an (q, kv) mask when causal.
+/// SDPA's math fallback at inference (Falcon's multi-query heads without enable_gqa), in the
+/// order of run J's allocator trace of Falcon-7B b4 p1024 (H200, torch 2.11): the additive mask
+/// SDPA converts transformers' bool mask into (query dtype, before the upcast); fp32 copies of
+/// q, k, v and the scaled query, all four kept by the kernel to its end; the two broadcast copies
+/// batched matmul makes of its operands; fp32 scores; _safe_softmax's softmax and bool mask of
+/// the -inf scores (its where() allocates no second fp32 tensor); the scores dropped; the
+/// weights cast (the kernel's second output, kept to its end); the value broadcast, the fp32
+/// output and its cast.
 void math_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
   const int low = w.dt().low;
   const u64 nq = static_cast<u64>(D.b * D.heads * q_len * D.d);
   const u64 nkv = static_cast<u64>(D.b * D.kv * kv_len * D.d);
   const u64 nx = static_cast<u64>(D.b * D.heads * kv_len * D.d);
   const u64 ns = static_cast<u64>(D.b * D.heads) * static_cast<u64>(q_len * kv_len);
+  tensor mask = w.alloc(static_cast<u64>(D.b * q_len) * static_cast<u64>(kv_len) * low, tmp,
+                        "SDPA additive mask (from the bool mask)");
   tensor q32 = w.alloc(nq * 4, tmp, "sdpa math fp32 query");
   tensor k32 = w.alloc(nkv * 4, tmp, "sdpa math fp32 key");
   tensor v32 = w.alloc(nkv * 4, tmp, "sdpa math fp32 value");
   tensor qs = w.alloc(nq * 4, tmp, "sdpa math scaled query");
-  q32.reset();
-  tensor mask;
-  if (q_len > 1) {
-    const u64 m = static_cast<u64>(q_len * kv_len);
-    tensor ones = w.alloc(m, tmp, "causal mask (bool)");
-    tensor tril = w.alloc(m, tmp, "causal mask (tril)");
-    ones.reset();
-    w.transient(m, tmp, "causal mask (not)");
-    mask = w.alloc(m * 4, tmp, "causal mask (float)");
-  }
   tensor ks = w.alloc(nkv * 4, tmp, "sdpa math scaled key");
-  k32.reset();
   tensor kx = w.alloc(nx * 4, tmp, "sdpa math key broadcast copy");
-  ks.reset();
+  tensor qx = w.alloc(nq * 4, tmp, "sdpa math query broadcast copy");
   tensor sc = w.alloc(ns * 4, tmp, "sdpa math scores");
-  qs.reset();
   kx.reset();
-  // _safe_softmax: softmax, a bool mask of the -inf scores, and where() over them (a second
-  // fp32 tensor) before the softmax and the mask are dropped.
-  tensor sm0 = w.alloc(ns * 4, tmp, "sdpa math softmax");
-  tensor inf = w.alloc(ns, tmp, "sdpa math -inf mask");
-  tensor sm = w.alloc(ns * 4, tmp, "sdpa math safe softmax");
-  sm0.reset();
-  inf.reset();
+  qx.reset();
+  ks.reset();
+  tensor sm = w.alloc(ns * 4, tmp, "sdpa math softmax");
+  w.transient(ns, tmp, "sdpa math -inf mask");
   sc.reset();
-  mask.reset();
+  tensor cast = w.alloc(ns * low, tmp, "sdpa math weights cast");
   tensor vx = w.alloc(nx * 4, tmp, "sdpa math value broadcast copy");
-  v32.reset();
   tensor o32 = w.alloc(nq * 4, tmp, "sdpa math output");
   vx.reset();
-  w.transient(ns * low, tmp, "sdpa math weights cast");
-  sm.reset();
   tensor o = w.alloc(nq * low, tmp, "sdpa math output cast");
+  o32.reset();
+  sm.reset();
+  q32.reset();
+  qs.reset();
+  cast.reset();
 }
 
 /// Tokens a sliding-window layer attends to in a forward of `q_len` new tokens after `past`:
@@ -175,20 +186,45 @@ bool sliding_mask(const walker& w, i64 q_len, i64 past) {
   const auto& t = w.model().t;
   if (t.sliding_window <= 0 || w.request().attention == attention_kind::eager) return false;
   bool any = false;
-  for (const char s : t.sliding_layers) any = any || s != 0;
+  for (const std::uint8_t s : t.sliding_layers) any = any || s != 0;
   return any && sliding_kv_len(t, q_len, past) >= t.sliding_window;
 }
 
-/// Attention of one layer: projections, RoPE, the cache append, the output projection.
-tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u64 rows, i64 past) {
+/// Falcon-7B's multi-query heads, which send SDPA to its math fallback.
+bool falcon_multi_query(const walker& w) {
+  const auto& t = w.model().t;
+  return w.model().family == model_family::falcon && t.shared_parallel_norm && t.kv_heads == 1 &&
+         t.heads > 1;
+}
+
+/// Whether those heads go through SDPA (its math fallback) rather than eager or flash attention.
+bool falcon_math(const walker& w) {
+  return falcon_multi_query(w) && w.request().attention == attention_kind::sdpa;
+}
+
+/// Attention of one layer from its norm output `nrm`: projections, RoPE, the cache append, the
+/// output projection. The decoder layer's hidden_states holds the norm output until the
+/// attention returns; with `shared_norm` (Falcon's parallel attention and MLP over one norm) it
+/// is handed back there for the MLP instead.
+tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u64 rows, i64 past,
+                       tensor nrm, tensor* shared_norm) {
   const int low = w.dt().low;
   const u64 nh = rows * D.h;
-  tensor nrm = w.alloc(nh * low, tmp, "norm output");
+  // Falcon's fused query_key_value output lives to the end of its attention forward (a local);
+  // the query is a reshaped copy of a view of it, the key and value indexed copies.
+  tensor fused;
+  if (falcon_multi_query(w))
+    fused = w.alloc(rows * (D.heads + 2 * D.kv) * D.d * low, tmp, "fused query_key_value");
   tensor q = w.alloc(rows * D.heads * D.d * low, tmp, "query");
   tensor k = w.alloc(rows * D.kv * D.d * low, tmp, "key");
   tensor v = w.alloc(rows * D.kv * D.d * low, tmp, "value");
-  nrm.reset();
-  if (w.model().t.rotary_fraction > 0) {
+  if (w.model().t.rotary_fraction >= 1 && w.model().family != model_family::falcon) {
+    // apply_rotary_pos_emb returns both rotated tensors before the originals are dropped.
+    tensor qr = infer_rope(w, rows * D.heads * D.d * low);
+    tensor kr = infer_rope(w, rows * D.kv * D.d * low);
+    q = std::move(qr);
+    k = std::move(kr);
+  } else if (w.model().t.rotary_fraction > 0) {
     w.transient(rows * D.heads * D.d * low, tmp, "rope");
     w.transient(rows * D.heads * D.d * low, tmp, "rope");
   }
@@ -199,8 +235,7 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
   const i64 cached = t.sliding(l) ? std::min<i64>(past, t.sliding_window - 1) : past;
   if (w.request().attention == attention_kind::eager)
     eager_scores(w, D, q_len, cached + q_len);
-  else if (w.model().family == model_family::falcon && t.shared_parallel_norm && t.kv_heads == 1 &&
-           t.heads > 1)
+  else if (falcon_math(w))
     math_scores(w, D, q_len, cached + q_len);
   if (w.request().serving == serving_kind::generate) {
     // DynamicCache: keys = cat([keys, new]) allocates the grown tensor, then the old one dies.
@@ -218,21 +253,29 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
       rk = w.alloc(n_rep, tmp, "repeat_kv keys (masked SDPA)");
       rv = w.alloc(n_rep, tmp, "repeat_kv values (masked SDPA)");
     }
-    // convert_boolean_attn_mask: zeros_like in the query dtype, masked_fill_ over logical_not.
+    // convert_boolean_attn_mask: the additive mask in the query dtype, made in one op (run J's
+    // trace of Mistral b4 p3000 has no bool temporary beside it).
     const u64 n_mask = static_cast<u64>(D.b * q_len) * static_cast<u64>(kv_len);
     bias = w.alloc(n_mask * low, tmp, "SDPA additive mask");
-    w.transient(n_mask, tmp, "SDPA mask logical_not");
   }
   tensor o = w.alloc(rows * D.heads * D.d * low, tmp, "attention output");
   bias.reset();
   rk.reset();
   rv.reset();
+  tensor proj = w.alloc(nh * low, tmp, "attention projection");
+  o.reset();
   q.reset();
-  return w.alloc(nh * low, tmp, "attention projection");
+  fused.reset();
+  if (shared_norm != nullptr)
+    *shared_norm = std::move(nrm);
+  else
+    nrm.reset();
+  return proj;
 }
 
-/// The MLP of one layer from the residual; returns the layer output.
-tensor infer_mlp(walker& w, u64 rows, u64 nh, u64 nf) {
+/// The MLP of one layer from its input `in` (the norm output, dropped once the down projection
+/// exists, as the decoder layer rebinds hidden_states); returns the layer output.
+tensor infer_mlp(walker& w, tensor in, u64 rows, u64 nh, u64 nf) {
   const int low = w.dt().low;
   const auto kind = w.model().t.mlp;
   tensor a;
@@ -273,6 +316,7 @@ tensor infer_mlp(walker& w, u64 rows, u64 nh, u64 nf) {
   (void)rows;
   tensor dn = w.alloc(nh * low, tmp, "mlp down");
   a.reset();
+  in.reset();
   return w.alloc(nh * low, tmp, "residual");
 }
 
@@ -280,7 +324,7 @@ tensor infer_mlp(walker& w, u64 rows, u64 nh, u64 nf) {
 /// fp32 softmax, the one_hot mask, then per expert of this rank its gathered tokens, gate_up,
 /// SiLU, product, down, the scaled output and its index_add_ into the zero-filled output; the
 /// shared expert after. With --ep the dispatch and combine all-to-all buffers.
-tensor infer_moe(walker& w, u64 rows, u64 nh) {
+tensor infer_moe(walker& w, tensor in, u64 rows, u64 nh) {
   const auto& moe = w.model().t.moe;
   const int low = w.dt().low;
   const int ep = w.request().ep;
@@ -335,6 +379,7 @@ tensor infer_moe(walker& w, u64 rows, u64 nh) {
     if (moe.shared_gate) sh = w.alloc(nh * low, tmp, "shared expert gated");
     out = w.alloc(nh * low, tmp, "moe + shared expert");
   }
+  in.reset();
   return w.alloc(nh * low, tmp, "residual");
 }
 
@@ -358,46 +403,61 @@ void infer_forward(walker& w, const infer_dims& D, kv_cache& cache, i64 q_len, i
   if (w.request().attention == attention_kind::eager)
     mask = w.alloc(static_cast<u64>(D.b * q_len) * static_cast<u64>(past + q_len) * low, tmp,
                    "causal mask");
+  // Falcon's bool causal mask (b, 1, q, kv), built once per forward and passed to SDPA.
+  if (falcon_math(w))
+    mask = w.alloc(static_cast<u64>(D.b * q_len) * static_cast<u64>(past + q_len), tmp,
+                   "causal mask (bool)");
   // The sliding-window layers' bool mask (b, 1, q, kv), built once per forward.
   tensor window_mask;
-  if (sliding_mask(w, q_len, past))
+  if (sliding_mask(w, q_len, past)) {
+    // transformers' sdpa_mask builds it from (q, kv) bool pieces before expanding it over the
+    // batch: run J's trace of Mistral b4 p3000 holds five, at most three at once, the last
+    // until the mask exists.
+    const u64 piece =
+        static_cast<u64>(q_len) * static_cast<u64>(sliding_kv_len(w.model().t, q_len, past));
+    tensor a = w.alloc(piece, tmp, "window mask piece");
+    tensor b = w.alloc(piece, tmp, "window mask piece");
+    a.reset();
+    tensor c = w.alloc(piece, tmp, "window mask piece");
+    tensor d = w.alloc(piece, tmp, "window mask piece");
+    b.reset();
+    c.reset();
+    w.transient(piece, tmp, "window mask piece");
     window_mask = w.alloc(
         static_cast<u64>(D.b * q_len) * static_cast<u64>(sliding_kv_len(w.model().t, q_len, past)),
         tmp, "sliding-window mask (bool)");
+  }
   for (int l = 0; l < D.layers; ++l) {
     w.set_layer(l);
-    norm_temporaries(w, nh);
-    tensor proj = infer_attention(w, D, cache, l, rows, past);
+    tensor shared_norm;
+    tensor proj = infer_attention(w, D, cache, l, rows, past, infer_norm(w, nh),
+                                  w.model().t.shared_parallel_norm ? &shared_norm : nullptr);
     const bool sandwich = w.model().t.sandwich_norm;
-    if (sandwich) {
-      norm_temporaries(w, nh);
-      proj = w.alloc(nh * low, tmp, "post-attention norm");
-    }
+    if (sandwich) proj = infer_norm(w, nh);  // post_attention_layernorm
     tensor h1 = w.alloc(nh * low, tmp, "residual");
     proj.reset();
-    x.reset();
     // The norm before the MLP (post_attention_layernorm, Gemma's pre_feedforward_layernorm) runs
-    // as the first one does, and its output is the MLP's input: the decoder layer's
-    // hidden_states holds it until the MLP returns.
-    norm_temporaries(w, nh);
-    tensor mlp_in = w.alloc(nh * low, tmp, "MLP input (norm output)");
-    x = w.model().t.sparse(l) ? infer_moe(w, rows, nh) : infer_mlp(w, rows, nh, nf);
-    mlp_in.reset();
+    // as the first one does; its output is the MLP's input.
+    tensor mlp_in = std::move(shared_norm);
+    if (mlp_in.empty()) mlp_in = infer_norm(w, nh);
+    tensor out = w.model().t.sparse(l) ? infer_moe(w, std::move(mlp_in), rows, nh)
+                                       : infer_mlp(w, std::move(mlp_in), rows, nh, nf);
     if (sandwich) {
       // post_feedforward_layernorm on the MLP output, then the residual add.
-      norm_temporaries(w, nh);
-      x = w.alloc(nh * low, tmp, "post-MLP norm");
-      x = w.alloc(nh * low, tmp, "residual");
+      out = infer_norm(w, nh);
+      out = w.alloc(nh * low, tmp, "residual");
     }
+    // The layer's input lives until the layer returns (the model's loop holds it), after the
+    // decoder layer's own residual.
     h1.reset();
+    x = std::move(out);
   }
   w.set_layer(-1);
   // The final norm runs over every position (the head slices logits_to_keep after it); the
   // model's forward then returns, dropping the last layer's output and inputs_embeds, and
   // logits_to_keep = 1 sends only the last position through the head; generate copies it to fp32.
   const i64 vocab = w.model().t.vocab;
-  norm_temporaries(w, nh);
-  tensor fin = w.alloc(nh * low, tmp, "final norm");
+  tensor fin = infer_norm(w, nh);
   x.reset();
   emb.reset();
   tensor lg = w.alloc(static_cast<u64>(D.b * vocab) * low, component::logits_and_loss,

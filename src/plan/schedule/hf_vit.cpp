@@ -2,35 +2,38 @@
 // the weight dtype first), the class token and position table, pre-norm encoder layers with
 // separate query/key/value projections and non-causal SDPA, the final LayerNorm and a classifier
 // on the class token.
+#include <utility>
+
 #include "transformer.hpp"
+#include "vision.hpp"
 
 namespace vramkit::plan::detail {
 
 tensor hf_vit_forward_loss(walker& w) {
   const auto& m = w.model();
   const auto& lm = w.lm();
-  const dims D = lm_dims(w);
-  const i64 b = D.b, S = w.request().image_size, C = m.vit.channels;
-  const i64 grid = S / m.vit.patch, patches = grid * grid;
+  const dims dm = lm_dims(w);
+  const i64 b = dm.b, side = w.request().image_size, channels = m.vit.channels;
+  const i64 grid = side / m.vit.patch, patches = grid * grid;
   const int low = w.dt().low;
   const int eb = w.dt().act;
   w.set_phase(phase::forward);
   w.set_layer(-1);
-  const u64 npix = static_cast<u64>(b * C * S * S);
+  const u64 npix = static_cast<u64>(b * channels * side * side);
   tensor img = w.alloc(npix * 4, component::inputs, "pixel values");
   tensor tgt = w.alloc(static_cast<u64>(b) * 8, component::inputs, "labels");
   // ViTModel casts the pixels to the projection's dtype; autocast casts them for the conv.
   tensor xin = w.param_width(lm.patch_embed) != 4
                    ? w.alloc(npix * static_cast<u64>(w.param_width(lm.patch_embed)),
                              component::activations, "pixel values cast")
-                   : w.gemm_input(img, b * C * S * S, 4);
-  const u64 np = static_cast<u64>(b * patches * D.h);
+                   : w.gemm_input(img, b * channels * side * side, 4);
+  const u64 np = static_cast<u64>(b * patches * dm.h);
   tensor proj =
       w.op(np * low, "patch embedding", {}, {xin, w.weight(lm.patch_embed)}, {lm.patch_embed});
   xin.reset();
   // cat([cls_token.expand(b), patches]) promotes to the parameter dtype under autocast;
   // + position_embeddings; dropout 0 is the identity.
-  const u64 nh = static_cast<u64>(D.tok() * D.h);
+  const u64 nh = static_cast<u64>(dm.tok() * dm.h);
   tensor x = w.op(nh * eb, "tokens with class token", {edge{proj, np * low}}, {}, {lm.cls_token});
   proj.reset();
   x = w.op(nh * eb, "position embeddings", {edge{x, nh * eb, true}}, {}, {lm.pos});
@@ -40,17 +43,9 @@ tensor hf_vit_forward_loss(walker& w) {
     xb = w.dt().act;
   }
   w.set_layer(-1);
-  x = layer_norm(w, x, D.tok(), D.h, xb, lm.final_norm);
-  const int hb = w.dt().amp ? 4 : eb;
-  // sequence_output[:, 0, :]: the classifier reads a strided view of the class tokens.
-  x = w.op(static_cast<u64>(b * D.h) * hb, "class token", {edge{x, 0, true}}, {});
-  x = w.linear(x, b, D.h, m.t.vocab, lm.classifier, hb, "logits", component::logits_and_loss);
-  tensor loss = lm_loss(w, x, static_cast<u64>(b), m.t.vocab, false);
-  x.reset();
-  w.clear_autocast_cache();
-  img.reset();
-  tgt.reset();
-  return loss;
+  x = layer_norm(w, x, dm.tok(), dm.h, xb, lm.final_norm);
+  return class_token_loss(w, std::move(x), b, dm.h, m.t.vocab, lm.classifier, eb, std::move(img),
+                          std::move(tgt));
 }
 
 }  // namespace vramkit::plan::detail

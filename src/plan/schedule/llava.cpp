@@ -3,6 +3,7 @@
 // output_hidden_states, so every layer's output stays until the features are taken from the
 // second-to-last one (class token dropped); the projector (Linear, GELU, Linear) maps them to the
 // language model's width, and masked_scatter puts them into the prompt's embeddings.
+#include <initializer_list>
 #include <vector>
 
 #include "transformer.hpp"
@@ -35,37 +36,28 @@ tensor llava_image_features(walker& w, i64 images) {
   std::vector<tensor> states;  // output_hidden_states: the pre-norm output and every layer's
   states.push_back(w.alloc(nv * low, tmp, "vision hidden state"));
   x.reset();
+  // One op of the tower: its output is allocated, then the inputs it was the last user of die.
+  const auto then = [&](u64 bytes, const char* label, std::initializer_list<tensor*> dead) {
+    tensor out = w.alloc(bytes, tmp, label);
+    for (tensor* t : dead) t->reset();
+    return out;
+  };
   for (i64 l = 0; l < v.layers; ++l) {
-    const tensor& in = states.back();
     tensor n = w.alloc(nv * low, tmp, "vision layer_norm1");
     tensor q = w.alloc(nv * low, tmp, "vision query");
     tensor k = w.alloc(nv * low, tmp, "vision key");
-    tensor val = w.alloc(nv * low, tmp, "vision value");
-    n.reset();
-    tensor a = w.alloc(nv * low, tmp, "vision attention");
-    q.reset();
-    k.reset();
-    val.reset();
-    tensor o = w.alloc(nv * low, tmp, "vision out_proj");
-    a.reset();
-    tensor h1 = w.alloc(nv * low, tmp, "vision residual");
-    o.reset();
+    tensor val = then(nv * low, "vision value", {&n});
+    tensor a = then(nv * low, "vision attention", {&q, &k, &val});
+    tensor o = then(nv * low, "vision out_proj", {&a});
+    tensor h1 = then(nv * low, "vision residual", {&o});
     n = w.alloc(nv * low, tmp, "vision layer_norm2");
-    tensor f = w.alloc(nf * low, tmp, "vision fc1");
-    n.reset();
+    tensor f = then(nf * low, "vision fc1", {&n});
     // quick_gelu: x * sigmoid(1.702 x).
     tensor s1 = w.alloc(nf * low, tmp, "quick_gelu 1.702x");
-    tensor s2 = w.alloc(nf * low, tmp, "quick_gelu sigmoid");
-    s1.reset();
-    tensor g = w.alloc(nf * low, tmp, "quick_gelu");
-    s2.reset();
-    f.reset();
-    tensor f2 = w.alloc(nv * low, tmp, "vision fc2");
-    g.reset();
-    (void)in;
-    states.push_back(w.alloc(nv * low, tmp, "vision hidden state"));
-    f2.reset();
-    h1.reset();
+    tensor s2 = then(nf * low, "quick_gelu sigmoid", {&s1});
+    tensor g = then(nf * low, "quick_gelu", {&s2, &f});
+    tensor f2 = then(nv * low, "vision fc2", {&g});
+    states.push_back(then(nv * low, "vision hidden state", {&f2, &h1}));
   }
   w.set_grad(grad);
   // hidden_states[-2][:, 1:]: a view of the second-to-last state; the projector's first Linear

@@ -223,13 +223,10 @@ tensor math_attention(walker& w, const dims& D, const tensor& q, const tensor& k
   qs.reset();
   kx.reset();
   // attn.add_(mask) in place. _safe_softmax (aten/src/ATen/native/transformers/attention.cpp)
-  // runs softmax, a bool mask of the -inf scores and where() over them, a second fp32 tensor,
-  // before the first and the mask are dropped; its output is saved.
-  tensor sm0 = w.alloc(ns * 4, tmp, "sdpa math softmax");
-  tensor inf = w.alloc(ns, tmp, "sdpa math -inf mask");
-  tensor sm = w.op(ns * 4, "sdpa math safe softmax", {edge{sc, ns * 4}}, {});
-  sm0.reset();
-  inf.reset();
+  // runs softmax and a bool mask of the -inf scores; its where() allocates no second fp32
+  // tensor (run J's traces of Falcon, training and inference alike). The softmax is saved.
+  tensor sm = w.op(ns * 4, "sdpa math softmax", {edge{sc, ns * 4}}, {});
+  w.transient(ns, tmp, "sdpa math -inf mask");
   w.save_output(sm);
   sc.reset();
   mask.reset();

@@ -1,6 +1,7 @@
 // torchvision VisionTransformer: patch embedding, class token and positions, encoder layers
 // (nn.MultiheadAttention with its packed in_proj), final LayerNorm and the classification head.
 #include <algorithm>
+#include <utility>
 
 #include "vision.hpp"
 
@@ -48,15 +49,15 @@ void encoder_layer(walker& w, const dims& D, tensor& x, int& xb, int l) {
 
 tensor vit_forward_loss(walker& w) {
   const auto& v = w.model().vit;
-  const i64 b = w.request().micro_batch, S = w.request().image_size;
-  const i64 grid = S / v.patch, s = grid * grid + 1;
+  const i64 b = w.request().micro_batch, side = w.request().image_size;
+  const i64 grid = side / v.patch, s = grid * grid + 1;
   const int low = w.dt().low;
   const int eb = w.dt().act;
   w.set_phase(phase::forward);
   w.set_layer(-1);
-  tensor img = w.alloc(static_cast<u64>(b * 3 * S * S) * 4, component::inputs, "images");
+  tensor img = w.alloc(static_cast<u64>(b * 3 * side * side) * 4, component::inputs, "images");
   tensor tgt = w.alloc(static_cast<u64>(b) * 8, component::inputs, "targets");
-  tensor xin = w.gemm_input(img, b * 3 * S * S, 4);
+  tensor xin = w.gemm_input(img, b * 3 * side * side, 4);
   tensor proj = w.op(static_cast<u64>(b * v.hidden * grid * grid) * low, "patch embedding", {},
                      {xin, w.weight(k_conv_proj)}, {k_conv_proj});
   xin.reset();
@@ -68,15 +69,22 @@ tensor vit_forward_loss(walker& w) {
   proj.reset();
   x = w.op(nh * eb, "position embedding", {edge{x, nh * eb, true}}, {}, {k_pos_embedding});
   int xb = eb;
-  const dims D{b, s, v.hidden, v.heads, v.heads, v.hidden / v.heads, v.mlp_dim, 1};
-  for (int l = 0; l < v.layers; ++l) encoder_layer(w, D, x, xb, l);
+  const dims dm{b, s, v.hidden, v.heads, v.heads, v.hidden / v.heads, v.mlp_dim, 1};
+  for (int l = 0; l < v.layers; ++l) encoder_layer(w, dm, x, xb, l);
   w.set_layer(-1);
   const int encoder_ln = k_first_layer + k_per_layer * static_cast<int>(v.layers);
   x = layer_norm(w, x, b * s, v.hidden, xb, encoder_ln);
-  x = w.op(static_cast<u64>(b * v.hidden) * (w.dt().amp ? 4 : eb), "class token",
-           {edge{x, 0, true}}, {});
-  x = w.linear(x, b, v.hidden, v.num_classes, encoder_ln + 1, w.dt().amp ? 4 : eb, "logits");
-  tensor loss = lm_loss(w, x, static_cast<u64>(b), v.num_classes, false);
+  return class_token_loss(w, std::move(x), b, v.hidden, v.num_classes, encoder_ln + 1, eb,
+                          std::move(img), std::move(tgt));
+}
+
+tensor class_token_loss(walker& w, tensor x, i64 b, i64 hidden, i64 classes, int head, int eb,
+                        tensor img, tensor tgt) {
+  const int hb = w.dt().amp ? 4 : eb;
+  // sequence_output[:, 0, :]: the classifier reads a strided view of the class tokens.
+  x = w.op(static_cast<u64>(b * hidden) * hb, "class token", {edge{x, 0, true}}, {});
+  x = w.linear(x, b, hidden, classes, head, hb, "logits", component::logits_and_loss);
+  tensor loss = lm_loss(w, x, static_cast<u64>(b), classes, false);
   x.reset();
   w.clear_autocast_cache();
   img.reset();
