@@ -281,9 +281,10 @@ def planner_peaks(shape, out_dir):
             "--gpu", "h200", "--json"]
     out = {}
     for name, modules, options in CONFIGS:
-        if name == "hooks" or options:
-            continue  # the planner models the default norm_inputs
-        argv = base + (["--compress-activations", "fp8:" + ",".join(modules)] if modules else [])
+        if name == "hooks" or (options and options != RECOMPUTE):
+            continue  # the planner models the default norm_inputs, and recompute with exact ones
+        spec = "fp8:" + ",".join(modules or ()) + (":recompute" if options == RECOMPUTE else "")
+        argv = base + (["--compress-activations", spec] if modules else [])
         p = subprocess.run(argv, capture_output=True, text=True, check=False)
         try:
             j = json.loads(p.stdout)

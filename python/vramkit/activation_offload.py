@@ -419,12 +419,16 @@ class offload_activations:
         st["offloaded_bytes"] += rec.nbytes
         return rec
 
-    def _store_compressed(self, x, comp):
+    def _store_compressed(self, x, comp, exact=False):
         """A Packed of the contiguous tensor x whose payload lives in pinned memory: encoded on
         the device and copied out like any tensor, or with fused_encode (and the CUDA kernels)
-        encoded on the copy stream straight into the pinned buffer."""
+        encoded on the copy stream straight into the pinned buffer. `exact=True`: x (a norm's
+        input cast to bf16) copied out as it is; returns its record."""
         from . import fp8_codec
         from .activation_compress import Packed
+
+        if exact:
+            return self._offload(x)
 
         backend = comp.backend_for(x.device)
         n = x.numel()

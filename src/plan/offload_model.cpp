@@ -87,6 +87,8 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
     ready[j] = link_in;
   };
   double held = 0;
+  const double recompute = in.recompute_bytes > 0 ? static_cast<double>(in.recompute_bytes) : a;
+  const auto decoded = static_cast<double>(in.decode_bytes);
   for (int i = n - 1; i >= 0; --i) {
     for (int j = i; in.prefetch_blocks > 0 && j >= std::max(0, i - in.prefetch_blocks); --j)
       if (mix[j] == block_policy::offload) fetch(j, t);
@@ -101,8 +103,8 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
     }
     const auto back =
         std::count_if(ready.begin(), ready.end(), [&](const auto& r) { return r.first <= i; });
-    held = std::max(held,
-                    (static_cast<double>(back) + (mix[i] == block_policy::checkpoint ? 1 : 0)) * a);
+    held = std::max(held, static_cast<double>(back) * a +
+                              (mix[i] == block_policy::checkpoint ? recompute : decoded));
     t += t_b + (mix[i] == block_policy::checkpoint ? t_f : codec(i, in.unpack_s));
   }
 
@@ -115,7 +117,8 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   e.overlap = e.copy_s > 0 ? 1.0 - e.exposed_copy_s / e.copy_s : 1.0;
   const double kept = count(block_policy::keep) * a + n_ck * static_cast<double>(in.input_bytes);
   double transient = 0;
-  if (n_ck > 0) transient = std::max(transient, a);
+  if (n_ck > 0) transient = std::max(transient, recompute);
+  if (n_ck < n) transient = std::max(transient, decoded);
   if (n_off > 0 && in.prefetch_blocks > 0) {
     // What is still to be copied out when the forward ends, where the forward's peak is.
     double behind = 0;

@@ -48,7 +48,7 @@ std::string compress_option::to_string() const {
   std::string mods;
   for (const auto& [on, name] : {std::pair{mlp, "mlp"}, {attn, "attn"}, {norm, "norm"}})
     if (on) mods += (mods.empty() ? "" : ",") + std::string(name);
-  return s + mods;
+  return s + mods + (recompute ? ":recompute" : "");
 }
 
 compress_option parse_compress_option(std::string_view value) {
@@ -62,6 +62,12 @@ compress_option parse_compress_option(std::string_view value) {
   if (colon != std::string_view::npos) {
     head = value.substr(0, colon);
     mods = value.substr(colon + 1);
+    if (const auto tail = mods.find(':'); tail != std::string_view::npos) {
+      if (mods.substr(tail + 1) != "recompute")
+        throw bad("what follows the modules is ':recompute' or nothing");
+      c.recompute = true;
+      mods = mods.substr(0, tail);
+    }
     if (mods.empty()) throw bad("name the modules after ':' (a comma list of mlp, attn and norm)");
   }
   if (head == "fp8" || head == "fp8-e4m3")
@@ -162,7 +168,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   const auto f = static_cast<double>(t.intermediate);
   // Per block, in bytes: what vramkit.compress_activations takes out of the saved tensors, what
   // its encodes read (casts of one source share one copy) and what it stores.
-  double removed = 0, read = 0, stored = 0;
+  double removed = 0, read = 0, stored = 0, recomputed = 0;
   // n elements of b bytes each, `copies` of them distinct, stored at `to` bytes an element.
   const auto add = [&](double n, double b, double copies, double to) {
     removed += n * b;
@@ -181,17 +187,30 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
       // Gated MLPs: gate and up each cast the input under autocast (one copy for both), and
       // save their outputs, the activation's output and the product; GELU MLPs: the input,
       // fc1's output and the activation's output.
-      if (t.mlp == mlp_kind::swiglu)
+      if (t.mlp == mlp_kind::swiglu && c.recompute) {
+        // The product silu(gate) * up recomputed from its stored factors: read both, write it.
+        add((amp ? 2 : 1) * rows * h + 3 * rows * f, low, rows * h + 3 * rows * f, k_fp8_bytes);
+        add(rows * f, low, 0, 0);
+        recomputed += 3 * rows * f * low;
+      } else if (t.mlp == mlp_kind::swiglu) {
         add((amp ? 2 : 1) * rows * h + 4 * rows * f, low, rows * h + 4 * rows * f, k_fp8_bytes);
-      else
+      } else {
         add(rows * h + 2 * rows * f, low, rows * h + 2 * rows * f, k_fp8_bytes);
+      }
     }
     if (c.norm) {
       // Two norms a block, each saving its input (the residual stream: kept as bf16 when it is
       // fp32, left alone when 16-bit) and, RMSNorm, its normalized output (fp8).
+      // With recompute the inputs stay as they are and the outputs (input * rsqrt) are
+      // recomputed: read the input, write the output.
       const double inputs = 2 * rows * h, outputs = t.layer_norm ? 0 : 2 * rows * h;
-      if (resid == 4) add(inputs, resid, inputs, 2);
-      add(outputs, resid, outputs, k_fp8_bytes);
+      if (c.recompute) {
+        add(outputs, resid, 0, 0);
+        recomputed += 2 * outputs * resid;
+      } else {
+        if (resid == 4) add(inputs, resid, inputs, 2);
+        add(outputs, resid, outputs, k_fp8_bytes);
+      }
     }
   }
   const double compressible = std::min(removed, 0.9 * static_cast<double>(saved));
@@ -201,7 +220,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   // One kernel each way (libvramkit_compress.so) per stored copy: read the tensor, write what
   // is stored; read that back, write the tensor.
   s.pack_s_per_block = share * (read + stored) / hbm;
-  s.unpack_s_per_block = s.pack_s_per_block;
+  s.unpack_s_per_block = s.pack_s_per_block + share * recomputed / hbm;
 
   auto& in = s.inputs;
   in.block_bytes =
@@ -221,6 +240,12 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   s.link = offload_link_for(o, &gpu);
   in.d2h_bytes_per_s = in.h2d_bytes_per_s = s.link.bytes_per_s;
   set_copy_windows(in, s.n_blocks);
+  if (c.enabled) {
+    // A checkpointed block recomputes uncompressed; a compressed block's backward holds its
+    // tensors decoded, and those of the block below it (decode_ahead=1) on top of the payloads.
+    in.recompute_bytes = saved;
+    in.decode_bytes = static_cast<std::uint64_t>(2 * share * read);
+  }
   // Everything but the blocks' saved tensors, anchored to the memory model's plan with full
   // checkpointing (the mixes under a cap are mostly checkpointed): its peak is other + the
   // layers' inputs + one block's recompute.
@@ -263,9 +288,18 @@ offload_plan evaluate_offload(const offload_setup& s, const std::vector<block_po
   p.optimizer = optimizer;
   p.setup = s;
   offload_inputs in = s.inputs;
+  if (c.recompute &&
+      std::any_of(mix.begin(), mix.end(), [](block_policy b) { return b != block_policy::keep; }))
+    throw invalid_input(
+        "--compress-activations " + c.to_string() +
+        ": recompute is modelled for compression alone (every block kept), not with --offload");
   if (std::none_of(mix.begin(), mix.end(),
-                   [](block_policy b) { return b == block_policy::checkpoint; }))
+                   [](block_policy b) { return b == block_policy::checkpoint; })) {
     in.other_bytes = s.other_bytes_without_checkpoint;
+    // That peak is the loss's, at the start of backward, before any block's decode: the
+    // decoded tensors of a block's backward replace the loss's (larger) transients.
+    in.decode_bytes = 0;
+  }
   p.estimate = simulate_offload(mix, in);
   p.allocated_peak_bytes = p.estimate.device_peak_bytes;
   p.device_peak_bytes = p.allocated_peak_bytes + s.cache_bytes + s.context_bytes;
@@ -300,6 +334,9 @@ std::optional<offload_plan> fit_offload(const model_description& m, const plan_r
                                         std::optional<bool> optimizer_only) {
   std::optional<offload_plan> best;
   std::vector<compress_option> comps{compress_option{}};
+  if (allow_lossy && lossy.recompute)
+    throw invalid_input("--compress-activations " + lossy.to_string() +
+                        ": recompute is modelled for compression alone, not with --fit");
   if (allow_lossy) comps.push_back(lossy.enabled ? lossy : parse_compress_option("fp8"));
   for (const bool optimizer : {false, true}) {
     if (optimizer && r.optimizer != optimizer_kind::adam && r.optimizer != optimizer_kind::adamw)

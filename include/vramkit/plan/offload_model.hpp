@@ -40,6 +40,12 @@ struct offload_inputs {
   /// peak counts what is still being copied out when the forward ends (instead of the whole
   /// window) and the offloaded blocks fetched back at once
   int prefetch_blocks = 0;
+  /// Activation compression (0 without it): what a checkpointed block's recompute holds (its
+  /// saved tensors uncompressed; 0: block_bytes), and what the backward of a block that keeps or
+  /// offloads compressed tensors holds decoded on top of them (its own and the block below's,
+  /// decoded ahead)
+  std::uint64_t recompute_bytes = 0;
+  std::uint64_t decode_bytes = 0;
 };
 
 struct offload_estimate {

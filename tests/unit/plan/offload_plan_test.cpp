@@ -118,6 +118,41 @@ TEST_F(OffloadPlan, CompressionHalvesStoredBytesAndCountsPackTime) {
   EXPECT_LT(without_norm, 0.70);
 }
 
+TEST_F(OffloadPlan, RecomputeStoresLessAndCostsTraffic) {
+  const auto all = with(0, "fp8:mlp,attn,norm"), rc = with(0, "fp8:mlp,attn,norm:recompute");
+  // Products and normalized outputs are not stored; the norms' fp32 inputs stay as they are:
+  // per row f + 2h fp8 bytes fewer, 4h more (f = 5632, h = 2048 here: fewer in all).
+  EXPECT_LT(rc.setup.inputs.block_bytes, all.setup.inputs.block_bytes);
+  EXPECT_LT(rc.allocated_peak_bytes, all.allocated_peak_bytes);
+  EXPECT_LT(rc.setup.pack_s_per_block, all.setup.pack_s_per_block);
+  EXPECT_GT(rc.setup.unpack_s_per_block, rc.setup.pack_s_per_block);  // the products' traffic
+  // Modelled for compression alone: refused with offloaded or checkpointed blocks, and by --fit.
+  EXPECT_THROW(with(4, "fp8:mlp:recompute"), invalid_input);
+  EXPECT_THROW(fit_offload(m, r, 40ull << 30, true, parse_compress_option("fp8:mlp:recompute"), gpu,
+                           default_overheads()),
+               invalid_input);
+}
+
+TEST_F(OffloadPlan, CompressedBlocksHoldTheirRecomputeAndDecodes) {
+  const auto s = with(0, "fp8:mlp,attn,norm").setup;
+  EXPECT_EQ(s.inputs.recompute_bytes, s.saved_bytes_per_block);
+  EXPECT_GT(s.inputs.decode_bytes, s.inputs.block_bytes);
+  // A checkpointed block recomputes uncompressed: with compression the peak of a checkpointed
+  // mix grows by what the recompute holds beyond the stored block.
+  offload_inputs in = s.inputs;
+  const auto mix = arrange_mix(22, 0, 22);
+  const auto with_rc = simulate_offload(mix, in);
+  in.recompute_bytes = 0;
+  in.decode_bytes = 0;
+  const auto without = simulate_offload(mix, in);
+  EXPECT_NEAR(static_cast<double>(with_rc.device_peak_bytes - without.device_peak_bytes),
+              static_cast<double>(s.saved_bytes_per_block - s.inputs.block_bytes), 1e3);
+  // Without compression nothing changes.
+  const auto plain = with(0, "none").setup;
+  EXPECT_EQ(plain.inputs.recompute_bytes, 0U);
+  EXPECT_EQ(plain.inputs.decode_bytes, 0U);
+}
+
 TEST_F(OffloadPlan, OptimizerOffloadMovesTheMoments) {
   const auto a = with(22), b = with(22, "none", true);
   EXPECT_LT(b.allocated_peak_bytes, a.allocated_peak_bytes);
@@ -165,7 +200,12 @@ TEST(OffloadPlanOptions, CompressOption) {
   const auto n = parse_compress_option("fp8:norm,mlp");
   EXPECT_TRUE(n.norm && n.mlp && !n.attn);
   EXPECT_EQ(n.to_string(), "fp8:mlp,norm");
-  for (const char* bad : {"fp4", "fp8:", "fp8:softmax", "fp8:mlp,", "int8"})
+  const auto rc = parse_compress_option("fp8:mlp,attn,norm:recompute");
+  EXPECT_TRUE(rc.recompute && rc.norm && rc.mlp && rc.attn);
+  EXPECT_EQ(rc.to_string(), "fp8:mlp,attn,norm:recompute");
+  EXPECT_FALSE(parse_compress_option("fp8:mlp").recompute);
+  for (const char* bad : {"fp4", "fp8:", "fp8:softmax", "fp8:mlp,", "int8",
+                          "fp8:mlp:", "fp8:mlp:again", "fp8::recompute"})
     EXPECT_THROW(parse_compress_option(bad), invalid_input) << bad;
 }
 
