@@ -161,13 +161,20 @@ def unpack_tensor(p, q=None, scale=None):
     scale = p.scale if scale is None else scale
     if p.fmt == "bf16":  # a norm's fp32 input kept as bf16
         return q.to(p.dtype).view(p.shape)
-    if p.fmt == "recipe":  # a product recomputed from its saved factors
-        a, b = (restore(f) if isinstance(f, PackedView) else f for f in q)
-        return (a * b).view(p.shape)
+    if p.fmt == "recipe":  # recomputed from the tensors saved beside it (p.backend: the op)
+        args = [restore(f) if isinstance(f, PackedView) else f for f in q]
+        return _RECIPE_OPS[p.backend](*args).view(p.shape)
     if p.event is not None:
         torch.cuda.current_stream(q.device).wait_event(p.event)  # the side stream's encode
     out = fp8_codec.decode(q, scale, p.numel, p.fmt, p.dtype, p.backend, compile=p.compile)
     return out.view(p.shape)
+
+
+# What a recipe recomputes (its Packed's backend names the op), and the same into `out`.
+_RECIPE_OPS = {"mul": torch.mul, "silu": torch.nn.functional.silu}
+_RECIPE_OUT = {"mul": lambda a, b, out: torch.mul(a, b, out=out),
+               "silu": lambda a, out: torch.ops.aten.silu.out(a, out=out)}
+_RECIPE_NODES = {"MulBackward0": ("mul", 2), "SiluBackward0": ("silu", 1)}
 
 
 def restore(view, q=None, scale=None):
@@ -216,9 +223,12 @@ class compress_activations:
       the input in `fmt` too, "exact" keeps it as it is. Offloaded blocks copy that bf16 copy out.
     - `recompute=True` (standalone use only; default False): a saved product of two tensors
       saved in the same forward (RMSNorm's normalized output x * rsqrt, the gated MLP's
-      silu(gate) * up) is not stored: backward recomputes it from them (exact when both were
-      kept as they are). With norm_inputs="exact" a norm's input is kept as it is, so its
-      normalized output is recomputed exactly. The planner does not model it yet.
+      silu(gate) * up) and a saved silu(gate) whose input was saved are not stored: backward
+      recomputes them from those (exact when they were kept as they are; a product of a
+      recomputed silu too). With norm_inputs="exact" a norm's input is kept as it is, so its
+      normalized output is recomputed exactly. With decode_ahead, they are recomputed ahead
+      with the decodes, on the side stream. The planner models it with norm_inputs="exact"
+      (`vramkit plan --compress-activations fp8:MODULES:recompute`).
     - `decode_ahead=d` (default 1): when the backward of block i begins, the tensors of blocks
       i-1 .. i-d are decoded (on a side stream for CUDA tensors), so their decode overlaps
       block i's backward; those decoded tensors occupy the device from then until their use.
@@ -407,9 +417,12 @@ class compress_activations:
         base = fp.decoded
         if base is None:
             if fp.ahead is None:
-                if fp.backend != "cuda" or not isinstance(fp.q, torch.Tensor):
+                if fp.fmt == "recipe" and isinstance(fp.q, tuple):
+                    fp.ahead = self._recompute_now(fp)
+                elif fp.backend != "cuda" or not isinstance(fp.q, torch.Tensor):
                     return None
-                fp.ahead = self._decode_now(fp)
+                else:
+                    fp.ahead = self._decode_now(fp)
                 self._stats["decoded_ahead"] += 1
             base = fp.ahead[0]  # written on the side stream: ordered before the product
         if not base.is_cuda:
@@ -428,7 +441,7 @@ class compress_activations:
         out = torch.empty(p.shape, dtype=p.dtype, device=dev)  # from the compute stream's pool
         side.wait_stream(compute)
         with torch.cuda.stream(side):
-            torch.mul(factors[0], factors[1], out=out)
+            _RECIPE_OUT[p.backend](*factors, out=out)
         for t in (out, *factors):
             t.record_stream(side)
         ev = torch.cuda.Event()
@@ -629,10 +642,13 @@ class compress_activations:
             self._nodes[(t.grad_fn, t.output_nr)] = (saved, t._version, tuple(t.shape))
 
     def _recipe(self, base):
-        """A Packed recomputing `base` = a * b in backward when a and b were both saved in this
-        forward (kept as they are, or compressed whole), else None. Exact when both were kept."""
+        """A Packed recomputing `base` in backward from what this forward saved beside it (kept
+        as it is, compressed whole, or recomputed itself), else None: a * b (RMSNorm's
+        x * rsqrt, the gated MLP's silu(gate) * up) or silu(gate). Exact when the factors were
+        kept."""
         fn = base.grad_fn
-        if fn is None or type(fn).__name__ != "MulBackward0" or len(fn.next_functions) != 2:
+        op = _RECIPE_NODES.get(type(fn).__name__) if fn is not None else None
+        if op is None or len(fn.next_functions) != op[1]:
             return None
         factors = []
         for node, nr in fn.next_functions:
@@ -643,15 +659,13 @@ class compress_activations:
             if isinstance(saved, PackedView):
                 if saved.shape is not None and tuple(saved.shape) != tuple(saved.packed.shape):
                     return None  # a view of a larger tensor
-                if saved.packed.fmt == "recipe":
-                    return None  # one level of recomputation
             elif saved._version != version:
                 return None  # changed in place since it was saved
             factors.append(saved)
         if tuple(torch.broadcast_shapes(*(self._nodes[(n, nr)][2] for n, nr in fn.next_functions))) \
                 != tuple(base.shape):
             return None
-        return Packed(tuple(factors), None, base.shape, base.dtype, base.numel(), "recipe", "recipe")
+        return Packed(tuple(factors), None, base.shape, base.dtype, base.numel(), "recipe", op[0])
 
     @staticmethod
     def _unpack_hook(x):

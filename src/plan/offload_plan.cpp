@@ -188,10 +188,11 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
       // save their outputs, the activation's output and the product; GELU MLPs: the input,
       // fc1's output and the activation's output.
       if (t.mlp == mlp_kind::swiglu && c.recompute) {
-        // The product silu(gate) * up recomputed from its stored factors: read both, write it.
-        add((amp ? 2 : 1) * rows * h + 3 * rows * f, low, rows * h + 3 * rows * f, k_fp8_bytes);
-        add(rows * f, low, 0, 0);
-        recomputed += 3 * rows * f * low;
+        // silu(gate) recomputed from gate (read gate, write it), the product silu(gate) * up
+        // from its factors (read both, write it): gate and up stored.
+        add((amp ? 2 : 1) * rows * h + 2 * rows * f, low, rows * h + 2 * rows * f, k_fp8_bytes);
+        add(2 * rows * f, low, 0, 0);
+        recomputed += 5 * rows * f * low;
       } else if (t.mlp == mlp_kind::swiglu) {
         add((amp ? 2 : 1) * rows * h + 4 * rows * f, low, rows * h + 4 * rows * f, k_fp8_bytes);
       } else {
