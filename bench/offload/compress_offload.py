@@ -14,7 +14,6 @@ and compressed / alone step time. The JSON and the summary are rewritten after e
 configuration, so a run cut short keeps what it measured.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -83,34 +82,21 @@ def summarize(res):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", default="1b")
+    import compress_bench
+
+    ap = compress_bench.bench_parser(__doc__, "compress-offload.json", 1, 2, 25.0)
     ap.add_argument("--cap-from", required=True, help="compress_bench.py's JSON (its bf16 run's peak reserved)")
     ap.add_argument("--cap-fraction", type=float, default=0.5)
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--timed", type=int, default=2)
-    ap.add_argument("--budget-s", type=float, default=25.0)
-    ap.add_argument("--out", default="compress-offload.json")
-    ap.add_argument("--summary", default=None)
-    args = ap.parse_args()
     t0 = time.time()
+    args = compress_bench.parse_bench_args(ap)
+    if not 0 < args.cap_fraction <= 1:
+        ap.error("--cap-fraction must be in (0, 1]")
     import offload_bench
 
-    if args.shape not in offload_bench.SHAPES:
-        ap.error("--shape %s: use one of %s" % (args.shape, ", ".join(offload_bench.SHAPES)))
-    if args.warmup < 1 or args.timed < 1 or args.budget_s <= 0 or not 0 < args.cap_fraction <= 1:
-        ap.error("--warmup, --timed and --budget-s must be positive, --cap-fraction in (0, 1]")
     shape = offload_bench.SHAPES[args.shape]
     res = {"schema_version": 1, "argv": sys.argv[1:], "shape": dict(shape, name=args.shape),
            "budget_s": args.budget_s, "cap_fraction": args.cap_fraction, "configs": []}
-
-    def save():
-        res["wall_s"] = time.time() - t0
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=1)
-        if args.summary:
-            with open(args.summary, "w") as f:
-                f.write(summarize(res))
+    save = compress_bench.writer(res, args, t0, summarize)
 
     try:
         with open(args.cap_from) as f:
