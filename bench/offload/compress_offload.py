@@ -93,6 +93,10 @@ def main():
         ap.error("--cap-fraction must be in (0, 1]")
     import offload_bench
 
+    # Pinned host memory registered by 16 threads, as the offload bench's workers do (pinning
+    # the offloaded blocks' GiBs otherwise dominates the first step).
+    if "PYTORCH_CUDA_ALLOC_CONF" not in os.environ:
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = offload_bench.PIN_ENV
     shape = offload_bench.SHAPES[args.shape]
     res = {"schema_version": 1, "argv": sys.argv[1:], "shape": dict(shape, name=args.shape),
            "budget_s": args.budget_s, "cap_fraction": args.cap_fraction, "configs": []}
@@ -123,7 +127,8 @@ def main():
     cap = int(ref["peak_reserved_bytes"] * args.cap_fraction)
     free, total = torch.cuda.mem_get_info()
     outside = max(0, (total - free) - torch.cuda.memory_reserved())
-    res.update({"cap_bytes": cap, "outside_bytes": outside, "planner_capacity_bytes": cap + outside})
+    res.update({"cap_bytes": cap, "outside_bytes": outside, "planner_capacity_bytes": cap + outside,
+                "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")})
     out_dir = os.path.dirname(os.path.abspath(args.out))
     try:
         chosen, plans = plan_mixes(shape, cap + outside, out_dir)
