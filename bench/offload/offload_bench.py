@@ -50,6 +50,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, HERE)  # llama_layout, the built-in model
 
+from vramkit import offload_plan  # noqa: E402 - pure Python, no torch
+
 GiB = 1 << 30
 SHAPES = {
     # 1B class: TinyLlama's width and MLP, 16 blocks (0.95B parameters); 24K tokens a step make
@@ -395,6 +397,64 @@ def _storage_ptr(t):
     return t.untyped_storage().data_ptr() if hasattr(t, "untyped_storage") else t.storage().data_ptr()
 
 
+#: Configurations whose last step records the allocated peak by phase (PhasePeaks).
+PHASED = ("vramkit-act", "vramkit-compute-only", "full-checkpoint", "vramkit-act+opt")
+
+
+class PhasePeaks:
+    """The allocated peak of one step by phase: the forward (with the head and the loss), the
+    backward up to the start of each block's backward (a hook on the gradient of the block's
+    output), the rest of the backward, the optimizer. torch.cuda's peak is reset at each mark
+    (the caching allocator counts on the host, at allocation), so the step's overall peaks are
+    kept here and restored into the result."""
+
+    def __init__(self, blocks):
+        import torch
+
+        self.torch = torch
+        self.blocks = blocks
+        self.phases = []  # [label, peak allocated bytes, allocated bytes at the mark]
+        self.peak_allocated = torch.cuda.max_memory_allocated()
+        self.peak_reserved = torch.cuda.max_memory_reserved()
+        self.handles = []
+        self.label = "forward"
+        torch.cuda.reset_peak_memory_stats()
+
+    def arm(self):
+        """Hooks on the blocks' outputs for the forward about to run."""
+        for i, b in enumerate(self.blocks):
+            self.handles.append(b.register_forward_hook(functools.partial(self._leave, i)))
+
+    def disarm(self):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def _leave(self, i, module, args, output):
+        out = output
+        while isinstance(out, (tuple, list)) and out:
+            out = out[0]
+        if isinstance(out, self.torch.Tensor) and out.requires_grad:
+            out.register_hook(functools.partial(self._grad, i))
+
+    def _grad(self, i, grad):
+        self.mark("block %d backward" % (i + 1) if i + 1 < len(self.blocks) else "head and loss backward")
+
+    def mark(self, next_label=None):
+        """Closes the phase running now; the next one is called next_label."""
+        cuda = self.torch.cuda
+        peak = cuda.max_memory_allocated()
+        self.phases.append([self.label, peak, cuda.memory_allocated()])
+        self.peak_allocated = max(self.peak_allocated, peak)
+        self.peak_reserved = max(self.peak_reserved, cuda.max_memory_reserved())
+        cuda.reset_peak_memory_stats()
+        self.label = next_label
+
+    def result(self):
+        top = max(self.phases, key=lambda p: p[1]) if self.phases else None
+        return {"phases": self.phases, "peak_phase": top[0] if top else None}
+
+
 class Census:
     """Saved-tensor hooks that count the bytes autograd saves, each storage once, by where it is
     saved: norm, attention projection input (attn-linear), the attention kernel's own (attn-core),
@@ -521,7 +581,7 @@ def run_config(w, name, mix=None):
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     torch.cuda.reset_accumulated_memory_stats()
-    opt = ctx = comp = census = None
+    opt = ctx = comp = census = phases = None
     hf_ckpt = False
     losses, times, fwd, bwd, optim = [], [], [], [], []
     copy = {"d2h": [0.0, 0], "h2d": [0.0, 0]}
@@ -550,6 +610,9 @@ def run_config(w, name, mix=None):
         elif name == "torchtune-style":
             ctx = torchtune_style(model)
         for step, x in enumerate(tokens):
+            if step == n_steps - 1 and name in PHASED:
+                phases = PhasePeaks(blocks)
+                phases.arm()
             e = [_ev()]
             phase = "forward"
             with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -564,12 +627,19 @@ def run_config(w, name, mix=None):
                     loss = loss_fn(model, x)
             e.append(_ev())
             phase = "backward"
+            if phases is not None:
+                phases.disarm()
+                phases.mark("head and loss backward" if not blocks else "loss backward")
             loss.backward()
             e.append(_ev())
             phase = "optimizer"
+            if phases is not None:
+                phases.mark("optimizer")
             opt.step()
             opt.zero_grad(set_to_none=True)
             e.append(_ev())
+            if phases is not None:
+                phases.mark()
             torch.cuda.synchronize()
             losses.append(loss.item())
             del loss
@@ -595,6 +665,11 @@ def run_config(w, name, mix=None):
     out["losses"] = losses
     out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
     out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    if phases is not None:
+        phases.disarm()
+        out["peak_reserved_bytes"] = max(out["peak_reserved_bytes"], phases.peak_reserved)
+        out["peak_allocated_bytes"] = max(out["peak_allocated_bytes"], phases.peak_allocated)
+        out["phase_peaks"] = phases.result()
     # Near the cap the caching allocator frees its cache and retries (cudaFree synchronizes the
     # device): counted, since it costs time that is neither compute nor copy.
     ms = torch.cuda.memory_stats()
@@ -648,7 +723,7 @@ def offload_tuning(w, mix, name=None):
     assumes) for the mixes it chose, else up to two blocks' copies out in flight (the forward runs
     on while the link drains them), and the copies back started as many blocks ahead as one
     block's copy takes backward passes of a block (about twice its forward), plus one."""
-    n_off = (mix or []).count("offload")
+    n_off = sum(1 for p in (mix or []) if p in offload_plan.TO_HOST)
     planned = (w.get("plan_settings") or {}).get(name) or {}
     if n_off and planned.get("prefetch_blocks") and planned.get("max_inflight_bytes"):
         return {"max_inflight_bytes": int(planned["max_inflight_bytes"]),
@@ -667,7 +742,7 @@ def overlap_mix(mixes):
     """(config, mix) whose overlap is measured (vramkit-compute-only runs it with the offloaded
     blocks kept): the planner's mix when it offloads a block, else None."""
     m = mixes.get("vramkit-act")
-    if m and "offload" in m:
+    if m and any(p in offload_plan.TO_HOST for p in m):
         return "vramkit-act", m
     return None
 
@@ -724,7 +799,7 @@ def planner_runs(shape, cap, out_dir, probe, mixes=None):
             "reference": base + h200 + ["--compress-activations", "none", "--json"],
             "full-checkpoint": base + h200 + ["--compress-activations", "none", "--checkpointing", "full", "--json"]}
     if mixes is not None:
-        runs = {"mix:" + cfg: base + h200 + ["--offload", ("both:" if opt else "activations:") + "".join(p[0] for p in mix),
+        runs = {"mix:" + cfg: base + h200 + ["--offload", ("both:" if opt else "activations:") + offload_plan.letters(mix),
                                              "--json"] + (comp if compressed else ["--compress-activations", "none"])
                 for cfg, (mix, opt, compressed) in mixes.items()}
     out = {}
@@ -838,10 +913,10 @@ def worker(args):
             # The overlap of the planner's mix (run just before this one); none when it offloads
             # nothing or its run failed.
             act = mixes.get("vramkit-act")
-            if not act or "offload" not in act or "vramkit-act" in failed_configs:
+            if not overlap_mix(mixes) or "vramkit-act" in failed_configs:
                 emit("RESULT", {"config": name, "ok": False, "error": "not run: the planner's mix offloads no block"})
                 continue
-            mix = ["keep" if p == "offload" else p for p in act]
+            mix = offload_plan.without_copies(act)
         if name == "vramkit-act+compress" and not args.compress:
             continue
         # Rough cost: the steps at a multiple of the reference step, plus pinning for the
@@ -900,12 +975,10 @@ def worker(args):
             except (OSError, ValueError, RuntimeError) as e:
                 plans = {"error": str(e)}
             act = mixes.get("vramkit-act")
-            if act and "offload" not in act and act.count("checkpoint") >= 1:
+            if act and not overlap_mix(mixes) and act.count("checkpoint") >= 1:
                 # The planner offloads no block here: one of its checkpointed blocks offloaded
                 # instead, placed by its own rule (the first block), to check its choice (a
                 # block's copy does not fit the cap, or costs more than its recompute).
-                from vramkit import offload_plan
-
                 n_ck = act.count("checkpoint")
                 mixes["vramkit-offload1"] = offload_plan.arrange(len(act), 1, n_ck - 1)
             if "vramkit-act+compress" not in mixes and "vramkit-act" in mixes:
@@ -922,8 +995,8 @@ def worker(args):
                                                                                         "vramkit-act+compress")
                        if cfg in mixes and cfg != extra.get("lossy_fit_config")}
             act = mixes.get("vramkit-act")
-            if act and "offload" in act:
-                derived["vramkit-compute-only"] = (["keep" if p == "offload" else p for p in act], False, False)
+            if overlap_mix(mixes):
+                derived["vramkit-compute-only"] = (offload_plan.without_copies(act), False, False)
             if derived and isinstance(plans, dict) and "error" not in plans:
                 try:
                     plans.update(planner_runs(shape, w["cap"] + outside, args.out_dir, probe, mixes=derived))
@@ -1189,7 +1262,8 @@ def summarize(results):
             if run.get("prefetch_blocks") or run.get("max_inflight_bytes"):
                 src += "; engine: prefetch_blocks %s, copy-out window %s GiB" % (
                     run.get("prefetch_blocks", 0), _gib(run.get("max_inflight_bytes")))
-            lines.append("mix of %s (o offload, c checkpoint, k keep): %s (%s)" % (cfg, "".join(x[0] for x in mix), src))
+            lines.append("mix of %s (o offload, c checkpoint, k keep, s selective, h selective-offload): %s (%s)"
+                         % (cfg, offload_plan.letters(mix), src))
         if entry.get("plans") is not None and not entry.get("mixes"):
             lines.append("planner: no offload mix fits the cap")
         for e in entry.get("errors", []):
@@ -1244,6 +1318,12 @@ def summarize(results):
                          "offloaded blocks kept, T_both %.3f s; target >= 80%%)" % (
                              o["config"], "-" if o["overlap"] is None else "%.1f%%" % (100 * o["overlap"]), o["t_copy_s"],
                              o["t_compute_s"], o["t_both_s"]))
+        for cfg in PHASED:
+            pp = (_by(entry).get(cfg) or {}).get("phase_peaks")
+            if pp and pp.get("phases"):
+                top = sorted(pp["phases"], key=lambda p: -p[1])[:3]
+                lines.append("allocated peak by phase (%s, last step): %s" % (
+                    cfg, "; ".join("%s %.2f GiB (%.2f held at its end)" % (p[0], p[1] / GiB, p[2] / GiB) for p in top)))
         t = d.get("targets") or {}
         for base in ("full-checkpoint", "save-on-cpu", "torchtune-style"):
             if "act_vs_" + base in t:

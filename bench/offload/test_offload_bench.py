@@ -97,7 +97,7 @@ class Orchestration(unittest.TestCase):
         self.assertTrue(by["full-checkpoint"]["ok"])  # the restarted worker ran the rest
         self.assertEqual([c["config"] for c in e["configs"]].count("reference"), 1)
         self.assertIn("| full-checkpoint | 1.300", text)
-        self.assertIn("mix of vramkit-act (o offload, c checkpoint, k keep): ck (vramkit plan --fit)", text)
+        self.assertIn("mix of vramkit-act (o offload, c checkpoint, k keep, s selective, h selective-offload): ck (vramkit plan --fit)", text)
 
     def test_a_cut_off_run_keeps_what_it_measured(self):
         rc, e, text = self.run_fake("slow", 1)

@@ -216,6 +216,12 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   in.pack_s = c.enabled ? s.pack_s_per_block : 0;
   in.unpack_s = c.enabled ? s.unpack_s_per_block : 0;
   in.other_time_s = parts.outside_s + (optimizer ? 0.0 : parts.optimizer_s / mbs);
+  // Selective checkpointing keeps the GEMMs' and attention's outputs, never more than the block
+  // saves besides its input, and runs the memory-bound kernels again.
+  const double sel = std::min(parts.block_gemm_output_bytes,
+                              static_cast<double>(saved) - static_cast<double>(in.input_bytes));
+  in.selective_bytes = sel > 0 ? static_cast<std::uint64_t>(sel) : 0;
+  in.t_selective_s = parts.block_memory_bound_s;
   s.compute = parts;
   s.micro_batches = mbs;
   s.link = offload_link_for(o, &gpu);
@@ -322,8 +328,12 @@ namespace {
 
 std::string mix_summary(const std::vector<block_policy>& mix) {
   const auto n = [&](block_policy p) { return std::count(mix.begin(), mix.end(), p); };
-  return fmt::format("{} offloaded, {} checkpointed, {} kept", n(block_policy::offload),
-                     n(block_policy::checkpoint), n(block_policy::keep));
+  std::string out = fmt::format("{} offloaded, {} checkpointed", n(block_policy::offload),
+                                n(block_policy::checkpoint));
+  if (const auto k = n(block_policy::selective); k > 0) out += fmt::format(", {} selective", k);
+  if (const auto k = n(block_policy::selective_offload); k > 0)
+    out += fmt::format(", {} selective-offload", k);
+  return out + fmt::format(", {} kept", n(block_policy::keep));
 }
 
 bool plain(const offload_plan& p) {
@@ -431,6 +441,10 @@ std::string offload_json(const offload_plan& p) {
       {"saved_bytes_per_block", s.saved_bytes_per_block},
       {"stored_bytes_per_block", s.inputs.block_bytes},
       {"compressible_bytes_per_block", s.compressible_bytes_per_block},
+      {"selective_blocks", n(block_policy::selective)},
+      {"selective_offload_blocks", n(block_policy::selective_offload)},
+      {"selective_bytes_per_block", s.inputs.selective_bytes},
+      {"selective_recompute_s_per_block", s.inputs.t_selective_s},
       {"pack_s_per_block", pack},
       {"unpack_s_per_block", unpack},
       {"block_forward_s", s.inputs.t_fwd_s},

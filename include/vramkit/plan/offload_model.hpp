@@ -1,5 +1,6 @@
 // The offload model: for a mix of per-block policies (offload to pinned host memory, checkpoint,
-// keep), the step time with copies overlapped the way vramkit.offload_activations runs them, the
+// keep, selective checkpointing, selective checkpointing with its saved tensors on the host), the
+// step time with copies overlapped the way vramkit.offload_activations runs them, the
 // device peak and the pinned host bytes; the fastest mix under a capacity; optimizer-state
 // offload (vramkit.OffloadedAdamW); and the `--offload` option. Pure functions; thread-safe.
 // python/vramkit/offload_plan.py is the same model; tests/data/offload/model_cases.json holds
@@ -14,17 +15,30 @@
 
 namespace vramkit::plan {
 
-enum class block_policy { offload, checkpoint, keep };
+/// What a block does with the tensors its forward saves for backward. `selective`: only the
+/// outputs of its GEMMs and attention kernels (and its input) stay, its memory-bound ops (norms,
+/// rotary, activation, products, residual adds) run again in backward; `selective_offload`: the
+/// same, with those outputs in pinned host memory.
+enum class block_policy { offload, checkpoint, keep, selective, selective_offload };
 const char* to_string(block_policy p) noexcept;
-/// "offload", "checkpoint" or "keep"; throws invalid_input otherwise.
+/// "offload", "checkpoint", "keep", "selective" or "selective-offload"; throws invalid_input
+/// otherwise.
 block_policy parse_block_policy(std::string_view s);
+/// The one-letter spelling of a mix entry: o, c, k, s or h (selective, saved tensors on the host).
+char policy_letter(block_policy p) noexcept;
+/// The policy of a letter of policy_letter; nullopt for any other character.
+std::optional<block_policy> policy_of_letter(char c) noexcept;
 
 /// What the model needs to know about one training step, per micro-batch.
 struct offload_inputs {
   std::uint64_t block_bytes = 0;  ///< bytes a block saves for backward (activations, not weights)
   std::uint64_t input_bytes = 0;  ///< a block's input: what a checkpointed block keeps
-  double t_fwd_s = 0;             ///< forward time of one block
-  double t_bwd_s = 0;             ///< backward time of one block (without recompute)
+  /// What a selectively checkpointed block saves besides its input: the outputs of its GEMMs and
+  /// attention kernels (0: the selective policies are not modelled for this model)
+  std::uint64_t selective_bytes = 0;
+  double t_selective_s = 0;  ///< a selective block's recompute: its memory-bound forward ops
+  double t_fwd_s = 0;        ///< forward time of one block
+  double t_bwd_s = 0;        ///< backward time of one block (without recompute)
   /// Activation compression's kernels in a block that keeps or offloads its saved tensors: the
   /// encode in its forward, the decode in its backward (a checkpointed block saves only its
   /// input, and its recompute runs uncompressed: neither)
@@ -61,6 +75,20 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
 /// n_blocks or are negative.
 std::vector<block_policy> arrange_mix(int n_blocks, int n_offload, int n_checkpoint);
 
+/// Blocks of each policy but keep.
+struct mix_counts {
+  int offload = 0;
+  int checkpoint = 0;
+  int selective = 0;
+  int selective_offload = 0;
+};
+/// The same with the selective policies: the blocks that copy to the host (offload, then
+/// selective_offload, each kind spread among them) spread evenly from the first block over the
+/// blocks not kept, checkpointed blocks next, selective ones after them, the last blocks kept;
+/// `from_top`: the blocks that copy spread from the last block not kept down (their copies back
+/// are the first the backward needs).
+std::vector<block_policy> arrange_mix(int n_blocks, const mix_counts& c, bool from_top = false);
+
 enum class mix_search { offload_and_checkpoint, checkpoint_only };
 
 struct offload_choice {
@@ -69,7 +97,9 @@ struct offload_choice {
 };
 
 /// The fastest arranged mix whose device peak fits capacity_bytes (ties: fewer host bytes), or
-/// nullopt when none does.
+/// nullopt when none does, over both arrangements of arrange_mix. The selective policies are
+/// searched when in.selective_bytes > 0
+/// (checkpoint_only: selective, not selective_offload).
 std::optional<offload_choice> choose_offload_mix(
     int n_blocks, std::uint64_t capacity_bytes, const offload_inputs& in,
     mix_search search = mix_search::offload_and_checkpoint);
@@ -91,8 +121,8 @@ optimizer_offload_estimate estimate_optimizer_offload(std::uint64_t parameters,
                                                       std::uint64_t chunk_bytes = 64ull << 20);
 
 /// The `--offload` option: none, activations[:N|:MIX], optimizer or both[:N|:MIX] (activations
-/// with optimizer); MIX names every block's policy in forward order, o (offload), c (checkpoint)
-/// or k (keep), e.g. activations:occk.
+/// with optimizer); MIX names every block's policy in forward order, o (offload), c (checkpoint),
+/// k (keep), s (selective) or h (selective-offload), e.g. activations:ocshk.
 struct offload_option {
   bool activations = false;
   int activation_blocks = 0;  ///< blocks to offload; n_blocks when no N was given
