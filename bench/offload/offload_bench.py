@@ -72,10 +72,14 @@ CENSUS_MIN_BYTES = 1 << 16  # compress_activations' min_bytes: the census counts
 # overlap, the three baselines at the cap), then offload with compression against offload alone,
 # the optimizer offload the planner ranks, the capped run without offload, and the one-block
 # offload (for shapes where the planner offloads nothing; it may not fit).
-ORDER = ["reference", "vramkit-act", "vramkit-compute-only", "full-checkpoint", "save-on-cpu", "torchtune-style",
-         "vramkit-act+compress", "vramkit-act+opt", "none-capped", "vramkit-offload1"]
+# (When the planner's mix copies nothing, vramkit-selective-offload, its checkpointed blocks as
+# selective-offload, is the copying mix whose overlap vramkit-compute-only measures.)
+ORDER = ["reference", "vramkit-act", "vramkit-selective-offload", "vramkit-compute-only", "full-checkpoint",
+         "save-on-cpu", "torchtune-style", "vramkit-act+compress", "vramkit-act+opt", "none-capped", "vramkit-offload1"]
 CAPPED = {"vramkit-act", "vramkit-offload1", "vramkit-act+opt", "vramkit-act+compress", "full-checkpoint",
-          "torchtune-style", "save-on-cpu", "none-capped"}
+          "torchtune-style", "save-on-cpu", "none-capped", "vramkit-selective-offload"}
+#: Mixes measured beside the planner's, derived from it (run when derived).
+DERIVED = ("vramkit-selective-offload", "vramkit-offload1")
 # Each run's steps: (warm-up, timed). The baselines that copy every saved tensor each way run one
 # timed step after one warm-up (the warm-up also pins tens of GB of host memory); they are 3-5x
 # slower than vramkit's, so one step ranks them.
@@ -438,7 +442,7 @@ class PhasePeaks:
             out.register_hook(functools.partial(self._grad, i))
 
     def _grad(self, i, grad):
-        self.mark("block %d backward" % (i + 1) if i + 1 < len(self.blocks) else "head and loss backward")
+        self.mark("block %d backward" % i)  # block i's backward starts: what ran before it ends
 
     def mark(self, next_label=None):
         """Closes the phase running now; the next one is called next_label."""
@@ -629,7 +633,7 @@ def run_config(w, name, mix=None):
             phase = "backward"
             if phases is not None:
                 phases.disarm()
-                phases.mark("head and loss backward" if not blocks else "loss backward")
+                phases.mark("head and loss backward")
             loss.backward()
             e.append(_ev())
             phase = "optimizer"
@@ -741,9 +745,10 @@ def offload_tuning(w, mix, name=None):
 def overlap_mix(mixes):
     """(config, mix) whose overlap is measured (vramkit-compute-only runs it with the offloaded
     blocks kept): the planner's mix when it offloads a block, else None."""
-    m = mixes.get("vramkit-act")
-    if m and any(p in offload_plan.TO_HOST for p in m):
-        return "vramkit-act", m
+    for cfg in ("vramkit-act",) + DERIVED:
+        m = mixes.get(cfg)
+        if m and any(p in offload_plan.TO_HOST for p in m):
+            return cfg, m
     return None
 
 
@@ -845,7 +850,8 @@ def planner_choices(plans, shape):
         o = (entry.get("json") or {}).get("offload")
         if o and key[4:] not in out:
             out[key[4:]] = {"mix": o.get("mix"), "allocated_peak_bytes": o.get("allocated_peak_bytes"),
-                            "step_time_s": o.get("step_time_s"), "given": True}
+                            "step_time_s": o.get("step_time_s"), "given": True,
+                            "max_inflight_bytes": o.get("max_inflight_bytes"), "prefetch_blocks": o.get("prefetch_blocks")}
     # The plain configurations: the allocated peak from their own plan (amp-bf16, AdamW), the
     # time from the offload model's estimate for it.
     for cfg in ("reference", "full-checkpoint"):
@@ -903,20 +909,20 @@ def worker(args):
             emit("RESULT", {"config": name, "ok": False, "error": "not run: no reference, so no cap"})
             continue
         mix = None
-        if name in ("vramkit-act", "vramkit-act+opt", "vramkit-act+compress", "vramkit-offload1"):
+        if name in ("vramkit-act", "vramkit-act+opt", "vramkit-act+compress") + DERIVED:
             mix = mixes.get(name)
             if mix is None:
-                if name != "vramkit-offload1":
+                if name not in DERIVED:
                     emit("RESULT", {"config": name, "ok": False, "error": "not run: the planner found no mix for it that fits the cap"})
                 continue
         if name == "vramkit-compute-only":
             # The overlap of the planner's mix (run just before this one); none when it offloads
             # nothing or its run failed.
-            act = mixes.get("vramkit-act")
-            if not overlap_mix(mixes) or "vramkit-act" in failed_configs:
-                emit("RESULT", {"config": name, "ok": False, "error": "not run: the planner's mix offloads no block"})
+            om = overlap_mix(mixes)
+            if not om or om[0] in failed_configs:
+                emit("RESULT", {"config": name, "ok": False, "error": "not run: no mix measured here copies a block"})
                 continue
-            mix = offload_plan.without_copies(act)
+            mix = offload_plan.without_copies(om[1])
         if name == "vramkit-act+compress" and not args.compress:
             continue
         # Rough cost: the steps at a multiple of the reference step, plus pinning for the
@@ -981,6 +987,9 @@ def worker(args):
                 # block's copy does not fit the cap, or costs more than its recompute).
                 n_ck = act.count("checkpoint")
                 mixes["vramkit-offload1"] = offload_plan.arrange(len(act), 1, n_ck - 1)
+                # And its checkpointed blocks selective with their outputs on the host: what
+                # copying only those costs, and how much of it the compute hides.
+                mixes["vramkit-selective-offload"] = ["selective-offload" if p == "checkpoint" else p for p in act]
             if "vramkit-act+compress" not in mixes and "vramkit-act" in mixes:
                 # The lossy fit chose no compression under this cap: the offloading mix measured
                 # here, compressed, against itself uncompressed.
@@ -991,15 +1000,19 @@ def worker(args):
             elif "vramkit-act+compress" in mixes:
                 extra["act+compress_mix"] = "the planner's --allow-lossy fit"
                 extra["lossy_fit_config"] = "vramkit-act+compress"
-            derived = {cfg: (mixes[cfg], False, cfg == "vramkit-act+compress") for cfg in ("vramkit-offload1",
-                                                                                        "vramkit-act+compress")
+            derived = {cfg: (mixes[cfg], False, cfg == "vramkit-act+compress") for cfg in DERIVED + ("vramkit-act+compress",)
                        if cfg in mixes and cfg != extra.get("lossy_fit_config")}
-            act = mixes.get("vramkit-act")
-            if overlap_mix(mixes):
-                derived["vramkit-compute-only"] = (offload_plan.without_copies(act), False, False)
+            om = overlap_mix(mixes)
+            if om:
+                derived["vramkit-compute-only"] = (offload_plan.without_copies(om[1]), False, False)
             if derived and isinstance(plans, dict) and "error" not in plans:
                 try:
                     plans.update(planner_runs(shape, w["cap"] + outside, args.out_dir, probe, mixes=derived))
+                    # The engine settings the planner prints for each derived mix.
+                    for cfg, v in planner_choices(plans, shape).items():
+                        if cfg in derived and v.get("max_inflight_bytes") and v.get("prefetch_blocks"):
+                            w.setdefault("plan_settings", {})[cfg] = {"max_inflight_bytes": v["max_inflight_bytes"],
+                                                                      "prefetch_blocks": v["prefetch_blocks"]}
                 except (OSError, ValueError, RuntimeError) as e:
                     plans["mix-error"] = {"error": str(e)}
             emit("PLAN", {"cap_bytes": w["cap"], "plans": plans, "mixes": mixes, **extra})
@@ -1257,6 +1270,7 @@ def summarize(results):
             lines.append("kernel probe failed (%s): the planner used the GPU catalogue" % kp["error"])
         for cfg, mix in (entry.get("mixes") or {}).items():
             src = {"vramkit-offload1": "one of the planner's checkpointed blocks offloaded, placed by its rule",
+                   "vramkit-selective-offload": "the planner's mix with its checkpointed blocks selective-offload",
                    "vramkit-act+compress": entry.get("act+compress_mix")}.get(cfg) or "vramkit plan --fit"
             run = _by(entry).get(cfg) or {}
             if run.get("prefetch_blocks") or run.get("max_inflight_bytes"):

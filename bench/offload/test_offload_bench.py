@@ -220,3 +220,39 @@ class CpuModel(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PhasePeaksCpu(unittest.TestCase):
+    def test_phases_in_the_order_the_step_runs(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("no torch")
+        from unittest import mock
+
+        from vramkit.activation_offload import find_blocks
+
+        shape = dict(d=32, layers=3, heads=4, ffn=64, vocab=64, batch=2, seq=16)
+        model, loss_fn = ob.build_builtin(shape, "cpu")
+        x = ob.make_tokens(shape, 1, "cpu")[0]
+        # torch.cuda's counters stood in by one that grows with every reading: each phase's peak
+        # is then the reading at its end, and the overall peak the last one.
+        n = iter(range(1, 1000))
+        with mock.patch.object(torch.cuda, "max_memory_allocated", side_effect=lambda: next(n)), \
+                mock.patch.object(torch.cuda, "max_memory_reserved", return_value=5), \
+                mock.patch.object(torch.cuda, "memory_allocated", return_value=1), \
+                mock.patch.object(torch.cuda, "reset_peak_memory_stats"):
+            pp = ob.PhasePeaks(find_blocks(model))
+            pp.arm()
+            loss = loss_fn(model, x)
+            pp.disarm()
+            pp.mark("head and loss backward")
+            loss.backward()
+            pp.mark("optimizer")
+            pp.mark()
+        labels = [p[0] for p in pp.result()["phases"]]
+        self.assertEqual(labels, ["forward", "head and loss backward", "block 2 backward", "block 1 backward",
+                                  "block 0 backward", "optimizer"])
+        self.assertEqual(pp.result()["peak_phase"], "optimizer")
+        self.assertEqual(pp.peak_reserved, 5)
+        self.assertFalse(pp.handles)

@@ -424,16 +424,22 @@ class offload_activations:
                 out.register_hook(functools.partial(_block_backward_hook, weakref.ref(self), self._step, i))
 
     def _block_backward(self, step, i):
-        """The backward of block i begins: drops the device copies of tensors whose copy out has
-        finished since the forward's last block (else they would stay on the device until their
-        own backward), then fetches the offloaded blocks i .. i-prefetch_blocks."""
+        """The backward of block i begins: takes block i's tensors that are still on the device
+        as they are (copy out finished or not: fetching them back would only add a copy), drops
+        the device copies of the other tensors whose copy out has finished since the forward's
+        last block (else they would stay on the device until their own backward), then fetches
+        the offloaded blocks i-1 .. i-prefetch_blocks."""
+        g = step.block_group.get(i)
+        if g is not None and g not in step.entered and step.alive(g):
+            step.entered.add(g)
+            self._fetch_group(step, g, prefetch=False)
         self._release_copied()
-        for j in range(i, max(-1, i - self.prefetch_blocks - 1), -1):
+        for j in range(i - 1, max(-1, i - self.prefetch_blocks - 1), -1):
             g = step.block_group.get(j)
             if g is None or g in step.entered or not step.alive(g):
                 continue
             step.entered.add(g)
-            self._fetch_group(step, g, prefetch=j != i)
+            self._fetch_group(step, g, prefetch=True)
 
     # -- pack ---------------------------------------------------------------------------------
     def _keep_reason(self, t):
@@ -719,9 +725,11 @@ class offload_activations:
             return x
         rec, step = x, x.step
         if rec.group not in step.entered:
-            self._release_copied()  # copies out that finished after the forward's last block
+            # The group's tensors still on the device are used as they are; then the copies out
+            # that finished after the forward's last block release their device memory.
             step.entered.add(rec.group)
             self._fetch_group(step, rec.group, prefetch=False)
+            self._release_copied()
             # Prefetch the next blocks of the backward: lower groups with offloaded tensors.
             i = bisect.bisect_left(step.group_ids, rec.group)
             ahead = 0

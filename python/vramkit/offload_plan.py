@@ -18,6 +18,8 @@ Model (docs/offload.md):
   two.
 """
 
+import math
+
 POLICIES = ("offload", "checkpoint", "keep", "selective", "selective-offload")
 #: Policies that copy a block's saved tensors (all, or the selective ones) to pinned host memory.
 TO_HOST = ("offload", "selective-offload")
@@ -47,7 +49,7 @@ def without_copies(mix):
 
 def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_bytes_per_s,
              other_bytes=0, other_time_s=0.0, window_bytes=512 << 20, prefetch=1, prefetch_blocks=0,
-             selective_bytes=0, t_selective=0.0):
+             selective_bytes=0, t_selective=0.0, windows_per_mix=False):
     """Step time and device/host bytes of one mix (a list of policies, one per block, forward
     order). `selective_bytes`: what a selective block keeps besides its input (its GEMMs' and
     attention's outputs); `t_selective`: its recompute (the memory-bound ops). Returns a dict:
@@ -62,6 +64,13 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
     off = [i for i, p in enumerate(mix) if p in TO_HOST]
     if off and (d2h_bytes_per_s <= 0 or h2d_bytes_per_s <= 0):
         raise ValueError("offload model: the link rates must be positive to offload")
+    if windows_per_mix and off:
+        # The engine settings the plan prints for this mix: two of its largest copies out in
+        # flight, copies back started as many blocks ahead as one takes backward passes, plus one.
+        largest = max(moved)
+        window_bytes = 2 * largest
+        ahead = math.ceil(largest / h2d_bytes_per_s / t_b) + 1 if t_b > 0 else n
+        prefetch_blocks = int(min(max(ahead, 1), n))
 
     def recompute(i):
         return t_f if mix[i] == "checkpoint" else float(t_selective) if mix[i].startswith("selective") else 0.0
@@ -127,17 +136,20 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
     exposed = stall + wait
     kept = (mix.count("keep") * a + mix.count("checkpoint") * float(input_bytes)
             + mix.count("selective") * (sel + float(input_bytes)) + mix.count("selective-offload") * float(input_bytes))
-    transient = max([regrown(i) for i in range(n) if mix[i] not in TO_HOST] + [0.0])
+    # The largest recompute (which also stands for what the head and the loss add when the
+    # forward ends, where other_bytes is anchored), and beside it, what the copy-out window still
+    # holds on the device then.
+    base = max([regrown(i) for i in range(n) if mix[i] not in TO_HOST] + [0.0])
+    transient = base
     if off and prefetch_blocks > 0:
-        # What is still to be copied out when the forward ends (where the forward peaks).
         behind = sum(moved[j] * min(1.0, max(0.0, (done - t_forward) / (moved[j] / d2h_bytes_per_s)))
                      for j, done in outs.items())
-        transient = max(transient, held, min(window_bytes, behind))
+        transient = max(base + min(window_bytes, behind), held)
     elif off:
         # A block fetched with the `prefetch` offloaded blocks below it, beside what it regrows.
         for k in range(len(off)):
             transient = max(transient, regrown(off[k]) + sum(moved[off[j]] for j in range(max(0, k - prefetch), k + 1)))
-        transient = max(transient, min(window_bytes, sum(moved)))
+        transient = max(transient, base + min(window_bytes, sum(moved)))
     return {
         "step_time_s": step,
         "compute_s": compute,
@@ -146,6 +158,8 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
         "overlap": 1.0 - exposed / copies if copies > 0 else 1.0,
         "device_peak_bytes": int(other_bytes + kept + transient),
         "host_pinned_bytes": int(sum(moved)),
+        "window_bytes": int(window_bytes),
+        "prefetch_blocks": prefetch_blocks,
     }
 
 
@@ -175,9 +189,10 @@ def arrange(n_blocks, n_offload, n_checkpoint, n_selective=0, n_selective_offloa
     return mix
 
 
-def choose_mix(n_blocks, capacity_bytes, allow_offload=True, **model):
+def choose_mix(n_blocks, capacity_bytes, allow_offload=True, copy_interference=0.0, **model):
     """The fastest mix under capacity_bytes by the model (ties: fewer host bytes), or None when
-    none fits; the selective policies when model has selective_bytes > 0. Returns (mix,
+    none fits; the selective policies when model has selective_bytes > 0. Mixes are ranked by
+    their step time plus `copy_interference` of their hidden copy time. Returns (mix,
     simulate(mix)). `model` are simulate()'s other arguments."""
     best = None
     sel = model.get("selective_bytes", 0) > 0
@@ -191,7 +206,8 @@ def choose_mix(n_blocks, capacity_bytes, allow_offload=True, **model):
                         r = simulate(mix, **model)
                         if r["device_peak_bytes"] > capacity_bytes:
                             continue
-                        key = (r["step_time_s"], r["host_pinned_bytes"])
+                        hidden = r["copy_s"] - r["exposed_copy_s"]
+                        key = (r["step_time_s"] + copy_interference * hidden, r["host_pinned_bytes"])
                         if best is None or key < best[0]:
                             best = (key, mix, r)
     return (best[1], best[2]) if best else None

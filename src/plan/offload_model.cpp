@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -84,7 +85,14 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
     throw invalid_input("offload model: the link rates must be positive to offload");
   const auto copy_out = [&](int i) { return moved[i] / in.d2h_bytes_per_s; };
   const auto copy_in = [&](int i) { return moved[i] / in.h2d_bytes_per_s; };
-  const auto window = static_cast<double>(in.window_bytes);
+  auto window = static_cast<double>(in.window_bytes);
+  int prefetch_blocks = in.prefetch_blocks;
+  if (in.windows_per_mix && !off.empty()) {
+    const double largest = *std::max_element(moved.begin(), moved.end());
+    window = 2 * largest;
+    const double ahead = t_b > 0 ? std::ceil(largest / in.h2d_bytes_per_s / t_b) + 1 : n;
+    prefetch_blocks = static_cast<int>(std::clamp(ahead, 1.0, static_cast<double>(n)));
+  }
   // The codec's kernels run in blocks whose saved tensors pass the hooks (kept or offloaded).
   const auto codec = [&](int i, double s) {
     return mix[i] == block_policy::keep || mix[i] == block_policy::offload ? s : 0.0;
@@ -137,7 +145,7 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   };
   double held = 0;
   for (int i = n - 1; i >= 0; --i) {
-    for (int j = i; in.prefetch_blocks > 0 && j >= std::max(0, i - in.prefetch_blocks); --j)
+    for (int j = i; prefetch_blocks > 0 && j >= std::max(0, i - prefetch_blocks); --j)
       if (to_host(mix[j])) fetch(j, t);
     if (to_host(mix[i])) {
       fetch(i, t);
@@ -171,15 +179,18 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   const double kept = count(block_policy::keep) * a + n_ck * input +
                       count(block_policy::selective) * (sel + input) +
                       count(block_policy::selective_offload) * input;
-  double transient = 0;
+  // The largest recompute (which also stands for what the head and the loss add when the
+  // forward ends, where other_bytes is anchored), and beside it, what the copy-out window still
+  // holds on the device then.
+  double base = 0;
   for (int i = 0; i < n; ++i)
-    if (!to_host(mix[i])) transient = std::max(transient, regrown(i));
-  if (!off.empty() && in.prefetch_blocks > 0) {
-    // What is still to be copied out when the forward ends, where the forward's peak is.
+    if (!to_host(mix[i])) base = std::max(base, regrown(i));
+  double transient = base;
+  if (!off.empty() && prefetch_blocks > 0) {
     double behind = 0;
     for (const auto& [j, done] : outs)
       behind += moved[j] * std::clamp((done - t_forward) / copy_out(j), 0.0, 1.0);
-    transient = std::max({transient, held, std::min(window, behind)});
+    transient = std::max(base + std::min(window, behind), held);
   } else if (!off.empty()) {
     // A block fetched with the `prefetch` offloaded blocks below it, beside what it regrows.
     const auto n_off = static_cast<int>(off.size());
@@ -188,12 +199,18 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
       for (int j = k; j >= std::max(0, k - in.prefetch); --j) fetched += moved[off[j]];
       transient = std::max(transient, fetched);
     }
-    transient = std::max(transient, std::min(window, moved_all));
+    transient = std::max(transient, base + std::min(window, moved_all));
   }
   e.device_peak_bytes =
       static_cast<std::uint64_t>(static_cast<double>(in.other_bytes) + kept + transient);
   e.host_pinned_bytes = static_cast<std::uint64_t>(moved_all);
+  e.window_bytes = static_cast<std::uint64_t>(window);
+  e.prefetch_blocks = prefetch_blocks;
   return e;
+}
+
+double ranked_step_s(const offload_estimate& e, const offload_inputs& in) noexcept {
+  return e.step_time_s + in.copy_interference * (e.copy_s - e.exposed_copy_s);
 }
 
 std::vector<block_policy> arrange_mix(int n_blocks, int n_offload, int n_checkpoint) {
@@ -242,8 +259,10 @@ std::optional<offload_choice> choose_offload_mix(int n_blocks, std::uint64_t cap
             auto mix = arrange_mix(n_blocks, c, from_top);
             const auto e = simulate_offload(mix, in);
             if (e.device_peak_bytes > capacity_bytes) continue;
-            if (!best || std::tie(e.step_time_s, e.host_pinned_bytes) <
-                             std::tie(best->estimate.step_time_s, best->estimate.host_pinned_bytes))
+            const double t = ranked_step_s(e, in);
+            if (!best ||
+                std::pair(t, e.host_pinned_bytes) <
+                    std::pair(ranked_step_s(best->estimate, in), best->estimate.host_pinned_bytes))
               best = offload_choice{std::move(mix), e};
           }
         }

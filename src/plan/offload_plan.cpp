@@ -21,10 +21,11 @@ namespace {
 constexpr double k_fp8_bytes = 1.0 + 4.0 / 128.0;
 /// Fraction of the HBM rate the pack/unpack kernels reach.
 constexpr double k_kernel_efficiency = 0.7;
-/// Share of a copy hidden behind compute that still lengthens the step: the offload stage's
-/// measured 13.9 ms (overlap 90.8%, docs/results/2026-12-01-h200-third-round.md) over the 213 ms
-/// of copies the model schedules for that mix.
-constexpr double k_copy_interference = 0.065;
+/// Share of a copy hidden behind compute that still lengthens the step: the 1B plan mix of run J
+/// (docs/results/2026-12-01-h200-fourth-round.md) ran 35 ms slower than the same mix with its
+/// offloaded blocks kept, for 0.28 s of copies of which the model exposes 1 ms (12%; run G's
+/// mix: 6.5%, run I's: 4.3%; the largest, so that a copy is chosen only where it pays anyway).
+constexpr double k_copy_interference = 0.12;
 /// Each direction's share of the one-way pinned rate when both directions copy at once: vramkit
 /// probe's bidirectional pinned figure on an H200, 89.96 GB/s against 55.28 one way (0.81).
 constexpr double k_bidirectional_share = 0.81;
@@ -227,6 +228,8 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   s.link = offload_link_for(o, &gpu);
   in.d2h_bytes_per_s = in.h2d_bytes_per_s = s.link.bytes_per_s;
   set_copy_windows(in, s.n_blocks);
+  in.copy_interference = k_copy_interference;
+  in.windows_per_mix = true;
   // Everything but the blocks' saved tensors, anchored to the memory model's plan with full
   // checkpointing (the mixes under a cap are mostly checkpointed): its peak is other + the
   // layers' inputs + one block's recompute.
@@ -278,9 +281,7 @@ offload_plan evaluate_offload(const offload_setup& s, const std::vector<block_po
   p.host_pinned_bytes = p.estimate.host_pinned_bytes + s.optimizer_host_bytes;
   // Copies the schedule hides still slow the compute they overlap (HBM traffic, the engine's
   // per-tensor work in the hooks): a fraction of the hidden copy time shows in the step.
-  const double hidden = p.estimate.copy_s - p.estimate.exposed_copy_s;
-  p.step_time_s = s.micro_batches * (p.estimate.step_time_s + k_copy_interference * hidden) +
-                  s.optimizer_time_s;
+  p.step_time_s = s.micro_batches * ranked_step_s(p.estimate, in) + s.optimizer_time_s;
   return p;
 }
 
@@ -374,8 +375,8 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
     for (auto b : best->mix) c.activation_mix.emplace_back(to_string(b));
     c.compress_activations = best->compress.to_string();
     c.optimizer_offload = best->optimizer;
-    c.offload_max_inflight_bytes = best->setup.inputs.window_bytes;
-    c.offload_prefetch_blocks = best->setup.inputs.prefetch_blocks;
+    c.offload_max_inflight_bytes = best->estimate.window_bytes;
+    c.offload_prefetch_blocks = best->estimate.prefetch_blocks;
     c.reasons.push_back(
         "per block: " + mix_summary(best->mix) +
         " (vramkit.offload_activations), the fastest mix that fits" +
@@ -451,8 +452,8 @@ std::string offload_json(const offload_plan& p) {
       {"block_backward_s", s.inputs.t_bwd_s},
       {"link_bytes_per_s", s.link.bytes_per_s},
       {"link_source", s.link.source},
-      {"max_inflight_bytes", s.inputs.window_bytes},
-      {"prefetch_blocks", s.inputs.prefetch_blocks},
+      {"max_inflight_bytes", p.estimate.window_bytes},
+      {"prefetch_blocks", p.estimate.prefetch_blocks},
       {"kernel_rates", s.compute.rates.source},
   };
   return j.dump(2);

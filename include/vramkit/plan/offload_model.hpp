@@ -54,7 +54,20 @@ struct offload_inputs {
   /// peak counts what is still being copied out when the forward ends (instead of the whole
   /// window) and the offloaded blocks fetched back at once
   int prefetch_blocks = 0;
+  /// Share of the copy time hidden behind compute that still lengthens the step (the copies'
+  /// HBM traffic and the engine's work in the hooks): what choose_offload_mix ranks mixes by
+  /// adds it (simulate_offload leaves it out)
+  double copy_interference = 0;
+  /// true: window_bytes and prefetch_blocks follow the mix, as vramkit's engine settings the plan
+  /// prints: two copies out in flight of the largest block that copies (a whole block's saved
+  /// bytes, or a selective one's), and each copy back started as many blocks ahead as that
+  /// copy takes backward passes of a block, plus one
+  bool windows_per_mix = false;
 };
+
+/// The step time a mix is ranked by: e.step_time_s plus in.copy_interference of the hidden copy
+/// time.
+double ranked_step_s(const struct offload_estimate& e, const offload_inputs& in) noexcept;
 
 struct offload_estimate {
   double step_time_s = 0;     ///< estimated step, compute plus exposed copies
@@ -64,6 +77,8 @@ struct offload_estimate {
   double overlap = 1;         ///< 1 - exposed / copy (1 when nothing is copied)
   std::uint64_t device_peak_bytes = 0;
   std::uint64_t host_pinned_bytes = 0;
+  std::uint64_t window_bytes = 0;  ///< the copy-out window used
+  int prefetch_blocks = 0;         ///< the prefetch depth used
 };
 
 /// The estimate for `mix` (one policy per block, forward order). Throws invalid_input when the

@@ -226,6 +226,7 @@ TEST(OffloadModel, AgreesWithThePythonModelOnSharedCases) {
     in.prefetch_blocks = j.value("prefetch_blocks", 0);
     in.selective_bytes = j.value("selective_bytes", 0ull);
     in.t_selective_s = j.value("t_selective", 0.0);
+    in.windows_per_mix = j.value("windows_per_mix", false);
     const auto e = simulate_offload(mix, in);
     const auto& x = c["expect"];
     const auto near = [](double a, double b) {
@@ -239,6 +240,8 @@ TEST(OffloadModel, AgreesWithThePythonModelOnSharedCases) {
     EXPECT_TRUE(near(e.overlap, x["overlap"]));
     EXPECT_EQ(e.device_peak_bytes, x["device_peak_bytes"].get<std::uint64_t>());
     EXPECT_EQ(e.host_pinned_bytes, x["host_pinned_bytes"].get<std::uint64_t>());
+    EXPECT_EQ(e.window_bytes, x["window_bytes"].get<std::uint64_t>());
+    EXPECT_EQ(e.prefetch_blocks, x["prefetch_blocks"].get<int>());
   }
 }
 

@@ -139,20 +139,52 @@ TEST_F(OffloadPlan, FitOffloadsOnlyWhenItHelps) {
 }
 
 TEST_F(OffloadPlan, LossyFitCompressesWhenThatIsFasterUnderTheCap) {
-  // Half the peak: mostly checkpointed without compression. Compressed blocks are cheaper to
-  // keep (their kernels cost less than a recompute) and to offload (half the bytes), and the
-  // checkpointed ones pay nothing for it, so the lossy fit compresses and is faster.
+  // Half the peak: mostly checkpointed without compression or selective checkpointing.
+  // Compressed blocks are cheaper to keep (their kernels cost less than a recompute) and to
+  // offload (half the bytes), and the checkpointed ones pay nothing for it, so among the mixes
+  // of offload, checkpoint and keep the compressed one is faster.
   const std::uint64_t half = with(0).device_peak_bytes / 2;
-  const auto lossless = fit_offload(m, r, half, false, {}, gpu, default_overheads());
-  const auto lossy = fit_offload(m, r, half, true, {}, gpu, default_overheads());
-  ASSERT_TRUE(lossless && lossy);
-  EXPECT_TRUE(lossy->compress.enabled);
-  EXPECT_LT(lossy->step_time_s, lossless->step_time_s);
-  EXPECT_LE(lossy->device_peak_bytes, half);
+  const auto best = [&](const char* compress) {
+    auto s =
+        make_offload_setup(m, r, parse_compress_option(compress), false, gpu, default_overheads());
+    s.inputs.selective_bytes = 0;  // offload, checkpoint and keep only
+    const auto choice =
+        choose_offload_mix(s.n_blocks, half - s.cache_bytes - s.context_bytes, s.inputs);
+    EXPECT_TRUE(choice);
+    return evaluate_offload(s, choice->mix, parse_compress_option(compress), false);
+  };
+  const auto lossless = best("none"), lossy = best("fp8");
+  EXPECT_LT(lossy.step_time_s, lossless.step_time_s);
+  EXPECT_LE(lossy.device_peak_bytes, half);
   const auto n = [](const offload_plan& p, block_policy b) {
     return std::count(p.mix.begin(), p.mix.end(), b);
   };
-  EXPECT_LT(n(*lossy, block_policy::checkpoint), n(*lossless, block_policy::checkpoint));
+  EXPECT_LT(n(lossy, block_policy::checkpoint), n(lossless, block_policy::checkpoint));
+  // With the selective policies too, the lossy fit is never slower than the lossless one.
+  const auto fit = fit_offload(m, r, half, false, {}, gpu, default_overheads());
+  const auto fit_lossy = fit_offload(m, r, half, true, {}, gpu, default_overheads());
+  ASSERT_TRUE(fit && fit_lossy);
+  EXPECT_LE(fit_lossy->step_time_s, fit->step_time_s);
+  EXPECT_LE(fit->step_time_s, lossless.step_time_s);
+}
+
+TEST_F(OffloadPlan, SelectiveFiguresComeFromTheGemmOutputs) {
+  const auto s = make_offload_setup(m, r, {}, false, gpu, default_overheads());
+  // TinyLlama: d 2048, 32 heads of 64 with 4 KV heads, MLP 5632 (gate and up), bf16 outputs.
+  const double tokens = 8.0 * 2048;
+  const double per_token = (2 * 2048 + 2 * 256 + 2048 + 2 * 5632 + 2048) * 2.0 + 4 * 32;
+  EXPECT_NEAR(static_cast<double>(s.inputs.selective_bytes), tokens * per_token, 1.0);
+  EXPECT_LT(s.inputs.selective_bytes, s.saved_bytes_per_block);
+  EXPECT_GT(s.inputs.t_selective_s, 0.0);
+  EXPECT_LT(s.inputs.t_selective_s, s.inputs.t_fwd_s);
+  const auto keep = with(0);
+  const auto sel =
+      evaluate_offload(s, std::vector<block_policy>(22, block_policy::selective), {}, false);
+  const auto ck = evaluate_offload(s, arrange_mix(22, 0, 22), {}, false);
+  EXPECT_LT(sel.allocated_peak_bytes, keep.allocated_peak_bytes);
+  EXPECT_GT(sel.allocated_peak_bytes, ck.allocated_peak_bytes);
+  EXPECT_LT(sel.step_time_s, ck.step_time_s);
+  EXPECT_GT(sel.step_time_s, keep.step_time_s);
 }
 
 TEST(OffloadPlanOptions, CompressOption) {
