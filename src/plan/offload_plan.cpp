@@ -476,6 +476,8 @@ std::string to_table(const offload_plan& p) {
   };
   const auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
   line("saved activations per block (stored)", b(s.inputs.block_bytes));
+  if (s.inputs.selective_bytes > 0)
+    line("  of them a selective block keeps (GEMM/attention outputs)", b(s.inputs.selective_bytes));
   line("allocated peak with offload", b(p.allocated_peak_bytes));
   line("device peak with offload (nvidia-smi used)", b(p.device_peak_bytes));
   line("pinned host bytes", b(p.host_pinned_bytes));

@@ -104,12 +104,17 @@ class OffloadGpu(unittest.TestCase):
         # kept GEMM/attention outputs themselves: the loss and every gradient equal the run
         # without it bit for bit, with the kept outputs on the device or copied to the host and
         # back (eager attention's matmuls in TinyLM, SDPA in LlamaLike).
-        for make in (lambda: TinyLM(vocab=256, d=256, ffn=768, layers=6),
-                     lambda: LlamaLike(vocab=256, d=256, ffn=768, layers=6, heads=4)):
+        # SDPA's backward may accumulate in a varying order over key blocks: one key block (128
+        # tokens) keeps it deterministic, and the plain run is repeated to check that.
+        for make, seq in ((lambda: TinyLM(vocab=256, d=256, ffn=768, layers=6), 256),
+                          (lambda: LlamaLike(vocab=256, d=256, ffn=768, layers=6, heads=4), 128)):
             torch.manual_seed(0)
             model = make().cuda()
-            tokens = torch.randint(0, 256, (8, 256), device="cuda")
+            tokens = torch.randint(0, 256, (8, seq), device="cuda")
             ref = step(model, tokens)
+            again = step(model, tokens)
+            if not all(torch.equal(a, b) for a, b in zip(ref[1], again[1])):
+                self.skipTest("the plain %s run does not repeat bit for bit on this GPU" % type(model).__name__)
             for mix, ahead in ((["selective"] * 6, 0), (["selective-offload"] * 6, 0),
                                (["selective-offload", "selective", "checkpoint", "offload", "keep", "selective-offload"], 2)):
                 with self.subTest(model=type(model).__name__, mix=mix, prefetch_blocks=ahead):
