@@ -227,6 +227,7 @@ std::vector<block_policy> arrange_mix(int n_blocks, const mix_counts& c, bool fr
         c.offload, c.checkpoint, c.selective, c.selective_offload, n_blocks));
   std::vector<block_policy> mix(static_cast<std::size_t>(n_blocks), block_policy::keep);
   std::vector<int> host;
+  host.reserve(static_cast<std::size_t>(to_host_n));
   for (int k = 0; k < to_host_n; ++k)
     host.push_back(from_top ? span - 1 - (k * span) / to_host_n : (k * span) / to_host_n);
   // Of the blocks not copied, checkpointed ones first, then selective ones.
