@@ -752,6 +752,17 @@ def overlap_mix(mixes):
     return None
 
 
+def selective_offload_mix(mix):
+    """mix with every third of its checkpointed blocks, from the first, selective-offload."""
+    out, k = [], 0
+    for p in mix:
+        if p == "checkpoint":
+            p = "selective-offload" if k % 3 == 0 else p
+            k += 1
+        out.append(p)
+    return out
+
+
 def block_forward_s(w):
     """Median forward time of a block (CUDA events around each block, uncapped, 3 forwards)."""
     import torch
@@ -982,14 +993,15 @@ def worker(args):
                 plans = {"error": str(e)}
             act = mixes.get("vramkit-act")
             if act and not overlap_mix(mixes) and act.count("checkpoint") >= 1:
-                # The planner offloads no block here: one of its checkpointed blocks offloaded
-                # instead, placed by its own rule (the first block), to check its choice (a
-                # block's copy does not fit the cap, or costs more than its recompute).
-                n_ck = act.count("checkpoint")
-                mixes["vramkit-offload1"] = offload_plan.arrange(len(act), 1, n_ck - 1)
-                # And its checkpointed blocks selective with their outputs on the host: what
-                # copying only those costs, and how much of it the compute hides.
-                mixes["vramkit-selective-offload"] = ["selective-offload" if p == "checkpoint" else p for p in act]
+                # The planner copies no block here: its first checkpointed block offloaded
+                # instead, to check its choice (a block's copy does not fit the cap, or costs
+                # more than its recompute).
+                first = act.index("checkpoint")
+                mixes["vramkit-offload1"] = act[:first] + ["offload"] + act[first + 1:]
+                # And every third of its checkpointed blocks (from the first) selective with its
+                # outputs on the host: what copying only those costs, and how much of it the
+                # compute hides (a third: one block's copy out takes about three blocks' forward).
+                mixes["vramkit-selective-offload"] = selective_offload_mix(act)
             if "vramkit-act+compress" not in mixes and "vramkit-act" in mixes:
                 # The lossy fit chose no compression under this cap: the offloading mix measured
                 # here, compressed, against itself uncompressed.
@@ -1269,8 +1281,8 @@ def summarize(results):
         elif kp.get("error"):
             lines.append("kernel probe failed (%s): the planner used the GPU catalogue" % kp["error"])
         for cfg, mix in (entry.get("mixes") or {}).items():
-            src = {"vramkit-offload1": "one of the planner's checkpointed blocks offloaded, placed by its rule",
-                   "vramkit-selective-offload": "the planner's mix with its checkpointed blocks selective-offload",
+            src = {"vramkit-offload1": "the planner's first checkpointed block offloaded",
+                   "vramkit-selective-offload": "the planner's mix with every third checkpointed block selective-offload",
                    "vramkit-act+compress": entry.get("act+compress_mix")}.get(cfg) or "vramkit plan --fit"
             run = _by(entry).get(cfg) or {}
             if run.get("prefetch_blocks") or run.get("max_inflight_bytes"):

@@ -256,3 +256,14 @@ class PhasePeaksCpu(unittest.TestCase):
         self.assertEqual(pp.result()["peak_phase"], "optimizer")
         self.assertEqual(pp.peak_reserved, 5)
         self.assertFalse(pp.handles)
+
+
+class DerivedMixes(unittest.TestCase):
+    def test_selective_offload_mix_takes_every_third_checkpointed_block(self):
+        mix = ["checkpoint"] * 7 + ["selective", "keep"]
+        self.assertEqual(ob.selective_offload_mix(mix),
+                         ["selective-offload", "checkpoint", "checkpoint", "selective-offload", "checkpoint",
+                          "checkpoint", "selective-offload", "selective", "keep"])
+        self.assertEqual(ob.overlap_mix({"vramkit-act": mix}), None)
+        self.assertEqual(ob.overlap_mix({"vramkit-act": mix, "vramkit-selective-offload": ob.selective_offload_mix(mix)})[0],
+                         "vramkit-selective-offload")

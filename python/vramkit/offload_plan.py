@@ -49,12 +49,15 @@ def without_copies(mix):
 
 def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_bytes_per_s,
              other_bytes=0, other_time_s=0.0, window_bytes=512 << 20, prefetch=1, prefetch_blocks=0,
-             selective_bytes=0, t_selective=0.0, windows_per_mix=False):
+             selective_bytes=0, t_selective=0.0, windows_per_mix=False, loss_bytes=0):
     """Step time and device/host bytes of one mix (a list of policies, one per block, forward
     order). `selective_bytes`: what a selective block keeps besides its input (its GEMMs' and
-    attention's outputs); `t_selective`: its recompute (the memory-bound ops). Returns a dict:
+    attention's outputs); `t_selective`: its recompute (the memory-bound ops); `loss_bytes`: what
+    the head and the loss add beside the kept blocks when the forward ends (beyond other_bytes);
+    `windows_per_mix`: window_bytes and prefetch_blocks follow the mix's largest copy. Returns a
+    dict:
     step_time_s, compute_s, copy_s, exposed_copy_s, overlap, device_peak_bytes,
-    host_pinned_bytes."""
+    host_pinned_bytes, window_bytes, prefetch_blocks."""
     for p in mix:
         if p not in POLICIES:
             raise ValueError("offload mix entry %r is not one of %s" % (p, ", ".join(POLICIES)))
@@ -139,7 +142,7 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
     # The largest recompute (which also stands for what the head and the loss add when the
     # forward ends, where other_bytes is anchored), and beside it, what the copy-out window still
     # holds on the device then.
-    base = max([regrown(i) for i in range(n) if mix[i] not in TO_HOST] + [0.0])
+    base = max([regrown(i) for i in range(n) if mix[i] not in TO_HOST] + [float(loss_bytes)])
     transient = base
     if off and prefetch_blocks > 0:
         behind = sum(moved[j] * min(1.0, max(0.0, (done - t_forward) / (moved[j] / d2h_bytes_per_s)))

@@ -182,7 +182,7 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   // The largest recompute (which also stands for what the head and the loss add when the
   // forward ends, where other_bytes is anchored), and beside it, what the copy-out window still
   // holds on the device then.
-  double base = 0;
+  auto base = static_cast<double>(in.loss_bytes);
   for (int i = 0; i < n; ++i)
     if (!to_host(mix[i])) base = std::max(base, regrown(i));
   double transient = base;

@@ -258,11 +258,21 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
     s.optimizer_time_s = est.step_time_s;
   }
   in.other_bytes = static_cast<std::uint64_t>(std::max(0.0, other));
+  in.loss_bytes = in.block_bytes;  // with other_bytes anchored to full checkpointing's peak
   s.other_bytes_without_checkpoint = static_cast<std::uint64_t>(std::max(0.0, other_keep));
   s.cache_bytes = full.reserved_peak_bytes - full.allocated_peak_bytes;
   s.context_bytes = base.context_bytes;
   return s;
 }
+
+namespace {
+
+bool recomputes(block_policy b) {
+  return b == block_policy::checkpoint || b == block_policy::selective ||
+         b == block_policy::selective_offload;
+}
+
+}  // namespace
 
 offload_plan evaluate_offload(const offload_setup& s, const std::vector<block_policy>& mix,
                               const compress_option& c, bool optimizer) {
@@ -272,9 +282,10 @@ offload_plan evaluate_offload(const offload_setup& s, const std::vector<block_po
   p.optimizer = optimizer;
   p.setup = s;
   offload_inputs in = s.inputs;
-  if (std::none_of(mix.begin(), mix.end(),
-                   [](block_policy b) { return b == block_policy::checkpoint; }))
+  if (std::none_of(mix.begin(), mix.end(), recomputes)) {
     in.other_bytes = s.other_bytes_without_checkpoint;
+    in.loss_bytes = 0;
+  }
   p.estimate = simulate_offload(mix, in);
   p.allocated_peak_bytes = p.estimate.device_peak_bytes;
   p.device_peak_bytes = p.allocated_peak_bytes + s.cache_bytes + s.context_bytes;

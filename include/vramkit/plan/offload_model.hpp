@@ -47,7 +47,11 @@ struct offload_inputs {
   double d2h_bytes_per_s = 0;     ///< pinned device-to-host copy rate
   double h2d_bytes_per_s = 0;     ///< pinned host-to-device copy rate
   std::uint64_t other_bytes = 0;  ///< everything else at the peak (states, gradients, logits)
-  double other_time_s = 0;        ///< the rest of the step (head, loss, optimizer)
+  /// What the head and the loss add beside the kept blocks when the forward ends, beyond
+  /// other_bytes (the planner anchors other_bytes so that this is one block's saved bytes when a
+  /// block recomputes; 0 when none does)
+  std::uint64_t loss_bytes = 0;
+  double other_time_s = 0;                    ///< the rest of the step (head, loss, optimizer)
   std::uint64_t window_bytes = 512ull << 20;  ///< copy-out bytes the forward runs ahead of
   int prefetch = 1;                           ///< offloaded blocks fetched ahead in backward
   /// > 0: the backward of block i also fetches the offloaded blocks among i-1 .. i-d, and the

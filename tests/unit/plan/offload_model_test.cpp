@@ -153,8 +153,8 @@ TEST(OffloadModel, SelectiveOffloadMovesOnlyTheKeptOutputs) {
   const auto h = simulate_offload(std::vector<P>(8, P::selective_offload), in);
   const auto o = simulate_offload(std::vector<P>(8, P::offload), in);
   EXPECT_EQ(h.host_pinned_bytes, 8 * (GiB * 3 / 4));
-  const auto kept = static_cast<double>(GiB * 3 / 4);
-  EXPECT_NEAR(h.copy_s, 8 * 2 * kept / 50e9, 1e-12);
+  const std::uint64_t kept = GiB * 3 / 4;
+  EXPECT_NEAR(h.copy_s, 16.0 * static_cast<double>(kept) / 50e9, 1e-12);
   EXPECT_LT(h.copy_s, o.copy_s);
   EXPECT_LT(h.device_peak_bytes,
             simulate_offload(std::vector<P>(8, P::selective), in).device_peak_bytes);
@@ -228,6 +228,7 @@ TEST(OffloadModel, AgreesWithThePythonModelOnSharedCases) {
     in.selective_bytes = j.value("selective_bytes", 0ull);
     in.t_selective_s = j.value("t_selective", 0.0);
     in.windows_per_mix = j.value("windows_per_mix", false);
+    in.loss_bytes = j.value("loss_bytes", 0ull);
     const auto e = simulate_offload(mix, in);
     const auto& x = c["expect"];
     const auto near = [](double a, double b) {
