@@ -402,7 +402,7 @@ def _storage_ptr(t):
 
 
 #: Configurations whose last step records the allocated peak by phase (PhasePeaks).
-PHASED = ("vramkit-act", "vramkit-compute-only", "full-checkpoint", "vramkit-act+opt")
+PHASED = ("vramkit-act", "vramkit-compute-only", "full-checkpoint", "vramkit-act+opt") + DERIVED
 
 
 class PhasePeaks:

@@ -21,7 +21,8 @@ POLICIES = ("offload", "checkpoint", "keep", "selective", "selective-offload")
 #: aten ops whose outputs selective checkpointing keeps: GEMMs and fused attention kernels.
 SELECTIVE_SAVED_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_product_flash_attention",
                        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-                       "_flash_attention_forward", "_efficient_attention_forward")
+                       "_scaled_dot_product_flash_attention_for_cpu", "_flash_attention_forward",
+                       "_efficient_attention_forward")
 
 
 def _storage_ptr(t):
@@ -227,8 +228,8 @@ class offload_activations:
 
     - `blocks`: the model's repeated modules (default: its longest nn.ModuleList).
     - `mix`: one policy per block, "offload", "checkpoint" (torch.utils.checkpoint, non-reentrant),
-      "keep", "selective" or "selective-offload"; or give `offload=` / `checkpoint=` as "all" or sequences of indices or modules
-      (blocks in neither are kept). Default: offload every block.
+      "keep", "selective" or "selective-offload"; or give `offload=` / `checkpoint=` as "all" or
+      sequences of indices or modules (blocks in neither are kept). Default: offload every block.
     - "selective" (torch >= 2.1: checkpoint's context_fn) checkpoints the block but keeps the
       outputs of its GEMMs and fused attention kernels (SELECTIVE_SAVED_OPS; the block's input
       stays too): the backward runs only its memory-bound ops again (norms, rotary, activation,
