@@ -145,9 +145,10 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
     base = max([regrown(i) for i in range(n) if mix[i] not in TO_HOST] + [float(loss_bytes)])
     transient = base
     if off and prefetch_blocks > 0:
-        behind = sum(moved[j] * min(1.0, max(0.0, (done - t_forward) / (moved[j] / d2h_bytes_per_s)))
-                     for j, done in outs.items())
-        transient = max(base + min(window_bytes, behind), held)
+        # The allocator counts on the host, which runs ahead of the device: when the head and the
+        # loss allocate, the engine has not yet seen the last copies out complete and holds up to
+        # its window of them.
+        transient = max(base + min(window_bytes, sum(moved)), held)
     elif off:
         # A block fetched with the `prefetch` offloaded blocks below it, beside what it regrows.
         for k in range(len(off)):

@@ -187,10 +187,10 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
     if (!to_host(mix[i])) base = std::max(base, regrown(i));
   double transient = base;
   if (!off.empty() && prefetch_blocks > 0) {
-    double behind = 0;
-    for (const auto& [j, done] : outs)
-      behind += moved[j] * std::clamp((done - t_forward) / copy_out(j), 0.0, 1.0);
-    transient = std::max(base + std::min(window, behind), held);
+    // The allocator counts on the host, which runs ahead of the device: when the head and the
+    // loss allocate, the engine has not yet seen the last copies out complete and holds up to
+    // its window of them.
+    transient = std::max(base + std::min(window, moved_all), held);
   } else if (!off.empty()) {
     // A block fetched with the `prefetch` offloaded blocks below it, beside what it regrows.
     const auto n_off = static_cast<int>(off.size());
