@@ -25,7 +25,8 @@ sys.path.insert(0, HERE)
 
 GiB = 1 << 30
 MODULES = "mlp,attn,norm"
-CONFIGS = ("vramkit-act", "vramkit-act+compress")
+# The compressed one first: a failure of the other (its own mix's memory) leaves it measured.
+CONFIGS = ("vramkit-act+compress", "vramkit-act")
 
 
 def plan_mixes(shape, capacity, out_dir):
@@ -55,9 +56,10 @@ def summarize(res):
         plan = r.get("plan") or {}
         pa = plan.get("allocated_peak_bytes")
         if not r.get("ok"):
-            lines.append("| %s | %s | %s (at step %s, %s) | %.2f | %s | | %.2f | %s | |" % (
-                r["config"], mix, r.get("error", "?"), (r.get("failed_at") or {}).get("step", "?"),
-                (r.get("failed_at") or {}).get("phase", "?"), r.get("peak_allocated_bytes", 0) / GiB,
+            at = r.get("failed_at")
+            lines.append("| %s | %s | %s%s | %.2f | %s | | %.2f | %s | |" % (
+                r["config"], mix, r.get("error", "?"), " (at step %s, %s)" % (at.get("step"), at.get("phase")) if at else "",
+                r.get("peak_allocated_bytes", 0) / GiB,
                 "%.2f" % (pa / GiB) if pa else "-", r.get("peak_reserved_bytes", 0) / GiB,
                 "%.3f" % plan["step_time_s"] if plan.get("step_time_s") else "-"))
             continue
@@ -84,7 +86,7 @@ def summarize(res):
 def main():
     import compress_bench
 
-    ap = compress_bench.bench_parser(__doc__, "compress-offload.json", 1, 2, 25.0)
+    ap = compress_bench.bench_parser(__doc__, "compress-offload.json", 1, 2, 26.0)
     ap.add_argument("--cap-from", required=True, help="compress_bench.py's JSON (its bf16 run's peak reserved)")
     ap.add_argument("--cap-fraction", type=float, default=0.5)
     t0 = time.time()
@@ -143,7 +145,7 @@ def main():
          "plan_settings": {k: {"max_inflight_bytes": v.get("max_inflight_bytes"),
                                "prefetch_blocks": v.get("prefetch_blocks")} for k, v in chosen.items()}}
     deadline = t0 + args.budget_s
-    per_step = 1.0
+    per_step = 0.6  # about the 1B shape's capped step; the first measured one replaces it
     for name in CONFIGS:
         plan = chosen.get(name)
         if not plan or not plan.get("mix"):
@@ -159,7 +161,7 @@ def main():
         r = offload_bench.run_config(w, name, plan["mix"])
         r["plan"] = plan
         if r.get("step_time_s"):
-            per_step = max(per_step, r["step_time_s"]["median"])
+            per_step = r["step_time_s"]["median"]
         res["configs"].append(r)
         save()
     save()

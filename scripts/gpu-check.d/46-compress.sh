@@ -5,7 +5,7 @@
 # bf16 in the same process, the planner's peak beside the measured one; budget
 # COMPRESS_BENCH_S, default 36 s, hard stop 5 s later), then offload with compression against
 # offload alone under a cap, each with the planner's mix (bench/offload/compress_offload.py,
-# COMPRESS_OFFLOAD_S, default 22 s), then the loss curves of a small model
+# COMPRESS_OFFLOAD_S, default 26 s), then the loss curves of a small model
 # with and without compression against bf16's own run-to-run variation, and per-block gradient
 # error (bench/offload/compress_accuracy.py, what is left of the cap, at most 40 s, hard stop 5 s
 # later). Each writes its JSON and summary as it goes, so a cut-short run keeps what it measured.
@@ -67,7 +67,7 @@ run_part "compress bench" "$bench_md" "${COMPRESS_BENCH_S:-36}" 10 bench/offload
   --shape "${COMPRESS_SHAPE:-1b}" --out "$RESULTS_DIR/compress-bench.json"
 # Offload with compression against offload alone under half the uncompressed run's peak
 # reserved (the bench's bf16 run), each with the planner's mix (bench/offload/compress_offload.py).
-run_part "offload with compression" "$both_md" "${COMPRESS_OFFLOAD_S:-22}" 12 bench/offload/compress_offload.py \
+run_part "offload with compression" "$both_md" "${COMPRESS_OFFLOAD_S:-26}" 12 bench/offload/compress_offload.py \
   --shape "${COMPRESS_SHAPE:-1b}" --cap-from "$RESULTS_DIR/compress-bench.json" \
   --out "$RESULTS_DIR/compress-offload.json"
 run_part "compression accuracy" "$acc_md" 40 12 bench/offload/compress_accuracy.py \
