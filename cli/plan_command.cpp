@@ -212,10 +212,13 @@ void add_request_options(CLI::App* sub, plan::plan_request& r, plan_args& a) {
       },
       "optimizer or params: ZeRO-Offload (CPU optimizer, pinned host states); activations[:N]: "
       "vramkit.offload_activations of N blocks (default all), or [:MIX] with one of o (offload), "
-      "c (checkpoint), k (keep) per block; both[:N|:MIX]: that plus vramkit.OffloadedAdamW");
+      "c (checkpoint), k (keep), s (selective: GEMM/attention outputs kept, memory-bound ops "
+      "recomputed), h (selective, those outputs on the host) per block; both[:N|:MIX]: that plus "
+      "vramkit.OffloadedAdamW");
   sub->add_option("--compress-activations", a.compress,
-                  "fp8[:mlp,attn,norm] or fp8-e5m2[:...]: saved activations stored in 8 bits "
-                  "(vramkit.compress_activations)");
+                  "fp8[:mlp,attn,norm[:recompute]] or fp8-e5m2[:...]: saved activations stored "
+                  "in 8 bits (vramkit.compress_activations; :recompute, compression alone: "
+                  "products and normalized outputs recomputed in backward)");
   sub->add_flag("--allow-lossy", a.allow_lossy,
                 "let --fit consider lossy options (activation compression)");
   add_enum(sub, "--quant", r.quant, &plan::parse_quant,

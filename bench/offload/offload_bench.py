@@ -50,6 +50,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, HERE)  # llama_layout, the built-in model
 
+from vramkit import offload_plan  # noqa: E402 - pure Python, no torch
+
 GiB = 1 << 30
 SHAPES = {
     # 1B class: TinyLlama's width and MLP, 16 blocks (0.95B parameters); 24K tokens a step make
@@ -70,10 +72,16 @@ CENSUS_MIN_BYTES = 1 << 16  # compress_activations' min_bytes: the census counts
 # overlap, the three baselines at the cap), then offload with compression against offload alone,
 # the optimizer offload the planner ranks, the capped run without offload, and the one-block
 # offload (for shapes where the planner offloads nothing; it may not fit).
-ORDER = ["reference", "vramkit-act", "vramkit-compute-only", "full-checkpoint", "save-on-cpu", "torchtune-style",
-         "vramkit-act+compress", "vramkit-act+opt", "none-capped", "vramkit-offload1"]
+# (When the planner's mix copies nothing, vramkit-selective-offload, its checkpointed blocks as
+# selective-offload, is the copying mix whose overlap vramkit-compute-only measures.)
+ORDER = ["reference", "vramkit-act", "vramkit-selective-offload", "vramkit-compute-only", "full-checkpoint",
+         "save-on-cpu", "torchtune-style", "vramkit-act+compress", "vramkit-act+opt", "none-capped", "vramkit-offload1"]
 CAPPED = {"vramkit-act", "vramkit-offload1", "vramkit-act+opt", "vramkit-act+compress", "full-checkpoint",
-          "torchtune-style", "save-on-cpu", "none-capped"}
+          "torchtune-style", "save-on-cpu", "none-capped", "vramkit-selective-offload"}
+#: The configurations whose predicted order the issue asks for.
+RANKED = ("reference", "vramkit-act", "full-checkpoint", "vramkit-act+opt")
+#: Mixes measured beside the planner's, derived from it (run when derived).
+DERIVED = ("vramkit-selective-offload", "vramkit-offload1")
 # Each run's steps: (warm-up, timed). The baselines that copy every saved tensor each way run one
 # timed step after one warm-up (the warm-up also pins tens of GB of host memory); they are 3-5x
 # slower than vramkit's, so one step ranks them.
@@ -395,6 +403,64 @@ def _storage_ptr(t):
     return t.untyped_storage().data_ptr() if hasattr(t, "untyped_storage") else t.storage().data_ptr()
 
 
+#: Configurations whose last step records the allocated peak by phase (PhasePeaks).
+PHASED = ("vramkit-act", "vramkit-compute-only", "full-checkpoint", "vramkit-act+opt") + DERIVED
+
+
+class PhasePeaks:
+    """The allocated peak of one step by phase: the forward (with the head and the loss), the
+    backward up to the start of each block's backward (a hook on the gradient of the block's
+    output), the rest of the backward, the optimizer. torch.cuda's peak is reset at each mark
+    (the caching allocator counts on the host, at allocation), so the step's overall peaks are
+    kept here and restored into the result."""
+
+    def __init__(self, blocks):
+        import torch
+
+        self.torch = torch
+        self.blocks = blocks
+        self.phases = []  # [label, peak allocated bytes, allocated bytes at the mark]
+        self.peak_allocated = torch.cuda.max_memory_allocated()
+        self.peak_reserved = torch.cuda.max_memory_reserved()
+        self.handles = []
+        self.label = "forward"
+        torch.cuda.reset_peak_memory_stats()
+
+    def arm(self):
+        """Hooks on the blocks' outputs for the forward about to run."""
+        for i, b in enumerate(self.blocks):
+            self.handles.append(b.register_forward_hook(functools.partial(self._leave, i)))
+
+    def disarm(self):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def _leave(self, i, module, args, output):
+        out = output
+        while isinstance(out, (tuple, list)) and out:
+            out = out[0]
+        if isinstance(out, self.torch.Tensor) and out.requires_grad:
+            out.register_hook(functools.partial(self._grad, i))
+
+    def _grad(self, i, grad):
+        self.mark("block %d backward" % i)  # block i's backward starts: what ran before it ends
+
+    def mark(self, next_label=None):
+        """Closes the phase running now; the next one is called next_label."""
+        cuda = self.torch.cuda
+        peak = cuda.max_memory_allocated()
+        self.phases.append([self.label, peak, cuda.memory_allocated()])
+        self.peak_allocated = max(self.peak_allocated, peak)
+        self.peak_reserved = max(self.peak_reserved, cuda.max_memory_reserved())
+        cuda.reset_peak_memory_stats()
+        self.label = next_label
+
+    def result(self):
+        top = max(self.phases, key=lambda p: p[1]) if self.phases else None
+        return {"phases": self.phases, "peak_phase": top[0] if top else None}
+
+
 class Census:
     """Saved-tensor hooks that count the bytes autograd saves, each storage once, by where it is
     saved: norm, attention projection input (attn-linear), the attention kernel's own (attn-core),
@@ -521,7 +587,7 @@ def run_config(w, name, mix=None):
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     torch.cuda.reset_accumulated_memory_stats()
-    opt = ctx = comp = census = None
+    opt = ctx = comp = census = phases = None
     hf_ckpt = False
     losses, times, fwd, bwd, optim = [], [], [], [], []
     copy = {"d2h": [0.0, 0], "h2d": [0.0, 0]}
@@ -550,6 +616,9 @@ def run_config(w, name, mix=None):
         elif name == "torchtune-style":
             ctx = torchtune_style(model)
         for step, x in enumerate(tokens):
+            if step == n_steps - 1 and name in PHASED:
+                phases = PhasePeaks(blocks)
+                phases.arm()
             e = [_ev()]
             phase = "forward"
             with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -564,12 +633,19 @@ def run_config(w, name, mix=None):
                     loss = loss_fn(model, x)
             e.append(_ev())
             phase = "backward"
+            if phases is not None:
+                phases.disarm()
+                phases.mark("head and loss backward")
             loss.backward()
             e.append(_ev())
             phase = "optimizer"
+            if phases is not None:
+                phases.mark("optimizer")
             opt.step()
             opt.zero_grad(set_to_none=True)
             e.append(_ev())
+            if phases is not None:
+                phases.mark()
             torch.cuda.synchronize()
             losses.append(loss.item())
             del loss
@@ -595,6 +671,11 @@ def run_config(w, name, mix=None):
     out["losses"] = losses
     out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
     out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    if phases is not None:
+        phases.disarm()
+        out["peak_reserved_bytes"] = max(out["peak_reserved_bytes"], phases.peak_reserved)
+        out["peak_allocated_bytes"] = max(out["peak_allocated_bytes"], phases.peak_allocated)
+        out["phase_peaks"] = phases.result()
     # Near the cap the caching allocator frees its cache and retries (cudaFree synchronizes the
     # device): counted, since it costs time that is neither compute nor copy.
     ms = torch.cuda.memory_stats()
@@ -648,7 +729,7 @@ def offload_tuning(w, mix, name=None):
     assumes) for the mixes it chose, else up to two blocks' copies out in flight (the forward runs
     on while the link drains them), and the copies back started as many blocks ahead as one
     block's copy takes backward passes of a block (about twice its forward), plus one."""
-    n_off = (mix or []).count("offload")
+    n_off = sum(1 for p in (mix or []) if p in offload_plan.TO_HOST)
     planned = (w.get("plan_settings") or {}).get(name) or {}
     if n_off and planned.get("prefetch_blocks") and planned.get("max_inflight_bytes"):
         return {"max_inflight_bytes": int(planned["max_inflight_bytes"]),
@@ -666,10 +747,22 @@ def offload_tuning(w, mix, name=None):
 def overlap_mix(mixes):
     """(config, mix) whose overlap is measured (vramkit-compute-only runs it with the offloaded
     blocks kept): the planner's mix when it offloads a block, else None."""
-    m = mixes.get("vramkit-act")
-    if m and "offload" in m:
-        return "vramkit-act", m
+    for cfg in ("vramkit-act",) + DERIVED:
+        m = mixes.get(cfg)
+        if m and any(p in offload_plan.TO_HOST for p in m):
+            return cfg, m
     return None
+
+
+def selective_offload_mix(mix):
+    """mix with every third of its checkpointed blocks, from the first, selective-offload."""
+    out, k = [], 0
+    for p in mix:
+        if p == "checkpoint":
+            p = "selective-offload" if k % 3 == 0 else p
+            k += 1
+        out.append(p)
+    return out
 
 
 def block_forward_s(w):
@@ -724,7 +817,7 @@ def planner_runs(shape, cap, out_dir, probe, mixes=None):
             "reference": base + h200 + ["--compress-activations", "none", "--json"],
             "full-checkpoint": base + h200 + ["--compress-activations", "none", "--checkpointing", "full", "--json"]}
     if mixes is not None:
-        runs = {"mix:" + cfg: base + h200 + ["--offload", ("both:" if opt else "activations:") + "".join(p[0] for p in mix),
+        runs = {"mix:" + cfg: base + h200 + ["--offload", ("both:" if opt else "activations:") + offload_plan.letters(mix),
                                              "--json"] + (comp if compressed else ["--compress-activations", "none"])
                 for cfg, (mix, opt, compressed) in mixes.items()}
     out = {}
@@ -770,7 +863,8 @@ def planner_choices(plans, shape):
         o = (entry.get("json") or {}).get("offload")
         if o and key[4:] not in out:
             out[key[4:]] = {"mix": o.get("mix"), "allocated_peak_bytes": o.get("allocated_peak_bytes"),
-                            "step_time_s": o.get("step_time_s"), "given": True}
+                            "step_time_s": o.get("step_time_s"), "given": True,
+                            "max_inflight_bytes": o.get("max_inflight_bytes"), "prefetch_blocks": o.get("prefetch_blocks")}
     # The plain configurations: the allocated peak from their own plan (amp-bf16, AdamW), the
     # time from the offload model's estimate for it.
     for cfg in ("reference", "full-checkpoint"):
@@ -828,20 +922,20 @@ def worker(args):
             emit("RESULT", {"config": name, "ok": False, "error": "not run: no reference, so no cap"})
             continue
         mix = None
-        if name in ("vramkit-act", "vramkit-act+opt", "vramkit-act+compress", "vramkit-offload1"):
+        if name in ("vramkit-act", "vramkit-act+opt", "vramkit-act+compress") + DERIVED:
             mix = mixes.get(name)
             if mix is None:
-                if name != "vramkit-offload1":
+                if name not in DERIVED:
                     emit("RESULT", {"config": name, "ok": False, "error": "not run: the planner found no mix for it that fits the cap"})
                 continue
         if name == "vramkit-compute-only":
             # The overlap of the planner's mix (run just before this one); none when it offloads
             # nothing or its run failed.
-            act = mixes.get("vramkit-act")
-            if not act or "offload" not in act or "vramkit-act" in failed_configs:
-                emit("RESULT", {"config": name, "ok": False, "error": "not run: the planner's mix offloads no block"})
+            om = overlap_mix(mixes)
+            if not om or om[0] in failed_configs:
+                emit("RESULT", {"config": name, "ok": False, "error": "not run: no mix measured here copies a block"})
                 continue
-            mix = ["keep" if p == "offload" else p for p in act]
+            mix = offload_plan.without_copies(om[1])
         if name == "vramkit-act+compress" and not args.compress:
             continue
         # Rough cost: the steps at a multiple of the reference step, plus pinning for the
@@ -900,14 +994,16 @@ def worker(args):
             except (OSError, ValueError, RuntimeError) as e:
                 plans = {"error": str(e)}
             act = mixes.get("vramkit-act")
-            if act and "offload" not in act and act.count("checkpoint") >= 1:
-                # The planner offloads no block here: one of its checkpointed blocks offloaded
-                # instead, placed by its own rule (the first block), to check its choice (a
-                # block's copy does not fit the cap, or costs more than its recompute).
-                from vramkit import offload_plan
-
-                n_ck = act.count("checkpoint")
-                mixes["vramkit-offload1"] = offload_plan.arrange(len(act), 1, n_ck - 1)
+            if act and not overlap_mix(mixes) and act.count("checkpoint") >= 1:
+                # The planner copies no block here: its first checkpointed block offloaded
+                # instead, to check its choice (a block's copy does not fit the cap, or costs
+                # more than its recompute).
+                first = act.index("checkpoint")
+                mixes["vramkit-offload1"] = act[:first] + ["offload"] + act[first + 1:]
+                # And every third of its checkpointed blocks (from the first) selective with its
+                # outputs on the host: what copying only those costs, and how much of it the
+                # compute hides (a third: one block's copy out takes about three blocks' forward).
+                mixes["vramkit-selective-offload"] = selective_offload_mix(act)
             if "vramkit-act+compress" not in mixes and "vramkit-act" in mixes:
                 # The lossy fit chose no compression under this cap: the offloading mix measured
                 # here, compressed, against itself uncompressed.
@@ -918,15 +1014,19 @@ def worker(args):
             elif "vramkit-act+compress" in mixes:
                 extra["act+compress_mix"] = "the planner's --allow-lossy fit"
                 extra["lossy_fit_config"] = "vramkit-act+compress"
-            derived = {cfg: (mixes[cfg], False, cfg == "vramkit-act+compress") for cfg in ("vramkit-offload1",
-                                                                                        "vramkit-act+compress")
+            derived = {cfg: (mixes[cfg], False, cfg == "vramkit-act+compress") for cfg in DERIVED + ("vramkit-act+compress",)
                        if cfg in mixes and cfg != extra.get("lossy_fit_config")}
-            act = mixes.get("vramkit-act")
-            if act and "offload" in act:
-                derived["vramkit-compute-only"] = (["keep" if p == "offload" else p for p in act], False, False)
+            om = overlap_mix(mixes)
+            if om:
+                derived["vramkit-compute-only"] = (offload_plan.without_copies(om[1]), False, False)
             if derived and isinstance(plans, dict) and "error" not in plans:
                 try:
                     plans.update(planner_runs(shape, w["cap"] + outside, args.out_dir, probe, mixes=derived))
+                    # The engine settings the planner prints for each derived mix.
+                    for cfg, v in planner_choices(plans, shape).items():
+                        if cfg in derived and v.get("max_inflight_bytes") and v.get("prefetch_blocks"):
+                            w.setdefault("plan_settings", {})[cfg] = {"max_inflight_bytes": v["max_inflight_bytes"],
+                                                                      "prefetch_blocks": v["prefetch_blocks"]}
                 except (OSError, ValueError, RuntimeError) as e:
                     plans["mix-error"] = {"error": str(e)}
             emit("PLAN", {"cap_bytes": w["cap"], "plans": plans, "mixes": mixes, **extra})
@@ -1124,6 +1224,12 @@ def derive(results):
         d["ranking"] = {"predicted": [r["config"] for r in sorted(ranked, key=lambda r: r["predicted_step_s"])],
                         "measured": [r["config"] for r in sorted(ranked, key=lambda r: r["measured_step_s"])]}
         d["ranking"]["same_order"] = d["ranking"]["predicted"] == d["ranking"]["measured"]
+        # The same for the configurations the issue ranks (without the mixes measured beside the
+        # planner's to check it).
+        main = [r for r in ranked if r["config"] in RANKED]
+        d["ranking_main"] = {"predicted": [r["config"] for r in sorted(main, key=lambda r: r["predicted_step_s"])],
+                             "measured": [r["config"] for r in sorted(main, key=lambda r: r["measured_step_s"])]}
+        d["ranking_main"]["same_order"] = d["ranking_main"]["predicted"] == d["ranking_main"]["measured"]
         cap = entry.get("cap_bytes")
         t = d["targets"] = {}
         act = by.get("vramkit-act")
@@ -1183,13 +1289,15 @@ def summarize(results):
         elif kp.get("error"):
             lines.append("kernel probe failed (%s): the planner used the GPU catalogue" % kp["error"])
         for cfg, mix in (entry.get("mixes") or {}).items():
-            src = {"vramkit-offload1": "one of the planner's checkpointed blocks offloaded, placed by its rule",
+            src = {"vramkit-offload1": "the planner's first checkpointed block offloaded",
+                   "vramkit-selective-offload": "the planner's mix with every third checkpointed block selective-offload",
                    "vramkit-act+compress": entry.get("act+compress_mix")}.get(cfg) or "vramkit plan --fit"
             run = _by(entry).get(cfg) or {}
             if run.get("prefetch_blocks") or run.get("max_inflight_bytes"):
                 src += "; engine: prefetch_blocks %s, copy-out window %s GiB" % (
                     run.get("prefetch_blocks", 0), _gib(run.get("max_inflight_bytes")))
-            lines.append("mix of %s (o offload, c checkpoint, k keep): %s (%s)" % (cfg, "".join(x[0] for x in mix), src))
+            lines.append("mix of %s (o offload, c checkpoint, k keep, s selective, h selective-offload): %s (%s)"
+                         % (cfg, offload_plan.letters(mix), src))
         if entry.get("plans") is not None and not entry.get("mixes"):
             lines.append("planner: no offload mix fits the cap")
         for e in entry.get("errors", []):
@@ -1238,12 +1346,23 @@ def summarize(results):
             lines.append("order by step time: predicted %s; measured %s (%s)" % (
                 " < ".join(rk.get("predicted", [])), " < ".join(rk.get("measured", [])),
                 "same order" if rk.get("same_order") else "DIFFERENT order"))
+            rm = d.get("ranking_main") or {}
+            if rm.get("predicted"):
+                lines.append("order of %s: predicted %s; measured %s (%s)" % (
+                    ", ".join(RANKED), " < ".join(rm["predicted"]), " < ".join(rm["measured"]),
+                    "same order" if rm["same_order"] else "DIFFERENT order"))
         if d.get("overlap"):
             o = d["overlap"]
             lines.append("overlap (%s): %s of %.3f s copy time hidden (T_compute %.3f s uncapped with the "
                          "offloaded blocks kept, T_both %.3f s; target >= 80%%)" % (
                              o["config"], "-" if o["overlap"] is None else "%.1f%%" % (100 * o["overlap"]), o["t_copy_s"],
                              o["t_compute_s"], o["t_both_s"]))
+        for cfg in PHASED:
+            pp = (_by(entry).get(cfg) or {}).get("phase_peaks")
+            if pp and pp.get("phases"):
+                top = sorted(pp["phases"], key=lambda p: -p[1])[:3]
+                lines.append("allocated peak by phase (%s, last step): %s" % (
+                    cfg, "; ".join("%s %.2f GiB (%.2f held at its end)" % (p[0], p[1] / GiB, p[2] / GiB) for p in top)))
         t = d.get("targets") or {}
         for base in ("full-checkpoint", "save-on-cpu", "torchtune-style"):
             if "act_vs_" + base in t:

@@ -13,6 +13,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 import compress_accuracy as ca  # noqa: E402
 import compress_bench as cb  # noqa: E402
+import compress_offload as co  # noqa: E402
 
 try:
     import torch
@@ -88,6 +89,35 @@ class Summaries(unittest.TestCase):
         self.assertIn("time budget spent", text)
         self.assertIn("kernels: CUDA kernels not loadable", text)
         self.assertIn("planner: no CLI", text)
+
+
+class OffloadSummary(unittest.TestCase):
+    def run_of(self, name, step, mix="ococ", ok=True):
+        r = {"config": name, "ok": ok, "mix": [{"o": "offload", "c": "checkpoint"}[c] for c in mix],
+             "peak_allocated_bytes": 30 << 30, "peak_reserved_bytes": 32 << 30,
+             "plan": {"allocated_peak_bytes": 29 << 30, "step_time_s": 0.5}}
+        if ok:
+            r.update({"step_time_s": {"median": step, "n": 2}, "losses": [10.0, 9.0]})
+        else:
+            r.update({"error": "out of memory", "failed_at": {"step": 1, "phase": "backward"}})
+        return r
+
+    def test_ratio_and_verdict(self):
+        res = {"cap_bytes": 33 << 30, "cap_fraction": 0.5, "planner_capacity_bytes": 34 << 30,
+               "outside_bytes": 1 << 30, "budget_s": 22, "wall_s": 10,
+               "configs": [self.run_of("vramkit-act", 0.5), self.run_of("vramkit-act+compress", 0.45)]}
+        text = co.summarize(res)
+        self.assertIn("0.900x (target < 1: met)", text)
+        self.assertIn("| vramkit-act | ococ | 0.500 (2) | 30.00 | 29.00 | -3.3% |", text)
+        res["configs"][1] = self.run_of("vramkit-act+compress", 0.55)
+        self.assertIn("1.100x (target < 1: NOT met)", co.summarize(res))
+
+    def test_failed_configuration_is_reported(self):
+        res = {"configs": [self.run_of("vramkit-act", 0.5), self.run_of("vramkit-act+compress", 0, ok=False)]}
+        text = co.summarize(res)
+        self.assertIn("out of memory (at step 1, backward)", text)
+        self.assertIn("not measured (a configuration did not run)", text)
+        self.assertIn("not measured: no cap", co.summarize({"error": "no cap", "configs": []}))
 
 
 if __name__ == "__main__":

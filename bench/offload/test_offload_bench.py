@@ -97,7 +97,7 @@ class Orchestration(unittest.TestCase):
         self.assertTrue(by["full-checkpoint"]["ok"])  # the restarted worker ran the rest
         self.assertEqual([c["config"] for c in e["configs"]].count("reference"), 1)
         self.assertIn("| full-checkpoint | 1.300", text)
-        self.assertIn("mix of vramkit-act (o offload, c checkpoint, k keep): ck (vramkit plan --fit)", text)
+        self.assertIn("mix of vramkit-act (o offload, c checkpoint, k keep, s selective, h selective-offload): ck (vramkit plan --fit)", text)
 
     def test_a_cut_off_run_keeps_what_it_measured(self):
         rc, e, text = self.run_fake("slow", 1)
@@ -220,3 +220,50 @@ class CpuModel(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PhasePeaksCpu(unittest.TestCase):
+    def test_phases_in_the_order_the_step_runs(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("no torch")
+        from unittest import mock
+
+        from vramkit.activation_offload import find_blocks
+
+        shape = dict(d=32, layers=3, heads=4, ffn=64, vocab=64, batch=2, seq=16)
+        model, loss_fn = ob.build_builtin(shape, "cpu")
+        x = ob.make_tokens(shape, 1, "cpu")[0]
+        # torch.cuda's counters stood in by one that grows with every reading: each phase's peak
+        # is then the reading at its end, and the overall peak the last one.
+        n = iter(range(1, 1000))
+        with mock.patch.object(torch.cuda, "max_memory_allocated", side_effect=lambda: next(n)), \
+                mock.patch.object(torch.cuda, "max_memory_reserved", return_value=5), \
+                mock.patch.object(torch.cuda, "memory_allocated", return_value=1), \
+                mock.patch.object(torch.cuda, "reset_peak_memory_stats"):
+            pp = ob.PhasePeaks(find_blocks(model))
+            pp.arm()
+            loss = loss_fn(model, x)
+            pp.disarm()
+            pp.mark("head and loss backward")
+            loss.backward()
+            pp.mark("optimizer")
+            pp.mark()
+        labels = [p[0] for p in pp.result()["phases"]]
+        self.assertEqual(labels, ["forward", "head and loss backward", "block 2 backward", "block 1 backward",
+                                  "block 0 backward", "optimizer"])
+        self.assertEqual(pp.result()["peak_phase"], "optimizer")
+        self.assertEqual(pp.peak_reserved, 5)
+        self.assertFalse(pp.handles)
+
+
+class DerivedMixes(unittest.TestCase):
+    def test_selective_offload_mix_takes_every_third_checkpointed_block(self):
+        mix = ["checkpoint"] * 7 + ["selective", "keep"]
+        self.assertEqual(ob.selective_offload_mix(mix),
+                         ["selective-offload", "checkpoint", "checkpoint", "selective-offload", "checkpoint",
+                          "checkpoint", "selective-offload", "selective", "keep"])
+        self.assertEqual(ob.overlap_mix({"vramkit-act": mix}), None)
+        self.assertEqual(ob.overlap_mix({"vramkit-act": mix, "vramkit-selective-offload": ob.selective_offload_mix(mix)})[0],
+                         "vramkit-selective-offload")

@@ -103,7 +103,10 @@ class Packed:
         self.q, self.scale, self.record = q, scale, record
         self.shape, self.dtype, self.numel, self.fmt = shape, dtype, numel, fmt
         self.backend, self.compile = backend, compile
-        self.decoded = None  # weakref to the restored tensor while backward holds it
+        # The restored tensor, held from its first restore for as long as this Packed lives (as
+        # long as a saved view of it is still to be unpacked): the views of one tensor (q/k/v's
+        # input, gate/up's, a product's factors) are decoded once, not once each.
+        self.decoded = None
         self.event = None  # the encode's completion when it ran on a side stream
         self.ahead = None  # (restored tensor, its decode's event or None), decoded ahead of use
 
@@ -158,28 +161,37 @@ def unpack_tensor(p, q=None, scale=None):
     scale = p.scale if scale is None else scale
     if p.fmt == "bf16":  # a norm's fp32 input kept as bf16
         return q.to(p.dtype).view(p.shape)
-    if p.fmt == "recipe":  # a product recomputed from its saved factors
-        a, b = (restore(f) if isinstance(f, PackedView) else f for f in q)
-        return (a * b).view(p.shape)
+    if p.fmt == "recipe":  # recomputed from the tensors saved beside it (p.backend: the op)
+        args = [restore(f) if isinstance(f, PackedView) else f for f in q]
+        return _RECIPE_OPS[p.backend](*args).view(p.shape)
     if p.event is not None:
         torch.cuda.current_stream(q.device).wait_event(p.event)  # the side stream's encode
     out = fp8_codec.decode(q, scale, p.numel, p.fmt, p.dtype, p.backend, compile=p.compile)
     return out.view(p.shape)
 
 
+# What a recipe recomputes (its Packed's backend names the op), and the same into `out`.
+_RECIPE_OPS = {"mul": torch.mul, "silu": torch.nn.functional.silu}
+_RECIPE_OUT = {"mul": lambda a, b, out: torch.mul(a, b, out=out),
+               "silu": lambda a, out: torch.ops.aten.silu.out(a, out=out)}
+_RECIPE_NODES = {"MulBackward0": ("mul", 2), "SiluBackward0": ("silu", 1)}
+
+
 def restore(view, q=None, scale=None):
     """The saved tensor a PackedView stands for (its base restored once while it is alive)."""
     p = view.packed
-    base = p.decoded() if p.decoded is not None else None
+    base = p.decoded
     if base is None and p.ahead is not None:
         base, ev = p.ahead
-        p.ahead = None  # from now on held by backward alone
+        p.ahead = None
         if ev is not None:
             torch.cuda.current_stream(base.device).wait_event(ev)
-        p.decoded = weakref.ref(base)
+        p.decoded = base
     if base is None:
         base = unpack_tensor(p, q, scale)
-        p.decoded = weakref.ref(base)
+        p.decoded = base
+    if p.record is None and isinstance(p.q, (torch.Tensor, tuple)):
+        p.q = p.scale = None  # restored for good: the payload (a recipe's factors) can go
     if view.shape is None:
         return base
     return base.as_strided(view.shape, view.stride, view.offset)
@@ -208,13 +220,15 @@ class compress_activations:
     - `norm_inputs` ("bf16", default, "fp8" or "exact"): with "norm" selected, a norm's input (in amp
       the fp32 residual stream, which the norm's backward differentiates through) is stored as
       bf16 (a norm's 16-bit input is left as it is) and its other tensors in `fmt`; "fp8" stores
-      the input in `fmt` too, "exact" keeps it as it is. In offloaded blocks the input is copied
-      out as it is.
+      the input in `fmt` too, "exact" keeps it as it is. Offloaded blocks copy that bf16 copy out.
     - `recompute=True` (standalone use only; default False): a saved product of two tensors
       saved in the same forward (RMSNorm's normalized output x * rsqrt, the gated MLP's
-      silu(gate) * up) is not stored: backward recomputes it from them (exact when both were
-      kept as they are). With norm_inputs="exact" a norm's input is kept as it is, so its
-      normalized output is recomputed exactly. The planner does not model it yet.
+      silu(gate) * up) and a saved silu(gate) whose input was saved are not stored: backward
+      recomputes them from those (exact when they were kept as they are; a product of a
+      recomputed silu too). With norm_inputs="exact" a norm's input is kept as it is, so its
+      normalized output is recomputed exactly. With decode_ahead, they are recomputed ahead
+      with the decodes, on the side stream. The planner models it with norm_inputs="exact"
+      (`vramkit plan --compress-activations fp8:MODULES:recompute`).
     - `decode_ahead=d` (default 1): when the backward of block i begins, the tensors of blocks
       i-1 .. i-d are decoded (on a side stream for CUDA tensors), so their decode overlaps
       block i's backward; those decoded tensors occupy the device from then until their use.
@@ -383,13 +397,56 @@ class compress_activations:
         for j in range(i - 1, max(-1, i - 1 - self.decode_ahead), -1):
             for ref in by_block.pop(j, ()):
                 p = ref()
-                if p is None or p.ahead is not None or p.q is None or p.record is not None \
-                        or not isinstance(p.q, torch.Tensor):
-                    continue  # freed, or its payload is offloaded (fetched by the offload engine)
-                if p.decoded is not None and p.decoded() is not None:
-                    continue
-                p.ahead = self._decode_now(p)
+                if p is None or p.ahead is not None or p.decoded is not None or p.record is not None:
+                    continue  # freed, restored already, or its payload is offloaded (the engine's)
+                if p.fmt == "recipe" and isinstance(p.q, tuple):
+                    p.ahead = self._recompute_now(p)
+                elif isinstance(p.q, torch.Tensor):
+                    p.ahead = self._decode_now(p)
+                else:
+                    continue  # its payload moved (offload record)
                 self._stats["decoded_ahead"] += 1
+
+    def _factor_ahead(self, f):
+        """The tensor the recipe factor `f` stands for, for a product computed on the side stream:
+        f itself (kept as it is), or its Packed's restored or decoded-ahead tensor (decoding it
+        ahead now when it is not yet), in f's geometry; None when it is not a CUDA tensor."""
+        if not isinstance(f, PackedView):
+            return f if f.is_cuda else None
+        fp = f.packed
+        base = fp.decoded
+        if base is None:
+            if fp.ahead is None:
+                if fp.fmt == "recipe" and isinstance(fp.q, tuple):
+                    fp.ahead = self._recompute_now(fp)
+                elif fp.backend != "cuda" or not isinstance(fp.q, torch.Tensor):
+                    return None
+                else:
+                    fp.ahead = self._decode_now(fp)
+                self._stats["decoded_ahead"] += 1
+            base = fp.ahead[0]  # written on the side stream: ordered before the product
+        if not base.is_cuda:
+            return None
+        return base if f.shape is None else base.as_strided(f.shape, f.stride, f.offset)
+
+    def _recompute_now(self, p):
+        """A recipe's product computed ahead of use, on the side stream for CUDA factors (on the
+        current stream otherwise): (tensor, event or None)."""
+        factors = [self._factor_ahead(f) for f in p.q]
+        if any(t is None for t in factors):
+            return unpack_tensor(p), None
+        dev = factors[0].device
+        compute = torch.cuda.current_stream(dev)
+        side = self._side(dev)
+        out = torch.empty(p.shape, dtype=p.dtype, device=dev)  # from the compute stream's pool
+        side.wait_stream(compute)
+        with torch.cuda.stream(side):
+            _RECIPE_OUT[p.backend](*factors, out=out)
+        for t in (out, *factors):
+            t.record_stream(side)
+        ev = torch.cuda.Event()
+        ev.record(side)
+        return out, ev
 
     def _decode_now(self, p):
         if p.backend != "cuda":
@@ -487,10 +544,9 @@ class compress_activations:
             if self.norm_inputs == "exact":
                 return None  # kept as it is: its normalized output is recomputed from it
         if kind == "norm" and self.norm_inputs == "bf16" and self._is_scope_input(base):
-            if base.dtype != torch.float32 or store is not None:
-                # Already 16-bit: nothing to gain; offloaded: the engine copies it exactly.
-                return None
-            return self._pack_bf16(t, base, key, kind)
+            if base.dtype != torch.float32:
+                return None  # already 16-bit: nothing to gain
+            return self._pack_bf16(t, base, key, kind, store)
         whole = base.is_contiguous() and base.dtype == t.dtype and base.is_floating_point()
         ck = _cast_key(base) if whole else None
         if ck is not None:
@@ -506,10 +562,16 @@ class compress_activations:
         p = store(x, self) if store is not None else self.pack_contiguous(x)
         return self._record(p, x, t, base, key, kind, whole, ck)
 
-    def _pack_bf16(self, t, base, key, kind):
+    def _pack_bf16(self, t, base, key, kind, store=None):
+        """A norm's fp32 input kept as bf16: on the device, or (`store`, offload) its bf16 copy
+        moved by the engine as it is (`store(x, comp, exact=True)` returns what the engine's
+        unpack fetches)."""
         whole = base.is_contiguous() and base.dtype == t.dtype
         x = base.detach() if whole else t.detach().contiguous()
-        p = Packed(x.to(torch.bfloat16), None, x.shape, x.dtype, x.numel(), "bf16", "cast")
+        low = x.to(torch.bfloat16)
+        if store is not None:
+            low = store(low, self, exact=True)
+        p = Packed(low, None, x.shape, x.dtype, x.numel(), "bf16", "cast")
         self._stats["norm_inputs_bf16"] += 1
         return self._record(p, x, t, base, key, kind, whole, None)
 
@@ -580,10 +642,13 @@ class compress_activations:
             self._nodes[(t.grad_fn, t.output_nr)] = (saved, t._version, tuple(t.shape))
 
     def _recipe(self, base):
-        """A Packed recomputing `base` = a * b in backward when a and b were both saved in this
-        forward (kept as they are, or compressed whole), else None. Exact when both were kept."""
+        """A Packed recomputing `base` in backward from what this forward saved beside it (kept
+        as it is, compressed whole, or recomputed itself), else None: a * b (RMSNorm's
+        x * rsqrt, the gated MLP's silu(gate) * up) or silu(gate). Exact when the factors were
+        kept."""
         fn = base.grad_fn
-        if fn is None or type(fn).__name__ != "MulBackward0" or len(fn.next_functions) != 2:
+        op = _RECIPE_NODES.get(type(fn).__name__) if fn is not None else None
+        if op is None or len(fn.next_functions) != op[1]:
             return None
         factors = []
         for node, nr in fn.next_functions:
@@ -594,15 +659,13 @@ class compress_activations:
             if isinstance(saved, PackedView):
                 if saved.shape is not None and tuple(saved.shape) != tuple(saved.packed.shape):
                     return None  # a view of a larger tensor
-                if saved.packed.fmt == "recipe":
-                    return None  # one level of recomputation
             elif saved._version != version:
                 return None  # changed in place since it was saved
             factors.append(saved)
         if tuple(torch.broadcast_shapes(*(self._nodes[(n, nr)][2] for n, nr in fn.next_functions))) \
                 != tuple(base.shape):
             return None
-        return Packed(tuple(factors), None, base.shape, base.dtype, base.numel(), "recipe", "recipe")
+        return Packed(tuple(factors), None, base.shape, base.dtype, base.numel(), "recipe", op[0])
 
     @staticmethod
     def _unpack_hook(x):

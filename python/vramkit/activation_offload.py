@@ -16,7 +16,13 @@ import torch
 from .pinned_pool import PinnedPool
 
 #: Block policies accepted in `mix`.
-POLICIES = ("offload", "checkpoint", "keep")
+POLICIES = ("offload", "checkpoint", "keep", "selective", "selective-offload")
+
+#: aten ops whose outputs selective checkpointing keeps: GEMMs and fused attention kernels.
+SELECTIVE_SAVED_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_product_flash_attention",
+                       "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+                       "_scaled_dot_product_flash_attention_for_cpu", "_flash_attention_forward",
+                       "_efficient_attention_forward")
 
 
 def _storage_ptr(t):
@@ -73,6 +79,90 @@ def _checkpointed(forward, *args, **kwargs):
     from torch.utils.checkpoint import checkpoint
 
     return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+
+_saved_packets = None
+
+
+def _selective_saved(func):
+    """Whether selective checkpointing keeps the outputs of the aten op `func`."""
+    global _saved_packets
+    if _saved_packets is None:
+        _saved_packets = {getattr(torch.ops.aten, n) for n in SELECTIVE_SAVED_OPS if hasattr(torch.ops.aten, n)}
+    return func.overloadpacket in _saved_packets
+
+
+def _detached(x):
+    """x detached as selective checkpointing caches it (a view the graph does not track)."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    guard = getattr(torch._C, "_SetExcludeDispatchKeyGuard", None)
+    if guard is None:
+        return x.detach()
+    with guard(torch._C.DispatchKey.ADInplaceOrView, False):
+        return x.detach()
+
+
+def _selective_modes(engine, offload):
+    """The (forward, recompute) contexts of one selectively checkpointed block: the forward keeps
+    the outputs of GEMMs and attention kernels (in pinned host memory with `offload`), the
+    recompute in backward returns them in the same order and runs every other op again."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_map
+
+    store = []
+
+    class Save(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if _selective_saved(func):
+                store.append(tree_map(lambda x: engine._selective_store(x, offload), out))  # noqa: SLF001
+            return out
+
+    class Replay(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.next = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not _selective_saved(func):
+                return func(*args, **(kwargs or {}))
+            if self.next >= len(store):
+                raise RuntimeError("offload_activations: a selective block's recompute ran more GEMM/attention ops "
+                                   "than its forward (is the block's forward deterministic?)")
+            saved = store[self.next]
+            store[self.next] = None  # returned once: its memory goes with the graph's use
+            self.next += 1
+            return tree_map(engine._selective_load, saved)  # noqa: SLF001
+
+    return Save(), Replay()
+
+
+class _Kept:
+    """A GEMM/attention output a selective block keeps on the device, with its version."""
+
+    __slots__ = ("tensor", "version")
+
+    def __init__(self, tensor, version):
+        self.tensor, self.version = tensor, version
+
+
+def _has_context_fn():
+    import inspect
+
+    from torch.utils import checkpoint
+
+    try:
+        return "context_fn" in inspect.signature(checkpoint.checkpoint).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _selective(engine, offload, forward, *args, **kwargs):
+    from torch.utils.checkpoint import checkpoint
+
+    return checkpoint(forward, *args, use_reentrant=False,
+                      context_fn=functools.partial(_selective_modes, engine, offload), **kwargs)
 
 
 class _Step:
@@ -137,9 +227,16 @@ class offload_activations:
             loss.backward()
 
     - `blocks`: the model's repeated modules (default: its longest nn.ModuleList).
-    - `mix`: one policy per block, "offload", "checkpoint" (torch.utils.checkpoint, non-reentrant)
-      or "keep"; or give `offload=` / `checkpoint=` as "all" or sequences of indices or modules
-      (blocks in neither are kept). Default: offload every block.
+    - `mix`: one policy per block, "offload", "checkpoint" (torch.utils.checkpoint, non-reentrant),
+      "keep", "selective" or "selective-offload"; or give `offload=` / `checkpoint=` as "all" or
+      sequences of indices or modules (blocks in neither are kept). Default: offload every block.
+    - "selective" (torch >= 2.1: checkpoint's context_fn) checkpoints the block but keeps the
+      outputs of its GEMMs and fused attention kernels (SELECTIVE_SAVED_OPS; the block's input
+      stays too): the backward runs only its memory-bound ops again (norms, rotary, activation,
+      products, residual adds), as PyTorch's selective activation checkpointing does with such a
+      policy. "selective-offload" also moves those outputs (those of at least `min_bytes`) to the
+      pinned pool like an offloaded block's tensors, prefetched back the same way. The recompute
+      runs the same kernels on the same inputs, so gradients equal the keep run's.
     - `outside`: "keep" or "offload" for tensors saved outside the blocks (default "keep" with a
       model, "offload" without one, when every saved tensor is its own group).
     - Parameters, views of parameters, buffers and tensors under `min_bytes` stay where they are.
@@ -194,6 +291,9 @@ class offload_activations:
                 if p not in POLICIES:
                     raise ValueError("offload_activations: mix entry %r is not one of %s" % (p, ", ".join(POLICIES)))
             self.mix = mix
+            if any(p in ("selective", "selective-offload") for p in mix) and not _has_context_fn():
+                raise ValueError("offload_activations: the selective policies need torch.utils.checkpoint's "
+                                 "context_fn (torch >= 2.1); this is torch %s" % torch.__version__)
         else:
             off = _resolve("all" if offload is None and checkpoint is None else offload, self.blocks, "offload")
             ck = _resolve(checkpoint, self.blocks, "checkpoint")
@@ -239,7 +339,7 @@ class offload_activations:
             "packed": 0, "offloaded": 0, "offloaded_bytes": 0, "deduplicated": 0,
             "kept": {"small": 0, "parameter": 0, "device": 0, "block": 0, "outside": 0},
             "fetched": 0, "fetched_bytes": 0, "from_stash": 0, "prefetched": 0,
-            "forward_waits": 0, "fetch_order": [],
+            "forward_waits": 0, "fetch_order": [], "selective_saved": 0, "selective_kept_bytes": 0,
         }
 
     def stats(self):
@@ -277,10 +377,13 @@ class offload_activations:
         for i, b in enumerate(self.blocks):
             self._handles.append(b.register_forward_pre_hook(functools.partial(self._enter_block, i)))
             self._handles.append(b.register_forward_hook(functools.partial(self._leave_block, i)))
-            if self.mix[i] == "checkpoint":
+            if self.mix[i] in ("checkpoint", "selective", "selective-offload"):
                 had = "forward" in b.__dict__
                 self._patched.append((b, had, b.__dict__.get("forward")))
-                b.forward = functools.partial(_checkpointed, b.forward)
+                if self.mix[i] == "checkpoint":
+                    b.forward = functools.partial(_checkpointed, b.forward)
+                else:
+                    b.forward = functools.partial(_selective, self, self.mix[i] == "selective-offload", b.forward)
         if self.compress is not None:
             self.compress._arm()  # noqa: SLF001 - the compressor's module scopes
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
@@ -322,16 +425,22 @@ class offload_activations:
                 out.register_hook(functools.partial(_block_backward_hook, weakref.ref(self), self._step, i))
 
     def _block_backward(self, step, i):
-        """The backward of block i begins: drops the device copies of tensors whose copy out has
-        finished since the forward's last block (else they would stay on the device until their
-        own backward), then fetches the offloaded blocks i .. i-prefetch_blocks."""
+        """The backward of block i begins: takes block i's tensors that are still on the device
+        as they are (copy out finished or not: fetching them back would only add a copy), drops
+        the device copies of the other tensors whose copy out has finished since the forward's
+        last block (else they would stay on the device until their own backward), then fetches
+        the offloaded blocks i-1 .. i-prefetch_blocks."""
+        g = step.block_group.get(i)
+        if g is not None and g not in step.entered and step.alive(g):
+            step.entered.add(g)
+            self._fetch_group(step, g, prefetch=False)
         self._release_copied()
-        for j in range(i, max(-1, i - self.prefetch_blocks - 1), -1):
+        for j in range(i - 1, max(-1, i - self.prefetch_blocks - 1), -1):
             g = step.block_group.get(j)
             if g is None or g in step.entered or not step.alive(g):
                 continue
             step.entered.add(g)
-            self._fetch_group(step, g, prefetch=j != i)
+            self._fetch_group(step, g, prefetch=True)
 
     # -- pack ---------------------------------------------------------------------------------
     def _keep_reason(self, t):
@@ -419,12 +528,16 @@ class offload_activations:
         st["offloaded_bytes"] += rec.nbytes
         return rec
 
-    def _store_compressed(self, x, comp):
+    def _store_compressed(self, x, comp, exact=False):
         """A Packed of the contiguous tensor x whose payload lives in pinned memory: encoded on
         the device and copied out like any tensor, or with fused_encode (and the CUDA kernels)
-        encoded on the copy stream straight into the pinned buffer."""
+        encoded on the copy stream straight into the pinned buffer. `exact=True`: x (a norm's
+        input cast to bf16) copied out as it is; returns its record."""
         from . import fp8_codec
         from .activation_compress import Packed
+
+        if exact:
+            return self._offload(x)
 
         backend = comp.backend_for(x.device)
         n = x.numel()
@@ -520,6 +633,32 @@ class offload_activations:
             self._stats["forward_waits"] += 1
         self._inflight = [weakref.ref(r) for r in keep]
 
+    # -- selective checkpointing ---------------------------------------------------------------
+    def _selective_store(self, x, offload):
+        """What a selective block keeps of one output of a GEMM or attention kernel: the tensor
+        (detached), or with `offload` and at least min_bytes on the GPU, its record (the copy
+        out starts now; prefetched back with the block's group like any offloaded tensor)."""
+        if not isinstance(x, torch.Tensor):
+            return x
+        st = self._stats
+        st["selective_saved"] += 1
+        if offload and x.device.type == "cuda" and x.numel() * x.element_size() >= self.min_bytes:
+            return self._offload(x)
+        st["selective_kept_bytes"] += x.numel() * x.element_size()
+        return _Kept(_detached(x), x._version)
+
+    def _selective_load(self, saved):
+        """The tensor _selective_store kept, for the recompute in backward."""
+        if isinstance(saved, _Record):
+            return self._unpack(saved)
+        if isinstance(saved, _Kept):
+            t = saved.tensor
+            if t._version != saved.version:
+                raise RuntimeError("offload_activations: a selective block's GEMM/attention output was modified in "
+                                   "place after the op; keep or checkpoint that block")
+            return t
+        return saved
+
     # -- unpack -------------------------------------------------------------------------------
     def _fetch(self, rec, prefetch):
         if rec.device_tensor is not None:
@@ -591,9 +730,11 @@ class offload_activations:
             return x
         rec, step = x, x.step
         if rec.group not in step.entered:
-            self._release_copied()  # copies out that finished after the forward's last block
+            # The group's tensors still on the device are used as they are; then the copies out
+            # that finished after the forward's last block release their device memory.
             step.entered.add(rec.group)
             self._fetch_group(step, rec.group, prefetch=False)
+            self._release_copied()
             # Prefetch the next blocks of the backward: lower groups with offloaded tensors.
             i = bisect.bisect_left(step.group_ids, rec.group)
             ahead = 0

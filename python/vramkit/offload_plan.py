@@ -18,20 +18,69 @@ Model (docs/offload.md):
   two.
 """
 
-POLICIES = ("offload", "checkpoint", "keep")
+import math
+
+POLICIES = ("offload", "checkpoint", "keep", "selective", "selective-offload")
+#: Policies that copy a block's saved tensors (all, or the selective ones) to pinned host memory.
+TO_HOST = ("offload", "selective-offload")
+#: The one-letter spelling of each policy (`vramkit plan --offload activations:MIX`).
+LETTERS = {"offload": "o", "checkpoint": "c", "keep": "k", "selective": "s", "selective-offload": "h"}
+
+
+def letters(mix):
+    """The mix spelt as `vramkit plan --offload activations:MIX` takes it, e.g. "ocshk"."""
+    return "".join(LETTERS[p] for p in mix)
+
+
+def from_letters(text):
+    """The mix a string of letters names; ValueError naming the first unknown letter."""
+    names = {v: k for k, v in LETTERS.items()}
+    for ch in text:
+        if ch not in names:
+            raise ValueError("offload mix letter %r is not one of %s" % (ch, ", ".join(names)))
+    return [names[ch] for ch in text]
+
+
+def without_copies(mix):
+    """The mix with nothing copied to the host: offloaded blocks kept, selective-offload ones
+    selective (what the copies cost is the difference in step time)."""
+    return [{"offload": "keep", "selective-offload": "selective"}.get(p, p) for p in mix]
 
 
 def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_bytes_per_s,
-             other_bytes=0, other_time_s=0.0, window_bytes=512 << 20, prefetch=1, prefetch_blocks=0):
+             other_bytes=0, other_time_s=0.0, window_bytes=512 << 20, prefetch=1, prefetch_blocks=0,
+             selective_bytes=0, t_selective=0.0, windows_per_mix=False, loss_bytes=0):
     """Step time and device/host bytes of one mix (a list of policies, one per block, forward
-    order). Returns a dict: step_time_s, compute_s, copy_s, exposed_copy_s, overlap,
-    device_peak_bytes, host_pinned_bytes."""
+    order). `selective_bytes`: what a selective block keeps besides its input (its GEMMs' and
+    attention's outputs); `t_selective`: its recompute (the memory-bound ops); `loss_bytes`: what
+    the head and the loss add beside the kept blocks when the forward ends (beyond other_bytes);
+    `windows_per_mix`: window_bytes and prefetch_blocks follow the mix's largest copy. Returns a
+    dict:
+    step_time_s, compute_s, copy_s, exposed_copy_s, overlap, device_peak_bytes,
+    host_pinned_bytes, window_bytes, prefetch_blocks."""
     for p in mix:
         if p not in POLICIES:
             raise ValueError("offload mix entry %r is not one of %s" % (p, ", ".join(POLICIES)))
     n = len(mix)
-    a, t_f, t_b = float(block_bytes), float(t_fwd), float(t_bwd)
-    copy_out, copy_in = a / d2h_bytes_per_s, a / h2d_bytes_per_s
+    a, sel, t_f, t_b = float(block_bytes), float(selective_bytes), float(t_fwd), float(t_bwd)
+    moved = [a if p == "offload" else sel if p == "selective-offload" else 0.0 for p in mix]
+    off = [i for i, p in enumerate(mix) if p in TO_HOST]
+    if off and (d2h_bytes_per_s <= 0 or h2d_bytes_per_s <= 0):
+        raise ValueError("offload model: the link rates must be positive to offload")
+    if windows_per_mix and off:
+        # The engine settings the plan prints for this mix: two of its largest copies out in
+        # flight, copies back started as many blocks ahead as one takes backward passes, plus one.
+        largest = max(moved)
+        window_bytes = 2 * largest
+        ahead = math.ceil(largest / h2d_bytes_per_s / t_b) + 1 if t_b > 0 else n
+        prefetch_blocks = int(min(max(ahead, 1), n))
+
+    def recompute(i):
+        return t_f if mix[i] == "checkpoint" else float(t_selective) if mix[i].startswith("selective") else 0.0
+
+    def regrown(i):
+        return a if mix[i] == "checkpoint" else a - sel if mix[i].startswith("selective") else 0.0
+
     # Forward. A block's tensors are produced, and copied out, while it runs: its copy starts
     # with the block (or when the link frees up) and ends no earlier than the block. The forward
     # stalls while more than `window` bytes wait for the link.
@@ -42,8 +91,8 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
     for i, p in enumerate(mix):
         start = t
         t += t_f
-        if p == "offload":
-            link = max(max(link, start) + copy_out, t)
+        if p in TO_HOST:
+            link = max(max(link, start) + moved[i] / d2h_bytes_per_s, t)
             outs[i] = link
             behind = (link - t) * d2h_bytes_per_s
             if behind > window_bytes:
@@ -52,7 +101,6 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
                 t += wait_s
     t_forward = t
     # Backward, top block first. A copy in may start once the block's copy out has finished.
-    off = [i for i, p in enumerate(mix) if p == "offload"]
     ready = {}
     link_in = 0.0
     t = t_forward
@@ -65,16 +113,16 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
         if outs[j] > now and j == off[-1]:
             ready[j] = now  # still on the device in the copy-out window: used as is
             return
-        link_in = max(link_in, now, outs[j]) + copy_in
+        link_in = max(link_in, now, outs[j]) + moved[j] / h2d_bytes_per_s
         ready[j] = link_in
 
     held = 0.0  # most bytes fetched back and not yet through their backward, with a recompute
     for i in reversed(range(n)):
         if prefetch_blocks > 0:
             for j in range(i, max(0, i - prefetch_blocks) - 1, -1):
-                if mix[j] == "offload":
+                if mix[j] in TO_HOST:
                     fetch(j, t)
-        if mix[i] == "offload":
+        if mix[i] in TO_HOST:
             fetch(i, t)
             k = off.index(i)
             for j in reversed(off[max(0, k - prefetch):k]):
@@ -82,22 +130,30 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
             if ready[i] > t:
                 wait += ready[i] - t
                 t = ready[i]
-        held = max(held, (sum(1 for j in ready if j <= i) + (mix[i] == "checkpoint")) * a)
-        t += t_b + (t_f if mix[i] == "checkpoint" else 0.0)
-    compute = n * (t_f + t_b) + mix.count("checkpoint") * t_f + other_time_s
+        held = max(held, sum(moved[j] for j in ready if j <= i) + regrown(i))
+        t += t_b + recompute(i)
+    n_sel = sum(1 for p in mix if p.startswith("selective"))
+    compute = n * (t_f + t_b) + mix.count("checkpoint") * t_f + n_sel * float(t_selective) + other_time_s
     step = t + other_time_s
-    copies = len(off) * (copy_out + copy_in)
+    copies = sum(moved[j] / d2h_bytes_per_s + moved[j] / h2d_bytes_per_s for j in off)
     exposed = stall + wait
-    kept = mix.count("keep") * a + mix.count("checkpoint") * float(input_bytes)
-    transient = 0.0
-    if "checkpoint" in mix:
-        transient = max(transient, a)
+    kept = (mix.count("keep") * a + mix.count("checkpoint") * float(input_bytes)
+            + mix.count("selective") * (sel + float(input_bytes)) + mix.count("selective-offload") * float(input_bytes))
+    # The largest recompute (which also stands for what the head and the loss add when the
+    # forward ends, where other_bytes is anchored), and beside it, what the copy-out window still
+    # holds on the device then.
+    base = max([regrown(i) for i in range(n) if mix[i] not in TO_HOST] + [float(loss_bytes)])
+    transient = base
     if off and prefetch_blocks > 0:
-        # What is still to be copied out when the forward ends (where the forward peaks).
-        behind = sum(a * min(1.0, max(0.0, (done - t_forward) / copy_out)) for done in outs.values())
-        transient = max(transient, held, min(window_bytes, behind))
+        # The allocator counts on the host, which runs ahead of the device: when the head and the
+        # loss allocate, the engine has not yet seen the last copies out complete and holds up to
+        # its window of them.
+        transient = max(base + min(window_bytes, sum(moved)), held)
     elif off:
-        transient = max(transient, min(len(off), 1 + prefetch) * a, min(window_bytes, len(off) * a))
+        # A block fetched with the `prefetch` offloaded blocks below it, beside what it regrows.
+        for k in range(len(off)):
+            transient = max(transient, regrown(off[k]) + sum(moved[off[j]] for j in range(max(0, k - prefetch), k + 1)))
+        transient = max(transient, base + min(window_bytes, sum(moved)))
     return {
         "step_time_s": step,
         "compute_s": compute,
@@ -105,43 +161,59 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
         "exposed_copy_s": exposed,
         "overlap": 1.0 - exposed / copies if copies > 0 else 1.0,
         "device_peak_bytes": int(other_bytes + kept + transient),
-        "host_pinned_bytes": int(len(off) * a),
+        "host_pinned_bytes": int(sum(moved)),
+        "window_bytes": int(window_bytes),
+        "prefetch_blocks": prefetch_blocks,
     }
 
 
-def arrange(n_blocks, n_offload, n_checkpoint):
-    """The mix with these counts the model favours: offloaded blocks spread evenly from the first
-    block (their copies drain during the blocks between), checkpointed blocks next, the last
-    blocks kept (their tensors are needed first in backward, with nothing to hide a copy)."""
-    if n_offload < 0 or n_checkpoint < 0 or n_offload + n_checkpoint > n_blocks:
-        raise ValueError("offload mix: %d offloaded + %d checkpointed blocks exceed %d blocks"
-                         % (n_offload, n_checkpoint, n_blocks))
-    mix = [None] * n_blocks
-    span = n_offload + n_checkpoint
-    if n_offload:
-        for k in range(n_offload):
-            mix[(k * span) // n_offload] = "offload"
+def arrange(n_blocks, n_offload, n_checkpoint, n_selective=0, n_selective_offload=0, from_top=False):
+    """The mix with these counts the model favours: the blocks that copy to the host (offload,
+    then selective-offload, each kind spread among them) spread evenly from the first block over
+    the blocks not kept (their copies drain during the blocks between; `from_top`: from the last
+    block not kept down), checkpointed blocks next, selective ones after them, the last blocks
+    kept (their tensors are needed first in backward, with nothing to hide a copy)."""
+    counts = (n_offload, n_checkpoint, n_selective, n_selective_offload)
+    to_host = n_offload + n_selective_offload
+    span = to_host + n_checkpoint + n_selective
+    if min(counts) < 0 or span > n_blocks:
+        raise ValueError("offload mix: %d offloaded + %d checkpointed + %d selective + %d selective-offload blocks "
+                         "exceed %d blocks" % (counts + (n_blocks,)))
+    mix = ["keep"] * n_blocks
+    host = [span - 1 - (k * span) // to_host if from_top else (k * span) // to_host for k in range(to_host)]
+    rest = 0
     for i in range(span):
-        if mix[i] is None:
-            mix[i] = "checkpoint"
-    for i in range(span, n_blocks):
-        mix[i] = "keep"
+        if i not in host:
+            mix[i] = "checkpoint" if rest < n_checkpoint else "selective"
+            rest += 1
+    for i in host:
+        mix[i] = "selective-offload"
+    for k in range(n_offload):
+        mix[host[(k * to_host) // n_offload]] = "offload"
     return mix
 
 
-def choose_mix(n_blocks, capacity_bytes, allow_offload=True, **model):
+def choose_mix(n_blocks, capacity_bytes, allow_offload=True, copy_interference=0.0, **model):
     """The fastest mix under capacity_bytes by the model (ties: fewer host bytes), or None when
-    none fits. Returns (mix, simulate(mix)). `model` are simulate()'s other arguments."""
+    none fits; the selective policies when model has selective_bytes > 0. Mixes are ranked by
+    their step time plus `copy_interference` of their hidden copy time. Returns (mix,
+    simulate(mix)). `model` are simulate()'s other arguments."""
     best = None
+    sel = model.get("selective_bytes", 0) > 0
     for n_off in range(n_blocks + 1 if allow_offload else 1):
-        for n_ck in range(n_blocks - n_off + 1):
-            mix = arrange(n_blocks, n_off, n_ck)
-            r = simulate(mix, **model)
-            if r["device_peak_bytes"] > capacity_bytes:
-                continue
-            key = (r["step_time_s"], r["host_pinned_bytes"])
-            if best is None or key < best[0]:
-                best = (key, mix, r)
+        for n_soff in range(n_blocks - n_off + 1 if allow_offload and sel else 1):
+            left = n_blocks - n_off - n_soff
+            for n_ck in range(left + 1):
+                for n_sel in range(left - n_ck + 1 if sel else 1):
+                    for top in ((False, True) if n_off + n_soff else (False,)):
+                        mix = arrange(n_blocks, n_off, n_ck, n_sel, n_soff, from_top=top)
+                        r = simulate(mix, **model)
+                        if r["device_peak_bytes"] > capacity_bytes:
+                            continue
+                        hidden = r["copy_s"] - r["exposed_copy_s"]
+                        key = (r["step_time_s"] + copy_interference * hidden, r["host_pinned_bytes"])
+                        if best is None or key < best[0]:
+                            best = (key, mix, r)
     return (best[1], best[2]) if best else None
 
 

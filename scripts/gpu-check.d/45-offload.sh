@@ -5,8 +5,9 @@
 # planner's cost model, the JSON and summary rewritten after every configuration, so a cut-short
 # run keeps what it measured; budget: what is left of the 170 s after the checks, hard stop 6 s
 # later), after the correctness checks the figures rest on, run first (gradients bit for bit
-# equal with and without offload, prefetch_blocks included; the side-stream encode equal to the
-# in-line one), hard stop 20 s. Compression alone and its accuracy are the compress stage's
+# equal with and without offload, prefetch_blocks included, and with selective checkpointing, its
+# outputs on the device or the host; the side-stream encode equal to the in-line one), hard stop
+# 28 s. Compression alone and its accuracy are the compress stage's
 # (46-compress). The other GPU tests of the Python package and of the codec run in the gpu-tests
 # stage. Writes RESULTS_DIR/offload-summary.md, offload-bench.json; the summary is written
 # whatever step was cut.
@@ -54,7 +55,7 @@ cap_s=${OFFLOAD_STAGE_CAP_S:-170}
 left() { echo $(( cap_s - ($(date +%s) - started) )); }
 # Correctness of what was timed: the engine's gradients bit for bit (every mix, prefetch_blocks
 # included) and the side-stream encode against the in-line one.
-checks_s=20
+checks_s=28
 checks_status=0
 {
   echo
@@ -62,6 +63,7 @@ checks_status=0
   if [ "$checks_s" -ge 5 ]; then
     ( cd tests/python && PYTHONUNBUFFERED=1 timeout "$checks_s" python3 -m unittest -v \
         test_offload_gpu.OffloadGpu.test_gradients_bitwise_equal_with_offload \
+        test_offload_gpu.OffloadGpu.test_selective_gradients_bitwise_equal \
         test_compress_gpu.CudaSteps.test_side_stream_encode_equals_the_current_stream_one 2>&1 ) \
       | grep -E "\.\.\. (ok|FAIL|ERROR|skipped)|^(OK|FAILED)" | sed 's/^/- /'
     [ "${PIPESTATUS[0]}" -eq 0 ] || checks_status=1

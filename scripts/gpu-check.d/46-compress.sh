@@ -3,11 +3,14 @@
 # against a device copy of the same bytes, round trips checked against fp8's bound and the torch
 # backend's bits; step time, saved bytes and peak allocated with each module selection against
 # bf16 in the same process, the planner's peak beside the measured one; budget
-# COMPRESS_BENCH_S, default 42 s, hard stop 5 s later), then the loss curves of a small model
+# COMPRESS_BENCH_S, default 36 s, hard stop 5 s later), then offload with compression against
+# offload alone under a cap, each with the planner's mix (bench/offload/compress_offload.py,
+# COMPRESS_OFFLOAD_S, default 26 s), then the loss curves of a small model
 # with and without compression against bf16's own run-to-run variation, and per-block gradient
 # error (bench/offload/compress_accuracy.py, what is left of the cap, at most 40 s, hard stop 5 s
 # later). Each writes its JSON and summary as it goes, so a cut-short run keeps what it measured.
-# Writes RESULTS_DIR/compress-summary.md (always), compress-bench.json, compress-accuracy.json.
+# Writes RESULTS_DIR/compress-summary.md (always), compress-bench.json, compress-offload.json,
+# compress-accuracy.json.
 set -uo pipefail
 : "${RESULTS_DIR:?}"
 summary="$RESULTS_DIR/compress-summary.md"
@@ -22,6 +25,7 @@ if [ -z "${VRAMKIT_COMPRESS_LIB:-}" ] && [ -f "$build/libvramkit_compress.so" ];
 fi
 bench_md="$RESULTS_DIR/compress-bench.md"
 acc_md="$RESULTS_DIR/compress-accuracy.md"
+both_md="$RESULTS_DIR/compress-offload.md"
 write_summary() {
   {
     echo "# compression stage (issue 22)"
@@ -32,6 +36,8 @@ write_summary() {
     echo
     if [ -s "$bench_md" ]; then cat "$bench_md"; else echo "compress bench: no figures (not run or cut off before its first)"; fi
     echo
+    if [ -s "$both_md" ]; then cat "$both_md"; else echo "offload with compression: no figures (not run or cut off)"; fi
+    echo
     if [ -s "$acc_md" ]; then cat "$acc_md"; else echo "compression accuracy: no figures (not run or cut off)"; fi
     echo
     echo "stage time $(( $(date +%s) - started )) s (cap ${cap_s} s)"
@@ -39,7 +45,7 @@ write_summary() {
 }
 # The summary exists whatever happens next (a kill of the stage included).
 trap write_summary EXIT
-rm -f "$bench_md" "$acc_md"
+rm -f "$bench_md" "$acc_md" "$both_md"
 status=0
 # run_part LABEL MD BUDGET_S MIN_S SCRIPT ARGS...: the script with --budget-s BUDGET_S (less when
 # the stage has less left) under a hard stop 5 s later; not run below MIN_S, MD then says so.
@@ -57,8 +63,13 @@ run_part() {
   [ $rc -eq 124 ] && echo "$label: passed its hard stop ($((budget + 5)) s); $(basename "$md") holds what it measured"
   [ $rc -eq 0 ] || status=1
 }
-run_part "compress bench" "$bench_md" "${COMPRESS_BENCH_S:-42}" 10 bench/offload/compress_bench.py \
+run_part "compress bench" "$bench_md" "${COMPRESS_BENCH_S:-36}" 10 bench/offload/compress_bench.py \
   --shape "${COMPRESS_SHAPE:-1b}" --out "$RESULTS_DIR/compress-bench.json"
+# Offload with compression against offload alone under half the uncompressed run's peak
+# reserved (the bench's bf16 run), each with the planner's mix (bench/offload/compress_offload.py).
+run_part "offload with compression" "$both_md" "${COMPRESS_OFFLOAD_S:-26}" 12 bench/offload/compress_offload.py \
+  --shape "${COMPRESS_SHAPE:-1b}" --cap-from "$RESULTS_DIR/compress-bench.json" \
+  --out "$RESULTS_DIR/compress-offload.json"
 run_part "compression accuracy" "$acc_md" 40 12 bench/offload/compress_accuracy.py \
   --steps "${COMPRESS_STEPS:-300}" --out "$RESULTS_DIR/compress-accuracy.json"
 write_summary

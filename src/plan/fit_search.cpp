@@ -167,6 +167,14 @@ step_time_parts estimate_step_parts(const model_description& m, const plan_reque
   out.block_backward_s =
       std::max(ops_bwd * k_op_dispatch_s,
                (gemm_bwd + attn_bwd + 2 * scores_fwd + 2 * elem_fwd + cast_fwd + dequant) / tp);
+  out.block_memory_bound_s = (elem_fwd + cast_fwd + dequant) / tp;
+  if (!eager && t.moe.experts == 0) {
+    // q, k and v, the attention output (its fp32 log-sum-exp per row and head beside it), the
+    // output projection, and the MLP's up (and gate) and down projections.
+    const double mlp_out = (gated ? 2 : 1) * static_cast<double>(t.intermediate) + h;
+    out.block_gemm_output_bytes =
+        tokens * ((2 * nq + 2 * nkv + h + mlp_out) * low + 4 * static_cast<double>(t.heads)) / tp;
+  }
   out.blocks = static_cast<int>((t.layers + r.pp - 1) / r.pp);
   if (r.ckpt == checkpointing::full)
     out.recompute_s = out.blocks * out.block_forward_s;

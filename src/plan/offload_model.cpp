@@ -3,7 +3,9 @@
 #include "vramkit/plan/offload_model.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -21,41 +23,104 @@ const char* to_string(block_policy p) noexcept {
       return "checkpoint";
     case block_policy::keep:
       return "keep";
+    case block_policy::selective:
+      return "selective";
+    case block_policy::selective_offload:
+      return "selective-offload";
   }
   return "?";
 }
 
+namespace {
+
+constexpr std::array k_policies{block_policy::offload, block_policy::checkpoint, block_policy::keep,
+                                block_policy::selective, block_policy::selective_offload};
+
+bool to_host(block_policy p) {
+  return p == block_policy::offload || p == block_policy::selective_offload;
+}
+
+bool selective(block_policy p) {
+  return p == block_policy::selective || p == block_policy::selective_offload;
+}
+
+}  // namespace
+
 block_policy parse_block_policy(std::string_view s) {
-  if (s == "offload") return block_policy::offload;
-  if (s == "checkpoint") return block_policy::checkpoint;
-  if (s == "keep") return block_policy::keep;
-  throw invalid_input(fmt::format("block policy '{}': use offload, checkpoint or keep", s));
+  for (const auto p : k_policies)
+    if (s == to_string(p)) return p;
+  throw invalid_input(fmt::format(
+      "block policy '{}': use offload, checkpoint, keep, selective or selective-offload", s));
+}
+
+char policy_letter(block_policy p) noexcept {
+  return p == block_policy::selective_offload ? 'h' : to_string(p)[0];
+}
+
+std::optional<block_policy> policy_of_letter(char c) noexcept {
+  for (const auto p : k_policies)
+    if (policy_letter(p) == c) return p;
+  return std::nullopt;
 }
 
 offload_estimate simulate_offload(const std::vector<block_policy>& mix, const offload_inputs& in) {
   const auto n = static_cast<int>(mix.size());
   const auto a = static_cast<double>(in.block_bytes);
+  const auto sel = static_cast<double>(in.selective_bytes);
   const double t_f = in.t_fwd_s, t_b = in.t_bwd_s;
   const auto count = [&](block_policy p) {
     return static_cast<int>(std::count(mix.begin(), mix.end(), p));
   };
-  const int n_off = count(block_policy::offload), n_ck = count(block_policy::checkpoint);
-  if (n_off > 0 && (in.d2h_bytes_per_s <= 0 || in.h2d_bytes_per_s <= 0))
+  const int n_ck = count(block_policy::checkpoint);
+  const int n_sel = count(block_policy::selective) + count(block_policy::selective_offload);
+  // Bytes each block copies to the host (and back).
+  std::vector<double> moved(mix.size(), 0.0);
+  std::vector<int> off;
+  for (int i = 0; i < n; ++i) {
+    if (!to_host(mix[i])) continue;
+    moved[i] = mix[i] == block_policy::offload ? a : sel;
+    off.push_back(i);
+  }
+  if (!off.empty() && (in.d2h_bytes_per_s <= 0 || in.h2d_bytes_per_s <= 0))
     throw invalid_input("offload model: the link rates must be positive to offload");
-  const double copy_out = n_off ? a / in.d2h_bytes_per_s : 0,
-               copy_in = n_off ? a / in.h2d_bytes_per_s : 0;
-  const auto window = static_cast<double>(in.window_bytes);
+  const auto copy_out = [&](int i) { return moved[i] / in.d2h_bytes_per_s; };
+  const auto copy_in = [&](int i) { return moved[i] / in.h2d_bytes_per_s; };
+  auto window = static_cast<double>(in.window_bytes);
+  int prefetch_blocks = in.prefetch_blocks;
+  if (in.windows_per_mix && !off.empty()) {
+    const double largest = *std::max_element(moved.begin(), moved.end());
+    window = 2 * largest;
+    const double ahead = t_b > 0 ? std::ceil(largest / in.h2d_bytes_per_s / t_b) + 1 : n;
+    prefetch_blocks = static_cast<int>(std::clamp(ahead, 1.0, static_cast<double>(n)));
+  }
+  // The codec's kernels run in blocks whose saved tensors pass the hooks (kept or offloaded).
+  const auto codec = [&](int i, double s) {
+    return mix[i] == block_policy::keep || mix[i] == block_policy::offload ? s : 0.0;
+  };
+  // What block i runs again in backward, and the bytes that recompute adds while it runs.
+  const auto recompute = [&](int i) {
+    return mix[i] == block_policy::checkpoint ? t_f
+           : selective(mix[i])                ? in.t_selective_s
+                                              : codec(i, in.unpack_s);
+  };
+  // With compression a checkpointed or selective block recomputes uncompressed (recompute_bytes,
+  // the block's saved bytes, against block_bytes stored), and a block whose tensors are
+  // compressed holds them decoded in its backward (decode_bytes).
+  const double full = in.recompute_bytes > 0 ? static_cast<double>(in.recompute_bytes) : a;
+  const auto decoded = static_cast<double>(in.decode_bytes);
+  const auto regrown = [&](int i) {
+    return mix[i] == block_policy::checkpoint ? full : selective(mix[i]) ? full - sel : 0.0;
+  };
 
   // Forward: a block's tensors stream out while it runs; the forward stalls only while more than
   // the window waits for the link.
   double t = 0, link = 0, stall = 0;
   std::map<int, double> outs;
-  const auto codec = [&](int i, double s) { return mix[i] == block_policy::checkpoint ? 0.0 : s; };
   for (int i = 0; i < n; ++i) {
     const double start = t;
     t += t_f + codec(i, in.pack_s);
-    if (mix[i] != block_policy::offload) continue;
-    link = std::max(std::max(link, start) + copy_out, t);
+    if (!to_host(mix[i])) continue;
+    link = std::max(std::max(link, start) + copy_out(i), t);
     outs[i] = link;
     const double behind = (link - t) * in.d2h_bytes_per_s;
     if (behind > window) {
@@ -70,10 +135,7 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   // `prefetch` offloaded blocks below it; with prefetch_blocks = d, the start of block i's
   // backward also fetches the offloaded blocks among i .. i-d. A copy back starts after its copy
   // out has finished. `held`: the most bytes of blocks fetched back and not yet through their
-  // backward, with the activations of the checkpointed block being recomputed meanwhile.
-  std::vector<int> off;
-  for (int i = 0; i < n; ++i)
-    if (mix[i] == block_policy::offload) off.push_back(i);
+  // backward, with what the block being recomputed regrows meanwhile.
   std::map<int, double> ready;
   double link_in = 0, wait = 0;
   t = t_forward;
@@ -83,14 +145,14 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
       ready[j] = now;
       return;
     }
-    link_in = std::max({link_in, now, outs[j]}) + copy_in;
+    link_in = std::max({link_in, now, outs[j]}) + copy_in(j);
     ready[j] = link_in;
   };
   double held = 0;
   for (int i = n - 1; i >= 0; --i) {
-    for (int j = i; in.prefetch_blocks > 0 && j >= std::max(0, i - in.prefetch_blocks); --j)
-      if (mix[j] == block_policy::offload) fetch(j, t);
-    if (mix[i] == block_policy::offload) {
+    for (int j = i; prefetch_blocks > 0 && j >= std::max(0, i - prefetch_blocks); --j)
+      if (to_host(mix[j])) fetch(j, t);
+    if (to_host(mix[i])) {
       fetch(i, t);
       const auto k = static_cast<int>(std::find(off.begin(), off.end(), i) - off.begin());
       for (int j = k - 1; j >= std::max(0, k - in.prefetch); --j) fetch(off[j], t);
@@ -99,63 +161,119 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
         t = ready[i];
       }
     }
-    const auto back =
-        std::count_if(ready.begin(), ready.end(), [&](const auto& r) { return r.first <= i; });
-    held = std::max(held,
-                    (static_cast<double>(back) + (mix[i] == block_policy::checkpoint ? 1 : 0)) * a);
-    t += t_b + (mix[i] == block_policy::checkpoint ? t_f : codec(i, in.unpack_s));
+    double back = 0;
+    for (const auto& [j, when] : ready)
+      if (j <= i) back += moved[j];
+    held = std::max(held, back + regrown(i) + codec(i, decoded));
+    t += t_b + recompute(i);
   }
 
   offload_estimate e;
-  e.compute_s =
-      n * (t_f + t_b) + n_ck * t_f + (n - n_ck) * (in.pack_s + in.unpack_s) + in.other_time_s;
+  const int n_codec = count(block_policy::keep) + count(block_policy::offload);
+  e.compute_s = n * (t_f + t_b) + n_ck * t_f + n_sel * in.t_selective_s +
+                n_codec * (in.pack_s + in.unpack_s) + in.other_time_s;
   e.step_time_s = t + in.other_time_s;
-  e.copy_s = n_off * (copy_out + copy_in);
+  double moved_all = 0;
+  for (const int j : off) {
+    e.copy_s += copy_out(j) + copy_in(j);
+    moved_all += moved[j];
+  }
   e.exposed_copy_s = stall + wait;
   e.overlap = e.copy_s > 0 ? 1.0 - e.exposed_copy_s / e.copy_s : 1.0;
-  const double kept = count(block_policy::keep) * a + n_ck * static_cast<double>(in.input_bytes);
-  double transient = 0;
-  if (n_ck > 0) transient = std::max(transient, a);
-  if (n_off > 0 && in.prefetch_blocks > 0) {
-    // What is still to be copied out when the forward ends, where the forward's peak is.
-    double behind = 0;
-    for (const auto& [j, done] : outs)
-      behind += a * std::clamp((done - t_forward) / copy_out, 0.0, 1.0);
-    transient = std::max({transient, held, std::min(window, behind)});
-  } else if (n_off > 0) {
-    transient =
-        std::max({transient, std::min(n_off, 1 + in.prefetch) * a, std::min(window, n_off * a)});
+  const auto input = static_cast<double>(in.input_bytes);
+  const double kept = count(block_policy::keep) * a + n_ck * input +
+                      count(block_policy::selective) * (sel + input) +
+                      count(block_policy::selective_offload) * input;
+  // The largest recompute (which also stands for what the head and the loss add when the
+  // forward ends, where other_bytes is anchored), and beside it, what the copy-out window still
+  // holds on the device then.
+  auto base = static_cast<double>(in.loss_bytes);
+  for (int i = 0; i < n; ++i)
+    if (!to_host(mix[i])) base = std::max(base, regrown(i));
+  double transient = base;
+  if (!off.empty() && prefetch_blocks > 0) {
+    // The allocator counts on the host, which runs ahead of the device: when the head and the
+    // loss allocate, the engine has not yet seen the last copies out complete and holds up to
+    // its window of them.
+    transient = std::max(base + std::min(window, moved_all), held);
+  } else if (!off.empty()) {
+    // A block fetched with the `prefetch` offloaded blocks below it, beside what it regrows.
+    const auto n_off = static_cast<int>(off.size());
+    for (int k = 0; k < n_off; ++k) {
+      double fetched = regrown(off[k]) + codec(off[k], decoded);
+      for (int j = k; j >= std::max(0, k - in.prefetch); --j) fetched += moved[off[j]];
+      transient = std::max(transient, fetched);
+    }
+    transient = std::max(transient, base + std::min(window, moved_all));
   }
+  if (n_codec > 0) transient = std::max(transient, decoded);  // a compressed block's backward
   e.device_peak_bytes =
       static_cast<std::uint64_t>(static_cast<double>(in.other_bytes) + kept + transient);
-  e.host_pinned_bytes = static_cast<std::uint64_t>(n_off * a);
+  e.host_pinned_bytes = static_cast<std::uint64_t>(moved_all);
+  e.window_bytes = static_cast<std::uint64_t>(window);
+  e.prefetch_blocks = prefetch_blocks;
   return e;
 }
 
+double ranked_step_s(const offload_estimate& e, const offload_inputs& in) noexcept {
+  return e.step_time_s + in.copy_interference * (e.copy_s - e.exposed_copy_s);
+}
+
 std::vector<block_policy> arrange_mix(int n_blocks, int n_offload, int n_checkpoint) {
-  if (n_offload < 0 || n_checkpoint < 0 || n_offload + n_checkpoint > n_blocks)
-    throw invalid_input(
-        fmt::format("offload mix: {} offloaded + {} checkpointed blocks exceed {} blocks",
-                    n_offload, n_checkpoint, n_blocks));
+  return arrange_mix(n_blocks, mix_counts{n_offload, n_checkpoint, 0, 0});
+}
+
+std::vector<block_policy> arrange_mix(int n_blocks, const mix_counts& c, bool from_top) {
+  const int to_host_n = c.offload + c.selective_offload;
+  const int span = to_host_n + c.checkpoint + c.selective;
+  if (std::min({c.offload, c.checkpoint, c.selective, c.selective_offload}) < 0 || span > n_blocks)
+    throw invalid_input(fmt::format(
+        "offload mix: {} offloaded + {} checkpointed + {} selective + {} selective-offload blocks "
+        "exceed {} blocks",
+        c.offload, c.checkpoint, c.selective, c.selective_offload, n_blocks));
   std::vector<block_policy> mix(static_cast<std::size_t>(n_blocks), block_policy::keep);
-  const int span = n_offload + n_checkpoint;
-  for (int i = 0; i < span; ++i) mix[i] = block_policy::checkpoint;
-  for (int k = 0; k < n_offload; ++k) mix[(k * span) / n_offload] = block_policy::offload;
+  std::vector<int> host;
+  host.reserve(static_cast<std::size_t>(to_host_n));
+  for (int k = 0; k < to_host_n; ++k)
+    host.push_back(from_top ? span - 1 - (k * span) / to_host_n : (k * span) / to_host_n);
+  // Of the blocks not copied, checkpointed ones first, then selective ones.
+  int rest = 0;
+  for (int i = 0; i < span; ++i) {
+    if (std::find(host.begin(), host.end(), i) != host.end()) continue;
+    mix[i] = rest++ < c.checkpoint ? block_policy::checkpoint : block_policy::selective;
+  }
+  for (int k = 0; k < to_host_n; ++k) mix[host[k]] = block_policy::selective_offload;
+  for (int k = 0; k < c.offload; ++k)
+    mix[host[(k * to_host_n) / c.offload]] = block_policy::offload;
   return mix;
 }
 
 std::optional<offload_choice> choose_offload_mix(int n_blocks, std::uint64_t capacity_bytes,
                                                  const offload_inputs& in, mix_search search) {
   std::optional<offload_choice> best;
-  const int max_off = search == mix_search::offload_and_checkpoint ? n_blocks : 0;
-  for (int n_off = 0; n_off <= max_off; ++n_off) {
-    for (int n_ck = 0; n_ck <= n_blocks - n_off; ++n_ck) {
-      auto mix = arrange_mix(n_blocks, n_off, n_ck);
-      const auto e = simulate_offload(mix, in);
-      if (e.device_peak_bytes > capacity_bytes) continue;
-      if (!best || std::tie(e.step_time_s, e.host_pinned_bytes) <
-                       std::tie(best->estimate.step_time_s, best->estimate.host_pinned_bytes))
-        best = offload_choice{std::move(mix), e};
+  const bool offload = search == mix_search::offload_and_checkpoint;
+  const bool sel = in.selective_bytes > 0;
+  mix_counts c;
+  for (c.offload = 0; c.offload <= (offload ? n_blocks : 0); ++c.offload) {
+    const int after_off = n_blocks - c.offload;
+    for (c.selective_offload = 0; c.selective_offload <= (offload && sel ? after_off : 0);
+         ++c.selective_offload) {
+      const int after_soff = after_off - c.selective_offload;
+      for (c.checkpoint = 0; c.checkpoint <= after_soff; ++c.checkpoint) {
+        for (c.selective = 0; c.selective <= (sel ? after_soff - c.checkpoint : 0); ++c.selective) {
+          for (const bool from_top : {false, true}) {
+            if (from_top && c.offload + c.selective_offload == 0) break;
+            auto mix = arrange_mix(n_blocks, c, from_top);
+            const auto e = simulate_offload(mix, in);
+            if (e.device_peak_bytes > capacity_bytes) continue;
+            const double t = ranked_step_s(e, in);
+            if (!best ||
+                std::pair(t, e.host_pinned_bytes) <
+                    std::pair(ranked_step_s(best->estimate, in), best->estimate.host_pinned_bytes))
+              best = offload_choice{std::move(mix), e};
+          }
+        }
+      }
     }
   }
   return best;
@@ -202,15 +320,11 @@ offload_option parse_offload_option(std::string_view value, int n_blocks) {
   o.activations = true;
   o.optimizer = head == "both";
   o.activation_blocks = n_blocks;
-  if (!count.empty() && count.find_first_not_of("ock") == std::string_view::npos) {
-    for (const char c : count)
-      o.mix.push_back(c == 'o'   ? block_policy::offload
-                      : c == 'c' ? block_policy::checkpoint
-                                 : block_policy::keep);
+  if (!count.empty() && count.find_first_not_of("ocksh") == std::string_view::npos) {
+    for (const char c : count) o.mix.push_back(*policy_of_letter(c));
     if (n_blocks > 0 && static_cast<int>(o.mix.size()) != n_blocks)
       throw bad(fmt::format("the mix names {} blocks; the model has {}", o.mix.size(), n_blocks));
-    o.activation_blocks =
-        static_cast<int>(std::count(o.mix.begin(), o.mix.end(), block_policy::offload));
+    o.activation_blocks = static_cast<int>(std::count_if(o.mix.begin(), o.mix.end(), to_host));
     return o;
   }
   if (!count.empty() || value.back() == ':') {
@@ -218,7 +332,8 @@ offload_option parse_offload_option(std::string_view value, int n_blocks) {
     const auto* end = count.data() + count.size();
     const auto [p, ec] = std::from_chars(count.data(), end, n);
     if (ec != std::errc{} || p != end || n < 1)
-      throw bad("N must be a whole number of blocks, at least 1, or a mix of o, c and k per block");
+      throw bad(
+          "N must be a whole number of blocks, at least 1, or a mix of o, c, k, s and h per block");
     if (n_blocks > 0 && n > n_blocks)
       throw bad(fmt::format("N is larger than the model's {} blocks", n_blocks));
     o.activation_blocks = n;

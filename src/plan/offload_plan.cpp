@@ -21,10 +21,11 @@ namespace {
 constexpr double k_fp8_bytes = 1.0 + 4.0 / 128.0;
 /// Fraction of the HBM rate the pack/unpack kernels reach.
 constexpr double k_kernel_efficiency = 0.7;
-/// Share of a copy hidden behind compute that still lengthens the step: the offload stage's
-/// measured 13.9 ms (overlap 90.8%, docs/results/2026-12-01-h200-third-round.md) over the 213 ms
-/// of copies the model schedules for that mix.
-constexpr double k_copy_interference = 0.065;
+/// Share of a copy hidden behind compute that still lengthens the step: the 1B plan mix of run J
+/// (docs/results/2026-12-01-h200-fourth-round.md) ran 35 ms slower than the same mix with its
+/// offloaded blocks kept, for 0.28 s of copies of which the model exposes 1 ms (12%; run G's
+/// mix: 6.5%, run I's: 4.3%; the largest, so that a copy is chosen only where it pays anyway).
+constexpr double k_copy_interference = 0.12;
 /// Each direction's share of the one-way pinned rate when both directions copy at once: vramkit
 /// probe's bidirectional pinned figure on an H200, 89.96 GB/s against 55.28 one way (0.81).
 constexpr double k_bidirectional_share = 0.81;
@@ -48,7 +49,7 @@ std::string compress_option::to_string() const {
   std::string mods;
   for (const auto& [on, name] : {std::pair{mlp, "mlp"}, {attn, "attn"}, {norm, "norm"}})
     if (on) mods += (mods.empty() ? "" : ",") + std::string(name);
-  return s + mods;
+  return s + mods + (recompute ? ":recompute" : "");
 }
 
 compress_option parse_compress_option(std::string_view value) {
@@ -62,6 +63,12 @@ compress_option parse_compress_option(std::string_view value) {
   if (colon != std::string_view::npos) {
     head = value.substr(0, colon);
     mods = value.substr(colon + 1);
+    if (const auto tail = mods.find(':'); tail != std::string_view::npos) {
+      if (mods.substr(tail + 1) != "recompute")
+        throw bad("what follows the modules is ':recompute' or nothing");
+      c.recompute = true;
+      mods = mods.substr(0, tail);
+    }
     if (mods.empty()) throw bad("name the modules after ':' (a comma list of mlp, attn and norm)");
   }
   if (head == "fp8" || head == "fp8-e4m3")
@@ -162,7 +169,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   const auto f = static_cast<double>(t.intermediate);
   // Per block, in bytes: what vramkit.compress_activations takes out of the saved tensors, what
   // its encodes read (casts of one source share one copy) and what it stores.
-  double removed = 0, read = 0, stored = 0;
+  double removed = 0, read = 0, stored = 0, recomputed = 0;
   // n elements of b bytes each, `copies` of them distinct, stored at `to` bytes an element.
   const auto add = [&](double n, double b, double copies, double to) {
     removed += n * b;
@@ -181,17 +188,31 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
       // Gated MLPs: gate and up each cast the input under autocast (one copy for both), and
       // save their outputs, the activation's output and the product; GELU MLPs: the input,
       // fc1's output and the activation's output.
-      if (t.mlp == mlp_kind::swiglu)
+      if (t.mlp == mlp_kind::swiglu && c.recompute) {
+        // silu(gate) recomputed from gate (read gate, write it), the product silu(gate) * up
+        // from its factors (read both, write it): gate and up stored.
+        add((amp ? 2 : 1) * rows * h + 2 * rows * f, low, rows * h + 2 * rows * f, k_fp8_bytes);
+        add(2 * rows * f, low, 0, 0);
+        recomputed += 5 * rows * f * low;
+      } else if (t.mlp == mlp_kind::swiglu) {
         add((amp ? 2 : 1) * rows * h + 4 * rows * f, low, rows * h + 4 * rows * f, k_fp8_bytes);
-      else
+      } else {
         add(rows * h + 2 * rows * f, low, rows * h + 2 * rows * f, k_fp8_bytes);
+      }
     }
     if (c.norm) {
       // Two norms a block, each saving its input (the residual stream: kept as bf16 when it is
       // fp32, left alone when 16-bit) and, RMSNorm, its normalized output (fp8).
+      // With recompute the inputs stay as they are and the outputs (input * rsqrt) are
+      // recomputed: read the input, write the output.
       const double inputs = 2 * rows * h, outputs = t.layer_norm ? 0 : 2 * rows * h;
-      if (resid == 4) add(inputs, resid, inputs, 2);
-      add(outputs, resid, outputs, k_fp8_bytes);
+      if (c.recompute) {
+        add(outputs, resid, 0, 0);
+        recomputed += 2 * outputs * resid;
+      } else {
+        if (resid == 4) add(inputs, resid, inputs, 2);
+        add(outputs, resid, outputs, k_fp8_bytes);
+      }
     }
   }
   const double compressible = std::min(removed, 0.9 * static_cast<double>(saved));
@@ -201,7 +222,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   // One kernel each way (libvramkit_compress.so) per stored copy: read the tensor, write what
   // is stored; read that back, write the tensor.
   s.pack_s_per_block = share * (read + stored) / hbm;
-  s.unpack_s_per_block = s.pack_s_per_block;
+  s.unpack_s_per_block = s.pack_s_per_block + share * recomputed / hbm;
 
   auto& in = s.inputs;
   in.block_bytes =
@@ -216,11 +237,25 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   in.pack_s = c.enabled ? s.pack_s_per_block : 0;
   in.unpack_s = c.enabled ? s.unpack_s_per_block : 0;
   in.other_time_s = parts.outside_s + (optimizer ? 0.0 : parts.optimizer_s / mbs);
+  // Selective checkpointing keeps the GEMMs' and attention's outputs, never more than the block
+  // saves besides its input, and runs the memory-bound kernels again.
+  const double sel = std::min(parts.block_gemm_output_bytes,
+                              static_cast<double>(saved) - static_cast<double>(in.input_bytes));
+  in.selective_bytes = sel > 0 ? static_cast<std::uint64_t>(sel) : 0;
+  in.t_selective_s = parts.block_memory_bound_s;
   s.compute = parts;
   s.micro_batches = mbs;
   s.link = offload_link_for(o, &gpu);
   in.d2h_bytes_per_s = in.h2d_bytes_per_s = s.link.bytes_per_s;
   set_copy_windows(in, s.n_blocks);
+  in.copy_interference = k_copy_interference;
+  in.windows_per_mix = true;
+  if (c.enabled) {
+    // A checkpointed block recomputes uncompressed; a compressed block's backward holds its
+    // tensors decoded, and those of the block below it (decode_ahead=1) on top of the payloads.
+    in.recompute_bytes = saved;
+    in.decode_bytes = static_cast<std::uint64_t>(2 * share * read);
+  }
   // Everything but the blocks' saved tensors, anchored to the memory model's plan with full
   // checkpointing (the mixes under a cap are mostly checkpointed): its peak is other + the
   // layers' inputs + one block's recompute.
@@ -249,11 +284,23 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
     s.optimizer_time_s = est.step_time_s;
   }
   in.other_bytes = static_cast<std::uint64_t>(std::max(0.0, other));
+  // With other_bytes anchored to full checkpointing's peak: one block's recompute, uncompressed
+  // (the block's saved bytes; block_bytes without compression).
+  in.loss_bytes = saved;
   s.other_bytes_without_checkpoint = static_cast<std::uint64_t>(std::max(0.0, other_keep));
   s.cache_bytes = full.reserved_peak_bytes - full.allocated_peak_bytes;
   s.context_bytes = base.context_bytes;
   return s;
 }
+
+namespace {
+
+bool recomputes(block_policy b) {
+  return b == block_policy::checkpoint || b == block_policy::selective ||
+         b == block_policy::selective_offload;
+}
+
+}  // namespace
 
 offload_plan evaluate_offload(const offload_setup& s, const std::vector<block_policy>& mix,
                               const compress_option& c, bool optimizer) {
@@ -263,18 +310,25 @@ offload_plan evaluate_offload(const offload_setup& s, const std::vector<block_po
   p.optimizer = optimizer;
   p.setup = s;
   offload_inputs in = s.inputs;
-  if (std::none_of(mix.begin(), mix.end(),
-                   [](block_policy b) { return b == block_policy::checkpoint; }))
+  if (c.recompute &&
+      std::any_of(mix.begin(), mix.end(), [](block_policy b) { return b != block_policy::keep; }))
+    throw invalid_input(
+        "--compress-activations " + c.to_string() +
+        ": recompute is modelled for compression alone (every block kept), not with --offload");
+  if (std::none_of(mix.begin(), mix.end(), recomputes)) {
     in.other_bytes = s.other_bytes_without_checkpoint;
+    in.loss_bytes = 0;
+    // That peak is the loss's, at the start of backward, before any block's decode: the
+    // decoded tensors of a block's backward replace the loss's (larger) transients.
+    in.decode_bytes = 0;
+  }
   p.estimate = simulate_offload(mix, in);
   p.allocated_peak_bytes = p.estimate.device_peak_bytes;
   p.device_peak_bytes = p.allocated_peak_bytes + s.cache_bytes + s.context_bytes;
   p.host_pinned_bytes = p.estimate.host_pinned_bytes + s.optimizer_host_bytes;
   // Copies the schedule hides still slow the compute they overlap (HBM traffic, the engine's
   // per-tensor work in the hooks): a fraction of the hidden copy time shows in the step.
-  const double hidden = p.estimate.copy_s - p.estimate.exposed_copy_s;
-  p.step_time_s = s.micro_batches * (p.estimate.step_time_s + k_copy_interference * hidden) +
-                  s.optimizer_time_s;
+  p.step_time_s = s.micro_batches * ranked_step_s(p.estimate, in) + s.optimizer_time_s;
   return p;
 }
 
@@ -300,6 +354,9 @@ std::optional<offload_plan> fit_offload(const model_description& m, const plan_r
                                         std::optional<bool> optimizer_only) {
   std::optional<offload_plan> best;
   std::vector<compress_option> comps{compress_option{}};
+  if (allow_lossy && lossy.recompute)
+    throw invalid_input("--compress-activations " + lossy.to_string() +
+                        ": recompute is modelled for compression alone, not with --fit");
   if (allow_lossy) comps.push_back(lossy.enabled ? lossy : parse_compress_option("fp8"));
   for (const bool optimizer : {false, true}) {
     if (optimizer && r.optimizer != optimizer_kind::adam && r.optimizer != optimizer_kind::adamw)
@@ -322,8 +379,12 @@ namespace {
 
 std::string mix_summary(const std::vector<block_policy>& mix) {
   const auto n = [&](block_policy p) { return std::count(mix.begin(), mix.end(), p); };
-  return fmt::format("{} offloaded, {} checkpointed, {} kept", n(block_policy::offload),
-                     n(block_policy::checkpoint), n(block_policy::keep));
+  std::string out = fmt::format("{} offloaded, {} checkpointed", n(block_policy::offload),
+                                n(block_policy::checkpoint));
+  if (const auto k = n(block_policy::selective); k > 0) out += fmt::format(", {} selective", k);
+  if (const auto k = n(block_policy::selective_offload); k > 0)
+    out += fmt::format(", {} selective-offload", k);
+  return out + fmt::format(", {} kept", n(block_policy::keep));
 }
 
 bool plain(const offload_plan& p) {
@@ -364,8 +425,8 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
     for (auto b : best->mix) c.activation_mix.emplace_back(to_string(b));
     c.compress_activations = best->compress.to_string();
     c.optimizer_offload = best->optimizer;
-    c.offload_max_inflight_bytes = best->setup.inputs.window_bytes;
-    c.offload_prefetch_blocks = best->setup.inputs.prefetch_blocks;
+    c.offload_max_inflight_bytes = best->estimate.window_bytes;
+    c.offload_prefetch_blocks = best->estimate.prefetch_blocks;
     c.reasons.push_back(
         "per block: " + mix_summary(best->mix) +
         " (vramkit.offload_activations), the fastest mix that fits" +
@@ -431,14 +492,18 @@ std::string offload_json(const offload_plan& p) {
       {"saved_bytes_per_block", s.saved_bytes_per_block},
       {"stored_bytes_per_block", s.inputs.block_bytes},
       {"compressible_bytes_per_block", s.compressible_bytes_per_block},
+      {"selective_blocks", n(block_policy::selective)},
+      {"selective_offload_blocks", n(block_policy::selective_offload)},
+      {"selective_bytes_per_block", s.inputs.selective_bytes},
+      {"selective_recompute_s_per_block", s.inputs.t_selective_s},
       {"pack_s_per_block", pack},
       {"unpack_s_per_block", unpack},
       {"block_forward_s", s.inputs.t_fwd_s},
       {"block_backward_s", s.inputs.t_bwd_s},
       {"link_bytes_per_s", s.link.bytes_per_s},
       {"link_source", s.link.source},
-      {"max_inflight_bytes", s.inputs.window_bytes},
-      {"prefetch_blocks", s.inputs.prefetch_blocks},
+      {"max_inflight_bytes", p.estimate.window_bytes},
+      {"prefetch_blocks", p.estimate.prefetch_blocks},
       {"kernel_rates", s.compute.rates.source},
   };
   return j.dump(2);
@@ -461,6 +526,8 @@ std::string to_table(const offload_plan& p) {
   };
   const auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
   line("saved activations per block (stored)", b(s.inputs.block_bytes));
+  if (s.inputs.selective_bytes > 0)
+    line("  of them a selective block keeps (GEMM/attention outputs)", b(s.inputs.selective_bytes));
   line("allocated peak with offload", b(p.allocated_peak_bytes));
   line("device peak with offload (nvidia-smi used)", b(p.device_peak_bytes));
   line("pinned host bytes", b(p.host_pinned_bytes));

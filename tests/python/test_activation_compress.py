@@ -461,24 +461,79 @@ class RoundTrip(unittest.TestCase):
         with self.assertRaises(ValueError):
             vramkit.compress_activations(LlamaLike(layers=2), decode_ahead=-1)
 
+    def test_each_copy_decoded_once(self):
+        # q/k/v (and gate/up) share one copy of their input, a product's factors are the tensors
+        # saved for the product's own backward: one decode per stored copy, whatever the views.
+        calls = []
+        real = fp8_codec.decode
+
+        def counting(*a, **k):
+            calls.append(1)
+            return real(*a, **k)
+
+        for rc in (False, True):
+            torch.manual_seed(0)
+            model = LlamaLike(layers=3)
+            tokens = torch.randint(0, 64, (2, 64))
+            comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, recompute=rc,
+                                                decode_ahead=0)
+            calls.clear()
+            fp8_codec.decode = counting
+            try:
+                with comp:
+                    loss = model(tokens)
+                loss.backward()
+            finally:
+                fp8_codec.decode = real
+            st = comp.stats()
+            fp8 = st["compressed"] - st["norm_inputs_bf16"] - st["recomputed"]
+            self.assertGreater(st["deduplicated"] + st["cast_shared"], 0, st)
+            self.assertEqual(len(calls), fp8)
+
+    def test_recompute_ahead_gives_the_same_gradients(self):
+        def run(ahead):
+            torch.manual_seed(0)
+            model = LlamaLike(layers=4)
+            tokens = torch.randint(0, 64, (2, 64))
+            comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, decode_ahead=ahead,
+                                                recompute=True, norm_inputs="exact")
+            with comp:
+                loss = model(tokens)
+            loss.backward()
+            return [p.grad.clone() for p in model.parameters()], comp.stats()
+
+        inline, st0 = run(0)
+        got, st = run(2)
+        # Per block silu(gate) and silu(gate) * up (LayerNorms here: no x * rsqrt).
+        self.assertEqual(st["recomputed"], 2 * 4)
+        self.assertGreater(st["decoded_ahead"], 0)
+        for a, b in zip(inline, got):
+            self.assertTrue(torch.equal(a, b))
+
     def test_through_offload_on_cpu(self):
         torch.manual_seed(0)
         model = LlamaLike(layers=3)
         tokens = torch.randint(0, 64, (2, 64))
         model(tokens).backward()
         g_ref = [p.grad.clone() for p in model.parameters()]
-        model.zero_grad()
-        comp = vramkit.compress_activations(model, min_bytes=0)
-        off = vramkit.offload_activations(model, min_bytes=0, offload_cpu_tensors=True, compress=comp,
-                                          pool=vramkit.PinnedPool(pin=False))
-        with off:
-            loss = model(tokens)
-        self.assertGreater(off.stats()["offloaded"], 0)
-        loss.backward()
-        del loss
-        self.assertEqual(off.stats()["live_records"], 0)
-        for p, g in zip(model.parameters(), g_ref):
-            self.assertLess(float((p.grad - g).norm() / (g.norm() + 1e-12)), 0.1)
+        moved = {}
+        for modules in (("mlp", "attn"), ac.MODULES):
+            model.zero_grad()
+            comp = vramkit.compress_activations(model, modules=modules, min_bytes=0)
+            off = vramkit.offload_activations(model, min_bytes=0, offload_cpu_tensors=True, compress=comp,
+                                              pool=vramkit.PinnedPool(pin=False))
+            with off:
+                loss = model(tokens)
+            self.assertGreater(off.stats()["offloaded"], 0)
+            moved[modules] = off.stats()["offloaded_bytes"]
+            loss.backward()
+            del loss
+            self.assertEqual(off.stats()["live_records"], 0)
+            # The norms' fp32 inputs travel as bf16 copies.
+            self.assertEqual(comp.stats()["norm_inputs_bf16"] > 0, "norm" in modules)
+            for p, g in zip(model.parameters(), g_ref):
+                self.assertLess(float((p.grad - g).norm() / (g.norm() + 1e-12)), 0.1)
+        self.assertLess(moved[ac.MODULES], moved[("mlp", "attn")])
 
 
 if __name__ == "__main__":

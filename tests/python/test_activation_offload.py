@@ -180,5 +180,89 @@ class ActivationOffloadCpu(unittest.TestCase):
         self.assertEqual(ctx.mix, ["keep", "keep", "offload", "keep"])
 
 
+def _has_dispatch_modes():
+    try:
+        from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class SelectiveCpu(unittest.TestCase):
+    """The selective policies: their dispatch modes (torch with TorchDispatchMode), the whole
+    policy where torch.utils.checkpoint has context_fn, the refusal where it has not."""
+
+    def setUp(self):
+        torch.manual_seed(0)
+        self.model = TinyLM()
+        self.tokens = torch.randint(0, 64, (2, 16))
+
+    @unittest.skipUnless(_has_dispatch_modes(), "torch has no TorchDispatchMode")
+    def test_replay_returns_the_kept_gemm_outputs_and_recomputes_the_rest(self):
+        from vramkit import activation_offload as ao
+
+        engine = ao.offload_activations(blocks=[], mix=[])
+        save, replay = ao._selective_modes(engine, False)  # noqa: SLF001
+        x, w = torch.randn(8, 16), torch.randn(16, 16)
+        x0 = x.clone()
+        with save:
+            y = torch.relu(x @ w) + x.sum()
+        self.assertEqual(engine.stats()["selective_saved"], 1)
+        x.add_(1.0)  # the GEMM's output is kept: only relu and the sum see the new x
+        with replay:
+            again = torch.relu(x @ w) + x.sum()
+        self.assertTrue(torch.equal(again, torch.relu(x0 @ w) + x.sum()))
+        self.assertFalse(torch.equal(again, y))
+        with self.assertRaisesRegex(RuntimeError, "more GEMM/attention ops"):
+            with replay:
+                x @ w
+
+    @unittest.skipUnless(_has_dispatch_modes() and hasattr(torch._C, "_SetExcludeDispatchKeyGuard"),
+                         "torch cannot detach below autograd with a shared version counter")
+    def test_an_output_changed_in_place_is_refused(self):
+        from vramkit import activation_offload as ao
+
+        engine = ao.offload_activations(blocks=[], mix=[])
+        save, replay = ao._selective_modes(engine, False)  # noqa: SLF001
+        x, w = torch.randn(4, 4), torch.randn(4, 4)
+        with save:
+            y = x @ w
+            y.mul_(2)
+        with self.assertRaisesRegex(RuntimeError, "modified in place"):
+            with replay:
+                x @ w
+
+    def test_policy_names(self):
+        from vramkit import activation_offload as ao
+
+        self.assertIn("selective", ao.POLICIES)
+        self.assertIn("selective-offload", ao.POLICIES)
+        with self.assertRaisesRegex(ValueError, "selective-offload"):
+            vramkit.offload_activations(self.model, mix=["selective", "sac", "keep", "keep"])
+
+    def test_selective_mix_where_checkpoint_has_no_context_fn_is_refused(self):
+        from vramkit import activation_offload as ao
+
+        if ao._has_context_fn():  # noqa: SLF001
+            self.skipTest("this torch has checkpoint(context_fn=)")
+        with self.assertRaisesRegex(ValueError, "context_fn"):
+            vramkit.offload_activations(self.model, mix=["selective"] * 4)
+
+    def test_selective_gradients_bitwise_equal(self):
+        from vramkit import activation_offload as ao
+
+        if not ao._has_context_fn():  # noqa: SLF001
+            self.skipTest("torch.utils.checkpoint has no context_fn in torch %s" % torch.__version__)
+        ref = run(self.model, self.tokens)
+        for mix in (["selective"] * 4, ["selective-offload", "selective", "checkpoint", "keep"]):
+            ctx = vramkit.offload_activations(self.model, mix=mix, min_bytes=256, offload_cpu_tensors=True)
+            got = run(self.model, self.tokens, ctx)
+            self.assertTrue(torch.equal(ref[0], got[0]))
+            for a, b in zip(ref[1], got[1]):
+                self.assertTrue(torch.equal(a, b))
+            self.assertGreater(ctx.stats()["selective_saved"], 0)
+            self.assertEqual(ctx.stats()["live_records"], 0)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -179,6 +179,31 @@ class CudaSteps(unittest.TestCase):
             for x, y in zip(a, b):
                 self.assertLess(float((x.float() - y.float()).norm() / (x.float().norm() + 1e-12)), 1e-4)
 
+    def test_recompute_ahead_on_the_side_stream_equals_in_line(self):
+        # Products and silu(gate) recomputed ahead on the side stream (decode_ahead) read the
+        # same factors as when recomputed at use: the same gradients, up to the attention
+        # backward's run-to-run noise.
+        def run(ahead):
+            torch.manual_seed(0)
+            model = LlamaLike(vocab=512, d=256, ffn=688, layers=4, heads=4).cuda()
+            tokens = torch.randint(0, 512, (4, 256), device="cuda")
+            comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, recompute=True,
+                                                norm_inputs="exact", decode_ahead=ahead)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                with comp:
+                    loss = model(tokens)
+            loss.backward()
+            torch.cuda.synchronize()
+            return [p.grad.float() for p in model.parameters()], comp.stats()
+
+        inline, st0 = run(0)
+        ahead, st = run(2)
+        self.assertEqual(st0["decoded_ahead"], 0)
+        self.assertGreater(st["decoded_ahead"], 0)
+        self.assertGreaterEqual(st["recomputed"], 2 * 4)  # silu(gate) and its product per block
+        for a, b in zip(inline, ahead):
+            self.assertLess(float((a - b).norm() / (a.norm() + 1e-12)), 1e-4)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -20,7 +20,7 @@ if __name__ == "__main__" and "--capped-child" not in sys.argv:
 import torch  # noqa: E402
 
 import vramkit  # noqa: E402
-from _models import TinyLM, forward, grads  # noqa: E402
+from _models import LlamaLike, TinyLM, forward, grads  # noqa: E402
 
 
 def step(model, tokens, ctx=None):
@@ -70,6 +70,16 @@ def capped_child():
 
 
 class OffloadGpu(unittest.TestCase):
+    def assert_steps_equal(self, model, tokens, ctx, ref):
+        """Two steps inside ctx (the second reuses the pool's buffers) give ref's loss and
+        gradients bit for bit."""
+        for _ in range(2):
+            got = step(model, tokens, ctx)
+            ctx.wait()
+            self.assertTrue(torch.equal(ref[0], got[0]))
+            for a, b in zip(ref[1], got[1]):
+                self.assertTrue(torch.equal(a, b))
+
     def test_gradients_bitwise_equal_with_offload(self):
         torch.manual_seed(0)
         model = TinyLM(vocab=256, d=256, ffn=768, layers=6).cuda()
@@ -81,18 +91,63 @@ class OffloadGpu(unittest.TestCase):
             with self.subTest(mix=mix, prefetch=prefetch, prefetch_blocks=ahead):
                 ctx = vramkit.offload_activations(model, mix=mix, min_bytes=4096, prefetch=prefetch,
                                                   prefetch_blocks=ahead, max_inflight_bytes=1 << 20)
-                for _ in range(2):  # the second step reuses the pool's buffers
-                    got = step(model, tokens, ctx)
-                    ctx.wait()
-                    self.assertTrue(torch.equal(ref[0], got[0]))
-                    for a, b in zip(ref[1], got[1]):
-                        self.assertTrue(torch.equal(a, b))
+                self.assert_steps_equal(model, tokens, ctx, ref)
                 s = ctx.stats()
                 self.assertGreater(s["offloaded"], 0)
                 self.assertGreater(s["fetched"], 0)
                 self.assertEqual(s["live_records"], 0)
                 self.assertEqual(ctx.pool.stats()["in_use_bytes"], 0)
                 self.assertTrue(ctx.pool.pin)
+
+    def test_selective_gradients_bitwise_equal(self):
+        # Selective checkpointing runs the same kernels again on the same inputs and returns the
+        # kept GEMM/attention outputs themselves: the loss and every gradient equal the run
+        # without it bit for bit, with the kept outputs on the device or copied to the host and
+        # back (eager attention's matmuls in TinyLM, SDPA in LlamaLike).
+        # SDPA's backward may accumulate in a varying order over key blocks: one key block (128
+        # tokens) keeps it deterministic, and the plain run is repeated to check that.
+        for make, seq in ((lambda: TinyLM(vocab=256, d=256, ffn=768, layers=6), 256),
+                          (lambda: LlamaLike(vocab=256, d=256, ffn=768, layers=6, heads=4), 128)):
+            torch.manual_seed(0)
+            model = make().cuda()
+            tokens = torch.randint(0, 256, (8, seq), device="cuda")
+            ref = step(model, tokens)
+            again = step(model, tokens)
+            if not all(torch.equal(a, b) for a, b in zip(ref[1], again[1])):
+                self.skipTest("the plain %s run does not repeat bit for bit on this GPU" % type(model).__name__)
+            for mix, ahead in ((["selective"] * 6, 0), (["selective-offload"] * 6, 0),
+                               (["selective-offload", "selective", "checkpoint", "offload", "keep", "selective-offload"], 2)):
+                with self.subTest(model=type(model).__name__, mix=mix, prefetch_blocks=ahead):
+                    ctx = vramkit.offload_activations(model, mix=mix, min_bytes=4096, prefetch_blocks=ahead,
+                                                      max_inflight_bytes=1 << 20)
+                    self.assert_steps_equal(model, tokens, ctx, ref)
+                    s = ctx.stats()
+                    self.assertGreater(s["selective_saved"], 0)
+                    if "selective-offload" in mix:
+                        self.assertGreater(s["offloaded"], 0)
+                    self.assertEqual(s["live_records"], 0)
+                    self.assertEqual(ctx.pool.stats()["in_use_bytes"], 0)
+
+    def test_selective_keeps_less_than_keep_and_more_than_checkpoint(self):
+        torch.manual_seed(0)
+        model = LlamaLike(vocab=256, d=512, ffn=1536, layers=4, heads=8).cuda()
+        tokens = torch.randint(0, 256, (8, 512), device="cuda")
+        held = {}
+        for policy in ("keep", "selective", "selective-offload", "checkpoint"):
+            ctx = vramkit.offload_activations(model, mix=[policy] * 4, min_bytes=4096, max_inflight_bytes=0)
+            model.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = forward(model, tokens, ctx)
+            torch.cuda.synchronize()
+            ctx._release_copied()  # noqa: SLF001 - the copies out have completed
+            held[policy] = torch.cuda.memory_allocated() - base
+            loss.backward()
+            ctx.wait()
+        self.assertLess(held["selective"], held["keep"])
+        self.assertLess(held["checkpoint"], held["selective"])
+        self.assertLess(held["selective-offload"], held["selective"])
 
     def test_capped_run_needs_offload(self):
         p = subprocess.run([sys.executable, os.path.abspath(__file__), "--capped-child"],

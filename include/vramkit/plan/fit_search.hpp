@@ -72,6 +72,12 @@ kernel_rates kernel_rates_for(const gpu_spec& gpu, const device_overheads& o, pr
 struct step_time_parts {
   double block_forward_s = 0;   ///< one block's forward, one micro-batch (mean over the blocks)
   double block_backward_s = 0;  ///< one block's backward without recompute
+  /// Of block_forward_s, the memory-bound kernels (norms, casts, rotary, activation, residual
+  /// adds): what selective checkpointing runs again in backward
+  double block_memory_bound_s = 0;
+  /// Bytes per micro-batch that a block's GEMMs and fused attention kernel output in its forward
+  /// (0 with eager attention or a mixture-of-experts MLP: not modelled)
+  double block_gemm_output_bytes = 0;
   double outside_s = 0;    ///< per micro-batch: embeddings, final norm, head and loss, both passes
   double recompute_s = 0;  ///< per micro-batch: what the request's checkpointing recomputes
   double optimizer_s = 0;  ///< per optimizer step: the update's passes over parameters and states

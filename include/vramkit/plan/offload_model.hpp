@@ -1,5 +1,6 @@
 // The offload model: for a mix of per-block policies (offload to pinned host memory, checkpoint,
-// keep), the step time with copies overlapped the way vramkit.offload_activations runs them, the
+// keep, selective checkpointing, selective checkpointing with its saved tensors on the host), the
+// step time with copies overlapped the way vramkit.offload_activations runs them, the
 // device peak and the pinned host bytes; the fastest mix under a capacity; optimizer-state
 // offload (vramkit.OffloadedAdamW); and the `--offload` option. Pure functions; thread-safe.
 // python/vramkit/offload_plan.py is the same model; tests/data/offload/model_cases.json holds
@@ -14,17 +15,30 @@
 
 namespace vramkit::plan {
 
-enum class block_policy { offload, checkpoint, keep };
+/// What a block does with the tensors its forward saves for backward. `selective`: only the
+/// outputs of its GEMMs and attention kernels (and its input) stay, its memory-bound ops (norms,
+/// rotary, activation, products, residual adds) run again in backward; `selective_offload`: the
+/// same, with those outputs in pinned host memory.
+enum class block_policy { offload, checkpoint, keep, selective, selective_offload };
 const char* to_string(block_policy p) noexcept;
-/// "offload", "checkpoint" or "keep"; throws invalid_input otherwise.
+/// "offload", "checkpoint", "keep", "selective" or "selective-offload"; throws invalid_input
+/// otherwise.
 block_policy parse_block_policy(std::string_view s);
+/// The one-letter spelling of a mix entry: o, c, k, s or h (selective, saved tensors on the host).
+char policy_letter(block_policy p) noexcept;
+/// The policy of a letter of policy_letter; nullopt for any other character.
+std::optional<block_policy> policy_of_letter(char c) noexcept;
 
 /// What the model needs to know about one training step, per micro-batch.
 struct offload_inputs {
   std::uint64_t block_bytes = 0;  ///< bytes a block saves for backward (activations, not weights)
   std::uint64_t input_bytes = 0;  ///< a block's input: what a checkpointed block keeps
-  double t_fwd_s = 0;             ///< forward time of one block
-  double t_bwd_s = 0;             ///< backward time of one block (without recompute)
+  /// What a selectively checkpointed block saves besides its input: the outputs of its GEMMs and
+  /// attention kernels (0: the selective policies are not modelled for this model)
+  std::uint64_t selective_bytes = 0;
+  double t_selective_s = 0;  ///< a selective block's recompute: its memory-bound forward ops
+  double t_fwd_s = 0;        ///< forward time of one block
+  double t_bwd_s = 0;        ///< backward time of one block (without recompute)
   /// Activation compression's kernels in a block that keeps or offloads its saved tensors: the
   /// encode in its forward, the decode in its backward (a checkpointed block saves only its
   /// input, and its recompute runs uncompressed: neither)
@@ -33,14 +47,37 @@ struct offload_inputs {
   double d2h_bytes_per_s = 0;     ///< pinned device-to-host copy rate
   double h2d_bytes_per_s = 0;     ///< pinned host-to-device copy rate
   std::uint64_t other_bytes = 0;  ///< everything else at the peak (states, gradients, logits)
-  double other_time_s = 0;        ///< the rest of the step (head, loss, optimizer)
+  /// What the head and the loss add beside the kept blocks when the forward ends, beyond
+  /// other_bytes (the planner anchors other_bytes so that this is one block's saved bytes when a
+  /// block recomputes; 0 when none does)
+  std::uint64_t loss_bytes = 0;
+  double other_time_s = 0;                    ///< the rest of the step (head, loss, optimizer)
   std::uint64_t window_bytes = 512ull << 20;  ///< copy-out bytes the forward runs ahead of
   int prefetch = 1;                           ///< offloaded blocks fetched ahead in backward
   /// > 0: the backward of block i also fetches the offloaded blocks among i-1 .. i-d, and the
   /// peak counts what is still being copied out when the forward ends (instead of the whole
   /// window) and the offloaded blocks fetched back at once
   int prefetch_blocks = 0;
+  /// Share of the copy time hidden behind compute that still lengthens the step (the copies'
+  /// HBM traffic and the engine's work in the hooks): what choose_offload_mix ranks mixes by
+  /// adds it (simulate_offload leaves it out)
+  double copy_interference = 0;
+  /// true: window_bytes and prefetch_blocks follow the mix, as vramkit's engine settings the plan
+  /// prints: two copies out in flight of the largest block that copies (a whole block's saved
+  /// bytes, or a selective one's), and each copy back started as many blocks ahead as that
+  /// copy takes backward passes of a block, plus one
+  bool windows_per_mix = false;
+  /// Activation compression (0 without it): what a checkpointed or selective block's recompute
+  /// regrows from (its saved tensors uncompressed; 0: block_bytes), and what the backward of a
+  /// block that keeps or offloads compressed tensors holds decoded on top of them (its own and
+  /// the block below's, decoded ahead)
+  std::uint64_t recompute_bytes = 0;
+  std::uint64_t decode_bytes = 0;
 };
+
+/// The step time a mix is ranked by: e.step_time_s plus in.copy_interference of the hidden copy
+/// time.
+double ranked_step_s(const struct offload_estimate& e, const offload_inputs& in) noexcept;
 
 struct offload_estimate {
   double step_time_s = 0;     ///< estimated step, compute plus exposed copies
@@ -50,6 +87,8 @@ struct offload_estimate {
   double overlap = 1;         ///< 1 - exposed / copy (1 when nothing is copied)
   std::uint64_t device_peak_bytes = 0;
   std::uint64_t host_pinned_bytes = 0;
+  std::uint64_t window_bytes = 0;  ///< the copy-out window used
+  int prefetch_blocks = 0;         ///< the prefetch depth used
 };
 
 /// The estimate for `mix` (one policy per block, forward order). Throws invalid_input when the
@@ -61,6 +100,20 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
 /// n_blocks or are negative.
 std::vector<block_policy> arrange_mix(int n_blocks, int n_offload, int n_checkpoint);
 
+/// Blocks of each policy but keep.
+struct mix_counts {
+  int offload = 0;
+  int checkpoint = 0;
+  int selective = 0;
+  int selective_offload = 0;
+};
+/// The same with the selective policies: the blocks that copy to the host (offload, then
+/// selective_offload, each kind spread among them) spread evenly from the first block over the
+/// blocks not kept, checkpointed blocks next, selective ones after them, the last blocks kept;
+/// `from_top`: the blocks that copy spread from the last block not kept down (their copies back
+/// are the first the backward needs).
+std::vector<block_policy> arrange_mix(int n_blocks, const mix_counts& c, bool from_top = false);
+
 enum class mix_search { offload_and_checkpoint, checkpoint_only };
 
 struct offload_choice {
@@ -69,7 +122,9 @@ struct offload_choice {
 };
 
 /// The fastest arranged mix whose device peak fits capacity_bytes (ties: fewer host bytes), or
-/// nullopt when none does.
+/// nullopt when none does, over both arrangements of arrange_mix. The selective policies are
+/// searched when in.selective_bytes > 0
+/// (checkpoint_only: selective, not selective_offload).
 std::optional<offload_choice> choose_offload_mix(
     int n_blocks, std::uint64_t capacity_bytes, const offload_inputs& in,
     mix_search search = mix_search::offload_and_checkpoint);
@@ -91,8 +146,8 @@ optimizer_offload_estimate estimate_optimizer_offload(std::uint64_t parameters,
                                                       std::uint64_t chunk_bytes = 64ull << 20);
 
 /// The `--offload` option: none, activations[:N|:MIX], optimizer or both[:N|:MIX] (activations
-/// with optimizer); MIX names every block's policy in forward order, o (offload), c (checkpoint)
-/// or k (keep), e.g. activations:occk.
+/// with optimizer); MIX names every block's policy in forward order, o (offload), c (checkpoint),
+/// k (keep), s (selective) or h (selective-offload), e.g. activations:ocshk.
 struct offload_option {
   bool activations = false;
   int activation_blocks = 0;  ///< blocks to offload; n_blocks when no N was given

@@ -27,6 +27,10 @@ struct compress_option {
   bool attn = false;  ///< the inputs of the attention projections (never softmax statistics)
   bool norm = false;  ///< what the norms save (their fp32 inputs and normalized outputs in amp)
   bool e5m2 = false;  ///< e5m2 instead of e4m3
+  /// ":recompute" (compression alone): norms keep their inputs as they are; their normalized
+  /// outputs, and the gated MLP's silu(gate) and product, are recomputed in backward from the
+  /// tensors saved beside them instead of stored (recompute=True, norm_inputs="exact")
+  bool recompute = false;
   [[nodiscard]] std::string to_string() const;
 };
 

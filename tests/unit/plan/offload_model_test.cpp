@@ -2,6 +2,7 @@
 // --offload option, and the cases tests/data/offload/model_cases.json shares with the Python model.
 #include "vramkit/plan/offload_model.hpp"
 
+#include <algorithm>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -124,6 +125,84 @@ TEST(OffloadOption, ParsesEveryFormAndRefusesBadOnes) {
   }
 }
 
+offload_inputs with_selective() {
+  auto in = base();
+  in.selective_bytes = GiB * 3 / 4;
+  in.t_selective_s = 0.008;
+  return in;
+}
+
+TEST(OffloadModel, SelectiveKeepsGemmOutputsAndRecomputesTheRest) {
+  const auto in = with_selective();
+  const auto sel = simulate_offload(std::vector<P>(8, P::selective), in);
+  const auto ck = simulate_offload(std::vector<P>(8, P::checkpoint), in);
+  const auto keep = simulate_offload(std::vector<P>(8, P::keep), in);
+  // Each block keeps its input and 3/4 GiB; the one recomputing regrows the other 1.25 GiB.
+  EXPECT_EQ(sel.device_peak_bytes,
+            20 * GiB + 8 * (GiB * 3 / 4 + GiB / 8) + (2 * GiB - GiB * 3 / 4));
+  EXPECT_NEAR(sel.step_time_s, 8 * (0.06 + 0.008) + 0.05, 1e-12);
+  EXPECT_LT(sel.step_time_s, ck.step_time_s);
+  EXPECT_GT(sel.step_time_s, keep.step_time_s);
+  EXPECT_LT(sel.device_peak_bytes, keep.device_peak_bytes);
+  EXPECT_GT(sel.device_peak_bytes, ck.device_peak_bytes);
+  EXPECT_EQ(sel.host_pinned_bytes, 0u);
+}
+
+TEST(OffloadModel, SelectiveOffloadMovesOnlyTheKeptOutputs) {
+  const auto in = with_selective();
+  const auto h = simulate_offload(std::vector<P>(8, P::selective_offload), in);
+  const auto o = simulate_offload(std::vector<P>(8, P::offload), in);
+  EXPECT_EQ(h.host_pinned_bytes, 8 * (GiB * 3 / 4));
+  const std::uint64_t kept = GiB * 3 / 4;
+  EXPECT_NEAR(h.copy_s, 16.0 * static_cast<double>(kept) / 50e9, 1e-12);
+  EXPECT_LT(h.copy_s, o.copy_s);
+  EXPECT_LT(h.device_peak_bytes,
+            simulate_offload(std::vector<P>(8, P::selective), in).device_peak_bytes);
+}
+
+TEST(OffloadModel, TheSearchPicksSelectiveWhereItBeatsCheckpointing) {
+  auto in = with_selective();
+  const auto ck = simulate_offload(std::vector<P>(8, P::checkpoint), in);
+  // Room for a few selective blocks above full checkpointing, none for a kept one.
+  const auto got =
+      choose_offload_mix(8, ck.device_peak_bytes + 2 * GiB, in, mix_search::checkpoint_only);
+  ASSERT_TRUE(got);
+  EXPECT_GT(std::count(got->mix.begin(), got->mix.end(), P::selective), 0);
+  EXPECT_LT(got->estimate.step_time_s, ck.step_time_s);
+  // Without the selective figures the same search can only checkpoint.
+  in.selective_bytes = 0;
+  const auto plain =
+      choose_offload_mix(8, ck.device_peak_bytes + 2 * GiB, in, mix_search::checkpoint_only);
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(std::count(plain->mix.begin(), plain->mix.end(), P::selective), 0);
+}
+
+TEST(OffloadModel, ArrangesTheSelectivePoliciesFromEitherEnd) {
+  EXPECT_EQ(arrange_mix(8, mix_counts{1, 3, 2, 2}),
+            (std::vector<P>{P::offload, P::checkpoint, P::selective_offload, P::checkpoint,
+                            P::checkpoint, P::selective_offload, P::selective, P::selective}));
+  EXPECT_EQ(arrange_mix(4, mix_counts{0, 2, 0, 1}, true),
+            (std::vector<P>{P::checkpoint, P::checkpoint, P::selective_offload, P::keep}));
+  EXPECT_THROW(arrange_mix(4, mix_counts{1, 1, 1, 2}), invalid_input);
+  EXPECT_THROW(arrange_mix(4, mix_counts{0, 0, -1, 0}), invalid_input);
+}
+
+TEST(OffloadModel, PolicyNamesAndLetters) {
+  for (const auto p : {P::offload, P::checkpoint, P::keep, P::selective, P::selective_offload}) {
+    EXPECT_EQ(parse_block_policy(to_string(p)), p);
+    EXPECT_EQ(policy_of_letter(policy_letter(p)), p);
+  }
+  EXPECT_STREQ(to_string(P::selective_offload), "selective-offload");
+  EXPECT_EQ(policy_letter(P::selective_offload), 'h');
+  EXPECT_FALSE(policy_of_letter('x'));
+  EXPECT_THROW(parse_block_policy("sac"), invalid_input);
+  const auto o = parse_offload_option("activations:shck", 4);
+  EXPECT_EQ(o.mix, (std::vector<P>{P::selective, P::selective_offload, P::checkpoint, P::keep}));
+  EXPECT_EQ(o.activation_blocks, 1);
+  EXPECT_THROW(parse_offload_option("activations:shcx", 4), invalid_input);
+  EXPECT_THROW(parse_offload_option("activations:shc", 4), invalid_input);
+}
+
 TEST(OffloadModel, AgreesWithThePythonModelOnSharedCases) {
   std::ifstream f(VRAMKIT_SOURCE_DIR "/tests/data/offload/model_cases.json");
   ASSERT_TRUE(f) << "tests/data/offload/model_cases.json";
@@ -146,6 +225,10 @@ TEST(OffloadModel, AgreesWithThePythonModelOnSharedCases) {
     in.window_bytes = j.value("window_bytes", 512ull << 20);
     in.prefetch = j.value("prefetch", 1);
     in.prefetch_blocks = j.value("prefetch_blocks", 0);
+    in.selective_bytes = j.value("selective_bytes", 0ull);
+    in.t_selective_s = j.value("t_selective", 0.0);
+    in.windows_per_mix = j.value("windows_per_mix", false);
+    in.loss_bytes = j.value("loss_bytes", 0ull);
     const auto e = simulate_offload(mix, in);
     const auto& x = c["expect"];
     const auto near = [](double a, double b) {
@@ -159,6 +242,8 @@ TEST(OffloadModel, AgreesWithThePythonModelOnSharedCases) {
     EXPECT_TRUE(near(e.overlap, x["overlap"]));
     EXPECT_EQ(e.device_peak_bytes, x["device_peak_bytes"].get<std::uint64_t>());
     EXPECT_EQ(e.host_pinned_bytes, x["host_pinned_bytes"].get<std::uint64_t>());
+    EXPECT_EQ(e.window_bytes, x["window_bytes"].get<std::uint64_t>());
+    EXPECT_EQ(e.prefetch_blocks, x["prefetch_blocks"].get<int>());
   }
 }
 
