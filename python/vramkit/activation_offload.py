@@ -135,6 +135,15 @@ def _selective_modes(engine, offload):
             self.next += 1
             return tree_map(engine._selective_load, saved)  # noqa: SLF001
 
+        def __exit__(self, *exc):
+            # The recompute is over (checkpoint stops it early once backward has every tensor it
+            # needs): the outputs it did not ask for go now, host buffers back to the pool, not
+            # when the graph happens to be collected.
+            try:
+                return super().__exit__(*exc)
+            finally:
+                store.clear()
+
     return Save(), Replay()
 
 
@@ -642,7 +651,8 @@ class offload_activations:
             return x
         st = self._stats
         st["selective_saved"] += 1
-        if offload and x.device.type == "cuda" and x.numel() * x.element_size() >= self.min_bytes:
+        on_device = x.device.type == "cuda" or (self.offload_cpu_tensors and x.device.type == "cpu")
+        if offload and on_device and x.numel() * x.element_size() >= self.min_bytes:
             return self._offload(x)
         st["selective_kept_bytes"] += x.numel() * x.element_size()
         return _Kept(_detached(x), x._version)

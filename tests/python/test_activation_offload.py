@@ -217,6 +217,29 @@ class SelectiveCpu(unittest.TestCase):
             with replay:
                 x @ w
 
+    @unittest.skipUnless(_has_dispatch_modes(), "torch has no TorchDispatchMode")
+    def test_outputs_the_recompute_did_not_ask_for_are_freed_when_it_ends(self):
+        # checkpoint stops a recompute early once backward has what it needs: the offloaded
+        # outputs after that point must not hold their host buffers until the graph is collected.
+        from vramkit import activation_offload as ao
+
+        engine = ao.offload_activations(blocks=[], mix=[], min_bytes=64, offload_cpu_tensors=True)
+        engine.__enter__()
+        engine.__exit__(None, None, None)
+        save, replay = ao._selective_modes(engine, True)  # noqa: SLF001
+        x, w = torch.randn(8, 16), torch.randn(16, 16)
+        with save:
+            y = x @ w
+            z = y @ w
+        self.assertEqual(engine.stats()["offloaded"], 2)
+        self.assertEqual(engine.stats()["live_records"], 2)
+        with replay:
+            again = x @ w  # the second GEMM is never replayed
+        self.assertTrue(torch.equal(again, y))
+        self.assertEqual(engine.stats()["live_records"], 0)
+        self.assertEqual(engine.pool.stats()["in_use_bytes"], 0)
+        del z
+
     @unittest.skipUnless(_has_dispatch_modes() and hasattr(torch._C, "_SetExcludeDispatchKeyGuard"),
                          "torch cannot detach below autograd with a shared version counter")
     def test_an_output_changed_in_place_is_refused(self):
