@@ -175,6 +175,15 @@ class Selection(unittest.TestCase):
         self.assertIs(vramkit.compress_activations, ac.compress_activations)
 
 
+def llama_reference():
+    """A seeded three-block LlamaLike, a token batch and its uncompressed gradients."""
+    torch.manual_seed(0)
+    model = LlamaLike(layers=3)
+    tokens = torch.randint(0, 64, (2, 64))
+    model(tokens).backward()
+    return model, tokens, [p.grad.clone() for p in model.parameters()]
+
+
 def check_bound(test, t, back, fmt, extra_rel=0.0):
     """|back - t| within fp8's stated error: relative in the normal range, else the block's
     subnormal step; plus the restored dtype's own rounding (relative, and half of its smallest
@@ -419,11 +428,7 @@ class RoundTrip(unittest.TestCase):
     def test_recompute_stores_no_products(self):
         # recompute=True: the gated MLP's product and RMSNorm-like products of saved tensors are
         # recomputed in backward, fewer bytes stored, gradients as close as with compression.
-        torch.manual_seed(0)
-        model = LlamaLike(layers=3)
-        tokens = torch.randint(0, 64, (2, 64))
-        model(tokens).backward()
-        g_ref = [p.grad.clone() for p in model.parameters()]
+        model, tokens, g_ref = llama_reference()
         stored = {}
         for rc in (False, True):
             model.zero_grad()
@@ -511,11 +516,7 @@ class RoundTrip(unittest.TestCase):
             self.assertTrue(torch.equal(a, b))
 
     def test_through_offload_on_cpu(self):
-        torch.manual_seed(0)
-        model = LlamaLike(layers=3)
-        tokens = torch.randint(0, 64, (2, 64))
-        model(tokens).backward()
-        g_ref = [p.grad.clone() for p in model.parameters()]
+        model, tokens, g_ref = llama_reference()
         moved = {}
         for modules in (("mlp", "attn"), ac.MODULES):
             model.zero_grad()
