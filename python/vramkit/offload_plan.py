@@ -20,11 +20,13 @@ Model (docs/offload.md):
 
 import math
 
-POLICIES = ("offload", "checkpoint", "keep", "selective", "selective-offload")
-#: Policies that copy a block's saved tensors (all, or the selective ones) to pinned host memory.
-TO_HOST = ("offload", "selective-offload")
+POLICIES = ("offload", "checkpoint", "keep", "selective", "selective-offload", "checkpoint-offload")
+#: Policies that copy a block's saved tensors (all, the selective ones, or a checkpointed block's
+#: input) to pinned host memory.
+TO_HOST = ("offload", "selective-offload", "checkpoint-offload")
 #: The one-letter spelling of each policy (`vramkit plan --offload activations:MIX`).
-LETTERS = {"offload": "o", "checkpoint": "c", "keep": "k", "selective": "s", "selective-offload": "h"}
+LETTERS = {"offload": "o", "checkpoint": "c", "keep": "k", "selective": "s", "selective-offload": "h",
+           "checkpoint-offload": "x"}
 
 
 def letters(mix):
@@ -43,8 +45,10 @@ def from_letters(text):
 
 def without_copies(mix):
     """The mix with nothing copied to the host: offloaded blocks kept, selective-offload ones
-    selective (what the copies cost is the difference in step time)."""
-    return [{"offload": "keep", "selective-offload": "selective"}.get(p, p) for p in mix]
+    selective, checkpoint-offload ones checkpointed (what the copies cost is the difference in
+    step time)."""
+    return [{"offload": "keep", "selective-offload": "selective", "checkpoint-offload": "checkpoint"}.get(p, p)
+            for p in mix]
 
 
 def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_bytes_per_s,
@@ -63,7 +67,9 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
             raise ValueError("offload mix entry %r is not one of %s" % (p, ", ".join(POLICIES)))
     n = len(mix)
     a, sel, t_f, t_b = float(block_bytes), float(selective_bytes), float(t_fwd), float(t_bwd)
-    moved = [a if p == "offload" else sel if p == "selective-offload" else 0.0 for p in mix]
+    moved = [a if p == "offload" else sel if p == "selective-offload" else float(input_bytes)
+             if p == "checkpoint-offload" else 0.0 for p in mix]
+    recomputed = ("checkpoint", "checkpoint-offload")
     off = [i for i, p in enumerate(mix) if p in TO_HOST]
     if off and (d2h_bytes_per_s <= 0 or h2d_bytes_per_s <= 0):
         raise ValueError("offload model: the link rates must be positive to offload")
@@ -71,15 +77,15 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
         # The engine settings the plan prints for this mix: two of its largest copies out in
         # flight, copies back started as many blocks ahead as one takes backward passes, plus one.
         largest = max(moved)
-        window_bytes = 2 * largest
+        window_bytes = 2 * largest if largest / d2h_bytes_per_s > t_f else largest
         ahead = math.ceil(largest / h2d_bytes_per_s / t_b) + 1 if t_b > 0 else n
         prefetch_blocks = int(min(max(ahead, 1), n))
 
     def recompute(i):
-        return t_f if mix[i] == "checkpoint" else float(t_selective) if mix[i].startswith("selective") else 0.0
+        return t_f if mix[i] in recomputed else float(t_selective) if mix[i].startswith("selective") else 0.0
 
     def regrown(i):
-        return a if mix[i] == "checkpoint" else a - sel if mix[i].startswith("selective") else 0.0
+        return a if mix[i] in recomputed else a - sel if mix[i].startswith("selective") else 0.0
 
     # Forward. A block's tensors are produced, and copied out, while it runs: its copy starts
     # with the block (or when the link frees up) and ends no earlier than the block. The forward
@@ -116,7 +122,14 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
         link_in = max(link_in, now, outs[j]) + moved[j] / h2d_bytes_per_s
         ready[j] = link_in
 
+    def resident(i):
+        # What a block keeps on the device from its forward to its backward.
+        p = mix[i]
+        return (a if p == "keep" else float(input_bytes) if p in ("checkpoint", "selective-offload")
+                else sel + float(input_bytes) if p == "selective" else 0.0)
+
     held = 0.0  # most bytes fetched back and not yet through their backward, with a recompute
+    freed = 0.0  # what the blocks above, through their backward, kept on the device
     for i in reversed(range(n)):
         if prefetch_blocks > 0:
             for j in range(i, max(0, i - prefetch_blocks) - 1, -1):
@@ -130,10 +143,12 @@ def simulate(mix, block_bytes, input_bytes, t_fwd, t_bwd, d2h_bytes_per_s, h2d_b
             if ready[i] > t:
                 wait += ready[i] - t
                 t = ready[i]
-        held = max(held, sum(moved[j] for j in ready if j <= i) + regrown(i))
+        held = max(held, sum(moved[j] for j in ready if j <= i) + regrown(i) - freed)
+        freed += resident(i)
         t += t_b + recompute(i)
     n_sel = sum(1 for p in mix if p.startswith("selective"))
-    compute = n * (t_f + t_b) + mix.count("checkpoint") * t_f + n_sel * float(t_selective) + other_time_s
+    n_ck = mix.count("checkpoint") + mix.count("checkpoint-offload")
+    compute = n * (t_f + t_b) + n_ck * t_f + n_sel * float(t_selective) + other_time_s
     step = t + other_time_s
     copies = sum(moved[j] / d2h_bytes_per_s + moved[j] / h2d_bytes_per_s for j in off)
     exposed = stall + wait

@@ -27,17 +27,26 @@ const char* to_string(block_policy p) noexcept {
       return "selective";
     case block_policy::selective_offload:
       return "selective-offload";
+    case block_policy::checkpoint_offload:
+      return "checkpoint-offload";
   }
   return "?";
 }
 
 namespace {
 
-constexpr std::array k_policies{block_policy::offload, block_policy::checkpoint, block_policy::keep,
-                                block_policy::selective, block_policy::selective_offload};
+constexpr std::array k_policies{
+    block_policy::offload,   block_policy::checkpoint,        block_policy::keep,
+    block_policy::selective, block_policy::selective_offload, block_policy::checkpoint_offload};
 
 bool to_host(block_policy p) {
-  return p == block_policy::offload || p == block_policy::selective_offload;
+  return p == block_policy::offload || p == block_policy::selective_offload ||
+         p == block_policy::checkpoint_offload;
+}
+
+/// Checkpointed: the whole forward runs again in backward.
+bool recomputed(block_policy p) {
+  return p == block_policy::checkpoint || p == block_policy::checkpoint_offload;
 }
 
 bool selective(block_policy p) {
@@ -50,11 +59,15 @@ block_policy parse_block_policy(std::string_view s) {
   for (const auto p : k_policies)
     if (s == to_string(p)) return p;
   throw invalid_input(fmt::format(
-      "block policy '{}': use offload, checkpoint, keep, selective or selective-offload", s));
+      "block policy '{}': use offload, checkpoint, keep, selective, selective-offload or "
+      "checkpoint-offload",
+      s));
 }
 
 char policy_letter(block_policy p) noexcept {
-  return p == block_policy::selective_offload ? 'h' : to_string(p)[0];
+  if (p == block_policy::selective_offload) return 'h';
+  if (p == block_policy::checkpoint_offload) return 'x';
+  return to_string(p)[0];
 }
 
 std::optional<block_policy> policy_of_letter(char c) noexcept {
@@ -71,14 +84,16 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   const auto count = [&](block_policy p) {
     return static_cast<int>(std::count(mix.begin(), mix.end(), p));
   };
-  const int n_ck = count(block_policy::checkpoint);
+  const int n_ck = count(block_policy::checkpoint) + count(block_policy::checkpoint_offload);
   const int n_sel = count(block_policy::selective) + count(block_policy::selective_offload);
   // Bytes each block copies to the host (and back).
   std::vector<double> moved(mix.size(), 0.0);
   std::vector<int> off;
   for (int i = 0; i < n; ++i) {
     if (!to_host(mix[i])) continue;
-    moved[i] = mix[i] == block_policy::offload ? a : sel;
+    moved[i] = mix[i] == block_policy::offload              ? a
+               : mix[i] == block_policy::checkpoint_offload ? static_cast<double>(in.input_bytes)
+                                                            : sel;
     off.push_back(i);
   }
   if (!off.empty() && (in.d2h_bytes_per_s <= 0 || in.h2d_bytes_per_s <= 0))
@@ -89,7 +104,9 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   int prefetch_blocks = in.prefetch_blocks;
   if (in.windows_per_mix && !off.empty()) {
     const double largest = *std::max_element(moved.begin(), moved.end());
-    window = 2 * largest;
+    // Two copies in flight when one outlasts its block's forward (the next block's copy queues
+    // behind it); one when it ends within it (a checkpointed block's input).
+    window = largest / in.d2h_bytes_per_s > t_f ? 2 * largest : largest;
     const double ahead = t_b > 0 ? std::ceil(largest / in.h2d_bytes_per_s / t_b) + 1 : n;
     prefetch_blocks = static_cast<int>(std::clamp(ahead, 1.0, static_cast<double>(n)));
   }
@@ -99,9 +116,7 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   };
   // What block i runs again in backward, and the bytes that recompute adds while it runs.
   const auto recompute = [&](int i) {
-    return mix[i] == block_policy::checkpoint ? t_f
-           : selective(mix[i])                ? in.t_selective_s
-                                              : codec(i, in.unpack_s);
+    return recomputed(mix[i]) ? t_f : selective(mix[i]) ? in.t_selective_s : codec(i, in.unpack_s);
   };
   // With compression a checkpointed or selective block recomputes uncompressed (recompute_bytes,
   // the block's saved bytes, against block_bytes stored), and a block whose tensors are
@@ -109,7 +124,7 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   const double full = in.recompute_bytes > 0 ? static_cast<double>(in.recompute_bytes) : a;
   const auto decoded = static_cast<double>(in.decode_bytes);
   const auto regrown = [&](int i) {
-    return mix[i] == block_policy::checkpoint ? full : selective(mix[i]) ? full - sel : 0.0;
+    return recomputed(mix[i]) ? full : selective(mix[i]) ? full - sel : 0.0;
   };
 
   // Forward: a block's tensors stream out while it runs; the forward stalls only while more than
@@ -148,7 +163,22 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
     link_in = std::max({link_in, now, outs[j]}) + copy_in(j);
     ready[j] = link_in;
   };
-  double held = 0;
+  // What a block keeps on the device from its forward to its backward (the copying policies
+  // keep nothing there; what they fetch back is `back` below).
+  const auto resident = [&](int i) {
+    switch (mix[i]) {
+      case block_policy::keep:
+        return a;
+      case block_policy::checkpoint:
+      case block_policy::selective_offload:
+        return static_cast<double>(in.input_bytes);
+      case block_policy::selective:
+        return sel + static_cast<double>(in.input_bytes);
+      default:
+        return 0.0;
+    }
+  };
+  double held = 0, freed = 0;  // freed: what the blocks above, through their backward, kept
   for (int i = n - 1; i >= 0; --i) {
     for (int j = i; prefetch_blocks > 0 && j >= std::max(0, i - prefetch_blocks); --j)
       if (to_host(mix[j])) fetch(j, t);
@@ -164,7 +194,8 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
     double back = 0;
     for (const auto& [j, when] : ready)
       if (j <= i) back += moved[j];
-    held = std::max(held, back + regrown(i) + codec(i, decoded));
+    held = std::max(held, back + regrown(i) + codec(i, decoded) - freed);
+    freed += resident(i);
     t += t_b + recompute(i);
   }
 
@@ -181,7 +212,7 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   e.exposed_copy_s = stall + wait;
   e.overlap = e.copy_s > 0 ? 1.0 - e.exposed_copy_s / e.copy_s : 1.0;
   const auto input = static_cast<double>(in.input_bytes);
-  const double kept = count(block_policy::keep) * a + n_ck * input +
+  const double kept = count(block_policy::keep) * a + count(block_policy::checkpoint) * input +
                       count(block_policy::selective) * (sel + input) +
                       count(block_policy::selective_offload) * input;
   // The largest recompute (which also stands for what the head and the loss add when the
@@ -263,14 +294,22 @@ std::optional<offload_choice> choose_offload_mix(int n_blocks, std::uint64_t cap
         for (c.selective = 0; c.selective <= (sel ? after_soff - c.checkpoint : 0); ++c.selective) {
           for (const bool from_top : {false, true}) {
             if (from_top && c.offload + c.selective_offload == 0) break;
-            auto mix = arrange_mix(n_blocks, c, from_top);
-            const auto e = simulate_offload(mix, in);
-            if (e.device_peak_bytes > capacity_bytes) continue;
-            const double t = ranked_step_s(e, in);
-            if (!best ||
-                std::pair(t, e.host_pinned_bytes) <
-                    std::pair(ranked_step_s(best->estimate, in), best->estimate.host_pinned_bytes))
-              best = offload_choice{std::move(mix), e};
+            // Each arrangement as it is, and with every checkpointed block's input on the host
+            // (what full checkpointing keeps on the device, freed for what saves time).
+            for (const bool inputs_out : {false, true}) {
+              if (inputs_out && (!offload || c.checkpoint == 0)) break;
+              auto mix = arrange_mix(n_blocks, c, from_top);
+              if (inputs_out)
+                std::replace(mix.begin(), mix.end(), block_policy::checkpoint,
+                             block_policy::checkpoint_offload);
+              const auto e = simulate_offload(mix, in);
+              if (e.device_peak_bytes > capacity_bytes) continue;
+              const double t = ranked_step_s(e, in);
+              if (!best ||
+                  std::pair(t, e.host_pinned_bytes) < std::pair(ranked_step_s(best->estimate, in),
+                                                                best->estimate.host_pinned_bytes))
+                best = offload_choice{std::move(mix), e};
+            }
           }
         }
       }
@@ -320,7 +359,7 @@ offload_option parse_offload_option(std::string_view value, int n_blocks) {
   o.activations = true;
   o.optimizer = head == "both";
   o.activation_blocks = n_blocks;
-  if (!count.empty() && count.find_first_not_of("ocksh") == std::string_view::npos) {
+  if (!count.empty() && count.find_first_not_of("ockshx") == std::string_view::npos) {
     for (const char c : count) o.mix.push_back(*policy_of_letter(c));
     if (n_blocks > 0 && static_cast<int>(o.mix.size()) != n_blocks)
       throw bad(fmt::format("the mix names {} blocks; the model has {}", o.mix.size(), n_blocks));
@@ -333,7 +372,8 @@ offload_option parse_offload_option(std::string_view value, int n_blocks) {
     const auto [p, ec] = std::from_chars(count.data(), end, n);
     if (ec != std::errc{} || p != end || n < 1)
       throw bad(
-          "N must be a whole number of blocks, at least 1, or a mix of o, c, k, s and h per block");
+          "N must be a whole number of blocks, at least 1, or a mix of o, c, k, s, h and x per "
+          "block");
     if (n_blocks > 0 && n > n_blocks)
       throw bad(fmt::format("N is larger than the model's {} blocks", n_blocks));
     o.activation_blocks = n;

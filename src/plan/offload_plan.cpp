@@ -297,7 +297,7 @@ namespace {
 
 bool recomputes(block_policy b) {
   return b == block_policy::checkpoint || b == block_policy::selective ||
-         b == block_policy::selective_offload;
+         b == block_policy::selective_offload || b == block_policy::checkpoint_offload;
 }
 
 }  // namespace
@@ -384,6 +384,8 @@ std::string mix_summary(const std::vector<block_policy>& mix) {
   if (const auto k = n(block_policy::selective); k > 0) out += fmt::format(", {} selective", k);
   if (const auto k = n(block_policy::selective_offload); k > 0)
     out += fmt::format(", {} selective-offload", k);
+  if (const auto k = n(block_policy::checkpoint_offload); k > 0)
+    out += fmt::format(", {} checkpoint-offload", k);
   return out + fmt::format(", {} kept", n(block_policy::keep));
 }
 
@@ -494,6 +496,7 @@ std::string offload_json(const offload_plan& p) {
       {"compressible_bytes_per_block", s.compressible_bytes_per_block},
       {"selective_blocks", n(block_policy::selective)},
       {"selective_offload_blocks", n(block_policy::selective_offload)},
+      {"checkpoint_offload_blocks", n(block_policy::checkpoint_offload)},
       {"selective_bytes_per_block", s.inputs.selective_bytes},
       {"selective_recompute_s_per_block", s.inputs.t_selective_s},
       {"pack_s_per_block", pack},

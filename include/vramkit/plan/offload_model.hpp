@@ -18,13 +18,22 @@ namespace vramkit::plan {
 /// What a block does with the tensors its forward saves for backward. `selective`: only the
 /// outputs of its GEMMs and attention kernels (and its input) stay, its memory-bound ops (norms,
 /// rotary, activation, products, residual adds) run again in backward; `selective_offload`: the
-/// same, with those outputs in pinned host memory.
-enum class block_policy { offload, checkpoint, keep, selective, selective_offload };
+/// same, with those outputs in pinned host memory; `checkpoint_offload`: checkpointed, with the
+/// one tensor it keeps, its input, in pinned host memory (fetched back for the recompute).
+enum class block_policy {
+  offload,
+  checkpoint,
+  keep,
+  selective,
+  selective_offload,
+  checkpoint_offload
+};
 const char* to_string(block_policy p) noexcept;
-/// "offload", "checkpoint", "keep", "selective" or "selective-offload"; throws invalid_input
-/// otherwise.
+/// "offload", "checkpoint", "keep", "selective", "selective-offload" or "checkpoint-offload";
+/// throws invalid_input otherwise.
 block_policy parse_block_policy(std::string_view s);
-/// The one-letter spelling of a mix entry: o, c, k, s or h (selective, saved tensors on the host).
+/// The one-letter spelling of a mix entry: o, c, k, s, h (selective, saved tensors on the host)
+/// or x (checkpointed, input on the host).
 char policy_letter(block_policy p) noexcept;
 /// The policy of a letter of policy_letter; nullopt for any other character.
 std::optional<block_policy> policy_of_letter(char c) noexcept;
@@ -64,8 +73,9 @@ struct offload_inputs {
   double copy_interference = 0;
   /// true: window_bytes and prefetch_blocks follow the mix, as vramkit's engine settings the plan
   /// prints: two copies out in flight of the largest block that copies (a whole block's saved
-  /// bytes, or a selective one's), and each copy back started as many blocks ahead as that
-  /// copy takes backward passes of a block, plus one
+  /// bytes, a selective one's, or an input), one when that copy ends within a block's forward,
+  /// and each copy back started as many blocks ahead as that copy takes backward passes of a
+  /// block, plus one
   bool windows_per_mix = false;
   /// Activation compression (0 without it): what a checkpointed or selective block's recompute
   /// regrows from (its saved tensors uncompressed; 0: block_bytes), and what the backward of a
@@ -122,9 +132,10 @@ struct offload_choice {
 };
 
 /// The fastest arranged mix whose device peak fits capacity_bytes (ties: fewer host bytes), or
-/// nullopt when none does, over both arrangements of arrange_mix. The selective policies are
+/// nullopt when none does, over both arrangements of arrange_mix, each also with every
+/// checkpointed block's input on the host (checkpoint_offload). The selective policies are
 /// searched when in.selective_bytes > 0
-/// (checkpoint_only: selective, not selective_offload).
+/// (checkpoint_only: selective, neither selective_offload nor checkpoint_offload).
 std::optional<offload_choice> choose_offload_mix(
     int n_blocks, std::uint64_t capacity_bytes, const offload_inputs& in,
     mix_search search = mix_search::offload_and_checkpoint);
@@ -147,7 +158,8 @@ optimizer_offload_estimate estimate_optimizer_offload(std::uint64_t parameters,
 
 /// The `--offload` option: none, activations[:N|:MIX], optimizer or both[:N|:MIX] (activations
 /// with optimizer); MIX names every block's policy in forward order, o (offload), c (checkpoint),
-/// k (keep), s (selective) or h (selective-offload), e.g. activations:ocshk.
+/// k (keep), s (selective), h (selective-offload) or x (checkpoint-offload), e.g.
+/// activations:ocshkx.
 struct offload_option {
   bool activations = false;
   int activation_blocks = 0;  ///< blocks to offload; n_blocks when no N was given

@@ -177,6 +177,43 @@ TEST(OffloadModel, TheSearchPicksSelectiveWhereItBeatsCheckpointing) {
   EXPECT_EQ(std::count(plain->mix.begin(), plain->mix.end(), P::selective), 0);
 }
 
+TEST(OffloadModel, CheckpointOffloadFreesTheInputsForASelectiveBlock) {
+  const auto in = with_selective();
+  const std::uint64_t input = in.input_bytes;
+  std::vector<P> cs(8, P::checkpoint), xs(8, P::checkpoint_offload);
+  cs.back() = xs.back() = P::selective;
+  const auto c = simulate_offload(cs, in);
+  const auto x = simulate_offload(xs, in);
+  const auto ck = simulate_offload(std::vector<P>(8, P::checkpoint), in);
+  // Seven inputs on the host; the same recompute, and copies of an input each way.
+  EXPECT_EQ(x.host_pinned_bytes, 7 * input);
+  EXPECT_NEAR(x.compute_s, c.compute_s, 1e-12);
+  EXPECT_NEAR(x.copy_s, 14.0 * static_cast<double>(input) / 50e9, 1e-12);
+  EXPECT_LT(x.device_peak_bytes, c.device_peak_bytes);
+  // Room for the selective block above full checkpointing only with the inputs on the host: the
+  // search then takes it (offload_and_checkpoint; checkpoint_only never moves an input).
+  const std::uint64_t cap = x.device_peak_bytes;
+  ASSERT_GT(c.device_peak_bytes, cap);
+  const auto got = choose_offload_mix(8, cap, in);
+  ASSERT_TRUE(got);
+  EXPECT_GT(std::count(got->mix.begin(), got->mix.end(), P::checkpoint_offload), 0);
+  EXPECT_LE(got->estimate.device_peak_bytes, cap);
+  EXPECT_LT(got->estimate.step_time_s, ck.step_time_s);
+  const auto only = choose_offload_mix(8, cap, in, mix_search::checkpoint_only);
+  ASSERT_TRUE(only);
+  EXPECT_EQ(std::count(only->mix.begin(), only->mix.end(), P::checkpoint_offload), 0);
+}
+
+TEST(OffloadModel, AShortCopyHasAWindowOfOneCopy) {
+  auto in = with_selective();
+  in.windows_per_mix = true;
+  // An input (1/8 GiB, 2.7 ms at 50 GB/s) copies within its block's 20 ms forward: one in
+  // flight; a whole block (2 GiB, 43 ms) does not: two.
+  EXPECT_EQ(simulate_offload(std::vector<P>(8, P::checkpoint_offload), in).window_bytes,
+            in.input_bytes);
+  EXPECT_EQ(simulate_offload(std::vector<P>(8, P::offload), in).window_bytes, 2 * in.block_bytes);
+}
+
 TEST(OffloadModel, ArrangesTheSelectivePoliciesFromEitherEnd) {
   EXPECT_EQ(arrange_mix(8, mix_counts{1, 3, 2, 2}),
             (std::vector<P>{P::offload, P::checkpoint, P::selective_offload, P::checkpoint,
@@ -188,18 +225,22 @@ TEST(OffloadModel, ArrangesTheSelectivePoliciesFromEitherEnd) {
 }
 
 TEST(OffloadModel, PolicyNamesAndLetters) {
-  for (const auto p : {P::offload, P::checkpoint, P::keep, P::selective, P::selective_offload}) {
+  for (const auto p : {P::offload, P::checkpoint, P::keep, P::selective, P::selective_offload,
+                       P::checkpoint_offload}) {
     EXPECT_EQ(parse_block_policy(to_string(p)), p);
     EXPECT_EQ(policy_of_letter(policy_letter(p)), p);
   }
   EXPECT_STREQ(to_string(P::selective_offload), "selective-offload");
   EXPECT_EQ(policy_letter(P::selective_offload), 'h');
-  EXPECT_FALSE(policy_of_letter('x'));
+  EXPECT_STREQ(to_string(P::checkpoint_offload), "checkpoint-offload");
+  EXPECT_EQ(policy_letter(P::checkpoint_offload), 'x');
+  EXPECT_FALSE(policy_of_letter('z'));
   EXPECT_THROW(parse_block_policy("sac"), invalid_input);
   const auto o = parse_offload_option("activations:shck", 4);
   EXPECT_EQ(o.mix, (std::vector<P>{P::selective, P::selective_offload, P::checkpoint, P::keep}));
   EXPECT_EQ(o.activation_blocks, 1);
-  EXPECT_THROW(parse_offload_option("activations:shcx", 4), invalid_input);
+  EXPECT_EQ(parse_offload_option("activations:shcx", 4).activation_blocks, 2);
+  EXPECT_THROW(parse_offload_option("activations:shcz", 4), invalid_input);
   EXPECT_THROW(parse_offload_option("activations:shc", 4), invalid_input);
 }
 
