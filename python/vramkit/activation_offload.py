@@ -16,7 +16,10 @@ import torch
 from .pinned_pool import PinnedPool
 
 #: Block policies accepted in `mix`.
-POLICIES = ("offload", "checkpoint", "keep", "selective", "selective-offload")
+POLICIES = ("offload", "checkpoint", "keep", "selective", "selective-offload", "checkpoint-offload")
+#: Policies whose block tensors that reach the hooks go to the host: all of them, or (a checkpointed
+#: block) the input that torch.utils.checkpoint saves for the recompute.
+_OFFLOADED = ("offload", "checkpoint-offload")
 
 #: aten ops whose outputs selective checkpointing keeps: GEMMs and fused attention kernels.
 SELECTIVE_SAVED_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_product_flash_attention",
@@ -237,7 +240,7 @@ class offload_activations:
 
     - `blocks`: the model's repeated modules (default: its longest nn.ModuleList).
     - `mix`: one policy per block, "offload", "checkpoint" (torch.utils.checkpoint, non-reentrant),
-      "keep", "selective" or "selective-offload"; or give `offload=` / `checkpoint=` as "all" or
+      "keep", "selective", "selective-offload" or "checkpoint-offload"; or give `offload=` / `checkpoint=` as "all" or
       sequences of indices or modules (blocks in neither are kept). Default: offload every block.
     - "selective" (torch >= 2.1: checkpoint's context_fn) checkpoints the block but keeps the
       outputs of its GEMMs and fused attention kernels (SELECTIVE_SAVED_OPS; the block's input
@@ -246,6 +249,9 @@ class offload_activations:
       policy. "selective-offload" also moves those outputs (those of at least `min_bytes`) to the
       pinned pool like an offloaded block's tensors, prefetched back the same way. The recompute
       runs the same kernels on the same inputs, so gradients equal the keep run's.
+    - "checkpoint-offload" checkpoints the block and moves the one tensor the checkpoint keeps,
+      the block's input (torch.utils.checkpoint saves it through these hooks), to the pinned
+      pool: fetched back like an offloaded block's tensors, before its recompute.
     - `outside`: "keep" or "offload" for tensors saved outside the blocks (default "keep" with a
       model, "offload" without one, when every saved tensor is its own group).
     - Parameters, views of parameters, buffers and tensors under `min_bytes` stay where they are.
@@ -303,6 +309,12 @@ class offload_activations:
             if any(p in ("selective", "selective-offload") for p in mix) and not _has_context_fn():
                 raise ValueError("offload_activations: the selective policies need torch.utils.checkpoint's "
                                  "context_fn (torch >= 2.1); this is torch %s" % torch.__version__)
+            if "checkpoint-offload" in mix and not _has_context_fn():
+                # Before 2.1 the non-reentrant checkpoint holds its inputs itself, out of the
+                # hooks' reach: the policy would be plain checkpointing.
+                raise ValueError("offload_activations: checkpoint-offload needs the torch.utils.checkpoint of torch "
+                                 ">= 2.1 (it saves the block's input through the saved-tensor hooks); this is "
+                                 "torch %s" % torch.__version__)
         else:
             off = _resolve("all" if offload is None and checkpoint is None else offload, self.blocks, "offload")
             ck = _resolve(checkpoint, self.blocks, "checkpoint")
@@ -386,10 +398,10 @@ class offload_activations:
         for i, b in enumerate(self.blocks):
             self._handles.append(b.register_forward_pre_hook(functools.partial(self._enter_block, i)))
             self._handles.append(b.register_forward_hook(functools.partial(self._leave_block, i)))
-            if self.mix[i] in ("checkpoint", "selective", "selective-offload"):
+            if self.mix[i] in ("checkpoint", "selective", "selective-offload", "checkpoint-offload"):
                 had = "forward" in b.__dict__
                 self._patched.append((b, had, b.__dict__.get("forward")))
-                if self.mix[i] == "checkpoint":
+                if self.mix[i] in ("checkpoint", "checkpoint-offload"):
                     b.forward = functools.partial(_checkpointed, b.forward)
                 else:
                     b.forward = functools.partial(_selective, self, self.mix[i] == "selective-offload", b.forward)
@@ -460,7 +472,9 @@ class offload_activations:
         if _is_parameter(t) or _storage_ptr(t) in self._param_storages:
             return "parameter"
         if self._block_stack:
-            if self.mix[self._block_stack[-1]] != "offload":
+            # A checkpointed block's own saves go to the checkpoint's hooks; what reaches these
+            # is the input the checkpoint keeps for its recompute.
+            if self.mix[self._block_stack[-1]] not in _OFFLOADED:
                 return "block"
         elif self.outside != "offload":
             return "outside"

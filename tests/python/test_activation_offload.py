@@ -260,6 +260,7 @@ class SelectiveCpu(unittest.TestCase):
 
         self.assertIn("selective", ao.POLICIES)
         self.assertIn("selective-offload", ao.POLICIES)
+        self.assertIn("checkpoint-offload", ao.POLICIES)
         with self.assertRaisesRegex(ValueError, "selective-offload"):
             vramkit.offload_activations(self.model, mix=["selective", "sac", "keep", "keep"])
 
@@ -270,6 +271,26 @@ class SelectiveCpu(unittest.TestCase):
             self.skipTest("this torch has checkpoint(context_fn=)")
         with self.assertRaisesRegex(ValueError, "context_fn"):
             vramkit.offload_activations(self.model, mix=["selective"] * 4)
+
+    def test_checkpoint_offload_moves_only_the_block_input(self):
+        # torch.utils.checkpoint (torch >= 2.1) saves a block's input through the outer hooks
+        # and the rest through its own: a checkpoint-offload block sends exactly its input (one
+        # tensor) to the pool, fetched back for the recompute; gradients equal bit for bit.
+        from vramkit import activation_offload as ao
+
+        if not ao._has_context_fn():  # noqa: SLF001
+            with self.assertRaisesRegex(ValueError, "checkpoint-offload needs"):
+                vramkit.offload_activations(self.model, mix=["checkpoint-offload"] * 4)
+            return
+        ref = run(self.model, self.tokens)
+        ctx = self.ctx(mix=["checkpoint-offload", "checkpoint-offload", "checkpoint", "keep"])
+        got = run(self.model, self.tokens, ctx)
+        self.assert_bitwise(ref, got)
+        s = ctx.stats()
+        self.assertEqual(s["offloaded"], 2)
+        self.assertEqual(s["fetched"], 2)
+        self.assertEqual(s["offloaded_bytes"], 2 * self.tokens.numel() * 32 * 4)  # fp32 inputs of width 32
+        self.assertEqual(s["live_records"], 0)
 
     def test_selective_gradients_bitwise_equal(self):
         from vramkit import activation_offload as ao

@@ -87,7 +87,9 @@ class OffloadGpu(unittest.TestCase):
         ref = step(model, tokens)
         for mix, prefetch, ahead in ((["offload"] * 6, 1, 0), (["offload", "checkpoint", "keep"] * 2, 2, 0),
                                      (["offload"] * 6, 0, 0), (["offload", "checkpoint", "keep"] * 2, 0, 3),
-                                     (["offload"] * 2 + ["checkpoint"] * 3 + ["keep"], 1, 4)):
+                                     (["offload"] * 2 + ["checkpoint"] * 3 + ["keep"], 1, 4),
+                                     (["checkpoint-offload"] * 3 + ["checkpoint", "offload", "keep"], 1, 0),
+                                     (["checkpoint-offload"] * 5 + ["keep"], 0, 2)):
             with self.subTest(mix=mix, prefetch=prefetch, prefetch_blocks=ahead):
                 ctx = vramkit.offload_activations(model, mix=mix, min_bytes=4096, prefetch=prefetch,
                                                   prefetch_blocks=ahead, max_inflight_bytes=1 << 20)
@@ -116,14 +118,15 @@ class OffloadGpu(unittest.TestCase):
             if not all(torch.equal(a, b) for a, b in zip(ref[1], again[1])):
                 self.skipTest("the plain %s run does not repeat bit for bit on this GPU" % type(model).__name__)
             for mix, ahead in ((["selective"] * 6, 0), (["selective-offload"] * 6, 0),
-                               (["selective-offload", "selective", "checkpoint", "offload", "keep", "selective-offload"], 2)):
+                               (["selective-offload", "selective", "checkpoint", "offload", "keep", "selective-offload"], 2),
+                               (["checkpoint-offload"] * 5 + ["selective"], 2)):
                 with self.subTest(model=type(model).__name__, mix=mix, prefetch_blocks=ahead):
                     ctx = vramkit.offload_activations(model, mix=mix, min_bytes=4096, prefetch_blocks=ahead,
                                                       max_inflight_bytes=1 << 20)
                     self.assert_steps_equal(model, tokens, ctx, ref)
                     s = ctx.stats()
                     self.assertGreater(s["selective_saved"], 0)
-                    if "selective-offload" in mix:
+                    if "selective-offload" in mix or "checkpoint-offload" in mix:
                         self.assertGreater(s["offloaded"], 0)
                     self.assertEqual(s["live_records"], 0)
                     self.assertEqual(ctx.pool.stats()["in_use_bytes"], 0)
