@@ -72,20 +72,27 @@ CENSUS_MIN_BYTES = 1 << 16  # compress_activations' min_bytes: the census counts
 # overlap, the three baselines at the cap), then offload with compression against offload alone,
 # the optimizer offload the planner ranks, the capped run without offload, and the one-block
 # offload (for shapes where the planner offloads nothing; it may not fit).
-# (When the planner's mix copies nothing, vramkit-selective-offload, its checkpointed blocks as
-# selective-offload, is the copying mix whose overlap vramkit-compute-only measures.)
-ORDER = ["reference", "vramkit-act", "vramkit-selective-offload", "vramkit-compute-only", "full-checkpoint",
-         "save-on-cpu", "torchtune-style", "vramkit-act+compress", "vramkit-act+opt", "none-capped", "vramkit-offload1"]
+# (When the planner's mix copies nothing, a mix derived from it that copies and that the planner
+# expects to fit the cap is the one whose overlap vramkit-compute-only measures: its first
+# checkpointed block selective-offload, or every checkpointed block's input on the host.) Mixes
+# given with --try-mix (configs "vramkit-try-MIX") run right after the planner's.
+ORDER = ["reference", "vramkit-act", "vramkit-selective-offload", "vramkit-inputs-offload", "vramkit-compute-only",
+         "full-checkpoint", "save-on-cpu", "torchtune-style", "vramkit-act+compress", "vramkit-act+opt", "none-capped",
+         "vramkit-offload1"]
 CAPPED = {"vramkit-act", "vramkit-offload1", "vramkit-act+opt", "vramkit-act+compress", "full-checkpoint",
-          "torchtune-style", "save-on-cpu", "none-capped", "vramkit-selective-offload"}
+          "torchtune-style", "save-on-cpu", "none-capped", "vramkit-selective-offload", "vramkit-inputs-offload"}
+TRY = "vramkit-try-"
 #: The configurations whose predicted order the issue asks for.
 RANKED = ("reference", "vramkit-act", "full-checkpoint", "vramkit-act+opt")
-#: Mixes measured beside the planner's, derived from it (run when derived).
-DERIVED = ("vramkit-selective-offload", "vramkit-offload1")
+#: Mixes measured beside the planner's, derived from it (run when derived and the planner expects
+#: them to fit the cap), in the order the overlap figure takes the first that copies.
+DERIVED = ("vramkit-selective-offload", "vramkit-inputs-offload", "vramkit-offload1")
 # Each run's steps: (warm-up, timed). The baselines that copy every saved tensor each way run one
 # timed step after one warm-up (the warm-up also pins tens of GB of host memory); they are 3-5x
-# slower than vramkit's, so one step ranks them.
-STEPS = {"save-on-cpu": (1, 1), "torchtune-style": (1, 1), "none-capped": (1, 1)}
+# slower than vramkit's, so one step ranks them. OffloadedAdamW's runs two warm-up steps and three
+# timed (its two timed steps in run L took 0.682 and 0.972 s: the median of three, and every
+# step's parts in the JSON, show which part varies).
+STEPS = {"save-on-cpu": (1, 1), "torchtune-style": (1, 1), "none-capped": (1, 1), "vramkit-act+opt": (2, 3)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -407,6 +414,11 @@ def _storage_ptr(t):
 PHASED = ("vramkit-act", "vramkit-compute-only", "full-checkpoint", "vramkit-act+opt") + DERIVED
 
 
+def phased(name):
+    """Whether the run of `name` records its allocated peak by phase."""
+    return name in PHASED or name.startswith(TRY)
+
+
 class PhasePeaks:
     """The allocated peak of one step by phase: the forward (with the head and the loss), the
     backward up to the start of each block's backward (a hook on the gradient of the block's
@@ -571,7 +583,7 @@ def run_config(w, name, mix=None):
     import vramkit
 
     shape, model, loss_fn, blocks = w["shape"], w["model"], w["loss_fn"], w["blocks"]
-    cap = w["cap"] if name in CAPPED else 0
+    cap = w["cap"] if name in CAPPED or name.startswith(TRY) else 0
     warmup, timed = STEPS.get(name, (w["warmup"], w["timed"]))
     n_steps = warmup + timed
     total = w["total"]
@@ -616,7 +628,7 @@ def run_config(w, name, mix=None):
         elif name == "torchtune-style":
             ctx = torchtune_style(model)
         for step, x in enumerate(tokens):
-            if step == n_steps - 1 and name in PHASED:
+            if step == n_steps - 1 and phased(name):
                 phases = PhasePeaks(blocks)
                 phases.arm()
             e = [_ev()]
@@ -685,6 +697,7 @@ def run_config(w, name, mix=None):
         out["step_time_s"] = {"median": statistics.median(times), "min": min(times), "max": max(times), "n": len(times)}
         out["forward_s"], out["backward_s"] = statistics.median(fwd), statistics.median(bwd)
         out["optimizer_s"] = statistics.median(optim)
+        out["per_step_s"] = {"step": times, "forward": fwd, "backward": bwd, "optimizer": optim}
     elif out["ok"]:
         out["ok"], out["error"] = False, "no timed step"
     if isinstance(ctx, vramkit.offload_activations):
@@ -744,25 +757,31 @@ def offload_tuning(w, mix, name=None):
     return kw
 
 
-def overlap_mix(mixes):
-    """(config, mix) whose overlap is measured (vramkit-compute-only runs it with the offloaded
-    blocks kept): the planner's mix when it offloads a block, else None."""
+def overlap_mix(mixes, ran=None):
+    """(config, mix) whose overlap is measured (vramkit-compute-only runs it with its copies
+    left out): the planner's mix when it copies, else the first mix derived from it that copies
+    (and, given `ran`, the configurations that ran, ran); None when none does."""
     for cfg in ("vramkit-act",) + DERIVED:
         m = mixes.get(cfg)
-        if m and any(p in offload_plan.TO_HOST for p in m):
+        if m and any(p in offload_plan.TO_HOST for p in m) and (ran is None or cfg in ran):
             return cfg, m
     return None
 
 
 def selective_offload_mix(mix):
-    """mix with every third of its checkpointed blocks, from the first, selective-offload."""
-    out, k = [], 0
-    for p in mix:
-        if p == "checkpoint":
-            p = "selective-offload" if k % 3 == 0 else p
-            k += 1
-        out.append(p)
-    return out
+    """mix with its first checkpointed block (else its first selective one) selective-offload;
+    None when it has neither."""
+    for p in ("checkpoint", "selective"):
+        if p in mix:
+            i = mix.index(p)
+            return mix[:i] + ["selective-offload"] + mix[i + 1:]
+    return None
+
+
+def inputs_offload_mix(mix):
+    """mix with every checkpointed block's input on the host (checkpoint-offload); None when it
+    checkpoints no block."""
+    return [("checkpoint-offload" if p == "checkpoint" else p) for p in mix] if "checkpoint" in mix else None
 
 
 def block_forward_s(w):
@@ -879,6 +898,17 @@ def planner_choices(plans, shape):
 
 
 # --------------------------------------------------------------------------------------------
+def try_mixes(given, shape):
+    """The mixes of --try-mix for this shape: each entry SHAPE:MIX or MIX (letters), those of
+    the shape's block count."""
+    out = []
+    for item in filter(None, (given or "").split(",")):
+        name, _, mix = item.rpartition(":")
+        if (not name or SHAPES.get(name) is shape) and len(mix) == shape["layers"]:
+            out.append(mix)
+    return out
+
+
 def emit(kind, payload):
     print("%s %s" % (kind, json.dumps(payload)), flush=True)
 
@@ -914,26 +944,35 @@ def worker(args):
     announce()
     mixes = state.get("mixes", {})
     ref_step = state.get("reference_step_s")
-    failed_configs = set()
-    for name in ORDER:
+    failed_configs, ran_configs = set(), set()
+    over_cap = {k: tuple(v) for k, v in state.get("over_cap", {}).items()}
+    tries = [TRY + m for m in try_mixes(args.try_mix, shape)]
+    order = ORDER[:2] + tries + ORDER[2:]
+    for name in order:
         if name in skip:
             continue
         if name != "reference" and not w["cap"]:
             emit("RESULT", {"config": name, "ok": False, "error": "not run: no reference, so no cap"})
             continue
         mix = None
-        if name in ("vramkit-act", "vramkit-act+opt", "vramkit-act+compress") + DERIVED:
+        if name.startswith(TRY):
+            mix = offload_plan.from_letters(name[len(TRY):])
+        elif name in ("vramkit-act", "vramkit-act+opt", "vramkit-act+compress") + DERIVED:
             mix = mixes.get(name)
             if mix is None:
                 if name not in DERIVED:
                     emit("RESULT", {"config": name, "ok": False, "error": "not run: the planner found no mix for it that fits the cap"})
+                elif name in over_cap:
+                    emit("RESULT", {"config": name, "ok": False, "mix": over_cap[name][0],
+                                    "error": "not run: the planner expects %.2f GiB on the device, over the %.2f GiB it "
+                                             "was given" % (over_cap[name][1] / GiB, over_cap[name][2] / GiB)})
                 continue
         if name == "vramkit-compute-only":
-            # The overlap of the planner's mix (run just before this one); none when it offloads
-            # nothing or its run failed.
-            om = overlap_mix(mixes)
-            if not om or om[0] in failed_configs:
-                emit("RESULT", {"config": name, "ok": False, "error": "not run: no mix measured here copies a block"})
+            # The overlap of the planner's mix, else of the first derived mix that copies (run
+            # just before this one); none when no mix that ran copies.
+            om = overlap_mix(mixes, ran_configs)
+            if not om:
+                emit("RESULT", {"config": name, "ok": False, "error": "not run: no mix measured here copies"})
                 continue
             mix = offload_plan.without_copies(om[1])
         if name == "vramkit-act+compress" and not args.compress:
@@ -964,6 +1003,8 @@ def worker(args):
         emit("RESULT", r)
         if not r.get("ok"):
             failed_configs.add(name)
+        else:
+            ran_configs.add(name)
         if name == "reference" and r.get("ok"):
             ref_step = r["step_time_s"]["median"]
             w["cap"] = int(r["peak_reserved_bytes"] * args.cap_fraction)
@@ -994,16 +1035,19 @@ def worker(args):
             except (OSError, ValueError, RuntimeError) as e:
                 plans = {"error": str(e)}
             act = mixes.get("vramkit-act")
-            if act and not overlap_mix(mixes) and act.count("checkpoint") >= 1:
-                # The planner copies no block here: its first checkpointed block offloaded
-                # instead, to check its choice (a block's copy does not fit the cap, or costs
-                # more than its recompute).
-                first = act.index("checkpoint")
-                mixes["vramkit-offload1"] = act[:first] + ["offload"] + act[first + 1:]
-                # And every third of its checkpointed blocks (from the first) selective with its
-                # outputs on the host: what copying only those costs, and how much of it the
-                # compute hides (a third: one block's copy out takes about three blocks' forward).
-                mixes["vramkit-selective-offload"] = selective_offload_mix(act)
+            if act and not overlap_mix({"vramkit-act": act}):
+                # The planner copies nothing here. Mixes that copy, derived from its own, to
+                # measure the overlap on and to check its choice: its first checkpointed (else
+                # selective) block selective-offload; every checkpointed block's input on the
+                # host; its first checkpointed block offloaded whole. Run only where the planner
+                # expects them to fit the cap.
+                first = act.index("checkpoint") if "checkpoint" in act else None
+                for cfg, m in (("vramkit-selective-offload", selective_offload_mix(act)),
+                               ("vramkit-inputs-offload", inputs_offload_mix(act)),
+                               ("vramkit-offload1", None if first is None else
+                                act[:first] + ["offload"] + act[first + 1:])):
+                    if m:
+                        mixes[cfg] = m
             if "vramkit-act+compress" not in mixes and "vramkit-act" in mixes:
                 # The lossy fit chose no compression under this cap: the offloading mix measured
                 # here, compressed, against itself uncompressed.
@@ -1016,12 +1060,19 @@ def worker(args):
                 extra["lossy_fit_config"] = "vramkit-act+compress"
             derived = {cfg: (mixes[cfg], False, cfg == "vramkit-act+compress") for cfg in DERIVED + ("vramkit-act+compress",)
                        if cfg in mixes and cfg != extra.get("lossy_fit_config")}
-            om = overlap_mix(mixes)
-            if om:
-                derived["vramkit-compute-only"] = (offload_plan.without_copies(om[1]), False, False)
+            derived.update({t: (offload_plan.from_letters(t[len(TRY):]), False, False) for t in tries})
             if derived and isinstance(plans, dict) and "error" not in plans:
                 try:
                     plans.update(planner_runs(shape, w["cap"] + outside, args.out_dir, probe, mixes=derived))
+                    for cfg in DERIVED:
+                        o = ((plans.get("mix:" + cfg) or {}).get("json") or {}).get("offload") or {}
+                        if cfg in mixes and (o.get("device_peak_bytes") or 0) > w["cap"] + outside:
+                            over_cap[cfg] = (mixes.pop(cfg), o["device_peak_bytes"], w["cap"] + outside)
+                    om = overlap_mix(mixes)
+                    if om:
+                        derived["vramkit-compute-only"] = (offload_plan.without_copies(om[1]), False, False)
+                        plans.update(planner_runs(shape, w["cap"] + outside, args.out_dir, probe,
+                                                  mixes={"vramkit-compute-only": derived["vramkit-compute-only"]}))
                     # The engine settings the planner prints for each derived mix.
                     for cfg, v in planner_choices(plans, shape).items():
                         if cfg in derived and v.get("max_inflight_bytes") and v.get("prefetch_blocks"):
@@ -1029,13 +1080,15 @@ def worker(args):
                                                                       "prefetch_blocks": v["prefetch_blocks"]}
                 except (OSError, ValueError, RuntimeError) as e:
                     plans["mix-error"] = {"error": str(e)}
+            extra["derived_over_cap"] = {k: {"mix": offload_plan.letters(v[0]), "planner_device_peak_bytes": v[1]}
+                                         for k, v in over_cap.items()}
             emit("PLAN", {"cap_bytes": w["cap"], "plans": plans, "mixes": mixes, **extra})
             if args.state:
                 with open(args.state, "w") as f:
                     json.dump({"cap_bytes": w["cap"], "mixes": mixes, "reference_step_s": ref_step,
                                "model_kind": w["kind"], "block_bytes": w.get("block_bytes", 0),
                                "block_forward_s": w.get("block_forward_s", 0), "link": w.get("link", {}),
-                               "plan_settings": w.get("plan_settings", {})}, f)
+                               "plan_settings": w.get("plan_settings", {}), "over_cap": over_cap}, f)
     emit("DONE", {})
 
 
@@ -1051,6 +1104,8 @@ def spawn_worker(args, name, deadline, state_path, skip, env):
         cmd += ["--probe", args.probe]
     if args.compress_shape == name:
         cmd += ["--compress"]
+    if args.try_mix:
+        cmd += ["--try-mix", args.try_mix]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, env=env)
 
 
@@ -1199,12 +1254,15 @@ def derive(results):
             if c.get("ok") and ref and c.get("losses"):
                 c["loss_max_abs_diff_vs_reference"] = max(abs(a - b) for a, b in zip(c["losses"], ref["losses"]))
         d = entry["derived"] = {}
-        om = overlap_mix(entry.get("mixes") or {})
-        if om and om[0] in by and "vramkit-compute-only" in by and by[om[0]].get("copy_s"):
+        om = overlap_mix(entry.get("mixes") or {}, by)
+        co = by.get("vramkit-compute-only")
+        if om and co and co.get("mix") == offload_plan.without_copies(om[1]) and by[om[0]].get("copy_s"):
             both = by[om[0]]["step_time_s"]["median"]
             comp = by["vramkit-compute-only"]["step_time_s"]["median"]
             copy = sum(by[om[0]]["copy_s"].values())
-            d["overlap"] = {"config": om[0], "t_compute_s": comp, "t_copy_s": copy, "t_both_s": both,
+            d["overlap"] = {"config": om[0], "mix": offload_plan.letters(om[1]), "forced": om[0] != "vramkit-act",
+                            "t_compute_s": comp, "t_copy_s": copy, "t_both_s": both,
+                            "t_hidden_s": comp + copy - both,
                             "overlap": (comp + copy - both) / copy if copy > 0 else None}
         plans = planner_choices(entry.get("plans") or {}, entry["shape"]) if entry.get("plans") else {}
         rows = []
@@ -1290,13 +1348,15 @@ def summarize(results):
             lines.append("kernel probe failed (%s): the planner used the GPU catalogue" % kp["error"])
         for cfg, mix in (entry.get("mixes") or {}).items():
             src = {"vramkit-offload1": "the planner's first checkpointed block offloaded",
-                   "vramkit-selective-offload": "the planner's mix with every third checkpointed block selective-offload",
+                   "vramkit-selective-offload": "the planner's mix with its first checkpointed block selective-offload",
+                   "vramkit-inputs-offload": "the planner's mix with its checkpointed blocks' inputs on the host",
                    "vramkit-act+compress": entry.get("act+compress_mix")}.get(cfg) or "vramkit plan --fit"
             run = _by(entry).get(cfg) or {}
             if run.get("prefetch_blocks") or run.get("max_inflight_bytes"):
                 src += "; engine: prefetch_blocks %s, copy-out window %s GiB" % (
                     run.get("prefetch_blocks", 0), _gib(run.get("max_inflight_bytes")))
-            lines.append("mix of %s (o offload, c checkpoint, k keep, s selective, h selective-offload): %s (%s)"
+            lines.append("mix of %s (o offload, c checkpoint, k keep, s selective, h selective-offload, x checkpoint-offload):"
+                         " %s (%s)"
                          % (cfg, offload_plan.letters(mix), src))
         if entry.get("plans") is not None and not entry.get("mixes"):
             lines.append("planner: no offload mix fits the cap")
@@ -1353,9 +1413,12 @@ def summarize(results):
                     "same order" if rm["same_order"] else "DIFFERENT order"))
         if d.get("overlap"):
             o = d["overlap"]
-            lines.append("overlap (%s): %s of %.3f s copy time hidden (T_compute %.3f s uncapped with the "
-                         "offloaded blocks kept, T_both %.3f s; target >= 80%%)" % (
-                             o["config"], "-" if o["overlap"] is None else "%.1f%%" % (100 * o["overlap"]), o["t_copy_s"],
+            lines.append("overlap (%s, %s%s): %.3f s of %.3f s copy time hidden, %s (T_compute %.3f s uncapped, "
+                         "the same mix without its copies; T_both %.3f s; target >= 80%%)" % (
+                             o["config"], o.get("mix", "?"),
+                             "; a copying mix derived from the planner's, which copies nothing" if o.get("forced") else
+                             "; the planner's mix", o.get("t_hidden_s", o["t_compute_s"] + o["t_copy_s"] - o["t_both_s"]),
+                             o["t_copy_s"], "-" if o["overlap"] is None else "%.1f%%" % (100 * o["overlap"]),
                              o["t_compute_s"], o["t_both_s"]))
         for cfg in PHASED:
             pp = (_by(entry).get(cfg) or {}).get("phase_peaks")
@@ -1392,6 +1455,9 @@ def main():
     ap.add_argument("--model", default="auto", choices=("auto", "hf", "builtin"))
     ap.add_argument("--compress-shape", default=None, help="shape measured with compression (default: the first)")
     ap.add_argument("--probe", default=None, help="vramkit probe --json file for the planner's link rate")
+    ap.add_argument("--try-mix", default=None,
+                    help="comma list of [SHAPE:]MIX (letters o, c, k, s, h, x per block) run under the cap after the "
+                         "planner's mix, as configs vramkit-try-MIX")
     ap.add_argument("--fast-pinning", type=int, default=1, choices=(0, 1),
                     help="1: pin host memory with cudaHostRegister from 16 threads (PyTorch's option)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -1413,6 +1479,16 @@ def main():
         ap.error("--budget-s must be positive")
     if args.probe and not os.path.isfile(args.probe):
         ap.error("--probe %s: no such file" % args.probe)
+    for item in filter(None, (args.try_mix or "").split(",")):
+        name, _, mix = item.rpartition(":")
+        if name and name not in SHAPES:
+            ap.error("--try-mix %s: unknown shape %r" % (item, name))
+        try:
+            offload_plan.from_letters(mix)
+        except ValueError as e:
+            ap.error("--try-mix %s: %s" % (item, e))
+        if name and len(mix) != SHAPES[name]["layers"]:
+            ap.error("--try-mix %s: %d letters for %d blocks" % (item, len(mix), SHAPES[name]["layers"]))
     if args.compress_shape is None:
         args.compress_shape = args.shapes.split(",")[0]
     elif args.compress_shape not in args.shapes.split(","):

@@ -97,7 +97,7 @@ class Orchestration(unittest.TestCase):
         self.assertTrue(by["full-checkpoint"]["ok"])  # the restarted worker ran the rest
         self.assertEqual([c["config"] for c in e["configs"]].count("reference"), 1)
         self.assertIn("| full-checkpoint | 1.300", text)
-        self.assertIn("mix of vramkit-act (o offload, c checkpoint, k keep, s selective, h selective-offload): ck (vramkit plan --fit)", text)
+        self.assertIn("mix of vramkit-act (o offload, c checkpoint, k keep, s selective, h selective-offload, x checkpoint-offload): ck (vramkit plan --fit)", text)
 
     def test_a_cut_off_run_keeps_what_it_measured(self):
         rc, e, text = self.run_fake("slow", 1)
@@ -128,7 +128,7 @@ class Derived(unittest.TestCase):
                      result("reference", 1.0, 60 * GiB, 41 * GiB, census={"total": 100, "blocks": 90, "by_where": {"mlp": 50}}),
                      result("vramkit-act", 1.1, 29 * GiB, 17 * GiB, copy_s={"d2h": 0.2, "h2d": 0.2},
                             mix=["offload", "checkpoint", "keep"]),
-                     result("vramkit-compute-only", 1.05),
+                     result("vramkit-compute-only", 1.05, mix=["keep", "checkpoint", "keep"]),
                      result("vramkit-act+opt", 1.4),
                      result("vramkit-act+compress", 1.0, mix=["offload", "checkpoint", "keep"]),
                      result("full-checkpoint", 1.3),
@@ -138,6 +138,8 @@ class Derived(unittest.TestCase):
         ob.derive(res)
         d = entry["derived"]
         self.assertAlmostEqual(d["overlap"]["overlap"], (1.05 + 0.4 - 1.1) / 0.4)
+        self.assertAlmostEqual(d["overlap"]["t_hidden_s"], 1.05 + 0.4 - 1.1)
+        self.assertFalse(d["overlap"]["forced"])
         self.assertAlmostEqual(d["targets"]["act_vs_full-checkpoint"], 1.1 / 1.3)
         self.assertAlmostEqual(d["targets"]["act_vs_save-on-cpu"], 1.1 / 2.2)
         self.assertTrue(d["targets"]["act_fits_cap"])
@@ -150,7 +152,7 @@ class Derived(unittest.TestCase):
         self.assertEqual(d["ranking"]["measured"], ["reference", "vramkit-act", "full-checkpoint", "vramkit-act+opt"])
         self.assertTrue(d["ranking"]["same_order"])
         text = ob.summarize(res)
-        for needle in ("overlap (vramkit-act): 87.5%", "same order", "vramkit-act+compress", "0.909x",
+        for needle in ("overlap (vramkit-act, ock; the planner's mix): 0.350 s of 0.400 s copy time hidden, 87.5%", "same order", "vramkit-act+compress", "0.909x",
                        "| none-capped | out of memory", "vramkit-act / save-on-cpu step time: 0.500x",
                        "planner's block forward 5.00 ms", "against 6.00 ms measured (-16.7%)"):
             self.assertIn(needle, text)
@@ -259,11 +261,23 @@ class PhasePeaksCpu(unittest.TestCase):
 
 
 class DerivedMixes(unittest.TestCase):
-    def test_selective_offload_mix_takes_every_third_checkpointed_block(self):
-        mix = ["checkpoint"] * 7 + ["selective", "keep"]
+    def test_derived_mixes_copy_one_block_or_the_inputs(self):
+        mix = ["checkpoint"] * 3 + ["selective", "keep"]
         self.assertEqual(ob.selective_offload_mix(mix),
-                         ["selective-offload", "checkpoint", "checkpoint", "selective-offload", "checkpoint",
-                          "checkpoint", "selective-offload", "selective", "keep"])
+                         ["selective-offload", "checkpoint", "checkpoint", "selective", "keep"])
+        self.assertEqual(ob.selective_offload_mix(["keep", "selective"]), ["keep", "selective-offload"])
+        self.assertIsNone(ob.selective_offload_mix(["keep", "keep"]))
+        self.assertEqual(ob.inputs_offload_mix(mix), ["checkpoint-offload"] * 3 + ["selective", "keep"])
+        self.assertIsNone(ob.inputs_offload_mix(["keep", "selective"]))
         self.assertEqual(ob.overlap_mix({"vramkit-act": mix}), None)
-        self.assertEqual(ob.overlap_mix({"vramkit-act": mix, "vramkit-selective-offload": ob.selective_offload_mix(mix)})[0],
-                         "vramkit-selective-offload")
+        derived = {"vramkit-act": mix, "vramkit-selective-offload": ob.selective_offload_mix(mix),
+                   "vramkit-inputs-offload": ob.inputs_offload_mix(mix)}
+        self.assertEqual(ob.overlap_mix(derived)[0], "vramkit-selective-offload")
+        # Only among those that ran, when given.
+        self.assertEqual(ob.overlap_mix(derived, {"vramkit-act", "vramkit-inputs-offload"})[0], "vramkit-inputs-offload")
+        self.assertIsNone(ob.overlap_mix(derived, {"vramkit-act"}))
+
+    def test_try_mixes_by_shape_and_length(self):
+        sh = ob.SHAPES["3b-wide"]
+        self.assertEqual(ob.try_mixes("3b-wide:xxxxxs,1b:" + "c" * 16 + ",cccccc,ccc", sh), ["xxxxxs", "cccccc"])
+        self.assertEqual(ob.try_mixes(None, sh), [])
