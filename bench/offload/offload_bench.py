@@ -967,6 +967,10 @@ def worker(args):
                                     "error": "not run: the planner expects %.2f GiB on the device, over the %.2f GiB it "
                                              "was given" % (over_cap[name][1] / GiB, over_cap[name][2] / GiB)})
                 continue
+        if name == "vramkit-inputs-offload" and "vramkit-selective-offload" in ran_configs:
+            # One copying mix beside the planner's is enough for the overlap figure; the stage's
+            # time goes to the baselines.
+            continue
         if name == "vramkit-compute-only":
             # The overlap of the planner's mix, else of the first derived mix that copies (run
             # just before this one); none when no mix that ran copies.
@@ -1048,31 +1052,33 @@ def worker(args):
                                 act[:first] + ["offload"] + act[first + 1:])):
                     if m:
                         mixes[cfg] = m
-            if "vramkit-act+compress" not in mixes and "vramkit-act" in mixes:
-                # The lossy fit chose no compression under this cap: the offloading mix measured
-                # here, compressed, against itself uncompressed.
-                om = overlap_mix(mixes)
-                src = om[0] if om else "vramkit-act"
-                mixes["vramkit-act+compress"] = mixes[src]
-                extra["act+compress_mix"] = "%s's mix (the planner's --allow-lossy fit chose no compression)" % src
-            elif "vramkit-act+compress" in mixes:
+            if "vramkit-act+compress" in mixes:
                 extra["act+compress_mix"] = "the planner's --allow-lossy fit"
                 extra["lossy_fit_config"] = "vramkit-act+compress"
-            derived = {cfg: (mixes[cfg], False, cfg == "vramkit-act+compress") for cfg in DERIVED + ("vramkit-act+compress",)
-                       if cfg in mixes and cfg != extra.get("lossy_fit_config")}
+            derived = {cfg: (mixes[cfg], False, False) for cfg in DERIVED if cfg in mixes}
             derived.update({t: (offload_plan.from_letters(t[len(TRY):]), False, False) for t in tries})
-            if derived and isinstance(plans, dict) and "error" not in plans:
+            if isinstance(plans, dict) and "error" not in plans:
                 try:
-                    plans.update(planner_runs(shape, w["cap"] + outside, args.out_dir, probe, mixes=derived))
+                    if derived:
+                        plans.update(planner_runs(shape, w["cap"] + outside, args.out_dir, probe, mixes=derived))
                     for cfg in DERIVED:
                         o = ((plans.get("mix:" + cfg) or {}).get("json") or {}).get("offload") or {}
                         if cfg in mixes and (o.get("device_peak_bytes") or 0) > w["cap"] + outside:
                             over_cap[cfg] = (mixes.pop(cfg), o["device_peak_bytes"], w["cap"] + outside)
+                    more = {}
                     om = overlap_mix(mixes)
                     if om:
-                        derived["vramkit-compute-only"] = (offload_plan.without_copies(om[1]), False, False)
-                        plans.update(planner_runs(shape, w["cap"] + outside, args.out_dir, probe,
-                                                  mixes={"vramkit-compute-only": derived["vramkit-compute-only"]}))
+                        more["vramkit-compute-only"] = (offload_plan.without_copies(om[1]), False, False)
+                    if "vramkit-act+compress" not in mixes and "vramkit-act" in mixes:
+                        # The lossy fit chose no compression under this cap: the copying mix
+                        # measured here, compressed, against itself uncompressed.
+                        src = om[0] if om else "vramkit-act"
+                        mixes["vramkit-act+compress"] = mixes[src]
+                        extra["act+compress_mix"] = "%s's mix (the planner's --allow-lossy fit chose no compression)" % src
+                        more["vramkit-act+compress"] = (mixes[src], False, True)
+                    if more:
+                        plans.update(planner_runs(shape, w["cap"] + outside, args.out_dir, probe, mixes=more))
+                        derived.update(more)
                     # The engine settings the planner prints for each derived mix.
                     for cfg, v in planner_choices(plans, shape).items():
                         if cfg in derived and v.get("max_inflight_bytes") and v.get("prefetch_blocks"):
