@@ -16,7 +16,7 @@ import torch
 from .pinned_pool import PinnedPool
 
 #: Block policies accepted in `mix`.
-POLICIES = ("offload", "checkpoint", "keep", "selective", "selective-offload", "checkpoint-offload")
+from .offload_plan import POLICIES  # noqa: F401 - one list of the policies (and their letters there)
 #: Policies whose block tensors that reach the hooks go to the host: all of them, or (a checkpointed
 #: block) the input that torch.utils.checkpoint saves for the recompute.
 _OFFLOADED = ("offload", "checkpoint-offload")

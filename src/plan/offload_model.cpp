@@ -1,5 +1,5 @@
-// The offload model (include/vramkit/plan/offload_model.hpp); the same arithmetic as
-// python/vramkit/offload_plan.py, step for step.
+// The offload model (include/vramkit/plan/offload_model.hpp), the only one: Python reaches it
+// through the plan command.
 #include "vramkit/plan/offload_model.hpp"
 
 #include <algorithm>

@@ -1,10 +1,12 @@
 // The offload model: for a mix of per-block policies (offload to pinned host memory, checkpoint,
-// keep, selective checkpointing, selective checkpointing with its saved tensors on the host), the
+// keep, selective checkpointing, selective checkpointing with its saved tensors on the host,
+// checkpointing with the block's input on the host), the
 // step time with copies overlapped the way vramkit.offload_activations runs them, the
 // device peak and the pinned host bytes; the fastest mix under a capacity; optimizer-state
 // offload (vramkit.OffloadedAdamW); and the `--offload` option. Pure functions; thread-safe.
-// python/vramkit/offload_plan.py is the same model; tests/data/offload/model_cases.json holds
-// cases both answer alike. docs/offload.md states the model.
+// Python reaches it through vramkit.plan (python/vramkit/offload_plan.py
+// only spells the mixes); tests/data/offload/model_cases.json holds cases it must answer as it
+// did. docs/offload.md states the model.
 #pragma once
 
 #include <cstdint>
