@@ -978,7 +978,7 @@ def worker(args):
         if name == "vramkit-compute-only":
             # The overlap of the planner's mix, else of the first derived mix that copies (run
             # just before this one); none when no mix that ran copies.
-            om = overlap_mix(mixes, ran_configs)
+            om = overlap_mix(mixes, ran_configs | skip)  # skip: what a worker before a restart ran
             if not om:
                 emit("RESULT", {"config": name, "ok": False, "error": "not run: no mix measured here copies"})
                 continue
