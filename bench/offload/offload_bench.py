@@ -920,6 +920,72 @@ def planner_choices(plans, shape):
 
 
 # --------------------------------------------------------------------------------------------
+def plan_mixes(shape, capacity, out_dir, probe, tries=(), run=None):
+    """What the planner chooses under `capacity` and the mixes measured beside it: {"plans",
+    "mixes" ({config: mix}), "plan_settings" ({config: engine windows}), "over_cap" ({config:
+    (mix, predicted device peak, capacity)}: derived mixes not run), "extra" (labels for the
+    summary)}. `tries`: the configs vramkit-try-MIX; `run`: planner_runs (a stand-in in tests)."""
+    run = run or planner_runs
+    mixes, settings, over_cap, extra = {}, {}, {}, {}
+    try:
+        plans = run(shape, capacity, out_dir, probe)
+        chosen = planner_choices(plans, shape)
+        mixes = {k: v["mix"] for k, v in chosen.items() if v.get("mix")}
+        settings = {k: {"max_inflight_bytes": v.get("max_inflight_bytes"), "prefetch_blocks": v.get("prefetch_blocks")}
+                    for k, v in chosen.items() if v.get("mix")}
+    except (OSError, ValueError, RuntimeError) as e:
+        plans = {"error": str(e)}
+    act = mixes.get("vramkit-act")
+    if act and not overlap_mix({"vramkit-act": act}):
+        # The planner copies nothing here. Mixes that copy, derived from its own, to measure the
+        # overlap on and to check its choice: its first checkpointed (else selective) block
+        # selective-offload; every checkpointed block's input on the host; its first
+        # checkpointed block offloaded whole. Run only where the planner expects them to fit.
+        first = act.index("checkpoint") if "checkpoint" in act else None
+        for cfg, m in (("vramkit-selective-offload", selective_offload_mix(act)),
+                       ("vramkit-inputs-offload", inputs_offload_mix(act)),
+                       ("vramkit-offload1", None if first is None else act[:first] + ["offload"] + act[first + 1:])):
+            if m:
+                mixes[cfg] = m
+    if "vramkit-act+compress" in mixes:
+        extra["act+compress_mix"] = "the planner's --allow-lossy fit"
+        extra["lossy_fit_config"] = "vramkit-act+compress"
+    derived = {cfg: (mixes[cfg], False, False) for cfg in DERIVED if cfg in mixes}
+    derived.update({t: (offload_plan.from_letters(t[len(TRY):]), False, False) for t in tries})
+    if "error" not in plans:
+        try:
+            if derived:
+                plans.update(run(shape, capacity, out_dir, probe, mixes=derived))
+            for cfg in DERIVED:
+                o = ((plans.get("mix:" + cfg) or {}).get("json") or {}).get("offload") or {}
+                if cfg in mixes and (o.get("device_peak_bytes") or 0) > capacity:
+                    over_cap[cfg] = (mixes.pop(cfg), o["device_peak_bytes"], capacity)
+            more = {}
+            om = overlap_mix(mixes)
+            if om:
+                more["vramkit-compute-only"] = (offload_plan.without_copies(om[1]), False, False)
+            if "vramkit-act+compress" not in mixes and "vramkit-act" in mixes:
+                # The lossy fit chose no compression under this cap: the copying mix measured
+                # here, compressed, against itself uncompressed.
+                src = om[0] if om else "vramkit-act"
+                mixes["vramkit-act+compress"] = mixes[src]
+                extra["act+compress_mix"] = "%s's mix (the planner's --allow-lossy fit chose no compression)" % src
+                more["vramkit-act+compress"] = (mixes[src], False, True)
+            if more:
+                plans.update(run(shape, capacity, out_dir, probe, mixes=more))
+                derived.update(more)
+            # The engine settings the planner prints for each derived mix.
+            for cfg, v in planner_choices(plans, shape).items():
+                if cfg in derived and v.get("max_inflight_bytes") and v.get("prefetch_blocks"):
+                    settings[cfg] = {"max_inflight_bytes": v["max_inflight_bytes"],
+                                     "prefetch_blocks": v["prefetch_blocks"]}
+        except (OSError, ValueError, RuntimeError) as e:
+            plans["mix-error"] = {"error": str(e)}
+    extra["derived_over_cap"] = {k: {"mix": offload_plan.letters(v[0]), "planner_device_peak_bytes": v[1]}
+                                 for k, v in over_cap.items()}
+    return {"plans": plans, "mixes": mixes, "plan_settings": settings, "over_cap": over_cap, "extra": extra}
+
+
 def try_mixes(given, shape):
     """The mixes of --try-mix for this shape: each entry SHAPE:MIX or MIX (letters), those of
     the shape's block count."""
@@ -1051,65 +1117,11 @@ def worker(args):
             except Exception as e:  # noqa: BLE001 - recorded; the planner then uses the catalogue
                 extra["kernel_probe"] = {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:200])}
             extra["planner_probe"] = probe
-            try:
-                plans = planner_runs(shape, w["cap"] + outside, args.out_dir, probe)
-                chosen = planner_choices(plans, shape)
-                mixes = {k: v["mix"] for k, v in chosen.items() if v.get("mix")}
-                w["plan_settings"] = {k: {"max_inflight_bytes": v.get("max_inflight_bytes"),
-                                          "prefetch_blocks": v.get("prefetch_blocks")}
-                                      for k, v in chosen.items() if v.get("mix")}
-            except (OSError, ValueError, RuntimeError) as e:
-                plans = {"error": str(e)}
-            act = mixes.get("vramkit-act")
-            if act and not overlap_mix({"vramkit-act": act}):
-                # The planner copies nothing here. Mixes that copy, derived from its own, to
-                # measure the overlap on and to check its choice: its first checkpointed (else
-                # selective) block selective-offload; every checkpointed block's input on the
-                # host; its first checkpointed block offloaded whole. Run only where the planner
-                # expects them to fit the cap.
-                first = act.index("checkpoint") if "checkpoint" in act else None
-                for cfg, m in (("vramkit-selective-offload", selective_offload_mix(act)),
-                               ("vramkit-inputs-offload", inputs_offload_mix(act)),
-                               ("vramkit-offload1", None if first is None else
-                                act[:first] + ["offload"] + act[first + 1:])):
-                    if m:
-                        mixes[cfg] = m
-            if "vramkit-act+compress" in mixes:
-                extra["act+compress_mix"] = "the planner's --allow-lossy fit"
-                extra["lossy_fit_config"] = "vramkit-act+compress"
-            derived = {cfg: (mixes[cfg], False, False) for cfg in DERIVED if cfg in mixes}
-            derived.update({t: (offload_plan.from_letters(t[len(TRY):]), False, False) for t in tries})
-            if isinstance(plans, dict) and "error" not in plans:
-                try:
-                    if derived:
-                        plans.update(planner_runs(shape, w["cap"] + outside, args.out_dir, probe, mixes=derived))
-                    for cfg in DERIVED:
-                        o = ((plans.get("mix:" + cfg) or {}).get("json") or {}).get("offload") or {}
-                        if cfg in mixes and (o.get("device_peak_bytes") or 0) > w["cap"] + outside:
-                            over_cap[cfg] = (mixes.pop(cfg), o["device_peak_bytes"], w["cap"] + outside)
-                    more = {}
-                    om = overlap_mix(mixes)
-                    if om:
-                        more["vramkit-compute-only"] = (offload_plan.without_copies(om[1]), False, False)
-                    if "vramkit-act+compress" not in mixes and "vramkit-act" in mixes:
-                        # The lossy fit chose no compression under this cap: the copying mix
-                        # measured here, compressed, against itself uncompressed.
-                        src = om[0] if om else "vramkit-act"
-                        mixes["vramkit-act+compress"] = mixes[src]
-                        extra["act+compress_mix"] = "%s's mix (the planner's --allow-lossy fit chose no compression)" % src
-                        more["vramkit-act+compress"] = (mixes[src], False, True)
-                    if more:
-                        plans.update(planner_runs(shape, w["cap"] + outside, args.out_dir, probe, mixes=more))
-                        derived.update(more)
-                    # The engine settings the planner prints for each derived mix.
-                    for cfg, v in planner_choices(plans, shape).items():
-                        if cfg in derived and v.get("max_inflight_bytes") and v.get("prefetch_blocks"):
-                            w.setdefault("plan_settings", {})[cfg] = {"max_inflight_bytes": v["max_inflight_bytes"],
-                                                                      "prefetch_blocks": v["prefetch_blocks"]}
-                except (OSError, ValueError, RuntimeError) as e:
-                    plans["mix-error"] = {"error": str(e)}
-            extra["derived_over_cap"] = {k: {"mix": offload_plan.letters(v[0]), "planner_device_peak_bytes": v[1]}
-                                         for k, v in over_cap.items()}
+            planned = plan_mixes(shape, w["cap"] + outside, args.out_dir, probe, tries)
+            plans, over_cap = planned["plans"], planned["over_cap"]
+            mixes = planned["mixes"]
+            w["plan_settings"] = planned["plan_settings"]
+            extra.update(planned["extra"])
             emit("PLAN", {"cap_bytes": w["cap"], "plans": plans, "mixes": mixes, **extra})
             if args.state:
                 with open(args.state, "w") as f:

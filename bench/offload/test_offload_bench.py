@@ -277,6 +277,63 @@ class DerivedMixes(unittest.TestCase):
         self.assertEqual(ob.overlap_mix(derived, {"vramkit-act", "vramkit-inputs-offload"})[0], "vramkit-inputs-offload")
         self.assertIsNone(ob.overlap_mix(derived, {"vramkit-act"}))
 
+    def test_plan_mixes_derives_copying_mixes_and_drops_those_over_the_cap(self):
+        shape = dict(ob.SHAPES["3b-wide"])
+        act = ob.offload_plan.from_letters("cccccs")
+        calls = []
+
+        def run(shape_, capacity, out_dir, probe, mixes=None):
+            calls.append(sorted(mixes) if mixes else None)
+            if mixes is None:
+                fit = {"fits": [{"micro_batch": 16, "activation_mix": act, "optimizer_offload": False,
+                                 "compress_activations": "none", "step_time_s": 0.8, "allocated_peak_bytes": 30 * GiB,
+                                 "max_inflight_bytes": 1, "prefetch_blocks": 1}]}
+                return {"fit": {"json": fit}}
+            # The whole-block offload does not fit; the others do.
+            peaks = {"vramkit-offload1": 50 * GiB}
+            return {"mix:" + k: {"json": {"offload": {"mix": m, "device_peak_bytes": peaks.get(k, 35 * GiB),
+                                                      "allocated_peak_bytes": 30 * GiB, "step_time_s": 0.8,
+                                                      "max_inflight_bytes": 2 * GiB, "prefetch_blocks": 3}}}
+                    for k, (m, _, _) in mixes.items()}
+
+        got = ob.plan_mixes(shape, 40 * GiB, "/nonexistent", None, ["vramkit-try-xxxxxs"], run=run)
+        mixes = got["mixes"]
+        self.assertEqual(ob.offload_plan.letters(mixes["vramkit-selective-offload"]), "hccccs")
+        self.assertEqual(ob.offload_plan.letters(mixes["vramkit-inputs-offload"]), "xxxxxs")
+        self.assertNotIn("vramkit-offload1", mixes)
+        self.assertEqual(ob.offload_plan.letters(got["over_cap"]["vramkit-offload1"][0]), "occccs")
+        self.assertIn("vramkit-offload1", got["extra"]["derived_over_cap"])
+        # The compute-only run and the compressed mix follow the first copying mix that fits.
+        self.assertEqual(ob.offload_plan.letters(mixes["vramkit-act+compress"]), "hccccs")
+        self.assertEqual(calls[0], None)
+        self.assertEqual(calls[1], ["vramkit-inputs-offload", "vramkit-offload1", "vramkit-selective-offload",
+                                    "vramkit-try-xxxxxs"])
+        self.assertEqual(calls[2], ["vramkit-act+compress", "vramkit-compute-only"])
+        self.assertEqual(got["plan_settings"]["vramkit-compute-only"], {"max_inflight_bytes": 2 * GiB, "prefetch_blocks": 3})
+        self.assertEqual(got["plan_settings"]["vramkit-act"], {"max_inflight_bytes": 1, "prefetch_blocks": 1})
+
+    def test_plan_mixes_of_a_copying_plan_derives_nothing(self):
+        act = ob.offload_plan.from_letters("xxxxxs")
+
+        def run(shape_, capacity, out_dir, probe, mixes=None):
+            if mixes is None:
+                return {"fit": {"json": {"fits": [{"micro_batch": 16, "activation_mix": act, "optimizer_offload": False,
+                                                   "compress_activations": "none", "step_time_s": 0.8}]}}}
+            return {}
+
+        got = ob.plan_mixes(dict(ob.SHAPES["3b-wide"]), 40 * GiB, "/nonexistent", None, run=run)
+        self.assertEqual(sorted(got["mixes"]), ["vramkit-act", "vramkit-act+compress"])
+        self.assertEqual(got["mixes"]["vramkit-act+compress"], act)
+        self.assertEqual(got["over_cap"], {})
+
+    def test_plan_mixes_records_a_planner_failure(self):
+        def run(*a, **k):
+            raise OSError("no vramkit command")
+
+        got = ob.plan_mixes(dict(ob.SHAPES["1b"]), 40 * GiB, "/nonexistent", None, run=run)
+        self.assertEqual(got["plans"], {"error": "no vramkit command"})
+        self.assertEqual(got["mixes"], {})
+
     def test_try_mixes_by_shape_and_length(self):
         sh = ob.SHAPES["3b-wide"]
         self.assertEqual(ob.try_mixes("3b-wide:xxxxxs,1b:" + "c" * 16 + ",cccccc,ccc", sh), ["xxxxxs", "cccccc"])
