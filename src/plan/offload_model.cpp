@@ -127,6 +127,22 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
     return recomputed(mix[i]) ? full : selective(mix[i]) ? full - sel : 0.0;
   };
 
+  // What a block keeps on the device from its forward to its backward (the copying policies
+  // keep nothing there; what they fetch back is counted in the backward).
+  const auto resident = [&](int i) {
+    switch (mix[i]) {
+      case block_policy::keep:
+        return a;
+      case block_policy::checkpoint:
+      case block_policy::selective_offload:
+        return static_cast<double>(in.input_bytes);
+      case block_policy::selective:
+        return sel + static_cast<double>(in.input_bytes);
+      default:
+        return 0.0;
+    }
+  };
+
   // Forward: a block's tensors stream out while it runs; the forward stalls only while more than
   // the window waits for the link.
   double t = 0, link = 0, stall = 0;
@@ -163,21 +179,6 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
     link_in = std::max({link_in, now, outs[j]}) + copy_in(j);
     ready[j] = link_in;
   };
-  // What a block keeps on the device from its forward to its backward (the copying policies
-  // keep nothing there; what they fetch back is `back` below).
-  const auto resident = [&](int i) {
-    switch (mix[i]) {
-      case block_policy::keep:
-        return a;
-      case block_policy::checkpoint:
-      case block_policy::selective_offload:
-        return static_cast<double>(in.input_bytes);
-      case block_policy::selective:
-        return sel + static_cast<double>(in.input_bytes);
-      default:
-        return 0.0;
-    }
-  };
   double held = 0, freed = 0;  // freed: what the blocks above, through their backward, kept
   for (int i = n - 1; i >= 0; --i) {
     for (int j = i; prefetch_blocks > 0 && j >= std::max(0, i - prefetch_blocks); --j)
@@ -211,10 +212,8 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   }
   e.exposed_copy_s = stall + wait;
   e.overlap = e.copy_s > 0 ? 1.0 - e.exposed_copy_s / e.copy_s : 1.0;
-  const auto input = static_cast<double>(in.input_bytes);
-  const double kept = count(block_policy::keep) * a + count(block_policy::checkpoint) * input +
-                      count(block_policy::selective) * (sel + input) +
-                      count(block_policy::selective_offload) * input;
+  double kept = 0;
+  for (int i = 0; i < n; ++i) kept += resident(i);
   // The largest recompute (which also stands for what the head and the loss add when the
   // forward ends, where other_bytes is anchored), and beside it, what the copy-out window still
   // holds on the device then.
