@@ -261,3 +261,23 @@ TEST(Families, PrefillLayerKeepsItsInputAndNormOutputAsTheTraceDoes) {
   }
   EXPECT_GT(input_freed, at("residual", true, 1));
 }
+
+TEST(Families, VitPatchConvolutionTakesCudnnWorkspaceAsMeasured) {
+  // cuDNN's forward workspace for ViT-B/16's patch convolution on the H200: fp32 none below 56
+  // images and 1404928 bytes an image + 3 MiB from 56 to 160; bf16 1103872 an image + 3 MiB.
+  const auto m = load_model_config(data("vit-base-patch16-224.json"));
+  auto workspace = [&](std::int64_t batch, precision prec) {
+    plan_request r;
+    r.mode = run_mode::infer, r.batch = batch, r.prec = prec;
+    r.validate(m);
+    const auto s = build_schedule(m, r);
+    std::uint64_t b = 0;
+    for (const auto& t : s.tensors)
+      if (std::strcmp(t.label, "patch convolution workspace (cuDNN)") == 0) b = t.bytes;
+    return b;
+  };
+  EXPECT_EQ(workspace(48, precision::fp32), 0u);
+  EXPECT_EQ(workspace(64, precision::fp32), 93061136u);
+  EXPECT_EQ(workspace(128, precision::fp32), 182976528u);
+  EXPECT_EQ(workspace(64, precision::bf16), 73793552u);
+}
