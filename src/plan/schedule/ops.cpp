@@ -286,12 +286,15 @@ tensor lm_loss(walker& w, const tensor& logits, u64 rows, i64 V, bool explicit_u
   const int low = w.bytes(logits) / n == 4 ? 4 : w.dt().low;
   constexpr auto ll = component::logits_and_loss;
   if (low != 4 && !explicit_upcast) {
-    // CrossEntropyLoss on 16-bit logits under autocast: log_softmax is on autocast's
-    // "fp32 with dtype argument" list, so it reads the 16-bit logits and writes fp32
-    // (half_to_float, no input copy); its backward returns a 16-bit gradient.
-    const tensor lsm = w.op(n * 4, "log_softmax", {edge{logits, n * low}}, {}, {}, 0, ll);
+    // CrossEntropyLoss on 16-bit logits under autocast: cross_entropy_loss hands log_softmax
+    // the input's dtype, so autocast's fp32 policy for it does not apply and it runs in 16 bits
+    // (its output saved); nll_loss is on autocast's fp32 list, which casts that output to fp32
+    // (saved by nll_loss). Backward: the fp32 gradient, its 16-bit cast, the logits' gradient.
+    // H200 traces of F.cross_entropy alone (fp16 and bf16) and of RoBERTa amp training.
+    tensor lsm = w.op(n * low, "log_softmax", {edge{logits, n * low}}, {}, {}, 0, ll);
     w.save_output(lsm);
-    return w.op(4, "loss", {edge{lsm, n * 4}}, {}, {}, 0, ll);
+    tensor l32 = w.op(n * 4, "nll_loss input (fp32)", {edge{lsm, n * low}}, {}, {}, 0, ll);
+    return w.op(4, "loss", {edge{l32, n * 4}}, {l32}, {}, 0, ll);
   }
   tensor l32 =
       low != 4 ? w.op(n * 4, "logits fp32", {edge{logits, n * low}}, {}, {}, 0, ll) : logits;

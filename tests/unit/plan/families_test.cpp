@@ -281,3 +281,20 @@ TEST(Families, VitPatchConvolutionTakesCudnnWorkspaceAsMeasured) {
   EXPECT_EQ(workspace(128, precision::fp32), 182976528u);
   EXPECT_EQ(workspace(64, precision::bf16), 73793552u);
 }
+
+TEST(Families, MaskedLmCrossEntropyUnderAutocastRunsLogSoftmaxIn16Bits) {
+  // CrossEntropyLoss on 16-bit logits under autocast: cross_entropy_loss passes the input's dtype
+  // to log_softmax, so it runs in 16 bits (its output saved), and autocast casts that to fp32
+  // for nll_loss (saved by it); the logits themselves die with the model output (an H200 trace
+  // of F.cross_entropy alone, fp16 and bf16 alike, and RoBERTa amp-fp16 training traces).
+  const auto o = train_one_step("roberta-base.json", 8, 256, precision::amp_fp16);
+  const std::uint64_t n = 8ull * 256 * 50265;
+  std::uint64_t lsm = 0;
+  std::uint64_t nll = 0;
+  for (const auto& t : o.s.tensors) {
+    if (std::strcmp(t.label, "log_softmax") == 0) lsm = t.bytes;
+    if (std::strcmp(t.label, "nll_loss input (fp32)") == 0) nll = t.bytes;
+  }
+  EXPECT_EQ(lsm, n * 2);
+  EXPECT_EQ(nll, n * 4);
+}
