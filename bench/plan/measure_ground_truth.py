@@ -460,19 +460,14 @@ CASES = [
     # The fourth round's new shapes, started first: Falcon training (SDPA's math kernel with one
     # and with two samples), 8-bit AdamW and RoBERTa at other token counts, ViT inference at the
     # batch sizes where cuDNN's fp32 patch convolution changes its workspace.
-    _train("falcon-7b-l2", 1, 2048, "bf16", "sgd", 10, group="new", first=True),
-    _train("falcon-7b-l2", 2, 1024, "bf16", "sgd", 10, group="new", first=True),
-    _train("falcon-7b-l2", 1, 1280, "bf16", "sgd", 9, group="new", first=True),
-    _train("qwen2-0.5b", 2, 1024, "bf16", "adamw-8bit", 12,
-           stand_in="8-bit AdamW: pure-torch stand-in of bitsandbytes' state layout", group="new", first=True),
-    _train("qwen2-0.5b", 8, 256, "bf16", "adamw-8bit", 12,
-           stand_in="8-bit AdamW: pure-torch stand-in of bitsandbytes' state layout", group="new", first=True),
-    _train("roberta-base", 8, 512, "amp-fp16", "adamw", 8, group="new", first=True),
-    _train("roberta-base", 32, 256, "amp-fp16", "adamw", 12, group="new", first=True),
-    _train("roberta-base", 16, 256, "amp-bf16", "adamw", 8, group="new", first=True),
-    _infer("vit-base-patch16-224", 48, None, None, "fp32", 3, image_size=224, group="new", first=True),
-    _infer("vit-base-patch16-224", 96, None, None, "fp32", 3, image_size=224, group="new", first=True),
-    _infer("vit-base-patch16-224", 256, None, None, "fp32", 4, image_size=224, group="new", first=True),
+    *[_train("falcon-7b-l2", b, s, "bf16", "sgd", gib, group="new", first=True)
+      for b, s, gib in ((1, 2048, 10), (2, 1024, 10), (1, 1280, 9))],
+    *[_train("qwen2-0.5b", b, s, "bf16", "adamw-8bit", 12, group="new", first=True,
+             stand_in="8-bit AdamW: pure-torch stand-in of bitsandbytes' state layout") for b, s in ((2, 1024), (8, 256))],
+    *[_train("roberta-base", b, s, prec, "adamw", gib, group="new", first=True)
+      for b, s, prec, gib in ((8, 512, "amp-fp16", 8), (32, 256, "amp-fp16", 12), (16, 256, "amp-bf16", 8))],
+    *[_infer("vit-base-patch16-224", b, None, None, "fp32", gib, image_size=224, group="new", first=True)
+      for b, gib in ((48, 3), (96, 3), (256, 4))],
 ]
 
 OUTPUT_KEYS = [
