@@ -69,21 +69,30 @@ void caching_allocator_model::free_pool::insert(std::vector<block>& blocks, std:
     next = head_[bin];  // the most common place: a new smallest or lowest block
   } else if (before(tail_[bin])) {
     prev = tail_[bin];  // a new largest or highest block
-  } else if (before(h)) {
-    // Else the walk starts at the block listed last: a bin can hold dozens of equal-size
-    // blocks (one per layer), and frees and splits tend to land next to the previous one.
-    prev = h;
-    next = blocks[h].fnext;
-    while (next >= 0 && before(next)) {
-      prev = next;
-      next = blocks[next].fnext;
-    }
   } else {
-    next = h;
-    prev = blocks[h].fprev;
-    while (prev >= 0 && !before(prev)) {
-      next = prev;
-      prev = blocks[prev].fprev;
+    // Else between a block ahead of b and one not: the block listed last and the bin's head or
+    // tail (a bin can hold dozens of equal-size blocks, one per layer, and frees and splits tend
+    // to land next to the previous one). The walk closes in from both ends at once.
+    std::int32_t lo = head_[bin], hi = tail_[bin];
+    if (before(h))
+      lo = h;
+    else
+      hi = h;
+    for (;;) {
+      const std::int32_t up = blocks[lo].fnext;
+      if (up == hi || !before(up)) {
+        prev = lo;
+        next = up;
+        break;
+      }
+      lo = up;
+      const std::int32_t down = blocks[hi].fprev;
+      if (down == lo || before(down)) {
+        prev = down;
+        next = hi;
+        break;
+      }
+      hi = down;
     }
   }
   nb.fprev = prev;

@@ -71,9 +71,10 @@ class caching_allocator_model : public detail::allocator_model_base {
   /// through the blocks themselves and kept in ascending (size, address) order, and a two-level
   /// bitmap finds the next non-empty bin in constant time. The best fit is the first block >= the
   /// request in its own bin, else the head of the next non-empty bin. Removal needs no search; a
-  /// sorted insert goes first or last in its bin when it can (most inserts), else walks from the
-  /// block the bin listed last, since a bin can hold dozens of equal-size blocks (one per layer)
-  /// and consecutive frees and splits land close together.
+  /// sorted insert goes first or last in its bin when it can (most inserts), else closes in from
+  /// the block the bin listed last and the bin's head or tail at once, since a bin can hold
+  /// dozens of equal-size blocks (one per layer) and consecutive frees and splits land close
+  /// together.
   class free_pool {
    public:
     free_pool() noexcept {
