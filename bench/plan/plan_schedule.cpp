@@ -3,7 +3,8 @@
 // every event of at least --min-mib MiB (alloc or free, its label, step, phase and layer, the
 // allocated and reserved bytes after it), each new segment the model creates and the request
 // that made it, and the tensors live at the allocated peak.
-// Usage: plan_schedule GROUND_TRUTH_JSON CASE_NAME [--min-mib N]
+// With --live-at EVENT, every tensor live at that event with the segment it is in.
+// Usage: plan_schedule GROUND_TRUTH_JSON CASE_NAME [--min-mib N] [--live-at EVENT]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,7 +23,7 @@ namespace {
 
 double mib(std::uint64_t b) { return static_cast<double>(b) / (1 << 20); }
 
-void print(const schedule& s, double min_mib) {
+void print(const schedule& s, double min_mib, std::size_t at_event) {
   caching_allocator_model a;
   std::vector<std::uint32_t> handle(s.tensors.size(), 0);
   std::vector<char> live(s.tensors.size(), 0);
@@ -49,6 +50,14 @@ void print(const schedule& s, double min_mib) {
       peak_event = i;
     }
     const bool segment = a.segment_count() > segments;
+    if (i == at_event) {
+      std::printf("--- live tensors at event %zu by segment ---\n", i);
+      for (std::size_t k = 0; k < live.size(); ++k)
+        if (live[k] && k != e.tensor)
+          std::printf("  seg %3d %9.2f MiB  step %d %-14s layer %3d  %s\n",
+                      seg_id[a.segment_of(handle[k])], mib(s.tensors[k].bytes), s.tensors[k].step,
+                      to_string(s.tensors[k].ph), s.tensors[k].layer, s.tensors[k].label);
+    }
     if (e.alloc && segment) seg_id[a.segment_of(handle[e.tensor])] = next_seg++;
     if (mib(e.bytes) >= min_mib || segment)
       std::printf(
@@ -72,13 +81,18 @@ void print(const schedule& s, double min_mib) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: plan_schedule GROUND_TRUTH_JSON CASE_NAME [--min-mib N]\n");
+    std::fprintf(
+        stderr,
+        "usage: plan_schedule GROUND_TRUTH_JSON CASE_NAME [--min-mib N] [--live-at EVENT]\n");
     return 2;
   }
   double min_mib = 8;
+  std::size_t at_event = static_cast<std::size_t>(-1);
   for (int i = 3; i < argc; ++i) {
     if (std::strcmp(argv[i], "--min-mib") == 0 && i + 1 < argc) {
       min_mib = std::atof(argv[++i]);
+    } else if (std::strcmp(argv[i], "--live-at") == 0 && i + 1 < argc) {
+      at_event = static_cast<std::size_t>(std::atoll(argv[++i]));
     } else {
       std::fprintf(stderr, "plan_schedule: unknown option %s\n", argv[i]);
       return 2;
@@ -89,7 +103,7 @@ int main(int argc, char** argv) {
       if (c.name != argv[2]) continue;
       auto r = c.request;
       r.validate(c.model);
-      print(build_schedule(c.model, r), min_mib);
+      print(build_schedule(c.model, r), min_mib, at_event);
       return 0;
     }
     std::fprintf(stderr, "plan_schedule: no case %s in %s\n", argv[2], argv[1]);
