@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   double min_mib = 8;
-  std::size_t at_event = static_cast<std::size_t>(-1);
+  auto at_event = static_cast<std::size_t>(-1);
   for (int i = 3; i < argc; ++i) {
     if (std::strcmp(argv[i], "--min-mib") == 0 && i + 1 < argc) {
       min_mib = std::atof(argv[++i]);
