@@ -184,9 +184,16 @@ void walker::param_grad(int p, u64 elems, bool cast) {
   const double gs = r_.zero >= 2 ? 1.0 / r_.data_parallel() : 1.0;
   const u64 full = static_cast<u64>(std::ceil(static_cast<double>(elems) * gs)) *
                    static_cast<u64>(param_width_[p]);
-  if (cast)
-    transient(elems * static_cast<u64>(dt_.low), component::activation_gradients,
-              "weight grad (low precision)");
+  // The autocast copy's 16-bit gradient is cast to the fp32 weight's; it is freed after the
+  // cast's result exists.
+  const int low = cast ? new_tensor(elems * static_cast<u64>(dt_.low),
+                                    component::activation_gradients, "weight grad (low precision)")
+                       : -1;
+  param_grad_fp32(p, full);
+  release(low);
+}
+
+void walker::param_grad_fp32(int p, u64 full) {
   if (r_.offload != offload_kind::none) {
     // ZeRO-Offload: each gradient is reduced into the reduce bucket and copied to pinned host
     // buffers as soon as it is produced; no .grad stays on the device.

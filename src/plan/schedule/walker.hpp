@@ -265,6 +265,8 @@ class walker {
   void node_backward(const node& n, int g_out);
   void input_gradient(const edge& e, int g_out);
   void param_grad(int p, u64 elems, bool cast);
+  /// The fp32 (or full-width) gradient of parameter p: kept as .grad, accumulated or streamed.
+  void param_grad_fp32(int p, u64 full);
   void add_lora_params();
   tensor base_linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
                      const char* label, component c);
