@@ -19,6 +19,7 @@ Usage:
 
 import argparse
 import datetime
+import gzip
 import json
 import math
 import os
@@ -367,7 +368,7 @@ CASES = [
     # bounds each layer's cache (transformers' DynamicSlidingWindowLayer).
     _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 15, attention="eager", group="new"),
     _infer("llama-3-8b-l4", 1, 4096, 1, "bf16", 7, group="new"),
-    _infer("mistral-7b-l4-w1024", 4, 3000, 256, "bf16", 7, group="new", first=True),
+    _infer("mistral-7b-l4-w1024", 4, 3000, 256, "bf16", 7, group="new"),
     # Phi-3 (packed qkv_proj and gate_up_proj).
     _train("phi-3-mini-l8", 4, 1024, "amp-bf16", "adamw", 30, group="new"),
     _infer("phi-3-mini", 4, 512, 128, "bf16", 11, group="new"),
@@ -395,7 +396,7 @@ CASES = [
     _infer("gemma-3-1b-l6", 4, 384, 256, "bf16", 4, group="new"),
     # Falcon-7B: multi-query heads send SDPA to its math kernel (fp32 scores).
     _train("falcon-7b-l2", 1, 1024, "bf16", "sgd", 8, group="new"),
-    _infer("falcon-7b-l2", 2, 512, 32, "bf16", 4, group="new", first=True),
+    _infer("falcon-7b-l2", 2, 512, 32, "bf16", 4, group="new"),
     # RoBERTa (masked LM) and transformers' ViT: training, and one forward each at inference.
     _train("roberta-base", 16, 512, "amp-fp16", "adamw", 13, group="new", first=True),
     _infer("roberta-base", 32, 512, None, "fp32", 7, group="new"),
@@ -427,8 +428,8 @@ CASES = [
     _infer("mistral-7b-l6-w512", 4, 1536, 32, "bf16", 6, group="new"),
     _train("falcon-7b-l2", 2, 512, "bf16", "sgd", 7, group="new", first=True),
     _train("falcon-7b-l3", 1, 768, "bf16", "sgd", 8, group="new"),
-    _infer("falcon-7b-l3", 4, 1024, 16, "bf16", 8, group="new", first=True),
-    _train("roberta-base", 8, 256, "amp-fp16", "adamw", 6, group="new"),
+    _infer("falcon-7b-l3", 4, 1024, 16, "bf16", 8, group="new"),
+    _train("roberta-base", 8, 256, "amp-fp16", "adamw", 6, group="new", first=True),
     _train("roberta-base-l6", 32, 128, "fp32", "adamw", 7, group="new"),
     _infer("vit-base-patch16-224", 16, None, None, "fp32", 3, image_size=224, group="new"),
     _train("vit-base-patch16-224", 64, None, "amp-bf16", "adamw", 9, image_size=224, group="new"),
@@ -439,23 +440,34 @@ CASES = [
     # The third round's new shapes, started first: batch, prompt and sequence sizes of the cases
     # the allocator and Falcon fixes of that round were made on, so that the fixes are checked on
     # measurements they were not tuned on. est_gib: the planner's reserved figure x 1.1 + 1.5.
-    _infer("falcon-7b-l3", 2, 2048, 16, "bf16", 10, group="new", first=True),
-    _infer("falcon-7b-l2", 8, 512, 32, "bf16", 5, group="new", first=True),
-    _infer("falcon-7b-l2", 1, 1536, 64, "bf16", 5, group="new", first=True),
+    _infer("falcon-7b-l3", 2, 2048, 16, "bf16", 10, group="new"),
+    _infer("falcon-7b-l2", 8, 512, 32, "bf16", 5, group="new"),
+    _infer("falcon-7b-l2", 1, 1536, 64, "bf16", 5, group="new"),
     _train("falcon-7b-l2", 4, 256, "bf16", "sgd", 7, group="new", first=True),
     _train("falcon-7b-l2", 1, 1536, "bf16", "sgd", 8, group="new", first=True),
     _train("roberta-base", 16, 384, "amp-fp16", "adamw", 10, group="new", first=True),
     _train("roberta-base", 12, 512, "amp-fp16", "adamw", 10, group="new", first=True),
     _train("roberta-base", 16, 512, "amp-bf16", "adamw", 12, group="new", first=True),
     _infer("vit-base-patch16-224", 128, None, None, "fp32", 3, image_size=224, group="new", first=True),
-    _infer("vit-base-patch16-224", 32, None, None, "fp32", 3, image_size=224, group="new", first=True),
+    _infer("vit-base-patch16-224", 32, None, None, "fp32", 3, image_size=224, group="new"),
     _train("qwen2-0.5b", 4, 512, "bf16", "adamw-8bit", 12,
-           stand_in="8-bit AdamW: pure-torch stand-in of bitsandbytes' state layout", group="new", first=True),
+           stand_in="8-bit AdamW: pure-torch stand-in of bitsandbytes' state layout", group="new"),
     _train("qwen2-0.5b", 8, 512, "bf16", "adamw-8bit", 18,
            stand_in="8-bit AdamW: pure-torch stand-in of bitsandbytes' state layout", group="new", first=True),
-    _infer("mistral-7b-l4-w1024", 2, 3000, 256, "bf16", 5, group="new", first=True),
-    _infer("mistral-7b-l4-w1024", 4, 3000, 16, "bf16", 6, group="new", first=True),
-    _infer("mistral-7b-l4-w1024", 4, 2500, 64, "bf16", 6, group="new", first=True),
+    _infer("mistral-7b-l4-w1024", 2, 3000, 256, "bf16", 5, group="new"),
+    _infer("mistral-7b-l4-w1024", 4, 3000, 16, "bf16", 6, group="new"),
+    _infer("mistral-7b-l4-w1024", 4, 2500, 64, "bf16", 6, group="new"),
+    # The fourth round's new shapes, started first: Falcon training (SDPA's math kernel with one
+    # and with two samples), 8-bit AdamW and RoBERTa at other token counts, ViT inference at the
+    # batch sizes where cuDNN's fp32 patch convolution changes its workspace.
+    *[_train("falcon-7b-l2", b, s, "bf16", "sgd", gib, group="new", first=True)
+      for b, s, gib in ((1, 2048, 10), (2, 1024, 10), (1, 1280, 9))],
+    *[_train("qwen2-0.5b", b, s, "bf16", "adamw-8bit", 12, group="new", first=True,
+             stand_in="8-bit AdamW: pure-torch stand-in of bitsandbytes' state layout") for b, s in ((2, 1024), (8, 256))],
+    *[_train("roberta-base", b, s, prec, "adamw", gib, group="new", first=True)
+      for b, s, prec, gib in ((8, 512, "amp-fp16", 8), (32, 256, "amp-fp16", 12), (16, 256, "amp-bf16", 8))],
+    *[_infer("vit-base-patch16-224", b, None, None, "fp32", gib, image_size=224, group="new", first=True)
+      for b, gib in ((48, 3), (96, 3), (256, 4))],
 ]
 
 OUTPUT_KEYS = [
@@ -1001,6 +1013,16 @@ def peak_live_blocks(torch, top=30):
             "segments_allocated": segments}
 
 
+def compact_trace(torch):
+    """The whole recorded trace without frames: every event as [action, address, size], and the
+    segments held at the end as [address, size, [[block size, state], ...]], so that a replay can
+    tell which segment each block went to (the planner's allocator model sets its own beside it)."""
+    snap = torch.cuda.memory._snapshot()
+    return {"events": [[e["action"], e["addr"], e["size"]] for e in snap["device_traces"][0]],
+            "segments": [[g["address"], g["total_size"], [[b["size"], b["state"]] for b in g["blocks"]]]
+                         for g in snap["segments"]]}
+
+
 def child_main(case, result_path):
     """Runs one case and writes its result JSON to result_path (also on failure)."""
     result = {"error": None}
@@ -1049,6 +1071,8 @@ def child_main(case, result_path):
             try:
                 with open(result_path.replace(".result.json", ".peak.json"), "w") as f:
                     json.dump(peak_live_blocks(torch), f, indent=1)
+                with gzip.open(result_path.replace(".result.json", ".trace.json.gz"), "wt") as f:
+                    json.dump(compact_trace(torch), f)
             except Exception as e:  # diagnostics only
                 notes.append("trace: %s" % e)
             torch.cuda.memory._record_memory_history(enabled=None)

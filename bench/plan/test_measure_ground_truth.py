@@ -179,6 +179,25 @@ class PeakTrace(unittest.TestCase):
         self.assertEqual(out["segments_allocated"], [{"size": 2 << 20, "request": 100, "event": 0,
                                                       "allocated": 0, "frames": ["models/m.py:7:a"]}])
 
+    def test_compact_trace_keeps_every_event_and_the_segments(self):
+        snap = {"device_traces": [[{"action": "segment_alloc", "addr": 0, "size": 2 << 20, "frames": []},
+                                   {"action": "alloc", "addr": 0, "size": 512, "frames": [{"filename": "x"}]},
+                                   {"action": "free_completed", "addr": 0, "size": 512}]],
+                "segments": [{"address": 0, "total_size": 2 << 20,
+                              "blocks": [{"size": 2 << 20, "state": "inactive"}]}]}
+
+        class FakeTorch:
+            class cuda:
+                class memory:
+                    @staticmethod
+                    def _snapshot():
+                        return snap
+
+        out = gt.compact_trace(FakeTorch)
+        self.assertEqual(out["events"], [["segment_alloc", 0, 2 << 20], ["alloc", 0, 512],
+                                         ["free_completed", 0, 512]])
+        self.assertEqual(out["segments"], [[0, 2 << 20, [[2 << 20, "inactive"]]]])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -53,9 +53,10 @@ else
   # within 120 GiB of estimates (the two Qwen3 seeds, 94, start beside the largest outside
   # case), `first` cases first; none starts in the last 18 s of their time (what is left of the
   # deadline less 14 s for the reports) and those still running then are stopped and recorded
-  # as not run. The cases of the families whose figures are checked this
-  # round record the blocks live at their allocated peak and their segments
-  # (plan-new-families-logs/NAME.peak.json).
+  # as not run. The two RoBERTa cases whose reserved figures are still studied record the blocks
+  # live at their allocated peak and their segments (plan-new-families-logs/NAME.peak.json) and
+  # the whole trace with addresses (NAME.trace.json.gz; bench/plan/plan_schedule prints the
+  # planner's side).
   timeout "$(left 45)" python3 bench/plan/measure_serving.py --vramkit "$BUILD_DIR/vramkit" \
     --out "$RESULTS_DIR/plan-serving.json" > "$RESULTS_DIR/plan-serving.txt" 2>&1 || status=1
   {
@@ -69,9 +70,8 @@ else
   timeout "$(( cases_s + 4 ))" python3 bench/plan/measure_ground_truth.py --group new \
     --out "$RESULTS_DIR/plan-new-families.json" --log-dir "$RESULTS_DIR/plan-new-families-logs" \
     --jobs 10 --budget-gib 120 --timeout 60 --total-timeout "$cases_s" --start-margin 18 \
-    --trace-peak mistral-7b-l4-w1024-infer-bf16-b4-p3000 --trace-peak falcon-7b-l3-infer \
-    --trace-peak roberta-base-train --trace-peak adamw-8bit \
-    --trace-peak vit-base-patch16-224-infer \
+    --trace-peak roberta-base-train-amp-fp16-adamw-b16-s512 \
+    --trace-peak roberta-base-train-amp-fp16-adamw-b8-s256 \
     > "$RESULTS_DIR/plan-new-families.txt" 2>&1 || status=1
   {
     echo "## Second-round cases measured in this run (measured cases go into tests/data/plan/ground_truth_new_families.json)"

@@ -67,26 +67,40 @@ void caching_allocator_model::free_pool::insert(std::vector<block>& blocks, std:
     mark(bin, true);
   } else if (!before(head_[bin])) {
     next = head_[bin];  // the most common place: a new smallest or lowest block
-  } else if (before(h)) {
-    // Else the walk starts at the block listed last: a bin can hold dozens of equal-size
-    // blocks (one per layer), and frees and splits tend to land next to the previous one.
-    prev = h;
-    next = blocks[h].fnext;
-    while (next >= 0 && before(next)) {
-      prev = next;
-      next = blocks[next].fnext;
-    }
+  } else if (before(tail_[bin])) {
+    prev = tail_[bin];  // a new largest or highest block
   } else {
-    next = h;
-    prev = blocks[h].fprev;
-    while (prev >= 0 && !before(prev)) {
-      next = prev;
-      prev = blocks[prev].fprev;
+    // Else between a block ahead of b and one not: the block listed last and the bin's head or
+    // tail (a bin can hold dozens of equal-size blocks, one per layer, and frees and splits tend
+    // to land next to the previous one). The walk closes in from both ends at once.
+    std::int32_t lo = head_[bin], hi = tail_[bin];
+    if (before(h))
+      lo = h;
+    else
+      hi = h;
+    for (;;) {
+      const std::int32_t up = blocks[lo].fnext;
+      if (up == hi || !before(up)) {
+        prev = lo;
+        next = up;
+        break;
+      }
+      lo = up;
+      const std::int32_t down = blocks[hi].fprev;
+      if (down == lo || before(down)) {
+        prev = down;
+        next = hi;
+        break;
+      }
+      hi = down;
     }
   }
   nb.fprev = prev;
   nb.fnext = next;
-  if (next >= 0) blocks[next].fprev = b;
+  if (next >= 0)
+    blocks[next].fprev = b;
+  else
+    tail_[bin] = b;
   if (prev >= 0)
     blocks[prev].fnext = b;
   else
@@ -104,16 +118,20 @@ void caching_allocator_model::free_pool::erase(std::vector<block>& blocks, std::
     head_[ob.bin] = ob.fnext;
     if (ob.fnext < 0) mark(ob.bin, false);
   }
-  if (ob.fnext >= 0) blocks[ob.fnext].fprev = ob.fprev;
+  if (ob.fnext >= 0)
+    blocks[ob.fnext].fprev = ob.fprev;
+  else
+    tail_[ob.bin] = ob.fprev;
   if (hint_[ob.bin] == b) hint_[ob.bin] = ob.fnext >= 0 ? ob.fnext : ob.fprev;
   ob.fprev = ob.fnext = -1;
 }
 
 void caching_allocator_model::free_pool::clear() noexcept {
   for (unsigned level = 0; level < levels; ++level) {
-    for (std::uint64_t bits = bin_bits_[level]; bits != 0; bits &= bits - 1)
-      head_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bits))] =
-          hint_[(level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bits))] = -1;
+    for (std::uint64_t bits = bin_bits_[level]; bits != 0; bits &= bits - 1) {
+      const unsigned bin = (level << sub_bits) | static_cast<unsigned>(__builtin_ctzll(bits));
+      head_[bin] = hint_[bin] = tail_[bin] = -1;
+    }
     bin_bits_[level] = 0;
   }
   level_bits_ = 0;
@@ -153,6 +171,13 @@ std::vector<std::uint64_t> caching_allocator_model::state() const {
     }
   }
   return out;
+}
+
+std::uint64_t caching_allocator_model::segment_of(std::uint32_t handle) const {
+  for (const std::int32_t head : segment_heads_)
+    for (std::int32_t i = head; i >= 0; i = blocks_[i].next)
+      if (!blocks_[i].free && blocks_[i].owner == handle) return blocks_[head].addr;
+  return 0;
 }
 
 void caching_allocator_model::release_cached() {

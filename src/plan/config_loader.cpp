@@ -120,11 +120,23 @@ void read_layer_norm_gelu(const fields& f, transformer_shape& t, const char* att
   t.hidden_dropout = f.number_or(hidden_key, p, 0, 1);
 }
 
-void read_hf_shape(const fields& f, transformer_shape& t) {
+/// read_hf_layers, the MLP's inner size under `inner_key` (4 x hidden when `inner_default` and the
+/// config leaves it out), vocab_size and max_position_embeddings.
+void read_hf_shape(const fields& f, transformer_shape& t,
+                   const char* inner_key = "intermediate_size", bool inner_default = false) {
   read_hf_layers(f, t);
-  t.intermediate = f.integer("intermediate_size", 1, 64 * k_max_hidden);
+  t.intermediate = inner_default ? f.integer_or(inner_key, 4 * t.hidden, 1, 64 * k_max_hidden)
+                                 : f.integer(inner_key, 1, 64 * k_max_hidden);
   t.vocab = f.integer("vocab_size", 1, k_max_vocab);
   t.max_context = f.integer_or("max_position_embeddings", 0, 1, k_max_positions);
+}
+
+/// A model of `family` with read_hf_shape's fields.
+model_description hf_model(const fields& f, model_family family) {
+  model_description m;
+  m.family = family;
+  read_hf_shape(f, m.t);
+  return m;
 }
 
 /// Sliding-window layers: transformers 5 configs list them in layer_types; older Mistral configs
@@ -319,10 +331,8 @@ model_description parse_moe(const fields& f, const std::string& type) {
 /// DeepSeek-V2 / V3: multi-head latent attention, dense MLPs in the first layers, then MoE
 /// blocks with n_shared_experts shared experts of moe_intermediate_size each.
 model_description parse_deepseek(const fields& f, const std::string& type) {
-  model_description m;
-  m.family = model_family::deepseek;
+  model_description m = hf_model(f, model_family::deepseek);
   auto& t = m.t;
-  read_hf_shape(f, t);
   t.kv_heads = f.integer_or("num_key_value_heads", t.heads, 1, 4096);
   auto& mla = t.mla;
   mla.q_lora_rank = f.integer_or("q_lora_rank", 0, 1, k_max_hidden);
@@ -412,15 +422,12 @@ model_description parse_falcon(const fields& f) {
   model_description m;
   m.family = model_family::falcon;
   auto& t = m.t;
-  read_hf_layers(f, t);
-  t.vocab = f.integer("vocab_size", 1, k_max_vocab);
-  t.max_context = f.integer_or("max_position_embeddings", 0, 1, k_max_positions);
+  read_hf_shape(f, t, "ffn_hidden_size", true);
   if (f.boolean_or("alibi", false)) f.fail("alibi = true is not modelled for falcon");
   const bool new_arch = f.boolean_or("new_decoder_architecture", false);
   const bool mq = f.boolean_or("multi_query", true);
   t.kv_heads = new_arch ? f.integer_or("num_kv_heads", t.heads, 1, 4096) : (mq ? 1 : t.heads);
   t.head_dim = f.integer_or("head_dim", 0, 1, 4096);
-  t.intermediate = f.integer_or("ffn_hidden_size", 4 * t.hidden, 1, 64 * k_max_hidden);
   t.rotary_fraction = 1.0;
   const bool parallel = f.boolean_or("parallel_attn", true);
   if (!parallel && !new_arch) f.fail("parallel_attn = false is not modelled for falcon");
@@ -503,10 +510,8 @@ model_description parse_llava(const fields& f) {
 }
 
 model_description parse_neox(const fields& f) {
-  model_description m;
-  m.family = model_family::gpt_neox;
+  model_description m = hf_model(f, model_family::gpt_neox);
   auto& t = m.t;
-  read_hf_shape(f, t);
   t.rotary_fraction = f.number_or("rotary_pct", 0.25, 0, 1);
   t.parallel_residual = f.boolean_or("use_parallel_residual", true);
   t.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
@@ -518,10 +523,8 @@ model_description parse_neox(const fields& f) {
 }
 
 model_description parse_bert(const fields& f) {
-  model_description m;
-  m.family = model_family::bert;
+  model_description m = hf_model(f, model_family::bert);
   auto& t = m.t;
-  read_hf_shape(f, t);
   t.max_positions = f.integer_or("max_position_embeddings", 512, 1, k_max_positions);
   t.type_vocab = f.integer_or("type_vocab_size", 2, 0, 1 << 16);
   t.tied_embeddings = f.boolean_or("tie_word_embeddings", true);

@@ -45,6 +45,9 @@ class caching_allocator_model : public detail::allocator_model_base {
   /// of the allocation in it) plus the counters. Two equal states evolve identically under equal
   /// malloc/free sequences, which lets a caller skip repeated identical work.
   [[nodiscard]] std::vector<std::uint64_t> state() const;
+  /// Base address of the segment holding live allocation `handle`, 0 if none (a linear search,
+  /// for diagnostics).
+  [[nodiscard]] std::uint64_t segment_of(std::uint32_t handle) const;
   /// Back to the state of a new model, keeping the memory of its containers for the next replay.
   void clear() noexcept;
   /// Restarts the peaks at the current figures (torch.cuda.reset_peak_memory_stats).
@@ -68,13 +71,16 @@ class caching_allocator_model : public detail::allocator_model_base {
   /// through the blocks themselves and kept in ascending (size, address) order, and a two-level
   /// bitmap finds the next non-empty bin in constant time. The best fit is the first block >= the
   /// request in its own bin, else the head of the next non-empty bin. Removal needs no search; a
-  /// sorted insert walks from the block the bin listed last, since a bin can hold dozens of
-  /// equal-size blocks (one per layer) and consecutive frees and splits land close together.
+  /// sorted insert goes first or last in its bin when it can (most inserts), else closes in from
+  /// the block the bin listed last and the bin's head or tail at once, since a bin can hold
+  /// dozens of equal-size blocks (one per layer) and consecutive frees and splits land close
+  /// together.
   class free_pool {
    public:
     free_pool() noexcept {
       for (auto& h : head_) h = -1;
       for (auto& h : hint_) h = -1;
+      for (auto& h : tail_) h = -1;
     }
     /// The best-fitting block for `size`, left in place; -1 if none.
     [[nodiscard]] std::int32_t peek_best(const std::vector<block>& blocks,
@@ -95,6 +101,7 @@ class caching_allocator_model : public detail::allocator_model_base {
     void mark(unsigned bin, bool on) noexcept;
     std::int32_t head_[bin_count];         ///< first (smallest) block of each bin, or -1
     std::int32_t hint_[bin_count];         ///< the block of each bin listed last, or -1
+    std::int32_t tail_[bin_count];         ///< last (largest) block of each bin, or -1
     std::uint64_t level_bits_ = 0;         ///< bit l: some bin of level l is non-empty
     std::uint64_t bin_bits_[levels] = {};  ///< per level, bit k: bin (l, k) non-empty
   };

@@ -61,22 +61,14 @@ struct moe_shape {
 
 /// DeepSeek multi-head latent attention (q_lora_rank 0: a plain q_proj).
 struct mla_shape {
-  std::int64_t q_lora_rank = 0;
-  std::int64_t kv_lora_rank = 0;
-  std::int64_t qk_nope = 0;
-  std::int64_t qk_rope = 0;
-  std::int64_t v_head = 0;
+  std::int64_t q_lora_rank = 0, kv_lora_rank = 0;     ///< query and key/value compression ranks
+  std::int64_t qk_nope = 0, qk_rope = 0, v_head = 0;  ///< per head: key without, with RoPE; value
 };
 
 /// Shapes of a transformer with an LM or MLM head. `head_dim` is taken from the config when given.
 struct transformer_shape {
-  std::int64_t hidden = 0;
-  std::int64_t layers = 0;
-  std::int64_t heads = 0;
-  std::int64_t kv_heads = 0;
-  std::int64_t head_dim = 0;
-  std::int64_t intermediate = 0;
-  std::int64_t vocab = 0;
+  std::int64_t hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  std::int64_t intermediate = 0, vocab = 0;
   std::int64_t max_positions = 0;  ///< learned position table rows (0 = rotary, no table)
   std::int64_t type_vocab = 0;     ///< BERT token-type rows
   double rotary_fraction = 0;      ///< GPT-NeoX rotary_pct; 1 for LLaMA; 0 without rotary
@@ -137,10 +129,7 @@ struct vit_shape {
   std::int64_t patch = 16;
   std::int64_t image = 224;  ///< transformers' ViT: the image size its position table is for
   std::int64_t channels = 3;
-  std::int64_t hidden = 768;
-  std::int64_t layers = 12;
-  std::int64_t heads = 12;
-  std::int64_t mlp_dim = 3072;
+  std::int64_t hidden = 768, layers = 12, heads = 12, mlp_dim = 3072;
   std::int64_t num_classes = 1000;
 };
 

@@ -121,10 +121,13 @@ void eager_scores(walker& w, const infer_dims& D, i64 q_len, i64 kv_len) {
     s.reset();
     return;
   }
-  tensor up = w.alloc(n_s * 4, tmp, "softmax input fp32 copy");
-  tensor p = w.alloc(n_s * 4, tmp, "softmax fp32");
-  up.reset();
-  tensor cast = w.alloc(n_s * low, tmp, "softmax cast");
+  // The fp32 copy of the scores lives until the fp32 softmax is written; then the cast.
+  tensor p;
+  {
+    const tensor up = w.alloc(n_s * 4, tmp, "softmax input fp32 copy");
+    p = w.alloc(n_s * 4, tmp, "softmax fp32");
+  }
+  const tensor cast = w.alloc(n_s * low, tmp, "softmax cast");
   s.reset();
   p.reset();
 }

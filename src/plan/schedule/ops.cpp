@@ -198,6 +198,14 @@ tensor math_attention(walker& w, const dims& D, const tensor& q, const tensor& k
   const i64 s = D.s * D.sp;
   const u64 ns = static_cast<u64>(D.b * D.heads) * static_cast<u64>(s * s);
   constexpr auto tmp = component::temporaries;
+  // The order and lifetimes below are those of allocator traces of Falcon-7B training (b1
+  // s1280/s1536/s2048, b2 s1024; H200, torch 2.11).
+  // The boolean causal mask the model passes becomes an additive mask in the query's dtype,
+  // kept to the end of the kernel.
+  tensor mask;
+  if (causal)
+    mask = w.alloc(static_cast<u64>(D.b) * static_cast<u64>(s * s) * in_bytes, tmp,
+                   "sdpa math additive mask");
   auto up = [&](const tensor& t, u64 n) {
     return in_bytes != 4 ? w.op(n * 4, "sdpa math fp32 input", {edge{t, n * in_bytes}}, {}) : t;
   };
@@ -205,40 +213,60 @@ tensor math_attention(walker& w, const dims& D, const tensor& q, const tensor& k
   tensor k32 = up(k, nkv);
   tensor v32 = up(v, nkv);
   tensor qs = w.op(nq * 4, "sdpa math scaled query", {edge{q32, nq * 4}}, {});
-  q32.reset();
-  tensor mask;
-  if (causal) {
-    // ones(s, s, bool).tril(), then a float mask (where(logical_not, -inf, 0)).
-    tensor ones = w.alloc(static_cast<u64>(s * s), tmp, "causal mask (bool)");
-    tensor tril = w.alloc(static_cast<u64>(s * s), tmp, "causal mask (tril)");
-    ones.reset();
-    w.transient(static_cast<u64>(s * s), tmp, "causal mask (not)");
-    mask = w.alloc(static_cast<u64>(s * s) * 4, tmp, "causal mask (float)");
-  }
   tensor ks = w.op(nkv * 4, "sdpa math scaled key", {edge{k32, nkv * 4}}, {});
-  k32.reset();
-  tensor kx = w.op(nq * 4, "sdpa math key broadcast copy", {edge{ks, nkv * 4}}, {});
-  ks.reset();
-  tensor sc = w.op(ns * 4, "sdpa math scores", {edge{qs, nq * 4}, edge{kx, nq * 4}}, {qs, kx});
-  qs.reset();
-  kx.reset();
+  // matmul reshapes both operands to (b * heads, ...) for bmm. With one sample the key's
+  // broadcast over the query heads and the query (a view of the fused projection, laid out by
+  // token) reshape as views: autograd saves the scaled query and key as they are, and the key's
+  // gradient is summed over the heads from a query-sized temporary. With more samples both are
+  // copied (the key broadcast, the query's permuted layout) and the copies are saved. Traces of
+  // Falcon-7B training at b1 s1280/s1536/s2048 and b2 s512/s1024 (H200, torch 2.11).
+  const bool copies = D.b > 1;
+  tensor sc;
+  if (copies) {
+    tensor qc = w.op(nq * 4, "sdpa math query reshape copy", {edge{qs, nq * 4}}, {});
+    tensor kx = w.op(nq * 4, "sdpa math key broadcast copy", {edge{ks, nkv * 4}}, {});
+    sc = w.op(ns * 4, "sdpa math scores", {edge{qc, nq * 4}, edge{kx, nq * 4}}, {qc, kx});
+  } else {
+    sc = w.op(ns * 4, "sdpa math scores", {edge{qs, nq * 4}, edge{ks, nkv * 4}}, {qs, ks}, {},
+              nq * 4);
+  }
   // attn.add_(mask) in place. _safe_softmax (aten/src/ATen/native/transformers/attention.cpp)
   // runs softmax and a bool mask of the -inf scores; its where() allocates no second fp32
-  // tensor (run J's traces of Falcon, training and inference alike). The softmax is saved.
-  tensor sm = w.op(ns * 4, "sdpa math softmax", {edge{sc, ns * 4}}, {});
+  // tensor (run J's traces of Falcon, training and inference alike). The softmax is saved. Its
+  // backward holds a third fp32 score-sized tensor beside the incoming gradient and its result,
+  // freed first.
+  tensor sm = w.op(ns * 4, "sdpa math softmax", {edge{sc, ns * 4}}, {}, {}, ns * 4);
   w.transient(ns, tmp, "sdpa math -inf mask");
   w.save_output(sm);
   sc.reset();
-  mask.reset();
-  tensor vx = w.op(nq * 4, "sdpa math value broadcast copy", {edge{v32, nkv * 4}}, {});
-  v32.reset();
-  tensor o32 = w.op(nq * 4, "sdpa math output", {edge{sm, ns * 4}, edge{vx, nq * 4}}, {sm, vx});
-  vx.reset();
-  // The second output, attn.to(origin dtype), is made and dropped.
-  if (in_bytes != 4) w.transient(ns * in_bytes, tmp, "sdpa math weights cast");
+  // The kernel returns make_tuple(matmul(attn, value).to(dtype), attn.to(dtype)); GCC evaluates
+  // the arguments right to left, so the weights' cast is made first and lives until the caller
+  // drops the tuple.
+  tensor weights_cast;
+  if (in_bytes != 4) weights_cast = w.alloc(ns * in_bytes, tmp, "sdpa math weights cast");
+  tensor o32;
+  if (copies) {
+    tensor vx = w.op(nq * 4, "sdpa math value broadcast copy", {edge{v32, nkv * 4}}, {});
+    v32.reset();
+    o32 = w.op(nq * 4, "sdpa math output", {edge{sm, ns * 4}, edge{vx, nq * 4}}, {sm, vx});
+  } else {
+    o32 = w.op(nq * 4, "sdpa math output", {edge{sm, ns * 4}, edge{v32, nkv * 4}}, {sm, v32}, {},
+               nq * 4);
+    v32.reset();
+  }
   sm.reset();
   if (in_bytes == 4) return o32;
-  return w.op(nq * in_bytes, "sdpa math output cast", {edge{o32, nq * 4}}, {});
+  tensor out = w.op(nq * in_bytes, "sdpa math output cast", {edge{o32, nq * 4}}, {});
+  // The kernel's locals die as it returns: the fp32 output, key and query (as read and as
+  // scaled), then the tuple's weights and the additive mask.
+  o32.reset();
+  ks.reset();
+  k32.reset();
+  q32.reset();
+  qs.reset();
+  weights_cast.reset();
+  mask.reset();
+  return out;
 }
 
 tensor attention(walker& w, const dims& D, const attention_inputs& in) {
@@ -258,12 +286,15 @@ tensor lm_loss(walker& w, const tensor& logits, u64 rows, i64 V, bool explicit_u
   const int low = w.bytes(logits) / n == 4 ? 4 : w.dt().low;
   constexpr auto ll = component::logits_and_loss;
   if (low != 4 && !explicit_upcast) {
-    // CrossEntropyLoss on 16-bit logits under autocast: log_softmax is on autocast's
-    // "fp32 with dtype argument" list, so it reads the 16-bit logits and writes fp32
-    // (half_to_float, no input copy); its backward returns a 16-bit gradient.
-    const tensor lsm = w.op(n * 4, "log_softmax", {edge{logits, n * low}}, {}, {}, 0, ll);
+    // CrossEntropyLoss on 16-bit logits under autocast: cross_entropy_loss hands log_softmax
+    // the input's dtype, so autocast's fp32 policy for it does not apply and it runs in 16 bits
+    // (its output saved); nll_loss is on autocast's fp32 list, which casts that output to fp32
+    // (saved by nll_loss). Backward: the fp32 gradient, its 16-bit cast, the logits' gradient.
+    // H200 traces of F.cross_entropy alone (fp16 and bf16) and of RoBERTa amp training.
+    tensor lsm = w.op(n * low, "log_softmax", {edge{logits, n * low}}, {}, {}, 0, ll);
     w.save_output(lsm);
-    return w.op(4, "loss", {edge{lsm, n * 4}}, {}, {}, 0, ll);
+    tensor l32 = w.op(n * 4, "nll_loss input (fp32)", {edge{lsm, n * low}}, {}, {}, 0, ll);
+    return w.op(4, "loss", {edge{l32, n * 4}}, {l32}, {}, 0, ll);
   }
   tensor l32 =
       low != 4 ? w.op(n * 4, "logits fp32", {edge{logits, n * low}}, {}, {}, 0, ll) : logits;

@@ -184,9 +184,16 @@ void walker::param_grad(int p, u64 elems, bool cast) {
   const double gs = r_.zero >= 2 ? 1.0 / r_.data_parallel() : 1.0;
   const u64 full = static_cast<u64>(std::ceil(static_cast<double>(elems) * gs)) *
                    static_cast<u64>(param_width_[p]);
-  if (cast)
-    transient(elems * static_cast<u64>(dt_.low), component::activation_gradients,
-              "weight grad (low precision)");
+  // The autocast copy's 16-bit gradient is cast to the fp32 weight's; it is freed after the
+  // cast's result exists.
+  const int low = cast ? new_tensor(elems * static_cast<u64>(dt_.low),
+                                    component::activation_gradients, "weight grad (low precision)")
+                       : -1;
+  param_grad_fp32(p, full);
+  release(low);
+}
+
+void walker::param_grad_fp32(int p, u64 full) {
   if (r_.offload != offload_kind::none) {
     // ZeRO-Offload: each gradient is reduced into the reduce bucket and copied to pinned host
     // buffers as soon as it is produced; no .grad stays on the device.
@@ -275,7 +282,20 @@ void walker::input_gradient(const edge& e, int g_out) {
   }
 }
 
+void walker::mark_blas(const tensor& out) {
+  const int producer = meta_[out.id()].producer;
+  if (producer != -1) nodes_[producer].blas = true;
+}
+
 void walker::node_backward(const node& n, int g_out) {
+  if (n.blas && !backward_workspace_) {
+    // The autograd engine runs backward on its own thread, which gets its own cuBLAS handle and
+    // so its own workspace, at its first matrix product: after the loss's elementwise backward
+    // (traces of Falcon-7B training, H200, torch 2.11: the 32 MiB block follows the logits'
+    // gradients).
+    backward_workspace_ = true;
+    keep(k_cublas_workspace, component::workspace, "cuBLAS workspace (autograd thread)");
+  }
   // Kernel workspace (flash dq accumulator, cuDNN algorithm workspace) lives while the input
   // and weight gradients are produced.
   const int ws =
@@ -305,12 +325,6 @@ void walker::run_nodes_backward(std::size_t first) {
 
 void walker::backward(const std::vector<tensor>& losses) {
   phase_ = phase::backward;
-  if (!backward_workspace_) {
-    // The autograd engine runs backward on its own thread, which gets its own cuBLAS handle and
-    // so its own workspace.
-    backward_workspace_ = true;
-    keep(k_cublas_workspace, component::workspace, "cuBLAS workspace (autograd thread)");
-  }
   for (const auto& loss : losses)
     meta_[loss.id()].grad = new_tensor(4, component::activation_gradients, "loss gradient");
   run_nodes_backward(0);
@@ -536,9 +550,11 @@ tensor walker::linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_e
   const tensor w = weight(p);
   const edge e{xin, static_cast<u64>(rows * in) * (dt_.amp ? dt_.low : x_elem_bytes)};
   // Autograd saves the input only for the weight's gradient: a frozen weight keeps nothing of x.
-  if (trainable_[p] == 0)
-    return op(static_cast<u64>(rows * out) * dt_.low, label, {e}, {w}, {}, 0, c);
-  return op(static_cast<u64>(rows * out) * dt_.low, label, {e}, {xin, w}, {p}, 0, c);
+  tensor y = trainable_[p] == 0
+                 ? op(static_cast<u64>(rows * out) * dt_.low, label, {e}, {w}, {}, 0, c)
+                 : op(static_cast<u64>(rows * out) * dt_.low, label, {e}, {xin, w}, {p}, 0, c);
+  mark_blas(y);
+  return y;
 }
 
 tensor walker::base_linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
@@ -554,6 +570,7 @@ tensor walker::base_linear(const tensor& x, i64 rows, i64 in, i64 out, int p, in
   absmax.reset();
   tensor y = op(static_cast<u64>(rows * out) * dt_.low, label,
                 {edge{x, static_cast<u64>(rows * in) * x_elem_bytes}}, {}, {}, wbytes, c);
+  mark_blas(y);
   wt.reset();
   return y;
 }
@@ -645,9 +662,11 @@ tensor walker::expert_linear(const tensor& x, i64 rows, i64 in, i64 out, int p, 
   // The slice's gradient (and its fp32 copy through the cast under autocast) lives while the
   // select's backward scatters it into the zero-filled whole-parameter gradient.
   const u64 ws = slice * static_cast<u64>(dt_.low + (dt_.amp ? 4 : 0));
-  return op(static_cast<u64>(rows * out) * dt_.low, label,
-            {edge{xin, static_cast<u64>(rows * in) * (dt_.amp ? dt_.low : x_elem_bytes)}},
-            {xin, wt}, {p}, ws);
+  tensor y = op(static_cast<u64>(rows * out) * dt_.low, label,
+                {edge{xin, static_cast<u64>(rows * in) * (dt_.amp ? dt_.low : x_elem_bytes)}},
+                {xin, wt}, {p}, ws);
+  mark_blas(y);
+  return y;
 }
 
 void walker::zero_grad() {

@@ -248,6 +248,7 @@ class walker {
     small_vec<bool, 2> param_cast;  ///< gradient computed for an autocast copy
     u64 workspace = 0;              ///< transient bytes inside this node's backward
     int ckpt_layer = -1;            ///< >= 0: a checkpointed layer re-run in backward
+    bool blas = false;              ///< its backward runs a cuBLAS matrix product
     int ckpt_input = -1;
   };
 
@@ -257,11 +258,15 @@ class walker {
   [[nodiscard]] bool requires_grad(int t) const { return t >= 0 && meta_[t].producer != -1; }
   void record(int out, std::initializer_list<edge> edges, std::initializer_list<saved_ref> saved,
               std::initializer_list<int> params, u64 workspace);
+  /// Marks the node that made `out` (if any) as one whose backward calls cuBLAS.
+  void mark_blas(const tensor& out);
   void run_nodes_backward(std::size_t first);
   void rerun_checkpointed(const node& n, int g_out);
   void node_backward(const node& n, int g_out);
   void input_gradient(const edge& e, int g_out);
   void param_grad(int p, u64 elems, bool cast);
+  /// The fp32 (or full-width) gradient of parameter p: kept as .grad, accumulated or streamed.
+  void param_grad_fp32(int p, u64 full);
   void add_lora_params();
   tensor base_linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
                      const char* label, component c);

@@ -261,3 +261,40 @@ TEST(Families, PrefillLayerKeepsItsInputAndNormOutputAsTheTraceDoes) {
   }
   EXPECT_GT(input_freed, at("residual", true, 1));
 }
+
+TEST(Families, VitPatchConvolutionTakesCudnnWorkspaceAsMeasured) {
+  // cuDNN's forward workspace for ViT-B/16's patch convolution on the H200: fp32 none below 56
+  // images and 1404928 bytes an image + 3 MiB from 56 to 160; bf16 1103872 an image + 3 MiB.
+  const auto m = load_model_config(data("vit-base-patch16-224.json"));
+  auto workspace = [&](std::int64_t batch, precision prec) {
+    plan_request r;
+    r.mode = run_mode::infer, r.batch = batch, r.prec = prec;
+    r.validate(m);
+    const auto s = build_schedule(m, r);
+    std::uint64_t b = 0;
+    for (const auto& t : s.tensors)
+      if (std::strcmp(t.label, "patch convolution workspace (cuDNN)") == 0) b = t.bytes;
+    return b;
+  };
+  EXPECT_EQ(workspace(48, precision::fp32), 0u);
+  EXPECT_EQ(workspace(64, precision::fp32), 93061136u);
+  EXPECT_EQ(workspace(128, precision::fp32), 182976528u);
+  EXPECT_EQ(workspace(64, precision::bf16), 73793552u);
+}
+
+TEST(Families, MaskedLmCrossEntropyUnderAutocastRunsLogSoftmaxIn16Bits) {
+  // CrossEntropyLoss on 16-bit logits under autocast: cross_entropy_loss passes the input's dtype
+  // to log_softmax, so it runs in 16 bits (its output saved), and autocast casts that to fp32
+  // for nll_loss (saved by it); the logits themselves die with the model output (an H200 trace
+  // of F.cross_entropy alone, fp16 and bf16 alike, and RoBERTa amp-fp16 training traces).
+  const auto o = train_one_step("roberta-base.json", 8, 256, precision::amp_fp16);
+  const std::uint64_t n = 8ull * 256 * 50265;
+  std::uint64_t lsm = 0;
+  std::uint64_t nll = 0;
+  for (const auto& t : o.s.tensors) {
+    if (std::strcmp(t.label, "log_softmax") == 0) lsm = t.bytes;
+    if (std::strcmp(t.label, "nll_loss input (fp32)") == 0) nll = t.bytes;
+  }
+  EXPECT_EQ(lsm, n * 2);
+  EXPECT_EQ(nll, n * 4);
+}

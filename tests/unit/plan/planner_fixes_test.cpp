@@ -322,3 +322,83 @@ TEST(PlannerInput, GpuModelNumbersNameGpus) {
   EXPECT_EQ(parse_gpu_target("24GiB").capacity_bytes, 24ull << 30);
   EXPECT_THROW(parse_gpu_target("123456"), vramkit::invalid_input);
 }
+
+TEST(PlannerFixes, SdpaMathTrainingBroadcastsWithoutCopiesForOneSample) {
+  // matmul reshapes its operands to (b * heads, ...): with one sample the key broadcast over
+  // Falcon's query heads and the query reshape as views, so autograd saves the scaled query
+  // and key themselves; with two the key is copied to every head and the query (laid out by
+  // token) is copied too (allocator traces of Falcon-7B training, b1 s1280-s2048, b2 s512/s1024).
+  const auto m = preset_model("falcon-7b");
+  plan_request r;
+  r.batch = 1, r.seq = 1024, r.prec = precision::bf16, r.optimizer = optimizer_kind::sgd;
+  const std::uint64_t nq = 71ull * 64 * 1024 * 4;
+  auto s = schedule_of(m, r);
+  EXPECT_EQ(largest(s, "sdpa math key broadcast copy"), 0u);
+  EXPECT_EQ(largest(s, "sdpa math value broadcast copy"), 0u);
+  EXPECT_EQ(largest(s, "sdpa math query reshape copy"), 0u);
+  r.batch = 2, r.seq = 512;
+  s = schedule_of(m, r);
+  EXPECT_EQ(largest(s, "sdpa math key broadcast copy"), nq);
+  EXPECT_EQ(largest(s, "sdpa math value broadcast copy"), nq);
+  EXPECT_EQ(largest(s, "sdpa math query reshape copy"), nq);
+}
+
+TEST(PlannerFixes, SdpaMathSoftmaxBackwardHoldsThreeScoreTensors) {
+  // The softmax's backward holds a third fp32 score-sized tensor beside the incoming gradient
+  // and its result (allocator traces of Falcon-7B training, b1 s1280-s2048 and b2 s1024, where
+  // that backward is the peak).
+  const auto m = preset_model("falcon-7b");
+  plan_request r;
+  r.batch = 1, r.seq = 1536, r.prec = precision::bf16, r.optimizer = optimizer_kind::sgd;
+  r.validate(m);
+  const std::uint64_t scores = 71ull * 1536 * 1536 * 4;
+  const auto s = build_schedule(m, r);
+  EXPECT_EQ(largest(s, "backward workspace"), scores);
+  EXPECT_EQ(make_plan(m, r).peak_phase, "backward");
+}
+
+TEST(PlannerFixes, AutogradCublasWorkspaceComesAtTheFirstMatrixProduct) {
+  // The autograd thread's cuBLAS handle takes its 32 MiB workspace at its first matrix product
+  // (the head's backward), after the loss's elementwise backward has made the logits'
+  // gradients, not when backward starts.
+  const auto m = preset_model("gpt2");
+  plan_request r;
+  r.batch = 4, r.seq = 512;
+  const auto s = schedule_of(m, r);
+  const std::uint64_t logits = 4ull * 512 * 50257 * 4;
+  std::size_t workspace = 0;
+  std::size_t logits_gradient = 0;
+  for (std::size_t i = 0; i < s.events.size(); ++i) {
+    const auto& t = s.tensors[s.events[i].tensor];
+    if (!s.events[i].alloc || t.ph != phase::backward) continue;
+    if (workspace == 0 && std::strcmp(t.label, "cuBLAS workspace (autograd thread)") == 0)
+      workspace = i;
+    if (logits_gradient == 0 && t.bytes == logits) logits_gradient = i;
+  }
+  ASSERT_GT(workspace, 0u);
+  ASSERT_GT(logits_gradient, 0u);
+  EXPECT_GT(workspace, logits_gradient);
+}
+
+TEST(PlannerFixes, AutocastWeightGradientIsFreedAfterItsFp32Cast) {
+  // The autocast copy's 16-bit weight gradient is freed only once the cast's backward has made
+  // the fp32 gradient (an H200 allocator trace of BERT amp-fp16 training: the head's 44.7 MiB
+  // gradient, then the 89.4 MiB fp32 one, then the free).
+  const auto m = preset_model("gpt2");
+  plan_request r;
+  r.batch = 2, r.seq = 256, r.prec = precision::amp_bf16;
+  const auto s = schedule_of(m, r);
+  int low = -1;
+  bool checked = false;
+  for (const auto& e : s.events) {
+    const auto& t = s.tensors[e.tensor];
+    if (e.alloc && std::strcmp(t.label, "weight grad (low precision)") == 0 && low < 0)
+      low = static_cast<int>(e.tensor);
+    if (low >= 0 && e.alloc && std::strcmp(t.label, "parameter gradient") == 0) {
+      checked = true;
+      break;  // the fp32 gradient came while the 16-bit one is live
+    }
+    if (low >= 0 && !e.alloc && static_cast<int>(e.tensor) == low) break;
+  }
+  EXPECT_TRUE(checked);
+}
