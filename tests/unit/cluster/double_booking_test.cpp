@@ -31,14 +31,14 @@ namespace {
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 
-constexpr int kNodes = 6;
-constexpr int kGpus = 4;
-constexpr std::uint64_t kTotal = 141 * GiB;
+constexpr int node_count = 6;
+constexpr int gpus_per_node = 4;
+constexpr std::uint64_t gpu_total_bytes = 141 * GiB;
 
 // One node's GPUs as its exporter reports them; pods add their use once they "start".
 struct fake_node {
   std::mutex m;
-  std::array<std::uint64_t, kGpus> used{};
+  std::array<std::uint64_t, gpus_per_node> used{};
   std::vector<std::pair<int, std::string>> started;  // gpu, pod uid
   httplib::Server server;
   std::thread thread;
@@ -47,10 +47,10 @@ struct fake_node {
   std::string metrics() {
     std::lock_guard lock(m);
     std::string t;
-    for (int g = 0; g < kGpus; ++g) {
-      const std::string labels = "{gpu=\"" + std::to_string(g) + "\",uuid=\"GPU-" +
-                                 std::to_string(g) + "\",name=\"H200\"}";
-      t += "vramkit_gpu_memory_total_bytes" + labels + " " + std::to_string(kTotal) + "\n";
+    for (int g = 0; g < gpus_per_node; ++g) {
+      const std::string labels = R"({gpu=")" + std::to_string(g) + R"(",uuid="GPU-)" +
+                                 std::to_string(g) + R"(",name="H200"})";
+      t += "vramkit_gpu_memory_total_bytes" + labels + " " + std::to_string(gpu_total_bytes) + "\n";
       t += "vramkit_gpu_memory_used_bytes" + labels + " " + std::to_string(used[g]) + "\n";
     }
     for (const auto& [g, uid] : started) {
@@ -70,9 +70,9 @@ std::string describe(const httplib::Result& r) {
 }
 
 struct cluster_fixture {
-  std::array<fake_node, kNodes> nodes;
-  std::array<std::array<std::uint64_t, kGpus>, kNodes> initial{};
-  std::array<std::array<std::atomic<std::uint64_t>, kGpus>, kNodes> committed{};
+  std::array<fake_node, node_count> nodes;
+  std::array<std::array<std::uint64_t, gpus_per_node>, node_count> initial{};
+  std::array<std::array<std::atomic<std::uint64_t>, gpus_per_node>, node_count> committed{};
   std::unique_ptr<background_scraper> scraper;
   // A pod that never starts must hold its reservation to the end, however long the test takes
   // (expiry has its own tests): the table's clock stands still.
@@ -87,9 +87,9 @@ struct cluster_fixture {
   explicit cluster_fixture(unsigned seed) {
     std::mt19937 rng(seed);
     std::map<std::string, std::string> urls;
-    for (int n = 0; n < kNodes; ++n) {
+    for (int n = 0; n < node_count; ++n) {
       fake_node& f = nodes[n];
-      for (int g = 0; g < kGpus; ++g) {
+      for (int g = 0; g < gpus_per_node; ++g) {
         f.used[g] = std::uniform_int_distribution<std::uint64_t>(0, 40)(rng) * GiB;
         initial[n][g] = f.used[g];
       }
@@ -151,7 +151,7 @@ struct cluster_fixture {
   // best score, bind. Returns whether the pod was bound.
   bool schedule(httplib::Client& c, const std::string& uid, std::uint64_t gib) {
     json names = json::array();
-    for (int n = 0; n < kNodes; ++n) names.push_back("node-" + std::to_string(n));
+    for (int n = 0; n < node_count; ++n) names.push_back("node-" + std::to_string(n));
     json pod = {{"metadata", {{"name", "p-" + uid}, {"namespace", "default"}, {"uid", uid}}},
                 {"spec",
                  {{"containers",
@@ -187,14 +187,14 @@ struct cluster_fixture {
   }
 
   // Over-committed GPUs by the ground truth, and the share of the starting free memory now placed.
-  std::pair<int, double> audit() const {
+  [[nodiscard]] std::pair<int, double> audit() const {
     int over = 0;
     std::uint64_t placed = 0, free = 0;
-    for (int n = 0; n < kNodes; ++n) {
-      for (int g = 0; g < kGpus; ++g) {
-        if (initial[n][g] + committed[n][g].load() > kTotal) ++over;
+    for (int n = 0; n < node_count; ++n) {
+      for (int g = 0; g < gpus_per_node; ++g) {
+        if (initial[n][g] + committed[n][g].load() > gpu_total_bytes) ++over;
         placed += committed[n][g].load();
-        free += kTotal - initial[n][g];
+        free += gpu_total_bytes - initial[n][g];
       }
     }
     return {over, static_cast<double>(placed) / static_cast<double>(free)};
@@ -239,6 +239,7 @@ TEST(DoubleBooking, ThirtyTwoConcurrentSchedulersNeverOvercommit) {
   std::mutex failures_mutex;
   std::vector<std::string> failures;
   std::vector<std::thread> threads;
+  threads.reserve(32);
   for (int t = 0; t < 32; ++t) {
     threads.emplace_back([&, t] {
       const auto c = extender_client(cl.extender_port);
@@ -288,7 +289,7 @@ TEST(KubeBindingWriter, PatchesAnnotationsThenCreatesTheBinding) {
   api.Post("/api/v1/namespaces/ns/pods/p/binding",
            [&](const httplib::Request& req, httplib::Response& res) {
              std::lock_guard lock(m);
-             calls.push_back("POST binding");
+             calls.emplace_back("POST binding");
              last_binding = json::parse(req.body);
              const std::string node = last_binding["target"]["name"];
              if (!bound_node.empty()) {

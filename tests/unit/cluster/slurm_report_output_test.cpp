@@ -14,13 +14,12 @@
 
 #include "vramkit/cluster/slurm_report.hpp"
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
 
 namespace vramkit::cluster {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr std::uint64_t GiB = std::uint64_t{1} << 30;
 
 slurm_usage_report fixture_report(const over_request_rule& rule) {
   std::ifstream in(std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/cluster/sacct/report.psv");
