@@ -541,10 +541,19 @@ struct pimpl::vmm_pool_state : detail::stream_pool_core<pimpl::vmm_pool_state, b
     if (remapped > 0) {
       std::fill_n(a.moved.begin() + static_cast<std::ptrdiff_t>((at - a.base) / g), hs.size(), 1);
     }
-    // Split the hole around the mapped range, which becomes a free block of st.
-    block* h = plan.hole;
+    // The mapped range becomes a free block of st.
+    block* fresh = split_hole(a, plan.hole, at, hs.size() * g);
+    fresh->state = block_state::allocated;
+    fresh->seq = 0;  // fresh or reclaimed after completion: nothing to wait for
+    insert_free(st, fresh);
+    return grow_result::grown;
+  }
+
+  // Cuts the newly mapped range [at, at + len) out of `hole`; what stays unmapped before and after
+  // it remains a hole of `a`. Returns the block of the mapped range, whose state the caller sets.
+  block* split_hole(arena& a, block* hole, std::uintptr_t at, std::size_t len) {
+    block* h = hole;
     a.holes.erase(h->ptr);
-    const std::size_t len = hs.size() * g;
     const std::uintptr_t hole_end = h->ptr + h->size;
     if (at > h->ptr) {
       block* mid = new_block();
@@ -556,21 +565,17 @@ struct pimpl::vmm_pool_state : detail::stream_pool_core<pimpl::vmm_pool_state, b
       a.holes[h->ptr] = h;
       h = mid;
     }
-    block* fresh = h;
-    fresh->size = len;
+    h->size = len;
     if (at + len < hole_end) {
       block* rest = new_block();
       rest->ptr = at + len;
       rest->size = hole_end - at - len;
       rest->owner = &a;
       rest->state = block_state::unmapped;
-      link_after(fresh, rest);
+      link_after(h, rest);
       a.holes[rest->ptr] = rest;
     }
-    fresh->state = block_state::allocated;
-    fresh->seq = 0;  // fresh or reclaimed after completion: nothing to wait for
-    insert_free(st, fresh);
-    return grow_result::grown;
+    return h;
   }
 
   // Releases every cached granule (lock held).

@@ -128,20 +128,28 @@ class nvml_api {
 
   /// "nvml" for the driver library, "fake" for fake_nvml.
   [[nodiscard]] virtual std::string name() const = 0;
+  /// The driver's version string ("580.65.06"); fails as every query does without a driver.
   virtual nvml_value<std::string> driver_version() = 0;
+  /// How many devices NVML sees now; indexes run from 0 to the count less one.
   virtual nvml_value<unsigned> device_count() = 0;
   /// The index of the device at `pci_bus_id` ("0000:65:00.0", as cudaDeviceGetPCIBusId gives it);
   /// not_found when NVML has no device there.
   virtual nvml_value<unsigned> device_index_by_pci_bus_id(const std::string& pci_bus_id) = 0;
+  /// The product name ("NVIDIA H200").
   virtual nvml_value<std::string> device_name(unsigned index) = 0;
+  /// The device's UUID ("GPU-" and 36 hex digits and dashes), stable across reboots and indexes.
   virtual nvml_value<std::string> device_uuid(unsigned index) = 0;
+  /// Memory in bytes: the v2 query (with `reserved`) where the driver has it, else v1.
   virtual nvml_value<nvml_memory> memory(unsigned index) = 0;
   /// Compute and graphics processes merged by pid.
   virtual nvml_value<std::vector<nvml_process>> processes(unsigned index) = 0;
+  /// Busy percentages over the driver's last sample period (1/6 s to 1 s, by product).
   virtual nvml_value<nvml_utilization> utilization(unsigned index) = 0;
   /// Blocks for the driver's measuring window (20 ms per direction).
   virtual nvml_value<nvml_pcie> pcie_throughput(unsigned index) = 0;
+  /// Byte counters (NVML field values), not rates: not_supported on drivers without them.
   virtual nvml_value<nvml_pcie_counters> pcie_counters(unsigned index) = 0;
+  /// Byte counters summed over all links (NVML field values, scope all); fails without NVLink.
   virtual nvml_value<nvml_nvlink> nvlink_counters(unsigned index) = 0;
   /// Current SM and memory clocks in MHz.
   virtual nvml_value<nvml_clocks> clocks(unsigned index) = 0;
@@ -153,8 +161,11 @@ class nvml_api {
   virtual nvml_value<nvml_pcie_link> pcie_link(unsigned index) = 0;
   /// The fastest PCIe link the device and its slot support.
   virtual nvml_value<nvml_pcie_link> max_pcie_link(unsigned index) = 0;
+  /// The GPU die's temperature in degrees Celsius.
   virtual nvml_value<double> temperature_celsius(unsigned index) = 0;
+  /// The board's power draw now, in watts (the driver reports milliwatts).
   virtual nvml_value<double> power_watts(unsigned index) = 0;
+  /// ECC counts and retired pages; a field the device does not count stays empty.
   virtual nvml_value<nvml_ecc> ecc(unsigned index) = 0;
   /// The MIG devices of `index`; an empty list when MIG is disabled.
   virtual nvml_value<std::vector<nvml_mig_instance>> mig_instances(unsigned index) = 0;

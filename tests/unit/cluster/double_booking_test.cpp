@@ -2,12 +2,18 @@
 // HTTP) against node exporters on loopback, in back-to-back bursts and from 32 threads at once.
 // Half of the pods "start" (their memory and pod_uid appear in the exporter), half never do. The
 // ground truth — each GPU's starting use plus every pod bound to it — must stay within capacity.
+// Nothing here depends on how fast the machine runs it: the reservations' clock stands still, a
+// sample never goes stale, and a call may take as long as a loaded machine needs.
 #include <httplib.h>
 
 #include <atomic>
 #include <cstdio>
+#include <memory>
+#include <mutex>
 #include <random>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +23,7 @@
 #include "vramkit/cluster/extender_server.hpp"
 #include "vramkit/cluster/kube_binding_writer.hpp"
 #include "vramkit/core/units.hpp"
+#include "vramkit/monitor/http_server.hpp"
 
 namespace vramkit::cluster {
 namespace {
@@ -24,14 +31,14 @@ namespace {
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 
-constexpr int kNodes = 6;
-constexpr int kGpus = 4;
-constexpr std::uint64_t kTotal = 141 * GiB;
+constexpr int node_count = 6;
+constexpr int gpus_per_node = 4;
+constexpr std::uint64_t gpu_total_bytes = 141 * GiB;
 
 // One node's GPUs as its exporter reports them; pods add their use once they "start".
 struct fake_node {
   std::mutex m;
-  std::array<std::uint64_t, kGpus> used{};
+  std::array<std::uint64_t, gpus_per_node> used{};
   std::vector<std::pair<int, std::string>> started;  // gpu, pod uid
   httplib::Server server;
   std::thread thread;
@@ -40,10 +47,10 @@ struct fake_node {
   std::string metrics() {
     std::lock_guard lock(m);
     std::string t;
-    for (int g = 0; g < kGpus; ++g) {
-      const std::string labels = "{gpu=\"" + std::to_string(g) + "\",uuid=\"GPU-" +
-                                 std::to_string(g) + "\",name=\"H200\"}";
-      t += "vramkit_gpu_memory_total_bytes" + labels + " " + std::to_string(kTotal) + "\n";
+    for (int g = 0; g < gpus_per_node; ++g) {
+      const std::string labels = R"({gpu=")" + std::to_string(g) + R"(",uuid="GPU-)" +
+                                 std::to_string(g) + R"(",name="H200"})";
+      t += "vramkit_gpu_memory_total_bytes" + labels + " " + std::to_string(gpu_total_bytes) + "\n";
       t += "vramkit_gpu_memory_used_bytes" + labels + " " + std::to_string(used[g]) + "\n";
     }
     for (const auto& [g, uid] : started) {
@@ -63,11 +70,14 @@ std::string describe(const httplib::Result& r) {
 }
 
 struct cluster_fixture {
-  std::array<fake_node, kNodes> nodes;
-  std::array<std::array<std::uint64_t, kGpus>, kNodes> initial{};
-  std::array<std::array<std::atomic<std::uint64_t>, kGpus>, kNodes> committed{};
+  std::array<fake_node, node_count> nodes;
+  std::array<std::array<std::uint64_t, gpus_per_node>, node_count> initial{};
+  std::array<std::array<std::atomic<std::uint64_t>, gpus_per_node>, node_count> committed{};
   std::unique_ptr<background_scraper> scraper;
-  std::shared_ptr<reservation_table> table = std::make_shared<reservation_table>(60s);
+  // A pod that never starts must hold its reservation to the end, however long the test takes
+  // (expiry has its own tests): the table's clock stands still.
+  std::shared_ptr<reservation_table> table = std::make_shared<reservation_table>(
+      60s, [] { return std::chrono::steady_clock::time_point{}; });
   std::unique_ptr<bind_service> service;
   std::unique_ptr<extender_server> extender;
   std::thread extender_thread;
@@ -77,9 +87,9 @@ struct cluster_fixture {
   explicit cluster_fixture(unsigned seed) {
     std::mt19937 rng(seed);
     std::map<std::string, std::string> urls;
-    for (int n = 0; n < kNodes; ++n) {
+    for (int n = 0; n < node_count; ++n) {
       fake_node& f = nodes[n];
-      for (int g = 0; g < kGpus; ++g) {
+      for (int g = 0; g < gpus_per_node; ++g) {
         f.used[g] = std::uniform_int_distribution<std::uint64_t>(0, 40)(rng) * GiB;
         initial[n][g] = f.used[g];
       }
@@ -90,7 +100,9 @@ struct cluster_fixture {
       f.thread = std::thread([&f] { f.server.listen_after_bind(); });
       urls["node-" + std::to_string(n)] = "http://127.0.0.1:" + std::to_string(f.port) + "/metrics";
     }
-    scraper = std::make_unique<background_scraper>(urls, background_options{20ms, 500ms, 5s, 8});
+    // Scrapes every 20 ms, far slower than pods are bound; a slow scrape keeps the last sample,
+    // which never counts as stale here (staleness has its own tests).
+    scraper = std::make_unique<background_scraper>(urls, background_options{20ms, 30s, 24h, 8});
     scraper->on_sample([this](const std::string& node, const std::set<std::string>& pods) {
       table->confirm(node, pods);
     });
@@ -115,8 +127,11 @@ struct cluster_fixture {
     config.on_request = [this](const std::string& uid, std::uint64_t bytes) {
       service->remember(uid, bytes);
     };
-    extender =
-        std::make_unique<extender_server>(service->effective_lookup(), config, "127.0.0.1", 0);
+    // A connection waiting on a stalled machine must not count as idle and be closed.
+    monitor::http_server_options limits;
+    limits.idle_timeout = std::chrono::hours(24);
+    extender = std::make_unique<extender_server>(service->effective_lookup(), config, "127.0.0.1",
+                                                 0, limits);
     extender->serve_bind([this](std::string_view body) { return service->bind(body); });
     extender_port = extender->bind();
     extender_thread = std::thread([this] { extender->run(); });
@@ -136,7 +151,7 @@ struct cluster_fixture {
   // best score, bind. Returns whether the pod was bound.
   bool schedule(httplib::Client& c, const std::string& uid, std::uint64_t gib) {
     json names = json::array();
-    for (int n = 0; n < kNodes; ++n) names.push_back("node-" + std::to_string(n));
+    for (int n = 0; n < node_count; ++n) names.push_back("node-" + std::to_string(n));
     json pod = {{"metadata", {{"name", "p-" + uid}, {"namespace", "default"}, {"uid", uid}}},
                 {"spec",
                  {{"containers",
@@ -172,14 +187,14 @@ struct cluster_fixture {
   }
 
   // Over-committed GPUs by the ground truth, and the share of the starting free memory now placed.
-  std::pair<int, double> audit() const {
+  [[nodiscard]] std::pair<int, double> audit() const {
     int over = 0;
     std::uint64_t placed = 0, free = 0;
-    for (int n = 0; n < kNodes; ++n) {
-      for (int g = 0; g < kGpus; ++g) {
-        if (initial[n][g] + committed[n][g].load() > kTotal) ++over;
+    for (int n = 0; n < node_count; ++n) {
+      for (int g = 0; g < gpus_per_node; ++g) {
+        if (initial[n][g] + committed[n][g].load() > gpu_total_bytes) ++over;
         placed += committed[n][g].load();
-        free += kTotal - initial[n][g];
+        free += gpu_total_bytes - initial[n][g];
       }
     }
     return {over, static_cast<double>(placed) / static_cast<double>(free)};
@@ -190,17 +205,26 @@ std::uint64_t pod_gib(std::mt19937& rng) {
   return std::uniform_int_distribution<std::uint64_t>(1, 24)(rng);
 }
 
+// A scheduler's connection to the extender; a loaded machine may take seconds to answer.
+std::unique_ptr<httplib::Client> extender_client(int port) {
+  auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
+  c->set_read_timeout(120s);
+  c->set_write_timeout(120s);
+  return c;
+}
+
 TEST(DoubleBooking, SequentialBurstsOfPodsNeverOvercommit) {
   cluster_fixture cl(1);
-  httplib::Client c("127.0.0.1", cl.extender_port);
+  const auto c = extender_client(cl.extender_port);
   std::mt19937 rng(7);
   int bound = 0;
   for (int burst = 0; burst < 20; ++burst) {
-    // 50 pods back to back: far faster than the 20 ms scrape interval catches up.
+    // 50 pods back to back, faster than the background scrapes catch up; then every exporter is
+    // read once, so the next burst starts from a view that shows the pods started so far.
     for (int i = 0; i < 50; ++i) {
-      bound += cl.schedule(c, "s" + std::to_string(burst * 50 + i), pod_gib(rng)) ? 1 : 0;
+      bound += cl.schedule(*c, "s" + std::to_string(burst * 50 + i), pod_gib(rng)) ? 1 : 0;
     }
-    std::this_thread::sleep_for(30ms);
+    cl.scraper->scrape_all_now();
   }
   const auto [over, placed] = cl.audit();
   EXPECT_EQ(over, 0);
@@ -211,33 +235,31 @@ TEST(DoubleBooking, SequentialBurstsOfPodsNeverOvercommit) {
 
 TEST(DoubleBooking, ThirtyTwoConcurrentSchedulersNeverOvercommit) {
   cluster_fixture cl(2);
-  std::atomic<int> next{0}, bound{0}, transport_errors{0};
+  std::atomic<int> next{0}, bound{0};
+  std::mutex failures_mutex;
+  std::vector<std::string> failures;
   std::vector<std::thread> threads;
+  threads.reserve(32);
   for (int t = 0; t < 32; ++t) {
     threads.emplace_back([&, t] {
-      httplib::Client c("127.0.0.1", cl.extender_port);
+      const auto c = extender_client(cl.extender_port);
       std::mt19937 rng(100 + t);
       for (int i = next++; i < 1000; i = next++) {
-        const std::uint64_t gib = pod_gib(rng);
-        // A failed call fails the scheduling attempt and kube-scheduler retries the pod later.
-        for (int attempt = 0; attempt < 5; ++attempt) {
-          try {
-            if (cl.schedule(c, "c" + std::to_string(i), gib)) ++bound;
-            break;
-          } catch (const std::exception& e) {
-            ++transport_errors;
-          }
+        // The extender listens with a backlog of 1,024 and answers every call: a failed call is a
+        // fault, not load.
+        try {
+          if (cl.schedule(*c, "c" + std::to_string(i), pod_gib(rng))) ++bound;
+        } catch (const std::exception& e) {
+          std::lock_guard lock(failures_mutex);
+          failures.emplace_back(e.what());
         }
       }
     });
   }
   for (auto& t : threads) t.join();
   const auto [over, placed] = cl.audit();
-  // cpp-httplib 0.11 (Debian 12) listens with a backlog of 5: under 32 clients a few calls fail to
-  // read their answer. They must stay rare, and never lead to a double booking.
-  EXPECT_LT(transport_errors.load(), 100);
-  std::printf("32 concurrent schedulers: %d pods bound, %d failed calls retried\n", bound.load(),
-              transport_errors.load());
+  EXPECT_TRUE(failures.empty()) << failures.size() << " calls failed, the first: " << failures[0];
+  std::printf("32 concurrent schedulers: %d pods bound\n", bound.load());
   EXPECT_EQ(over, 0);
   EXPECT_GT(bound.load(), 200);
   EXPECT_GT(placed, 0.85) << bound << " pods bound";
@@ -267,7 +289,7 @@ TEST(KubeBindingWriter, PatchesAnnotationsThenCreatesTheBinding) {
   api.Post("/api/v1/namespaces/ns/pods/p/binding",
            [&](const httplib::Request& req, httplib::Response& res) {
              std::lock_guard lock(m);
-             calls.push_back("POST binding");
+             calls.emplace_back("POST binding");
              last_binding = json::parse(req.body);
              const std::string node = last_binding["target"]["name"];
              if (!bound_node.empty()) {

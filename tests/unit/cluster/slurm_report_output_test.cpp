@@ -14,13 +14,12 @@
 
 #include "vramkit/cluster/slurm_report.hpp"
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
 
 namespace vramkit::cluster {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr std::uint64_t GiB = std::uint64_t{1} << 30;
 
 slurm_usage_report fixture_report(const over_request_rule& rule) {
   std::ifstream in(std::string(VRAMKIT_SOURCE_DIR) + "/tests/data/cluster/sacct/report.psv");
@@ -68,15 +67,14 @@ TEST(SlurmReportOutput, TextWithoutOverRequestsHasNoTable) {
 
 TEST(SlurmReportOutput, TextEscapesControlCharactersOfJobFields) {
   slurm_usage_report r;
-  slurm_job_usage j;
-  j.job_id = "1";
-  j.name = "x\x1b]0;owned\x07";
-  j.user = "u";
-  j.state = "COMPLETED";
-  j.requested_bytes = 8 * GiB;
-  j.peak_bytes = GiB;
-  j.requested_from = "comment";
-  r.over_requested.push_back(j);
+  // A job name that would set the terminal's title were it printed raw.
+  r.over_requested.push_back({.job_id = "1",
+                              .name = "x\x1b]0;owned\x07",
+                              .user = "u",
+                              .state = "COMPLETED",
+                              .requested_bytes = 8 * GiB,
+                              .requested_from = "comment",
+                              .peak_bytes = GiB});
   r.jobs = r.judged = 1;
   const std::string text = to_text(r, {});
   EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
