@@ -37,6 +37,79 @@ constexpr double k_op_dispatch_s = 8e-6;
 
 bool is_expert(const std::string& name) { return name.rfind("moe_experts", 0) == 0; }
 
+// Multiply-adds per token of one block's weight matrices (routed experts at top_k of them).
+double block_macs_per_token(const model_description& m) {
+  const auto& t = m.t;
+  double macs = 0;
+  for (const auto& p : parameter_tensors(m)) {
+    if (p.layer < 0 || p.name.find("norm") != std::string::npos) continue;
+    auto e = static_cast<double>(p.elements);
+    if (is_expert(p.name) && t.moe.experts > 0)
+      e *= static_cast<double>(t.moe.top_k) / static_cast<double>(t.moe.experts);
+    macs += e;
+  }
+  return macs / static_cast<double>(std::max<std::int64_t>(1, t.layers));
+}
+
+// Bytes one norm reads and writes per element of the residual stream (resid: its element size).
+double norm_bytes_per_element(const transformer_shape& t, double resid) {
+  const double rms = resid == 4 ? 28 : 38;
+  return t.layer_norm ? 2 * resid + 2 : rms;
+}
+
+// Bytes read plus written per token by the memory-bound kernels of a block's forward: the two
+// norms, autocast's casts of fp32 activations into each projection, rotary embeddings on q and k
+// (fp32 under autocast: cos/sin follow the fp32 residual stream), the residual adds, dropout and
+// the MLP's activation (SwiGLU: SiLU and the product). low: a GEMM input's element size.
+double elementwise_bytes_per_token(const model_description& m, bool amp, double low, double resid) {
+  const auto& t = m.t;
+  const auto h = static_cast<double>(t.hidden);
+  const double hd = static_cast<double>(
+      t.head_dim > 0 ? t.head_dim : t.hidden / std::max<std::int64_t>(1, t.heads));
+  const double nq = static_cast<double>(t.heads) * hd;
+  const double nkv = static_cast<double>(t.kv_heads > 0 ? t.kv_heads : t.heads) * hd;
+  const double norm = norm_bytes_per_element(t, resid);
+  double norms = t.shared_parallel_norm ? 1 : 2;
+  if (t.sandwich_norm) norms += 2;
+  const bool fused_qkv = m.family == model_family::gpt2 || m.family == model_family::gpt_neox ||
+                         m.family == model_family::falcon || m.family == model_family::phi3;
+  const bool gated = t.mlp == mlp_kind::swiglu;
+  const double casts = amp ? ((fused_qkv ? 1 : 3) + (gated ? 2 : 1)) * (resid + low) * h : 0;
+  const double rope = t.rotary_fraction * (nq + nkv) * (amp ? 36 : 10 * low);
+  const double residual = 2 * (2 * resid + low) * h;
+  const double dropout = t.hidden_dropout > 0 ? 2 * (2 * low + 1) * h : 0;
+  auto f_eff = static_cast<double>(t.intermediate);
+  double routing = 0;
+  if (t.moe.experts > 0) {
+    f_eff = static_cast<double>(t.moe.top_k * t.moe.expert_ffn + t.moe.shared_ffn);
+    routing = 4 * static_cast<double>(t.moe.top_k) * h * low;  // gather and scatter of tokens
+  }
+  const double act = t.mlp == mlp_kind::gelu_python ? 16 * low
+                     : t.mlp == mlp_kind::gelu      ? 2 * low
+                                                    : 5 * low;
+  return norms * norm * h + casts + rope + residual + dropout + act * f_eff + routing;
+}
+
+// Bytes the optimizer's passes move per trainable parameter (w: a parameter's element size):
+// foreach AdamW 21 accesses, fused 7.
+double optimizer_bytes_per_param(optimizer_kind o, double w) {
+  switch (o) {
+    case optimizer_kind::adam:
+    case optimizer_kind::adamw:
+      return 21 * w;
+    case optimizer_kind::adamw_fused:
+      return 7 * w;
+    case optimizer_kind::sgd:
+      return 3 * w;
+    case optimizer_kind::sgd_momentum:
+      return 6 * w;
+    case optimizer_kind::adamw_8bit:
+    case optimizer_kind::paged_adamw_8bit:
+      return 3 * w + 4;
+  }
+  return 0;
+}
+
 }  // namespace
 
 kernel_rates kernel_rates_for(const gpu_spec& gpu, const device_overheads& o, precision p) {
@@ -85,17 +158,8 @@ step_time_parts estimate_step_parts(const model_description& m, const plan_reque
   const double nq = static_cast<double>(t.heads) * hd;
   const double nkv = static_cast<double>(t.kv_heads > 0 ? t.kv_heads : t.heads) * hd;
   const bool lora = r.lora_rank > 0;
-  // Multiply-adds per token: the blocks' weight matrices (routed experts at top_k of them) and
-  // the head's.
-  double block_macs = 0;
-  for (const auto& p : parameter_tensors(m)) {
-    if (p.layer < 0 || p.name.find("norm") != std::string::npos) continue;
-    auto e = static_cast<double>(p.elements);
-    if (is_expert(p.name) && t.moe.experts > 0)
-      e *= static_cast<double>(t.moe.top_k) / static_cast<double>(t.moe.experts);
-    block_macs += e;
-  }
-  block_macs /= n_layers;
+  // Multiply-adds per token: a block's weight matrices and the head's.
+  const double block_macs = block_macs_per_token(m);
   const auto vocab = static_cast<double>(t.vocab);
   const double head_macs = vocab * h + (m.family == model_family::bert ? h * h : 0);
   const double tp = r.tp;
@@ -130,32 +194,8 @@ step_time_parts estimate_step_parts(const model_description& m, const plan_reque
     attn_fwd = attn_flops / k.attention_flops;
     attn_bwd = 2.5 * attn_fwd;  // the fused backward recomputes QK^T: 5 GEMMs against 2
   }
-  // Memory-bound kernels per token of a block's forward, bytes read plus written: the two
-  // norms, autocast's casts of fp32 activations into each projection, rotary embeddings on q
-  // and k (fp32 under autocast: cos/sin follow the fp32 residual stream), the residual adds,
-  // dropout and the MLP's activation (SwiGLU: SiLU and the product).
-  const double rms = resid == 4 ? 28 : 38;
-  const double norm = t.layer_norm ? 2 * resid + 2 : rms;
-  double norms = t.shared_parallel_norm ? 1 : 2;
-  if (t.sandwich_norm) norms += 2;
-  const bool fused_qkv = m.family == model_family::gpt2 || m.family == model_family::gpt_neox ||
-                         m.family == model_family::falcon || m.family == model_family::phi3;
-  const bool gated = t.mlp == mlp_kind::swiglu;
-  const double casts = amp ? ((fused_qkv ? 1 : 3) + (gated ? 2 : 1)) * (resid + low) * h : 0;
-  const double rope = t.rotary_fraction * (nq + nkv) * (amp ? 36 : 10 * low);
-  const double residual = 2 * (2 * resid + low) * h;
-  const double dropout = t.hidden_dropout > 0 ? 2 * (2 * low + 1) * h : 0;
-  auto f_eff = static_cast<double>(t.intermediate);
-  double routing = 0;
-  if (t.moe.experts > 0) {
-    f_eff = static_cast<double>(t.moe.top_k * t.moe.expert_ffn + t.moe.shared_ffn);
-    routing = 4 * static_cast<double>(t.moe.top_k) * h * low;  // gather and scatter of tokens
-  }
-  const double act = t.mlp == mlp_kind::gelu_python ? 16 * low
-                     : t.mlp == mlp_kind::gelu      ? 2 * low
-                                                    : 5 * low;
-  const double elem_bytes =
-      tokens * (norms * norm * h + casts + rope + residual + dropout + act * f_eff + routing);
+  const double norm = norm_bytes_per_element(t, resid);
+  const double elem_bytes = tokens * elementwise_bytes_per_token(m, amp, low, resid);
   const double elem_fwd = elem_bytes / mem;
   // Autocast casts each fp32 weight to 16 bits per forward, and each 16-bit weight gradient back.
   const double cast_fwd = amp && !lora ? 6 * block_macs / mem : 0;
@@ -171,7 +211,8 @@ step_time_parts estimate_step_parts(const model_description& m, const plan_reque
   if (!eager && t.moe.experts == 0) {
     // q, k and v, the attention output (its fp32 log-sum-exp per row and head beside it), the
     // output projection, and the MLP's up (and gate) and down projections.
-    const double mlp_out = (gated ? 2 : 1) * static_cast<double>(t.intermediate) + h;
+    const double mlp_out =
+        (t.mlp == mlp_kind::swiglu ? 2 : 1) * static_cast<double>(t.intermediate) + h;
     out.block_gemm_output_bytes =
         tokens * ((2 * nq + 2 * nkv + h + mlp_out) * low + 4 * static_cast<double>(t.heads)) / tp;
   }
@@ -193,27 +234,7 @@ step_time_parts estimate_step_parts(const model_description& m, const plan_reque
   auto trainable = static_cast<double>(parameter_count(m));
   if (lora) trainable = 0.01 * trainable;  // adapters: a percent or so of the model
   trainable /= (tp * r.pp) * (r.zero >= 1 ? dp : 1);
-  double per_param = 0;
-  switch (r.optimizer) {
-    case optimizer_kind::adam:
-    case optimizer_kind::adamw:
-      per_param = 21 * w;
-      break;
-    case optimizer_kind::adamw_fused:
-      per_param = 7 * w;
-      break;
-    case optimizer_kind::sgd:
-      per_param = 3 * w;
-      break;
-    case optimizer_kind::sgd_momentum:
-      per_param = 6 * w;
-      break;
-    case optimizer_kind::adamw_8bit:
-    case optimizer_kind::paged_adamw_8bit:
-      per_param = 3 * w + 4;
-      break;
-  }
-  out.optimizer_s = trainable * per_param / mem;
+  out.optimizer_s = trainable * optimizer_bytes_per_param(r.optimizer, w) / mem;
   const std::int64_t micro_batches = r.batch / dp / r.micro_batch;  // whole micro-batches
   out.micro_batches = static_cast<double>(micro_batches);
   return out;

@@ -68,40 +68,42 @@ bool separate_projections(const model_description& m) {
   }
 }
 
-void transformer_params(const model_description& m, list& out) {
+// T5ForConditionalGeneration: shared embedding, encoder blocks (self-attention, feed-forward, the
+// first with the relative-position bias), final norm, decoder blocks (self-attention,
+// cross-attention, feed-forward), final norm, lm_head unless tied. Norms are weight-only.
+void t5_params(const model_description& m, list& out) {
   const auto& t = m.t;
-  const std::int64_t h = t.hidden, q = t.heads * t.head_dim, kv = t.kv_heads * t.head_dim;
-  const std::int64_t f = t.intermediate, vocab = t.vocab;
-  const std::int64_t norm = t.layer_norm ? 2 * h : h;
-  if (m.family == model_family::t5) {
-    // T5ForConditionalGeneration: shared embedding, encoder blocks (self-attention, feed-forward,
-    // the first with the relative-position bias), final norm, decoder blocks (self-attention,
-    // cross-attention, feed-forward), final norm, lm_head unless tied. Norms are weight-only.
-    const std::int64_t inner = t.heads * t.head_dim;
-    const std::int64_t enc = t.layers - t.decoder_layers;
-    const std::int64_t ffn = t.mlp == mlp_kind::swiglu ? 2 * h * f : h * f;
-    add(out, "embed_tokens", vocab * h);
-    for (int l = 0; l < t.layers; ++l) {
-      const bool first = l == 0 || l == enc;
-      add(out, "attn_qkv", 3 * h * inner, l);
-      add(out, "attn_out", inner * h, l);
-      if (first) add(out, "rel_bias", t.relative_buckets * t.heads, l);
-      add(out, "attn_norm", h, l);
-      if (l >= enc) {
-        add(out, "cross_q", h * inner, l);
-        add(out, "cross_kv", 2 * h * inner, l);
-        add(out, "cross_out", inner * h, l);
-        add(out, "cross_norm", h, l);
-      }
-      add(out, t.mlp == mlp_kind::swiglu ? "mlp_gate_up" : "mlp_up", ffn, l);
-      add(out, "mlp_down", f * h, l);
-      add(out, "mlp_norm", h, l);
-      if (l == enc - 1) add(out, "enc_final_norm", h, -1);
+  const std::int64_t h = t.hidden, f = t.intermediate, vocab = t.vocab;
+  const std::int64_t inner = t.heads * t.head_dim;
+  const std::int64_t enc = t.layers - t.decoder_layers;
+  const std::int64_t ffn = t.mlp == mlp_kind::swiglu ? 2 * h * f : h * f;
+  add(out, "embed_tokens", vocab * h);
+  for (int l = 0; l < t.layers; ++l) {
+    const bool first = l == 0 || l == enc;
+    add(out, "attn_qkv", 3 * h * inner, l);
+    add(out, "attn_out", inner * h, l);
+    if (first) add(out, "rel_bias", t.relative_buckets * t.heads, l);
+    add(out, "attn_norm", h, l);
+    if (l >= enc) {
+      add(out, "cross_q", h * inner, l);
+      add(out, "cross_kv", 2 * h * inner, l);
+      add(out, "cross_out", inner * h, l);
+      add(out, "cross_norm", h, l);
     }
-    add(out, "final_norm", h);
-    if (!t.tied_embeddings) add(out, "lm_head", vocab * h);
-    return;
+    add(out, t.mlp == mlp_kind::swiglu ? "mlp_gate_up" : "mlp_up", ffn, l);
+    add(out, "mlp_down", f * h, l);
+    add(out, "mlp_norm", h, l);
+    if (l == enc - 1) add(out, "enc_final_norm", h, -1);
   }
+  add(out, "final_norm", h);
+  if (!t.tied_embeddings) add(out, "lm_head", vocab * h);
+}
+
+// The embeddings ahead of the first block (and LLaVA's vision tower and projector).
+void embedding_params(const model_description& m, list& out) {
+  const auto& t = m.t;
+  const std::int64_t h = t.hidden, vocab = t.vocab;
+  const std::int64_t norm = t.layer_norm ? 2 * h : h;
   if (m.family == model_family::hf_vit) {
     // ViTEmbeddings: cls_token, position_embeddings, the patch projection (a conv).
     add(out, "cls_token", h);
@@ -127,61 +129,86 @@ void transformer_params(const model_description& m, list& out) {
     add(out, "embed_positions", t.max_positions * h);
   if (t.type_vocab > 0) add(out, "embed_token_types", t.type_vocab * h);
   if (m.family == model_family::bert) add(out, "embed_norm", norm);
+}
+
+// Layer l's attention projections (MLA, separate q/k/v, or one packed qkv).
+void attention_params(const model_description& m, int l, list& out) {
+  const auto& t = m.t;
+  const std::int64_t h = t.hidden, q = t.heads * t.head_dim, kv = t.kv_heads * t.head_dim;
   const auto& mla = t.mla;
+  if (t.latent_attention()) {
+    // DeepseekV3Attention: q through a low-rank pair (or one q_proj), the compressed KV and
+    // the shared rotary key from kv_a_proj_with_mqa, then kv_b_proj to per-head keys/values.
+    const std::int64_t qh = t.heads * (mla.qk_nope + mla.qk_rope);
+    if (mla.q_lora_rank > 0) {
+      add(out, "mla_q_a", h * mla.q_lora_rank, l);
+      add(out, "mla_q_a_norm", mla.q_lora_rank, l);
+      add(out, "mla_q_b", mla.q_lora_rank * qh, l);
+    } else {
+      add(out, "mla_q", h * qh, l);
+    }
+    add(out, "mla_kv_a", h * (mla.kv_lora_rank + mla.qk_rope), l);
+    add(out, "mla_kv_a_norm", mla.kv_lora_rank, l);
+    add(out, "mla_kv_b", mla.kv_lora_rank * t.heads * (mla.qk_nope + mla.v_head), l);
+    add(out, "attn_out", t.heads * mla.v_head * h, l);
+  } else {
+    if (separate_projections(m)) {
+      const std::int64_t bias = t.qkv_bias ? 1 : 0;
+      add(out, "attn_q", h * q + bias * q, l);
+      add(out, "attn_k", h * kv + bias * kv, l);
+      add(out, "attn_v", h * kv + bias * kv, l);
+    } else {
+      add(out, "attn_qkv", h * (q + 2 * kv) + (t.qkv_bias ? q + 2 * kv : 0), l);
+    }
+    if (t.qk_norm) add(out, "attn_qk_norm", 2 * t.head_dim, l);
+    add(out, "attn_out", q * h + (t.out_bias ? h : 0), l);
+  }
+}
+
+// Layer l's feed-forward: routed and shared experts, or one gated or plain MLP.
+void mlp_params(const model_description& m, int l, list& out) {
+  const auto& t = m.t;
+  const std::int64_t h = t.hidden, f = t.intermediate;
   const auto& moe = t.moe;
+  if (t.sparse(l)) {
+    // transformers 5 keeps the routed experts as two 3-D parameters per layer.
+    add(out, "moe_router", moe.experts * h, l);
+    add(out, "moe_experts_gate_up", moe.experts * 2 * h * moe.expert_ffn, l);
+    add(out, "moe_experts_down", moe.experts * moe.expert_ffn * h, l);
+    if (moe.shared_ffn > 0) {
+      add(out, "moe_shared_gate_up", 2 * h * moe.shared_ffn, l);
+      add(out, "moe_shared_down", moe.shared_ffn * h, l);
+    }
+    if (moe.shared_gate) add(out, "moe_shared_gate", h, l);
+    return;
+  }
+  if (t.mlp == mlp_kind::swiglu && separate_projections(m)) {
+    add(out, "mlp_gate", h * f + (t.mlp_bias ? f : 0), l);
+    add(out, "mlp_up_proj", h * f + (t.mlp_bias ? f : 0), l);
+  } else if (t.mlp == mlp_kind::swiglu || t.mlp == mlp_kind::swiglu_packed) {
+    add(out, "mlp_gate_up", 2 * h * f + (t.mlp_bias ? 2 * f : 0), l);
+  } else {
+    add(out, "mlp_up", h * f + (t.mlp_bias ? f : 0), l);
+  }
+  add(out, "mlp_down", f * h + (t.mlp_bias ? h : 0), l);
+}
+
+void transformer_params(const model_description& m, list& out) {
+  if (m.family == model_family::t5) {
+    t5_params(m, out);
+    return;
+  }
+  const auto& t = m.t;
+  const std::int64_t h = t.hidden, vocab = t.vocab;
+  const std::int64_t norm = t.layer_norm ? 2 * h : h;
+  embedding_params(m, out);
   for (int l = 0; l < t.layers; ++l) {
     add(out, "attn_norm", norm, l);
-    if (t.latent_attention()) {
-      // DeepseekV3Attention: q through a low-rank pair (or one q_proj), the compressed KV and
-      // the shared rotary key from kv_a_proj_with_mqa, then kv_b_proj to per-head keys/values.
-      const std::int64_t qh = t.heads * (mla.qk_nope + mla.qk_rope);
-      if (mla.q_lora_rank > 0) {
-        add(out, "mla_q_a", h * mla.q_lora_rank, l);
-        add(out, "mla_q_a_norm", mla.q_lora_rank, l);
-        add(out, "mla_q_b", mla.q_lora_rank * qh, l);
-      } else {
-        add(out, "mla_q", h * qh, l);
-      }
-      add(out, "mla_kv_a", h * (mla.kv_lora_rank + mla.qk_rope), l);
-      add(out, "mla_kv_a_norm", mla.kv_lora_rank, l);
-      add(out, "mla_kv_b", mla.kv_lora_rank * t.heads * (mla.qk_nope + mla.v_head), l);
-      add(out, "attn_out", t.heads * mla.v_head * h, l);
-    } else {
-      if (separate_projections(m)) {
-        const std::int64_t bias = t.qkv_bias ? 1 : 0;
-        add(out, "attn_q", h * q + bias * q, l);
-        add(out, "attn_k", h * kv + bias * kv, l);
-        add(out, "attn_v", h * kv + bias * kv, l);
-      } else {
-        add(out, "attn_qkv", h * (q + 2 * kv) + (t.qkv_bias ? q + 2 * kv : 0), l);
-      }
-      if (t.qk_norm) add(out, "attn_qk_norm", 2 * t.head_dim, l);
-      add(out, "attn_out", q * h + (t.out_bias ? h : 0), l);
-    }
+    attention_params(m, l, out);
     if (t.sandwich_norm) add(out, "post_attn_norm", norm, l);
     if (!t.shared_parallel_norm) add(out, "mlp_norm", norm, l);
-    if (t.sparse(l)) {
-      // transformers 5 keeps the routed experts as two 3-D parameters per layer.
-      add(out, "moe_router", moe.experts * h, l);
-      add(out, "moe_experts_gate_up", moe.experts * 2 * h * moe.expert_ffn, l);
-      add(out, "moe_experts_down", moe.experts * moe.expert_ffn * h, l);
-      if (moe.shared_ffn > 0) {
-        add(out, "moe_shared_gate_up", 2 * h * moe.shared_ffn, l);
-        add(out, "moe_shared_down", moe.shared_ffn * h, l);
-      }
-      if (moe.shared_gate) add(out, "moe_shared_gate", h, l);
-      continue;
-    }
-    if (t.mlp == mlp_kind::swiglu && separate_projections(m)) {
-      add(out, "mlp_gate", h * f + (t.mlp_bias ? f : 0), l);
-      add(out, "mlp_up_proj", h * f + (t.mlp_bias ? f : 0), l);
-    } else if (t.mlp == mlp_kind::swiglu || t.mlp == mlp_kind::swiglu_packed) {
-      add(out, "mlp_gate_up", 2 * h * f + (t.mlp_bias ? 2 * f : 0), l);
-    } else {
-      add(out, "mlp_up", h * f + (t.mlp_bias ? f : 0), l);
-    }
-    add(out, "mlp_down", f * h + (t.mlp_bias ? h : 0), l);
-    if (t.sandwich_norm) add(out, "post_mlp_norm", norm, l);
+    mlp_params(m, l, out);
+    if (t.sandwich_norm && !t.sparse(l)) add(out, "post_mlp_norm", norm, l);
   }
   if (m.family == model_family::bert) {
     // BertForMaskedLM's prediction head: transform dense + LayerNorm, decoder bias (weight tied).

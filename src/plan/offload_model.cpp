@@ -76,60 +76,67 @@ std::optional<block_policy> policy_of_letter(char c) noexcept {
   return std::nullopt;
 }
 
-offload_estimate simulate_offload(const std::vector<block_policy>& mix, const offload_inputs& in) {
-  const auto n = static_cast<int>(mix.size());
-  const auto a = static_cast<double>(in.block_bytes);
-  const auto sel = static_cast<double>(in.selective_bytes);
-  const double t_f = in.t_fwd_s, t_b = in.t_bwd_s;
-  const auto count = [&](block_policy p) {
-    return static_cast<int>(std::count(mix.begin(), mix.end(), p));
-  };
-  const int n_ck = count(block_policy::checkpoint) + count(block_policy::checkpoint_offload);
-  const int n_sel = count(block_policy::selective) + count(block_policy::selective_offload);
-  // Bytes each block copies to the host (and back).
-  std::vector<double> moved(mix.size(), 0.0);
-  std::vector<int> off;
-  for (int i = 0; i < n; ++i) {
-    if (!to_host(mix[i])) continue;
-    moved[i] = mix[i] == block_policy::offload              ? a
-               : mix[i] == block_policy::checkpoint_offload ? static_cast<double>(in.input_bytes)
-                                                            : sel;
-    off.push_back(i);
-  }
-  if (!off.empty() && (in.d2h_bytes_per_s <= 0 || in.h2d_bytes_per_s <= 0))
-    throw invalid_input("offload model: the link rates must be positive to offload");
-  const auto copy_out = [&](int i) { return moved[i] / in.d2h_bytes_per_s; };
-  const auto copy_in = [&](int i) { return moved[i] / in.h2d_bytes_per_s; };
-  auto window = static_cast<double>(in.window_bytes);
-  int prefetch_blocks = in.prefetch_blocks;
-  if (in.windows_per_mix && !off.empty()) {
-    const double largest = *std::max_element(moved.begin(), moved.end());
-    // Two copies in flight when one outlasts its block's forward (the next block's copy queues
-    // behind it); one when it ends within it (a checkpointed block's input).
-    window = largest / in.d2h_bytes_per_s > t_f ? 2 * largest : largest;
-    const double ahead = t_b > 0 ? std::ceil(largest / in.h2d_bytes_per_s / t_b) + 1 : n;
-    prefetch_blocks = static_cast<int>(std::clamp(ahead, 1.0, static_cast<double>(n)));
-  }
-  // The codec's kernels run in blocks whose saved tensors pass the hooks (kept or offloaded).
-  const auto codec = [&](int i, double s) {
-    return mix[i] == block_policy::keep || mix[i] == block_policy::offload ? s : 0.0;
-  };
-  // What block i runs again in backward, and the bytes that recompute adds while it runs.
-  const auto recompute = [&](int i) {
-    return recomputed(mix[i]) ? t_f : selective(mix[i]) ? in.t_selective_s : codec(i, in.unpack_s);
-  };
-  // With compression a checkpointed or selective block recomputes uncompressed (recompute_bytes,
-  // the block's saved bytes, against block_bytes stored), and a block whose tensors are
-  // compressed holds them decoded in its backward (decode_bytes).
-  const double full = in.recompute_bytes > 0 ? static_cast<double>(in.recompute_bytes) : a;
-  const auto decoded = static_cast<double>(in.decode_bytes);
-  const auto regrown = [&](int i) {
-    return recomputed(mix[i]) ? full : selective(mix[i]) ? full - sel : 0.0;
-  };
+namespace {
 
+// One mix under one set of inputs: what each block copies to the host, keeps on the device and
+// runs again in backward.
+struct mix_walk {
+  mix_walk(const std::vector<block_policy>& policies, const offload_inputs& inputs)
+      : mix(policies),
+        in(inputs),
+        n(static_cast<int>(policies.size())),
+        a(static_cast<double>(inputs.block_bytes)),
+        sel(static_cast<double>(inputs.selective_bytes)),
+        // With compression a checkpointed or selective block recomputes uncompressed
+        // (recompute_bytes, the block's saved bytes, against block_bytes stored), and a block
+        // whose tensors are compressed holds them decoded in its backward (decode_bytes).
+        full(inputs.recompute_bytes > 0 ? static_cast<double>(inputs.recompute_bytes) : a),
+        decoded(static_cast<double>(inputs.decode_bytes)),
+        moved(policies.size(), 0.0),
+        window(static_cast<double>(inputs.window_bytes)),
+        prefetch_blocks(inputs.prefetch_blocks) {
+    for (int i = 0; i < n; ++i) {
+      if (!to_host(mix[i])) continue;
+      moved[i] = mix[i] == block_policy::offload              ? a
+                 : mix[i] == block_policy::checkpoint_offload ? static_cast<double>(in.input_bytes)
+                                                              : sel;
+      off.push_back(i);
+    }
+    if (!off.empty() && (in.d2h_bytes_per_s <= 0 || in.h2d_bytes_per_s <= 0))
+      throw invalid_input("offload model: the link rates must be positive to offload");
+    if (in.windows_per_mix && !off.empty()) {
+      const double largest = *std::max_element(moved.begin(), moved.end());
+      // Two copies in flight when one outlasts its block's forward (the next block's copy
+      // queues behind it); one when it ends within it (a checkpointed block's input).
+      window = largest / in.d2h_bytes_per_s > in.t_fwd_s ? 2 * largest : largest;
+      const double ahead =
+          in.t_bwd_s > 0 ? std::ceil(largest / in.h2d_bytes_per_s / in.t_bwd_s) + 1 : n;
+      prefetch_blocks = static_cast<int>(std::clamp(ahead, 1.0, static_cast<double>(n)));
+    }
+  }
+
+  int count(block_policy p) const {
+    return static_cast<int>(std::count(mix.begin(), mix.end(), p));
+  }
+  double copy_out(int i) const { return moved[i] / in.d2h_bytes_per_s; }
+  double copy_in(int i) const { return moved[i] / in.h2d_bytes_per_s; }
+  // The codec's kernels run in blocks whose saved tensors pass the hooks (kept or offloaded).
+  double codec(int i, double s) const {
+    return mix[i] == block_policy::keep || mix[i] == block_policy::offload ? s : 0.0;
+  }
+  // What block i runs again in backward.
+  double recompute(int i) const {
+    return recomputed(mix[i])  ? in.t_fwd_s
+           : selective(mix[i]) ? in.t_selective_s
+                               : codec(i, in.unpack_s);
+  }
+  // The bytes that recompute adds while it runs.
+  double regrown(int i) const {
+    return recomputed(mix[i]) ? full : selective(mix[i]) ? full - sel : 0.0;
+  }
   // What a block keeps on the device from its forward to its backward (the copying policies
   // keep nothing there; what they fetch back is counted in the backward).
-  const auto resident = [&](int i) {
+  double resident(int i) const {
     switch (mix[i]) {
       case block_policy::keep:
         return a;
@@ -141,107 +148,149 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
       default:
         return 0.0;
     }
-  };
+  }
 
-  // Forward: a block's tensors stream out while it runs; the forward stalls only while more than
-  // the window waits for the link.
-  double t = 0, link = 0, stall = 0;
-  std::map<int, double> outs;
-  for (int i = 0; i < n; ++i) {
-    const double start = t;
-    t += t_f + codec(i, in.pack_s);
-    if (!to_host(mix[i])) continue;
-    link = std::max(std::max(link, start) + copy_out(i), t);
-    outs[i] = link;
-    const double behind = (link - t) * in.d2h_bytes_per_s;
-    if (behind > window) {
-      const double wait_s = (behind - window) / in.d2h_bytes_per_s;
-      stall += wait_s;
-      t += wait_s;
+  const std::vector<block_policy>& mix;
+  const offload_inputs& in;
+  int n;
+  double a, sel, full, decoded;
+  std::vector<double> moved;  // bytes each block copies to the host (and back)
+  std::vector<int> off;       // the blocks that copy, bottom first
+  double window;
+  int prefetch_blocks;
+};
+
+struct forward_walk {
+  double t = 0, stall = 0;
+  std::map<int, double> outs;  // when each copying block's copy out ends
+};
+
+// Forward: a block's tensors stream out while it runs; the forward stalls only while more than
+// the window waits for the link.
+forward_walk walk_forward(const mix_walk& w) {
+  forward_walk f;
+  double link = 0;
+  for (int i = 0; i < w.n; ++i) {
+    const double start = f.t;
+    f.t += w.in.t_fwd_s + w.codec(i, w.in.pack_s);
+    if (!to_host(w.mix[i])) continue;
+    link = std::max(std::max(link, start) + w.copy_out(i), f.t);
+    f.outs[i] = link;
+    const double behind = (link - f.t) * w.in.d2h_bytes_per_s;
+    if (behind > w.window) {
+      const double wait_s = (behind - w.window) / w.in.d2h_bytes_per_s;
+      f.stall += wait_s;
+      f.t += wait_s;
     }
   }
-  const double t_forward = t;
+  return f;
+}
 
-  // Backward, top block first; entering an offloaded block fetches it and prefetches the next
-  // `prefetch` offloaded blocks below it; with prefetch_blocks = d, the start of block i's
-  // backward also fetches the offloaded blocks among i .. i-d. A copy back starts after its copy
-  // out has finished. `held`: the most bytes of blocks fetched back and not yet through their
-  // backward, with what the block being recomputed regrows meanwhile.
+struct backward_walk {
+  double t = 0, wait = 0;
+  double held = 0;  // the most bytes fetched back and not yet through their backward
+};
+
+// Backward, top block first; entering an offloaded block fetches it and prefetches the next
+// `prefetch` offloaded blocks below it; with prefetch_blocks = d, the start of block i's backward
+// also fetches the offloaded blocks among i .. i-d. A copy back starts after its copy out has
+// finished. `held` counts the blocks fetched back and not yet through their backward, with what
+// the block being recomputed regrows meanwhile.
+backward_walk walk_backward(const mix_walk& w, const forward_walk& f) {
+  backward_walk bw;
   std::map<int, double> ready;
-  double link_in = 0, wait = 0;
-  t = t_forward;
+  double link_in = 0;
+  bw.t = f.t;
   const auto fetch = [&](int j, double now) {
     if (ready.count(j)) return;
-    if (outs[j] > now && j == off.back()) {  // still on the device in the copy-out window
+    const double out_done = f.outs.at(j);
+    if (out_done > now && j == w.off.back()) {  // still on the device in the copy-out window
       ready[j] = now;
       return;
     }
-    link_in = std::max({link_in, now, outs[j]}) + copy_in(j);
+    link_in = std::max({link_in, now, out_done}) + w.copy_in(j);
     ready[j] = link_in;
   };
-  double held = 0, freed = 0;  // freed: what the blocks above, through their backward, kept
-  for (int i = n - 1; i >= 0; --i) {
-    for (int j = i; prefetch_blocks > 0 && j >= std::max(0, i - prefetch_blocks); --j)
-      if (to_host(mix[j])) fetch(j, t);
-    if (to_host(mix[i])) {
-      fetch(i, t);
-      const auto k = static_cast<int>(std::find(off.begin(), off.end(), i) - off.begin());
-      for (int j = k - 1; j >= std::max(0, k - in.prefetch); --j) fetch(off[j], t);
-      if (ready[i] > t) {
-        wait += ready[i] - t;
-        t = ready[i];
+  double freed = 0;  // what the blocks above, through their backward, kept
+  for (int i = w.n - 1; i >= 0; --i) {
+    for (int j = i; w.prefetch_blocks > 0 && j >= std::max(0, i - w.prefetch_blocks); --j)
+      if (to_host(w.mix[j])) fetch(j, bw.t);
+    if (to_host(w.mix[i])) {
+      fetch(i, bw.t);
+      const auto k = static_cast<int>(std::find(w.off.begin(), w.off.end(), i) - w.off.begin());
+      for (int j = k - 1; j >= std::max(0, k - w.in.prefetch); --j) fetch(w.off[j], bw.t);
+      if (ready[i] > bw.t) {
+        bw.wait += ready[i] - bw.t;
+        bw.t = ready[i];
       }
     }
     double back = 0;
     for (const auto& [j, when] : ready)
-      if (j <= i) back += moved[j];
-    held = std::max(held, back + regrown(i) + codec(i, decoded) - freed);
-    freed += resident(i);
-    t += t_b + recompute(i);
+      if (j <= i) back += w.moved[j];
+    bw.held = std::max(bw.held, back + w.regrown(i) + w.codec(i, w.decoded) - freed);
+    freed += w.resident(i);
+    bw.t += w.in.t_bwd_s + w.recompute(i);
   }
+  return bw;
+}
 
-  offload_estimate e;
-  const int n_codec = count(block_policy::keep) + count(block_policy::offload);
-  e.compute_s = n * (t_f + t_b) + n_ck * t_f + n_sel * in.t_selective_s +
-                n_codec * (in.pack_s + in.unpack_s) + in.other_time_s;
-  e.step_time_s = t + in.other_time_s;
-  double moved_all = 0;
-  for (const int j : off) {
-    e.copy_s += copy_out(j) + copy_in(j);
-    moved_all += moved[j];
-  }
-  e.exposed_copy_s = stall + wait;
-  e.overlap = e.copy_s > 0 ? 1.0 - e.exposed_copy_s / e.copy_s : 1.0;
-  double kept = 0;
-  for (int i = 0; i < n; ++i) kept += resident(i);
-  // The largest recompute (which also stands for what the head and the loss add when the
-  // forward ends, where other_bytes is anchored), and beside it, what the copy-out window still
-  // holds on the device then.
-  auto base = static_cast<double>(in.loss_bytes);
-  for (int i = 0; i < n; ++i)
-    if (!to_host(mix[i])) base = std::max(base, regrown(i));
+// The most the device holds beside other_bytes and what the blocks keep: the largest recompute
+// (which also stands for what the head and the loss add when the forward ends, where other_bytes
+// is anchored), and beside it what the copy-out window still holds then, or the blocks fetched
+// back in backward.
+double transient_bytes(const mix_walk& w, double held, double moved_all, bool codec_blocks) {
+  auto base = static_cast<double>(w.in.loss_bytes);
+  for (int i = 0; i < w.n; ++i)
+    if (!to_host(w.mix[i])) base = std::max(base, w.regrown(i));
   double transient = base;
-  if (!off.empty() && prefetch_blocks > 0) {
+  if (!w.off.empty() && w.prefetch_blocks > 0) {
     // The allocator counts on the host, which runs ahead of the device: when the head and the
     // loss allocate, the engine has not yet seen the last copies out complete and holds up to
     // its window of them.
-    transient = std::max(base + std::min(window, moved_all), held);
-  } else if (!off.empty()) {
+    transient = std::max(base + std::min(w.window, moved_all), held);
+  } else if (!w.off.empty()) {
     // A block fetched with the `prefetch` offloaded blocks below it, beside what it regrows.
-    const auto n_off = static_cast<int>(off.size());
+    const auto n_off = static_cast<int>(w.off.size());
     for (int k = 0; k < n_off; ++k) {
-      double fetched = regrown(off[k]) + codec(off[k], decoded);
-      for (int j = k; j >= std::max(0, k - in.prefetch); --j) fetched += moved[off[j]];
+      double fetched = w.regrown(w.off[k]) + w.codec(w.off[k], w.decoded);
+      for (int j = k; j >= std::max(0, k - w.in.prefetch); --j) fetched += w.moved[w.off[j]];
       transient = std::max(transient, fetched);
     }
-    transient = std::max(transient, base + std::min(window, moved_all));
+    transient = std::max(transient, base + std::min(w.window, moved_all));
   }
-  if (n_codec > 0) transient = std::max(transient, decoded);  // a compressed block's backward
+  if (codec_blocks) transient = std::max(transient, w.decoded);  // a compressed block's backward
+  return transient;
+}
+
+}  // namespace
+
+offload_estimate simulate_offload(const std::vector<block_policy>& mix, const offload_inputs& in) {
+  const mix_walk w(mix, in);
+  const forward_walk f = walk_forward(w);
+  const backward_walk bw = walk_backward(w, f);
+
+  offload_estimate e;
+  const int n_ck = w.count(block_policy::checkpoint) + w.count(block_policy::checkpoint_offload);
+  const int n_sel = w.count(block_policy::selective) + w.count(block_policy::selective_offload);
+  const int n_codec = w.count(block_policy::keep) + w.count(block_policy::offload);
+  e.compute_s = w.n * (in.t_fwd_s + in.t_bwd_s) + n_ck * in.t_fwd_s + n_sel * in.t_selective_s +
+                n_codec * (in.pack_s + in.unpack_s) + in.other_time_s;
+  e.step_time_s = bw.t + in.other_time_s;
+  double moved_all = 0;
+  for (const int j : w.off) {
+    e.copy_s += w.copy_out(j) + w.copy_in(j);
+    moved_all += w.moved[j];
+  }
+  e.exposed_copy_s = f.stall + bw.wait;
+  e.overlap = e.copy_s > 0 ? 1.0 - e.exposed_copy_s / e.copy_s : 1.0;
+  double kept = 0;
+  for (int i = 0; i < w.n; ++i) kept += w.resident(i);
+  const double transient = transient_bytes(w, bw.held, moved_all, n_codec > 0);
   e.device_peak_bytes =
       static_cast<std::uint64_t>(static_cast<double>(in.other_bytes) + kept + transient);
   e.host_pinned_bytes = static_cast<std::uint64_t>(moved_all);
-  e.window_bytes = static_cast<std::uint64_t>(window);
-  e.prefetch_blocks = prefetch_blocks;
+  e.window_bytes = static_cast<std::uint64_t>(w.window);
+  e.prefetch_blocks = w.prefetch_blocks;
   return e;
 }
 

@@ -137,6 +137,66 @@ void set_copy_windows(offload_inputs& in, int n_blocks) {
   in.prefetch_blocks = static_cast<int>(std::clamp(ahead, 1.0, static_cast<double>(n_blocks)));
 }
 
+// Per block, in bytes: what vramkit.compress_activations takes out of the saved tensors, what
+// its encodes read (casts of one source share one copy), what it stores, and what its restore
+// recomputes (read and written).
+struct codec_traffic {
+  double removed = 0, read = 0, stored = 0, recomputed = 0;
+};
+
+codec_traffic compression_traffic(const model_description& m, const compress_option& c, bool amp,
+                                  double low, double resid, double rows) {
+  const auto& t = m.t;
+  const auto h = static_cast<double>(t.hidden);
+  const auto f = static_cast<double>(t.intermediate);
+  codec_traffic out;
+  // n elements of b bytes each, `copies` of them distinct, stored at `to` bytes an element.
+  const auto add = [&](double n, double b, double copies, double to) {
+    out.removed += n * b;
+    out.read += copies * b;
+    out.stored += copies * to;
+  };
+  if (!c.enabled) return out;
+  // Separate q/k/v projections under autocast each save their own cast of the norm's fp32
+  // output (one compressed copy for the three); a fused projection, or no cast, saves one.
+  // o_proj's input is a view of the attention output the attention kernel saves anyway: left
+  // alone (it would add bytes).
+  const bool separate = m.family == model_family::llama || m.family == model_family::moe ||
+                        m.family == model_family::bert;
+  if (c.attn) add((amp && separate ? 3 : 1) * rows * h, low, rows * h, k_fp8_bytes);
+  if (c.mlp) {
+    // Gated MLPs: gate and up each cast the input under autocast (one copy for both), and
+    // save their outputs, the activation's output and the product; GELU MLPs: the input,
+    // fc1's output and the activation's output.
+    if (t.mlp == mlp_kind::swiglu && c.recompute) {
+      // silu(gate) recomputed from gate (read gate, write it), the product silu(gate) * up
+      // from its factors (read both, write it): gate and up stored.
+      add((amp ? 2 : 1) * rows * h + 2 * rows * f, low, rows * h + 2 * rows * f, k_fp8_bytes);
+      add(2 * rows * f, low, 0, 0);
+      out.recomputed += 5 * rows * f * low;
+    } else if (t.mlp == mlp_kind::swiglu) {
+      add((amp ? 2 : 1) * rows * h + 4 * rows * f, low, rows * h + 4 * rows * f, k_fp8_bytes);
+    } else {
+      add(rows * h + 2 * rows * f, low, rows * h + 2 * rows * f, k_fp8_bytes);
+    }
+  }
+  if (c.norm) {
+    // Two norms a block, each saving its input (the residual stream: kept as bf16 when it is
+    // fp32, left alone when 16-bit) and, RMSNorm, its normalized output (fp8).
+    // With recompute the inputs stay as they are and the outputs (input * rsqrt) are
+    // recomputed: read the input, write the output.
+    const double inputs = 2 * rows * h, outputs = t.layer_norm ? 0 : 2 * rows * h;
+    if (c.recompute) {
+      add(outputs, resid, 0, 0);
+      out.recomputed += 2 * outputs * resid;
+    } else {
+      if (resid == 4) add(inputs, resid, inputs, 2);
+      add(outputs, resid, outputs, k_fp8_bytes);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 offload_setup make_offload_setup(const model_description& m, const plan_request& r_in,
@@ -167,54 +227,8 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   const auto rows = static_cast<double>(r.micro_batch * r.seq);
   const auto h = static_cast<double>(t.hidden);
   const auto f = static_cast<double>(t.intermediate);
-  // Per block, in bytes: what vramkit.compress_activations takes out of the saved tensors, what
-  // its encodes read (casts of one source share one copy) and what it stores.
-  double removed = 0, read = 0, stored = 0, recomputed = 0;
-  // n elements of b bytes each, `copies` of them distinct, stored at `to` bytes an element.
-  const auto add = [&](double n, double b, double copies, double to) {
-    removed += n * b;
-    read += copies * b;
-    stored += copies * to;
-  };
-  if (c.enabled) {
-    // Separate q/k/v projections under autocast each save their own cast of the norm's fp32
-    // output (one compressed copy for the three); a fused projection, or no cast, saves one.
-    // o_proj's input is a view of the attention output the attention kernel saves anyway: left
-    // alone (it would add bytes).
-    const bool separate = m.family == model_family::llama || m.family == model_family::moe ||
-                          m.family == model_family::bert;
-    if (c.attn) add((amp && separate ? 3 : 1) * rows * h, low, rows * h, k_fp8_bytes);
-    if (c.mlp) {
-      // Gated MLPs: gate and up each cast the input under autocast (one copy for both), and
-      // save their outputs, the activation's output and the product; GELU MLPs: the input,
-      // fc1's output and the activation's output.
-      if (t.mlp == mlp_kind::swiglu && c.recompute) {
-        // silu(gate) recomputed from gate (read gate, write it), the product silu(gate) * up
-        // from its factors (read both, write it): gate and up stored.
-        add((amp ? 2 : 1) * rows * h + 2 * rows * f, low, rows * h + 2 * rows * f, k_fp8_bytes);
-        add(2 * rows * f, low, 0, 0);
-        recomputed += 5 * rows * f * low;
-      } else if (t.mlp == mlp_kind::swiglu) {
-        add((amp ? 2 : 1) * rows * h + 4 * rows * f, low, rows * h + 4 * rows * f, k_fp8_bytes);
-      } else {
-        add(rows * h + 2 * rows * f, low, rows * h + 2 * rows * f, k_fp8_bytes);
-      }
-    }
-    if (c.norm) {
-      // Two norms a block, each saving its input (the residual stream: kept as bf16 when it is
-      // fp32, left alone when 16-bit) and, RMSNorm, its normalized output (fp8).
-      // With recompute the inputs stay as they are and the outputs (input * rsqrt) are
-      // recomputed: read the input, write the output.
-      const double inputs = 2 * rows * h, outputs = t.layer_norm ? 0 : 2 * rows * h;
-      if (c.recompute) {
-        add(outputs, resid, 0, 0);
-        recomputed += 2 * outputs * resid;
-      } else {
-        if (resid == 4) add(inputs, resid, inputs, 2);
-        add(outputs, resid, outputs, k_fp8_bytes);
-      }
-    }
-  }
+  const codec_traffic ct = compression_traffic(m, c, amp, low, resid, rows);
+  const double removed = ct.removed, read = ct.read, stored = ct.stored, recomputed = ct.recomputed;
   const double compressible = std::min(removed, 0.9 * static_cast<double>(saved));
   const double share = removed > 0 ? compressible / removed : 0.0;
   s.compressible_bytes_per_block = static_cast<std::uint64_t>(compressible);
