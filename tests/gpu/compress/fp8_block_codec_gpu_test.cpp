@@ -200,3 +200,94 @@ TEST_F(Fp8Gpu, PageableDestinationsAndMisalignedPayloadsAreRefused) {
   ASSERT_EQ(cudaFree(d_q), cudaSuccess);
   ASSERT_EQ(cudaFree(d_in), cudaSuccess);
 }
+
+namespace {
+
+/// Element i of raw bytes of type t, widened.
+float widen(const std::vector<unsigned char>& raw, vc::element_type t, std::size_t i) {
+  if (t == vc::element_type::float32) {
+    float f = 0;
+    std::memcpy(&f, raw.data() + 4 * i, 4);
+    return f;
+  }
+  std::uint16_t h = 0;
+  std::memcpy(&h, raw.data() + 2 * i, 2);
+  if (t == vc::element_type::bfloat16) {
+    const std::uint32_t w = static_cast<std::uint32_t>(h) << 16;
+    float f = 0;
+    std::memcpy(&f, &w, 4);
+    return f;
+  }
+  // float16: decode the half through the codec's own rounding-free path (its value is exact in
+  // float): sign, exponent, mantissa.
+  const int e = (h >> 10) & 0x1F;
+  const int m = h & 0x3FF;
+  const float mag = e == 0 ? std::ldexp(static_cast<float>(m), -24)
+                           : std::ldexp(static_cast<float>(m | 0x400), e - 25);
+  return (h & 0x8000) != 0 ? -mag : mag;
+}
+
+}  // namespace
+
+TEST_F(Fp8Gpu, SwigluRestoreAndBoundedDecodeAsTheHostReference) {
+  // gate and up decoded exactly as the host reference; silu(gate) and its product with up
+  // within one unit of the element type of the reference's (the device's expf against the
+  // host's); a decode with its thread blocks bounded gives the same bits.
+  const vc::element_type types[] = {vc::element_type::float32, vc::element_type::bfloat16,
+                                    vc::element_type::float16};
+  for (auto t : types) {
+    const std::size_t es = element_size(t);
+    const double unit = t == vc::element_type::float32    ? 0x1p-22
+                        : t == vc::element_type::bfloat16 ? 0x1p-7
+                                                          : 0x1p-10;
+    for (std::size_t n :
+         {std::size_t{1}, std::size_t{127}, std::size_t{1000}, std::size_t{70001}}) {
+      const auto g_in = random_input(t, n, 11);
+      const auto u_in = random_input(t, n, 12);
+      const std::size_t nq = vc::payload_bytes(n), ns = vc::scale_count(n);
+      std::vector<std::uint8_t> qg(nq), qu(nq);
+      std::vector<float> sg(ns), su(ns);
+      vc::encode_blocks_host(g_in.data(), t, n, vc::fp8_format::e4m3, qg.data(), sg.data());
+      vc::encode_blocks_host(u_in.data(), t, n, vc::fp8_format::e4m3, qu.data(), su.data());
+      std::vector<std::vector<unsigned char>> ref(4, std::vector<unsigned char>(n * es));
+      vc::decode_swiglu_host({qg.data(), sg.data(), qu.data(), su.data(), ref[0].data(),
+                              ref[1].data(), ref[2].data(), ref[3].data()},
+                             n, vc::fp8_format::e4m3, t);
+      void* d_in[4] = {};
+      const std::size_t in_bytes[4] = {nq, ns * 4, nq, ns * 4};
+      const void* in_host[4] = {qg.data(), sg.data(), qu.data(), su.data()};
+      for (int k = 0; k < 4; ++k) {
+        CHECK_CUDA(cudaMalloc(&d_in[k], in_bytes[k]));
+        CHECK_CUDA(cudaMemcpy(d_in[k], in_host[k], in_bytes[k], cudaMemcpyHostToDevice));
+      }
+      void* d_out[4] = {};
+      for (auto& p : d_out) CHECK_CUDA(cudaMalloc(&p, n * es));
+      vc::decode_swiglu_cuda(
+          {d_in[0], d_in[1], d_in[2], d_in[3], d_out[0], d_out[1], d_out[2], d_out[3]}, n,
+          vc::fp8_format::e4m3, t, stream_, 3);
+      CHECK_CUDA(cudaStreamSynchronize(stream_));
+      for (int k = 0; k < 4; ++k) {
+        std::vector<unsigned char> got(n * es);
+        CHECK_CUDA(cudaMemcpy(got.data(), d_out[k], n * es, cudaMemcpyDeviceToHost));
+        if (k < 2) {
+          ASSERT_EQ(got, ref[k]) << "output " << k << " n " << n << " type " << int(t);
+          continue;
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+          const double want = widen(ref[k], t, i);
+          ASSERT_LE(std::fabs(widen(got, t, i) - want), unit * std::fabs(want) + 1e-30)
+              << "output " << k << " element " << i << " n " << n << " type " << int(t);
+        }
+      }
+      // The plain decode with 2 thread blocks: the reference's bits.
+      CHECK_CUDA(cudaMemset(d_out[0], 0, n * es));
+      vc::decode_blocks_cuda(d_in[0], d_in[1], n, vc::fp8_format::e4m3, d_out[0], t, stream_, 2);
+      CHECK_CUDA(cudaStreamSynchronize(stream_));
+      std::vector<unsigned char> got(n * es);
+      CHECK_CUDA(cudaMemcpy(got.data(), d_out[0], n * es, cudaMemcpyDeviceToHost));
+      ASSERT_EQ(got, ref[0]) << "bounded decode n " << n;
+      for (auto* p : d_in) CHECK_CUDA(cudaFree(p));
+      for (auto* p : d_out) CHECK_CUDA(cudaFree(p));
+    }
+  }
+}
