@@ -1,21 +1,24 @@
-# Compression stage (issue 22), at most 90 s in all (COMPRESS_STAGE_CAP_S): fp8 activation
+# Compression stage (issue 22), at most 75 s in all (COMPRESS_STAGE_CAP_S): fp8 activation
 # compression alone on the 1B LLaMA shape (bench/offload/compress_bench.py: the codec's kernels
 # against a device copy of the same bytes, round trips checked against fp8's bound and the torch
 # backend's bits; step time, saved bytes and peak allocated with each module selection against
-# bf16 in the same process, the planner's peak beside the measured one; budget
-# COMPRESS_BENCH_S, default 36 s, hard stop 5 s later), then offload with compression against
-# offload alone under a cap, each with the planner's mix (bench/offload/compress_offload.py,
-# COMPRESS_OFFLOAD_S, default 26 s), then the loss curves of a small model
-# with and without compression against bf16's own run-to-run variation, and per-block gradient
-# error (bench/offload/compress_accuracy.py, what is left of the cap, at most 40 s, hard stop 5 s
-# later). Each writes its JSON and summary as it goes, so a cut-short run keeps what it measured.
+# bf16 in the same process, the planner's peak beside the measured one, and the speed verdict
+# from bf16 and compressed steps interleaved on one model; budget COMPRESS_BENCH_S, default
+# 30 s, hard stop 5 s later), then the loss curves of a small model with and without
+# compression against bf16's own run-to-run variation, and per-block gradient error
+# (bench/offload/compress_accuracy.py, COMPRESS_ACCURACY_S, default 20 s), then offload with
+# compression against offload alone under a cap: one offloading mix with and without fp8 (forced
+# and labelled so when the planner's fits copy nothing), and the planner's lossy fit against its
+# plain fit (bench/offload/compress_offload.py, what is left of the cap, at most
+# COMPRESS_OFFLOAD_S, default 24 s). Each writes its JSON and summary as it goes, so a cut-short
+# run keeps what it measured.
 # Writes RESULTS_DIR/compress-summary.md (always), compress-bench.json, compress-offload.json,
 # compress-accuracy.json.
 set -uo pipefail
 : "${RESULTS_DIR:?}"
 summary="$RESULTS_DIR/compress-summary.md"
 started=$(date +%s)
-cap_s=${COMPRESS_STAGE_CAP_S:-90}
+cap_s=${COMPRESS_STAGE_CAP_S:-75}
 left() { echo $(( cap_s - ($(date +%s) - started) )); }
 build="${BUILD_DIR:-build-gpu}"
 case "$build" in /*) ;; *) build="$PWD/$build" ;; esac
@@ -63,15 +66,15 @@ run_part() {
   [ $rc -eq 124 ] && echo "$label: passed its hard stop ($((budget + 5)) s); $(basename "$md") holds what it measured"
   [ $rc -eq 0 ] || status=1
 }
-run_part "compress bench" "$bench_md" "${COMPRESS_BENCH_S:-36}" 10 bench/offload/compress_bench.py \
+run_part "compress bench" "$bench_md" "${COMPRESS_BENCH_S:-30}" 10 bench/offload/compress_bench.py \
   --shape "${COMPRESS_SHAPE:-1b}" --out "$RESULTS_DIR/compress-bench.json"
+run_part "compression accuracy" "$acc_md" "${COMPRESS_ACCURACY_S:-20}" 12 bench/offload/compress_accuracy.py \
+  --steps "${COMPRESS_STEPS:-300}" --out "$RESULTS_DIR/compress-accuracy.json"
 # Offload with compression against offload alone under half the uncompressed run's peak
-# reserved (the bench's bf16 run), each with the planner's mix (bench/offload/compress_offload.py).
-run_part "offload with compression" "$both_md" "${COMPRESS_OFFLOAD_S:-26}" 12 bench/offload/compress_offload.py \
+# reserved (the bench's bf16 run): what is left of the stage (bench/offload/compress_offload.py).
+run_part "offload with compression" "$both_md" "${COMPRESS_OFFLOAD_S:-24}" 12 bench/offload/compress_offload.py \
   --shape "${COMPRESS_SHAPE:-1b}" --cap-from "$RESULTS_DIR/compress-bench.json" \
   --out "$RESULTS_DIR/compress-offload.json"
-run_part "compression accuracy" "$acc_md" 40 12 bench/offload/compress_accuracy.py \
-  --steps "${COMPRESS_STEPS:-300}" --out "$RESULTS_DIR/compress-accuracy.json"
 write_summary
 trap - EXIT
 cat "$summary"
