@@ -5,8 +5,8 @@
 #ifndef VRAMKIT_COMPRESS_C_API_H
 #define VRAMKIT_COMPRESS_C_API_H
 
-#include <stddef.h>
-#include <stdint.h>
+#include <stddef.h> /* NOLINT(modernize-deprecated-headers): a C header */
+#include <stdint.h> /* NOLINT(modernize-deprecated-headers): a C header */
 
 #ifdef __cplusplus
 extern "C" {

@@ -22,7 +22,7 @@ namespace {
 
 #define CHECK_CUDA(x) ASSERT_EQ((x), cudaSuccess) << #x << ": " << cudaGetErrorString(x)
 
-class Fp8Gpu : public ::testing::Test {
+class Fp8Gpu : public ::testing::Test {  // NOLINT(readability-identifier-naming): gtest fixture
  protected:
   void SetUp() override {
     int n = 0;
@@ -138,7 +138,7 @@ TEST_F(Fp8Gpu, KernelsMatchTheHostReferenceIntoDeviceAndPinnedMemory) {
 TEST_F(Fp8Gpu, ZeroTinyAndNonFiniteBlocksAsTheHostReference) {
   // Block 0: zeros (scale 1); block 1: magnitudes whose s is subnormal (scale 1, codes 0); block
   // 2: a NaN; block 3: an infinity (both decode to NaN); block 4: ordinary values.
-  std::vector<float> x(5 * 128, 0.0F);
+  std::vector<float> x(std::size_t{5} * 128, 0.0F);
   for (int i = 128; i < 256; ++i) x[i] = 1e-38F * static_cast<float>(i % 7);
   x[300] = std::nanf("");
   x[301] = 1.0F;
@@ -153,7 +153,7 @@ TEST_F(Fp8Gpu, ZeroTinyAndNonFiniteBlocksAsTheHostReference) {
   void* d_q = nullptr;
   CHECK_CUDA(cudaMalloc(&d_x, n * 4));
   CHECK_CUDA(cudaMalloc(&d_q, n));
-  CHECK_CUDA(cudaMalloc(&d_s, 5 * 4));
+  CHECK_CUDA(cudaMalloc(&d_s, std::size_t{5} * 4));
   CHECK_CUDA(cudaMalloc(&d_out, n * 4));
   CHECK_CUDA(cudaMemcpy(d_x, x.data(), n * 4, cudaMemcpyHostToDevice));
   vc::encode_blocks_cuda(d_x, vc::element_type::float32, n, vc::fp8_format::e4m3, d_q, d_s,
@@ -164,7 +164,7 @@ TEST_F(Fp8Gpu, ZeroTinyAndNonFiniteBlocksAsTheHostReference) {
   std::vector<std::uint8_t> q(n);
   std::vector<float> s(5), back(n);
   CHECK_CUDA(cudaMemcpy(q.data(), d_q, n, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(s.data(), d_s, 5 * 4, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(s.data(), d_s, std::size_t{5} * 4, cudaMemcpyDeviceToHost));
   CHECK_CUDA(cudaMemcpy(back.data(), d_out, n * 4, cudaMemcpyDeviceToHost));
   EXPECT_EQ(s[0], 1.0F);
   EXPECT_EQ(s[1], 1.0F);
@@ -183,8 +183,8 @@ TEST_F(Fp8Gpu, ZeroTinyAndNonFiniteBlocksAsTheHostReference) {
 
 TEST_F(Fp8Gpu, PageableDestinationsAndMisalignedPayloadsAreRefused) {
   float* d_in = nullptr;
-  ASSERT_EQ(cudaMalloc(&d_in, 1024 * 4), cudaSuccess);
-  ASSERT_EQ(cudaMemset(d_in, 0, 1024 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_in, std::size_t{1024} * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d_in, 0, std::size_t{1024} * 4), cudaSuccess);
   std::vector<std::uint8_t> pageable_q(1024);
   std::vector<float> pageable_s(8);
   EXPECT_THROW(vc::encode_blocks_cuda(d_in, vc::element_type::float32, 1024, vc::fp8_format::e4m3,
