@@ -384,7 +384,7 @@ def run_interleaved(w, variants, warmup, rounds, deadline):
         per_step = time.time() - t0 if per_step is None else max(per_step, time.time() - t0)
     n = min(map(len, times))
     out = {"config": variants[0][0], "against": "bf16", "warmup_rounds": warmup, "rounds_asked": rounds,
-           "order": "rounds of bf16, %s; every other round reversed" % ", ".join(v[0] for v in variants),
+           "order": "rounds of bf16 | %s, every other round reversed" % " | ".join(v[0] for v in variants),
            "bf16_steps_s": times[0][:n], "variants": {}}
     for (name, _, options), t in zip(variants, times[1:]):
         v = {"options": options, "steps_s": t[:n]}

@@ -37,6 +37,9 @@ MODULES = "mlp,attn,norm"
 # Blocks of the forced offloading mix tried (its first k checkpointed blocks offloaded), when
 # neither of the planner's fits copies a block to the host.
 FORCED_KS = (2, 3, 4, 5, 6, 8)
+# A forced mix fits when the planner's allocated peak is within this share of the cap (room for
+# the allocator's fragmentation: the cap bounds what it reserves).
+FIT_MARGIN = 0.95
 
 
 def plan_mixes(shape, capacity, out_dir):
@@ -75,10 +78,11 @@ def mix_estimates(shape, capacity, out_dir, mixes):
 
 
 def choose_forced(base, cap, estimates_of):
-    """(k, mix, {k: (compressed estimate, plain estimate)}): the forced offloading mix the
-    planner predicts fastest with compression among those whose compressed allocated peak fits
-    `cap` (the first k checkpointed blocks of `base` offloaded, k in FORCED_KS); the smallest k
-    when none fits. `estimates_of(mixes)` is mix_estimates bound to the shape."""
+    """(k, mix, {k: (compressed estimate, plain estimate)}): the forced offloading mix (the first
+    k checkpointed blocks of `base` offloaded, k in FORCED_KS) the planner predicts fastest with
+    compression among those whose allocated peak it predicts within FIT_MARGIN of `cap` both
+    with and without compression; else among those that fit with compression; else the
+    smallest k. `estimates_of(mixes)` is mix_estimates bound to the shape."""
     cands = {k: forced_mix(base, k) for k in FORCED_KS}
     cands = {k: m for k, m in cands.items() if m is not None}
     if not cands:
@@ -86,8 +90,12 @@ def choose_forced(base, cap, estimates_of):
     got = estimates_of({("%d+c" % k): (m, True) for k, m in cands.items()}
                        | {("%d" % k): (m, False) for k, m in cands.items()})
     table = {k: (got.get("%d+c" % k) or {}, got.get("%d" % k) or {}) for k in cands}
-    fitting = [k for k, (c, _) in table.items()
-               if c.get("allocated_peak_bytes") and c["allocated_peak_bytes"] <= cap and c.get("step_time_s")]
+    def fits(e):
+        return bool(e.get("allocated_peak_bytes") and e["allocated_peak_bytes"] <= FIT_MARGIN * cap
+                    and e.get("step_time_s"))
+
+    both = [k for k, (c, a) in table.items() if fits(c) and fits(a)]
+    fitting = both or [k for k, (c, _) in table.items() if fits(c)]
     k = min(fitting, key=lambda k: table[k][0]["step_time_s"]) if fitting else min(cands)
     return k, cands[k], table
 

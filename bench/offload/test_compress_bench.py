@@ -125,19 +125,25 @@ class ForcedMix(unittest.TestCase):
         self.assertIsNone(co.forced_mix(self.BASE, 4))
 
     def test_the_planners_fastest_fitting_pick(self):
-        def estimates(mixes):
-            # Compressed: faster with more blocks offloaded, over the cap from 3 on.
+        base = self.BASE + ["checkpoint"] * 3
+
+        def estimates(mixes, plain_floor=0):
+            # Faster with more blocks offloaded; within the cap's margin (0.95 x 20 = 19)
+            # compressed up to 4 blocks, uncompressed up to 3 (or never: plain_floor).
             out = {}
             for key, (mix, comp) in mixes.items():
                 k = mix.count("offload")
-                out[key] = {"allocated_peak_bytes": (10 + 5 * k) if comp else 100, "step_time_s": 1.0 - 0.1 * k}
+                peak = (10 + 2 * k) if comp else max(plain_floor, 10 + 3 * k)
+                out[key] = {"allocated_peak_bytes": peak, "step_time_s": 1.0 - 0.1 * k}
             return out
 
-        k, mix, table = co.choose_forced(self.BASE, 20, estimates)
-        self.assertEqual(k, 2)
-        self.assertEqual(mix.count("offload"), 2)
-        self.assertEqual(sorted(table), [2, 3])  # only ks the mix has room for
-        k, _, _ = co.choose_forced(self.BASE, 5, estimates)  # nothing fits: the smallest
+        k, mix, table = co.choose_forced(base, 20, estimates)
+        self.assertEqual(k, 3)  # the fastest that fits both ways
+        self.assertEqual(mix.count("offload"), 3)
+        self.assertEqual(sorted(table), [2, 3, 4, 5, 6])  # only ks the mix has room for
+        k, _, _ = co.choose_forced(base, 20, lambda m: estimates(m, plain_floor=100))
+        self.assertEqual(k, 4)  # none fits uncompressed: the fastest that fits compressed
+        k, _, _ = co.choose_forced(base, 5, estimates)  # nothing fits: the smallest
         self.assertEqual(k, 2)
         self.assertEqual(co.choose_forced(["keep"], 5, estimates), (None, None, {}))
 
