@@ -589,7 +589,7 @@ def writer(res, args, t0, summarize_fn):
 
 
 def main():
-    ap = bench_parser(__doc__, "compress-bench.json", 2, 4, 40.0)
+    ap = bench_parser(__doc__, "compress-bench.json", 1, 3, 40.0)
     ap.add_argument("--model", default="auto", choices=("auto", "hf", "builtin"))
     ap.add_argument("--pairs", type=int, default=8,
                     help="interleaved rounds of bf16 and %s steps (0: none; fewer when the budget ends)" % INTERLEAVED)

@@ -4,13 +4,13 @@
 # backend's bits; step time, saved bytes and peak allocated with each module selection against
 # bf16 in the same process, the planner's peak beside the measured one, and the speed verdict
 # from bf16 and compressed steps interleaved on one model; budget COMPRESS_BENCH_S, default
-# 30 s, hard stop 5 s later), then the loss curves of a small model with and without
+# 34 s, hard stop 5 s later), then the loss curves of a small model with and without
 # compression against bf16's own run-to-run variation, and per-block gradient error
-# (bench/offload/compress_accuracy.py, COMPRESS_ACCURACY_S, default 20 s), then offload with
+# (bench/offload/compress_accuracy.py, COMPRESS_ACCURACY_S, default 18 s), then offload with
 # compression against offload alone under a cap: one offloading mix with and without fp8 (forced
 # and labelled so when the planner's fits copy nothing), and the planner's lossy fit against its
 # plain fit (bench/offload/compress_offload.py, what is left of the cap, at most
-# COMPRESS_OFFLOAD_S, default 24 s). Each writes its JSON and summary as it goes, so a cut-short
+# COMPRESS_OFFLOAD_S, default 23 s). Each writes its JSON and summary as it goes, so a cut-short
 # run keeps what it measured.
 # Writes RESULTS_DIR/compress-summary.md (always), compress-bench.json, compress-offload.json,
 # compress-accuracy.json.
@@ -66,13 +66,13 @@ run_part() {
   [ $rc -eq 124 ] && echo "$label: passed its hard stop ($((budget + 5)) s); $(basename "$md") holds what it measured"
   [ $rc -eq 0 ] || status=1
 }
-run_part "compress bench" "$bench_md" "${COMPRESS_BENCH_S:-30}" 10 bench/offload/compress_bench.py \
+run_part "compress bench" "$bench_md" "${COMPRESS_BENCH_S:-34}" 10 bench/offload/compress_bench.py \
   --shape "${COMPRESS_SHAPE:-1b}" --out "$RESULTS_DIR/compress-bench.json"
-run_part "compression accuracy" "$acc_md" "${COMPRESS_ACCURACY_S:-20}" 12 bench/offload/compress_accuracy.py \
+run_part "compression accuracy" "$acc_md" "${COMPRESS_ACCURACY_S:-18}" 12 bench/offload/compress_accuracy.py \
   --steps "${COMPRESS_STEPS:-300}" --out "$RESULTS_DIR/compress-accuracy.json"
 # Offload with compression against offload alone under half the uncompressed run's peak
 # reserved (the bench's bf16 run): what is left of the stage (bench/offload/compress_offload.py).
-run_part "offload with compression" "$both_md" "${COMPRESS_OFFLOAD_S:-24}" 12 bench/offload/compress_offload.py \
+run_part "offload with compression" "$both_md" "${COMPRESS_OFFLOAD_S:-23}" 12 bench/offload/compress_offload.py \
   --shape "${COMPRESS_SHAPE:-1b}" --cap-from "$RESULTS_DIR/compress-bench.json" \
   --out "$RESULTS_DIR/compress-offload.json"
 write_summary
