@@ -308,7 +308,9 @@ def main():
         save()
     save()
     print(summarize(res))
-    return 0 if all(r.get("ok") or "skipped" in r.get("error", "") or "found no mix" in r.get("error", "")
+    # Running out of memory under the cap is a measured outcome (the summary shows it), not a
+    # failure of the bench.
+    return 0 if all(r.get("ok") or any(k in r.get("error", "") for k in ("skipped", "found no mix", "out of memory"))
                     for r in res["configs"]) else 1
 
 
