@@ -5,8 +5,9 @@ one GPU, with offload_bench's model, steps and measurements (offload_bench.run_c
 1. one offloading mix (blocks whose saved tensors are copied to pinned host memory) with and
    without fp8: the planner's fit when one of its fits copies a block, else a FORCED mix, labelled
    so: the plain fit's first k checkpointed blocks offloaded, k the one the planner predicts
-   fastest with compression within the cap (or --forced-blocks). Halving the copied bytes is
-   what lets the copies hide behind compute;
+   fastest with compression within the cap (or --forced-blocks), and the planner's fastest
+   forced mix without compression when it is another. Halving the copied bytes is what lets
+   the copies hide behind compute;
 2. the planner's `--fit --allow-lossy` mix (with --compress-activations) against its plain
    `--fit` mix.
 
@@ -36,10 +37,10 @@ GiB = 1 << 30
 MODULES = "mlp,attn,norm"
 # Blocks of the forced offloading mix tried (its first k checkpointed blocks offloaded), when
 # neither of the planner's fits copies a block to the host.
-FORCED_KS = (2, 3, 4, 5, 6, 8)
+FORCED_KS = (1, 2, 3, 4, 6, 8)
 # A forced mix fits when the planner's allocated peak is within this share of the cap (room for
 # the allocator's fragmentation: the cap bounds what it reserves).
-FIT_MARGIN = 0.95
+FIT_MARGIN = 0.97
 
 
 def plan_mixes(shape, capacity, out_dir):
@@ -78,26 +79,32 @@ def mix_estimates(shape, capacity, out_dir, mixes):
 
 
 def choose_forced(base, cap, estimates_of):
-    """(k, mix, {k: (compressed estimate, plain estimate)}): the forced offloading mix (the first
-    k checkpointed blocks of `base` offloaded, k in FORCED_KS) the planner predicts fastest with
-    compression among those whose allocated peak it predicts within FIT_MARGIN of `cap` both
-    with and without compression; else among those that fit with compression; else the
-    smallest k. `estimates_of(mixes)` is mix_estimates bound to the shape."""
+    """The forced offloading mixes (the first k checkpointed blocks of `base` offloaded, k in
+    FORCED_KS): (k_c, its mix, k_p, its mix, {k: (compressed estimate, plain estimate)}), k_c
+    the one the planner predicts fastest with compression among those whose compressed
+    allocated peak it puts within FIT_MARGIN of `cap` (the smallest k when none), k_p the
+    fastest without compression among those whose plain peak fits (None when none).
+    `estimates_of(mixes)` is mix_estimates bound to the shape."""
     cands = {k: forced_mix(base, k) for k in FORCED_KS}
     cands = {k: m for k, m in cands.items() if m is not None}
     if not cands:
-        return None, None, {}
+        return None, None, None, None, {}
     got = estimates_of({("%d+c" % k): (m, True) for k, m in cands.items()}
                        | {("%d" % k): (m, False) for k, m in cands.items()})
     table = {k: (got.get("%d+c" % k) or {}, got.get("%d" % k) or {}) for k in cands}
+
     def fits(e):
         return bool(e.get("allocated_peak_bytes") and e["allocated_peak_bytes"] <= FIT_MARGIN * cap
                     and e.get("step_time_s"))
 
-    both = [k for k, (c, a) in table.items() if fits(c) and fits(a)]
-    fitting = both or [k for k, (c, _) in table.items() if fits(c)]
-    k = min(fitting, key=lambda k: table[k][0]["step_time_s"]) if fitting else min(cands)
-    return k, cands[k], table
+    def fastest(side):
+        ks = [k for k in table if fits(table[k][side])]
+        return min(ks, key=lambda k: table[k][side]["step_time_s"]) if ks else None
+
+    k_c, k_p = fastest(0), fastest(1)
+    if k_c is None:
+        k_c = min(cands)
+    return k_c, cands[k_c], k_p, cands.get(k_p), table
 
 
 def _ratio_line(what, c, a, target_text="target < 1"):
@@ -153,6 +160,14 @@ def summarize(res):
     if same:
         lines.append(_ratio_line("the offloading mix (%s) with fp8 / without, under the cap" % same[2],
                                  by.get(same[0]), by.get(same[1])))
+    best = pairs.get("best forced")
+    if best:
+        lines.append(_ratio_line("fp8's fastest forced mix / the fastest forced mix without fp8 (%s), under the cap"
+                                 % best[2], by.get(best[0]), by.get(best[1])))
+    plain_fit = by.get("planner plain fit")
+    if same and plain_fit:
+        lines.append(_ratio_line("the offloading mix with fp8 / the planner's plain fit (offload alone's best "
+                                 "choice), under the cap", by.get(same[0]), plain_fit))
     fits = pairs.get("fits")
     if fits:
         lines.append(_ratio_line("the planner's --allow-lossy fit / its plain fit, under the cap",
@@ -250,19 +265,20 @@ def main():
         res["offloading_mix"] = "the planner's %s (%s)" % (off_src, offload_bench.offload_plan.letters(mix))
     else:
         base = (plain or lossy or {}).get("mix")
-        mix = None
+        mix = plain_mix = None
         if base:
             if args.forced_blocks:
-                k, mix = args.forced_blocks, forced_mix(base, args.forced_blocks)
-                table = {}
+                k, mix, kp, plain_mix, table = args.forced_blocks, forced_mix(base, args.forced_blocks), None, None, {}
             else:
-                k, mix, table = choose_forced(base, cap, estimates_of)
-            res["forced"] = {"blocks": k, "base": base, "candidates": {str(kk): {"compressed": plan_entry(c), "plain": plan_entry(a)}
-                                                                       for kk, (c, a) in table.items()}}
+                k, mix, kp, plain_mix, table = choose_forced(base, cap, estimates_of)
+            res["forced"] = {"blocks": k, "plain_blocks": kp, "base": base,
+                             "candidates": {str(kk): {"compressed": plan_entry(c), "plain": plan_entry(a)}
+                                            for kk, (c, a) in table.items()}}
         if mix:
             res["offloading_mix"] = ("FORCED, not the planner's: its %s fit's first %d checkpointed blocks offloaded "
-                                     "(%s; neither fit copies a block under this cap)"
-                                     % ("plain" if plain else "lossy", k, offload_bench.offload_plan.letters(mix)))
+                                     "(%s; neither fit copies a block under this cap), k the planner's fastest with fp8 "
+                                     "within the cap" % ("plain" if plain else "lossy", k,
+                                                         offload_bench.offload_plan.letters(mix)))
     if mix:
         est = estimates_of({"c": (mix, True), "p": (mix, False)})
         tag = "forced" if not off_src else off_src
@@ -270,6 +286,12 @@ def main():
         runs.append(("%s mix + fp8" % tag, "vramkit-act+compress", mix, plan_entry(est.get("c") or {}), True))
         runs.append(("%s mix" % tag, "vramkit-act", mix, plan_entry(est.get("p") or {}), False))
         pairs["same mix"] = (runs[-2][0], runs[-1][0], letters)
+        if not off_src and plain_mix and plain_mix != mix:
+            # Without fp8 the planner's fastest forced mix within the cap is another one.
+            est = estimates_of({"p": (plain_mix, False)})
+            runs.append(("forced mix without fp8's pick", "vramkit-act", plain_mix, plan_entry(est.get("p") or {}),
+                         False))
+            pairs["best forced"] = (runs[0][0], runs[-1][0], offload_bench.offload_plan.letters(plain_mix))
     fit_labels = []
     for label, name, f, comp in (("planner lossy fit", "vramkit-act+compress", lossy, True),
                                  ("planner plain fit", "vramkit-act", plain, False)):

@@ -124,11 +124,11 @@ class ForcedMix(unittest.TestCase):
         self.assertEqual(co.forced_mix(self.BASE, 2), ["keep", "offload", "selective", "offload", "checkpoint"])
         self.assertIsNone(co.forced_mix(self.BASE, 4))
 
-    def test_the_planners_fastest_fitting_pick(self):
+    def test_the_planners_fastest_fitting_picks(self):
         base = self.BASE + ["checkpoint"] * 3
 
         def estimates(mixes, plain_floor=0):
-            # Faster with more blocks offloaded; within the cap's margin (0.95 x 20 = 19)
+            # Faster with more blocks offloaded; within the cap's margin (0.97 x 20 = 19.4)
             # compressed up to 4 blocks, uncompressed up to 3 (or never: plain_floor).
             out = {}
             for key, (mix, comp) in mixes.items():
@@ -137,15 +137,15 @@ class ForcedMix(unittest.TestCase):
                 out[key] = {"allocated_peak_bytes": peak, "step_time_s": 1.0 - 0.1 * k}
             return out
 
-        k, mix, table = co.choose_forced(base, 20, estimates)
-        self.assertEqual(k, 3)  # the fastest that fits both ways
-        self.assertEqual(mix.count("offload"), 3)
-        self.assertEqual(sorted(table), [2, 3, 4, 5, 6])  # only ks the mix has room for
-        k, _, _ = co.choose_forced(base, 20, lambda m: estimates(m, plain_floor=100))
-        self.assertEqual(k, 4)  # none fits uncompressed: the fastest that fits compressed
-        k, _, _ = co.choose_forced(base, 5, estimates)  # nothing fits: the smallest
-        self.assertEqual(k, 2)
-        self.assertEqual(co.choose_forced(["keep"], 5, estimates), (None, None, {}))
+        k, mix, kp, plain_mix, table = co.choose_forced(base, 20, estimates)
+        self.assertEqual((k, kp), (4, 3))
+        self.assertEqual((mix.count("offload"), plain_mix.count("offload")), (4, 3))
+        self.assertEqual(sorted(table), [1, 2, 3, 4, 6])  # only ks the mix has room for
+        k, _, kp, plain_mix, _ = co.choose_forced(base, 20, lambda m: estimates(m, plain_floor=100))
+        self.assertEqual((k, kp, plain_mix), (4, None, None))  # none fits uncompressed
+        k, _, kp, _, _ = co.choose_forced(base, 5, estimates)  # nothing fits: the smallest
+        self.assertEqual((k, kp), (1, None))
+        self.assertEqual(co.choose_forced(["keep"], 5, estimates), (None, None, None, None, {}))
 
 
 class OffloadSummary(unittest.TestCase):
@@ -177,6 +177,8 @@ class OffloadSummary(unittest.TestCase):
         self.assertIn("lossy fit / its plain fit, under the cap: 1.040x (target < 1: NOT met)", text)
         self.assertIn("| forced mix | ococ | 0.500 (2) | 30.00 | 29.00 | -3.3% | 32.00 | 3.00+3.00 |", text)
         self.assertIn("planner peak for forced mix + fp8: -3.3% (target within 5%: met)", text)
+        self.assertIn("the offloading mix with fp8 / the planner's plain fit (offload alone's best choice), under the "
+                      "cap: 0.900x (target < 1: met)", text)
         self.assertNotIn("planner peak for forced mix:", text)  # only the compressed ones are judged
         self.assertIn("FORCED, not the planner's", text)
 
