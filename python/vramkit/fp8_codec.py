@@ -106,6 +106,14 @@ def default_backend(device):
     return "host" if library() is not None else None
 
 
+def _loaded():
+    """The codec library, or RuntimeError saying why it is not loadable."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError("fp8 codec: libvramkit_compress.so is not loadable: %s" % library_error())
+    return lib
+
+
 def _check(rc):
     if rc != 0:
         buf = ctypes.create_string_buffer(512)
@@ -200,9 +208,7 @@ def encode(x, fmt="e4m3", backend="cuda", q=None, scales=None, stream=None, max_
         return got_q, got_s
     if backend not in ("cuda", "host"):
         raise ValueError("fp8 codec: backend=%r: use cuda, host or torch" % (backend,))
-    lib = library()
-    if lib is None:
-        raise RuntimeError("fp8 codec: libvramkit_compress.so is not loadable: %s" % library_error())
+    lib = _loaded()
     on_gpu = backend == "cuda"
     if on_gpu != x.is_cuda:
         raise ValueError("fp8 codec: backend %r cannot encode a tensor on %s" % (backend, x.device))
@@ -231,9 +237,7 @@ def decode(q, scales, n, fmt, dtype, backend="cuda", out=None, stream=None, comp
             out.copy_(got)
             return out
         return got
-    lib = library()
-    if lib is None:
-        raise RuntimeError("fp8 codec: libvramkit_compress.so is not loadable: %s" % library_error())
+    lib = _loaded()
     on_gpu = backend == "cuda"
     if out is None:
         out = torch.empty(n, dtype=dtype, device=q.device if on_gpu or not q.is_cuda else "cpu")
@@ -261,9 +265,7 @@ def decode_swiglu(gate, up, n, fmt, dtype, backend="cuda", out=None, stream=None
                 o.copy_(t)
             return tuple(out)
         return got
-    lib = library()
-    if lib is None:
-        raise RuntimeError("fp8 codec: libvramkit_compress.so is not loadable: %s" % library_error())
+    lib = _loaded()
     on_gpu = backend == "cuda"
     if out is None:
         dev = gate[0].device if on_gpu or not gate[0].is_cuda else "cpu"

@@ -96,6 +96,20 @@ class Net(torch.nn.Module):
         return x.float().pow(2).mean()
 
 
+def recompute_step(**kw):
+    """One step of a seeded LlamaLike on the CPU with mlp,attn,norm compressed and the products
+    recomputed (compress_activations' options `kw`): (gradients, stats)."""
+    torch.manual_seed(0)
+    model = LlamaLike(layers=4)
+    tokens = torch.randint(0, 64, (2, 64))
+    comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, recompute=True,
+                                        norm_inputs="exact", **kw)
+    with comp:
+        loss = model(tokens)
+    loss.backward()
+    return [p.grad.clone() for p in model.parameters()], comp.stats()
+
+
 class Selection(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(0)
@@ -522,19 +536,8 @@ class RoundTrip(unittest.TestCase):
             self.assertEqual(len(calls), fp8)
 
     def test_recompute_ahead_gives_the_same_gradients(self):
-        def run(ahead):
-            torch.manual_seed(0)
-            model = LlamaLike(layers=4)
-            tokens = torch.randint(0, 64, (2, 64))
-            comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, decode_ahead=ahead,
-                                                recompute=True, norm_inputs="exact")
-            with comp:
-                loss = model(tokens)
-            loss.backward()
-            return [p.grad.clone() for p in model.parameters()], comp.stats()
-
-        inline, st0 = run(0)
-        got, st = run(2)
+        inline, st0 = recompute_step(decode_ahead=0)
+        got, st = recompute_step(decode_ahead=2)
         # Per block silu(gate) and silu(gate) * up (LayerNorms here: no x * rsqrt).
         self.assertEqual(st["recomputed"], 2 * 4)
         self.assertGreater(st["decoded_ahead"], 0)
@@ -545,19 +548,8 @@ class RoundTrip(unittest.TestCase):
         # gate, up, silu(gate) and the product restored ahead together (fuse_swiglu): the same
         # gradients, bit for bit, as each restored on its own (the values of one decode each and
         # torch's silu and mul either way off CUDA).
-        def run(fuse):
-            torch.manual_seed(0)
-            model = LlamaLike(layers=4)
-            tokens = torch.randint(0, 64, (2, 64))
-            comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, recompute=True,
-                                                norm_inputs="exact", fuse_swiglu=fuse)
-            with comp:
-                loss = model(tokens)
-            loss.backward()
-            return [p.grad.clone() for p in model.parameters()], comp.stats()
-
-        apart, st0 = run(False)
-        fused, st = run(True)
+        apart, st0 = recompute_step(fuse_swiglu=False)
+        fused, st = recompute_step(fuse_swiglu=True)
         self.assertEqual(st0["swiglu_fused"], 0)
         self.assertEqual(st["swiglu_fused"], 3)  # every block's but the last's, which is not decoded ahead
         self.assertEqual(st["decoded_ahead"], st0["decoded_ahead"])

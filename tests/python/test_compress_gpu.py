@@ -37,6 +37,22 @@ def backends():
     return out
 
 
+def recompute_step(**kw):
+    """One bf16-autocast step of a seeded LlamaLike on the GPU with mlp,attn,norm compressed and
+    the products recomputed (compress_activations' options `kw`): (gradients, stats)."""
+    torch.manual_seed(0)
+    model = LlamaLike(vocab=512, d=256, ffn=688, layers=4, heads=4).cuda()
+    tokens = torch.randint(0, 512, (4, 256), device="cuda")
+    comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, recompute=True,
+                                        norm_inputs="exact", **kw)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        with comp:
+            loss = model(tokens)
+    loss.backward()
+    torch.cuda.synchronize()
+    return [p.grad.float() for p in model.parameters()], comp.stats()
+
+
 class CudaRoundTrip(unittest.TestCase):
     def test_kernels_are_loaded(self):
         # gpu-check builds libvramkit_compress.so with CUDA: the kernels must be what runs.
@@ -215,17 +231,7 @@ class CudaSteps(unittest.TestCase):
         # same factors as when recomputed at use: the same gradients, up to the attention
         # backward's run-to-run noise.
         def run(ahead):
-            torch.manual_seed(0)
-            model = LlamaLike(vocab=512, d=256, ffn=688, layers=4, heads=4).cuda()
-            tokens = torch.randint(0, 512, (4, 256), device="cuda")
-            comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, recompute=True,
-                                                norm_inputs="exact", decode_ahead=ahead)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                with comp:
-                    loss = model(tokens)
-            loss.backward()
-            torch.cuda.synchronize()
-            return [p.grad.float() for p in model.parameters()], comp.stats()
+            return recompute_step(decode_ahead=ahead)
 
         inline, st0 = run(0)
         ahead, st = run(2)
@@ -239,21 +245,8 @@ class CudaSteps(unittest.TestCase):
         # The gated MLP's gate, up, silu(gate) and product restored ahead by one kernel give the
         # gradients of two decodes and torch's silu and mul (up to the attention backward's
         # run-to-run noise); with side_ctas bounding the side stream's kernels too.
-        def run(**kw):
-            torch.manual_seed(0)
-            model = LlamaLike(vocab=512, d=256, ffn=688, layers=4, heads=4).cuda()
-            tokens = torch.randint(0, 512, (4, 256), device="cuda")
-            comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, recompute=True,
-                                                norm_inputs="exact", **kw)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                with comp:
-                    loss = model(tokens)
-            loss.backward()
-            torch.cuda.synchronize()
-            return [p.grad.float() for p in model.parameters()], comp.stats()
-
-        apart, st0 = run(fuse_swiglu=False)
-        fused, st = run(fuse_swiglu=True, side_ctas=8)
+        apart, st0 = recompute_step(fuse_swiglu=False)
+        fused, st = recompute_step(fuse_swiglu=True, side_ctas=8)
         self.assertEqual(st0["swiglu_fused"], 0)
         self.assertGreaterEqual(st["swiglu_fused"], 3)  # every block's MLP but the last (not decoded ahead)
         for a, b in zip(apart, fused):

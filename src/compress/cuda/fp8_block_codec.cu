@@ -227,52 +227,6 @@ __global__ void __launch_bounds__(k_threads)
   }
 }
 
-template <typename T, bool Aligned>
-__global__ void __launch_bounds__(k_threads)
-    decode_kernel(const std::uint8_t* __restrict__ q, const float* __restrict__ scales,
-                  std::size_t n, std::size_t blocks, T* __restrict__ dst, bool e5m2) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int half = lane / k_block_lanes;
-  const int sub = lane % k_block_lanes;
-  const warp_walk w = walk();
-  const std::size_t groups = (blocks + k_warp_blocks - 1) / k_warp_blocks;
-  for (std::size_t g = w.first; g < groups; g += w.stride) {
-    uint2 codes[k_rounds];
-    float scale[k_rounds];
-#pragma unroll
-    for (int u = 0; u < k_rounds; ++u) {
-      const std::size_t b = g * k_warp_blocks + 2 * u + half;
-      codes[u] = make_uint2(0, 0);
-      scale[u] = 0.0F;
-      if (b < blocks) {
-        const auto* in = reinterpret_cast<const uint2*>(q + b * k_block_elements) + sub;
-        if (Aligned) {
-          codes[u] = *in;
-        } else {
-          const auto* in4 = reinterpret_cast<const unsigned*>(in);
-          codes[u] = make_uint2(in4[0], in4[1]);
-        }
-        scale[u] = scales[b];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < k_rounds; ++u) {
-      const std::size_t b = g * k_warp_blocks + 2 * u + half;
-      if (b >= blocks) continue;
-      float v[k_lane_elements];
-      const unsigned c[4] = {codes[u].x & 0xFFFFU, codes[u].x >> 16, codes[u].y & 0xFFFFU,
-                             codes[u].y >> 16};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float2 f = from_fp8x2(c[k], e5m2);
-        v[2 * k] = f.x * scale[u];
-        v[2 * k + 1] = f.y * scale[u];
-      }
-      store8<T, Aligned>(dst, b * k_block_elements + k_lane_elements * sub, n, v);
-    }
-  }
-}
-
 /// The 8 codes of one lane (zeros past the last block).
 __device__ __forceinline__ uint2 load_codes(const std::uint8_t* q, std::size_t b, int sub,
                                             bool aligned) {
@@ -296,6 +250,49 @@ __device__ __forceinline__ void decode8(uint2 codes, float scale, bool e5m2,
   }
 }
 
+/// A lane's place in the decode kernels' walk: its half-warp's block within each round, its
+/// 8 elements within the block, and the groups of 8 blocks its warp handles.
+struct lane_walk {
+  int half, sub;
+  std::size_t first, stride, groups;
+};
+
+__device__ __forceinline__ lane_walk lanes(std::size_t blocks) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const warp_walk w = walk();
+  return {lane / k_block_lanes, lane % k_block_lanes, w.first, w.stride,
+          (blocks + k_warp_blocks - 1) / k_warp_blocks};
+}
+
+template <typename T, bool Aligned>
+__global__ void __launch_bounds__(k_threads)
+    decode_kernel(const std::uint8_t* __restrict__ q, const float* __restrict__ scales,
+                  std::size_t n, std::size_t blocks, T* __restrict__ dst, bool e5m2) {
+  const lane_walk l = lanes(blocks);
+  for (std::size_t g = l.first; g < l.groups; g += l.stride) {
+    uint2 codes[k_rounds];
+    float scale[k_rounds];
+#pragma unroll
+    for (int u = 0; u < k_rounds; ++u) {
+      const std::size_t b = g * k_warp_blocks + 2 * u + l.half;
+      codes[u] = make_uint2(0, 0);
+      scale[u] = 0.0F;
+      if (b < blocks) {
+        codes[u] = load_codes(q, b, l.sub, Aligned);
+        scale[u] = scales[b];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < k_rounds; ++u) {
+      const std::size_t b = g * k_warp_blocks + 2 * u + l.half;
+      if (b >= blocks) continue;
+      float v[k_lane_elements];
+      decode8<T>(codes[u], scale[u], e5m2, v);
+      store8<T, Aligned>(dst, b * k_block_elements + k_lane_elements * l.sub, n, v);
+    }
+  }
+}
+
 /// The gated MLP's saved tensors restored in one pass: gate g and up u decoded, and silu(g),
 /// silu(g) * u computed from them as PyTorch's silu and mul kernels do (in float, rounded to T
 /// once each; silu(x) = x / (1 + exp(-x))).
@@ -305,12 +302,10 @@ __global__ void __launch_bounds__(k_threads)
                   const std::uint8_t* __restrict__ qu, const float* __restrict__ su, std::size_t n,
                   std::size_t blocks, T* __restrict__ g, T* __restrict__ u, T* __restrict__ act,
                   T* __restrict__ h, bool e5m2) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int half = lane / k_block_lanes;
-  const int sub = lane % k_block_lanes;
-  const warp_walk w = walk();
-  const std::size_t groups = (blocks + k_warp_blocks - 1) / k_warp_blocks;
-  for (std::size_t grp = w.first; grp < groups; grp += w.stride) {
+  const lane_walk l = lanes(blocks);
+  const int half = l.half;
+  const int sub = l.sub;
+  for (std::size_t grp = l.first; grp < l.groups; grp += l.stride) {
     uint2 cg[k_rounds];
     uint2 cu[k_rounds];
     float scg[k_rounds];
