@@ -231,13 +231,15 @@ float widen(const std::vector<unsigned char>& raw, vc::element_type t, std::size
 
 TEST_F(Fp8Gpu, SwigluRestoreAndBoundedDecodeAsTheHostReference) {
   // gate and up decoded exactly as the host reference; silu(gate) and its product with up
-  // within one unit of the element type of the reference's (the device's expf against the
-  // host's); a decode with its thread blocks bounded gives the same bits.
+  // within one and two units of the element type of the reference's (the device's expf against
+  // the host's); a decode with its thread blocks bounded gives the same bits.
   const vc::element_type types[] = {vc::element_type::float32, vc::element_type::bfloat16,
                                     vc::element_type::float16};
   for (auto t : types) {
     const std::size_t es = element_size(t);
-    const double unit = t == vc::element_type::float32    ? 0x1p-22
+    // One unit of the type for silu(gate) (float32: a few of float's, the device's expf
+    // against the host's), two for the product (its factor may be one unit off already).
+    const double unit = t == vc::element_type::float32    ? 0x1p-20
                         : t == vc::element_type::bfloat16 ? 0x1p-7
                                                           : 0x1p-10;
     for (std::size_t n :
@@ -275,7 +277,7 @@ TEST_F(Fp8Gpu, SwigluRestoreAndBoundedDecodeAsTheHostReference) {
         }
         for (std::size_t i = 0; i < n; ++i) {
           const double want = widen(ref[k], t, i);
-          ASSERT_LE(std::fabs(widen(got, t, i) - want), unit * std::fabs(want) + 1e-30)
+          ASSERT_LE(std::fabs(widen(got, t, i) - want), (k - 1) * unit * std::fabs(want) + 1e-30)
               << "output " << k << " element " << i << " n " << n << " type " << int(t);
         }
       }
