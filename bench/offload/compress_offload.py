@@ -51,15 +51,20 @@ def plan_mixes(shape, capacity, out_dir):
     return offload_bench.planner_choices(plans, shape), plans
 
 
-def copies(mix):
-    import offload_bench
+# Policies that copy a block's saved tensors to the host, which compression shrinks (a
+# checkpointed block with its input on the host copies only that input).
+COPIES_SAVED = ("offload", "selective-offload")
+# What a forced mix turns into "offload": checkpointed blocks, their input on the host or not.
+RECOMPUTED = ("checkpoint", "checkpoint-offload")
 
-    return any(p in offload_bench.offload_plan.TO_HOST for p in mix or [])
+
+def copies(mix):
+    return any(p in COPIES_SAVED for p in mix or [])
 
 
 def forced_mix(mix, k):
     """`mix` with its first k checkpointed blocks offloaded (None when it has fewer)."""
-    idx = [i for i, p in enumerate(mix) if p == "checkpoint"]
+    idx = [i for i, p in enumerate(mix) if p in RECOMPUTED]
     if len(idx) < k:
         return None
     out = list(mix)

@@ -123,6 +123,12 @@ class ForcedMix(unittest.TestCase):
     def test_first_checkpointed_blocks_offloaded(self):
         self.assertEqual(co.forced_mix(self.BASE, 2), ["keep", "offload", "selective", "offload", "checkpoint"])
         self.assertIsNone(co.forced_mix(self.BASE, 4))
+        # A checkpointed block with its input on the host is one too; copying only that input
+        # is not an offloading mix (compression does not shrink it).
+        base = ["checkpoint-offload", "keep", "checkpoint"]
+        self.assertEqual(co.forced_mix(base, 2), ["offload", "keep", "offload"])
+        self.assertFalse(co.copies(base))
+        self.assertTrue(co.copies(["keep", "selective-offload"]))
 
     def test_the_planners_fastest_fitting_picks(self):
         base = self.BASE + ["checkpoint"] * 3
