@@ -10,7 +10,9 @@ selection of vramkit.compress_activations.
    hidden width), encode and decode time (CUDA events, median of 10) and bandwidth (bytes read +
    written / time) against torch's copy_ of the input (cudaMemcpy device to device) in the same
    run; every round trip checked against fp8 e4m3's stated bound and the payload checked bit for
-   bit against the torch backend (torch's float8 operations, the same arithmetic).
+   bit against the torch backend (torch's float8 operations, the same arithmetic); the gated
+   MLP's restore in one kernel (fp8_codec.decode_swiglu) against two decodes and torch's silu
+   and mul into the same outputs, with the elements where the two differ.
 2. Steps: per configuration, the median step time (CUDA events; forward, backward, optimizer),
    the bytes the graph holds at the end of the forward (memory_allocated after minus before:
    the saved activations), the peak allocated, and, in one extra step with events around every
