@@ -114,6 +114,8 @@ class Packed:
     def nbytes(self):
         if self.fmt == "recipe":
             return 0
+        if self.fmt == "kept":
+            return self.numel * self.q.element_size()
         if self.fmt == "bf16":
             return 2 * self.numel
         return fp8_codec.payload_bytes(self.numel) + 4 * fp8_codec.scale_count(self.numel)
@@ -161,6 +163,8 @@ def unpack_tensor(p, q=None, scale=None):
     scale = p.scale if scale is None else scale
     if p.fmt == "bf16":  # a norm's fp32 input kept as bf16
         return q.to(p.dtype).view(p.shape)
+    if p.fmt == "kept":  # a cast kept as it is (casts="kept")
+        return q.view(p.shape)
     if p.fmt == "recipe":  # recomputed from the tensors saved beside it (p.backend: the op)
         args = [restore(f) if isinstance(f, PackedView) else f for f in q]
         return _RECIPE_OPS[p.backend](*args).view(p.shape)
@@ -249,11 +253,16 @@ class compress_activations:
       back. False keeps the separate kernels.
     - `side_ctas` (default 0: as many as fill the GPU once): at most this many thread blocks for
       each decode ahead on the side stream, to leave the SMs to backward's kernels beside it.
+    - `casts` ("fp8", default, or "kept"; standalone use): an nn.Linear input inside the attn
+      and mlp scopes that is autocast's cast of a tensor (q/k/v's and gate/up's casts of the
+      norm's output) is stored as fp8, one copy shared by the casts of one source; "kept" keeps
+      that one copy as it is (no encode or decode, twice the bytes of fp8), still shared, so the
+      other casts' memory is freed (stats()["casts_kept"]).
     """
 
     def __init__(self, model=None, *, blocks=None, modules=("mlp", "attn"), fmt="e4m3", keep_ends=False,
                  min_bytes=1 << 16, compile=False, backend="auto", side_stream=False, decode_ahead=1,
-                 norm_inputs="bf16", recompute=False, fuse_swiglu=True, side_ctas=0):
+                 norm_inputs="bf16", recompute=False, fuse_swiglu=True, side_ctas=0, casts="fp8"):
         if fmt not in FORMATS:
             raise ValueError("compress_activations: fmt=%r: use e4m3 or e5m2" % (fmt,))
         if norm_inputs not in NORM_INPUTS:
@@ -266,6 +275,8 @@ class compress_activations:
         for m in modules:
             if m not in MODULES:
                 raise ValueError("compress_activations: module %r is not one of %s" % (m, ", ".join(MODULES)))
+        if casts not in ("fp8", "kept"):
+            raise ValueError("compress_activations: casts=%r: use fp8 or kept" % (casts,))
         if int(min_bytes) < 0 or int(decode_ahead) < 0 or int(side_ctas) < 0:
             raise ValueError("compress_activations: min_bytes, decode_ahead and side_ctas must be >= 0")
         if backend not in BACKENDS:
@@ -297,6 +308,7 @@ class compress_activations:
         self.decode_ahead = int(decode_ahead)
         self.fuse_swiglu = bool(fuse_swiglu)
         self.side_ctas = int(side_ctas)
+        self.casts = casts
         self._block = []  # the blocks being run (innermost last)
         self._inputs = []  # the scopes' inputs, beside _kinds
         self._by_block = {}  # this forward's block index -> [weakref(Packed)]
@@ -354,7 +366,7 @@ class compress_activations:
     def reset_stats(self):
         self._stats = {"compressed": 0, "input_bytes": 0, "stored_bytes": 0, "skipped": 0, "decoded_ahead": 0,
                        "deduplicated": 0, "aliased": 0, "aliased_bytes": 0, "cast_shared": 0, "cast_shared_bytes": 0,
-                       "norm_inputs_bf16": 0, "recomputed": 0, "recomputed_bytes": 0, "swiglu_fused": 0,
+                       "norm_inputs_bf16": 0, "recomputed": 0, "recomputed_bytes": 0, "swiglu_fused": 0, "casts_kept": 0,
                        "by_module": {k: {"compressed": 0, "input_bytes": 0, "stored_bytes": 0} for k in MODULES}}
 
     def stats(self):
@@ -421,8 +433,9 @@ class compress_activations:
                         self._swiglu_ahead(p)
             for ref in refs:
                 p = ref()
-                if p is None or p.ahead is not None or p.decoded is not None or p.record is not None:
-                    continue  # freed, restored already, or its payload is offloaded (the engine's)
+                if p is None or p.ahead is not None or p.decoded is not None or p.record is not None \
+                        or p.fmt == "kept":
+                    continue  # freed, restored already, its payload offloaded (the engine's), or kept
                 if p.fmt == "recipe" and isinstance(p.q, tuple):
                     p.ahead = self._recompute_now(p)
                 elif isinstance(p.q, torch.Tensor):
@@ -646,6 +659,11 @@ class compress_activations:
                 self._packed[key] = (weakref.ref(base), base._version, weakref.ref(p))
                 return PackedView(p, t, base)
         x = base.detach() if whole else t.detach().contiguous()
+        if ck is not None and self.casts == "kept" and store is None and kind in ("attn", "mlp"):
+            # One copy of the cast as it is, shared by the other casts of its source.
+            self._stats["casts_kept"] += 1
+            return self._record(Packed(x, None, x.shape, x.dtype, x.numel(), "kept", "kept"), x, t, base, key, kind,
+                                whole, ck)
         p = store(x, self) if store is not None else self.pack_contiguous(x)
         return self._record(p, x, t, base, key, kind, whole, ck)
 

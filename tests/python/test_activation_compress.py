@@ -366,6 +366,35 @@ class RoundTrip(unittest.TestCase):
         for a, b in zip(g, [m.weight.grad for m in lin] + [src.grad]):
             self.assertLess(float((a - b).norm() / (b.norm() + 1e-12)), 0.1)
 
+    def test_casts_kept_share_one_exact_copy(self):
+        # casts="kept": the shared copy of three equal casts is the first cast itself, so the
+        # gradients are bit for bit those without compression, and it stores bf16's bytes.
+        torch.manual_seed(4)
+        lin = [torch.nn.Linear(64, 64) for _ in range(3)]
+        blocks = [torch.nn.ModuleDict({"attn": torch.nn.ModuleList(lin)})]
+        src = torch.randn(16, 64, requires_grad=True)
+
+        def run(comp):
+            h = src * 2
+            with torch.autocast("cpu", dtype=torch.bfloat16), (comp or contextlib.nullcontext()):
+                loss = sum(m(h).float().sum() for m in lin)
+            loss.backward()
+            out = [m.weight.grad.clone() for m in lin] + [src.grad.clone()]
+            for m in lin:
+                m.zero_grad()
+            src.grad = None
+            return out
+
+        comp = ac.compress_activations(blocks=blocks, modules="attn", min_bytes=0, casts="kept")
+        got, want = run(comp), run(None)
+        st = comp.stats()
+        self.assertEqual((st["casts_kept"], st["cast_shared"]), (1, 2))
+        self.assertEqual(st["stored_bytes"], 16 * 64 * 2)
+        for a, b in zip(got, want):
+            self.assertTrue(torch.equal(a, b))
+        with self.assertRaisesRegex(ValueError, "casts"):
+            ac.compress_activations(blocks=blocks, modules="attn", casts="bf16")
+
     def test_norm_inputs_kept_as_bf16_by_default(self):
         # RMSNorm's fp32 input (the residual stream under autocast) is what its backward
         # differentiates through: stored as bf16 by default, its normalized output as fp8; the
