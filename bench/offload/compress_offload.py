@@ -4,10 +4,11 @@ one GPU, with offload_bench's model, steps and measurements (offload_bench.run_c
 
 1. one offloading mix (blocks whose saved tensors are copied to pinned host memory) with and
    without fp8: the planner's fit when one of its fits copies a block, else a FORCED mix, labelled
-   so: the plain fit's first k checkpointed blocks offloaded, k the one the planner predicts
-   fastest with compression within the cap (or --forced-blocks), and the planner's fastest
-   forced mix without compression when it is another. Halving the copied bytes is what lets
-   the copies hide behind compute;
+   so: the plain fit's first k checkpointed blocks offloaded, k the fewest at which the planner
+   expects the uncompressed copies exposed and the compressed mix within the cap (or
+   --forced-blocks), and the planner's fastest forced mix without compression within the cap
+   when it is another (offload alone's best). Halving the copied bytes is what lets the copies
+   hide behind compute;
 2. the planner's `--fit --allow-lossy` mix (with --compress-activations) against its plain
    `--fit` mix.
 
@@ -41,6 +42,8 @@ FORCED_KS = (1, 2, 3, 4, 6, 8)
 # A forced mix fits when the planner's allocated peak is within this share of the cap (room for
 # the allocator's fragmentation: the cap bounds what it reserves).
 FIT_MARGIN = 0.97
+# A mix's copies count as exposed when the planner leaves this much of them unhidden a step.
+EXPOSED_S = 0.02
 
 
 def plan_mixes(shape, capacity, out_dir):
@@ -85,11 +88,15 @@ def mix_estimates(shape, capacity, out_dir, mixes):
 
 def choose_forced(base, cap, estimates_of):
     """The forced offloading mixes (the first k checkpointed blocks of `base` offloaded, k in
-    FORCED_KS): (k_c, its mix, k_p, its mix, {k: (compressed estimate, plain estimate)}), k_c
-    the one the planner predicts fastest with compression among those whose compressed
-    allocated peak it puts within FIT_MARGIN of `cap` (the smallest k when none), k_p the
-    fastest without compression among those whose plain peak fits (None when none).
-    `estimates_of(mixes)` is mix_estimates bound to the shape."""
+    FORCED_KS): (k_c, its mix, k_p, its mix, {k: (compressed estimate, plain estimate)}).
+
+    k_c is where the comparison is about: the smallest k at which the planner predicts the
+    uncompressed mix's copies exposed (EXPOSED_S of copy time the compute does not hide) while
+    the compressed mix fits (its allocated peak within FIT_MARGIN of `cap`); when no k is, the
+    one the planner predicts fastest with compression among those that fit (the smallest k
+    when none fits). k_p is the planner's fastest without compression among those whose plain
+    peak fits (None when none): offload alone's best forced mix. `estimates_of(mixes)` is
+    mix_estimates bound to the shape."""
     cands = {k: forced_mix(base, k) for k in FORCED_KS}
     cands = {k: m for k, m in cands.items() if m is not None}
     if not cands:
@@ -106,7 +113,9 @@ def choose_forced(base, cap, estimates_of):
         ks = [k for k in table if fits(table[k][side])]
         return min(ks, key=lambda k: table[k][side]["step_time_s"]) if ks else None
 
-    k_c, k_p = fastest(0), fastest(1)
+    bound = [k for k, (c, a) in table.items() if fits(c) and (a.get("exposed_copy_s") or 0) >= EXPOSED_S]
+    k_c = min(bound) if bound else fastest(0)
+    k_p = fastest(1)
     if k_c is None:
         k_c = min(cands)
     return k_c, cands[k_c], k_p, cands.get(k_p), table
@@ -281,22 +290,25 @@ def main():
                                             for kk, (c, a) in table.items()}}
         if mix:
             res["offloading_mix"] = ("FORCED, not the planner's: its %s fit's first %d checkpointed blocks offloaded "
-                                     "(%s; neither fit copies a block under this cap), k the planner's fastest with fp8 "
-                                     "within the cap" % ("plain" if plain else "lossy", k,
-                                                         offload_bench.offload_plan.letters(mix)))
+                                     "(%s; neither fit copies a block under this cap): the fewest blocks at which the "
+                                     "planner expects uncompressed copies exposed and the compressed mix within the "
+                                     "cap" % ("plain" if plain else "lossy", k, offload_bench.offload_plan.letters(mix)))
     if mix:
         est = estimates_of({"c": (mix, True), "p": (mix, False)})
         tag = "forced" if not off_src else off_src
         letters = offload_bench.offload_plan.letters(mix)
-        runs.append(("%s mix + fp8" % tag, "vramkit-act+compress", mix, plan_entry(est.get("c") or {}), True))
-        runs.append(("%s mix" % tag, "vramkit-act", mix, plan_entry(est.get("p") or {}), False))
-        pairs["same mix"] = (runs[-2][0], runs[-1][0], letters)
+        same = [("%s mix + fp8" % tag, "vramkit-act+compress", mix, plan_entry(est.get("c") or {}), True),
+                ("%s mix" % tag, "vramkit-act", mix, plan_entry(est.get("p") or {}), False)]
+        runs.append(same[0])
         if not off_src and plain_mix and plain_mix != mix:
-            # Without fp8 the planner's fastest forced mix within the cap is another one.
-            est = estimates_of({"p": (plain_mix, False)})
-            runs.append(("forced mix without fp8's pick", "vramkit-act", plain_mix, plan_entry(est.get("p") or {}),
+            # Without fp8 the planner's fastest forced mix within the cap is another one: offload
+            # alone's best, run before the same mix uncompressed (which may not fit the cap).
+            est_p = estimates_of({"p": (plain_mix, False)})
+            runs.append(("forced mix without fp8's pick", "vramkit-act", plain_mix, plan_entry(est_p.get("p") or {}),
                          False))
-            pairs["best forced"] = (runs[0][0], runs[-1][0], offload_bench.offload_plan.letters(plain_mix))
+            pairs["best forced"] = (same[0][0], runs[-1][0], offload_bench.offload_plan.letters(plain_mix))
+        runs.append(same[1])
+        pairs["same mix"] = (same[0][0], same[1][0], letters)
     fit_labels = []
     for label, name, f, comp in (("planner lossy fit", "vramkit-act+compress", lossy, True),
                                  ("planner plain fit", "vramkit-act", plain, False)):

@@ -130,25 +130,31 @@ class ForcedMix(unittest.TestCase):
         self.assertFalse(co.copies(base))
         self.assertTrue(co.copies(["keep", "selective-offload"]))
 
-    def test_the_planners_fastest_fitting_picks(self):
+    def test_the_planners_picks(self):
         base = self.BASE + ["checkpoint"] * 3
 
-        def estimates(mixes, plain_floor=0):
+        def estimates(mixes, plain_floor=0, exposed_from=3):
             # Faster with more blocks offloaded; within the cap's margin (0.97 x 20 = 19.4)
-            # compressed up to 4 blocks, uncompressed up to 3 (or never: plain_floor).
+            # compressed up to 4 blocks, uncompressed up to 3 (or never: plain_floor); the
+            # uncompressed copies exposed from `exposed_from` blocks on.
             out = {}
             for key, (mix, comp) in mixes.items():
                 k = mix.count("offload")
                 peak = (10 + 2 * k) if comp else max(plain_floor, 10 + 3 * k)
-                out[key] = {"allocated_peak_bytes": peak, "step_time_s": 1.0 - 0.1 * k}
+                out[key] = {"allocated_peak_bytes": peak, "step_time_s": 1.0 - 0.1 * k,
+                            "exposed_copy_s": 0.0 if comp or k < exposed_from else 0.05}
             return out
 
+        # The fewest blocks whose uncompressed copies are exposed, and offload alone's fastest.
         k, mix, kp, plain_mix, table = co.choose_forced(base, 20, estimates)
-        self.assertEqual((k, kp), (4, 3))
-        self.assertEqual((mix.count("offload"), plain_mix.count("offload")), (4, 3))
+        self.assertEqual((k, kp), (3, 3))
+        self.assertEqual((mix.count("offload"), plain_mix.count("offload")), (3, 3))
         self.assertEqual(sorted(table), [1, 2, 3, 4, 6])  # only ks the mix has room for
+        # Exposed only where the compressed mix no longer fits: the fastest that fits.
+        k, _, kp, _, _ = co.choose_forced(base, 20, lambda m: estimates(m, exposed_from=6))
+        self.assertEqual((k, kp), (4, 3))
         k, _, kp, plain_mix, _ = co.choose_forced(base, 20, lambda m: estimates(m, plain_floor=100))
-        self.assertEqual((k, kp, plain_mix), (4, None, None))  # none fits uncompressed
+        self.assertEqual((k, kp, plain_mix), (3, None, None))  # none fits uncompressed
         k, _, kp, _, _ = co.choose_forced(base, 5, estimates)  # nothing fits: the smallest
         self.assertEqual((k, kp), (1, None))
         self.assertEqual(co.choose_forced(["keep"], 5, estimates), (None, None, None, None, {}))
