@@ -68,8 +68,11 @@ run_part() {
   [ $rc -eq 124 ] && echo "$label: passed its hard stop ($((budget + margin)) s); $(basename "$md") holds what it measured"
   [ $rc -eq 0 ] || status=1
 }
+# COMPRESS_BENCH_ARGS: more options for the bench (e.g. "--variants --side-ctas-variant 32": more
+# configurations in the interleaved rounds; raise COMPRESS_BENCH_S with them).
+# shellcheck disable=SC2086
 run_part "compress bench" "$bench_md" "${COMPRESS_BENCH_S:-25}" 10 bench/offload/compress_bench.py \
-  --shape "${COMPRESS_SHAPE:-1b}" --out "$RESULTS_DIR/compress-bench.json"
+  --shape "${COMPRESS_SHAPE:-1b}" --out "$RESULTS_DIR/compress-bench.json" ${COMPRESS_BENCH_ARGS:-}
 run_part "compression accuracy" "$acc_md" "${COMPRESS_ACCURACY_S:-23}" 12 bench/offload/compress_accuracy.py \
   --steps "${COMPRESS_STEPS:-300}" --out "$RESULTS_DIR/compress-accuracy.json"
 # Offload with compression against offload alone under half the uncompressed run's peak
