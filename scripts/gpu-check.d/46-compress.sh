@@ -4,9 +4,9 @@
 # backend's bits; step time, saved bytes and peak allocated with each module selection against
 # bf16 in the same process, the planner's peak beside the measured one, and the speed verdict
 # from bf16 and compressed steps interleaved on one model; budget COMPRESS_BENCH_S, default
-# 25 s, hard stop 5 s later), then the loss curves of a small model with and without
+# 23 s: 6-8 rounds, hard stop 5 s later), then the loss curves of a small model with and without
 # compression against bf16's own run-to-run variation, and per-block gradient error
-# (bench/offload/compress_accuracy.py, COMPRESS_ACCURACY_S, default 23 s: in run M its eight
+# (bench/offload/compress_accuracy.py, COMPRESS_ACCURACY_S, default 25 s: in run M its eight
 # processes started in about 9 s and trained 140 steps in 5-7 s), then offload with compression
 # against offload alone under a cap: one offloading mix with and without fp8 (forced and
 # labelled so when the planner's fits copy nothing), offload alone's best forced mix, and the
@@ -71,9 +71,9 @@ run_part() {
 # COMPRESS_BENCH_ARGS: more options for the bench (e.g. "--variants --side-ctas-variant 32": more
 # configurations in the interleaved rounds; raise COMPRESS_BENCH_S with them).
 # shellcheck disable=SC2086
-run_part "compress bench" "$bench_md" "${COMPRESS_BENCH_S:-25}" 10 bench/offload/compress_bench.py \
+run_part "compress bench" "$bench_md" "${COMPRESS_BENCH_S:-23}" 10 bench/offload/compress_bench.py \
   --shape "${COMPRESS_SHAPE:-1b}" --out "$RESULTS_DIR/compress-bench.json" ${COMPRESS_BENCH_ARGS:-}
-run_part "compression accuracy" "$acc_md" "${COMPRESS_ACCURACY_S:-23}" 12 bench/offload/compress_accuracy.py \
+run_part "compression accuracy" "$acc_md" "${COMPRESS_ACCURACY_S:-25}" 12 bench/offload/compress_accuracy.py \
   --steps "${COMPRESS_STEPS:-300}" --out "$RESULTS_DIR/compress-accuracy.json"
 # Offload with compression against offload alone under half the uncompressed run's peak
 # reserved (the bench's bf16 run): what is left of the stage (bench/offload/compress_offload.py).
