@@ -10,13 +10,22 @@ selection of vramkit.compress_activations.
    hidden width), encode and decode time (CUDA events, median of 10) and bandwidth (bytes read +
    written / time) against torch's copy_ of the input (cudaMemcpy device to device) in the same
    run; every round trip checked against fp8 e4m3's stated bound and the payload checked bit for
-   bit against the torch backend (torch's float8 operations, the same arithmetic).
+   bit against the torch backend (torch's float8 operations, the same arithmetic); the gated
+   MLP's restore in one kernel (fp8_codec.decode_swiglu) against two decodes and torch's silu
+   and mul into the same outputs, with the elements where the two differ.
 2. Steps: per configuration, the median step time (CUDA events; forward, backward, optimizer),
    the bytes the graph holds at the end of the forward (memory_allocated after minus before:
    the saved activations), the peak allocated, and, in one extra step with events around every
    encode and decode, the kernels' time per step; `vramkit plan` gives its allocated peak for
    the same configuration. "hooks" runs the selection hooks with nothing compressed (their
    Python cost).
+3. Interleaved: bf16 steps and steps of the headline selection (INTERLEAVED, and with
+   --variants those of INTERLEAVED_ALSO beside it) alternate on one model and optimizer, in rounds whose order
+   flips every other round (A B B A A B ...), so that a drift of the device (clocks,
+   temperature, the allocator's cache) falls on all alike; the speed verdict is the ratio of the
+   two medians over --pairs rounds, with the median of the per-round ratios and the bf16 steps'
+   spread beside it (one run's few steps per configuration spread 0.417-0.433 s, as wide as the
+   bar's margin).
 
 The JSON and the summary are rewritten after every configuration, so a run cut short keeps what
 it measured; configurations that do not fit the time left (--budget-s) are reported as skipped.
@@ -39,9 +48,18 @@ GiB = 1 << 30
 # compression. In the order they run: what a budget cut short drops is the last.
 RECOMPUTE = {"norm_inputs": "exact", "recompute": True}
 CONFIGS = (("bf16", None, {}), ("fp8 mlp,attn,norm, recompute", ("mlp", "attn", "norm"), RECOMPUTE),
-           ("fp8 mlp,attn", ("mlp", "attn"), {}), ("fp8 mlp,attn,norm", ("mlp", "attn", "norm"), {}),
-           ("hooks", ("mlp", "attn"), {}), ("fp8 mlp,attn, recompute", ("mlp", "attn"), {"recompute": True}),
-           ("fp8 mlp", ("mlp",), {}))
+           ("hooks", ("mlp", "attn"), {}), ("fp8 mlp,attn", ("mlp", "attn"), {}),
+           ("fp8 mlp,attn,norm", ("mlp", "attn", "norm"), {}),
+           ("fp8 mlp,attn, recompute", ("mlp", "attn"), {"recompute": True}), ("fp8 mlp", ("mlp",), {}))
+# The selection the interleaved steps time against bf16 (the speed verdict's).
+INTERLEAVED = "fp8 mlp,attn,norm, recompute"
+# Timed in the same rounds beside it with --variants (not judged): the same selection with the gated MLP's
+# restore as two decodes and torch's silu and mul (run L's kernels).
+# restore as two decodes and torch's silu and mul (run L's kernels), and with autocast's casts of
+# the norms' outputs (q/k/v's, gate/up's inputs) kept as one bf16 copy each instead of fp8.
+INTERLEAVED_ALSO = (("fp8 mlp,attn,norm, recompute, separate kernels", ("mlp", "attn", "norm"),
+                     dict(RECOMPUTE, fuse_swiglu=False)),
+                    ("fp8 mlp,attn,norm, recompute, casts kept", ("mlp", "attn", "norm"), dict(RECOMPUTE, casts="kept")))
 STEP_TARGET = 1.05
 SAVED_TARGET = 0.55
 PEAK_TOLERANCE = 0.05
@@ -127,13 +145,48 @@ def kernel_bench(shape, deadline):
         out.append(r)
         x = q = s = back = copy = None  # freed before the next kind's tensors
         torch.cuda.empty_cache()
-    return {"kinds": out}
+    res = {"kinds": out}
+    if time.time() < deadline:
+        res["swiglu"] = swiglu_bench(rows * shape["ffn"], g)
+    return res
+
+
+def swiglu_bench(n, g):
+    """The gated MLP's restore (gate, up, silu(gate), product from two fp8 copies of n bf16
+    elements): the fused kernel against two decodes and torch's silu and mul into the same
+    outputs, times (median of 10) and the elements where the two differ."""
+    import torch
+    from vramkit import fp8_codec
+
+    gate = (torch.randn(n, device="cuda", generator=g) * 2).to(torch.bfloat16)
+    up = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
+    qg, qu = fp8_codec.encode(gate, "e4m3", "cuda"), fp8_codec.encode(up, "e4m3", "cuda")
+    del gate, up
+    fused = tuple(torch.empty(n, dtype=torch.bfloat16, device="cuda") for _ in range(4))
+    apart = tuple(torch.empty_like(t) for t in fused)
+
+    def separate():
+        fp8_codec.decode(*qg, n, "e4m3", torch.bfloat16, "cuda", out=apart[0])
+        fp8_codec.decode(*qu, n, "e4m3", torch.bfloat16, "cuda", out=apart[1])
+        torch.ops.aten.silu.out(apart[0], out=apart[2])
+        torch.mul(apart[2], apart[1], out=apart[3])
+
+    t_f = _median_time(lambda: fp8_codec.decode_swiglu(qg, qu, n, "e4m3", torch.bfloat16, "cuda", out=fused))
+    t_s = _median_time(separate)
+    torch.cuda.synchronize()
+    moved = 2 * (fp8_codec.payload_bytes(n) + 4 * fp8_codec.scale_count(n)) + 4 * 2 * n
+    out = {"elements": n, "fused_s": t_f, "separate_s": t_s, "fused_gbps": moved / t_f / 1e9,
+           "differing": [int((a != b).sum()) for a, b in zip(fused, apart)]}
+    fused = apart = qg = qu = None  # freed
+    torch.cuda.empty_cache()
+    return out
 
 
 # --------------------------------------------------------------------------------------------
 # Training steps.
 class KernelClock:
-    """Events around every fp8_codec.encode/decode while installed (on the stream each runs on)."""
+    """Events around every fp8_codec.encode, decode and decode_swiglu (a decode) while installed (on the
+    stream each runs on)."""
 
     def __init__(self):
         from vramkit import fp8_codec
@@ -157,10 +210,13 @@ class KernelClock:
 
         return timed
 
+    # The codec's functions timed, and the kind each counts as.
+    TIMED = {"encode": "encode", "decode": "decode", "decode_swiglu": "decode"}
+
     def __enter__(self):
-        for kind in self.events:
-            self.orig[kind] = getattr(self.codec, kind)
-            setattr(self.codec, kind, self._wrap(kind, self.orig[kind]))
+        for fn, kind in self.TIMED.items():
+            self.orig[fn] = getattr(self.codec, fn)
+            setattr(self.codec, fn, self._wrap(kind, self.orig[fn]))
         return self
 
     def __exit__(self, *e):
@@ -263,6 +319,97 @@ def run_config(w, name, modules, options, warmup, timed):
     return out
 
 
+def interleave_order(rounds, kinds=2):
+    """The configuration of each timed step: `rounds` rounds of every kind (0 = bf16, 1 = the
+    verdict's selection, then the others), forward in even rounds and backward in odd ones
+    (A B B A A B ... for two kinds), so that each round's steps and the whole run's drift fall
+    on all alike."""
+    out = []
+    for k in range(rounds):
+        r = list(range(kinds))
+        out.extend(r if k % 2 == 0 else r[::-1])
+    return out
+
+
+def interleaved_stats(bf16, comp):
+    """The verdict's figures from the timed steps of each kind, in run order (round k: bf16[k],
+    comp[k]): the medians and their ratio, the median of the per-round ratios, and the spread of
+    each (min, max, and the quartiles of the per-round ratios)."""
+    ratios = sorted(c / b for b, c in zip(bf16, comp))
+    q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
+    mb, mc = statistics.median(bf16), statistics.median(comp)
+    return {"pairs": len(ratios), "bf16_s": {"median": mb, "min": min(bf16), "max": max(bf16)},
+            "compressed_s": {"median": mc, "min": min(comp), "max": max(comp)},
+            "ratio_of_medians": mc / mb, "median_pair_ratio": statistics.median(ratios),
+            "pair_ratio_quartiles": [q[0], q[2]]}
+
+
+def run_interleaved(w, variants, warmup, rounds, deadline):
+    """bf16 steps and steps of each of `variants` ((name, modules, options), the verdict's first)
+    in rounds (interleave_order) on one model and optimizer: each step's time (CUDA events
+    around forward, backward and the optimizer), `warmup` untimed rounds first. Stops early at
+    `deadline` (with at least 2 rounds measured). The first variant's figures are the result's
+    own (interleaved_stats), every variant's under "variants"."""
+    import torch
+    from offload_bench import init_weights, make_tokens
+
+    model, loss_fn, blocks, shape = w["model"], w["loss_fn"], w["blocks"], w["shape"]
+    init_weights(model)
+    model.zero_grad(set_to_none=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+    comps = [None] + [make_compressor(blocks, n, m, o) for n, m, o in variants]
+    kinds = len(comps)
+    order = list(range(kinds)) * warmup + interleave_order(rounds, kinds)
+    tokens = make_tokens(shape, len(order), "cuda")
+    torch.cuda.synchronize()
+    times = [[] for _ in comps]
+    graph = [None] * kinds  # bytes the graph holds after each kind's first forward
+    per_step = None
+    for step, (kind, x) in enumerate(zip(order, tokens)):
+        timed = step >= kinds * warmup
+        if timed and per_step and len(times[1]) >= 2 and len(set(map(len, times))) == 1 \
+                and time.time() + (kinds + 0.2) * per_step > deadline:
+            break  # a whole round no longer fits
+        t0 = time.time()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        before = torch.cuda.memory_allocated()
+        a.record()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            if comps[kind] is not None:
+                with comps[kind]:
+                    loss = loss_fn(model, x)
+            else:
+                loss = loss_fn(model, x)
+        if graph[kind] is None:
+            graph[kind] = torch.cuda.memory_allocated() - before
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        b.record()
+        b.synchronize()
+        del loss
+        if timed:
+            times[kind].append(a.elapsed_time(b) / 1e3)
+        per_step = time.time() - t0 if per_step is None else max(per_step, time.time() - t0)
+    n = min(map(len, times))
+    out = {"config": variants[0][0], "against": "bf16", "warmup_rounds": warmup, "rounds_asked": rounds,
+           "order": "rounds of bf16 | %s, every other round reversed" % " | ".join(v[0] for v in variants),
+           "bf16_steps_s": times[0][:n], "variants": {}}
+    out["bf16_graph_bytes"] = graph[0]
+    for (name, _, options), t, gb in zip(variants, times[1:], graph[1:]):
+        v = {"options": options, "steps_s": t[:n], "graph_bytes": gb}
+        if n:
+            v.update(interleaved_stats(times[0][:n], t[:n]))
+        out["variants"][name] = v
+    if n:
+        out.update(interleaved_stats(times[0][:n], times[1][:n]))
+    del opt, comps, tokens
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Planner.
 def planner_peaks(shape, out_dir):
@@ -319,6 +466,14 @@ def summarize(res):
                 r["kind"], r["input_bytes"] / (1 << 20), r["encode_gbps"], r["decode_gbps"], r["copy_gbps"],
                 r["encode_vs_copy"], r["decode_vs_copy"], r["bound_violations"], r.get("equals_torch_backend", "-")))
         lines.append("(bytes read + written / time; copy: torch copy_ of the input, read + written)")
+        sw = k.get("swiglu")
+        if sw:
+            lines.append("")
+            lines.append("gated MLP restore (%.0f M bf16 elements each of gate, up, silu(gate), product from two fp8 "
+                         "copies): one kernel %.2f ms (%.0f GB/s read + written) against two decodes and torch's silu "
+                         "and mul %.2f ms (%.2fx); elements differing (gate, up, silu, product): %s" % (
+                             sw["elements"] / 1e6, 1e3 * sw["fused_s"], sw["fused_gbps"], 1e3 * sw["separate_s"],
+                             sw["fused_s"] / sw["separate_s"], ", ".join(map(str, sw["differing"]))))
     lines.append("")
     runs = {r["config"]: r for r in res.get("configs", []) if "step_s" in r}
     ref = runs.get("bf16")
@@ -349,8 +504,13 @@ def summarize(res):
             ratio = r["step_s"]["median"] / ref["step_s"]["median"]
             extra = r["step_s"]["median"] - ref["step_s"]["median"]
             ks = r.get("kernel_s")
-            parts = ["- %s: step %.3fx bf16's (target <= %.2fx: %s), +%.1f ms (forward %+.1f, backward %+.1f)" % (
-                name, ratio, STEP_TARGET, "met" if ratio <= STEP_TARGET else "NOT met", 1e3 * extra,
+            il = res.get("interleaved") or {}
+            if il.get("config") == name and "ratio_of_medians" in il:
+                verdict = "separate runs; the verdict is the interleaved steps' below"
+            else:
+                verdict = "target <= %.2fx: %s" % (STEP_TARGET, "met" if ratio <= STEP_TARGET else "NOT met")
+            parts = ["- %s: step %.3fx bf16's (%s), +%.1f ms (forward %+.1f, backward %+.1f)" % (
+                name, ratio, verdict, 1e3 * extra,
                 1e3 * (r["forward_s"] - ref["forward_s"]), 1e3 * (r["backward_s"] - ref["backward_s"]))]
             if ks:
                 parts.append("encode kernels %.1f ms, decode kernels %.1f ms (events; decodes ahead run on a side "
@@ -369,10 +529,38 @@ def summarize(res):
                 parts.append("%d tensors compressed a step (%d of them recomputed), %d casts sharing a copy" % (
                     ps.get("compressed", 0), ps.get("recomputed", 0), ps.get("cast_shared", 0)))
             lines.append(", ".join(parts))
+    il = res.get("interleaved")
+    if il:
+        lines.append("")
+        lines.append(interleaved_line(il))
     if "error" in plans:
         lines.append("planner: %s" % plans["error"])
     lines.append("bench wall time %.1f s (budget %.0f s)" % (res.get("wall_s", 0), res.get("budget_s", 0)))
     return "\n".join(lines) + "\n"
+
+
+def interleaved_line(il):
+    """The speed verdict's lines for the interleaved steps (or why they are missing)."""
+    if "ratio_of_medians" not in il:
+        return "- interleaved bf16 / %s steps: %s" % (il.get("config"), il.get("skipped") or il.get("error") or "none measured")
+    r = il["ratio_of_medians"]
+    lines = ["- **interleaved** (%d rounds, %s; one model and optimizer): %s step %.4f s median against bf16's "
+             "%.4f s (bf16 %.4f-%.4f): **%.3fx** (target <= %.2fx: %s; aim <= 1.03x: %s), median of the per-round "
+             "ratios %.3fx (quartiles %.3f-%.3f)" % (
+                 il["pairs"], il.get("order", "A B B A"), il["config"], il["compressed_s"]["median"],
+                 il["bf16_s"]["median"], il["bf16_s"]["min"], il["bf16_s"]["max"], r, STEP_TARGET,
+                 "met" if r <= STEP_TARGET else "NOT met", "yes" if r <= 1.03 else "no", il["median_pair_ratio"],
+                 il["pair_ratio_quartiles"][0], il["pair_ratio_quartiles"][1])]
+    for name, v in (il.get("variants") or {}).items():
+        if name == il["config"] or "ratio_of_medians" not in v:
+            continue
+        saved = ""
+        if v.get("graph_bytes") and il.get("bf16_graph_bytes"):
+            saved = ", saved bytes %.1f%% of bf16's (first step)" % (100 * v["graph_bytes"] / il["bf16_graph_bytes"])
+        lines.append("- interleaved, same rounds, not judged: %s step %.4f s median: %.3fx bf16's (per-round "
+                     "quartiles %.3f-%.3f)%s" % (name, v["compressed_s"]["median"], v["ratio_of_medians"],
+                                                v["pair_ratio_quartiles"][0], v["pair_ratio_quartiles"][1], saved))
+    return "\n".join(lines)
 
 
 def bench_parser(doc, out, warmup, timed, budget_s):
@@ -414,10 +602,19 @@ def writer(res, args, t0, summarize_fn):
 
 
 def main():
-    ap = bench_parser(__doc__, "compress-bench.json", 2, 4, 40.0)
+    ap = bench_parser(__doc__, "compress-bench.json", 1, 3, 40.0)
     ap.add_argument("--model", default="auto", choices=("auto", "hf", "builtin"))
+    ap.add_argument("--pairs", type=int, default=8,
+                    help="interleaved rounds of bf16 and %s steps (0: none; fewer when the budget ends)" % INTERLEAVED)
+    ap.add_argument("--side-ctas-variant", type=int, default=0, metavar="K",
+                    help="K > 0: the interleaved rounds also time %s with side_ctas=K" % INTERLEAVED)
+    ap.add_argument("--variants", action="store_true",
+                    help="the interleaved rounds also time %s (run M: 1.040x and 1.032x against the "
+                    "verdict's 1.032x)" % ", ".join(v[0] for v in INTERLEAVED_ALSO))
     t0 = time.time()
     args = parse_bench_args(ap)
+    if args.pairs < 0 or args.side_ctas_variant < 0:
+        ap.error("--pairs and --side-ctas-variant must be >= 0")
     import offload_bench
     import torch
 
@@ -462,9 +659,24 @@ def main():
             per_step = r["wall_s"] / steps
         res["configs"].append(r)
         save()
+        if name == INTERLEAVED and "step_s" in r and args.pairs > 0:
+            # The speed verdict's steps; what is left afterwards goes to the other selections.
+            if time.time() + per_step * 6 * 1.15 > deadline:
+                res["interleaved"] = {"config": name, "skipped": "time budget spent (%.0f s left)" % (deadline - time.time())}
+            else:
+                try:
+                    variants = [(name, modules, options)] + [v for v in INTERLEAVED_ALSO if args.variants]
+                    if args.side_ctas_variant:
+                        variants.append(("%s, side_ctas=%d" % (name, args.side_ctas_variant), modules,
+                                         dict(options, side_ctas=args.side_ctas_variant)))
+                    res["interleaved"] = run_interleaved(w, variants, 1, args.pairs, deadline)
+                except Exception as e:  # noqa: BLE001 - recorded
+                    res["interleaved"] = {"config": name, "error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "")}
+                    torch.cuda.empty_cache()
+            save()
     save()
     print(summarize(res))
-    ok = all("step_s" in r or "skipped" in r for r in res["configs"])
+    ok = all("step_s" in r or "skipped" in r for r in res["configs"]) and "error" not in (res.get("interleaved") or {})
     kern = (res.get("kernels") or {}).get("kinds") or []
     ok = ok and all(r.get("bound_violations", 0) == 0 and r.get("equals_torch_backend", True) for r in kern)
     return 0 if ok else 1

@@ -1,7 +1,9 @@
-"""CPU tests of what compress_bench.py and compress_accuracy.py judge by: the round trip's bound
-(an element outside it is counted, one inside is not), the accuracy verdict against bf16's own
-reruns (a curve that differs more than they do is outside, one that differs less is within, the
-window statistic keeps per-step noise out), and the summaries of cut-short runs."""
+"""CPU tests of what compress_bench.py, compress_accuracy.py and compress_offload.py judge by: the
+round trip's bound (an element outside it is counted, one inside is not), the accuracy verdict
+against bf16's own reruns (a curve that differs more than they do is outside, one that differs
+less is within, the window statistic keeps per-step noise out), the interleaved steps' order and
+speed verdict, the forced offloading mix and the planner's pick of it, and the summaries of
+cut-short runs."""
 
 import os
 import sys
@@ -91,32 +93,112 @@ class Summaries(unittest.TestCase):
         self.assertIn("planner: no CLI", text)
 
 
+class Interleaved(unittest.TestCase):
+    def test_order_flips_every_other_round(self):
+        self.assertEqual(cb.interleave_order(4), [0, 1, 1, 0, 0, 1, 1, 0])
+        self.assertEqual(cb.interleave_order(2, 3), [0, 1, 2, 2, 1, 0])
+
+    def test_ratio_of_medians_and_per_round_spread(self):
+        st = cb.interleaved_stats([0.42, 0.43, 0.41, 0.60], [0.43, 0.44, 0.42, 0.44])
+        self.assertAlmostEqual(st["ratio_of_medians"], 0.435 / 0.425)
+        self.assertEqual(st["pairs"], 4)
+        # The slow bf16 step (0.60) moves neither median much, the per-round ratio spread shows it.
+        self.assertLess(st["pair_ratio_quartiles"][0], 1.0)
+        self.assertAlmostEqual(st["bf16_s"]["max"], 0.60)
+
+    def test_verdict_line(self):
+        st = cb.interleaved_stats([0.42] * 4, [0.4284] * 4)
+        line = cb.interleaved_line(dict(st, config=cb.INTERLEAVED, variants={
+            cb.INTERLEAVED: st, "other": cb.interleaved_stats([0.42] * 4, [0.45] * 4)}))
+        self.assertIn("**1.020x** (target <= 1.05x: met; aim <= 1.03x: yes)", line)
+        self.assertIn("not judged: other step 0.4500 s median: 1.071x", line)
+        st = cb.interleaved_stats([0.42] * 4, [0.45] * 4)
+        self.assertIn("NOT met", cb.interleaved_line(dict(st, config=cb.INTERLEAVED)))
+        self.assertIn("time budget spent", cb.interleaved_line({"config": "x", "skipped": "time budget spent"}))
+
+
+class ForcedMix(unittest.TestCase):
+    BASE = ["keep", "checkpoint", "selective", "checkpoint", "checkpoint"]
+
+    def test_first_checkpointed_blocks_offloaded(self):
+        self.assertEqual(co.forced_mix(self.BASE, 2), ["keep", "offload", "selective", "offload", "checkpoint"])
+        self.assertIsNone(co.forced_mix(self.BASE, 4))
+        # A checkpointed block with its input on the host is one too; copying only that input
+        # is not an offloading mix (compression does not shrink it).
+        base = ["checkpoint-offload", "keep", "checkpoint"]
+        self.assertEqual(co.forced_mix(base, 2), ["offload", "keep", "offload"])
+        self.assertFalse(co.copies(base))
+        self.assertTrue(co.copies(["keep", "selective-offload"]))
+
+    def test_the_planners_picks(self):
+        base = self.BASE + ["checkpoint"] * 3
+
+        def estimates(mixes, plain_floor=0, exposed_from=3):
+            # Faster with more blocks offloaded; within the cap's margin (0.97 x 20 = 19.4)
+            # compressed up to 4 blocks, uncompressed up to 3 (or never: plain_floor); the
+            # uncompressed copies exposed from `exposed_from` blocks on.
+            out = {}
+            for key, (mix, comp) in mixes.items():
+                k = mix.count("offload")
+                peak = (10 + 2 * k) if comp else max(plain_floor, 10 + 3 * k)
+                out[key] = {"allocated_peak_bytes": peak, "step_time_s": 1.0 - 0.1 * k,
+                            "exposed_copy_s": 0.0 if comp or k < exposed_from else 0.05}
+            return out
+
+        # The fewest blocks whose uncompressed copies are exposed, and offload alone's fastest.
+        k, mix, kp, plain_mix, table = co.choose_forced(base, 20, estimates)
+        self.assertEqual((k, kp), (3, 3))
+        self.assertEqual((mix.count("offload"), plain_mix.count("offload")), (3, 3))
+        self.assertEqual(sorted(table), [1, 2, 3, 4, 6])  # only ks the mix has room for
+        # Exposed only where the compressed mix no longer fits: the fastest that fits.
+        k, _, kp, _, _ = co.choose_forced(base, 20, lambda m: estimates(m, exposed_from=6))
+        self.assertEqual((k, kp), (4, 3))
+        k, _, kp, plain_mix, _ = co.choose_forced(base, 20, lambda m: estimates(m, plain_floor=100))
+        self.assertEqual((k, kp, plain_mix), (3, None, None))  # none fits uncompressed
+        k, _, kp, _, _ = co.choose_forced(base, 5, estimates)  # nothing fits: the smallest
+        self.assertEqual((k, kp), (1, None))
+        self.assertEqual(co.choose_forced(["keep"], 5, estimates), (None, None, None, None, {}))
+
+
 class OffloadSummary(unittest.TestCase):
-    def run_of(self, name, step, mix="ococ", ok=True):
-        r = {"config": name, "ok": ok, "mix": [{"o": "offload", "c": "checkpoint"}[c] for c in mix],
+    def run_of(self, label, step, mix="ococ", ok=True, compressed=False, name=None):
+        r = {"config": name or ("vramkit-act+compress" if compressed else "vramkit-act"), "label": label, "ok": ok,
+             "compressed": compressed, "mix": [{"o": "offload", "c": "checkpoint"}[c] for c in mix],
              "peak_allocated_bytes": 30 << 30, "peak_reserved_bytes": 32 << 30,
              "plan": {"allocated_peak_bytes": 29 << 30, "step_time_s": 0.5}}
         if ok:
-            r.update({"step_time_s": {"median": step, "n": 2}, "losses": [10.0, 9.0]})
+            r.update({"step_time_s": {"median": step, "n": 2}, "losses": [10.0, 9.0],
+                      "copy_bytes": {"d2h": 3 << 30, "h2d": 3 << 30}})
         else:
             r.update({"error": "out of memory", "failed_at": {"step": 1, "phase": "backward"}})
         return r
 
-    def test_ratio_and_verdict(self):
-        res = {"cap_bytes": 33 << 30, "cap_fraction": 0.5, "planner_capacity_bytes": 34 << 30,
-               "outside_bytes": 1 << 30, "budget_s": 22, "wall_s": 10,
-               "configs": [self.run_of("vramkit-act", 0.5), self.run_of("vramkit-act+compress", 0.45)]}
+    def res(self, *runs, pairs=None):
+        return {"cap_bytes": 33 << 30, "cap_fraction": 0.5, "planner_capacity_bytes": 34 << 30,
+                "outside_bytes": 1 << 30, "budget_s": 22, "wall_s": 10, "configs": list(runs),
+                "offloading_mix": "FORCED, not the planner's: ...",
+                "pairs": pairs or {"same mix": ["forced mix + fp8", "forced mix", "ococ"],
+                                   "fits": ["planner lossy fit", "planner plain fit"]}}
+
+    def test_ratios_and_verdicts(self):
+        res = self.res(self.run_of("forced mix + fp8", 0.45, compressed=True), self.run_of("forced mix", 0.5),
+                       self.run_of("planner lossy fit", 0.52, "cccc", compressed=True),
+                       self.run_of("planner plain fit", 0.5, "cccc"))
         text = co.summarize(res)
-        self.assertIn("0.900x (target < 1: met)", text)
-        self.assertIn("| vramkit-act | ococ | 0.500 (2) | 30.00 | 29.00 | -3.3% |", text)
-        res["configs"][1] = self.run_of("vramkit-act+compress", 0.55)
-        self.assertIn("1.100x (target < 1: NOT met)", co.summarize(res))
+        self.assertIn("the offloading mix (ococ) with fp8 / without, under the cap: 0.900x (target < 1: met)", text)
+        self.assertIn("lossy fit / its plain fit, under the cap: 1.040x (target < 1: NOT met)", text)
+        self.assertIn("| forced mix | ococ | 0.500 (2) | 30.00 | 29.00 | -3.3% | 32.00 | 3.00+3.00 |", text)
+        self.assertIn("planner peak for forced mix + fp8: -3.3% (target within 5%: met)", text)
+        self.assertIn("the offloading mix with fp8 / the planner's plain fit (offload alone's best choice), under the "
+                      "cap: 0.900x (target < 1: met)", text)
+        self.assertNotIn("planner peak for forced mix:", text)  # only the compressed ones are judged
+        self.assertIn("FORCED, not the planner's", text)
 
     def test_failed_configuration_is_reported(self):
-        res = {"configs": [self.run_of("vramkit-act", 0.5), self.run_of("vramkit-act+compress", 0, ok=False)]}
+        res = self.res(self.run_of("forced mix + fp8", 0, ok=False, compressed=True), self.run_of("forced mix", 0.5))
         text = co.summarize(res)
         self.assertIn("out of memory (at step 1, backward)", text)
-        self.assertIn("not measured (a configuration did not run)", text)
+        self.assertIn("with fp8 / without, under the cap: not measured", text)
         self.assertIn("not measured: no cap", co.summarize({"error": "no cap", "configs": []}))
 
 

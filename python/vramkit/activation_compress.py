@@ -114,6 +114,8 @@ class Packed:
     def nbytes(self):
         if self.fmt == "recipe":
             return 0
+        if self.fmt == "kept":
+            return self.numel * self.q.element_size()
         if self.fmt == "bf16":
             return 2 * self.numel
         return fp8_codec.payload_bytes(self.numel) + 4 * fp8_codec.scale_count(self.numel)
@@ -161,6 +163,8 @@ def unpack_tensor(p, q=None, scale=None):
     scale = p.scale if scale is None else scale
     if p.fmt == "bf16":  # a norm's fp32 input kept as bf16
         return q.to(p.dtype).view(p.shape)
+    if p.fmt == "kept":  # a cast kept as it is (casts="kept")
+        return q.view(p.shape)
     if p.fmt == "recipe":  # recomputed from the tensors saved beside it (p.backend: the op)
         args = [restore(f) if isinstance(f, PackedView) else f for f in q]
         return _RECIPE_OPS[p.backend](*args).view(p.shape)
@@ -195,6 +199,14 @@ def restore(view, q=None, scale=None):
     if view.shape is None:
         return base
     return base.as_strided(view.shape, view.stride, view.offset)
+
+
+def _contiguous_strides(shape):
+    out, step = [], 1
+    for n in reversed(tuple(shape)):
+        out.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(out))
 
 
 def _find_blocks(model):
@@ -233,11 +245,24 @@ class compress_activations:
       i-1 .. i-d are decoded (on a side stream for CUDA tensors), so their decode overlaps
       block i's backward; those decoded tensors occupy the device from then until their use.
       0 decodes each tensor when backward asks for it.
+    - `fuse_swiglu=True` (with recompute and decode_ahead): a gated MLP's saved tensors (gate and
+      up stored as fp8, silu(gate) and silu(gate) * up recomputed) are restored ahead together;
+      with the CUDA kernels by one kernel that decodes gate and up and computes the other two
+      from them (the values of torch's silu and mul on the decoded tensors, up to expf's last
+      bit), instead of two decodes and two torch kernels: the decoded gate and up are not read
+      back. False keeps the separate kernels.
+    - `side_ctas` (default 0: as many as fill the GPU once): at most this many thread blocks for
+      each decode ahead on the side stream, to leave the SMs to backward's kernels beside it.
+    - `casts` ("fp8", default, or "kept"; standalone use): an nn.Linear input inside the attn
+      and mlp scopes that is autocast's cast of a tensor (q/k/v's and gate/up's casts of the
+      norm's output) is stored as fp8, one copy shared by the casts of one source; "kept" keeps
+      that one copy as it is (no encode or decode, twice the bytes of fp8), still shared, so the
+      other casts' memory is freed (stats()["casts_kept"]).
     """
 
     def __init__(self, model=None, *, blocks=None, modules=("mlp", "attn"), fmt="e4m3", keep_ends=False,
                  min_bytes=1 << 16, compile=False, backend="auto", side_stream=False, decode_ahead=1,
-                 norm_inputs="bf16", recompute=False):
+                 norm_inputs="bf16", recompute=False, fuse_swiglu=True, side_ctas=0, casts="fp8"):
         if fmt not in FORMATS:
             raise ValueError("compress_activations: fmt=%r: use e4m3 or e5m2" % (fmt,))
         if norm_inputs not in NORM_INPUTS:
@@ -250,8 +275,10 @@ class compress_activations:
         for m in modules:
             if m not in MODULES:
                 raise ValueError("compress_activations: module %r is not one of %s" % (m, ", ".join(MODULES)))
-        if int(min_bytes) < 0 or int(decode_ahead) < 0:
-            raise ValueError("compress_activations: min_bytes and decode_ahead must be >= 0")
+        if casts not in ("fp8", "kept"):
+            raise ValueError("compress_activations: casts=%r: use fp8 or kept" % (casts,))
+        if int(min_bytes) < 0 or int(decode_ahead) < 0 or int(side_ctas) < 0:
+            raise ValueError("compress_activations: min_bytes, decode_ahead and side_ctas must be >= 0")
         if backend not in BACKENDS:
             raise ValueError("compress_activations: backend=%r: use %s" % (backend, ", ".join(BACKENDS)))
         if backend == "cuda" and not fp8_codec.cuda_kernels_available():
@@ -279,6 +306,9 @@ class compress_activations:
         self.backend = backend
         self.side_stream = bool(side_stream)
         self.decode_ahead = int(decode_ahead)
+        self.fuse_swiglu = bool(fuse_swiglu)
+        self.side_ctas = int(side_ctas)
+        self.casts = casts
         self._block = []  # the blocks being run (innermost last)
         self._inputs = []  # the scopes' inputs, beside _kinds
         self._by_block = {}  # this forward's block index -> [weakref(Packed)]
@@ -336,7 +366,7 @@ class compress_activations:
     def reset_stats(self):
         self._stats = {"compressed": 0, "input_bytes": 0, "stored_bytes": 0, "skipped": 0, "decoded_ahead": 0,
                        "deduplicated": 0, "aliased": 0, "aliased_bytes": 0, "cast_shared": 0, "cast_shared_bytes": 0,
-                       "norm_inputs_bf16": 0, "recomputed": 0, "recomputed_bytes": 0,
+                       "norm_inputs_bf16": 0, "recomputed": 0, "recomputed_bytes": 0, "swiglu_fused": 0, "casts_kept": 0,
                        "by_module": {k: {"compressed": 0, "input_bytes": 0, "stored_bytes": 0} for k in MODULES}}
 
     def stats(self):
@@ -395,10 +425,17 @@ class compress_activations:
     def _decode_blocks(self, by_block, i):
         """The backward of block i begins: decodes the tensors of blocks i-1 .. i-decode_ahead."""
         for j in range(i - 1, max(-1, i - 1 - self.decode_ahead), -1):
-            for ref in by_block.pop(j, ()):
+            refs = by_block.pop(j, ())
+            if self.fuse_swiglu:
+                for ref in refs:
+                    p = ref()
+                    if p is not None and p.fmt == "recipe" and p.ahead is None and p.decoded is None:
+                        self._swiglu_ahead(p)
+            for ref in refs:
                 p = ref()
-                if p is None or p.ahead is not None or p.decoded is not None or p.record is not None:
-                    continue  # freed, restored already, or its payload is offloaded (the engine's)
+                if p is None or p.ahead is not None or p.decoded is not None or p.record is not None \
+                        or p.fmt == "kept":
+                    continue  # freed, restored already, its payload offloaded (the engine's), or kept
                 if p.fmt == "recipe" and isinstance(p.q, tuple):
                     p.ahead = self._recompute_now(p)
                 elif isinstance(p.q, torch.Tensor):
@@ -406,6 +443,69 @@ class compress_activations:
                 else:
                     continue  # its payload moved (offload record)
                 self._stats["decoded_ahead"] += 1
+
+    @staticmethod
+    def _whole_fp8(f):
+        """The Packed behind the recipe factor `f` when it is a whole fp8 copy held here (not
+        offloaded), not restored or decoded ahead yet (else None)."""
+        if not isinstance(f, PackedView):
+            return None
+        p = f.packed
+        if f.shape is not None and (tuple(f.shape) != tuple(p.shape) or f.offset != 0
+                                    or tuple(f.stride) != _contiguous_strides(p.shape)):
+            return None
+        ok = (p.fmt in FORMATS and p.record is None and isinstance(p.q, torch.Tensor)
+              and p.ahead is None and p.decoded is None and p.event is None)
+        return p if ok else None
+
+    def _swiglu_ahead(self, p):
+        """When the recipe `p` is silu(gate) * up with gate and up whole fp8 copies of one format,
+        size and dtype (the gated MLP's product): restores gate, up, silu(gate) and the product
+        in one kernel on the side stream and marks each decoded ahead. True when it did."""
+        if p.backend != "mul" or not isinstance(p.q, tuple) or len(p.q) != 2:
+            return False
+
+        def silu_recipe(f):
+            q = f.packed if isinstance(f, PackedView) else None
+            whole = q is not None and (f.shape is None or tuple(f.shape) == tuple(q.shape))
+            return whole and q.fmt == "recipe" and q.backend == "silu" and isinstance(q.q, tuple) \
+                and q.ahead is None and q.decoded is None
+
+        a, up = p.q if silu_recipe(p.q[0]) else p.q[::-1]  # silu(gate) * up or up * silu(gate)
+        if not silu_recipe(a):
+            return False
+        act = a.packed
+        g, u = self._whole_fp8(act.q[0]), self._whole_fp8(up)
+        if g is None or u is None or g is u or g.fmt != u.fmt or g.numel != u.numel or g.dtype != u.dtype \
+                or g.numel != p.numel or act.numel != p.numel or g.dtype != p.dtype or g.q.device != u.q.device \
+                or g.backend != u.backend:
+            return False
+        self._stats["swiglu_fused"] += 1
+        self._stats["decoded_ahead"] += 4
+        if g.backend != "cuda":
+            # Another backend: the two decodes and torch's silu and mul, in line (the same values
+            # as restoring each at use).
+            dg = fp8_codec.decode(g.q, g.scale, g.numel, g.fmt, g.dtype, g.backend, compile=g.compile)
+            du = fp8_codec.decode(u.q, u.scale, u.numel, u.fmt, u.dtype, u.backend, compile=u.compile)
+            da = torch.nn.functional.silu(dg)
+            outs = (dg, du, da, da * du) if p.q[0] is a else (dg, du, da, du * da)
+            for q, o in zip((g, u, act, p), outs):
+                q.ahead = (o.view(q.shape), None)
+            return True
+        dev = g.q.device
+        compute = torch.cuda.current_stream(dev)
+        side = self._side(dev)
+        outs = tuple(torch.empty(g.numel, dtype=g.dtype, device=dev) for _ in range(4))  # the compute stream's pool
+        side.wait_stream(compute)
+        fp8_codec.decode_swiglu((g.q, g.scale), (u.q, u.scale), g.numel, g.fmt, g.dtype, "cuda", out=outs,
+                                stream=side, max_ctas=self.side_ctas)
+        for t in (*outs, g.q, g.scale, u.q, u.scale):
+            t.record_stream(side)
+        ev = torch.cuda.Event()
+        ev.record(side)
+        for q, o in zip((g, u, act, p), outs):
+            q.ahead = (o.view(q.shape), ev)
+        return True
 
     def _factor_ahead(self, f):
         """The tensor the recipe factor `f` stands for, for a product computed on the side stream:
@@ -455,7 +555,7 @@ class compress_activations:
         side = self._side(p.q.device)
         out = torch.empty(p.numel, dtype=p.dtype, device=p.q.device)  # from the compute stream's pool
         side.wait_stream(compute)
-        fp8_codec.decode(p.q, p.scale, p.numel, p.fmt, p.dtype, "cuda", out=out, stream=side)
+        fp8_codec.decode(p.q, p.scale, p.numel, p.fmt, p.dtype, "cuda", out=out, stream=side, max_ctas=self.side_ctas)
         out.record_stream(side)
         for t in (p.q, p.scale):
             t.record_stream(side)
@@ -559,6 +659,11 @@ class compress_activations:
                 self._packed[key] = (weakref.ref(base), base._version, weakref.ref(p))
                 return PackedView(p, t, base)
         x = base.detach() if whole else t.detach().contiguous()
+        if ck is not None and self.casts == "kept" and store is None and kind in ("attn", "mlp"):
+            # One copy of the cast as it is, shared by the other casts of its source.
+            self._stats["casts_kept"] += 1
+            return self._record(Packed(x, None, x.shape, x.dtype, x.numel(), "kept", "kept"), x, t, base, key, kind,
+                                whole, ck)
         p = store(x, self) if store is not None else self.pack_contiguous(x)
         return self._record(p, x, t, base, key, kind, whole, ck)
 

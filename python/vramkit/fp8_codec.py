@@ -68,7 +68,9 @@ def library():
             lib.vramkit_fp8_encode.restype = i
             lib.vramkit_fp8_encode.argtypes = [vp, i, u64, i, vp, vp, i, vp, i]
             lib.vramkit_fp8_decode.restype = i
-            lib.vramkit_fp8_decode.argtypes = [vp, vp, u64, i, vp, i, i, vp]
+            lib.vramkit_fp8_decode.argtypes = [vp, vp, u64, i, vp, i, i, vp, i]
+            lib.vramkit_fp8_decode_swiglu.restype = i
+            lib.vramkit_fp8_decode_swiglu.argtypes = [ctypes.POINTER(vp), u64, i, ctypes.POINTER(vp), i, i, vp, i]
             lib.vramkit_fp8_has_cuda.restype = i
             lib.vramkit_fp8_has_cuda.argtypes = []
             lib.vramkit_fp8_last_error.restype = ctypes.c_size_t
@@ -102,6 +104,14 @@ def default_backend(device):
     if torch_fp8_available():
         return "torch"
     return "host" if library() is not None else None
+
+
+def _loaded():
+    """The codec library, or RuntimeError saying why it is not loadable."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError("fp8 codec: libvramkit_compress.so is not loadable: %s" % library_error())
+    return lib
 
 
 def _check(rc):
@@ -198,9 +208,7 @@ def encode(x, fmt="e4m3", backend="cuda", q=None, scales=None, stream=None, max_
         return got_q, got_s
     if backend not in ("cuda", "host"):
         raise ValueError("fp8 codec: backend=%r: use cuda, host or torch" % (backend,))
-    lib = library()
-    if lib is None:
-        raise RuntimeError("fp8 codec: libvramkit_compress.so is not loadable: %s" % library_error())
+    lib = _loaded()
     on_gpu = backend == "cuda"
     if on_gpu != x.is_cuda:
         raise ValueError("fp8 codec: backend %r cannot encode a tensor on %s" % (backend, x.device))
@@ -216,9 +224,10 @@ def encode(x, fmt="e4m3", backend="cuda", q=None, scales=None, stream=None, max_
     return q, scales
 
 
-def decode(q, scales, n, fmt, dtype, backend="cuda", out=None, stream=None, compile=False):
+def decode(q, scales, n, fmt, dtype, backend="cuda", out=None, stream=None, compile=False, max_ctas=0):
     """The n decoded elements as a flat tensor of `dtype` (written into `out` when given), on
-    q's device (or out's)."""
+    q's device (or out's). `max_ctas` > 0 bounds the cuda backend's thread blocks (a decode on a
+    side stream beside other kernels)."""
     if fmt not in FORMAT_CODES:
         raise ValueError("fp8 codec: fmt=%r: use e4m3 or e5m2" % (fmt,))
     if backend == "torch":
@@ -228,13 +237,48 @@ def decode(q, scales, n, fmt, dtype, backend="cuda", out=None, stream=None, comp
             out.copy_(got)
             return out
         return got
-    lib = library()
-    if lib is None:
-        raise RuntimeError("fp8 codec: libvramkit_compress.so is not loadable: %s" % library_error())
+    lib = _loaded()
     on_gpu = backend == "cuda"
     if out is None:
         out = torch.empty(n, dtype=dtype, device=q.device if on_gpu or not q.is_cuda else "cpu")
     handle = _stream_handle(out.device, stream) if on_gpu else None
     _check(lib.vramkit_fp8_decode(q.data_ptr(), scales.data_ptr(), n, FORMAT_CODES[fmt], out.data_ptr(),
-                                  _element_code(out.dtype), int(on_gpu), handle))
+                                  _element_code(out.dtype), int(on_gpu), handle, int(max_ctas)))
     return out
+
+
+def decode_swiglu(gate, up, n, fmt, dtype, backend="cuda", out=None, stream=None, max_ctas=0):
+    """A gated MLP's saved tensors from the fp8 copies of its gate and up projections' outputs
+    (`gate`, `up`: (payload, scales) pairs of n elements each): (g, u, silu(g), silu(g) * u), flat
+    tensors of `dtype` (into `out`, four tensors, when given). One kernel (cuda) or the host
+    reference (host) for the library backends; torch operations on the decoded tensors for
+    "torch". The same values as decoding g and u and applying torch's silu and mul to them."""
+    if fmt not in FORMAT_CODES:
+        raise ValueError("fp8 codec: fmt=%r: use e4m3 or e5m2" % (fmt,))
+    if backend == "torch":
+        g = decode(gate[0], gate[1], n, fmt, dtype, "torch")
+        u = decode(up[0], up[1], n, fmt, dtype, "torch")
+        a = torch.nn.functional.silu(g)
+        got = (g, u, a, a * u)
+        if out is not None:
+            for o, t in zip(out, got):
+                o.copy_(t)
+            return tuple(out)
+        return got
+    lib = _loaded()
+    on_gpu = backend == "cuda"
+    if out is None:
+        dev = gate[0].device if on_gpu or not gate[0].is_cuda else "cpu"
+        out = tuple(torch.empty(n, dtype=dtype, device=dev) for _ in range(4))
+    if len(out) != 4 or any(o.numel() < n or o.dtype != out[0].dtype for o in out):
+        raise ValueError("fp8 codec: decode_swiglu needs four outputs of %d elements of one dtype" % n)
+    for p, s in (gate, up):
+        if p.numel() < payload_bytes(n) or s.numel() < scale_count(n):
+            raise ValueError("fp8 codec: decode_swiglu: a payload or its scales are shorter than %d elements" % n)
+    handle = _stream_handle(out[0].device, stream) if on_gpu else None
+    vp = ctypes.c_void_p
+    ins = (vp * 4)(gate[0].data_ptr(), gate[1].data_ptr(), up[0].data_ptr(), up[1].data_ptr())
+    outs = (vp * 4)(*(o.data_ptr() for o in out))
+    _check(lib.vramkit_fp8_decode_swiglu(ins, n, FORMAT_CODES[fmt], outs, _element_code(out[0].dtype), int(on_gpu),
+                                         handle, int(max_ctas)))
+    return tuple(out)

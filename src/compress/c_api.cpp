@@ -60,7 +60,8 @@ VRAMKIT_C_EXPORT int vramkit_fp8_encode(const void* src, int element_type, uint6
 }
 
 VRAMKIT_C_EXPORT int vramkit_fp8_decode(const void* q, const void* scales, uint64_t n, int format,
-                                        void* dst, int element_type, int on_gpu, void* stream) {
+                                        void* dst, int element_type, int on_gpu, void* stream,
+                                        int max_ctas) {
   vramkit::compress::element_type t{};
   vramkit::compress::fp8_format f{};
   if (!parse(element_type, format, t, f)) return -1;
@@ -68,10 +69,33 @@ VRAMKIT_C_EXPORT int vramkit_fp8_decode(const void* q, const void* scales, uint6
     return fail("fp8 codec: a null pointer for a non-empty tensor");
   try {
     if (on_gpu != 0)
-      vramkit::compress::decode_blocks_cuda(q, scales, n, f, dst, t, stream);
+      vramkit::compress::decode_blocks_cuda(q, scales, n, f, dst, t, stream, max_ctas);
     else
       vramkit::compress::decode_blocks_host(static_cast<const std::uint8_t*>(q),
                                             static_cast<const float*>(scales), n, f, dst, t);
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  return 0;
+}
+
+VRAMKIT_C_EXPORT int vramkit_fp8_decode_swiglu(const void* const* in, uint64_t n, int format,
+                                               void* const* out, int element_type, int on_gpu,
+                                               void* stream, int max_ctas) {
+  vramkit::compress::element_type t{};
+  vramkit::compress::fp8_format f{};
+  if (!parse(element_type, format, t, f)) return -1;
+  if (in == nullptr || out == nullptr) return fail("fp8 codec: null pointer arrays");
+  const vramkit::compress::swiglu_args a{in[0],  in[1],  in[2],  in[3],
+                                         out[0], out[1], out[2], out[3]};
+  if (n > 0 && (a.qg == nullptr || a.sg == nullptr || a.qu == nullptr || a.su == nullptr ||
+                a.g == nullptr || a.u == nullptr || a.act == nullptr || a.h == nullptr))
+    return fail("fp8 codec: a null pointer for a non-empty tensor");
+  try {
+    if (on_gpu != 0)
+      vramkit::compress::decode_swiglu_cuda(a, n, f, t, stream, max_ctas);
+    else
+      vramkit::compress::decode_swiglu_host(a, n, f, t);
   } catch (const std::exception& e) {
     return fail(e.what());
   }

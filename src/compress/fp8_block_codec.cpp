@@ -174,4 +174,16 @@ void decode_blocks_host(const std::uint8_t* q, const float* scales, std::size_t 
     store(dst, t, i, decode_fp8(q[i], f) * scales[i / k_block_elements]);
 }
 
+void decode_swiglu_host(const swiglu_args& a, std::size_t n, fp8_format f, element_type t) {
+  decode_blocks_host(static_cast<const std::uint8_t*>(a.qg), static_cast<const float*>(a.sg), n, f,
+                     a.g, t);
+  decode_blocks_host(static_cast<const std::uint8_t*>(a.qu), static_cast<const float*>(a.su), n, f,
+                     a.u, t);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float g = load(a.g, t, i);
+    store(a.act, t, i, g / (1.0F + std::exp(-g)));
+    store(a.h, t, i, load(a.act, t, i) * load(a.u, t, i));
+  }
+}
+
 }  // namespace vramkit::compress

@@ -13,7 +13,11 @@ void encode_blocks_cuda(const void*, element_type, std::size_t, fp8_format, void
 }
 
 void decode_blocks_cuda(const void*, const void*, std::size_t, fp8_format, void*, element_type,
-                        void*) {
+                        void*, int) {
+  throw logic_error("fp8 codec: this vramkit was built without CUDA");
+}
+
+void decode_swiglu_cuda(const swiglu_args&, std::size_t, fp8_format, element_type, void*, int) {
   throw logic_error("fp8 codec: this vramkit was built without CUDA");
 }
 

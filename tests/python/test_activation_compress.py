@@ -96,6 +96,20 @@ class Net(torch.nn.Module):
         return x.float().pow(2).mean()
 
 
+def recompute_step(**kw):
+    """One step of a seeded LlamaLike on the CPU with mlp,attn,norm compressed and the products
+    recomputed (compress_activations' options `kw`): (gradients, stats)."""
+    torch.manual_seed(0)
+    model = LlamaLike(layers=4)
+    tokens = torch.randint(0, 64, (2, 64))
+    comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, recompute=True,
+                                        norm_inputs="exact", **kw)
+    with comp:
+        loss = model(tokens)
+    loss.backward()
+    return [p.grad.clone() for p in model.parameters()], comp.stats()
+
+
 class Selection(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(0)
@@ -160,6 +174,8 @@ class Selection(unittest.TestCase):
             ac.compress_activations(self.model, modules=())
         with self.assertRaisesRegex(ValueError, "min_bytes"):
             ac.compress_activations(self.model, min_bytes=-1)
+        with self.assertRaisesRegex(ValueError, "side_ctas"):
+            ac.compress_activations(self.model, side_ctas=-1)
         with self.assertRaisesRegex(ValueError, "no module"):
             ac.compress_activations(blocks=[torch.nn.Linear(2, 2)])
         with self.assertRaisesRegex(ValueError, "backend"):
@@ -220,6 +236,30 @@ class CodecLibrary(unittest.TestCase):
         self.assertEqual(lib.vramkit_fp8_encode(x.data_ptr(), 0, 300, 0, None, None, 0, None, 0), -1)
         with self.assertRaisesRegex(RuntimeError, "null pointer"):
             fp8_codec._check(-1)
+
+    def test_host_swiglu_restore(self):
+        # gate and up decoded as decode() gives them, silu(gate) = g / (1 + exp(-g)) and its
+        # product with up computed in float from the rounded values and rounded once.
+        torch.manual_seed(4)
+        n = 1000
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            g, u = (torch.randn(n) * 3).to(dtype), torch.randn(n).to(dtype)
+            qg, qu = fp8_codec.encode(g, "e4m3", "host"), fp8_codec.encode(u, "e4m3", "host")
+            got = fp8_codec.decode_swiglu(qg, qu, n, "e4m3", dtype, "host")
+            dg = fp8_codec.decode(*qg, n, "e4m3", dtype, "host")
+            du = fp8_codec.decode(*qu, n, "e4m3", dtype, "host")
+            act = (dg.double() / (1 + torch.exp(-dg.double()))).to(dtype)
+            with self.subTest(dtype=dtype):
+                self.assertTrue(torch.equal(got[0], dg) and torch.equal(got[1], du))
+                # float's expf against double's exp: at most one unit of the dtype apart.
+                ulp = {torch.float32: 2.0 ** -22, torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}[dtype]
+                self.assertLessEqual(float(((got[2].double() - act.double()).abs() / (act.double().abs() + 1e-30)).max()),
+                                     ulp)
+                self.assertTrue(torch.equal(got[3], (got[2].float() * got[1].float()).to(dtype)))
+        with self.assertRaisesRegex(ValueError, "four outputs"):
+            fp8_codec.decode_swiglu(qg, qu, n, "e4m3", dtype, "host", out=(torch.empty(n, dtype=dtype),) * 3)
+        with self.assertRaisesRegex(ValueError, "shorter"):
+            fp8_codec.decode_swiglu(qg, qu, 2 * n, "e4m3", dtype, "host")
 
     def test_host_code_round_trip_and_exact_codes(self):
         # 448 (the largest e4m3 value) and -1.75 * 2^-3 are e4m3 values: with a block amax of 448
@@ -325,6 +365,35 @@ class RoundTrip(unittest.TestCase):
         run().backward()
         for a, b in zip(g, [m.weight.grad for m in lin] + [src.grad]):
             self.assertLess(float((a - b).norm() / (b.norm() + 1e-12)), 0.1)
+
+    def test_casts_kept_share_one_exact_copy(self):
+        # casts="kept": the shared copy of three equal casts is the first cast itself, so the
+        # gradients are bit for bit those without compression, and it stores bf16's bytes.
+        torch.manual_seed(4)
+        lin = [torch.nn.Linear(64, 64) for _ in range(3)]
+        blocks = [torch.nn.ModuleDict({"attn": torch.nn.ModuleList(lin)})]
+        src = torch.randn(16, 64, requires_grad=True)
+
+        def run(comp):
+            h = src * 2
+            with torch.autocast("cpu", dtype=torch.bfloat16), (comp or contextlib.nullcontext()):
+                loss = sum(m(h).float().sum() for m in lin)
+            loss.backward()
+            out = [m.weight.grad.clone() for m in lin] + [src.grad.clone()]
+            for m in lin:
+                m.zero_grad()
+            src.grad = None
+            return out
+
+        comp = ac.compress_activations(blocks=blocks, modules="attn", min_bytes=0, casts="kept")
+        got, want = run(comp), run(None)
+        st = comp.stats()
+        self.assertEqual((st["casts_kept"], st["cast_shared"]), (1, 2))
+        self.assertEqual(st["stored_bytes"], 16 * 64 * 2)
+        for a, b in zip(got, want):
+            self.assertTrue(torch.equal(a, b))
+        with self.assertRaisesRegex(ValueError, "casts"):
+            ac.compress_activations(blocks=blocks, modules="attn", casts="bf16")
 
     def test_norm_inputs_kept_as_bf16_by_default(self):
         # RMSNorm's fp32 input (the residual stream under autocast) is what its backward
@@ -496,23 +565,24 @@ class RoundTrip(unittest.TestCase):
             self.assertEqual(len(calls), fp8)
 
     def test_recompute_ahead_gives_the_same_gradients(self):
-        def run(ahead):
-            torch.manual_seed(0)
-            model = LlamaLike(layers=4)
-            tokens = torch.randint(0, 64, (2, 64))
-            comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, decode_ahead=ahead,
-                                                recompute=True, norm_inputs="exact")
-            with comp:
-                loss = model(tokens)
-            loss.backward()
-            return [p.grad.clone() for p in model.parameters()], comp.stats()
-
-        inline, st0 = run(0)
-        got, st = run(2)
+        inline, st0 = recompute_step(decode_ahead=0)
+        got, st = recompute_step(decode_ahead=2)
         # Per block silu(gate) and silu(gate) * up (LayerNorms here: no x * rsqrt).
         self.assertEqual(st["recomputed"], 2 * 4)
         self.assertGreater(st["decoded_ahead"], 0)
         for a, b in zip(inline, got):
+            self.assertTrue(torch.equal(a, b))
+
+    def test_fused_swiglu_restore_gives_the_same_gradients(self):
+        # gate, up, silu(gate) and the product restored ahead together (fuse_swiglu): the same
+        # gradients, bit for bit, as each restored on its own (the values of one decode each and
+        # torch's silu and mul either way off CUDA).
+        apart, st0 = recompute_step(fuse_swiglu=False)
+        fused, st = recompute_step(fuse_swiglu=True)
+        self.assertEqual(st0["swiglu_fused"], 0)
+        self.assertEqual(st["swiglu_fused"], 3)  # every block's but the last's, which is not decoded ahead
+        self.assertEqual(st["decoded_ahead"], st0["decoded_ahead"])
+        for a, b in zip(apart, fused):
             self.assertTrue(torch.equal(a, b))
 
     def test_through_offload_on_cpu(self):

@@ -1,8 +1,9 @@
 """GPU tests (label gpu) of vramkit.compress_activations: fp8 round trips on CUDA tensors within
 the stated error for every backend (the CUDA kernels of libvramkit_compress.so, torch's float8
 operations eager and compiled), the kernels' bits equal to torch's and to the host reference's,
-the fused encode into pinned memory equal to the encode on the device, a few training steps
-alone and combined with offload, saved bytes halved."""
+the fused encode into pinned memory equal to the encode on the device, the gated MLP's fused
+restore equal to two decodes and torch's silu and mul, a few training steps alone and combined
+with offload, saved bytes halved."""
 
 import os
 import sys
@@ -34,6 +35,22 @@ def backends():
     if fp8_codec.torch_fp8_available():
         out += [("torch", False), ("torch", True)]
     return out
+
+
+def recompute_step(**kw):
+    """One bf16-autocast step of a seeded LlamaLike on the GPU with mlp,attn,norm compressed and
+    the products recomputed (compress_activations' options `kw`): (gradients, stats)."""
+    torch.manual_seed(0)
+    model = LlamaLike(vocab=512, d=256, ffn=688, layers=4, heads=4).cuda()
+    tokens = torch.randint(0, 512, (4, 256), device="cuda")
+    comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, recompute=True,
+                                        norm_inputs="exact", **kw)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        with comp:
+            loss = model(tokens)
+    loss.backward()
+    torch.cuda.synchronize()
+    return [p.grad.float() for p in model.parameters()], comp.stats()
 
 
 class CudaRoundTrip(unittest.TestCase):
@@ -96,6 +113,38 @@ class CudaRoundTrip(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "pageable"):
             pageable = torch.empty(nq, dtype=torch.uint8)
             fp8_codec.encode(t, "e4m3", "cuda", q=pageable, scales=torch.empty(n // 128 + 1, dtype=torch.float32))
+
+
+class CudaSwiglu(unittest.TestCase):
+    def test_fused_restore_equals_decodes_and_torchs_silu_and_mul(self):
+        if not fp8_codec.cuda_kernels_available():
+            self.skipTest("needs the CUDA kernels")
+        torch.manual_seed(3)
+        for dtype in DTYPES:
+            for n in (4 * 2048 * 688, 1000, 129):
+                g = (torch.randn(n, device="cuda") * 3).to(dtype)
+                u = torch.randn(n, device="cuda").to(dtype)
+                qg, qu = fp8_codec.encode(g, "e4m3", "cuda"), fp8_codec.encode(u, "e4m3", "cuda")
+                got = fp8_codec.decode_swiglu(qg, qu, n, "e4m3", dtype, "cuda", max_ctas=8)
+                dg = fp8_codec.decode(*qg, n, "e4m3", dtype, "cuda")
+                du = fp8_codec.decode(*qu, n, "e4m3", dtype, "cuda")
+                act = torch.nn.functional.silu(dg)
+                want = (dg, du, act, act * du)
+                with self.subTest(dtype=dtype, n=n):
+                    self.assertTrue(torch.equal(got[0], dg) and torch.equal(got[1], du))
+                    for units, a, b in zip((1, 2), got[2:], want[2:]):
+                        # torch's silu: x / (1 + exp(-x)) in float, as the kernel's (expf may
+                        # differ in its last bits, moving a rounding to a 16-bit dtype by one
+                        # unit now and then; the product's factor may be one unit off already).
+                        diff = (a.float() - b.float()).abs()
+                        ulp = units * b.float().abs() * {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10,
+                                                         torch.float32: 2.0 ** -20}[dtype] + 1e-30
+                        self.assertTrue(bool((diff <= ulp).all()), float((diff / ulp).max()))
+                        if dtype != torch.float32:
+                            self.assertLessEqual(int((diff > 0).sum()), max(1, n // 1000))
+                    host = fp8_codec.decode_swiglu(tuple(t.cpu() for t in qg), tuple(t.cpu() for t in qu), n, "e4m3",
+                                                   dtype, "host")
+                    self.assertTrue(torch.equal(host[0], dg.cpu()) and torch.equal(host[1], du.cpu()))
 
 
 class CudaSteps(unittest.TestCase):
@@ -184,17 +233,7 @@ class CudaSteps(unittest.TestCase):
         # same factors as when recomputed at use: the same gradients, up to the attention
         # backward's run-to-run noise.
         def run(ahead):
-            torch.manual_seed(0)
-            model = LlamaLike(vocab=512, d=256, ffn=688, layers=4, heads=4).cuda()
-            tokens = torch.randint(0, 512, (4, 256), device="cuda")
-            comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0, recompute=True,
-                                                norm_inputs="exact", decode_ahead=ahead)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                with comp:
-                    loss = model(tokens)
-            loss.backward()
-            torch.cuda.synchronize()
-            return [p.grad.float() for p in model.parameters()], comp.stats()
+            return recompute_step(decode_ahead=ahead)
 
         inline, st0 = run(0)
         ahead, st = run(2)
@@ -202,6 +241,17 @@ class CudaSteps(unittest.TestCase):
         self.assertGreater(st["decoded_ahead"], 0)
         self.assertGreaterEqual(st["recomputed"], 2 * 4)  # silu(gate) and its product per block
         for a, b in zip(inline, ahead):
+            self.assertLess(float((a - b).norm() / (a.norm() + 1e-12)), 1e-4)
+
+    def test_fused_swiglu_restore_equals_the_separate_kernels(self):
+        # The gated MLP's gate, up, silu(gate) and product restored ahead by one kernel give the
+        # gradients of two decodes and torch's silu and mul (up to the attention backward's
+        # run-to-run noise); with side_ctas bounding the side stream's kernels too.
+        apart, st0 = recompute_step(fuse_swiglu=False)
+        fused, st = recompute_step(fuse_swiglu=True, side_ctas=8)
+        self.assertEqual(st0["swiglu_fused"], 0)
+        self.assertGreaterEqual(st["swiglu_fused"], 3)  # every block's MLP but the last (not decoded ahead)
+        for a, b in zip(apart, fused):
             self.assertLess(float((a - b).norm() / (a.norm() + 1e-12)), 1e-4)
 
 

@@ -5,8 +5,8 @@
 #ifndef VRAMKIT_COMPRESS_C_API_H
 #define VRAMKIT_COMPRESS_C_API_H
 
-#include <stddef.h>
-#include <stdint.h>
+#include <stddef.h> /* NOLINT(modernize-deprecated-headers): a C header */
+#include <stdint.h> /* NOLINT(modernize-deprecated-headers): a C header */
 
 #ifdef __cplusplus
 extern "C" {
@@ -19,9 +19,17 @@ extern "C" {
 int vramkit_fp8_encode(const void* src, int element_type, uint64_t n, int format, void* q,
                        void* scales, int on_gpu, void* stream, int max_ctas);
 
-/* Decodes n elements into dst (element_type); on_gpu as above (dst in device memory). */
+/* Decodes n elements into dst (element_type); on_gpu as above (dst in device memory),
+ * max_ctas > 0 bounds the kernel's thread blocks. */
 int vramkit_fp8_decode(const void* q, const void* scales, uint64_t n, int format, void* dst,
-                       int element_type, int on_gpu, void* stream);
+                       int element_type, int on_gpu, void* stream, int max_ctas);
+
+/* A gated MLP's saved tensors from the fp8 copies of gate and up (n elements each):
+ * in = {gate payload, gate scales, up payload, up scales}, out = {gate, up, silu(gate),
+ * silu(gate) * up} (element_type each); see decode_swiglu_cuda in fp8_block_codec.hpp. on_gpu
+ * and max_ctas as vramkit_fp8_decode's. */
+int vramkit_fp8_decode_swiglu(const void* const* in, uint64_t n, int format, void* const* out,
+                              int element_type, int on_gpu, void* stream, int max_ctas);
 
 /* 1 when the library has the CUDA kernels, else 0. */
 int vramkit_fp8_has_cuda(void);

@@ -67,9 +67,34 @@ void encode_blocks_cuda(const void* src, element_type t, std::size_t n, fp8_form
                         void* scales, void* stream, int max_ctas = 0);
 
 /// decode_blocks_host's result, by a CUDA kernel on `stream`; `q` and `scales` may be device or
-/// pinned host memory, `dst` is device memory. Throws as encode_blocks_cuda.
+/// pinned host memory, `dst` is device memory; `max_ctas` > 0 bounds the thread blocks (a decode
+/// beside backward's kernels, on a stream of its own). Throws as encode_blocks_cuda.
 void decode_blocks_cuda(const void* q, const void* scales, std::size_t n, fp8_format f, void* dst,
-                        element_type t, void* stream);
+                        element_type t, void* stream, int max_ctas = 0);
+
+/// The tensors a gated MLP (SwiGLU: silu(gate) * up) saves for backward, restored in one pass
+/// from the fp8 copies of gate and up (n elements each, one format): g and u decoded as
+/// decode_blocks_* gives them, act = silu(g) = g / (1 + exp(-g)) and h = act * u, each computed
+/// in float from the values rounded to the element type and rounded to it once (what PyTorch's
+/// silu and mul kernels do with the decoded tensors).
+struct swiglu_args {
+  const void* qg;  ///< gate: payload and scales
+  const void* sg;
+  const void* qu;  ///< up: payload and scales
+  const void* su;
+  void* g;  ///< outputs, n elements of the element type each
+  void* u;
+  void* act;
+  void* h;
+};
+
+/// decode_swiglu_cuda's result in host memory.
+void decode_swiglu_host(const swiglu_args& a, std::size_t n, fp8_format f, element_type t);
+
+/// The same by one CUDA kernel on `stream` (the inputs in device or pinned host memory, the
+/// outputs in device memory); max_ctas as decode_blocks_cuda's. Throws as encode_blocks_cuda.
+void decode_swiglu_cuda(const swiglu_args& a, std::size_t n, fp8_format f, element_type t,
+                        void* stream, int max_ctas = 0);
 
 /// True in builds with the CUDA kernels.
 bool have_cuda_kernels();

@@ -227,48 +227,121 @@ __global__ void __launch_bounds__(k_threads)
   }
 }
 
+/// The 8 codes of one lane (zeros past the last block).
+__device__ __forceinline__ uint2 load_codes(const std::uint8_t* q, std::size_t b, int sub,
+                                            bool aligned) {
+  const auto* in = reinterpret_cast<const uint2*>(q + b * k_block_elements) + sub;
+  if (aligned) return *in;
+  const auto* in4 = reinterpret_cast<const unsigned*>(in);
+  return make_uint2(in4[0], in4[1]);
+}
+
+/// The 8 decoded values of one lane's codes, times the block's scale, rounded to T and widened
+/// back (what a decode to T and a read of it give).
+template <typename T>
+__device__ __forceinline__ void decode8(uint2 codes, float scale, bool e5m2,
+                                        float (&v)[k_lane_elements]) {
+  const unsigned c[4] = {codes.x & 0xFFFFU, codes.x >> 16, codes.y & 0xFFFFU, codes.y >> 16};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 f = from_fp8x2(c[k], e5m2);
+    v[2 * k] = static_cast<float>(from_float<T>(f.x * scale));
+    v[2 * k + 1] = static_cast<float>(from_float<T>(f.y * scale));
+  }
+}
+
+/// A lane's place in the decode kernels' walk: its half-warp's block within each round, its
+/// 8 elements within the block, and the groups of 8 blocks its warp handles.
+struct lane_walk {
+  int half, sub;
+  std::size_t first, stride, groups;
+};
+
+__device__ __forceinline__ lane_walk lanes(std::size_t blocks) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const warp_walk w = walk();
+  return {lane / k_block_lanes, lane % k_block_lanes, w.first, w.stride,
+          (blocks + k_warp_blocks - 1) / k_warp_blocks};
+}
+
 template <typename T, bool Aligned>
 __global__ void __launch_bounds__(k_threads)
     decode_kernel(const std::uint8_t* __restrict__ q, const float* __restrict__ scales,
                   std::size_t n, std::size_t blocks, T* __restrict__ dst, bool e5m2) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int half = lane / k_block_lanes;
-  const int sub = lane % k_block_lanes;
-  const warp_walk w = walk();
-  const std::size_t groups = (blocks + k_warp_blocks - 1) / k_warp_blocks;
-  for (std::size_t g = w.first; g < groups; g += w.stride) {
+  const lane_walk l = lanes(blocks);
+  for (std::size_t g = l.first; g < l.groups; g += l.stride) {
     uint2 codes[k_rounds];
     float scale[k_rounds];
 #pragma unroll
     for (int u = 0; u < k_rounds; ++u) {
-      const std::size_t b = g * k_warp_blocks + 2 * u + half;
+      const std::size_t b = g * k_warp_blocks + 2 * u + l.half;
       codes[u] = make_uint2(0, 0);
       scale[u] = 0.0F;
       if (b < blocks) {
-        const auto* in = reinterpret_cast<const uint2*>(q + b * k_block_elements) + sub;
-        if (Aligned) {
-          codes[u] = *in;
-        } else {
-          const auto* in4 = reinterpret_cast<const unsigned*>(in);
-          codes[u] = make_uint2(in4[0], in4[1]);
-        }
+        codes[u] = load_codes(q, b, l.sub, Aligned);
         scale[u] = scales[b];
       }
     }
 #pragma unroll
     for (int u = 0; u < k_rounds; ++u) {
-      const std::size_t b = g * k_warp_blocks + 2 * u + half;
+      const std::size_t b = g * k_warp_blocks + 2 * u + l.half;
       if (b >= blocks) continue;
       float v[k_lane_elements];
-      const unsigned c[4] = {codes[u].x & 0xFFFFU, codes[u].x >> 16, codes[u].y & 0xFFFFU,
-                             codes[u].y >> 16};
+      decode8<T>(codes[u], scale[u], e5m2, v);
+      store8<T, Aligned>(dst, b * k_block_elements + k_lane_elements * l.sub, n, v);
+    }
+  }
+}
+
+/// The gated MLP's saved tensors restored in one pass: gate g and up u decoded, and silu(g),
+/// silu(g) * u computed from them as PyTorch's silu and mul kernels do (in float, rounded to T
+/// once each; silu(x) = x / (1 + exp(-x))).
+template <typename T, bool Aligned>
+__global__ void __launch_bounds__(k_threads)
+    swiglu_kernel(const std::uint8_t* __restrict__ qg, const float* __restrict__ sg,
+                  const std::uint8_t* __restrict__ qu, const float* __restrict__ su, std::size_t n,
+                  std::size_t blocks, T* __restrict__ g, T* __restrict__ u, T* __restrict__ act,
+                  T* __restrict__ h, bool e5m2) {
+  const lane_walk l = lanes(blocks);
+  const int half = l.half;
+  const int sub = l.sub;
+  for (std::size_t grp = l.first; grp < l.groups; grp += l.stride) {
+    uint2 cg[k_rounds];
+    uint2 cu[k_rounds];
+    float scg[k_rounds];
+    float scu[k_rounds];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float2 f = from_fp8x2(c[k], e5m2);
-        v[2 * k] = f.x * scale[u];
-        v[2 * k + 1] = f.y * scale[u];
+    for (int r = 0; r < k_rounds; ++r) {
+      const std::size_t b = grp * k_warp_blocks + 2 * r + half;
+      cg[r] = cu[r] = make_uint2(0, 0);
+      scg[r] = scu[r] = 0.0F;
+      if (b < blocks) {
+        cg[r] = load_codes(qg, b, sub, Aligned);
+        cu[r] = load_codes(qu, b, sub, Aligned);
+        scg[r] = sg[b];
+        scu[r] = su[b];
       }
-      store8<T, Aligned>(dst, b * k_block_elements + k_lane_elements * sub, n, v);
+    }
+#pragma unroll
+    for (int r = 0; r < k_rounds; ++r) {
+      const std::size_t b = grp * k_warp_blocks + 2 * r + half;
+      if (b >= blocks) continue;
+      float vg[k_lane_elements];
+      float vu[k_lane_elements];
+      float va[k_lane_elements];
+      float vh[k_lane_elements];
+      decode8<T>(cg[r], scg[r], e5m2, vg);
+      decode8<T>(cu[r], scu[r], e5m2, vu);
+#pragma unroll
+      for (int j = 0; j < k_lane_elements; ++j) {
+        va[j] = static_cast<float>(from_float<T>(vg[j] / (1.0F + expf(-vg[j]))));
+        vh[j] = va[j] * vu[j];
+      }
+      const std::size_t i = b * k_block_elements + k_lane_elements * sub;
+      store8<T, Aligned>(g, i, n, vg);
+      store8<T, Aligned>(u, i, n, vu);
+      store8<T, Aligned>(act, i, n, va);
+      store8<T, Aligned>(h, i, n, vh);
     }
   }
 }
@@ -344,7 +417,7 @@ void launch_encode(const void* src, std::size_t n, fp8_format f, void* q, void* 
 
 template <typename T>
 void launch_decode(const void* q, const void* scales, std::size_t n, fp8_format f, void* dst,
-                   cudaStream_t s) {
+                   cudaStream_t s, int max_ctas) {
   const std::size_t blocks = scale_count(n);
   const std::size_t warps = (blocks + k_warp_blocks - 1) / k_warp_blocks;
   const std::size_t ctas = (warps + k_threads / 32 - 1) / (k_threads / 32);
@@ -354,12 +427,41 @@ void launch_decode(const void* q, const void* scales, std::size_t n, fp8_format 
   const bool e5m2 = f == fp8_format::e5m2;
   if (aligned(dst, 16) && aligned(q, 8)) {
     constexpr auto k = decode_kernel<T, true>;
-    k<<<grid_for<k>(ctas, 0), k_threads, 0, s>>>(in, sc, n, blocks, out, e5m2);
+    k<<<grid_for<k>(ctas, max_ctas), k_threads, 0, s>>>(in, sc, n, blocks, out, e5m2);
   } else {
     constexpr auto k = decode_kernel<T, false>;
-    k<<<grid_for<k>(ctas, 0), k_threads, 0, s>>>(in, sc, n, blocks, out, e5m2);
+    k<<<grid_for<k>(ctas, max_ctas), k_threads, 0, s>>>(in, sc, n, blocks, out, e5m2);
   }
   check(cudaGetLastError(), "decode kernel launch");
+}
+
+template <typename T>
+void launch_swiglu(const swiglu_args& a, std::size_t n, fp8_format f, cudaStream_t s,
+                   int max_ctas) {
+  const std::size_t blocks = scale_count(n);
+  const std::size_t warps = (blocks + k_warp_blocks - 1) / k_warp_blocks;
+  const std::size_t ctas = (warps + k_threads / 32 - 1) / (k_threads / 32);
+  const auto* qg = static_cast<const std::uint8_t*>(a.qg);
+  const auto* qu = static_cast<const std::uint8_t*>(a.qu);
+  const auto* sg = static_cast<const float*>(a.sg);
+  const auto* su = static_cast<const float*>(a.su);
+  auto* g = static_cast<T*>(a.g);
+  auto* u = static_cast<T*>(a.u);
+  auto* act = static_cast<T*>(a.act);
+  auto* h = static_cast<T*>(a.h);
+  const bool e5m2 = f == fp8_format::e5m2;
+  const bool vec = aligned(a.qg, 8) && aligned(a.qu, 8) && aligned(a.g, 16) && aligned(a.u, 16) &&
+                   aligned(a.act, 16) && aligned(a.h, 16);
+  if (vec) {
+    constexpr auto k = swiglu_kernel<T, true>;
+    k<<<grid_for<k>(ctas, max_ctas), k_threads, 0, s>>>(qg, sg, qu, su, n, blocks, g, u, act, h,
+                                                        e5m2);
+  } else {
+    constexpr auto k = swiglu_kernel<T, false>;
+    k<<<grid_for<k>(ctas, max_ctas), k_threads, 0, s>>>(qg, sg, qu, su, n, blocks, g, u, act, h,
+                                                        e5m2);
+  }
+  check(cudaGetLastError(), "swiglu decode kernel launch");
 }
 
 void check_payload(const void* q) {
@@ -390,7 +492,7 @@ void encode_blocks_cuda(const void* src, element_type t, std::size_t n, fp8_form
 }
 
 void decode_blocks_cuda(const void* q, const void* scales, std::size_t n, fp8_format f, void* dst,
-                        element_type t, void* stream) {
+                        element_type t, void* stream, int max_ctas) {
   if (n == 0) return;
   check_payload(q);
   const void* in = device_address(q, "the payload");
@@ -399,11 +501,36 @@ void decode_blocks_cuda(const void* q, const void* scales, std::size_t n, fp8_fo
   auto* s = static_cast<cudaStream_t>(stream);
   switch (t) {
     case element_type::float32:
-      return launch_decode<float>(in, sc, n, f, out, s);
+      return launch_decode<float>(in, sc, n, f, out, s, max_ctas);
     case element_type::bfloat16:
-      return launch_decode<__nv_bfloat16>(in, sc, n, f, out, s);
+      return launch_decode<__nv_bfloat16>(in, sc, n, f, out, s, max_ctas);
     case element_type::float16:
-      return launch_decode<__half>(in, sc, n, f, out, s);
+      return launch_decode<__half>(in, sc, n, f, out, s, max_ctas);
+  }
+}
+
+void decode_swiglu_cuda(const swiglu_args& a, std::size_t n, fp8_format f, element_type t,
+                        void* stream, int max_ctas) {
+  if (n == 0) return;
+  check_payload(a.qg);
+  check_payload(a.qu);
+  swiglu_args d{};
+  d.qg = device_address(a.qg, "the gate's payload");
+  d.sg = device_address(a.sg, "the gate's scales");
+  d.qu = device_address(a.qu, "the up projection's payload");
+  d.su = device_address(a.su, "the up projection's scales");
+  d.g = device_address(a.g, "the gate's destination");
+  d.u = device_address(a.u, "the up projection's destination");
+  d.act = device_address(a.act, "the activation's destination");
+  d.h = device_address(a.h, "the product's destination");
+  auto* s = static_cast<cudaStream_t>(stream);
+  switch (t) {
+    case element_type::float32:
+      return launch_swiglu<float>(d, n, f, s, max_ctas);
+    case element_type::bfloat16:
+      return launch_swiglu<__nv_bfloat16>(d, n, f, s, max_ctas);
+    case element_type::float16:
+      return launch_swiglu<__half>(d, n, f, s, max_ctas);
   }
 }
 

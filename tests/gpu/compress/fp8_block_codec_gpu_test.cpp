@@ -22,7 +22,7 @@ namespace {
 
 #define CHECK_CUDA(x) ASSERT_EQ((x), cudaSuccess) << #x << ": " << cudaGetErrorString(x)
 
-class Fp8Gpu : public ::testing::Test {
+class Fp8Gpu : public ::testing::Test {  // NOLINT(readability-identifier-naming): gtest fixture
  protected:
   void SetUp() override {
     int n = 0;
@@ -138,7 +138,7 @@ TEST_F(Fp8Gpu, KernelsMatchTheHostReferenceIntoDeviceAndPinnedMemory) {
 TEST_F(Fp8Gpu, ZeroTinyAndNonFiniteBlocksAsTheHostReference) {
   // Block 0: zeros (scale 1); block 1: magnitudes whose s is subnormal (scale 1, codes 0); block
   // 2: a NaN; block 3: an infinity (both decode to NaN); block 4: ordinary values.
-  std::vector<float> x(5 * 128, 0.0F);
+  std::vector<float> x(std::size_t{5} * 128, 0.0F);
   for (int i = 128; i < 256; ++i) x[i] = 1e-38F * static_cast<float>(i % 7);
   x[300] = std::nanf("");
   x[301] = 1.0F;
@@ -153,7 +153,7 @@ TEST_F(Fp8Gpu, ZeroTinyAndNonFiniteBlocksAsTheHostReference) {
   void* d_q = nullptr;
   CHECK_CUDA(cudaMalloc(&d_x, n * 4));
   CHECK_CUDA(cudaMalloc(&d_q, n));
-  CHECK_CUDA(cudaMalloc(&d_s, 5 * 4));
+  CHECK_CUDA(cudaMalloc(&d_s, std::size_t{5} * 4));
   CHECK_CUDA(cudaMalloc(&d_out, n * 4));
   CHECK_CUDA(cudaMemcpy(d_x, x.data(), n * 4, cudaMemcpyHostToDevice));
   vc::encode_blocks_cuda(d_x, vc::element_type::float32, n, vc::fp8_format::e4m3, d_q, d_s,
@@ -164,7 +164,7 @@ TEST_F(Fp8Gpu, ZeroTinyAndNonFiniteBlocksAsTheHostReference) {
   std::vector<std::uint8_t> q(n);
   std::vector<float> s(5), back(n);
   CHECK_CUDA(cudaMemcpy(q.data(), d_q, n, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(s.data(), d_s, 5 * 4, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(s.data(), d_s, std::size_t{5} * 4, cudaMemcpyDeviceToHost));
   CHECK_CUDA(cudaMemcpy(back.data(), d_out, n * 4, cudaMemcpyDeviceToHost));
   EXPECT_EQ(s[0], 1.0F);
   EXPECT_EQ(s[1], 1.0F);
@@ -183,8 +183,8 @@ TEST_F(Fp8Gpu, ZeroTinyAndNonFiniteBlocksAsTheHostReference) {
 
 TEST_F(Fp8Gpu, PageableDestinationsAndMisalignedPayloadsAreRefused) {
   float* d_in = nullptr;
-  ASSERT_EQ(cudaMalloc(&d_in, 1024 * 4), cudaSuccess);
-  ASSERT_EQ(cudaMemset(d_in, 0, 1024 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_in, std::size_t{1024} * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d_in, 0, std::size_t{1024} * 4), cudaSuccess);
   std::vector<std::uint8_t> pageable_q(1024);
   std::vector<float> pageable_s(8);
   EXPECT_THROW(vc::encode_blocks_cuda(d_in, vc::element_type::float32, 1024, vc::fp8_format::e4m3,
@@ -199,4 +199,97 @@ TEST_F(Fp8Gpu, PageableDestinationsAndMisalignedPayloadsAreRefused) {
   EXPECT_TRUE(vc::have_cuda_kernels());
   ASSERT_EQ(cudaFree(d_q), cudaSuccess);
   ASSERT_EQ(cudaFree(d_in), cudaSuccess);
+}
+
+namespace {
+
+/// Element i of raw bytes of type t, widened.
+float widen(const std::vector<unsigned char>& raw, vc::element_type t, std::size_t i) {
+  if (t == vc::element_type::float32) {
+    float f = 0;
+    std::memcpy(&f, raw.data() + 4 * i, 4);
+    return f;
+  }
+  std::uint16_t h = 0;
+  std::memcpy(&h, raw.data() + 2 * i, 2);
+  if (t == vc::element_type::bfloat16) {
+    const std::uint32_t w = static_cast<std::uint32_t>(h) << 16;
+    float f = 0;
+    std::memcpy(&f, &w, 4);
+    return f;
+  }
+  // float16: decode the half through the codec's own rounding-free path (its value is exact in
+  // float): sign, exponent, mantissa.
+  const int e = (h >> 10) & 0x1F;
+  const int m = h & 0x3FF;
+  const float mag = e == 0 ? std::ldexp(static_cast<float>(m), -24)
+                           : std::ldexp(static_cast<float>(m | 0x400), e - 25);
+  return (h & 0x8000) != 0 ? -mag : mag;
+}
+
+}  // namespace
+
+TEST_F(Fp8Gpu, SwigluRestoreAndBoundedDecodeAsTheHostReference) {
+  // gate and up decoded exactly as the host reference; silu(gate) and its product with up
+  // within one and two units of the element type of the reference's (the device's expf against
+  // the host's); a decode with its thread blocks bounded gives the same bits.
+  const vc::element_type types[] = {vc::element_type::float32, vc::element_type::bfloat16,
+                                    vc::element_type::float16};
+  for (auto t : types) {
+    const std::size_t es = element_size(t);
+    // One unit of the type for silu(gate) (float32: a few of float's, the device's expf
+    // against the host's), two for the product (its factor may be one unit off already).
+    const double unit = t == vc::element_type::float32    ? 0x1p-20
+                        : t == vc::element_type::bfloat16 ? 0x1p-7
+                                                          : 0x1p-10;
+    for (std::size_t n :
+         {std::size_t{1}, std::size_t{127}, std::size_t{1000}, std::size_t{70001}}) {
+      const auto g_in = random_input(t, n, 11);
+      const auto u_in = random_input(t, n, 12);
+      const std::size_t nq = vc::payload_bytes(n), ns = vc::scale_count(n);
+      std::vector<std::uint8_t> qg(nq), qu(nq);
+      std::vector<float> sg(ns), su(ns);
+      vc::encode_blocks_host(g_in.data(), t, n, vc::fp8_format::e4m3, qg.data(), sg.data());
+      vc::encode_blocks_host(u_in.data(), t, n, vc::fp8_format::e4m3, qu.data(), su.data());
+      std::vector<std::vector<unsigned char>> ref(4, std::vector<unsigned char>(n * es));
+      vc::decode_swiglu_host({qg.data(), sg.data(), qu.data(), su.data(), ref[0].data(),
+                              ref[1].data(), ref[2].data(), ref[3].data()},
+                             n, vc::fp8_format::e4m3, t);
+      void* d_in[4] = {};
+      const std::size_t in_bytes[4] = {nq, ns * 4, nq, ns * 4};
+      const void* in_host[4] = {qg.data(), sg.data(), qu.data(), su.data()};
+      for (int k = 0; k < 4; ++k) {
+        CHECK_CUDA(cudaMalloc(&d_in[k], in_bytes[k]));
+        CHECK_CUDA(cudaMemcpy(d_in[k], in_host[k], in_bytes[k], cudaMemcpyHostToDevice));
+      }
+      void* d_out[4] = {};
+      for (auto& p : d_out) CHECK_CUDA(cudaMalloc(&p, n * es));
+      vc::decode_swiglu_cuda(
+          {d_in[0], d_in[1], d_in[2], d_in[3], d_out[0], d_out[1], d_out[2], d_out[3]}, n,
+          vc::fp8_format::e4m3, t, stream_, 3);
+      CHECK_CUDA(cudaStreamSynchronize(stream_));
+      for (int k = 0; k < 4; ++k) {
+        std::vector<unsigned char> got(n * es);
+        CHECK_CUDA(cudaMemcpy(got.data(), d_out[k], n * es, cudaMemcpyDeviceToHost));
+        if (k < 2) {
+          ASSERT_EQ(got, ref[k]) << "output " << k << " n " << n << " type " << int(t);
+          continue;
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+          const double want = widen(ref[k], t, i);
+          ASSERT_LE(std::fabs(widen(got, t, i) - want), (k - 1) * unit * std::fabs(want) + 1e-30)
+              << "output " << k << " element " << i << " n " << n << " type " << int(t);
+        }
+      }
+      // The plain decode with 2 thread blocks: the reference's bits.
+      CHECK_CUDA(cudaMemset(d_out[0], 0, n * es));
+      vc::decode_blocks_cuda(d_in[0], d_in[1], n, vc::fp8_format::e4m3, d_out[0], t, stream_, 2);
+      CHECK_CUDA(cudaStreamSynchronize(stream_));
+      std::vector<unsigned char> got(n * es);
+      CHECK_CUDA(cudaMemcpy(got.data(), d_out[0], n * es, cudaMemcpyDeviceToHost));
+      ASSERT_EQ(got, ref[0]) << "bounded decode n " << n;
+      for (auto* p : d_in) CHECK_CUDA(cudaFree(p));
+      for (auto* p : d_out) CHECK_CUDA(cudaFree(p));
+    }
+  }
 }

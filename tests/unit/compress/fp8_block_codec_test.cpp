@@ -208,3 +208,40 @@ TEST(Fp8Blocks, ZeroBlocksAndNonFiniteBlocks) {
   EXPECT_EQ(zs[1], 1.0F);
   for (auto c : zq) EXPECT_EQ(c, 0);
 }
+
+TEST(Fp8Blocks, SwigluRestoreIsTwoDecodesSiluAndProduct) {
+  // gate and up as decode_blocks_host gives them; silu(g) = g / (1 + exp(-g)) and act * up,
+  // each from the values rounded to the element type and rounded to it once.
+  const std::size_t n = 300;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0F, 3.0F);
+  std::vector<float> g(n), u(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    g[i] = normal(rng);
+    u[i] = normal(rng);
+  }
+  std::vector<std::uint8_t> qg(384), qu(384);
+  std::vector<float> sg(3), su(3);
+  vc::encode_blocks_host(g.data(), vc::element_type::float32, n, fp8_format::e4m3, qg.data(),
+                         sg.data());
+  vc::encode_blocks_host(u.data(), vc::element_type::float32, n, fp8_format::e4m3, qu.data(),
+                         su.data());
+  std::vector<std::uint16_t> out[4];
+  for (auto& o : out) o.assign(n, 0);
+  vc::decode_swiglu_host({qg.data(), sg.data(), qu.data(), su.data(), out[0].data(), out[1].data(),
+                          out[2].data(), out[3].data()},
+                         n, fp8_format::e4m3, vc::element_type::bfloat16);
+  std::vector<std::uint16_t> dg(n), du(n);
+  vc::decode_blocks_host(qg.data(), sg.data(), n, fp8_format::e4m3, dg.data(),
+                         vc::element_type::bfloat16);
+  vc::decode_blocks_host(qu.data(), su.data(), n, fp8_format::e4m3, du.data(),
+                         vc::element_type::bfloat16);
+  EXPECT_EQ(out[0], dg);
+  EXPECT_EQ(out[1], du);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float x = bf16_value(dg[i]);
+    const std::uint16_t act = bf16_bits(x / (1.0F + std::exp(-x)));
+    EXPECT_EQ(out[2][i], act) << i;
+    EXPECT_EQ(out[3][i], bf16_bits(bf16_value(act) * bf16_value(du[i]))) << i;
+  }
+}
