@@ -213,7 +213,8 @@ void add_request_options(CLI::App* sub, plan::plan_request& r, plan_args& a) {
       "optimizer or params: ZeRO-Offload (CPU optimizer, pinned host states); activations[:N]: "
       "vramkit.offload_activations of N blocks (default all), or [:MIX] with one of o (offload), "
       "c (checkpoint), k (keep), s (selective: GEMM/attention outputs kept, memory-bound ops "
-      "recomputed), h (selective, those outputs on the host) per block; both[:N|:MIX]: that plus "
+      "recomputed), h (selective, those outputs on the host), x (checkpoint, the block's input on "
+      "the host) per block; both[:N|:MIX]: that plus "
       "vramkit.OffloadedAdamW");
   sub->add_option("--compress-activations", a.compress,
                   "fp8[:mlp,attn,norm[:recompute]] or fp8-e5m2[:...]: saved activations stored "
