@@ -115,28 +115,28 @@ struct mix_walk {
     }
   }
 
-  int count(block_policy p) const {
+  [[nodiscard]] int count(block_policy p) const {
     return static_cast<int>(std::count(mix.begin(), mix.end(), p));
   }
-  double copy_out(int i) const { return moved[i] / in.d2h_bytes_per_s; }
-  double copy_in(int i) const { return moved[i] / in.h2d_bytes_per_s; }
+  [[nodiscard]] double copy_out(int i) const { return moved[i] / in.d2h_bytes_per_s; }
+  [[nodiscard]] double copy_in(int i) const { return moved[i] / in.h2d_bytes_per_s; }
   // The codec's kernels run in blocks whose saved tensors pass the hooks (kept or offloaded).
-  double codec(int i, double s) const {
+  [[nodiscard]] double codec(int i, double s) const {
     return mix[i] == block_policy::keep || mix[i] == block_policy::offload ? s : 0.0;
   }
   // What block i runs again in backward.
-  double recompute(int i) const {
+  [[nodiscard]] double recompute(int i) const {
     return recomputed(mix[i])  ? in.t_fwd_s
            : selective(mix[i]) ? in.t_selective_s
                                : codec(i, in.unpack_s);
   }
   // The bytes that recompute adds while it runs.
-  double regrown(int i) const {
+  [[nodiscard]] double regrown(int i) const {
     return recomputed(mix[i]) ? full : selective(mix[i]) ? full - sel : 0.0;
   }
   // What a block keeps on the device from its forward to its backward (the copying policies
   // keep nothing there; what they fetch back is counted in the backward).
-  double resident(int i) const {
+  [[nodiscard]] double resident(int i) const {
     switch (mix[i]) {
       case block_policy::keep:
         return a;
