@@ -615,6 +615,8 @@ def main():
     args = parse_bench_args(ap)
     if args.pairs < 0 or args.side_ctas_variant < 0:
         ap.error("--pairs and --side-ctas-variant must be >= 0")
+    if args.pairs == 0 and (args.variants or args.side_ctas_variant):
+        ap.error("--variants and --side-ctas-variant add to the interleaved rounds: they need --pairs >= 1")
     import offload_bench
     import torch
 

@@ -245,14 +245,16 @@ class compress_activations:
       i-1 .. i-d are decoded (on a side stream for CUDA tensors), so their decode overlaps
       block i's backward; those decoded tensors occupy the device from then until their use.
       0 decodes each tensor when backward asks for it.
-    - `fuse_swiglu=True` (with recompute and decode_ahead): a gated MLP's saved tensors (gate and
+    - `fuse_swiglu` (default None: on with recompute and decode_ahead >= 1, off otherwise; True
+      without them is refused): a gated MLP's saved tensors (gate and
       up stored as fp8, silu(gate) and silu(gate) * up recomputed) are restored ahead together;
       with the CUDA kernels by one kernel that decodes gate and up and computes the other two
       from them (the values of torch's silu and mul on the decoded tensors, up to expf's last
       bit), instead of two decodes and two torch kernels: the decoded gate and up are not read
       back. False keeps the separate kernels.
     - `side_ctas` (default 0: as many as fill the GPU once): at most this many thread blocks for
-      each decode ahead on the side stream, to leave the SMs to backward's kernels beside it.
+      each decode ahead on the side stream, to leave the SMs to backward's kernels beside it
+      (> 0 with decode_ahead=0 is refused: nothing is decoded ahead).
     - `casts` ("fp8", default, or "kept"; standalone use): an nn.Linear input inside the attn
       and mlp scopes that is autocast's cast of a tensor (q/k/v's and gate/up's casts of the
       norm's output) is stored as fp8, one copy shared by the casts of one source; "kept" keeps
@@ -262,7 +264,7 @@ class compress_activations:
 
     def __init__(self, model=None, *, blocks=None, modules=("mlp", "attn"), fmt="e4m3", keep_ends=False,
                  min_bytes=1 << 16, compile=False, backend="auto", side_stream=False, decode_ahead=1,
-                 norm_inputs="bf16", recompute=False, fuse_swiglu=True, side_ctas=0, casts="fp8"):
+                 norm_inputs="bf16", recompute=False, fuse_swiglu=None, side_ctas=0, casts="fp8"):
         if fmt not in FORMATS:
             raise ValueError("compress_activations: fmt=%r: use e4m3 or e5m2" % (fmt,))
         if norm_inputs not in NORM_INPUTS:
@@ -279,6 +281,10 @@ class compress_activations:
             raise ValueError("compress_activations: casts=%r: use fp8 or kept" % (casts,))
         if int(min_bytes) < 0 or int(decode_ahead) < 0 or int(side_ctas) < 0:
             raise ValueError("compress_activations: min_bytes, decode_ahead and side_ctas must be >= 0")
+        if fuse_swiglu and not (recompute and int(decode_ahead) > 0):
+            raise ValueError("compress_activations: fuse_swiglu=True needs recompute=True and decode_ahead >= 1")
+        if int(side_ctas) > 0 and int(decode_ahead) == 0:
+            raise ValueError("compress_activations: side_ctas bounds the decodes ahead: it needs decode_ahead >= 1")
         if backend not in BACKENDS:
             raise ValueError("compress_activations: backend=%r: use %s" % (backend, ", ".join(BACKENDS)))
         if backend == "cuda" and not fp8_codec.cuda_kernels_available():
@@ -306,7 +312,7 @@ class compress_activations:
         self.backend = backend
         self.side_stream = bool(side_stream)
         self.decode_ahead = int(decode_ahead)
-        self.fuse_swiglu = bool(fuse_swiglu)
+        self.fuse_swiglu = bool(recompute and int(decode_ahead) > 0) if fuse_swiglu is None else bool(fuse_swiglu)
         self.side_ctas = int(side_ctas)
         self.casts = casts
         self._block = []  # the blocks being run (innermost last)

@@ -337,6 +337,11 @@ class offload_activations:
             raise ValueError("offload_activations: encode_ctas must be >= 1")
         if fused_encode and compress is None:
             raise ValueError("offload_activations: fused_encode=True needs compress=")
+        if compress is not None and (compress.recompute or compress.casts == "kept"):
+            # The engine stores what it offloads itself: those two would apply to the kept tensors
+            # only, so they are refused rather than half applied.
+            raise ValueError("offload_activations: compress= takes compress_activations without recompute=True or "
+                             "casts='kept' (those are for compression on its own)")
         self.encode_ctas = 16 if encode_ctas is None else int(encode_ctas)
         self._fused_encode = bool(fused_encode)
         self.outside = outside

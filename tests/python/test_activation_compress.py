@@ -176,6 +176,18 @@ class Selection(unittest.TestCase):
             ac.compress_activations(self.model, min_bytes=-1)
         with self.assertRaisesRegex(ValueError, "side_ctas"):
             ac.compress_activations(self.model, side_ctas=-1)
+        # Options that would do nothing where they are given are refused, not ignored.
+        with self.assertRaisesRegex(ValueError, "fuse_swiglu=True needs recompute"):
+            ac.compress_activations(self.model, fuse_swiglu=True)
+        with self.assertRaisesRegex(ValueError, "fuse_swiglu=True needs recompute"):
+            ac.compress_activations(self.model, recompute=True, decode_ahead=0, fuse_swiglu=True)
+        with self.assertRaisesRegex(ValueError, "side_ctas bounds the decodes ahead"):
+            ac.compress_activations(self.model, decode_ahead=0, side_ctas=4)
+        self.assertTrue(ac.compress_activations(self.model, recompute=True).fuse_swiglu)
+        self.assertFalse(ac.compress_activations(self.model).fuse_swiglu)
+        for kw in (dict(recompute=True), dict(casts="kept")):
+            with self.assertRaisesRegex(ValueError, "compression on its own"):
+                vramkit.offload_activations(self.model, compress=ac.compress_activations(self.model, **kw))
         with self.assertRaisesRegex(ValueError, "no module"):
             ac.compress_activations(blocks=[torch.nn.Linear(2, 2)])
         with self.assertRaisesRegex(ValueError, "backend"):
