@@ -180,7 +180,9 @@ void mlp_params(const model_description& m, int l, list& out) {
     add(out, "moe_experts_gate_up", moe.experts * 2 * h * moe.expert_ffn, l);
     add(out, "moe_experts_down", moe.experts * moe.expert_ffn * h, l);
     if (moe.shared_ffn > 0) {
-      add(out, "moe_shared_gate_up", 2 * h * moe.shared_ffn, l);
+      // The shared expert is a plain MLP module: gate_proj and up_proj are separate Linears.
+      add(out, "moe_shared_gate_proj", h * moe.shared_ffn, l);
+      add(out, "moe_shared_up_proj", h * moe.shared_ffn, l);
       add(out, "moe_shared_down", moe.shared_ffn * h, l);
     }
     if (moe.shared_gate) add(out, "moe_shared_gate", h, l);
