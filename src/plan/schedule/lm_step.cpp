@@ -41,7 +41,7 @@ tensor head_input(walker& w, const dims& D, const tensor& x, int xb) {
   tensor d = w.linear(x, D.tok(), D.h, D.h, lm.head_transform, xb, "head transform");
   tensor g = w.op(nh * low, "head gelu", {edge{d, nh * low}}, {d});
   d.reset();
-  return layer_norm(w, g, D.tok(), D.h, low, lm.head_transform);
+  return layer_norm(w, g, D.tok(), D.h, low, lm.head_transform_norm);
 }
 
 }  // namespace

@@ -399,6 +399,7 @@ void walker::setup_params() {
   const auto params = parameter_tensors(m_);
   const int n = static_cast<int>(params.size());
   param_tensor_.assign(n, -1);
+  bias_of_.assign(n, -1);
   cast_of_.assign(n, -1);
   param_grad_.assign(n, -1);
   state_[0].assign(n, -1);
@@ -424,8 +425,10 @@ void walker::setup_params() {
     param_elems_[i] = static_cast<u64>(e);
     // QLoRA: bitsandbytes quantises the blocks' linear weights to NF4; norms, embeddings and
     // the head stay in the compute dtype.
+    const bool bias = is_bias_parameter(nm);
+    if (bias && i > 0 && nm == params[i - 1].name + "_bias") bias_of_[i - 1] = i;
     if (r_.mode == run_mode::train && r_.quant == quant_kind::nf4 && params[i].layer >= 0 &&
-        nm.find("norm") == std::string::npos)
+        nm.find("norm") == std::string::npos && !bias)
       nf4_[i] = 1;
     if (params[i].layer < 0 || params[i].layer >= static_cast<int>(layer_params_.size())) continue;
     auto& lp = layer_params_[static_cast<std::size_t>(params[i].layer)];
@@ -465,22 +468,23 @@ void walker::setup_params() {
   for (int i = 0; i < n; ++i) {
     if (params[i].layer >= 0 && params[i].name != "enc_final_norm") continue;
     const auto& nm = params[i].name;
-    int* slot = nm == "embed_tokens"        ? &lm_.embed
-                : nm == "embed_positions"   ? &lm_.pos
-                : nm == "embed_token_types" ? &lm_.types
-                : nm == "embed_norm"        ? &lm_.embed_norm
-                : nm == "final_norm"        ? &lm_.final_norm
-                : nm == "lm_head"           ? &lm_.head
-                : nm == "head_transform"    ? &lm_.head_transform
-                : nm == "head_bias"         ? &lm_.head_bias
-                : nm == "cls_token"         ? &lm_.cls_token
-                : nm == "patch_embed"       ? &lm_.patch_embed
-                : nm == "classifier"        ? &lm_.classifier
-                : nm == "enc_final_norm"    ? &lm_.enc_final_norm
-                : nm == "vision_tower"      ? &lm_.vision_tower
-                : nm == "projector_1"       ? &lm_.projector_1
-                : nm == "projector_2"       ? &lm_.projector_2
-                                            : nullptr;
+    int* slot = nm == "embed_tokens"          ? &lm_.embed
+                : nm == "embed_positions"     ? &lm_.pos
+                : nm == "embed_token_types"   ? &lm_.types
+                : nm == "embed_norm"          ? &lm_.embed_norm
+                : nm == "final_norm"          ? &lm_.final_norm
+                : nm == "lm_head"             ? &lm_.head
+                : nm == "head_transform"      ? &lm_.head_transform
+                : nm == "head_transform_norm" ? &lm_.head_transform_norm
+                : nm == "head_bias"           ? &lm_.head_bias
+                : nm == "cls_token"           ? &lm_.cls_token
+                : nm == "patch_embed"         ? &lm_.patch_embed
+                : nm == "classifier"          ? &lm_.classifier
+                : nm == "enc_final_norm"      ? &lm_.enc_final_norm
+                : nm == "vision_tower"        ? &lm_.vision_tower
+                : nm == "projector_1"         ? &lm_.projector_1
+                : nm == "projector_2"         ? &lm_.projector_2
+                                              : nullptr;
     if (slot != nullptr) *slot = i;
   }
   // LLaVA's recipes train the projector and the language model; the vision tower stays frozen.
@@ -602,20 +606,25 @@ tensor walker::gemm_input(const tensor& x, i64 elems, int elem_bytes) {
 
 tensor walker::linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
                       const char* label, component c) {
-  // Autocast's wrapper casts the arguments of F.linear(input, weight) as one call's arguments,
-  // which GCC evaluates right to left: the weight's cast is made before the input's (H200
-  // allocator traces of Llama and BERT amp training: the weight's block precedes the input's).
+  // Autocast's wrapper casts the arguments of F.linear(input, weight, bias) as one call's
+  // arguments, which GCC evaluates right to left: the bias's cast, the weight's, then the input's
+  // (H200 allocator traces of Llama and BERT amp training: 2 KiB bias cast, 2 MiB weight cast,
+  // 8 MiB input cast).
+  const int b = bias_of_[p];
+  const tensor bc = b >= 0 ? weight(b) : tensor{};
   const tensor w = weight(p);
   const tensor xin = gemm_input(x, rows * in, x_elem_bytes);
   const edge e{xin, static_cast<u64>(rows * in) * (dt_.amp ? dt_.low : x_elem_bytes)};
   // Autograd saves the input only for the weight's gradient: a frozen weight keeps nothing of x.
-  tensor y = trainable_[p] == 0
-                 ? op(static_cast<u64>(rows * out) * dt_.low, label, {e}, {w}, {}, 0, c)
-                 : op(static_cast<u64>(rows * out) * dt_.low, label, {e}, {xin, w}, {p}, 0, c);
+  const u64 yb = static_cast<u64>(rows * out) * dt_.low;
+  tensor y = trainable_[p] == 0 ? op(yb, label, {e}, {w}, {}, 0, c)
+             : b >= 0           ? op(yb, label, {e}, {xin, w}, {p, b}, 0, c)
+                                : op(yb, label, {e}, {xin, w}, {p}, 0, c);
   mark_blas(y);
-  // A parameter holding a bias as well as the weight (parameter_tensors lists them as one).
+  // A biased linear is addmm (its backward order differs: gemm_backward); so is a parameter
+  // listed with its bias in one tensor (torchvision's ViT).
   if (const int producer = meta_[y.id()].producer;
-      producer != -1 && param_elems_[p] > static_cast<u64>(in * out))
+      producer != -1 && (b >= 0 || param_elems_[p] > static_cast<u64>(in * out)))
     nodes_[producer].biased = true;
   return y;
 }

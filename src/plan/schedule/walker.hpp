@@ -107,7 +107,7 @@ struct layer_params {
 /// Parameter indices of a language model outside its layers (-1: the model has none).
 struct lm_params {
   int embed = -1, pos = -1, types = -1, embed_norm = -1, final_norm = -1, head = -1,
-      head_transform = -1, head_bias = -1;
+      head_transform = -1, head_transform_norm = -1, head_bias = -1;
   int cls_token = -1, patch_embed = -1, classifier = -1;      ///< transformers' ViT
   int enc_final_norm = -1;                                    ///< T5's encoder
   int vision_tower = -1, projector_1 = -1, projector_2 = -1;  ///< LLaVA
@@ -302,6 +302,7 @@ class walker {
   lm_params lm_;
   std::vector<layer_params> layer_params_;
   std::vector<int> param_tensor_, cast_of_, param_grad_, cache_;
+  std::vector<int> bias_of_;  ///< the bias parameter listed after each weight, or -1
   std::array<std::vector<int>, 2> state_;
   std::vector<u64> param_elems_;
   std::vector<std::uint8_t> trainable_, param_width_, nf4_;
