@@ -15,6 +15,27 @@ tensor embeddings(walker& w, const dims& D, const tensor& ids) {
   tensor x = w.op(nh * eb, "token embeddings", {}, {ids}, {lm.embed});
   // Gemma: embeddings * sqrt(hidden) (a 0-dim tensor in the embedding dtype).
   if (t.embed_scale) x = w.op(nh * eb, "scaled embeddings", {edge{x, nh * eb}}, {});
+  if (lm.types >= 0) {
+    // BertEmbeddings: inputs_embeds + token_type_embeddings, then + position_embeddings, the
+    // norm and the dropout; its locals (the three lookups) live until it returns (H200 trace of
+    // BERT-base fp32 training).
+    tensor tok = x;
+    tensor te = w.op(nh * eb, "token type embeddings", {}, {}, {lm.types});
+    x = add(w, x, eb, te, eb, nh, "embeddings sum");
+    tensor pe;
+    if (lm.pos >= 0) {
+      pe = w.op(static_cast<u64>(D.s * D.h) * eb, "position embeddings", {}, {}, {lm.pos});
+      x = add(w, x, eb, pe, eb, nh, "embeddings sum");
+    }
+    if (lm.embed_norm >= 0) x = layer_norm(w, x, D.tok(), D.h, eb, lm.embed_norm);
+    if (t.embedding_dropout > 0)
+      x = dropout(w, x, nh, w.dt().amp && lm.embed_norm >= 0 ? 4 : eb, t.embedding_dropout,
+                  "embedding dropout");
+    tok.reset();
+    te.reset();
+    pe.reset();
+    return x;
+  }
   if (lm.pos >= 0) {
     tensor pe = w.op(static_cast<u64>(D.s * D.h) * eb, "position embeddings", {}, {}, {lm.pos});
     x = add(w, x, eb, pe, eb, nh, "embeddings sum");

@@ -61,14 +61,18 @@ tensor post_norm_block(walker& w, const transformer_family& fam, const dims& D, 
   tensor y = fam.self_attention(w, D, x, xb, p);
   y = w.proj(y, rows, D.h, D.h, p.attn_out, low, "attention dense", lora_target::o);
   y = dropout(w, y, nh, low, t.hidden_dropout, "hidden dropout");
-  y = add(w, y, low, x, xb, nh, "residual");
-  tensor h1 = layer_norm(w, y, rows, D.h, std::max(low, xb), p.attn_norm);
+  // LayerNorm(hidden_states + input_tensor): the dropout's output is dropped when the norm's
+  // output is bound to it (H200 trace of BERT-base fp32 training).
+  tensor h1 = layer_norm(w, add(w, y, low, x, xb, nh, "residual"), rows, D.h, std::max(low, xb),
+                         p.attn_norm);
   y.reset();
   y = mlp(w, D, h1, nb, p);
   y = dropout(w, y, nh, low, t.hidden_dropout, "hidden dropout");
-  y = add(w, y, low, h1, nb, nh, "residual");
+  tensor out = layer_norm(w, add(w, y, low, h1, nb, nh, "residual"), rows, D.h, std::max(low, nb),
+                          p.mlp_norm);
+  y.reset();
   h1.reset();
-  return layer_norm(w, y, rows, D.h, std::max(low, nb), p.mlp_norm);
+  return out;
 }
 
 /// Pre-norm: x + attn(norm(x)), then h + mlp(norm(h)); with a parallel residual both branches
