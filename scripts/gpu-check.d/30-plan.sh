@@ -53,10 +53,11 @@ else
   # within 120 GiB of estimates (the two Qwen3 seeds, 94, start beside the largest outside
   # case), `first` cases first; none starts in the last 18 s of their time (what is left of the
   # deadline less 14 s for the reports) and those still running then are stopped and recorded
-  # as not run. The two RoBERTa cases whose reserved figures are still studied record the blocks
+  # as not run. The two cases still outside the bar (DeepSeek-V2-Lite training, Qwen3-30B-A3B
+  # training with seed 1, and its seed-0 runs, which the substring also names) record the blocks
   # live at their allocated peak and their segments (plan-new-families-logs/NAME.peak.json) and
-  # the whole trace with addresses (NAME.trace.json.gz; bench/plan/plan_schedule prints the
-  # planner's side).
+  # the whole trace with addresses (NAME.trace.json.gz; bench/plan/plan_schedule --raw prints
+  # the planner's side).
   timeout "$(left 45)" python3 bench/plan/measure_serving.py --vramkit "$BUILD_DIR/vramkit" \
     --out "$RESULTS_DIR/plan-serving.json" > "$RESULTS_DIR/plan-serving.txt" 2>&1 || status=1
   {
@@ -70,8 +71,8 @@ else
   timeout "$(( cases_s + 4 ))" python3 bench/plan/measure_ground_truth.py --group new \
     --out "$RESULTS_DIR/plan-new-families.json" --log-dir "$RESULTS_DIR/plan-new-families-logs" \
     --jobs 10 --budget-gib 120 --timeout 60 --total-timeout "$cases_s" --start-margin 18 \
-    --trace-peak roberta-base-train-amp-fp16-adamw-b16-s512 \
-    --trace-peak roberta-base-train-amp-fp16-adamw-b8-s256 \
+    --trace-peak deepseek-v2-lite-l2-train-amp-bf16-adamw-b4-s1024 \
+    --trace-peak qwen3-30b-a3b-l2-train-amp-bf16-adamw-b4-s1024 \
     > "$RESULTS_DIR/plan-new-families.txt" 2>&1 || status=1
   {
     echo "## Second-round cases measured in this run (measured cases go into tests/data/plan/ground_truth_new_families.json)"
