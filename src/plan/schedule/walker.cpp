@@ -224,15 +224,14 @@ void walker::param_grad_fp32(int p, u64 full) {
   if (param_grad_[p] == -1) {
     // AccumulateGrad steals the freshly computed gradient as .grad.
     param_grad_[p] = new_tensor(full, component::gradients, "parameter gradient");
-  } else if (p == lm_.embed && lm_.head < 0 && lm_.head_bias < 0 && !dt_.amp) {
-    // A tied embedding whose head is a bias-free matmul on the weight itself (no autocast): the
-    // head's weight gradient and the lookup's meet in the engine's input buffer, which adds them
-    // out of place, so the lookup's gradient and the sum are live with the head's gradient until
-    // both are dropped (H200 allocator traces of bf16 Falcon-7B and Qwen2-0.5B training, every
-    // step: head gradient, lookup gradient, sum, two frees). Under autocast the head's gradient
-    // reaches the fp32 weight through the cast's backward, a fresh tensor the buffer adds into in
-    // place, and BERT/RoBERTa's biased decoder behaves alike: Gemma-2 (autocast) and RoBERTa
-    // (fp32) training match the H200 figures only with the in-place sum.
+  } else if (p == lm_.embed && lm_.head < 0 && !dt_.amp) {
+    // A tied embedding whose head is a matmul on the weight itself (no autocast; biased or not):
+    // the head's weight gradient and the lookup's meet in the engine's input buffer, which adds
+    // them out of place, so the lookup's gradient and the sum are live with the head's gradient
+    // until both are dropped (H200 allocator traces of bf16 Falcon-7B and Qwen2-0.5B training and
+    // run R's of BERT-base fp32 training, every step: head gradient, lookup gradient, sum, two
+    // frees). Under autocast the head's gradient reaches the fp32 weight through the cast's
+    // backward, a fresh tensor the buffer adds into in place (Gemma-2, BERT and RoBERTa amp).
     const int lookup = new_tensor(full, component::activation_gradients, "lookup gradient");
     const int sum = new_tensor(full, component::gradients, "parameter gradient");
     release(lookup);
