@@ -1285,6 +1285,55 @@ def _by(entry):
     return {c["config"]: c for c in entry.get("configs", []) if c.get("ok")}
 
 
+#: Measured medians closer than this share of the smaller one are a tie (order_verdict).
+TIE_SHARE = 0.01
+
+
+def measured_tie(a, b, spread=None):
+    """Whether two measured configurations (rows with "config" and "measured_step_s") are a tie:
+    their medians within TIE_SHARE of the smaller one, or either median inside the other's
+    min-max spread (spread: {config: (min, max)})."""
+    ma, mb = a["measured_step_s"], b["measured_step_s"]
+    if abs(ma - mb) <= TIE_SHARE * min(ma, mb):
+        return True
+    sa, sb = (spread or {}).get(a["config"]), (spread or {}).get(b["config"])
+    return bool((sa and sa[0] <= mb <= sa[1]) or (sb and sb[0] <= ma <= sb[1]))
+
+
+def order_verdict(rows, spread=None):
+    """The predicted order of rows (each with "config", "predicted_step_s", "measured_step_s")
+    against the measured one. Strict ("same_order"): both sorted lists equal. With ties
+    ("same_order_with_ties"): every pair that is not a measured tie (measured_tie) is ordered
+    alike by the prediction; a tied pair may come in either order. "ties" and "discordant" list
+    the pairs of each kind."""
+    pred = [r["config"] for r in sorted(rows, key=lambda r: r["predicted_step_s"])]
+    meas = [r["config"] for r in sorted(rows, key=lambda r: r["measured_step_s"])]
+    ties, discordant = [], []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            if measured_tie(a, b, spread):
+                ties.append(sorted((a["config"], b["config"])))
+                continue
+            dp = a["predicted_step_s"] - b["predicted_step_s"]
+            dm = a["measured_step_s"] - b["measured_step_s"]
+            if dp * dm <= 0:
+                discordant.append(sorted((a["config"], b["config"])))
+    return {"predicted": pred, "measured": meas, "same_order": pred == meas, "same_order_with_ties": not discordant,
+            "ties": sorted(ties), "discordant": sorted(discordant)}
+
+
+def order_line(label, rk):
+    """The summary's line for an order_verdict: both orders and both verdicts."""
+    ties = "; ties (medians within %.0f%% or inside each other's min-max): %s" % (
+        100 * TIE_SHARE, ", ".join("%s = %s" % tuple(t) for t in rk["ties"])) if rk.get("ties") else ""
+    disc = "; ordered otherwise than measured: %s" % ", ".join("%s / %s" % tuple(t) for t in rk["discordant"]) \
+        if rk.get("discordant") else ""
+    return "%s: predicted %s; measured %s (strict: %s; with ties: %s%s%s)" % (
+        label, " < ".join(rk.get("predicted", [])), " < ".join(rk.get("measured", [])),
+        "same order" if rk.get("same_order") else "DIFFERENT order",
+        "same order" if rk.get("same_order_with_ties") else "DIFFERENT order", ties, disc)
+
+
 def derive(results):
     """Ratios, overlap, the planner against the measurements, and the targets, per shape."""
     for entry in results["shapes"].values():
@@ -1319,15 +1368,11 @@ def derive(results):
             rows.append(row)
         d["planner_vs_measured"] = rows
         ranked = [r for r in rows if r.get("measured_step_s") and r.get("predicted_step_s")]
-        d["ranking"] = {"predicted": [r["config"] for r in sorted(ranked, key=lambda r: r["predicted_step_s"])],
-                        "measured": [r["config"] for r in sorted(ranked, key=lambda r: r["measured_step_s"])]}
-        d["ranking"]["same_order"] = d["ranking"]["predicted"] == d["ranking"]["measured"]
+        spread = {cfg: (m["step_time_s"]["min"], m["step_time_s"]["max"]) for cfg, m in by.items()}
+        d["ranking"] = order_verdict(ranked, spread)
         # The same for the configurations the issue ranks (without the mixes measured beside the
         # planner's to check it).
-        main = [r for r in ranked if r["config"] in RANKED]
-        d["ranking_main"] = {"predicted": [r["config"] for r in sorted(main, key=lambda r: r["predicted_step_s"])],
-                             "measured": [r["config"] for r in sorted(main, key=lambda r: r["measured_step_s"])]}
-        d["ranking_main"]["same_order"] = d["ranking_main"]["predicted"] == d["ranking_main"]["measured"]
+        d["ranking_main"] = order_verdict([r for r in ranked if r["config"] in RANKED], spread)
         cap = entry.get("cap_bytes")
         t = d["targets"] = {}
         act = by.get("vramkit-act")
@@ -1441,16 +1486,11 @@ def summarize(results):
                              "(%s)" % (1e3 * pr["block_forward_s"], 1e3 * (pr.get("block_backward_s") or 0),
                                        pr.get("kernel_rates"), 1e3 * entry["block_forward_s"],
                                        _pct(pr["block_forward_s"] / entry["block_forward_s"] - 1)))
-            rk = d.get("ranking") or {}
             lines.append("")
-            lines.append("order by step time: predicted %s; measured %s (%s)" % (
-                " < ".join(rk.get("predicted", [])), " < ".join(rk.get("measured", [])),
-                "same order" if rk.get("same_order") else "DIFFERENT order"))
+            lines.append(order_line("order by step time", d.get("ranking") or {}))
             rm = d.get("ranking_main") or {}
             if rm.get("predicted"):
-                lines.append("order of %s: predicted %s; measured %s (%s)" % (
-                    ", ".join(RANKED), " < ".join(rm["predicted"]), " < ".join(rm["measured"]),
-                    "same order" if rm["same_order"] else "DIFFERENT order"))
+                lines.append(order_line("order of " + ", ".join(RANKED), rm))
         if d.get("overlap"):
             o = d["overlap"]
             lines.append("overlap (%s, %s%s): %.3f s of %.3f s copy time hidden, %s (T_compute %.3f s uncapped, "

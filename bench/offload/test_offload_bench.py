@@ -151,11 +151,52 @@ class Derived(unittest.TestCase):
         self.assertAlmostEqual(rows["reference"]["peak_error"], 40 / 41 - 1)  # the plain plan's peak
         self.assertEqual(d["ranking"]["measured"], ["reference", "vramkit-act", "full-checkpoint", "vramkit-act+opt"])
         self.assertTrue(d["ranking"]["same_order"])
+        self.assertTrue(d["ranking"]["same_order_with_ties"])
         text = ob.summarize(res)
-        for needle in ("overlap (vramkit-act, ock; the planner's mix): 0.350 s of 0.400 s copy time hidden, 87.5%", "same order", "vramkit-act+compress", "0.909x",
+        for needle in ("overlap (vramkit-act, ock; the planner's mix): 0.350 s of 0.400 s copy time hidden, 87.5%",
+                       "(strict: same order; with ties: same order)", "vramkit-act+compress", "0.909x",
                        "| none-capped | out of memory", "vramkit-act / save-on-cpu step time: 0.500x",
                        "planner's block forward 5.00 ms", "against 6.00 ms measured (-16.7%)"):
             self.assertIn(needle, text)
+
+
+class Order(unittest.TestCase):
+    @staticmethod
+    def row(cfg, predicted, measured):
+        return {"config": cfg, "predicted_step_s": predicted, "measured_step_s": measured}
+
+    def test_ties_within_one_percent_or_the_spread(self):
+        a, b = self.row("a", 1.0, 0.510), self.row("b", 0.9, 0.514)  # 0.8% apart
+        self.assertTrue(ob.measured_tie(a, b))
+        c = self.row("c", 1.0, 0.530)  # 3.9% from a, apart without a spread
+        self.assertFalse(ob.measured_tie(a, c))
+        self.assertTrue(ob.measured_tie(a, c, {"c": (0.505, 0.535)}))  # a's median inside c's min-max
+        self.assertFalse(ob.measured_tie(a, c, {"a": (0.508, 0.512), "c": (0.525, 0.535)}))
+
+    def test_strict_and_tie_aware_verdicts(self):
+        # a and b tie (measured 0.4% apart) and are predicted the other way round: the strict
+        # order differs, the tie-aware one agrees.
+        rows = [self.row("ref", 0.45, 0.41), self.row("a", 0.56, 0.512), self.row("b", 0.55, 0.510),
+                self.row("ck", 0.58, 0.527)]
+        v = ob.order_verdict(rows)
+        self.assertEqual(v["predicted"], ["ref", "b", "a", "ck"])
+        self.assertEqual(v["measured"], ["ref", "b", "a", "ck"])
+        rows[1]["predicted_step_s"], rows[2]["predicted_step_s"] = 0.55, 0.56
+        v = ob.order_verdict(rows)
+        self.assertFalse(v["same_order"])
+        self.assertTrue(v["same_order_with_ties"])
+        self.assertEqual(v["ties"], [["a", "b"]])
+        self.assertEqual(v["discordant"], [])
+        # A pair 3% apart predicted the other way round fails both verdicts, and is named.
+        rows[3]["predicted_step_s"] = 0.50
+        v = ob.order_verdict(rows)
+        self.assertFalse(v["same_order"])
+        self.assertFalse(v["same_order_with_ties"])
+        self.assertEqual(v["discordant"], [["a", "ck"], ["b", "ck"]])
+        line = ob.order_line("order", v)
+        self.assertIn("strict: DIFFERENT order; with ties: DIFFERENT order", line)
+        self.assertIn("a = b", line)
+        self.assertIn("a / ck", line)
 
 
 @unittest.skipUnless(os.environ.get("VRAMKIT_CLI"), "needs the vramkit CLI (VRAMKIT_CLI)")
