@@ -294,6 +294,13 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   return e;
 }
 
+std::uint64_t allocator_cache_bytes(const std::vector<block_policy>& mix,
+                                    const offload_inputs& in) noexcept {
+  const bool recomputes = std::any_of(mix.begin(), mix.end(),
+                                      [](block_policy b) { return recomputed(b) || selective(b); });
+  return recomputes ? in.cache_bytes : in.cache_bytes_without_recompute;
+}
+
 double ranked_step_s(const offload_estimate& e, const offload_inputs& in) noexcept {
   return e.step_time_s + in.copy_interference * (e.copy_s - e.exposed_copy_s);
 }
@@ -351,7 +358,7 @@ std::optional<offload_choice> choose_offload_mix(int n_blocks, std::uint64_t cap
                 std::replace(mix.begin(), mix.end(), block_policy::checkpoint,
                              block_policy::checkpoint_offload);
               const auto e = simulate_offload(mix, in);
-              if (e.device_peak_bytes > capacity_bytes) continue;
+              if (e.device_peak_bytes + allocator_cache_bytes(mix, in) > capacity_bytes) continue;
               const double t = ranked_step_s(e, in);
               if (!best ||
                   std::pair(t, e.host_pinned_bytes) < std::pair(ranked_step_s(best->estimate, in),

@@ -302,7 +302,12 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   // (the block's saved bytes; block_bytes without compression).
   in.loss_bytes = saved;
   s.other_bytes_without_checkpoint = static_cast<std::uint64_t>(std::max(0.0, other_keep));
-  s.cache_bytes = full.reserved_peak_bytes - full.allocated_peak_bytes;
+  // The allocator's cache beside the allocated peak, per mix from the plan whose peak moment it
+  // shares (as other_bytes is anchored): full checkpointing's with a block that recomputes,
+  // the plan without checkpointing's otherwise.
+  in.cache_bytes = full.reserved_peak_bytes - full.allocated_peak_bytes;
+  in.cache_bytes_without_recompute = base.reserved_peak_bytes - base.allocated_peak_bytes;
+  s.cache_bytes = in.cache_bytes;
   s.context_bytes = base.context_bytes;
   return s;
 }
@@ -338,7 +343,7 @@ offload_plan evaluate_offload(const offload_setup& s, const std::vector<block_po
   }
   p.estimate = simulate_offload(mix, in);
   p.allocated_peak_bytes = p.estimate.device_peak_bytes;
-  p.device_peak_bytes = p.allocated_peak_bytes + s.cache_bytes + s.context_bytes;
+  p.device_peak_bytes = p.allocated_peak_bytes + allocator_cache_bytes(mix, in) + s.context_bytes;
   p.host_pinned_bytes = p.estimate.host_pinned_bytes + s.optimizer_host_bytes;
   // Copies the schedule hides still slow the compute they overlap (HBM traffic, the engine's
   // per-tensor work in the hooks): a fraction of the hidden copy time shows in the step.
@@ -378,9 +383,8 @@ std::optional<offload_plan> fit_offload(const model_description& m, const plan_r
     if (optimizer_only && *optimizer_only != optimizer) continue;
     for (const auto& c : comps) {
       const auto s = make_offload_setup(m, r, c, optimizer, gpu, o);
-      const std::uint64_t fixed = s.cache_bytes + s.context_bytes;
-      if (fixed >= limit_bytes) continue;
-      const auto choice = choose_offload_mix(s.n_blocks, limit_bytes - fixed, s.inputs);
+      if (s.context_bytes >= limit_bytes) continue;
+      const auto choice = choose_offload_mix(s.n_blocks, limit_bytes - s.context_bytes, s.inputs);
       if (!choice) continue;
       auto p = evaluate_offload(s, choice->mix, c, optimizer);
       if (!best || p.step_time_s < best->step_time_s) best = std::move(p);

@@ -85,7 +85,19 @@ struct offload_inputs {
   /// the block below's, decoded ahead)
   std::uint64_t recompute_bytes = 0;
   std::uint64_t decode_bytes = 0;
+  /// What PyTorch's caching allocator reserves beyond the allocated peak (reserved - allocated),
+  /// from the allocator model's replay of the plan whose peak moment a mix shares: full
+  /// checkpointing's for a mix with a block that recomputes (cache_bytes), the plan without
+  /// checkpointing's for one without (cache_bytes_without_recompute). choose_offload_mix counts it
+  /// against the capacity (0 and 0: the capacity bounds the allocated peak alone).
+  std::uint64_t cache_bytes = 0;
+  std::uint64_t cache_bytes_without_recompute = 0;
 };
+
+/// The allocator cache counted beside mix's allocated peak: in.cache_bytes when a block of the mix
+/// recomputes (checkpointed or selective), else in.cache_bytes_without_recompute.
+std::uint64_t allocator_cache_bytes(const std::vector<block_policy>& mix,
+                                    const offload_inputs& in) noexcept;
 
 /// The step time a mix is ranked by: e.step_time_s plus in.copy_interference of the hidden copy
 /// time.
@@ -133,7 +145,8 @@ struct offload_choice {
   offload_estimate estimate;
 };
 
-/// The fastest arranged mix whose device peak fits capacity_bytes (ties: fewer host bytes), or
+/// The fastest arranged mix whose device peak plus allocator_cache_bytes fits capacity_bytes
+/// (ties: fewer host bytes), or
 /// nullopt when none does, over both arrangements of arrange_mix, each also with every
 /// checkpointed block's input on the host (checkpoint_offload). The selective policies are
 /// searched when in.selective_bytes > 0
