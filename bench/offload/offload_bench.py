@@ -84,6 +84,14 @@ CAPPED = {"vramkit-act", "vramkit-offload1", "vramkit-act+opt", "vramkit-act+com
 TRY = "vramkit-try-"
 #: The configurations whose predicted order the issue asks for.
 RANKED = ("reference", "vramkit-act", "full-checkpoint", "vramkit-act+opt")
+#: The engine's host_lead_blocks for mixes that copy: what the planner's peak assumes (its offload
+#: JSON's host_lead_blocks; the --fit candidates do not print it).
+HOST_LEAD_BLOCKS = 2
+#: When the planner's mix gains less than this over full checkpointing by its own estimate (or
+#: it found none), its best few other mixes are measured too (candidate_mixes).
+MIN_GAIN = 0.02
+#: How many of those, at most (each costs a few steps of the stage's time).
+CANDIDATES = 2
 #: Mixes measured beside the planner's, derived from it (run when derived and the planner expects
 #: them to fit the cap), in the order the overlap figure takes the first that copies.
 DERIVED = ("vramkit-selective-offload", "vramkit-inputs-offload", "vramkit-offload1")
@@ -768,11 +776,12 @@ def offload_tuning(w, mix, name=None):
     planned = (w.get("plan_settings") or {}).get(name) or {}
     if n_off and planned.get("prefetch_blocks") and planned.get("max_inflight_bytes"):
         return {"max_inflight_bytes": int(planned["max_inflight_bytes"]),
-                "prefetch_blocks": int(planned["prefetch_blocks"])}
+                "prefetch_blocks": int(planned["prefetch_blocks"]),
+                "host_lead_blocks": int(planned.get("host_lead_blocks") or HOST_LEAD_BLOCKS)}
     a, t_f, link = w.get("block_bytes") or 0, w.get("block_forward_s") or 0, w.get("link") or {}
     if not n_off or not a:
         return {}
-    kw = {"max_inflight_bytes": int(1.1 * min(n_off, 2) * a)}
+    kw = {"max_inflight_bytes": int(1.1 * min(n_off, 2) * a), "host_lead_blocks": HOST_LEAD_BLOCKS}
     if t_f > 0 and link.get("h2d"):
         copy_in = a / link["h2d"]
         kw["prefetch_blocks"] = min(len(mix), int(math.ceil(copy_in / (2 * t_f))) + 1)
@@ -783,7 +792,7 @@ def overlap_mix(mixes, ran=None):
     """(config, mix) whose overlap is measured (vramkit-compute-only runs it with its copies
     left out): the planner's mix when it copies, else the first mix derived from it that copies
     (and, given `ran`, the configurations that ran, ran); None when none does."""
-    for cfg in ("vramkit-act",) + DERIVED:
+    for cfg in ("vramkit-act",) + DERIVED + tuple(sorted(c for c in mixes if c.startswith(TRY))):
         m = mixes.get(cfg)
         if m and any(p in offload_plan.TO_HOST for p in m) and (ran is None or cfg in ran):
             return cfg, m
@@ -947,6 +956,11 @@ def plan_mixes(shape, capacity, out_dir, probe, tries=(), run=None):
                        ("vramkit-offload1", None if first is None else act[:first] + ["offload"] + act[first + 1:])):
             if m:
                 mixes[cfg] = m
+    if "error" not in plans:
+        try:
+            add_candidates(mixes, plans, shape, capacity, out_dir, probe, run, extra, settings)
+        except (OSError, ValueError, RuntimeError) as e:
+            plans["candidates-error"] = {"error": str(e)}
     if "vramkit-act+compress" in mixes:
         extra["act+compress_mix"] = "the planner's --allow-lossy fit"
         extra["lossy_fit_config"] = "vramkit-act+compress"
@@ -984,6 +998,70 @@ def plan_mixes(shape, capacity, out_dir, probe, tries=(), run=None):
     extra["derived_over_cap"] = {k: {"mix": offload_plan.letters(v[0]), "planner_device_peak_bytes": v[1]}
                                  for k, v in over_cap.items()}
     return {"plans": plans, "mixes": mixes, "plan_settings": settings, "over_cap": over_cap, "extra": extra}
+
+
+def candidate_family(n):
+    """Mixes the planner is asked about when its --fit mix gains too little: the first k blocks
+    selective-offload (their kept outputs copy out during the later blocks' forward), the last j
+    selective, the rest checkpointed with their inputs on the host or on the device (k <= 3,
+    j <= 2, forward order)."""
+    out = []
+    for mid in ("checkpoint-offload", "checkpoint"):
+        for k in range(0, min(3, n - 1) + 1):
+            for j in range(0, min(2, n - k) + 1):
+                m = ["selective-offload"] * k + [mid] * (n - k - j) + ["selective"] * j
+                if m not in out:
+                    out.append(m)
+    return out
+
+
+def candidate_mixes(estimates, capacity, full_step, act=None, k=CANDIDATES):
+    """The mixes to measure beside the planner's: of `estimates` ({letters: planner offload
+    object}), those whose device peak the planner puts within `capacity` (the cap plus what the
+    device holds outside the allocator; without the fit's margin), the k fastest by its estimate
+    that beat full checkpointing's `full_step`; when none of those copies to the host, the
+    fastest such mix that copies takes the last place (the overlap figure needs one). `act`
+    (letters) is left out. Returns [(letters, estimate)], fastest first."""
+    fit = sorted(((m, e) for m, e in estimates.items()
+                  if m != act and e.get("device_peak_bytes") is not None and e["device_peak_bytes"] <= capacity
+                  and e.get("step_time_s")), key=lambda me: me[1]["step_time_s"])
+    faster = [me for me in fit if full_step is None or me[1]["step_time_s"] < full_step][:k]
+    copies = lambda m: any(c in "ohx" for c in m)  # noqa: E731
+    if k > 0 and not any(copies(m) for m, _ in faster):
+        first = next((me for me in fit if copies(me[0])), None)
+        if first:
+            faster = faster[:k - 1] + [first]
+    return faster
+
+
+def add_candidates(mixes, plans, shape, capacity, out_dir, probe, run, extra, settings):
+    """When the planner's mix gains less than MIN_GAIN over full checkpointing by its estimate
+    (or there is none): its estimates of candidate_family, and the chosen candidate_mixes added
+    to mixes as configs vramkit-try-MIX (run right after the planner's mix)."""
+    ck = ((plans.get("full-checkpoint") or {}).get("json") or {}).get("offload") or {}
+    full_step = ck.get("step_time_s")
+    act = (planner_choices(plans, shape).get("vramkit-act") or {}).get("step_time_s")
+    if act and full_step and act <= (1 - MIN_GAIN) * full_step:
+        return
+    fam = {offload_plan.letters(m): (m, False, False) for m in candidate_family(shape["layers"])}
+    got = run(shape, capacity, out_dir, probe, mixes=fam)
+    est = {cfg: (e.get("json") or {}).get("offload") for cfg, e in got.items()}
+    est = {cfg[4:]: o for cfg, o in est.items() if o}
+    act_mix = mixes.get("vramkit-act")
+    chosen = candidate_mixes(est, capacity, full_step, offload_plan.letters(act_mix) if act_mix else None)
+    for letters, _ in chosen:
+        cfg = TRY + letters
+        mixes[cfg] = offload_plan.from_letters(letters)
+        plans["mix:" + cfg] = got["mix:" + letters]
+        o = est[letters]
+        if o.get("max_inflight_bytes") and o.get("prefetch_blocks"):
+            settings[cfg] = {"max_inflight_bytes": o["max_inflight_bytes"], "prefetch_blocks": o["prefetch_blocks"],
+                             "host_lead_blocks": o.get("host_lead_blocks")}
+    extra["candidates"] = {"reason": "the planner's mix gains %s over full checkpointing by its estimate" % (
+        "%.1f%%" % (100 * (1 - act / full_step)) if act and full_step else "nothing (it found none)"),
+        "asked": len(fam), "chosen": [m for m, _ in chosen],
+        "estimates": {m: {"step_time_s": o.get("step_time_s"), "device_peak_bytes": o.get("device_peak_bytes")}
+                      for m, o in est.items()}}
 
 
 def try_mixes(given, shape):
@@ -1035,6 +1113,8 @@ def worker(args):
     failed_configs, ran_configs = set(), set()
     over_cap = {k: tuple(v) for k, v in state.get("over_cap", {}).items()}
     tries = [TRY + m for m in try_mixes(args.try_mix, shape)]
+    # A restarted worker: the planner's candidates (in the state's mixes) too.
+    tries += [c for c in mixes if c.startswith(TRY) and c not in tries]
     order = ORDER[:2] + tries + ORDER[2:]
     for name in order:
         if name in skip:
@@ -1123,6 +1203,11 @@ def worker(args):
             w["plan_settings"] = planned["plan_settings"]
             extra.update(planned["extra"])
             emit("PLAN", {"cap_bytes": w["cap"], "plans": plans, "mixes": mixes, **extra})
+            # The planner's candidates run right after its mix (inserted ahead of the loop's
+            # position: the list iterator picks them up).
+            cands = [c for c in mixes if c.startswith(TRY) and c not in order]
+            at = order.index("vramkit-act") + 1
+            order[at:at] = cands
             if args.state:
                 with open(args.state, "w") as f:
                     json.dump({"cap_bytes": w["cap"], "mixes": mixes, "reference_step_s": ref_step,
@@ -1435,14 +1520,24 @@ def summarize(results):
             src = {"vramkit-offload1": "the planner's first checkpointed block offloaded",
                    "vramkit-selective-offload": "the planner's mix with its first checkpointed block selective-offload",
                    "vramkit-inputs-offload": "the planner's mix with its checkpointed blocks' inputs on the host",
-                   "vramkit-act+compress": entry.get("act+compress_mix")}.get(cfg) or "vramkit plan --fit"
+                   "vramkit-act+compress": entry.get("act+compress_mix")}.get(cfg) or (
+                       "one of the planner's fastest mixes that fit, measured beside its --fit mix"
+                       if cfg[len(TRY):] in ((entry.get("candidates") or {}).get("chosen") or [])
+                       else "--try-mix" if cfg.startswith(TRY) else "vramkit plan --fit")
             run = _by(entry).get(cfg) or {}
             if run.get("prefetch_blocks") or run.get("max_inflight_bytes"):
-                src += "; engine: prefetch_blocks %s, copy-out window %s GiB" % (
-                    run.get("prefetch_blocks", 0), _gib(run.get("max_inflight_bytes")))
+                src += "; engine: prefetch_blocks %s, copy-out window %s GiB, host lead %s blocks" % (
+                    run.get("prefetch_blocks", 0), _gib(run.get("max_inflight_bytes")), run.get("host_lead_blocks", 0))
             lines.append("mix of %s (o offload, c checkpoint, k keep, s selective, h selective-offload, x checkpoint-offload):"
                          " %s (%s)"
                          % (cfg, offload_plan.letters(mix), src))
+        cd = entry.get("candidates")
+        if cd:
+            lines.append("%s: the planner was asked about %d more mixes; measured beside it: %s" % (
+                cd["reason"], cd["asked"], ", ".join(
+                    "%s (predicted %.3f s, device %.2f GiB)" % (m, cd["estimates"][m]["step_time_s"],
+                                                              cd["estimates"][m]["device_peak_bytes"] / GiB)
+                    for m in cd["chosen"]) or "none (none fits the cap and beats full checkpointing)"))
         if entry.get("plans") is not None and not entry.get("mixes"):
             lines.append("planner: no offload mix fits the cap")
         for e in entry.get("errors", []):
@@ -1496,8 +1591,9 @@ def summarize(results):
             lines.append("overlap (%s, %s%s): %.3f s of %.3f s copy time hidden, %s (T_compute %.3f s uncapped, "
                          "the same mix without its copies; T_both %.3f s; target >= 80%%)" % (
                              o["config"], o.get("mix", "?"),
-                             "; a copying mix derived from the planner's, which copies nothing" if o.get("forced") else
-                             "; the planner's mix", o.get("t_hidden_s", o["t_compute_s"] + o["t_copy_s"] - o["t_both_s"]),
+                             "; the planner's mix" if not o.get("forced") else
+                             "; a copying mix measured beside the planner's, not its choice" if o["config"].startswith(TRY)
+                             else "; a copying mix derived from the planner's, which copies nothing", o.get("t_hidden_s", o["t_compute_s"] + o["t_copy_s"] - o["t_both_s"]),
                              o["t_copy_s"], "-" if o["overlap"] is None else "%.1f%%" % (100 * o["overlap"]),
                              o["t_compute_s"], o["t_both_s"]))
         for cfg in PHASED:

@@ -199,6 +199,70 @@ class Order(unittest.TestCase):
         self.assertIn("a / ck", line)
 
 
+class Candidates(unittest.TestCase):
+    def test_family(self):
+        fam = [ob.offload_plan.letters(m) for m in ob.candidate_family(6)]
+        for m in ("xxxxxx", "xxxxxs", "hxxxxs", "hhhxxx", "cccccc", "hccccs"):
+            self.assertIn(m, fam)
+        self.assertEqual(len(fam), len(set(fam)))
+        self.assertTrue(all(len(m) == 6 for m in fam))
+
+    def test_the_fastest_that_fit_and_beat_full_checkpointing(self):
+        gib = 1 << 30
+        est = {"cccccc": {"step_time_s": 0.85, "device_peak_bytes": 37 * gib},
+               "xxxxxx": {"step_time_s": 0.86, "device_peak_bytes": 36 * gib},
+               "xxxxxs": {"step_time_s": 0.84, "device_peak_bytes": 38 * gib},
+               "hxxxxs": {"step_time_s": 0.82, "device_peak_bytes": 39 * gib},
+               "hhxxxs": {"step_time_s": 0.80, "device_peak_bytes": 41 * gib}}  # over the cap
+        got = [m for m, _ in ob.candidate_mixes(est, 40 * gib, 0.85)]
+        self.assertEqual(got, ["hxxxxs", "xxxxxs"])
+        self.assertEqual([m for m, _ in ob.candidate_mixes(est, 40 * gib, 0.85, act="hxxxxs")], ["xxxxxs"])
+        # Nothing that copies among the fastest: the fastest fitting mix that copies takes the
+        # last place (here the only one, slower than full checkpointing).
+        got = [m for m, _ in ob.candidate_mixes(est, 38 * gib, 0.85)]
+        self.assertEqual(got, ["xxxxxs"])
+        est["xxxxxs"]["device_peak_bytes"] = 45 * gib
+        self.assertEqual([m for m, _ in ob.candidate_mixes(est, 38 * gib, 0.85)], ["xxxxxx"])
+        self.assertEqual(ob.candidate_mixes(est, 30 * gib, 0.85), [])
+
+    def test_plan_mixes_adds_them_only_when_the_gain_is_small(self):
+        gib = 1 << 30
+        shape = dict(ob.SHAPES["3b-wide"])
+
+        def run(shape, cap, out_dir, probe, mixes=None):
+            if mixes is None:  # the fit: no mix for vramkit-act; full checkpointing at 0.85 s
+                return {"fit": {"json": {"fits": []}},
+                        "full-checkpoint": {"json": {"allocated_peak_bytes": 30 * gib, "offload": {"step_time_s": 0.85}}}}
+            out = {}
+            for cfg, (mix, _, _) in mixes.items():
+                letters = ob.offload_plan.letters(mix)
+                step = 0.85 - 0.01 * letters.count("s") - 0.012 * letters.count("h")
+                peak = (30 + 3 * letters.count("s") + 2 * letters.count("h")) * gib
+                out["mix:" + cfg] = {"json": {"offload": {"mix": mix, "step_time_s": step, "device_peak_bytes": peak,
+                                                          "allocated_peak_bytes": peak - gib,
+                                                          "max_inflight_bytes": gib, "prefetch_blocks": 2,
+                                                          "host_lead_blocks": 2}}}
+            return out
+
+        got = ob.plan_mixes(shape, 35 * gib, "/nonexistent", None, run=run)
+        tried = sorted(c for c in got["mixes"] if c.startswith(ob.TRY))
+        # Within 35 GiB the fastest are two h blocks (0.826 s at 34 GiB; one of each: 0.828 s at
+        # 35), with the inputs on the host or not (the same estimate here).
+        self.assertEqual(tried, [ob.TRY + "hhcccc", ob.TRY + "hhxxxx"])
+        self.assertEqual(got["plan_settings"][ob.TRY + "hhxxxx"],
+                         {"max_inflight_bytes": gib, "prefetch_blocks": 2, "host_lead_blocks": 2})
+        # The engine runs them with the planner's settings, its host lead bound included.
+        w = {"plan_settings": got["plan_settings"]}
+        self.assertEqual(ob.offload_tuning(w, got["mixes"][ob.TRY + "hhxxxx"], ob.TRY + "hhxxxx"),
+                         {"max_inflight_bytes": gib, "prefetch_blocks": 2, "host_lead_blocks": 2})
+        self.assertIn("mix:" + ob.TRY + "hhxxxx", got["plans"])
+        self.assertIn("nothing (it found none)", got["extra"]["candidates"]["reason"])
+        # Their overlap is measured (they copy) and the planner's rows include them.
+        self.assertTrue(ob.overlap_mix(got["mixes"])[0].startswith(ob.TRY))
+        rows = ob.planner_choices(got["plans"], shape)
+        self.assertAlmostEqual(rows[ob.TRY + "hhxxxx"]["step_time_s"], 0.85 - 0.024)
+
+
 @unittest.skipUnless(os.environ.get("VRAMKIT_CLI"), "needs the vramkit CLI (VRAMKIT_CLI)")
 class Planner(unittest.TestCase):
     def test_mixes_from_the_cli(self):

@@ -29,6 +29,10 @@ constexpr double k_copy_interference = 0.12;
 /// Each direction's share of the one-way pinned rate when both directions copy at once: vramkit
 /// probe's bidirectional pinned figure on an H200, 89.96 GB/s against 55.28 one way (0.81).
 constexpr double k_bidirectional_share = 0.81;
+/// The engine's host_lead_blocks the plan assumes (vramkit.offload_activations waits at each
+/// block's start of the forward until the device has begun the block two before): what the
+/// copy-out window still holds at the loss follows from it (offload_inputs::host_lead_blocks).
+constexpr int k_host_lead_blocks = 2;
 
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> out;
@@ -264,6 +268,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   set_copy_windows(in, s.n_blocks);
   in.copy_interference = k_copy_interference;
   in.windows_per_mix = true;
+  in.host_lead_blocks = k_host_lead_blocks;
   if (c.enabled) {
     // A checkpointed block recomputes uncompressed; a compressed block's backward holds its
     // tensors decoded, and those of the block below it (decode_ahead=1) on top of the payloads.
@@ -525,6 +530,8 @@ std::string offload_json(const offload_plan& p) {
       {"link_source", s.link.source},
       {"max_inflight_bytes", p.estimate.window_bytes},
       {"prefetch_blocks", p.estimate.prefetch_blocks},
+      {"host_lead_blocks", p.estimate.host_lead_blocks},
+      {"copy_out_held_at_loss_bytes", p.estimate.held_at_loss_bytes},
       {"kernel_rates", s.compute.rates.source},
   };
   return j.dump(2);

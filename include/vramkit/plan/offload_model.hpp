@@ -69,6 +69,12 @@ struct offload_inputs {
   /// peak counts what is still being copied out when the forward ends (instead of the whole
   /// window) and the offloaded blocks fetched back at once
   int prefetch_blocks = 0;
+  /// > 0 (with prefetch_blocks > 0): the engine's host_lead_blocks, the host never more than this
+  /// many blocks' forward ahead of the device (vramkit.offload_activations waits at each block's
+  /// start for the device to begin the block that many before); the peak then counts at the loss
+  /// only the copies out whose memory the allocator cannot yet have back (copy_out_held_bytes),
+  /// not the whole window. 0: the host's lead is unbounded, the window counted whole.
+  int host_lead_blocks = 0;
   /// Share of the copy time hidden behind compute that still lengthens the step (the copies'
   /// HBM traffic and the engine's work in the hooks): what choose_offload_mix ranks mixes by
   /// adds it (simulate_offload leaves it out)
@@ -113,6 +119,9 @@ struct offload_estimate {
   std::uint64_t host_pinned_bytes = 0;
   std::uint64_t window_bytes = 0;  ///< the copy-out window used
   int prefetch_blocks = 0;         ///< the prefetch depth used
+  int host_lead_blocks = 0;        ///< the host's lead the peak assumes (0: unbounded)
+  /// Copy-out bytes the peak counts as still held when the head and the loss allocate
+  std::uint64_t held_at_loss_bytes = 0;
 };
 
 /// The estimate for `mix` (one policy per block, forward order). Throws invalid_input when the
