@@ -399,6 +399,46 @@ def kernel_probe(shape):
     return out
 
 
+def calibrated_memory_rate(planner_block_s, planner_memory_s, measured_block_s, rate):
+    """The memory-bound rate at which the planner's block forward equals the measured one, its
+    GEMM and attention terms (planner_block_s - planner_memory_s, at the probed rates) left as
+    they are: rate x planner_memory_s / (measured_block_s - that). None when the measured block
+    leaves the memory-bound kernels no time (or any input is missing)."""
+    if not (planner_block_s and planner_memory_s and measured_block_s and rate):
+        return None
+    rest = measured_block_s - (planner_block_s - planner_memory_s)
+    if rest <= 0:
+        return None
+    return rate * planner_memory_s / rest
+
+
+def calibrate_probe(shape, path, kp, link, measured_block_s, out_dir, stage_probe=None):
+    """Rewrites the probe file at `path` with the memory-bound rate calibrated to the measured
+    block forward (calibrated_memory_rate, from the planner's block forward and its memory-bound
+    part at the probed rates, `vramkit plan --offload activations:1`'s JSON); returns what it did
+    ({"probed", "calibrated"} bytes/s, or {"error"}). The GEMM and attention rates stay probed."""
+    from vramkit.planner import find_cli
+
+    cfg = os.path.join(out_dir, "plan-config-%dx%d-%d.json" % (shape["d"], shape["layers"], shape["batch"]))
+    with open(cfg, "w") as f:
+        json.dump(shape_config(shape), f)
+    argv = [find_cli(), "plan", cfg, "--precision", "amp-bf16", "--batch", str(shape["batch"]), "--seq",
+            str(shape["seq"]), "--probe", path, "--gpu", "h200", "--compress-activations", "none", "--json"]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    try:
+        o = json.loads(proc.stdout)["offload"]
+    except (ValueError, KeyError):
+        return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    rate = calibrated_memory_rate(o.get("block_forward_s"), o.get("selective_recompute_s_per_block"),
+                                  measured_block_s, kp.get("memory_bytes_per_s"))
+    if rate is None:
+        return {"error": "the measured block forward leaves the memory-bound kernels no time"}
+    write_probe(path, dict(kp, memory_bytes_per_s=rate), link, stage_probe)
+    return {"probed": kp["memory_bytes_per_s"], "calibrated": rate,
+            "planner_block_forward_s": o["block_forward_s"], "planner_memory_bound_s": o["selective_recompute_s_per_block"],
+            "measured_block_forward_s": measured_block_s}
+
+
 def write_probe(path, kp, link, stage_probe=None):
     """A probe file (vramkit probe's format) with the kernel rates and the pinned copy rate
     measured here, beside the stage's probe figures when one was given; returns its path."""
@@ -1196,6 +1236,13 @@ def worker(args):
                                     extra["kernel_probe"], extra["link_bytes_per_s"], args.probe)
             except Exception as e:  # noqa: BLE001 - recorded; the planner then uses the catalogue
                 extra["kernel_probe"] = {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:200])}
+            if probe and "gemm_flops" in extra["kernel_probe"] and args.calibrate:
+                try:
+                    extra["memory_rate_calibration"] = calibrate_probe(
+                        shape, probe, extra["kernel_probe"], extra["link_bytes_per_s"], extra["block_forward_s"],
+                        args.out_dir, args.probe)
+                except (OSError, RuntimeError) as e:
+                    extra["memory_rate_calibration"] = {"error": str(e)}
             extra["planner_probe"] = probe
             planned = plan_mixes(shape, w["cap"] + outside, args.out_dir, probe, tries)
             plans, over_cap = planned["plans"], planned["over_cap"]
@@ -1222,7 +1269,8 @@ def worker(args):
 def spawn_worker(args, name, deadline, state_path, skip, env):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--deadline", "%.3f" % deadline,
            "--state", state_path, "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--cap-fraction", str(args.cap_fraction), "--model", args.model, "--out-dir", args.out_dir]
+           "--cap-fraction", str(args.cap_fraction), "--model", args.model, "--out-dir", args.out_dir,
+           "--calibrate", str(getattr(args, "calibrate", 1))]
     if skip:
         cmd += ["--skip", ",".join(sorted(skip))]
     if args.probe:
@@ -1516,6 +1564,14 @@ def summarize(results):
                              kp.get("product_bytes_per_s", 0) / 1e9))
         elif kp.get("error"):
             lines.append("kernel probe failed (%s): the planner used the GPU catalogue" % kp["error"])
+        mc = entry.get("memory_rate_calibration")
+        if mc and mc.get("calibrated"):
+            lines.append("memory-bound rate given to the planner: %.0f GB/s, calibrated so that its block forward (%.2f ms "
+                         "at the probed rates, %.2f ms of it memory-bound) is the measured %.2f ms; GEMM and attention "
+                         "rates as probed" % (mc["calibrated"] / 1e9, 1e3 * mc["planner_block_forward_s"],
+                                             1e3 * mc["planner_memory_bound_s"], 1e3 * mc["measured_block_forward_s"]))
+        elif mc:
+            lines.append("memory-bound rate not calibrated (%s): the probed one" % mc.get("error"))
         for cfg, mix in (entry.get("mixes") or {}).items():
             src = {"vramkit-offload1": "the planner's first checkpointed block offloaded",
                    "vramkit-selective-offload": "the planner's mix with its first checkpointed block selective-offload",
@@ -1634,6 +1690,9 @@ def main():
     ap.add_argument("--try-mix", default=None,
                     help="comma list of [SHAPE:]MIX (letters o, c, k, s, h, x per block) run under the cap after the "
                          "planner's mix, as configs vramkit-try-MIX")
+    ap.add_argument("--calibrate", type=int, default=1, choices=(0, 1),
+                    help="1: give the planner the memory-bound rate at which its block forward is the measured one "
+                         "(GEMM and attention rates as probed); 0: the probed rates alone")
     ap.add_argument("--fast-pinning", type=int, default=1, choices=(0, 1),
                     help="1: pin host memory with cudaHostRegister from 16 threads (PyTorch's option)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)

@@ -199,6 +199,31 @@ class Order(unittest.TestCase):
         self.assertIn("a / ck", line)
 
 
+class Calibration(unittest.TestCase):
+    def test_memory_rate_makes_the_block_forward_the_measured_one(self):
+        # Planner: 31.1 ms a block, 11.3 ms of it memory-bound at 2547 GB/s; measured 29.1 ms:
+        # the memory-bound part gets 29.1 - 19.8 = 9.3 ms, so the rate rises by 11.3 / 9.3.
+        rate = ob.calibrated_memory_rate(0.0311, 0.0113, 0.0291, 2547e9)
+        self.assertAlmostEqual(rate / (2547e9 * 0.0113 / (0.0291 - 0.0198)), 1.0)
+        # The planner's block at that rate: the GEMM and attention part plus the memory part.
+        self.assertAlmostEqual((0.0311 - 0.0113) + 0.0113 * 2547e9 / rate, 0.0291)
+        self.assertLess(ob.calibrated_memory_rate(0.0311, 0.0113, 0.0331, 2547e9), 2547e9)  # slower: lower
+        self.assertIsNone(ob.calibrated_memory_rate(0.0311, 0.0113, 0.0190, 2547e9))  # no time left
+        self.assertIsNone(ob.calibrated_memory_rate(None, 0.0113, 0.0291, 2547e9))
+
+    @unittest.skipUnless(os.environ.get("VRAMKIT_CLI"), "needs the vramkit CLI (VRAMKIT_CLI)")
+    def test_the_planner_then_predicts_the_measured_block(self):
+        shape = dict(ob.SHAPES["1b"])
+        kp = {"gemm_flops": 700e12, "attention_flops": 380e12, "memory_bytes_per_s": 2.4e12}
+        with tempfile.TemporaryDirectory() as tmp:
+            probe = ob.write_probe(os.path.join(tmp, "p.json"), kp, {"h2d": 55e9})
+            got = ob.calibrate_probe(shape, probe, kp, {"h2d": 55e9}, 0.0075, tmp)
+            self.assertIn("calibrated", got, got.get("error"))
+            plans = ob.planner_runs(shape, 34 << 30, tmp, probe)
+        fwd = plans["reference"]["json"]["offload"]["block_forward_s"]
+        self.assertAlmostEqual(fwd, 0.0075, delta=1e-5)
+
+
 class Candidates(unittest.TestCase):
     def test_family(self):
         fam = [ob.offload_plan.letters(m) for m in ob.candidate_family(6)]
