@@ -199,6 +199,25 @@ class Order(unittest.TestCase):
         self.assertIn("a / ck", line)
 
 
+class OverlapFromFullCheckpointing(unittest.TestCase):
+    def test_a_mix_of_inputs_on_the_host_takes_t_compute_from_full_checkpointing(self):
+        mix = ["checkpoint-offload"] * 3
+        entry = {"shape": dict(ob.SHAPES["tiny"], layers=3), "mixes": {ob.TRY + "xxx": mix},
+                 "configs": [result("reference", 0.5), result(ob.TRY + "xxx", 0.81, copy_s={"d2h": 0.02, "h2d": 0.02},
+                                                            mix=mix),
+                             {"config": "vramkit-compute-only", "ok": False, "error": "not run: ..."},
+                             result("full-checkpoint", 0.80)]}
+        res = {"date": "d", "cap_fraction": 0.5, "budget_s": 1, "shapes": {"tiny": entry}}
+        ob.derive(res)
+        o = entry["derived"]["overlap"]
+        self.assertEqual(o["t_compute_from"], "full-checkpoint")
+        self.assertAlmostEqual(o["overlap"], (0.80 + 0.04 - 0.81) / 0.04)
+        self.assertTrue(o["forced"])
+        text = ob.summarize(res)
+        self.assertIn("under the cap, full checkpointing's run", text)
+        self.assertIn("a copying mix measured beside the planner's, not its choice", text)
+
+
 class Calibration(unittest.TestCase):
     def test_memory_rate_makes_the_block_forward_the_measured_one(self):
         # Planner: 31.1 ms a block, 11.3 ms of it memory-bound at 2547 GB/s; measured 29.1 ms:
@@ -239,14 +258,17 @@ class Candidates(unittest.TestCase):
                "xxxxxs": {"step_time_s": 0.84, "device_peak_bytes": 38 * gib},
                "hxxxxs": {"step_time_s": 0.82, "device_peak_bytes": 39 * gib},
                "hhxxxs": {"step_time_s": 0.80, "device_peak_bytes": 41 * gib}}  # over the cap
-        got = [m for m, _ in ob.candidate_mixes(est, 40 * gib, 0.85)]
+        got = [m for m, _ in ob.candidate_mixes(est, 40 * gib, 0.85, k=2)]
         self.assertEqual(got, ["hxxxxs", "xxxxxs"])
+        self.assertEqual([m for m, _ in ob.candidate_mixes(est, 40 * gib, 0.85)], ["hxxxxs"])  # k=1
         self.assertEqual([m for m, _ in ob.candidate_mixes(est, 40 * gib, 0.85, act="hxxxxs")], ["xxxxxs"])
-        # Nothing that copies among the fastest: the fastest fitting mix that copies takes the
-        # last place (here the only one, slower than full checkpointing).
-        got = [m for m, _ in ob.candidate_mixes(est, 38 * gib, 0.85)]
-        self.assertEqual(got, ["xxxxxs"])
+        # The fastest copies nothing: the fastest fitting mix that copies comes after it.
+        est["cccccs"] = {"step_time_s": 0.81, "device_peak_bytes": 37 * gib}
+        self.assertEqual([m for m, _ in ob.candidate_mixes(est, 40 * gib, 0.85)], ["cccccs", "hxxxxs"])
+        # None that copies beats full checkpointing: the fastest that fits, slower.
         est["xxxxxs"]["device_peak_bytes"] = 45 * gib
+        self.assertEqual([m for m, _ in ob.candidate_mixes(est, 38 * gib, 0.85)], ["cccccs", "xxxxxx"])
+        del est["cccccs"]
         self.assertEqual([m for m, _ in ob.candidate_mixes(est, 38 * gib, 0.85)], ["xxxxxx"])
         self.assertEqual(ob.candidate_mixes(est, 30 * gib, 0.85), [])
 
@@ -271,9 +293,9 @@ class Candidates(unittest.TestCase):
 
         got = ob.plan_mixes(shape, 35 * gib, "/nonexistent", None, run=run)
         tried = sorted(c for c in got["mixes"] if c.startswith(ob.TRY))
-        # Within 35 GiB the fastest are two h blocks (0.826 s at 34 GiB; one of each: 0.828 s at
-        # 35), with the inputs on the host or not (the same estimate here).
-        self.assertEqual(tried, [ob.TRY + "hhcccc", ob.TRY + "hhxxxx"])
+        # Within 35 GiB the fastest is two h blocks (0.826 s at 34 GiB; one of each: 0.828 s at
+        # 35), inputs on the host (listed first among equal estimates); it copies.
+        self.assertEqual(tried, [ob.TRY + "hhxxxx"])
         self.assertEqual(got["plan_settings"][ob.TRY + "hhxxxx"],
                          {"max_inflight_bytes": gib, "prefetch_blocks": 2, "host_lead_blocks": 2})
         # The engine runs them with the planner's settings, its host lead bound included.
