@@ -1000,6 +1000,11 @@ def plan_mixes(shape, capacity, out_dir, probe, tries=(), run=None):
     if "error" not in plans:
         try:
             add_candidates(mixes, plans, shape, capacity, out_dir, probe, run, extra, settings)
+            if any(any(c in "ohx" for c in m) for m in (extra.get("candidates") or {}).get("chosen", [])):
+                # A candidate copies: it gives the overlap figure and checks the planner's choice,
+                # the derived mixes' job; the stage's seconds go to the baselines instead.
+                for cfg in DERIVED:
+                    mixes.pop(cfg, None)
         except (OSError, ValueError, RuntimeError) as e:
             plans["candidates-error"] = {"error": str(e)}
     if "vramkit-act+compress" in mixes:

@@ -292,6 +292,7 @@ class Candidates(unittest.TestCase):
             return out
 
         got = ob.plan_mixes(shape, 35 * gib, "/nonexistent", None, run=run)
+        self.assertEqual(sorted(got["mixes"]), [ob.TRY + "hhxxxx"])
         tried = sorted(c for c in got["mixes"] if c.startswith(ob.TRY))
         # Within 35 GiB the fastest is two h blocks (0.826 s at 34 GiB; one of each: 0.828 s at
         # 35), inputs on the host (listed first among equal estimates); it copies.
@@ -308,6 +309,22 @@ class Candidates(unittest.TestCase):
         self.assertTrue(ob.overlap_mix(got["mixes"])[0].startswith(ob.TRY))
         rows = ob.planner_choices(got["plans"], shape)
         self.assertAlmostEqual(rows[ob.TRY + "hhxxxx"]["step_time_s"], 0.85 - 0.024)
+
+        # A --fit mix that gains under 2% (every block checkpointed, 0.85 s): the candidates run
+        # instead of the mixes derived from it, since one of them copies.
+        def run_fit(shape, cap, out_dir, probe, mixes=None):
+            out = run(shape, cap, out_dir, probe, mixes)
+            if mixes is None:
+                out["fit"]["json"]["fits"] = [{"micro_batch": 16, "activation_mix": ["checkpoint"] * 6,
+                                               "optimizer_offload": False, "step_time_s": 0.85,
+                                               "allocated_peak_bytes": 30 * gib}]
+            return out
+
+        got = ob.plan_mixes(shape, 35 * gib, "/nonexistent", None, run=run_fit)
+        self.assertEqual(got["mixes"]["vramkit-act"], ["checkpoint"] * 6)
+        self.assertIn(ob.TRY + "hhxxxx", got["mixes"])
+        self.assertFalse(set(ob.DERIVED) & set(got["mixes"]))
+        self.assertIn("0.0%", got["extra"]["candidates"]["reason"])
 
 
 @unittest.skipUnless(os.environ.get("VRAMKIT_CLI"), "needs the vramkit CLI (VRAMKIT_CLI)")
