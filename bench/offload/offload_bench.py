@@ -90,6 +90,10 @@ HOST_LEAD_BLOCKS = 2
 #: When the planner's mix gains less than this over full checkpointing by its own estimate (or
 #: it found none), its best few other mixes are measured too (candidate_mixes).
 MIN_GAIN = 0.02
+#: The candidates' device peak within the planner's capacity less this share (not the fit's 5%:
+#: run Q's planner put full checkpointing's allocated peak 1.5% under the measured one on the
+#: 3b-wide shape, so 2% keeps a candidate clear of that error without ruling out what fits).
+CANDIDATE_MARGIN = 0.02
 #: How many of those beat full checkpointing, at most, plus one that copies when none of them
 #: does (each costs a few steps of the stage's time, taken from the baselines after them).
 CANDIDATES = 1
@@ -1063,8 +1067,8 @@ def candidate_family(n):
 
 def candidate_mixes(estimates, capacity, full_step, act=None, k=CANDIDATES):
     """The mixes to measure beside the planner's: of `estimates` ({letters: planner offload
-    object}), those whose device peak the planner puts within `capacity` (the cap plus what the
-    device holds outside the allocator; without the fit's margin), the k fastest by its estimate
+    object}), those whose device peak the planner puts within `capacity` (add_candidates gives the
+    cap plus what the device holds outside the allocator, less CANDIDATE_MARGIN), the k fastest by its estimate
     that beat full checkpointing's `full_step`, and when none of those copies to the host the
     fastest fitting mix that copies after them (the overlap figure needs one). `act` (letters)
     is left out. Returns [(letters, estimate)]."""
@@ -1094,7 +1098,8 @@ def add_candidates(mixes, plans, shape, capacity, out_dir, probe, run, extra, se
     est = {cfg: (e.get("json") or {}).get("offload") for cfg, e in got.items()}
     est = {cfg[4:]: o for cfg, o in est.items() if o}
     act_mix = mixes.get("vramkit-act")
-    chosen = candidate_mixes(est, capacity, full_step, offload_plan.letters(act_mix) if act_mix else None)
+    chosen = candidate_mixes(est, capacity * (1 - CANDIDATE_MARGIN), full_step,
+                             offload_plan.letters(act_mix) if act_mix else None)
     for letters, _ in chosen:
         cfg = TRY + letters
         mixes[cfg] = offload_plan.from_letters(letters)
