@@ -90,6 +90,9 @@ HOST_LEAD_BLOCKS = 2
 #: When the planner's mix gains less than this over full checkpointing by its own estimate (or
 #: it found none), its best few other mixes are measured too (candidate_mixes).
 MIN_GAIN = 0.02
+#: Seconds per GiB of saved tensors that save_on_cpu and the torchtune-style offload spend
+#: pinning and releasing host memory beside their steps (the budget's estimate of their cost).
+PIN_S_PER_GIB = 0.15
 #: The candidates' device peak within the planner's capacity less this share (not the fit's 5%:
 #: run Q's planner put full checkpointing's allocated peak 1.5% under the measured one on the
 #: 3b-wide shape, so 2% keeps a candidate clear of that error without ruling out what fits).
@@ -1149,6 +1152,7 @@ def worker(args):
          "total": torch.cuda.get_device_properties(0).total_memory, "warmup": args.warmup,
          "timed": args.steps - args.warmup, "cap": state.get("cap_bytes", 0),
          "block_bytes": state.get("block_bytes", 0), "block_forward_s": state.get("block_forward_s", 0),
+         "saved_bytes": state.get("saved_bytes", 0),
          "link": state.get("link", {}), "plan_settings": state.get("plan_settings", {})}
     del model, loss_fn
 
@@ -1186,6 +1190,12 @@ def worker(args):
                                     "error": "not run: the planner expects %.2f GiB on the device, over the %.2f GiB it "
                                              "was given" % (over_cap[name][1] / GiB, over_cap[name][2] / GiB)})
                 continue
+        if name == "vramkit-act" and mix and all(p == "checkpoint" for p in mix):
+            # The planner's fit is full checkpointing, measured as full-checkpoint below: its
+            # candidates (vramkit-try-MIX) are what vramkit runs here.
+            emit("RESULT", {"config": name, "ok": False, "mix": mix,
+                            "error": "not run: the planner's mix is full checkpointing (the full-checkpoint row)"})
+            continue
         if name == "vramkit-inputs-offload" and "vramkit-selective-offload" in ran_configs:
             # One copying mix beside the planner's is enough for the overlap figure; the stage's
             # time goes to the baselines.
@@ -1212,6 +1222,11 @@ def worker(args):
         factor = {"save-on-cpu": 7, "torchtune-style": 5, "vramkit-act+opt": 2.5}.get(name, 2)
         n = sum(STEPS.get(name, (args.warmup, args.steps - args.warmup)))
         cost = 3 + n * factor * (ref_step or 0.5)
+        if name in ("save-on-cpu", "torchtune-style"):
+            # Pinning and releasing every saved tensor's host copy: run Q took 0.12-0.15 s a GiB
+            # beside the steps (0.41 for save_on_cpu on the 1b shape); without it both were
+            # estimated at half their time and one could start only to be cut off.
+            cost += PIN_S_PER_GIB * (w.get("saved_bytes") or 0) / GiB
         if time.time() + cost > deadline:
             emit("RESULT", {"config": name, "ok": False, "error": "skipped: time budget spent (%.0f s left, ~%.0f s needed)"
                             % (deadline - time.time(), cost)})
@@ -1239,6 +1254,7 @@ def worker(args):
             ref_step = r["step_time_s"]["median"]
             w["cap"] = int(r["peak_reserved_bytes"] * args.cap_fraction)
             w["block_bytes"] = max((r.get("census") or {}).get("per_block") or [0])
+            w["saved_bytes"] = (r.get("census") or {}).get("total") or 0
             # The cap bounds what PyTorch's allocator reserves; the planner's device peak also
             # counts the CUDA context and other memory outside it: the planner is given the cap
             # plus that.
@@ -1278,6 +1294,7 @@ def worker(args):
                     json.dump({"cap_bytes": w["cap"], "mixes": mixes, "reference_step_s": ref_step,
                                "model_kind": w["kind"], "block_bytes": w.get("block_bytes", 0),
                                "block_forward_s": w.get("block_forward_s", 0), "link": w.get("link", {}),
+                               "saved_bytes": w.get("saved_bytes", 0),
                                "plan_settings": w.get("plan_settings", {}), "over_cap": over_cap}, f)
     emit("DONE", {})
 
