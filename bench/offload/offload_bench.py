@@ -69,15 +69,16 @@ SHAPES = {
 COMPRESS_MODULES = ("mlp", "attn", "norm")
 CENSUS_MIN_BYTES = 1 << 16  # compress_activations' min_bytes: the census counts what it sees
 # Configurations in the order they run: what the targets compare first (the planner's mix, its
-# overlap, the three baselines at the cap), then offload with compression against offload alone,
-# the optimizer offload the planner ranks, the capped run without offload, and the one-block
+# overlap, the three baselines at the cap, save_on_cpu and the torchtune-style offload one after
+# the other: the second reuses the first's pinned host memory), the optimizer offload the planner
+# ranks, offload with compression against offload alone, the capped run without offload, and the one-block
 # offload (for shapes where the planner offloads nothing; it may not fit).
 # (When the planner's mix copies nothing, a mix derived from it that copies and that the planner
 # expects to fit the cap is the one whose overlap vramkit-compute-only measures: its first
 # checkpointed block selective-offload, or every checkpointed block's input on the host.) Mixes
 # given with --try-mix (configs "vramkit-try-MIX") run right after the planner's.
 ORDER = ["reference", "vramkit-act", "vramkit-selective-offload", "vramkit-inputs-offload", "vramkit-compute-only",
-         "full-checkpoint", "save-on-cpu", "vramkit-act+opt", "torchtune-style", "vramkit-act+compress", "none-capped",
+         "full-checkpoint", "save-on-cpu", "torchtune-style", "vramkit-act+opt", "vramkit-act+compress", "none-capped",
          "vramkit-offload1"]
 CAPPED = {"vramkit-act", "vramkit-offload1", "vramkit-act+opt", "vramkit-act+compress", "full-checkpoint",
           "torchtune-style", "save-on-cpu", "none-capped", "vramkit-selective-offload", "vramkit-inputs-offload"}
@@ -807,12 +808,24 @@ def run_config(w, name, mix=None):
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     # PyTorch keeps freed pinned host memory cached (save_on_cpu and the torchtune-style offload
-    # pin about 60 GB): released, so that the next configurations do not run beside it.
+    # pin about 60 GB): released, so that the next configurations do not run beside it; after
+    # save_on_cpu it is kept for the torchtune-style offload right after it, which pins the same
+    # tensors (release_host_cache releases it before anything else runs).
+    w["host_cache_kept"] = name == "save-on-cpu"
+    if not w["host_cache_kept"]:
+        release_host_cache(w)
+    out["wall_s"] = time.time() - t0
+    return out
+
+
+def release_host_cache(w):
+    """Frees PyTorch's cache of freed pinned host memory."""
+    import torch
+
+    w["host_cache_kept"] = False
     host_empty = getattr(torch._C, "_host_emptyCache", None)  # noqa: SLF001 - no public API yet
     if host_empty is not None:
         host_empty()
-    out["wall_s"] = time.time() - t0
-    return out
 
 
 def offload_tuning(w, mix, name=None):
@@ -1222,7 +1235,7 @@ def worker(args):
         factor = {"save-on-cpu": 7, "torchtune-style": 5, "vramkit-act+opt": 2.5}.get(name, 2)
         n = sum(STEPS.get(name, (args.warmup, args.steps - args.warmup)))
         cost = 3 + n * factor * (ref_step or 0.5)
-        if name in ("save-on-cpu", "torchtune-style"):
+        if name == "save-on-cpu" or (name == "torchtune-style" and not w.get("host_cache_kept")):
             # Pinning and releasing every saved tensor's host copy: run Q took 0.12-0.15 s a GiB
             # beside the steps (0.41 for save_on_cpu on the 1b shape); without it both were
             # estimated at half their time and one could start only to be cut off.
@@ -1231,6 +1244,8 @@ def worker(args):
             emit("RESULT", {"config": name, "ok": False, "error": "skipped: time budget spent (%.0f s left, ~%.0f s needed)"
                             % (deadline - time.time(), cost)})
             continue
+        if w.get("host_cache_kept") and name != "torchtune-style":
+            release_host_cache(w)
         emit("BEGIN", {"config": name})
         r = run_config(w, name, mix)
         if name == "reference" and not r.get("ok") and w["kind"] == "hf" and r.get("error") != "out of memory":
