@@ -424,7 +424,7 @@ def calibrated_memory_rate(planner_block_s, planner_memory_s, measured_block_s, 
 def calibrate_probe(shape, path, kp, link, measured_block_s, out_dir, stage_probe=None):
     """Rewrites the probe file at `path` with the memory-bound rate calibrated to the measured
     block forward (calibrated_memory_rate, from the planner's block forward and its memory-bound
-    part at the probed rates, `vramkit plan --offload activations:1`'s JSON); returns what it did
+    part at the probed rates, from `vramkit plan --compress-activations none`'s offload JSON); returns what it did
     ({"probed", "calibrated"} bytes/s, or {"error"}). The GEMM and attention rates stay probed."""
     from vramkit.planner import find_cli
 
