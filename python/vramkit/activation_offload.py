@@ -443,7 +443,7 @@ class offload_activations:
         self._group += 1
         self._block_stack.append(i)
         self._step.block_group[i] = self._group
-        self._bound_host_lead(args, start=True)
+        self._bound_host_lead(module, start=True)
         self._release_copied()
 
     def _leave_block(self, i, module, args, output):
@@ -451,7 +451,7 @@ class offload_activations:
             self._block_stack.pop()
         self._group += 1
         if i == len(self.blocks) - 1 and not self._block_stack:
-            self._bound_host_lead(args, start=False)
+            self._bound_host_lead(module, start=False)
         self._release_copied()
         if self.prefetch_blocks > 0 and torch.is_grad_enabled():
             out = output
@@ -460,7 +460,7 @@ class offload_activations:
             if isinstance(out, torch.Tensor) and out.requires_grad:
                 out.register_hook(functools.partial(_block_backward_hook, weakref.ref(self), self._step, i))
 
-    def _bound_host_lead(self, args, start):
+    def _bound_host_lead(self, module, start):
         """host_lead_blocks = d > 0, in a mix that copies to the host: at block i's start the host
         waits until the device has begun block i - d, and at the last block's end until it has
         begun block n - d; the copies out the device has finished by then are seen done and
@@ -470,14 +470,13 @@ class offload_activations:
         d = self.host_lead_blocks
         if d <= 0 or not any(p in ("offload", "selective-offload", "checkpoint-offload") for p in self.mix):
             return
-        x = args[0] if args else None
-        while isinstance(x, (tuple, list)) and x:
-            x = x[0]
-        if not isinstance(x, torch.Tensor) or x.device.type != "cuda":
+        # The block's own device (its inputs may come as keywords, out of a pre-hook's reach).
+        dev = next((p.device for p in itertools.chain(module.parameters(), module.buffers())), None)
+        if dev is None or dev.type != "cuda":
             return
         if start:
             ev = torch.cuda.Event()
-            ev.record(torch.cuda.current_stream(x.device))
+            ev.record(torch.cuda.current_stream(dev))
             self._block_starts.append(ev)
             k = len(self._block_starts) - 1 - d
         else:
