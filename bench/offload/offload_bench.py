@@ -1567,6 +1567,17 @@ def derive(results):
                 t["act_vs_" + base] = act["step_time_s"]["median"] / by[base]["step_time_s"]["median"]
         if act and cap:
             t["act_fits_cap"] = act["peak_reserved_bytes"] <= cap
+        # The fastest measured of the planner's mix and the candidates run beside it that kept
+        # under the cap (chosen after measuring, and labelled so).
+        picks = [c for c in by.values() if (c["config"] == "vramkit-act" or
+                                             c["config"][len(TRY):] in ((entry.get("candidates") or {}).get("chosen") or []))
+                 and c["config"].startswith(("vramkit-act", TRY)) and (not cap or c["peak_reserved_bytes"] <= cap)]
+        if picks:
+            best = min(picks, key=lambda c: c["step_time_s"]["median"])
+            t["best_vramkit"] = {"config": best["config"], "mix": offload_plan.letters(best.get("mix") or [])}
+            for base in ("full-checkpoint", "save-on-cpu", "torchtune-style"):
+                if base in by:
+                    t["best_vramkit"]["vs_" + base] = best["step_time_s"]["median"] / by[base]["step_time_s"]["median"]
         ac = by.get("vramkit-act+compress")
         if ac:
             # Against the same mix uncompressed when one was measured, else the planner's mix.
@@ -1718,6 +1729,12 @@ def summarize(results):
                 lines.append("vramkit-act / %s step time: %.3fx (target < 1)" % (base, t["act_vs_" + base]))
         if "act_fits_cap" in t:
             lines.append("vramkit-act fits the cap: %s" % ("yes" if t["act_fits_cap"] else "NO"))
+        bv = t.get("best_vramkit")
+        if bv and bv["config"] != "vramkit-act":
+            lines.append("fastest measured of the planner's mix and its candidates, within the cap (picked after "
+                         "measuring): %s (%s): %s" % (bv["config"], bv["mix"], ", ".join(
+                             "%.3fx %s" % (bv["vs_" + b], b) for b in ("full-checkpoint", "save-on-cpu", "torchtune-style")
+                             if "vs_" + b in bv)))
         if "act_compress_vs_act" in t:
             lines.append("- vramkit-act+compress (%s) / %s step time under the cap: %.3fx (target < 1)" % (
                 entry.get("act+compress_mix", "?"), t["act_compress_vs"], t["act_compress_vs_act"]))

@@ -215,6 +215,15 @@ class OverlapFromFullCheckpointing(unittest.TestCase):
         self.assertTrue(o["forced"])
         text = ob.summarize(res)
         self.assertIn("under the cap, full checkpointing's run", text)
+        # The candidate is the fastest vramkit mix measured (there is no vramkit-act here).
+        self.assertNotIn("best_vramkit", entry["derived"]["targets"])  # not among the planner's candidates
+        entry["candidates"] = {"chosen": ["xxx"], "reason": "r", "asked": 1,
+                               "estimates": {"xxx": {"step_time_s": 0.8, "device_peak_bytes": 1}}}
+        ob.derive(res)
+        bv = entry["derived"]["targets"]["best_vramkit"]
+        self.assertEqual(bv["config"], ob.TRY + "xxx")
+        self.assertAlmostEqual(bv["vs_full-checkpoint"], 0.81 / 0.80)
+        self.assertIn("picked after measuring): vramkit-try-xxx (xxx): 1.012x full-checkpoint", ob.summarize(res))
         self.assertIn("a copying mix measured beside the planner's, not its choice", text)
 
 
