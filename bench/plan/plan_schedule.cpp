@@ -3,8 +3,12 @@
 // every event of at least --min-mib MiB (alloc or free, its label, step, phase and layer, the
 // allocated and reserved bytes after it), each new segment the model creates and the request
 // that made it, and the tensors live at the allocated peak.
-// With --live-at EVENT, every tensor live at that event with the segment it is in.
-// Usage: plan_schedule GROUND_TRUTH_JSON CASE_NAME [--min-mib N] [--live-at EVENT]
+// With --live-at EVENT, every tensor live at that event with the segment it is in. With --raw,
+// every event instead as one tab-separated line of exact figures for a script to align with the
+// trace:
+// index, A or F, bytes, segment number (in creation order), offset in it, step, phase, layer,
+// label.
+// Usage: plan_schedule GROUND_TRUTH_JSON CASE_NAME [--min-mib N] [--live-at EVENT] [--raw]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +26,37 @@ using namespace vramkit::plan;
 namespace {
 
 double mib(std::uint64_t b) { return static_cast<double>(b) / (1 << 20); }
+
+void print_raw(const schedule& s) {
+  caching_allocator_model a;
+  std::vector<std::uint32_t> handle(s.tensors.size(), 0);
+  std::map<std::uint64_t, int> seg_id;  // segment base address -> creation number
+  const auto where = [&](std::uint32_t h) {
+    const std::uint64_t base = a.segment_of(h);
+    return std::make_pair(base == 0 ? -1 : seg_id[base], base == 0 ? 0 : a.address_of(h) - base);
+  };
+  for (std::size_t i = 0; i < s.events.size(); ++i) {
+    const auto& e = s.events[i];
+    const auto& t = s.tensors[e.tensor];
+    std::pair<int, std::uint64_t> at{-1, 0};
+    if (e.alloc) {
+      const std::size_t segments = a.segment_count();
+      handle[e.tensor] = a.malloc(e.bytes);
+      if (a.segment_count() > segments) {
+        const int n = static_cast<int>(seg_id.size());
+        seg_id[a.segment_of(handle[e.tensor])] = n;
+      }
+      at = where(handle[e.tensor]);
+    } else {
+      at = where(handle[e.tensor]);
+      a.free(handle[e.tensor]);
+    }
+    std::printf("%zu\t%c\t%llu\t%d\t%llu\t%d\t%s\t%d\t%s\n", i, e.alloc ? 'A' : 'F',
+                static_cast<unsigned long long>(e.bytes), at.first,
+                static_cast<unsigned long long>(at.second), t.step, to_string(t.ph), t.layer,
+                t.label);
+  }
+}
 
 void print(const schedule& s, double min_mib, std::size_t at_event) {
   caching_allocator_model a;
@@ -81,16 +116,19 @@ void print(const schedule& s, double min_mib, std::size_t at_event) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(
-        stderr,
-        "usage: plan_schedule GROUND_TRUTH_JSON CASE_NAME [--min-mib N] [--live-at EVENT]\n");
+    std::fprintf(stderr,
+                 "usage: plan_schedule GROUND_TRUTH_JSON CASE_NAME [--min-mib N] [--live-at EVENT] "
+                 "[--raw]\n");
     return 2;
   }
   double min_mib = 8;
   auto at_event = static_cast<std::size_t>(-1);
+  bool raw = false;
   for (int i = 3; i < argc; ++i) {
     if (std::strcmp(argv[i], "--min-mib") == 0 && i + 1 < argc) {
       min_mib = std::atof(argv[++i]);
+    } else if (std::strcmp(argv[i], "--raw") == 0) {
+      raw = true;
     } else if (std::strcmp(argv[i], "--live-at") == 0 && i + 1 < argc) {
       at_event = static_cast<std::size_t>(std::atoll(argv[++i]));
     } else {
@@ -103,7 +141,10 @@ int main(int argc, char** argv) {
       if (c.name != argv[2]) continue;
       auto r = c.request;
       r.validate(c.model);
-      print(build_schedule(c.model, r), min_mib, at_event);
+      if (raw)
+        print_raw(build_schedule(c.model, r));
+      else
+        print(build_schedule(c.model, r), min_mib, at_event);
       return 0;
     }
     std::fprintf(stderr, "plan_schedule: no case %s in %s\n", argv[2], argv[1]);

@@ -180,6 +180,13 @@ std::uint64_t caching_allocator_model::segment_of(std::uint32_t handle) const {
   return 0;
 }
 
+std::uint64_t caching_allocator_model::address_of(std::uint32_t handle) const {
+  for (const std::int32_t head : segment_heads_)
+    for (std::int32_t i = head; i >= 0; i = blocks_[i].next)
+      if (!blocks_[i].free && blocks_[i].owner == handle) return blocks_[i].addr;
+  return 0;
+}
+
 void caching_allocator_model::release_cached() {
   ++flushes_;
   std::size_t kept = 0;

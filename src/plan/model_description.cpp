@@ -48,6 +48,15 @@ void add(list& out, const char* name, std::int64_t elements, int layer = -1) {
   out.push_back({name, elements, layer});
 }
 
+/// A Linear module's weight and, when it has one, its bias: two nn.Parameters, each with its own
+/// allocation, gradient and optimizer states (the bias listed right after its weight, named
+/// NAME_bias).
+void add_linear(list& out, const char* name, std::int64_t weight, std::int64_t bias,
+                int layer = -1) {
+  out.push_back({name, weight, layer});
+  if (bias > 0) out.push_back({std::string(name) + "_bias", bias, layer});
+}
+
 /// Whether the parameters are listed as the LLaMA-style modules hold them: separate q_proj,
 /// k_proj and v_proj (and gate_proj and up_proj in the gated MLP), each an nn.Parameter with its
 /// own gradient, optimizer states and autocast cast, instead of one fused tensor per role (as
@@ -158,14 +167,14 @@ void attention_params(const model_description& m, int l, list& out) {
   } else {
     if (separate_projections(m)) {
       const std::int64_t bias = t.qkv_bias ? 1 : 0;
-      add(out, "attn_q", h * q + bias * q, l);
-      add(out, "attn_k", h * kv + bias * kv, l);
-      add(out, "attn_v", h * kv + bias * kv, l);
+      add_linear(out, "attn_q", h * q, bias * q, l);
+      add_linear(out, "attn_k", h * kv, bias * kv, l);
+      add_linear(out, "attn_v", h * kv, bias * kv, l);
     } else {
-      add(out, "attn_qkv", h * (q + 2 * kv) + (t.qkv_bias ? q + 2 * kv : 0), l);
+      add_linear(out, "attn_qkv", h * (q + 2 * kv), t.qkv_bias ? q + 2 * kv : 0, l);
     }
     if (t.qk_norm) add(out, "attn_qk_norm", 2 * t.head_dim, l);
-    add(out, "attn_out", q * h + (t.out_bias ? h : 0), l);
+    add_linear(out, "attn_out", q * h, t.out_bias ? h : 0, l);
   }
 }
 
@@ -180,21 +189,23 @@ void mlp_params(const model_description& m, int l, list& out) {
     add(out, "moe_experts_gate_up", moe.experts * 2 * h * moe.expert_ffn, l);
     add(out, "moe_experts_down", moe.experts * moe.expert_ffn * h, l);
     if (moe.shared_ffn > 0) {
-      add(out, "moe_shared_gate_up", 2 * h * moe.shared_ffn, l);
+      // The shared expert is a plain MLP module: gate_proj and up_proj are separate Linears.
+      add(out, "moe_shared_gate_proj", h * moe.shared_ffn, l);
+      add(out, "moe_shared_up_proj", h * moe.shared_ffn, l);
       add(out, "moe_shared_down", moe.shared_ffn * h, l);
     }
     if (moe.shared_gate) add(out, "moe_shared_gate", h, l);
     return;
   }
   if (t.mlp == mlp_kind::swiglu && separate_projections(m)) {
-    add(out, "mlp_gate", h * f + (t.mlp_bias ? f : 0), l);
-    add(out, "mlp_up_proj", h * f + (t.mlp_bias ? f : 0), l);
+    add_linear(out, "mlp_gate", h * f, t.mlp_bias ? f : 0, l);
+    add_linear(out, "mlp_up_proj", h * f, t.mlp_bias ? f : 0, l);
   } else if (t.mlp == mlp_kind::swiglu || t.mlp == mlp_kind::swiglu_packed) {
-    add(out, "mlp_gate_up", 2 * h * f + (t.mlp_bias ? 2 * f : 0), l);
+    add_linear(out, "mlp_gate_up", 2 * h * f, t.mlp_bias ? 2 * f : 0, l);
   } else {
-    add(out, "mlp_up", h * f + (t.mlp_bias ? f : 0), l);
+    add_linear(out, "mlp_up", h * f, t.mlp_bias ? f : 0, l);
   }
-  add(out, "mlp_down", f * h + (t.mlp_bias ? h : 0), l);
+  add_linear(out, "mlp_down", f * h, t.mlp_bias ? h : 0, l);
 }
 
 void transformer_params(const model_description& m, list& out) {
@@ -216,7 +227,8 @@ void transformer_params(const model_description& m, list& out) {
   }
   if (m.family == model_family::bert) {
     // BertForMaskedLM's prediction head: transform dense + LayerNorm, decoder bias (weight tied).
-    add(out, "head_transform", h * h + h + norm);
+    add_linear(out, "head_transform", h * h, h);
+    add(out, "head_transform_norm", norm);
     add(out, "head_bias", vocab);
   } else {
     add(out, "final_norm", norm);

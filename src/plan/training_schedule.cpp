@@ -94,7 +94,8 @@ void place_weights(walker& w, const std::vector<parameter_tensor>& params) {
     } else if (r.offload == offload_kind::params) {
       bytes = 0;
     } else if (r.quant == quant_kind::nf4 && params[i].layer >= 0 &&
-               params[i].name.find("norm") == std::string::npos) {
+               params[i].name.find("norm") == std::string::npos &&
+               !is_bias_parameter(params[i].name)) {
       // QLoRA base: bitsandbytes NF4, blocks of 64 with a double-quantised absmax (0.5 byte +
       // one byte per 64 + an fp32 scale per 256 absmax blocks).
       const u64 e = w.param_elems(i);

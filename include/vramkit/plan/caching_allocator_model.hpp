@@ -48,6 +48,9 @@ class caching_allocator_model : public detail::allocator_model_base {
   /// Base address of the segment holding live allocation `handle`, 0 if none (a linear search,
   /// for diagnostics).
   [[nodiscard]] std::uint64_t segment_of(std::uint32_t handle) const;
+  /// Address of the block holding live allocation `handle`, 0 if none (a linear search, for
+  /// diagnostics).
+  [[nodiscard]] std::uint64_t address_of(std::uint32_t handle) const;
   /// Back to the state of a new model, keeping the memory of its containers for the next replay.
   void clear() noexcept;
   /// Restarts the peaks at the current figures (torch.cuda.reset_peak_memory_stats).

@@ -165,8 +165,13 @@ struct parameter_tensor {
   int layer = -1;  ///< transformer layer / ResNet stage, -1 for embeddings and heads
 };
 
+/// Whether a parameter_tensors entry is a Linear's bias (NAME_bias, listed right after its weight).
+inline bool is_bias_parameter(const std::string& name) {
+  return name.size() > 5 && name.compare(name.size() - 5, 5, "_bias") == 0;
+}
+
 /// Every parameter tensor of the model, deduplicated as torch's model.parameters() lists them
-/// (tied embeddings counted once).
+/// (tied embeddings counted once; a Linear's weight and bias are two).
 std::vector<parameter_tensor> parameter_tensors(const model_description& m);
 
 /// Total number of parameters (sum over parameter_tensors).

@@ -9,8 +9,10 @@ tensor rope(walker& w, const tensor& src, u64 n, const char* label) {
   const int low = w.dt().low;
   const int rb = w.dt().amp ? 4 : low;
   tensor a = w.op(n * rb, "rope q*cos", {edge{src, n * low}}, {});
-  w.transient(n / 2 * low, component::temporaries, "rope neg");
+  // rotate_half: cat((-x2, x1)); the negated half lives until the cat has made its output.
+  tensor neg = w.alloc(n / 2 * low, component::temporaries, "rope neg");
   tensor rh = w.op(n * low, "rope rotate_half", {edge{src, 0, true}}, {});
+  neg.reset();
   tensor b = w.op(n * rb, "rope rot*sin", {edge{rh, n * low}}, {});
   rh.reset();
   tensor c = w.op(n * rb, label, {edge{a, n * rb, true}, edge{b, n * rb, true}}, {});
@@ -34,12 +36,17 @@ tensor llama_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
     q = norm(w, q, rows * D.heads, D.d, low, p.qk_norm);
     k = norm(w, k, rows * D.kv, D.d, low, p.qk_norm);
   }
-  q = rope(w, q, nq, "query rotated");
-  k = rope(w, k, nkv, "key rotated");
+  // query_states, key_states = apply_rotary_pos_emb(...): both rotated before either input is
+  // dropped.
+  tensor qr = rope(w, q, nq, "query rotated");
+  tensor kr = rope(w, k, nkv, "key rotated");
+  q = std::move(qr);
+  k = std::move(kr);
   tensor o = attention(w, D, {q, k, v, rb, low, false, true, w.model().t.attention_dropout});
-  q.reset();
-  k.reset();
-  v.reset();
+  // The module's locals live until its output projection has run (pre_norm_block).
+  w.hold(std::move(q));
+  w.hold(std::move(k));
+  w.hold(std::move(v));
   return o;
 }
 

@@ -11,8 +11,9 @@ namespace vramkit::plan::detail {
 
 u64 inference_weight_bytes(const walker& w, int i, const parameter_tensor& p) {
   const u64 e = w.param_elems(i);
-  // Quantisers leave norms, embeddings and the head in 16 bits.
-  const bool matrix = p.layer >= 0 && p.name.find("norm") == std::string::npos;
+  // Quantisers leave norms, biases, embeddings and the head in 16 bits.
+  const bool matrix =
+      p.layer >= 0 && p.name.find("norm") == std::string::npos && !is_bias_parameter(p.name);
   const u64 group = static_cast<u64>(std::max(1, w.model().weights.group_size));
   switch (w.request().quant) {
     case quant_kind::none:

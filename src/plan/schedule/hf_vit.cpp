@@ -42,14 +42,15 @@ tensor hf_vit_forward_loss(walker& w) {
   const u64 npix = static_cast<u64>(b * channels * side * side);
   tensor img = w.alloc(npix * 4, component::inputs, "pixel values");
   tensor tgt = w.alloc(static_cast<u64>(b) * 8, component::inputs, "labels");
-  // ViTModel casts the pixels to the projection's dtype; autocast casts them for the conv.
+  // ViTModel casts the pixels to the projection's dtype; autocast casts them for the conv, after
+  // the weight (see walker::linear).
+  const tensor wc = w.weight(lm.patch_embed);
   tensor xin = w.param_width(lm.patch_embed) != 4
                    ? w.alloc(npix * static_cast<u64>(w.param_width(lm.patch_embed)),
                              component::activations, "pixel values cast")
                    : w.gemm_input(img, b * channels * side * side, 4);
   const u64 np = static_cast<u64>(b * patches * dm.h);
-  tensor proj =
-      w.op(np * low, "patch embedding", {}, {xin, w.weight(lm.patch_embed)}, {lm.patch_embed});
+  tensor proj = w.op(np * low, "patch embedding", {}, {xin, wc}, {lm.patch_embed});
   if (const u64 ws = patch_conv_workspace(w, b, side, low); ws != 0)
     w.transient(ws, component::workspace, "patch convolution workspace (cuDNN)");
   xin.reset();

@@ -41,7 +41,7 @@ tensor head_input(walker& w, const dims& D, const tensor& x, int xb) {
   tensor d = w.linear(x, D.tok(), D.h, D.h, lm.head_transform, xb, "head transform");
   tensor g = w.op(nh * low, "head gelu", {edge{d, nh * low}}, {d});
   d.reset();
-  return layer_norm(w, g, D.tok(), D.h, low, lm.head_transform);
+  return layer_norm(w, g, D.tok(), D.h, low, lm.head_transform_norm);
 }
 
 }  // namespace
@@ -80,6 +80,11 @@ tensor lm_forward_loss(walker& w, bool with_loss) {
   }
   w.set_layer(-1);
   tensor hidden = head_input(w, D, x, xb);
+  // The base model's output object holds its last hidden state until the head model's forward
+  // returns: the final norm's output (BERT: the encoder's output; its prediction-head transform
+  // is a local of the head module) lives through the loss (H200 trace of Llama amp training).
+  const bool bert = w.model().family == model_family::bert;
+  tensor last_hidden = bert ? x : hidden;
   x.reset();
   const int head = w.lm().head >= 0 ? w.lm().head : w.lm().embed;
   const int hb = w.dt().amp ? 4 : w.dt().act;
@@ -97,6 +102,7 @@ tensor lm_forward_loss(walker& w, bool with_loss) {
   }
   if (!with_loss) {
     logits.reset();
+    last_hidden.reset();
     w.clear_autocast_cache();
     mask.reset();
     ids.reset();
@@ -104,7 +110,8 @@ tensor lm_forward_loss(walker& w, bool with_loss) {
   }
   // transformers' ForCausalLMLoss calls logits.float(); BertForMaskedLM hands 16-bit logits to
   // CrossEntropyLoss.
-  tensor loss = lm_loss(w, logits, rows, D.V / r.tp, w.model().family != model_family::bert);
+  tensor loss = lm_loss(w, logits, rows, D.V / r.tp, !bert);
+  last_hidden.reset();
   // The model output (holding the logits) dies when the statement returns the loss.
   logits.reset();
   w.clear_autocast_cache();

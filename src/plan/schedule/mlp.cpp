@@ -96,13 +96,13 @@ tensor swiglu_packed(walker& w, const dims& D, const tensor& in, int in_bytes,
 }
 
 /// A dense SwiGLU MLP on given parameters (the shared experts of Qwen2-MoE and DeepSeek).
-tensor swiglu_on(walker& w, i64 rows, i64 h, i64 f, const tensor& in, int in_bytes, int p_in,
-                 int p_down, const char* label) {
+tensor swiglu_on(walker& w, i64 rows, i64 h, i64 f, const tensor& in, int in_bytes, int p_gate,
+                 int p_up, int p_down, const char* label) {
   const auto plain = [&w](const tensor& x, i64 r, i64 i, i64 o, int param, int xb, const char* name,
                           std::uint8_t /*target*/) {
     return w.linear(x, r, i, o, param, xb, name);
   };
-  return swiglu_with(w, plain, rows, h, f, in, in_bytes, p_in, p_in, p_down,
+  return swiglu_with(w, plain, rows, h, f, in, in_bytes, p_gate, p_up, p_down,
                      {label, label, label, 0, 0, 0});
 }
 
@@ -110,11 +110,12 @@ tensor swiglu_on(walker& w, i64 rows, i64 h, i64 f, const tensor& in, int in_byt
 /// Qwen2MoeSparseMoeBlock, DeepseekV3MoE): router logits, softmax (fp32), top-k and its
 /// normalisation, a one_hot (tokens, k, experts) int64 mask, then a loop over the experts that
 /// gathers each one's tokens, runs its SwiGLU on its slices of the 3-D gate_up/down parameters,
-/// scales by the routing weight and index_add_s into a zero-filled output; the shared expert
-/// (with Qwen2-MoE's sigmoid gate) is added after. Routing is taken as balanced: each expert
-/// gets tokens x k / experts tokens (the remainder spread one each). With --ep N each rank holds
-/// experts / N of them and exchanges k copies of each of its tokens with the others (all-to-all
-/// send and receive buffers), so its experts see N times its tokens in all.
+/// scales by the routing weight and index_add_s into a zero-filled output; the shared expert is
+/// added after (Qwen2-MoE runs it first, ahead of the router, and gates it by a sigmoid after the
+/// experts: H200 allocator trace of Qwen1.5-MoE-A2.7B training). Routing is taken as balanced: each
+/// expert gets tokens x k / experts tokens (the remainder spread one each). With --ep N each rank
+/// holds experts / N of them and exchanges k copies of each of its tokens with the others
+/// (all-to-all send and receive buffers), so its experts see N times its tokens in all.
 tensor moe_block(walker& w, const dims& D, const tensor& in, int in_bytes, const layer_params& p) {
   const auto& moe = w.model().t.moe;
   const int low = w.dt().low;
@@ -125,6 +126,11 @@ tensor moe_block(walker& w, const dims& D, const tensor& in, int in_bytes, const
   const i64 ef = moe.expert_ffn / (ep > 1 ? 1 : w.request().tp);
   const u64 nh = static_cast<u64>(rows * D.h);
   const bool fp32_router = w.model().family == model_family::deepseek;
+  const i64 sf = moe.shared_ffn / w.request().tp;
+  const bool shared_first = moe.shared_ffn > 0 && p.shared_gate >= 0;
+  tensor sh = shared_first ? swiglu_on(w, rows, D.h, sf, in, in_bytes, p.shared_in, p.shared_up,
+                                       p.shared_down, "shared expert")
+                           : tensor{};
   tensor logits = fp32_router
                       ? w.op(static_cast<u64>(rows * experts) * 4, "router logits fp32",
                              {edge{in, nh * in_bytes}}, {in}, {p.router})
@@ -196,9 +202,9 @@ tensor moe_block(walker& w, const dims& D, const tensor& in, int in_bytes, const
   out = w.op(nh * ob, "moe output", {edge{acc, nh * ob, true}}, {});
   store.reset();
   if (moe.shared_ffn > 0) {
-    const i64 sf = moe.shared_ffn / w.request().tp;
-    tensor sh =
-        swiglu_on(w, rows, D.h, sf, in, in_bytes, p.shared_in, p.shared_down, "shared expert");
+    if (!shared_first)
+      sh = swiglu_on(w, rows, D.h, sf, in, in_bytes, p.shared_in, p.shared_up, p.shared_down,
+                     "shared expert");
     if (p.shared_gate >= 0) {
       tensor gl = w.linear(in, rows, D.h, 1, p.shared_gate, in_bytes, "shared expert gate");
       tensor gs = w.op(static_cast<u64>(rows) * low, "shared gate sigmoid",

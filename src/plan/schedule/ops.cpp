@@ -110,19 +110,20 @@ tensor sdpa(walker& w, const dims& D, const attention_inputs& in) {
   const i64 seq = D.s * D.sp;
   const u64 s_round = static_cast<u64>(
       w.request().attention == attention_kind::flash ? seq : (seq + 127) / 128 * 128);
-  tensor lse = w.alloc(static_cast<u64>(D.b * D.heads / D.sp) * s_round * 4, component::activations,
-                       "attention logsumexp");
   // Backward: flash keeps an fp32 dq accumulator (and expanded dk/dv for grouped heads).
   const u64 ws = n_q * 4 + (D.kv != D.heads ? 2 * n_q * low : 0);
   const u64 n_o = static_cast<u64>(D.tok() * D.heads * D.v_dim());
   const u64 n_v = static_cast<u64>(D.tok() * D.kv * D.v_dim());
   const u64 ob = n_o * low;
-  tensor out = in.packed ? w.op(ob, "attention output",
-                                {edge{in.q, n_q * in.qkv_bytes + 2 * n_kv * in.qkv_bytes}},
-                                {in.q, lse}, {}, ws)
-                         : w.op(ob, "attention output",
-                                {edge{qc, n_q * low}, edge{kc, n_kv * low}, edge{vc, n_v * low}},
-                                {qc, kc, vc, lse}, {}, ws);
+  // The kernel allocates its output, then the log-sum-exp (H200 trace of Llama amp training).
+  tensor out = w.alloc(ob, component::activations, "attention output");
+  tensor lse = w.alloc(static_cast<u64>(D.b * D.heads / D.sp) * s_round * 4, component::activations,
+                       "attention logsumexp");
+  if (in.packed)
+    w.attach(out, {edge{in.q, n_q * in.qkv_bytes + 2 * n_kv * in.qkv_bytes}}, {in.q, lse}, ws);
+  else
+    w.attach(out, {edge{qc, n_q * low}, edge{kc, n_kv * low}, edge{vc, n_v * low}},
+             {qc, kc, vc, lse}, ws);
   w.save_output(out);
   lse.reset();
   qc.reset();

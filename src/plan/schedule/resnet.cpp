@@ -26,11 +26,11 @@ struct cnn_ctx {
 flow conv_bn(walker& w, cnn_ctx& c, const flow& x, int x_bytes, i64 in_elems, i64 out_elems,
              bool relu) {
   const int low = w.dt().low;
+  const tensor wt = w.weight(c.pidx);  // cast before the input (see walker::linear)
   tensor xin = w.gemm_input(x.store, in_elems, x_bytes);
   // Under autocast the input is a cast copy; gradients reach x through the cast node.
   const bool cast = xin.id() != x.store.id();
   const view xedge = cast ? xin.as_view() : x.grad;
-  const tensor wt = w.weight(c.pidx);
   const u64 ws =
       static_cast<u64>(k_conv_workspace * static_cast<double>(in_elems + out_elems) * low);
   tensor conv = w.op(static_cast<u64>(out_elems) * low, "conv output",

@@ -81,6 +81,7 @@ tensor pre_norm_block(walker& w, const transformer_family& fam, const dims& D, c
   tensor od = fam.self_attention(w, D, n1, nb, p);
   od = w.proj(od, rows, D.heads * D.v_dim(), D.h, p.attn_out, low, "attention output projection",
               lora_target::o);
+  w.release_held();
   od = dropout(w, od, nh, low, t.hidden_dropout, "residual dropout");
   // Gemma: post_attention_layernorm on the attention output before the residual add.
   if (t.sandwich_norm) od = norm(w, od, rows, D.h, low, p.post_attn_norm);

@@ -57,9 +57,10 @@ tensor vit_forward_loss(walker& w) {
   w.set_layer(-1);
   tensor img = w.alloc(static_cast<u64>(b * 3 * side * side) * 4, component::inputs, "images");
   tensor tgt = w.alloc(static_cast<u64>(b) * 8, component::inputs, "targets");
+  const tensor wc = w.weight(k_conv_proj);  // cast before the input (see walker::linear)
   tensor xin = w.gemm_input(img, b * 3 * side * side, 4);
   tensor proj = w.op(static_cast<u64>(b * v.hidden * grid * grid) * low, "patch embedding", {},
-                     {xin, w.weight(k_conv_proj)}, {k_conv_proj});
+                     {xin, wc}, {k_conv_proj});
   xin.reset();
   // cat([class_token (fp32 parameter), patches]) promotes to the parameter dtype; + pos_embedding.
   const u64 nh = static_cast<u64>(b * s * v.hidden);

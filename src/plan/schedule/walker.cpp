@@ -179,18 +179,30 @@ void walker::checkpoint(const tensor& x, const tensor& out, int layer) {
   nodes_.push_back(n);
 }
 
-void walker::param_grad(int p, u64 elems, bool cast) {
+u64 walker::grad_bytes(int p, u64 elems) const {
   // ZeRO-2/3 keep only this rank's shard of each gradient after the reduce-scatter.
   const double gs = r_.zero >= 2 ? 1.0 / r_.data_parallel() : 1.0;
-  const u64 full = static_cast<u64>(std::ceil(static_cast<double>(elems) * gs)) *
-                   static_cast<u64>(param_width_[p]);
+  return static_cast<u64>(std::ceil(static_cast<double>(elems) * gs)) *
+         static_cast<u64>(param_width_[p]);
+}
+
+void walker::param_grad(int p, u64 elems, bool cast) {
   // The autocast copy's 16-bit gradient is cast to the fp32 weight's; it is freed after the
   // cast's result exists.
   const int low = cast ? new_tensor(elems * static_cast<u64>(dt_.low),
                                     component::activation_gradients, "weight grad (low precision)")
                        : -1;
-  param_grad_fp32(p, full);
+  param_grad_fp32(p, grad_bytes(p, elems));
   release(low);
+}
+
+void walker::flush_weight_casts() {
+  for (const auto& c : pending_casts_) {
+    param_grad_fp32(c.param, grad_bytes(c.param, c.elems));
+    release(c.low);
+  }
+  pending_casts_.clear();
+  pending_wait_ = -1;
 }
 
 void walker::param_grad_fp32(int p, u64 full) {
@@ -287,6 +299,38 @@ void walker::mark_blas(const tensor& out) {
   if (producer != -1) nodes_[producer].blas = true;
 }
 
+void walker::gemm_backward(const node& n, int g_out) {
+  // The order of a linear's gradients follows its op (H200 allocator traces): a bias-free one is
+  // a matrix product whose backward makes the weight's gradient first (Llama amp training: the
+  // head's 16-bit weight gradient precedes the first GEMM's cuBLAS workspace and the input
+  // gradient); a biased one is addmm, whose backward makes the input's first (BERT fp32 and amp
+  // training: the decoder's input gradient, the workspace, then its weight gradient). Under
+  // autocast the weight's gradient reaches the fp32 parameter through the cast's own backward
+  // node, which the engine runs by sequence number: after the backward of the input's autocast
+  // cast (made after the weight's cast), else next (both traces: fp32 input gradient, then the
+  // fp32 weight gradient, each followed by the free of its 16-bit one).
+  const auto weights = [&] {
+    for (std::size_t k = 0; k < n.params.size(); ++k) {
+      if (!n.param_cast[k]) {
+        param_grad(n.params[k], n.param_bytes[k], false);
+        continue;
+      }
+      const int low = new_tensor(n.param_bytes[k] * static_cast<u64>(dt_.low),
+                                 component::activation_gradients, "weight grad (low precision)");
+      pending_casts_.push_back({n.params[k], n.param_bytes[k], low});
+    }
+  };
+  if (!n.biased) weights();
+  for (const auto& e : n.edges) input_gradient(e, g_out);
+  if (n.biased) weights();
+  if (!pending_casts_.empty() && !n.edges.empty()) {
+    const int prev = static_cast<int>(nodes_.size()) - 1;
+    const int in = n.edges[0].id;
+    if (prev >= 0 && meta_[in].producer == prev && nodes_[prev].autocast_input)
+      pending_wait_ = nodes_[prev].out;
+  }
+}
+
 void walker::node_backward(const node& n, int g_out) {
   if (n.blas && !backward_workspace_) {
     // The autograd engine runs backward on its own thread, which gets its own cuBLAS handle and
@@ -300,9 +344,13 @@ void walker::node_backward(const node& n, int g_out) {
   // and weight gradients are produced.
   const int ws =
       n.workspace ? new_tensor(n.workspace, component::workspace, "backward workspace") : -1;
-  for (const auto& e : n.edges) input_gradient(e, g_out);
-  for (std::size_t k = 0; k < n.params.size(); ++k)
-    param_grad(n.params[k], n.param_bytes[k], n.param_cast[k]);
+  if (n.blas && !n.expert) {
+    gemm_backward(n, g_out);
+  } else {
+    for (const auto& e : n.edges) input_gradient(e, g_out);
+    for (std::size_t k = 0; k < n.params.size(); ++k)
+      param_grad(n.params[k], n.param_bytes[k], n.param_cast[k]);
+  }
   release(ws);
   meta_[n.out].grad = -1;
   release(g_out);
@@ -313,6 +361,7 @@ void walker::run_nodes_backward(std::size_t first) {
     const node n = nodes_[i];
     nodes_.pop_back();
     const int g_out = meta_[n.out].grad;
+    const bool had = !pending_casts_.empty();
     if (g_out != -1) {
       if (n.ckpt_layer >= 0)
         rerun_checkpointed(n, g_out);
@@ -320,7 +369,12 @@ void walker::run_nodes_backward(std::size_t first) {
         node_backward(n, g_out);
     }
     for (int t : n.saved) release(t);
+    // The weight casts' backward: after this node unless it made them and waits for the
+    // backward of its input's cast (the node just below it).
+    if (!pending_casts_.empty() && (had || pending_wait_ == -1 || n.out == pending_wait_))
+      flush_weight_casts();
   }
+  flush_weight_casts();
 }
 
 void walker::backward(const std::vector<tensor>& losses) {
@@ -345,6 +399,7 @@ void walker::setup_params() {
   const auto params = parameter_tensors(m_);
   const int n = static_cast<int>(params.size());
   param_tensor_.assign(n, -1);
+  bias_of_.assign(n, -1);
   cast_of_.assign(n, -1);
   param_grad_.assign(n, -1);
   state_[0].assign(n, -1);
@@ -370,8 +425,10 @@ void walker::setup_params() {
     param_elems_[i] = static_cast<u64>(e);
     // QLoRA: bitsandbytes quantises the blocks' linear weights to NF4; norms, embeddings and
     // the head stay in the compute dtype.
+    const bool bias = is_bias_parameter(nm);
+    if (bias && i > 0 && nm == params[i - 1].name + "_bias") bias_of_[i - 1] = i;
     if (r_.mode == run_mode::train && r_.quant == quant_kind::nf4 && params[i].layer >= 0 &&
-        nm.find("norm") == std::string::npos)
+        nm.find("norm") == std::string::npos && !bias)
       nf4_[i] = 1;
     if (params[i].layer < 0 || params[i].layer >= static_cast<int>(layer_params_.size())) continue;
     auto& lp = layer_params_[static_cast<std::size_t>(params[i].layer)];
@@ -395,7 +452,8 @@ void walker::setup_params() {
             ? &lp.mlp_in
         : nm == "mlp_down" || nm == "moe_experts_down" ? &lp.mlp_down
         : nm == "moe_router"                           ? &lp.router
-        : nm == "moe_shared_gate_up"                   ? &lp.shared_in
+        : nm == "moe_shared_gate_proj"                 ? &lp.shared_in
+        : nm == "moe_shared_up_proj"                   ? &lp.shared_up
         : nm == "moe_shared_down"                      ? &lp.shared_down
         : nm == "moe_shared_gate"                      ? &lp.shared_gate
         : nm == "mla_q_a"                              ? &lp.q_a
@@ -410,22 +468,23 @@ void walker::setup_params() {
   for (int i = 0; i < n; ++i) {
     if (params[i].layer >= 0 && params[i].name != "enc_final_norm") continue;
     const auto& nm = params[i].name;
-    int* slot = nm == "embed_tokens"        ? &lm_.embed
-                : nm == "embed_positions"   ? &lm_.pos
-                : nm == "embed_token_types" ? &lm_.types
-                : nm == "embed_norm"        ? &lm_.embed_norm
-                : nm == "final_norm"        ? &lm_.final_norm
-                : nm == "lm_head"           ? &lm_.head
-                : nm == "head_transform"    ? &lm_.head_transform
-                : nm == "head_bias"         ? &lm_.head_bias
-                : nm == "cls_token"         ? &lm_.cls_token
-                : nm == "patch_embed"       ? &lm_.patch_embed
-                : nm == "classifier"        ? &lm_.classifier
-                : nm == "enc_final_norm"    ? &lm_.enc_final_norm
-                : nm == "vision_tower"      ? &lm_.vision_tower
-                : nm == "projector_1"       ? &lm_.projector_1
-                : nm == "projector_2"       ? &lm_.projector_2
-                                            : nullptr;
+    int* slot = nm == "embed_tokens"          ? &lm_.embed
+                : nm == "embed_positions"     ? &lm_.pos
+                : nm == "embed_token_types"   ? &lm_.types
+                : nm == "embed_norm"          ? &lm_.embed_norm
+                : nm == "final_norm"          ? &lm_.final_norm
+                : nm == "lm_head"             ? &lm_.head
+                : nm == "head_transform"      ? &lm_.head_transform
+                : nm == "head_transform_norm" ? &lm_.head_transform_norm
+                : nm == "head_bias"           ? &lm_.head_bias
+                : nm == "cls_token"           ? &lm_.cls_token
+                : nm == "patch_embed"         ? &lm_.patch_embed
+                : nm == "classifier"          ? &lm_.classifier
+                : nm == "enc_final_norm"      ? &lm_.enc_final_norm
+                : nm == "vision_tower"        ? &lm_.vision_tower
+                : nm == "projector_1"         ? &lm_.projector_1
+                : nm == "projector_2"         ? &lm_.projector_2
+                                              : nullptr;
     if (slot != nullptr) *slot = i;
   }
   // LLaVA's recipes train the projector and the language model; the vision tower stays frozen.
@@ -539,6 +598,7 @@ tensor walker::gemm_input(const tensor& x, i64 elems, int elem_bytes) {
     tensor c =
         alloc(static_cast<u64>(elems) * dt_.cast, component::activations, "autocast input cast");
     record(c.id(), {edge{x, static_cast<u64>(elems) * 4}}, {}, {}, 0);
+    if (meta_[c.id()].producer >= 0) nodes_[meta_[c.id()].producer].autocast_input = true;
     return c;
   }
   return x;
@@ -546,14 +606,26 @@ tensor walker::gemm_input(const tensor& x, i64 elems, int elem_bytes) {
 
 tensor walker::linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
                       const char* label, component c) {
-  const tensor xin = gemm_input(x, rows * in, x_elem_bytes);
+  // Autocast's wrapper casts the arguments of F.linear(input, weight, bias) as one call's
+  // arguments, which GCC evaluates right to left: the bias's cast, the weight's, then the input's
+  // (H200 allocator traces of Llama and BERT amp training: 2 KiB bias cast, 2 MiB weight cast,
+  // 8 MiB input cast).
+  const int b = bias_of_[p];
+  const tensor bc = b >= 0 ? weight(b) : tensor{};
   const tensor w = weight(p);
+  const tensor xin = gemm_input(x, rows * in, x_elem_bytes);
   const edge e{xin, static_cast<u64>(rows * in) * (dt_.amp ? dt_.low : x_elem_bytes)};
   // Autograd saves the input only for the weight's gradient: a frozen weight keeps nothing of x.
-  tensor y = trainable_[p] == 0
-                 ? op(static_cast<u64>(rows * out) * dt_.low, label, {e}, {w}, {}, 0, c)
-                 : op(static_cast<u64>(rows * out) * dt_.low, label, {e}, {xin, w}, {p}, 0, c);
+  const u64 yb = static_cast<u64>(rows * out) * dt_.low;
+  tensor y = trainable_[p] == 0 ? op(yb, label, {e}, {w}, {}, 0, c)
+             : b >= 0           ? op(yb, label, {e}, {xin, w}, {p, b}, 0, c)
+                                : op(yb, label, {e}, {xin, w}, {p}, 0, c);
   mark_blas(y);
+  // A biased linear is addmm (its backward order differs: gemm_backward); so is a parameter
+  // listed with its bias in one tensor (torchvision's ViT).
+  if (const int producer = meta_[y.id()].producer;
+      producer != -1 && (b >= 0 || param_elems_[p] > static_cast<u64>(in * out)))
+    nodes_[producer].biased = true;
   return y;
 }
 
@@ -610,8 +682,8 @@ tensor walker::lora_branch(const tensor& x, tensor result, i64 rows, i64 in, i64
   if (ac) {
     // Autocast: the fp32 input is cast afresh for the GEMM, the adapters' casts are cached.
     yw = low;
+    const tensor ca = cached_cast(a, low);  // the weight's cast first (see linear)
     const tensor xc = xab == 4 ? op(nx * low, "autocast input cast", {edge{xa, nx * 4}}, {}) : xa;
-    const tensor ca = cached_cast(a, low);
     ya = op(nr * low, "lora_A", {edge{xc, nx * low}}, {xc, ca}, {a});
     const tensor cb = cached_cast(b, low);
     yb = op(ny * low, "lora_B", {edge{ya, nr * low}}, {ya, cb}, {b});
@@ -651,7 +723,7 @@ tensor walker::proj(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_ele
 
 tensor walker::expert_linear(const tensor& x, i64 rows, i64 in, i64 out, int p, int x_elem_bytes,
                              const char* label) {
-  const tensor xin = gemm_input(x, rows * in, x_elem_bytes);
+  // The slice's cast is made before the input's (see linear).
   const u64 slice = static_cast<u64>(in * out);
   tensor wt;
   if (dt_.amp)
@@ -659,6 +731,7 @@ tensor walker::expert_linear(const tensor& x, i64 rows, i64 in, i64 out, int p, 
                "expert weight cast");
   else
     wt = weight(p);
+  const tensor xin = gemm_input(x, rows * in, x_elem_bytes);
   // The slice's gradient (and its fp32 copy through the cast under autocast) lives while the
   // select's backward scatters it into the zero-filled whole-parameter gradient.
   const u64 ws = slice * static_cast<u64>(dt_.low + (dt_.amp ? 4 : 0));
@@ -666,6 +739,7 @@ tensor walker::expert_linear(const tensor& x, i64 rows, i64 in, i64 out, int p, 
                 {edge{xin, static_cast<u64>(rows * in) * (dt_.amp ? dt_.low : x_elem_bytes)}},
                 {xin, wt}, {p}, ws);
   mark_blas(y);
+  if (const int producer = meta_[y.id()].producer; producer != -1) nodes_[producer].expert = true;
   return y;
 }
 

@@ -99,15 +99,15 @@ struct layer_params {
   [[nodiscard]] int up() const noexcept { return mlp_up >= 0 ? mlp_up : mlp_in; }
   int qk_norm = -1;                             ///< Qwen3 / Gemma-3 per-head q/k norms
   int post_attn_norm = -1, post_mlp_norm = -1;  ///< Gemma's sandwich norms
-  int rel_bias = -1, cross_q = -1, cross_kv = -1, cross_out = -1, cross_norm = -1;  ///< T5
-  int router = -1, shared_in = -1, shared_down = -1, shared_gate = -1;              ///< MoE block
+  int rel_bias = -1, cross_q = -1, cross_kv = -1, cross_out = -1, cross_norm = -1;      ///< T5
+  int router = -1, shared_in = -1, shared_up = -1, shared_down = -1, shared_gate = -1;  ///< MoE
   int q_a = -1, q_a_norm = -1, kv_a = -1, kv_a_norm = -1, kv_b = -1;  ///< latent attention
 };
 
 /// Parameter indices of a language model outside its layers (-1: the model has none).
 struct lm_params {
   int embed = -1, pos = -1, types = -1, embed_norm = -1, final_norm = -1, head = -1,
-      head_transform = -1, head_bias = -1;
+      head_transform = -1, head_transform_norm = -1, head_bias = -1;
   int cls_token = -1, patch_embed = -1, classifier = -1;      ///< transformers' ViT
   int enc_final_norm = -1;                                    ///< T5's encoder
   int vision_tower = -1, projector_1 = -1, projector_2 = -1;  ///< LLaVA
@@ -189,6 +189,15 @@ class walker {
   /// copy (made once per forward, kept until clear_autocast_cache).
   tensor weight(int p);
   void clear_autocast_cache();
+  /// Keeps `t` (a local of an attention module's forward) alive until release_held: transformers'
+  /// attention modules apply their output projection before they return, so their locals (the
+  /// rotated q and k, v) die after the projection's output exists.
+  void hold(tensor t) { held_.push_back(std::move(t)); }
+  /// Releases what hold kept, in the order it was held.
+  void release_held() noexcept {
+    for (auto& t : held_) t.reset();
+    held_.clear();
+  }
   /// An input to a GEMM/conv: under autocast an fp32 tensor is cast (a fresh copy each call).
   tensor gemm_input(const tensor& x, i64 elems, int elem_bytes);
   /// F.linear: y = x W^T (+ b), saving the (cast) input and the weight.
@@ -249,6 +258,9 @@ class walker {
     u64 workspace = 0;              ///< transient bytes inside this node's backward
     int ckpt_layer = -1;            ///< >= 0: a checkpointed layer re-run in backward
     bool blas = false;              ///< its backward runs a cuBLAS matrix product
+    bool autocast_input = false;    ///< autocast's cast of a GEMM input (gemm_input)
+    bool expert = false;            ///< a GEMM on one expert's slice (expert_linear)
+    bool biased = false;            ///< a linear with a bias (addmm)
     int ckpt_input = -1;
   };
 
@@ -263,8 +275,14 @@ class walker {
   void run_nodes_backward(std::size_t first);
   void rerun_checkpointed(const node& n, int g_out);
   void node_backward(const node& n, int g_out);
+  /// Backward of a linear's matrix product: the input and weight gradients in PyTorch's order.
+  void gemm_backward(const node& n, int g_out);
   void input_gradient(const edge& e, int g_out);
   void param_grad(int p, u64 elems, bool cast);
+  /// Bytes of parameter p's gradient on this rank for `elems` elements.
+  [[nodiscard]] u64 grad_bytes(int p, u64 elems) const;
+  /// Runs the pending weight casts' backward: each fp32 gradient, then its 16-bit one freed.
+  void flush_weight_casts();
   /// The fp32 (or full-width) gradient of parameter p: kept as .grad, accumulated or streamed.
   void param_grad_fp32(int p, u64 full);
   void add_lora_params();
@@ -284,6 +302,7 @@ class walker {
   lm_params lm_;
   std::vector<layer_params> layer_params_;
   std::vector<int> param_tensor_, cast_of_, param_grad_, cache_;
+  std::vector<int> bias_of_;  ///< the bias parameter listed after each weight, or -1
   std::array<std::vector<int>, 2> state_;
   std::vector<u64> param_elems_;
   std::vector<std::uint8_t> trainable_, param_width_, nf4_;
@@ -302,6 +321,15 @@ class walker {
   bool recomputing_ = false;
   bool backward_workspace_ = false;
   layer_fn layer_forward_ = nullptr;
+  /// Weight gradients of a matrix product under autocast waiting for their cast's backward.
+  struct pending_cast {
+    int param;
+    u64 elems;
+    int low;  ///< the 16-bit gradient
+  };
+  std::vector<pending_cast> pending_casts_;
+  int pending_wait_ = -1;     ///< the input cast whose backward runs first, or -1
+  std::vector<tensor> held_;  ///< see hold (last: released before the bookkeeping goes)
 };
 
 inline tensor::tensor(const tensor& o) noexcept : w_(o.w_), id_(o.id_) {
