@@ -69,21 +69,38 @@ SHAPES = {
 COMPRESS_MODULES = ("mlp", "attn", "norm")
 CENSUS_MIN_BYTES = 1 << 16  # compress_activations' min_bytes: the census counts what it sees
 # Configurations in the order they run: what the targets compare first (the planner's mix, its
-# overlap, the three baselines at the cap), then offload with compression against offload alone,
-# the optimizer offload the planner ranks, the capped run without offload, and the one-block
+# overlap, the three baselines at the cap, save_on_cpu and the torchtune-style offload one after
+# the other: the second reuses the first's pinned host memory), the optimizer offload the planner
+# ranks, offload with compression against offload alone, the capped run without offload, and the one-block
 # offload (for shapes where the planner offloads nothing; it may not fit).
 # (When the planner's mix copies nothing, a mix derived from it that copies and that the planner
 # expects to fit the cap is the one whose overlap vramkit-compute-only measures: its first
 # checkpointed block selective-offload, or every checkpointed block's input on the host.) Mixes
 # given with --try-mix (configs "vramkit-try-MIX") run right after the planner's.
 ORDER = ["reference", "vramkit-act", "vramkit-selective-offload", "vramkit-inputs-offload", "vramkit-compute-only",
-         "full-checkpoint", "save-on-cpu", "vramkit-act+opt", "torchtune-style", "vramkit-act+compress", "none-capped",
+         "full-checkpoint", "save-on-cpu", "torchtune-style", "vramkit-act+opt", "vramkit-act+compress", "none-capped",
          "vramkit-offload1"]
 CAPPED = {"vramkit-act", "vramkit-offload1", "vramkit-act+opt", "vramkit-act+compress", "full-checkpoint",
           "torchtune-style", "save-on-cpu", "none-capped", "vramkit-selective-offload", "vramkit-inputs-offload"}
 TRY = "vramkit-try-"
 #: The configurations whose predicted order the issue asks for.
 RANKED = ("reference", "vramkit-act", "full-checkpoint", "vramkit-act+opt")
+#: The engine's host_lead_blocks for mixes that copy: what the planner's peak assumes (its offload
+#: JSON's host_lead_blocks; the --fit candidates do not print it).
+HOST_LEAD_BLOCKS = 2
+#: When the planner's mix gains less than this over full checkpointing by its own estimate (or
+#: it found none), its best few other mixes are measured too (candidate_mixes).
+MIN_GAIN = 0.02
+#: Seconds per GiB of saved tensors that save_on_cpu and the torchtune-style offload spend
+#: pinning and releasing host memory beside their steps (the budget's estimate of their cost).
+PIN_S_PER_GIB = 0.15
+#: The candidates' device peak within the planner's capacity less this share (not the fit's 5%:
+#: run Q's planner put full checkpointing's allocated peak 1.5% under the measured one on the
+#: 3b-wide shape, so 2% keeps a candidate clear of that error without ruling out what fits).
+CANDIDATE_MARGIN = 0.02
+#: How many of those beat full checkpointing, at most, plus one that copies when none of them
+#: does (each costs a few steps of the stage's time, taken from the baselines after them).
+CANDIDATES = 1
 #: Mixes measured beside the planner's, derived from it (run when derived and the planner expects
 #: them to fit the cap), in the order the overlap figure takes the first that copies.
 DERIVED = ("vramkit-selective-offload", "vramkit-inputs-offload", "vramkit-offload1")
@@ -389,6 +406,46 @@ def kernel_probe(shape):
                 "memory_bytes_per_s": mixed, "product_bytes_per_s": product})
     torch.cuda.empty_cache()
     return out
+
+
+def calibrated_memory_rate(planner_block_s, planner_memory_s, measured_block_s, rate):
+    """The memory-bound rate at which the planner's block forward equals the measured one, its
+    GEMM and attention terms (planner_block_s - planner_memory_s, at the probed rates) left as
+    they are: rate x planner_memory_s / (measured_block_s - that). None when the measured block
+    leaves the memory-bound kernels no time (or any input is missing)."""
+    if not (planner_block_s and planner_memory_s and measured_block_s and rate):
+        return None
+    rest = measured_block_s - (planner_block_s - planner_memory_s)
+    if rest <= 0:
+        return None
+    return rate * planner_memory_s / rest
+
+
+def calibrate_probe(shape, path, kp, link, measured_block_s, out_dir, stage_probe=None):
+    """Rewrites the probe file at `path` with the memory-bound rate calibrated to the measured
+    block forward (calibrated_memory_rate, from the planner's block forward and its memory-bound
+    part at the probed rates, from `vramkit plan --compress-activations none`'s offload JSON); returns what it did
+    ({"probed", "calibrated"} bytes/s, or {"error"}). The GEMM and attention rates stay probed."""
+    from vramkit.planner import find_cli
+
+    cfg = os.path.join(out_dir, "plan-config-%dx%d-%d.json" % (shape["d"], shape["layers"], shape["batch"]))
+    with open(cfg, "w") as f:
+        json.dump(shape_config(shape), f)
+    argv = [find_cli(), "plan", cfg, "--precision", "amp-bf16", "--batch", str(shape["batch"]), "--seq",
+            str(shape["seq"]), "--probe", path, "--gpu", "h200", "--compress-activations", "none", "--json"]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    try:
+        o = json.loads(proc.stdout)["offload"]
+    except (ValueError, KeyError):
+        return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    rate = calibrated_memory_rate(o.get("block_forward_s"), o.get("selective_recompute_s_per_block"),
+                                  measured_block_s, kp.get("memory_bytes_per_s"))
+    if rate is None:
+        return {"error": "the measured block forward leaves the memory-bound kernels no time"}
+    write_probe(path, dict(kp, memory_bytes_per_s=rate), link, stage_probe)
+    return {"probed": kp["memory_bytes_per_s"], "calibrated": rate,
+            "planner_block_forward_s": o["block_forward_s"], "planner_memory_bound_s": o["selective_recompute_s_per_block"],
+            "measured_block_forward_s": measured_block_s}
 
 
 def write_probe(path, kp, link, stage_probe=None):
@@ -751,12 +808,24 @@ def run_config(w, name, mix=None):
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     # PyTorch keeps freed pinned host memory cached (save_on_cpu and the torchtune-style offload
-    # pin about 60 GB): released, so that the next configurations do not run beside it.
+    # pin about 60 GB): released, so that the next configurations do not run beside it; after
+    # save_on_cpu it is kept for the torchtune-style offload right after it, which pins the same
+    # tensors (release_host_cache releases it before anything else runs).
+    w["host_cache_kept"] = name == "save-on-cpu"
+    if not w["host_cache_kept"]:
+        release_host_cache(w)
+    out["wall_s"] = time.time() - t0
+    return out
+
+
+def release_host_cache(w):
+    """Frees PyTorch's cache of freed pinned host memory."""
+    import torch
+
+    w["host_cache_kept"] = False
     host_empty = getattr(torch._C, "_host_emptyCache", None)  # noqa: SLF001 - no public API yet
     if host_empty is not None:
         host_empty()
-    out["wall_s"] = time.time() - t0
-    return out
 
 
 def offload_tuning(w, mix, name=None):
@@ -768,11 +837,12 @@ def offload_tuning(w, mix, name=None):
     planned = (w.get("plan_settings") or {}).get(name) or {}
     if n_off and planned.get("prefetch_blocks") and planned.get("max_inflight_bytes"):
         return {"max_inflight_bytes": int(planned["max_inflight_bytes"]),
-                "prefetch_blocks": int(planned["prefetch_blocks"])}
+                "prefetch_blocks": int(planned["prefetch_blocks"]),
+                "host_lead_blocks": int(planned.get("host_lead_blocks") or HOST_LEAD_BLOCKS)}
     a, t_f, link = w.get("block_bytes") or 0, w.get("block_forward_s") or 0, w.get("link") or {}
     if not n_off or not a:
         return {}
-    kw = {"max_inflight_bytes": int(1.1 * min(n_off, 2) * a)}
+    kw = {"max_inflight_bytes": int(1.1 * min(n_off, 2) * a), "host_lead_blocks": HOST_LEAD_BLOCKS}
     if t_f > 0 and link.get("h2d"):
         copy_in = a / link["h2d"]
         kw["prefetch_blocks"] = min(len(mix), int(math.ceil(copy_in / (2 * t_f))) + 1)
@@ -783,7 +853,7 @@ def overlap_mix(mixes, ran=None):
     """(config, mix) whose overlap is measured (vramkit-compute-only runs it with its copies
     left out): the planner's mix when it copies, else the first mix derived from it that copies
     (and, given `ran`, the configurations that ran, ran); None when none does."""
-    for cfg in ("vramkit-act",) + DERIVED:
+    for cfg in ("vramkit-act",) + DERIVED + tuple(sorted(c for c in mixes if c.startswith(TRY))):
         m = mixes.get(cfg)
         if m and any(p in offload_plan.TO_HOST for p in m) and (ran is None or cfg in ran):
             return cfg, m
@@ -947,6 +1017,16 @@ def plan_mixes(shape, capacity, out_dir, probe, tries=(), run=None):
                        ("vramkit-offload1", None if first is None else act[:first] + ["offload"] + act[first + 1:])):
             if m:
                 mixes[cfg] = m
+    if "error" not in plans:
+        try:
+            add_candidates(mixes, plans, shape, capacity, out_dir, probe, run, extra, settings)
+            if any(any(c in "ohx" for c in m) for m in (extra.get("candidates") or {}).get("chosen", [])):
+                # A candidate copies: it gives the overlap figure and checks the planner's choice,
+                # the derived mixes' job; the stage's seconds go to the baselines instead.
+                for cfg in DERIVED:
+                    mixes.pop(cfg, None)
+        except (OSError, ValueError, RuntimeError) as e:
+            plans["candidates-error"] = {"error": str(e)}
     if "vramkit-act+compress" in mixes:
         extra["act+compress_mix"] = "the planner's --allow-lossy fit"
         extra["lossy_fit_config"] = "vramkit-act+compress"
@@ -986,6 +1066,71 @@ def plan_mixes(shape, capacity, out_dir, probe, tries=(), run=None):
     return {"plans": plans, "mixes": mixes, "plan_settings": settings, "over_cap": over_cap, "extra": extra}
 
 
+def candidate_family(n):
+    """Mixes the planner is asked about when its --fit mix gains too little: the first k blocks
+    selective-offload (their kept outputs copy out during the later blocks' forward), the last j
+    selective, the rest checkpointed with their inputs on the host or on the device (k <= 3,
+    j <= 2, forward order)."""
+    out = []
+    for mid in ("checkpoint-offload", "checkpoint"):
+        for k in range(0, min(3, n - 1) + 1):
+            for j in range(0, min(2, n - k) + 1):
+                m = ["selective-offload"] * k + [mid] * (n - k - j) + ["selective"] * j
+                if m not in out:
+                    out.append(m)
+    return out
+
+
+def candidate_mixes(estimates, capacity, full_step, act=None, k=CANDIDATES):
+    """The mixes to measure beside the planner's: of `estimates` ({letters: planner offload
+    object}), those whose device peak the planner puts within `capacity` (add_candidates gives the
+    cap plus what the device holds outside the allocator, less CANDIDATE_MARGIN), the k fastest by its estimate
+    that beat full checkpointing's `full_step`, and when none of those copies to the host the
+    fastest fitting mix that copies after them (the overlap figure needs one). `act` (letters)
+    is left out. Returns [(letters, estimate)]."""
+    fit = sorted(((m, e) for m, e in estimates.items()
+                  if m != act and e.get("device_peak_bytes") is not None and e["device_peak_bytes"] <= capacity
+                  and e.get("step_time_s")), key=lambda me: me[1]["step_time_s"])
+    faster = [me for me in fit if full_step is None or me[1]["step_time_s"] < full_step][:k]
+    copies = lambda m: any(c in "ohx" for c in m)  # noqa: E731
+    if not any(copies(m) for m, _ in faster):
+        first = next((me for me in fit if copies(me[0])), None)
+        if first:
+            faster.append(first)
+    return faster
+
+
+def add_candidates(mixes, plans, shape, capacity, out_dir, probe, run, extra, settings):
+    """When the planner's mix gains less than MIN_GAIN over full checkpointing by its estimate
+    (or there is none): its estimates of candidate_family, and the chosen candidate_mixes added
+    to mixes as configs vramkit-try-MIX (run right after the planner's mix)."""
+    ck = ((plans.get("full-checkpoint") or {}).get("json") or {}).get("offload") or {}
+    full_step = ck.get("step_time_s")
+    act = (planner_choices(plans, shape).get("vramkit-act") or {}).get("step_time_s")
+    if act and full_step and act <= (1 - MIN_GAIN) * full_step:
+        return
+    fam = {offload_plan.letters(m): (m, False, False) for m in candidate_family(shape["layers"])}
+    got = run(shape, capacity, out_dir, probe, mixes=fam)
+    est = {cfg: (e.get("json") or {}).get("offload") for cfg, e in got.items()}
+    est = {cfg[4:]: o for cfg, o in est.items() if o}
+    act_mix = mixes.get("vramkit-act")
+    chosen = candidate_mixes(est, capacity * (1 - CANDIDATE_MARGIN), full_step,
+                             offload_plan.letters(act_mix) if act_mix else None)
+    for letters, _ in chosen:
+        cfg = TRY + letters
+        mixes[cfg] = offload_plan.from_letters(letters)
+        plans["mix:" + cfg] = got["mix:" + letters]
+        o = est[letters]
+        if o.get("max_inflight_bytes") and o.get("prefetch_blocks"):
+            settings[cfg] = {"max_inflight_bytes": o["max_inflight_bytes"], "prefetch_blocks": o["prefetch_blocks"],
+                             "host_lead_blocks": o.get("host_lead_blocks")}
+    extra["candidates"] = {"reason": "the planner's mix gains %s over full checkpointing by its estimate" % (
+        "%.1f%%" % (100 * (1 - act / full_step)) if act and full_step else "nothing (it found none)"),
+        "asked": len(fam), "chosen": [m for m, _ in chosen],
+        "estimates": {m: {"step_time_s": o.get("step_time_s"), "device_peak_bytes": o.get("device_peak_bytes")}
+                      for m, o in est.items()}}
+
+
 def try_mixes(given, shape):
     """The mixes of --try-mix for this shape: each entry SHAPE:MIX or MIX (letters), those of
     the shape's block count."""
@@ -1020,6 +1165,7 @@ def worker(args):
          "total": torch.cuda.get_device_properties(0).total_memory, "warmup": args.warmup,
          "timed": args.steps - args.warmup, "cap": state.get("cap_bytes", 0),
          "block_bytes": state.get("block_bytes", 0), "block_forward_s": state.get("block_forward_s", 0),
+         "saved_bytes": state.get("saved_bytes", 0),
          "link": state.get("link", {}), "plan_settings": state.get("plan_settings", {})}
     del model, loss_fn
 
@@ -1035,6 +1181,8 @@ def worker(args):
     failed_configs, ran_configs = set(), set()
     over_cap = {k: tuple(v) for k, v in state.get("over_cap", {}).items()}
     tries = [TRY + m for m in try_mixes(args.try_mix, shape)]
+    # A restarted worker: the planner's candidates (in the state's mixes) too.
+    tries += [c for c in mixes if c.startswith(TRY) and c not in tries]
     order = ORDER[:2] + tries + ORDER[2:]
     for name in order:
         if name in skip:
@@ -1055,6 +1203,12 @@ def worker(args):
                                     "error": "not run: the planner expects %.2f GiB on the device, over the %.2f GiB it "
                                              "was given" % (over_cap[name][1] / GiB, over_cap[name][2] / GiB)})
                 continue
+        if name == "vramkit-act" and mix and all(p == "checkpoint" for p in mix):
+            # The planner's fit is full checkpointing, measured as full-checkpoint below: its
+            # candidates (vramkit-try-MIX) are what vramkit runs here.
+            emit("RESULT", {"config": name, "ok": False, "mix": mix,
+                            "error": "not run: the planner's mix is full checkpointing (the full-checkpoint row)"})
+            continue
         if name == "vramkit-inputs-offload" and "vramkit-selective-offload" in ran_configs:
             # One copying mix beside the planner's is enough for the overlap figure; the stage's
             # time goes to the baselines.
@@ -1067,6 +1221,13 @@ def worker(args):
                 emit("RESULT", {"config": name, "ok": False, "error": "not run: no mix measured here copies"})
                 continue
             mix = offload_plan.without_copies(om[1])
+            if all(p == "checkpoint" for p in mix):
+                # Full checkpointing itself (measured next, under the cap): derive() takes
+                # T_compute from it, and the stage's seconds go to the baselines.
+                emit("RESULT", {"config": name, "ok": False, "mix": mix,
+                                "error": "not run: the mix without its copies is full checkpointing (T_compute from "
+                                         "the full-checkpoint run)"})
+                continue
         if name == "vramkit-act+compress" and not args.compress:
             continue
         # Rough cost: the steps at a multiple of the reference step, plus pinning for the
@@ -1074,10 +1235,17 @@ def worker(args):
         factor = {"save-on-cpu": 7, "torchtune-style": 5, "vramkit-act+opt": 2.5}.get(name, 2)
         n = sum(STEPS.get(name, (args.warmup, args.steps - args.warmup)))
         cost = 3 + n * factor * (ref_step or 0.5)
+        if name == "save-on-cpu" or (name == "torchtune-style" and not w.get("host_cache_kept")):
+            # Pinning and releasing every saved tensor's host copy: run Q took 0.12-0.15 s a GiB
+            # beside the steps (0.41 for save_on_cpu on the 1b shape); without it both were
+            # estimated at half their time and one could start only to be cut off.
+            cost += PIN_S_PER_GIB * (w.get("saved_bytes") or 0) / GiB
         if time.time() + cost > deadline:
             emit("RESULT", {"config": name, "ok": False, "error": "skipped: time budget spent (%.0f s left, ~%.0f s needed)"
                             % (deadline - time.time(), cost)})
             continue
+        if w.get("host_cache_kept") and name != "torchtune-style":
+            release_host_cache(w)
         emit("BEGIN", {"config": name})
         r = run_config(w, name, mix)
         if name == "reference" and not r.get("ok") and w["kind"] == "hf" and r.get("error") != "out of memory":
@@ -1101,6 +1269,7 @@ def worker(args):
             ref_step = r["step_time_s"]["median"]
             w["cap"] = int(r["peak_reserved_bytes"] * args.cap_fraction)
             w["block_bytes"] = max((r.get("census") or {}).get("per_block") or [0])
+            w["saved_bytes"] = (r.get("census") or {}).get("total") or 0
             # The cap bounds what PyTorch's allocator reserves; the planner's device peak also
             # counts the CUDA context and other memory outside it: the planner is given the cap
             # plus that.
@@ -1116,6 +1285,13 @@ def worker(args):
                                     extra["kernel_probe"], extra["link_bytes_per_s"], args.probe)
             except Exception as e:  # noqa: BLE001 - recorded; the planner then uses the catalogue
                 extra["kernel_probe"] = {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:200])}
+            if probe and "gemm_flops" in extra["kernel_probe"] and args.calibrate:
+                try:
+                    extra["memory_rate_calibration"] = calibrate_probe(
+                        shape, probe, extra["kernel_probe"], extra["link_bytes_per_s"], extra["block_forward_s"],
+                        args.out_dir, args.probe)
+                except (OSError, RuntimeError) as e:
+                    extra["memory_rate_calibration"] = {"error": str(e)}
             extra["planner_probe"] = probe
             planned = plan_mixes(shape, w["cap"] + outside, args.out_dir, probe, tries)
             plans, over_cap = planned["plans"], planned["over_cap"]
@@ -1123,11 +1299,17 @@ def worker(args):
             w["plan_settings"] = planned["plan_settings"]
             extra.update(planned["extra"])
             emit("PLAN", {"cap_bytes": w["cap"], "plans": plans, "mixes": mixes, **extra})
+            # The planner's candidates run right after its mix (inserted ahead of the loop's
+            # position: the list iterator picks them up).
+            cands = [c for c in mixes if c.startswith(TRY) and c not in order]
+            at = order.index("vramkit-act") + 1
+            order[at:at] = cands
             if args.state:
                 with open(args.state, "w") as f:
                     json.dump({"cap_bytes": w["cap"], "mixes": mixes, "reference_step_s": ref_step,
                                "model_kind": w["kind"], "block_bytes": w.get("block_bytes", 0),
                                "block_forward_s": w.get("block_forward_s", 0), "link": w.get("link", {}),
+                               "saved_bytes": w.get("saved_bytes", 0),
                                "plan_settings": w.get("plan_settings", {}), "over_cap": over_cap}, f)
     emit("DONE", {})
 
@@ -1137,7 +1319,8 @@ def worker(args):
 def spawn_worker(args, name, deadline, state_path, skip, env):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--deadline", "%.3f" % deadline,
            "--state", state_path, "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--cap-fraction", str(args.cap_fraction), "--model", args.model, "--out-dir", args.out_dir]
+           "--cap-fraction", str(args.cap_fraction), "--model", args.model, "--out-dir", args.out_dir,
+           "--calibrate", str(getattr(args, "calibrate", 1))]
     if skip:
         cmd += ["--skip", ",".join(sorted(skip))]
     if args.probe:
@@ -1285,6 +1468,55 @@ def _by(entry):
     return {c["config"]: c for c in entry.get("configs", []) if c.get("ok")}
 
 
+#: Measured medians closer than this share of the smaller one are a tie (order_verdict).
+TIE_SHARE = 0.01
+
+
+def measured_tie(a, b, spread=None):
+    """Whether two measured configurations (rows with "config" and "measured_step_s") are a tie:
+    their medians within TIE_SHARE of the smaller one, or either median inside the other's
+    min-max spread (spread: {config: (min, max)})."""
+    ma, mb = a["measured_step_s"], b["measured_step_s"]
+    if abs(ma - mb) <= TIE_SHARE * min(ma, mb):
+        return True
+    sa, sb = (spread or {}).get(a["config"]), (spread or {}).get(b["config"])
+    return bool((sa and sa[0] <= mb <= sa[1]) or (sb and sb[0] <= ma <= sb[1]))
+
+
+def order_verdict(rows, spread=None):
+    """The predicted order of rows (each with "config", "predicted_step_s", "measured_step_s")
+    against the measured one. Strict ("same_order"): both sorted lists equal. With ties
+    ("same_order_with_ties"): every pair that is not a measured tie (measured_tie) is ordered
+    alike by the prediction; a tied pair may come in either order. "ties" and "discordant" list
+    the pairs of each kind."""
+    pred = [r["config"] for r in sorted(rows, key=lambda r: r["predicted_step_s"])]
+    meas = [r["config"] for r in sorted(rows, key=lambda r: r["measured_step_s"])]
+    ties, discordant = [], []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            if measured_tie(a, b, spread):
+                ties.append(sorted((a["config"], b["config"])))
+                continue
+            dp = a["predicted_step_s"] - b["predicted_step_s"]
+            dm = a["measured_step_s"] - b["measured_step_s"]
+            if dp * dm <= 0:
+                discordant.append(sorted((a["config"], b["config"])))
+    return {"predicted": pred, "measured": meas, "same_order": pred == meas, "same_order_with_ties": not discordant,
+            "ties": sorted(ties), "discordant": sorted(discordant)}
+
+
+def order_line(label, rk):
+    """The summary's line for an order_verdict: both orders and both verdicts."""
+    ties = "; ties (medians within %.0f%% or inside each other's min-max): %s" % (
+        100 * TIE_SHARE, ", ".join("%s = %s" % tuple(t) for t in rk["ties"])) if rk.get("ties") else ""
+    disc = "; ordered otherwise than measured: %s" % ", ".join("%s / %s" % tuple(t) for t in rk["discordant"]) \
+        if rk.get("discordant") else ""
+    return "%s: predicted %s; measured %s (strict: %s; with ties: %s%s%s)" % (
+        label, " < ".join(rk.get("predicted", [])), " < ".join(rk.get("measured", [])),
+        "same order" if rk.get("same_order") else "DIFFERENT order",
+        "same order" if rk.get("same_order_with_ties") else "DIFFERENT order", ties, disc)
+
+
 def derive(results):
     """Ratios, overlap, the planner against the measurements, and the targets, per shape."""
     for entry in results["shapes"].values():
@@ -1295,13 +1527,16 @@ def derive(results):
                 c["loss_max_abs_diff_vs_reference"] = max(abs(a - b) for a, b in zip(c["losses"], ref["losses"]))
         d = entry["derived"] = {}
         om = overlap_mix(entry.get("mixes") or {}, by)
-        co = by.get("vramkit-compute-only")
+        co, compute_from = by.get("vramkit-compute-only"), "vramkit-compute-only"
+        if om and not co and all(p == "checkpoint" for p in offload_plan.without_copies(om[1])) \
+                and "full-checkpoint" in by:
+            co, compute_from = dict(by["full-checkpoint"], mix=offload_plan.without_copies(om[1])), "full-checkpoint"
         if om and co and co.get("mix") == offload_plan.without_copies(om[1]) and by[om[0]].get("copy_s"):
             both = by[om[0]]["step_time_s"]["median"]
-            comp = by["vramkit-compute-only"]["step_time_s"]["median"]
+            comp = co["step_time_s"]["median"]
             copy = sum(by[om[0]]["copy_s"].values())
             d["overlap"] = {"config": om[0], "mix": offload_plan.letters(om[1]), "forced": om[0] != "vramkit-act",
-                            "t_compute_s": comp, "t_copy_s": copy, "t_both_s": both,
+                            "t_compute_s": comp, "t_compute_from": compute_from, "t_copy_s": copy, "t_both_s": both,
                             "t_hidden_s": comp + copy - both,
                             "overlap": (comp + copy - both) / copy if copy > 0 else None}
         plans = planner_choices(entry.get("plans") or {}, entry["shape"]) if entry.get("plans") else {}
@@ -1319,15 +1554,11 @@ def derive(results):
             rows.append(row)
         d["planner_vs_measured"] = rows
         ranked = [r for r in rows if r.get("measured_step_s") and r.get("predicted_step_s")]
-        d["ranking"] = {"predicted": [r["config"] for r in sorted(ranked, key=lambda r: r["predicted_step_s"])],
-                        "measured": [r["config"] for r in sorted(ranked, key=lambda r: r["measured_step_s"])]}
-        d["ranking"]["same_order"] = d["ranking"]["predicted"] == d["ranking"]["measured"]
+        spread = {cfg: (m["step_time_s"]["min"], m["step_time_s"]["max"]) for cfg, m in by.items()}
+        d["ranking"] = order_verdict(ranked, spread)
         # The same for the configurations the issue ranks (without the mixes measured beside the
         # planner's to check it).
-        main = [r for r in ranked if r["config"] in RANKED]
-        d["ranking_main"] = {"predicted": [r["config"] for r in sorted(main, key=lambda r: r["predicted_step_s"])],
-                             "measured": [r["config"] for r in sorted(main, key=lambda r: r["measured_step_s"])]}
-        d["ranking_main"]["same_order"] = d["ranking_main"]["predicted"] == d["ranking_main"]["measured"]
+        d["ranking_main"] = order_verdict([r for r in ranked if r["config"] in RANKED], spread)
         cap = entry.get("cap_bytes")
         t = d["targets"] = {}
         act = by.get("vramkit-act")
@@ -1336,6 +1567,17 @@ def derive(results):
                 t["act_vs_" + base] = act["step_time_s"]["median"] / by[base]["step_time_s"]["median"]
         if act and cap:
             t["act_fits_cap"] = act["peak_reserved_bytes"] <= cap
+        # The fastest measured of the planner's mix and the candidates run beside it that kept
+        # under the cap (chosen after measuring, and labelled so).
+        picks = [c for c in by.values() if (c["config"] == "vramkit-act" or
+                                             c["config"][len(TRY):] in ((entry.get("candidates") or {}).get("chosen") or []))
+                 and c["config"].startswith(("vramkit-act", TRY)) and (not cap or c["peak_reserved_bytes"] <= cap)]
+        if picks:
+            best = min(picks, key=lambda c: c["step_time_s"]["median"])
+            t["best_vramkit"] = {"config": best["config"], "mix": offload_plan.letters(best.get("mix") or [])}
+            for base in ("full-checkpoint", "save-on-cpu", "torchtune-style"):
+                if base in by:
+                    t["best_vramkit"]["vs_" + base] = best["step_time_s"]["median"] / by[base]["step_time_s"]["median"]
         ac = by.get("vramkit-act+compress")
         if ac:
             # Against the same mix uncompressed when one was measured, else the planner's mix.
@@ -1386,18 +1628,36 @@ def summarize(results):
                              kp.get("product_bytes_per_s", 0) / 1e9))
         elif kp.get("error"):
             lines.append("kernel probe failed (%s): the planner used the GPU catalogue" % kp["error"])
+        mc = entry.get("memory_rate_calibration")
+        if mc and mc.get("calibrated"):
+            lines.append("memory-bound rate given to the planner: %.0f GB/s, calibrated so that its block forward (%.2f ms "
+                         "at the probed rates, %.2f ms of it memory-bound) is the measured %.2f ms; GEMM and attention "
+                         "rates as probed" % (mc["calibrated"] / 1e9, 1e3 * mc["planner_block_forward_s"],
+                                             1e3 * mc["planner_memory_bound_s"], 1e3 * mc["measured_block_forward_s"]))
+        elif mc:
+            lines.append("memory-bound rate not calibrated (%s): the probed one" % mc.get("error"))
         for cfg, mix in (entry.get("mixes") or {}).items():
             src = {"vramkit-offload1": "the planner's first checkpointed block offloaded",
                    "vramkit-selective-offload": "the planner's mix with its first checkpointed block selective-offload",
                    "vramkit-inputs-offload": "the planner's mix with its checkpointed blocks' inputs on the host",
-                   "vramkit-act+compress": entry.get("act+compress_mix")}.get(cfg) or "vramkit plan --fit"
+                   "vramkit-act+compress": entry.get("act+compress_mix")}.get(cfg) or (
+                       "one of the planner's fastest mixes that fit, measured beside its --fit mix"
+                       if cfg[len(TRY):] in ((entry.get("candidates") or {}).get("chosen") or [])
+                       else "--try-mix" if cfg.startswith(TRY) else "vramkit plan --fit")
             run = _by(entry).get(cfg) or {}
             if run.get("prefetch_blocks") or run.get("max_inflight_bytes"):
-                src += "; engine: prefetch_blocks %s, copy-out window %s GiB" % (
-                    run.get("prefetch_blocks", 0), _gib(run.get("max_inflight_bytes")))
+                src += "; engine: prefetch_blocks %s, copy-out window %s GiB, host lead %s blocks" % (
+                    run.get("prefetch_blocks", 0), _gib(run.get("max_inflight_bytes")), run.get("host_lead_blocks", 0))
             lines.append("mix of %s (o offload, c checkpoint, k keep, s selective, h selective-offload, x checkpoint-offload):"
                          " %s (%s)"
                          % (cfg, offload_plan.letters(mix), src))
+        cd = entry.get("candidates")
+        if cd:
+            lines.append("%s: the planner was asked about %d more mixes; measured beside it: %s" % (
+                cd["reason"], cd["asked"], ", ".join(
+                    "%s (predicted %.3f s, device %.2f GiB)" % (m, cd["estimates"][m]["step_time_s"],
+                                                              cd["estimates"][m]["device_peak_bytes"] / GiB)
+                    for m in cd["chosen"]) or "none (none fits the cap and beats full checkpointing)"))
         if entry.get("plans") is not None and not entry.get("mixes"):
             lines.append("planner: no offload mix fits the cap")
         for e in entry.get("errors", []):
@@ -1441,25 +1701,22 @@ def summarize(results):
                              "(%s)" % (1e3 * pr["block_forward_s"], 1e3 * (pr.get("block_backward_s") or 0),
                                        pr.get("kernel_rates"), 1e3 * entry["block_forward_s"],
                                        _pct(pr["block_forward_s"] / entry["block_forward_s"] - 1)))
-            rk = d.get("ranking") or {}
             lines.append("")
-            lines.append("order by step time: predicted %s; measured %s (%s)" % (
-                " < ".join(rk.get("predicted", [])), " < ".join(rk.get("measured", [])),
-                "same order" if rk.get("same_order") else "DIFFERENT order"))
+            lines.append(order_line("order by step time", d.get("ranking") or {}))
             rm = d.get("ranking_main") or {}
             if rm.get("predicted"):
-                lines.append("order of %s: predicted %s; measured %s (%s)" % (
-                    ", ".join(RANKED), " < ".join(rm["predicted"]), " < ".join(rm["measured"]),
-                    "same order" if rm["same_order"] else "DIFFERENT order"))
+                lines.append(order_line("order of " + ", ".join(RANKED), rm))
         if d.get("overlap"):
             o = d["overlap"]
-            lines.append("overlap (%s, %s%s): %.3f s of %.3f s copy time hidden, %s (T_compute %.3f s uncapped, "
+            lines.append("overlap (%s, %s%s): %.3f s of %.3f s copy time hidden, %s (T_compute %.3f s %s, "
                          "the same mix without its copies; T_both %.3f s; target >= 80%%)" % (
                              o["config"], o.get("mix", "?"),
-                             "; a copying mix derived from the planner's, which copies nothing" if o.get("forced") else
-                             "; the planner's mix", o.get("t_hidden_s", o["t_compute_s"] + o["t_copy_s"] - o["t_both_s"]),
+                             "; the planner's mix" if not o.get("forced") else
+                             "; a copying mix measured beside the planner's, not its choice" if o["config"].startswith(TRY)
+                             else "; a copying mix derived from the planner's, which copies nothing", o.get("t_hidden_s", o["t_compute_s"] + o["t_copy_s"] - o["t_both_s"]),
                              o["t_copy_s"], "-" if o["overlap"] is None else "%.1f%%" % (100 * o["overlap"]),
-                             o["t_compute_s"], o["t_both_s"]))
+                             o["t_compute_s"], "uncapped" if o.get("t_compute_from", "vramkit-compute-only") ==
+                             "vramkit-compute-only" else "under the cap, full checkpointing's run", o["t_both_s"]))
         for cfg in PHASED:
             pp = (_by(entry).get(cfg) or {}).get("phase_peaks")
             if pp and pp.get("phases"):
@@ -1472,6 +1729,12 @@ def summarize(results):
                 lines.append("vramkit-act / %s step time: %.3fx (target < 1)" % (base, t["act_vs_" + base]))
         if "act_fits_cap" in t:
             lines.append("vramkit-act fits the cap: %s" % ("yes" if t["act_fits_cap"] else "NO"))
+        bv = t.get("best_vramkit")
+        if bv and bv["config"] != "vramkit-act":
+            lines.append("fastest measured of the planner's mix and its candidates, within the cap (picked after "
+                         "measuring): %s (%s): %s" % (bv["config"], bv["mix"], ", ".join(
+                             "%.3fx %s" % (bv["vs_" + b], b) for b in ("full-checkpoint", "save-on-cpu", "torchtune-style")
+                             if "vs_" + b in bv)))
         if "act_compress_vs_act" in t:
             lines.append("- vramkit-act+compress (%s) / %s step time under the cap: %.3fx (target < 1)" % (
                 entry.get("act+compress_mix", "?"), t["act_compress_vs"], t["act_compress_vs_act"]))
@@ -1498,6 +1761,9 @@ def main():
     ap.add_argument("--try-mix", default=None,
                     help="comma list of [SHAPE:]MIX (letters o, c, k, s, h, x per block) run under the cap after the "
                          "planner's mix, as configs vramkit-try-MIX")
+    ap.add_argument("--calibrate", type=int, default=1, choices=(0, 1),
+                    help="1: give the planner the memory-bound rate at which its block forward is the measured one "
+                         "(GEMM and attention rates as probed); 0: the probed rates alone")
     ap.add_argument("--fast-pinning", type=int, default=1, choices=(0, 1),
                     help="1: pin host memory with cudaHostRegister from 16 threads (PyTorch's option)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)

@@ -151,11 +151,189 @@ class Derived(unittest.TestCase):
         self.assertAlmostEqual(rows["reference"]["peak_error"], 40 / 41 - 1)  # the plain plan's peak
         self.assertEqual(d["ranking"]["measured"], ["reference", "vramkit-act", "full-checkpoint", "vramkit-act+opt"])
         self.assertTrue(d["ranking"]["same_order"])
+        self.assertTrue(d["ranking"]["same_order_with_ties"])
         text = ob.summarize(res)
-        for needle in ("overlap (vramkit-act, ock; the planner's mix): 0.350 s of 0.400 s copy time hidden, 87.5%", "same order", "vramkit-act+compress", "0.909x",
+        for needle in ("overlap (vramkit-act, ock; the planner's mix): 0.350 s of 0.400 s copy time hidden, 87.5%",
+                       "(strict: same order; with ties: same order)", "vramkit-act+compress", "0.909x",
                        "| none-capped | out of memory", "vramkit-act / save-on-cpu step time: 0.500x",
                        "planner's block forward 5.00 ms", "against 6.00 ms measured (-16.7%)"):
             self.assertIn(needle, text)
+
+
+class Order(unittest.TestCase):
+    @staticmethod
+    def row(cfg, predicted, measured):
+        return {"config": cfg, "predicted_step_s": predicted, "measured_step_s": measured}
+
+    def test_ties_within_one_percent_or_the_spread(self):
+        a, b = self.row("a", 1.0, 0.510), self.row("b", 0.9, 0.514)  # 0.8% apart
+        self.assertTrue(ob.measured_tie(a, b))
+        c = self.row("c", 1.0, 0.530)  # 3.9% from a, apart without a spread
+        self.assertFalse(ob.measured_tie(a, c))
+        self.assertTrue(ob.measured_tie(a, c, {"c": (0.505, 0.535)}))  # a's median inside c's min-max
+        self.assertFalse(ob.measured_tie(a, c, {"a": (0.508, 0.512), "c": (0.525, 0.535)}))
+
+    def test_strict_and_tie_aware_verdicts(self):
+        # a and b tie (measured 0.4% apart) and are predicted the other way round: the strict
+        # order differs, the tie-aware one agrees.
+        rows = [self.row("ref", 0.45, 0.41), self.row("a", 0.56, 0.512), self.row("b", 0.55, 0.510),
+                self.row("ck", 0.58, 0.527)]
+        v = ob.order_verdict(rows)
+        self.assertEqual(v["predicted"], ["ref", "b", "a", "ck"])
+        self.assertEqual(v["measured"], ["ref", "b", "a", "ck"])
+        rows[1]["predicted_step_s"], rows[2]["predicted_step_s"] = 0.55, 0.56
+        v = ob.order_verdict(rows)
+        self.assertFalse(v["same_order"])
+        self.assertTrue(v["same_order_with_ties"])
+        self.assertEqual(v["ties"], [["a", "b"]])
+        self.assertEqual(v["discordant"], [])
+        # A pair 3% apart predicted the other way round fails both verdicts, and is named.
+        rows[3]["predicted_step_s"] = 0.50
+        v = ob.order_verdict(rows)
+        self.assertFalse(v["same_order"])
+        self.assertFalse(v["same_order_with_ties"])
+        self.assertEqual(v["discordant"], [["a", "ck"], ["b", "ck"]])
+        line = ob.order_line("order", v)
+        self.assertIn("strict: DIFFERENT order; with ties: DIFFERENT order", line)
+        self.assertIn("a = b", line)
+        self.assertIn("a / ck", line)
+
+
+class OverlapFromFullCheckpointing(unittest.TestCase):
+    def test_a_mix_of_inputs_on_the_host_takes_t_compute_from_full_checkpointing(self):
+        mix = ["checkpoint-offload"] * 3
+        entry = {"shape": dict(ob.SHAPES["tiny"], layers=3), "mixes": {ob.TRY + "xxx": mix},
+                 "configs": [result("reference", 0.5), result(ob.TRY + "xxx", 0.81, copy_s={"d2h": 0.02, "h2d": 0.02},
+                                                            mix=mix),
+                             {"config": "vramkit-compute-only", "ok": False, "error": "not run: ..."},
+                             result("full-checkpoint", 0.80)]}
+        res = {"date": "d", "cap_fraction": 0.5, "budget_s": 1, "shapes": {"tiny": entry}}
+        ob.derive(res)
+        o = entry["derived"]["overlap"]
+        self.assertEqual(o["t_compute_from"], "full-checkpoint")
+        self.assertAlmostEqual(o["overlap"], (0.80 + 0.04 - 0.81) / 0.04)
+        self.assertTrue(o["forced"])
+        text = ob.summarize(res)
+        self.assertIn("under the cap, full checkpointing's run", text)
+        # The candidate is the fastest vramkit mix measured (there is no vramkit-act here).
+        self.assertNotIn("best_vramkit", entry["derived"]["targets"])  # not among the planner's candidates
+        entry["candidates"] = {"chosen": ["xxx"], "reason": "r", "asked": 1,
+                               "estimates": {"xxx": {"step_time_s": 0.8, "device_peak_bytes": 1}}}
+        ob.derive(res)
+        bv = entry["derived"]["targets"]["best_vramkit"]
+        self.assertEqual(bv["config"], ob.TRY + "xxx")
+        self.assertAlmostEqual(bv["vs_full-checkpoint"], 0.81 / 0.80)
+        self.assertIn("picked after measuring): vramkit-try-xxx (xxx): 1.012x full-checkpoint", ob.summarize(res))
+        self.assertIn("a copying mix measured beside the planner's, not its choice", text)
+
+
+class Calibration(unittest.TestCase):
+    def test_memory_rate_makes_the_block_forward_the_measured_one(self):
+        # Planner: 31.1 ms a block, 11.3 ms of it memory-bound at 2547 GB/s; measured 29.1 ms:
+        # the memory-bound part gets 29.1 - 19.8 = 9.3 ms, so the rate rises by 11.3 / 9.3.
+        rate = ob.calibrated_memory_rate(0.0311, 0.0113, 0.0291, 2547e9)
+        self.assertAlmostEqual(rate / (2547e9 * 0.0113 / (0.0291 - 0.0198)), 1.0)
+        # The planner's block at that rate: the GEMM and attention part plus the memory part.
+        self.assertAlmostEqual((0.0311 - 0.0113) + 0.0113 * 2547e9 / rate, 0.0291)
+        self.assertLess(ob.calibrated_memory_rate(0.0311, 0.0113, 0.0331, 2547e9), 2547e9)  # slower: lower
+        self.assertIsNone(ob.calibrated_memory_rate(0.0311, 0.0113, 0.0190, 2547e9))  # no time left
+        self.assertIsNone(ob.calibrated_memory_rate(None, 0.0113, 0.0291, 2547e9))
+
+    @unittest.skipUnless(os.environ.get("VRAMKIT_CLI"), "needs the vramkit CLI (VRAMKIT_CLI)")
+    def test_the_planner_then_predicts_the_measured_block(self):
+        shape = dict(ob.SHAPES["1b"])
+        kp = {"gemm_flops": 700e12, "attention_flops": 380e12, "memory_bytes_per_s": 2.4e12}
+        with tempfile.TemporaryDirectory() as tmp:
+            probe = ob.write_probe(os.path.join(tmp, "p.json"), kp, {"h2d": 55e9})
+            got = ob.calibrate_probe(shape, probe, kp, {"h2d": 55e9}, 0.0075, tmp)
+            self.assertIn("calibrated", got, got.get("error"))
+            plans = ob.planner_runs(shape, 34 << 30, tmp, probe)
+        fwd = plans["reference"]["json"]["offload"]["block_forward_s"]
+        self.assertAlmostEqual(fwd, 0.0075, delta=1e-5)
+
+
+class Candidates(unittest.TestCase):
+    def test_family(self):
+        fam = [ob.offload_plan.letters(m) for m in ob.candidate_family(6)]
+        for m in ("xxxxxx", "xxxxxs", "hxxxxs", "hhhxxx", "cccccc", "hccccs"):
+            self.assertIn(m, fam)
+        self.assertEqual(len(fam), len(set(fam)))
+        self.assertTrue(all(len(m) == 6 for m in fam))
+
+    def test_the_fastest_that_fit_and_beat_full_checkpointing(self):
+        gib = 1 << 30
+        est = {"cccccc": {"step_time_s": 0.85, "device_peak_bytes": 37 * gib},
+               "xxxxxx": {"step_time_s": 0.86, "device_peak_bytes": 36 * gib},
+               "xxxxxs": {"step_time_s": 0.84, "device_peak_bytes": 38 * gib},
+               "hxxxxs": {"step_time_s": 0.82, "device_peak_bytes": 39 * gib},
+               "hhxxxs": {"step_time_s": 0.80, "device_peak_bytes": 41 * gib}}  # over the cap
+        got = [m for m, _ in ob.candidate_mixes(est, 40 * gib, 0.85, k=2)]
+        self.assertEqual(got, ["hxxxxs", "xxxxxs"])
+        self.assertEqual([m for m, _ in ob.candidate_mixes(est, 40 * gib, 0.85)], ["hxxxxs"])  # k=1
+        self.assertEqual([m for m, _ in ob.candidate_mixes(est, 40 * gib, 0.85, act="hxxxxs")], ["xxxxxs"])
+        # The fastest copies nothing: the fastest fitting mix that copies comes after it.
+        est["cccccs"] = {"step_time_s": 0.81, "device_peak_bytes": 37 * gib}
+        self.assertEqual([m for m, _ in ob.candidate_mixes(est, 40 * gib, 0.85)], ["cccccs", "hxxxxs"])
+        # None that copies beats full checkpointing: the fastest that fits, slower.
+        est["xxxxxs"]["device_peak_bytes"] = 45 * gib
+        self.assertEqual([m for m, _ in ob.candidate_mixes(est, 38 * gib, 0.85)], ["cccccs", "xxxxxx"])
+        del est["cccccs"]
+        self.assertEqual([m for m, _ in ob.candidate_mixes(est, 38 * gib, 0.85)], ["xxxxxx"])
+        self.assertEqual(ob.candidate_mixes(est, 30 * gib, 0.85), [])
+
+    def test_plan_mixes_adds_them_only_when_the_gain_is_small(self):
+        gib = 1 << 30
+        shape = dict(ob.SHAPES["3b-wide"])
+
+        def run(shape, cap, out_dir, probe, mixes=None):
+            if mixes is None:  # the fit: no mix for vramkit-act; full checkpointing at 0.85 s
+                return {"fit": {"json": {"fits": []}},
+                        "full-checkpoint": {"json": {"allocated_peak_bytes": 30 * gib, "offload": {"step_time_s": 0.85}}}}
+            out = {}
+            for cfg, (mix, _, _) in mixes.items():
+                letters = ob.offload_plan.letters(mix)
+                step = 0.85 - 0.01 * letters.count("s") - 0.012 * letters.count("h")
+                peak = (30 + 3 * letters.count("s") + 2 * letters.count("h")) * gib
+                out["mix:" + cfg] = {"json": {"offload": {"mix": mix, "step_time_s": step, "device_peak_bytes": peak,
+                                                          "allocated_peak_bytes": peak - gib,
+                                                          "max_inflight_bytes": gib, "prefetch_blocks": 2,
+                                                          "host_lead_blocks": 2}}}
+            return out
+
+        got = ob.plan_mixes(shape, 35 * gib, "/nonexistent", None, run=run)
+        self.assertEqual(sorted(got["mixes"]), [ob.TRY + "hhxxxx"])
+        tried = sorted(c for c in got["mixes"] if c.startswith(ob.TRY))
+        # Within 35 GiB the fastest is two h blocks (0.826 s at 34 GiB; one of each: 0.828 s at
+        # 35), inputs on the host (listed first among equal estimates); it copies.
+        self.assertEqual(tried, [ob.TRY + "hhxxxx"])
+        self.assertEqual(got["plan_settings"][ob.TRY + "hhxxxx"],
+                         {"max_inflight_bytes": gib, "prefetch_blocks": 2, "host_lead_blocks": 2})
+        # The engine runs them with the planner's settings, its host lead bound included.
+        w = {"plan_settings": got["plan_settings"]}
+        self.assertEqual(ob.offload_tuning(w, got["mixes"][ob.TRY + "hhxxxx"], ob.TRY + "hhxxxx"),
+                         {"max_inflight_bytes": gib, "prefetch_blocks": 2, "host_lead_blocks": 2})
+        self.assertIn("mix:" + ob.TRY + "hhxxxx", got["plans"])
+        self.assertIn("nothing (it found none)", got["extra"]["candidates"]["reason"])
+        # Their overlap is measured (they copy) and the planner's rows include them.
+        self.assertTrue(ob.overlap_mix(got["mixes"])[0].startswith(ob.TRY))
+        rows = ob.planner_choices(got["plans"], shape)
+        self.assertAlmostEqual(rows[ob.TRY + "hhxxxx"]["step_time_s"], 0.85 - 0.024)
+
+        # A --fit mix that gains under 2% (every block checkpointed, 0.85 s): the candidates run
+        # instead of the mixes derived from it, since one of them copies.
+        def run_fit(shape, cap, out_dir, probe, mixes=None):
+            out = run(shape, cap, out_dir, probe, mixes)
+            if mixes is None:
+                out["fit"]["json"]["fits"] = [{"micro_batch": 16, "activation_mix": ["checkpoint"] * 6,
+                                               "optimizer_offload": False, "step_time_s": 0.85,
+                                               "allocated_peak_bytes": 30 * gib}]
+            return out
+
+        got = ob.plan_mixes(shape, 35 * gib, "/nonexistent", None, run=run_fit)
+        self.assertEqual(got["mixes"]["vramkit-act"], ["checkpoint"] * 6)
+        self.assertIn(ob.TRY + "hhxxxx", got["mixes"])
+        self.assertFalse(set(ob.DERIVED) & set(got["mixes"]))
+        self.assertIn("0.0%", got["extra"]["candidates"]["reason"])
 
 
 @unittest.skipUnless(os.environ.get("VRAMKIT_CLI"), "needs the vramkit CLI (VRAMKIT_CLI)")

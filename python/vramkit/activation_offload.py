@@ -266,6 +266,11 @@ class offload_activations:
       whatever their policies in between: a block whose copy takes longer than one block's
       backward gets the backward of the d blocks above it to hide behind. Those tensors occupy
       the device from then on.
+    - `host_lead_blocks=d` (d > 0, mixes that copy to the host): at each block's start in the
+      forward the host waits until the device has begun the block d before (at the last block's
+      end, block n - d), so that the copies out the device has finished are seen done and their
+      device memory is back with the allocator before the next blocks and the loss allocate.
+      `vramkit plan` assumes d = 2 (its offload JSON's `host_lead_blocks`).
     - Copies out run on one stream, copies back on another (the link's two directions run at
       once); tensors fetched back are allocated on the compute stream, so the caching
       allocator reuses their memory for compute work.
@@ -289,7 +294,7 @@ class offload_activations:
 
     def __init__(self, model=None, *, blocks=None, mix=None, offload=None, checkpoint=None,
                  outside=None, min_bytes=1 << 20, prefetch=1, prefetch_blocks=0, max_inflight_bytes=512 << 20,
-                 pool=None,
+                 host_lead_blocks=0, pool=None,
                  offload_cpu_tensors=False, timing=False, compress=None, fused_encode=False,
                  encode_ctas=None):
         if blocks is None and model is not None:
@@ -326,9 +331,9 @@ class offload_activations:
             outside = "keep" if self.blocks else "offload"
         if outside not in ("keep", "offload"):
             raise ValueError("offload_activations: outside=%r: use 'keep' or 'offload'" % (outside,))
-        if min(int(min_bytes), int(prefetch), int(prefetch_blocks), int(max_inflight_bytes)) < 0:
-            raise ValueError("offload_activations: min_bytes, prefetch, prefetch_blocks and max_inflight_bytes "
-                             "must be >= 0")
+        if min(int(min_bytes), int(prefetch), int(prefetch_blocks), int(max_inflight_bytes), int(host_lead_blocks)) < 0:
+            raise ValueError("offload_activations: min_bytes, prefetch, prefetch_blocks, max_inflight_bytes and "
+                             "host_lead_blocks must be >= 0")
         self.model = model
         self.compress = compress
         if encode_ctas is not None and not fused_encode:
@@ -349,6 +354,7 @@ class offload_activations:
         self.prefetch = int(prefetch)
         self.prefetch_blocks = int(prefetch_blocks)
         self.max_inflight_bytes = int(max_inflight_bytes)
+        self.host_lead_blocks = int(host_lead_blocks)
         self.timing = bool(timing)
         self._copy_events = []  # (start, end, bytes, direction) when timing
         self.offload_cpu_tensors = bool(offload_cpu_tensors)
@@ -365,7 +371,7 @@ class offload_activations:
             "packed": 0, "offloaded": 0, "offloaded_bytes": 0, "deduplicated": 0,
             "kept": {"small": 0, "parameter": 0, "device": 0, "block": 0, "outside": 0},
             "fetched": 0, "fetched_bytes": 0, "from_stash": 0, "prefetched": 0,
-            "forward_waits": 0, "fetch_order": [], "selective_saved": 0, "selective_kept_bytes": 0,
+            "forward_waits": 0, "lead_waits": 0, "fetch_order": [], "selective_saved": 0, "selective_kept_bytes": 0,
         }
 
     def stats(self):
@@ -391,6 +397,7 @@ class offload_activations:
         self._block_stack = []
         self._seen = {}
         self._inflight = []
+        self._block_starts = []  # CUDA events at each block's start (host_lead_blocks)
         self._param_storages = set()
         if self.model is not None:
             for p in itertools.chain(self.model.parameters(), self.model.buffers()):
@@ -436,12 +443,15 @@ class offload_activations:
         self._group += 1
         self._block_stack.append(i)
         self._step.block_group[i] = self._group
+        self._bound_host_lead(module, start=True)
         self._release_copied()
 
     def _leave_block(self, i, module, args, output):
         if self._block_stack and self._block_stack[-1] == i:
             self._block_stack.pop()
         self._group += 1
+        if i == len(self.blocks) - 1 and not self._block_stack:
+            self._bound_host_lead(module, start=False)
         self._release_copied()
         if self.prefetch_blocks > 0 and torch.is_grad_enabled():
             out = output
@@ -449,6 +459,31 @@ class offload_activations:
                 out = out[0]
             if isinstance(out, torch.Tensor) and out.requires_grad:
                 out.register_hook(functools.partial(_block_backward_hook, weakref.ref(self), self._step, i))
+
+    def _bound_host_lead(self, module, start):
+        """host_lead_blocks = d > 0, in a mix that copies to the host: at block i's start the host
+        waits until the device has begun block i - d, and at the last block's end until it has
+        begun block n - d; the copies out the device has finished by then are seen done and
+        their device memory goes back to the allocator before the next blocks (and the head and
+        the loss) allocate. Without it the host may run many blocks ahead, and the copies it has
+        not yet seen finish stay held (the planner then counts the whole window at the loss)."""
+        d = self.host_lead_blocks
+        if d <= 0 or not any(p in ("offload", "selective-offload", "checkpoint-offload") for p in self.mix):
+            return
+        # The block's own device (its inputs may come as keywords, out of a pre-hook's reach).
+        dev = next((p.device for p in itertools.chain(module.parameters(), module.buffers())), None)
+        if dev is None or dev.type != "cuda":
+            return
+        if start:
+            ev = torch.cuda.Event()
+            ev.record(torch.cuda.current_stream(dev))
+            self._block_starts.append(ev)
+            k = len(self._block_starts) - 1 - d
+        else:
+            k = len(self._block_starts) - d
+        if 0 <= k < len(self._block_starts):
+            self._block_starts[k].synchronize()
+            self._stats["lead_waits"] += 1
 
     def _block_backward(self, step, i):
         """The backward of block i begins: takes block i's tensors that are still on the device

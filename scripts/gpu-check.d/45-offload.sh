@@ -8,7 +8,11 @@
 # equal with and without offload, prefetch_blocks included, and with selective checkpointing, its
 # outputs on the device or the host; the side-stream encode equal to the in-line one), hard stop
 # 28 s. OFFLOAD_TRY_MIX (a comma list of [SHAPE:]MIX) adds mixes run under the cap after the
-# planner's (configs vramkit-try-MIX). Compression alone and its accuracy are the compress stage's
+# planner's (configs vramkit-try-MIX); OFFLOAD_CALIBRATE=0 gives the planner the probed
+# memory-bound rate instead of the one calibrated to the measured block forward;
+# OFFLOAD_FIRST_SHARE (default 0.5: run Q's 1b shape used its 55% and 3b-wide now also runs the
+# planner's candidate mixes) is the share of the bench's budget the first shape may use.
+# Compression alone and its accuracy are the compress stage's
 # (46-compress). The other GPU tests of the Python package and of the codec run in the gpu-tests
 # stage. Writes RESULTS_DIR/offload-summary.md, offload-bench.json; the summary is written
 # whatever step was cut.
@@ -77,7 +81,8 @@ if [ $((budget + 6)) -gt "$(left)" ]; then budget=$(( $(left) - 6 )); fi
 if [ "$budget" -lt 20 ]; then budget=20; fi
 PYTHONUNBUFFERED=1 timeout $((budget + 6)) python3 bench/offload/offload_bench.py \
   --shapes "${OFFLOAD_SHAPES:-1b,3b-wide}" --budget-s "$budget" --steps 3 --warmup 1 "${probe[@]}" \
-  ${OFFLOAD_TRY_MIX:+--try-mix "$OFFLOAD_TRY_MIX"} \
+  ${OFFLOAD_TRY_MIX:+--try-mix "$OFFLOAD_TRY_MIX"} --calibrate "${OFFLOAD_CALIBRATE:-1}" \
+  --first-share "${OFFLOAD_FIRST_SHARE:-0.5}" \
   --out "$RESULTS_DIR/offload-bench.json" --summary "$RESULTS_DIR/offload-table.md"
 status=$?
 [ $checks_status -eq 0 ] || status=1

@@ -163,6 +163,7 @@ struct mix_walk {
 struct forward_walk {
   double t = 0, stall = 0;
   std::map<int, double> outs;  // when each copying block's copy out ends
+  std::vector<double> starts;  // when each block's forward starts on the device
 };
 
 // Forward: a block's tensors stream out while it runs; the forward stalls only while more than
@@ -172,6 +173,7 @@ forward_walk walk_forward(const mix_walk& w) {
   double link = 0;
   for (int i = 0; i < w.n; ++i) {
     const double start = f.t;
+    f.starts.push_back(start);
     f.t += w.in.t_fwd_s + w.codec(i, w.in.pack_s);
     if (!to_host(w.mix[i])) continue;
     link = std::max(std::max(link, start) + w.copy_out(i), f.t);
@@ -234,11 +236,25 @@ backward_walk walk_backward(const mix_walk& w, const forward_walk& f) {
   return bw;
 }
 
+// Copy-out bytes the allocator still counts when the head and the loss allocate, with the host
+// at most d = host_lead_blocks blocks ahead of the device: the engine drops a tensor's device copy
+// (its only reference; no record_stream) as soon as the host sees its copy done, and at the last
+// block's end it waits for the device to begin block n - d, so every copy that ends before that
+// start is back with the allocator. The later ones are counted whole, at most the window.
+double copy_out_held_bytes(const mix_walk& w, const forward_walk& f) {
+  const int k = w.n - w.in.host_lead_blocks;
+  const double seen = k >= w.n ? f.t : f.starts[static_cast<std::size_t>(std::max(0, k))];
+  double held = 0;
+  for (const auto& [j, end] : f.outs)
+    if (end > seen) held += w.moved[j];
+  return std::min(held, w.window);
+}
+
 // The most the device holds beside other_bytes and what the blocks keep: the largest recompute
 // (which also stands for what the head and the loss add when the forward ends, where other_bytes
 // is anchored), and beside it what the copy-out window still holds then, or the blocks fetched
 // back in backward.
-double transient_bytes(const mix_walk& w, double held, double moved_all, bool codec_blocks) {
+double transient_bytes(const mix_walk& w, double held, double at_loss, bool codec_blocks) {
   auto base = static_cast<double>(w.in.loss_bytes);
   for (int i = 0; i < w.n; ++i)
     if (!to_host(w.mix[i])) base = std::max(base, w.regrown(i));
@@ -247,7 +263,7 @@ double transient_bytes(const mix_walk& w, double held, double moved_all, bool co
     // The allocator counts on the host, which runs ahead of the device: when the head and the
     // loss allocate, the engine has not yet seen the last copies out complete and holds up to
     // its window of them.
-    transient = std::max(base + std::min(w.window, moved_all), held);
+    transient = std::max(base + at_loss, held);
   } else if (!w.off.empty()) {
     // A block fetched with the `prefetch` offloaded blocks below it, beside what it regrows.
     const auto n_off = static_cast<int>(w.off.size());
@@ -256,7 +272,7 @@ double transient_bytes(const mix_walk& w, double held, double moved_all, bool co
       for (int j = k; j >= std::max(0, k - w.in.prefetch); --j) fetched += w.moved[w.off[j]];
       transient = std::max(transient, fetched);
     }
-    transient = std::max(transient, base + std::min(w.window, moved_all));
+    transient = std::max(transient, base + at_loss);
   }
   if (codec_blocks) transient = std::max(transient, w.decoded);  // a compressed block's backward
   return transient;
@@ -285,13 +301,27 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   e.overlap = e.copy_s > 0 ? 1.0 - e.exposed_copy_s / e.copy_s : 1.0;
   double kept = 0;
   for (int i = 0; i < w.n; ++i) kept += w.resident(i);
-  const double transient = transient_bytes(w, bw.held, moved_all, n_codec > 0);
+  // What the copy-out window still holds at the loss: all of it (up to the window) unless the
+  // engine bounds the host's lead.
+  const double at_loss = in.host_lead_blocks > 0 && in.prefetch_blocks > 0
+                             ? copy_out_held_bytes(w, f)
+                             : std::min(w.window, moved_all);
+  const double transient = transient_bytes(w, bw.held, at_loss, n_codec > 0);
   e.device_peak_bytes =
       static_cast<std::uint64_t>(static_cast<double>(in.other_bytes) + kept + transient);
   e.host_pinned_bytes = static_cast<std::uint64_t>(moved_all);
   e.window_bytes = static_cast<std::uint64_t>(w.window);
   e.prefetch_blocks = w.prefetch_blocks;
+  e.host_lead_blocks = in.prefetch_blocks > 0 ? in.host_lead_blocks : 0;
+  e.held_at_loss_bytes = static_cast<std::uint64_t>(at_loss);
   return e;
+}
+
+std::uint64_t allocator_cache_bytes(const std::vector<block_policy>& mix,
+                                    const offload_inputs& in) noexcept {
+  const bool recomputes = std::any_of(mix.begin(), mix.end(),
+                                      [](block_policy b) { return recomputed(b) || selective(b); });
+  return recomputes ? in.cache_bytes : in.cache_bytes_without_recompute;
 }
 
 double ranked_step_s(const offload_estimate& e, const offload_inputs& in) noexcept {
@@ -351,7 +381,7 @@ std::optional<offload_choice> choose_offload_mix(int n_blocks, std::uint64_t cap
                 std::replace(mix.begin(), mix.end(), block_policy::checkpoint,
                              block_policy::checkpoint_offload);
               const auto e = simulate_offload(mix, in);
-              if (e.device_peak_bytes > capacity_bytes) continue;
+              if (e.device_peak_bytes + allocator_cache_bytes(mix, in) > capacity_bytes) continue;
               const double t = ranked_step_s(e, in);
               if (!best ||
                   std::pair(t, e.host_pinned_bytes) < std::pair(ranked_step_s(best->estimate, in),

@@ -29,6 +29,10 @@ constexpr double k_copy_interference = 0.12;
 /// Each direction's share of the one-way pinned rate when both directions copy at once: vramkit
 /// probe's bidirectional pinned figure on an H200, 89.96 GB/s against 55.28 one way (0.81).
 constexpr double k_bidirectional_share = 0.81;
+/// The engine's host_lead_blocks the plan assumes (vramkit.offload_activations waits at each
+/// block's start of the forward until the device has begun the block two before): what the
+/// copy-out window still holds at the loss follows from it (offload_inputs::host_lead_blocks).
+constexpr int k_host_lead_blocks = 2;
 
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> out;
@@ -264,6 +268,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   set_copy_windows(in, s.n_blocks);
   in.copy_interference = k_copy_interference;
   in.windows_per_mix = true;
+  in.host_lead_blocks = k_host_lead_blocks;
   if (c.enabled) {
     // A checkpointed block recomputes uncompressed; a compressed block's backward holds its
     // tensors decoded, and those of the block below it (decode_ahead=1) on top of the payloads.
@@ -302,7 +307,12 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
   // (the block's saved bytes; block_bytes without compression).
   in.loss_bytes = saved;
   s.other_bytes_without_checkpoint = static_cast<std::uint64_t>(std::max(0.0, other_keep));
-  s.cache_bytes = full.reserved_peak_bytes - full.allocated_peak_bytes;
+  // The allocator's cache beside the allocated peak, per mix from the plan whose peak moment it
+  // shares (as other_bytes is anchored): full checkpointing's with a block that recomputes,
+  // the plan without checkpointing's otherwise.
+  in.cache_bytes = full.reserved_peak_bytes - full.allocated_peak_bytes;
+  in.cache_bytes_without_recompute = base.reserved_peak_bytes - base.allocated_peak_bytes;
+  s.cache_bytes = in.cache_bytes;
   s.context_bytes = base.context_bytes;
   return s;
 }
@@ -338,7 +348,7 @@ offload_plan evaluate_offload(const offload_setup& s, const std::vector<block_po
   }
   p.estimate = simulate_offload(mix, in);
   p.allocated_peak_bytes = p.estimate.device_peak_bytes;
-  p.device_peak_bytes = p.allocated_peak_bytes + s.cache_bytes + s.context_bytes;
+  p.device_peak_bytes = p.allocated_peak_bytes + allocator_cache_bytes(mix, in) + s.context_bytes;
   p.host_pinned_bytes = p.estimate.host_pinned_bytes + s.optimizer_host_bytes;
   // Copies the schedule hides still slow the compute they overlap (HBM traffic, the engine's
   // per-tensor work in the hooks): a fraction of the hidden copy time shows in the step.
@@ -378,9 +388,8 @@ std::optional<offload_plan> fit_offload(const model_description& m, const plan_r
     if (optimizer_only && *optimizer_only != optimizer) continue;
     for (const auto& c : comps) {
       const auto s = make_offload_setup(m, r, c, optimizer, gpu, o);
-      const std::uint64_t fixed = s.cache_bytes + s.context_bytes;
-      if (fixed >= limit_bytes) continue;
-      const auto choice = choose_offload_mix(s.n_blocks, limit_bytes - fixed, s.inputs);
+      if (s.context_bytes >= limit_bytes) continue;
+      const auto choice = choose_offload_mix(s.n_blocks, limit_bytes - s.context_bytes, s.inputs);
       if (!choice) continue;
       auto p = evaluate_offload(s, choice->mix, c, optimizer);
       if (!best || p.step_time_s < best->step_time_s) best = std::move(p);
@@ -521,6 +530,8 @@ std::string offload_json(const offload_plan& p) {
       {"link_source", s.link.source},
       {"max_inflight_bytes", p.estimate.window_bytes},
       {"prefetch_blocks", p.estimate.prefetch_blocks},
+      {"host_lead_blocks", p.estimate.host_lead_blocks},
+      {"copy_out_held_at_loss_bytes", p.estimate.held_at_loss_bytes},
       {"kernel_rates", s.compute.rates.source},
   };
   return j.dump(2);

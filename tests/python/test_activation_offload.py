@@ -178,6 +178,20 @@ class ActivationOffloadCpu(unittest.TestCase):
             vramkit.offload_activations(torch.nn.Linear(2, 2))  # no blocks
         ctx = vramkit.offload_activations(self.model, offload=[self.model.layers[2]])
         self.assertEqual(ctx.mix, ["keep", "keep", "offload", "keep"])
+        with self.assertRaisesRegex(ValueError, "host_lead_blocks"):
+            vramkit.offload_activations(self.model, host_lead_blocks=-1)
+
+    def test_host_lead_bound_waits_only_for_cuda_mixes_that_copy(self):
+        # CPU tensors have no device to wait for: the bound does nothing and the gradients are
+        # those of the run without offload (its waits are counted on the GPU: python.offload_gpu).
+        tokens = torch.randint(0, 64, (2, 16))
+        ref = run(self.model, tokens)
+        for mix in (["offload", "checkpoint", "keep", "offload"], ["keep", "checkpoint", "keep", "keep"]):
+            ctx = self.ctx(mix=mix, host_lead_blocks=1)
+            self.assertEqual(ctx.host_lead_blocks, 1)
+            self.assert_bitwise(ref, run(self.model, tokens, ctx))
+            self.assertEqual(ctx.stats()["lead_waits"], 0)
+            self.assertEqual(ctx._block_starts, [])  # noqa: SLF001
 
 
 def _has_dispatch_modes():

@@ -85,16 +85,19 @@ class OffloadGpu(unittest.TestCase):
         model = TinyLM(vocab=256, d=256, ffn=768, layers=6).cuda()
         tokens = torch.randint(0, 256, (8, 256), device="cuda")
         ref = step(model, tokens)
-        for mix, prefetch, ahead in ((["offload"] * 6, 1, 0), (["offload", "checkpoint", "keep"] * 2, 2, 0),
-                                     (["offload"] * 6, 0, 0), (["offload", "checkpoint", "keep"] * 2, 0, 3),
-                                     (["offload"] * 2 + ["checkpoint"] * 3 + ["keep"], 1, 4),
-                                     (["checkpoint-offload"] * 3 + ["checkpoint", "offload", "keep"], 1, 0),
-                                     (["checkpoint-offload"] * 5 + ["keep"], 0, 2)):
-            with self.subTest(mix=mix, prefetch=prefetch, prefetch_blocks=ahead):
+        for mix, prefetch, ahead, lead in ((["offload"] * 6, 1, 0, 0), (["offload", "checkpoint", "keep"] * 2, 2, 0, 0),
+                                           (["offload"] * 6, 0, 0, 1), (["offload", "checkpoint", "keep"] * 2, 0, 3, 2),
+                                           (["offload"] * 2 + ["checkpoint"] * 3 + ["keep"], 1, 4, 0),
+                                           (["checkpoint-offload"] * 3 + ["checkpoint", "offload", "keep"], 1, 0, 0),
+                                           (["checkpoint-offload"] * 5 + ["keep"], 0, 2, 2)):
+            with self.subTest(mix=mix, prefetch=prefetch, prefetch_blocks=ahead, host_lead_blocks=lead):
                 ctx = vramkit.offload_activations(model, mix=mix, min_bytes=4096, prefetch=prefetch,
-                                                  prefetch_blocks=ahead, max_inflight_bytes=1 << 20)
+                                                  prefetch_blocks=ahead, max_inflight_bytes=1 << 20,
+                                                  host_lead_blocks=lead)
                 self.assert_steps_equal(model, tokens, ctx, ref)
                 s = ctx.stats()
+                # The host waited at every block start from block d on, and at the last block's end.
+                self.assertEqual(s["lead_waits"], 2 * (6 - lead + 1) if lead else 0)
                 self.assertGreater(s["offloaded"], 0)
                 self.assertGreater(s["fetched"], 0)
                 self.assertEqual(s["live_records"], 0)

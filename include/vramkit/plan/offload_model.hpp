@@ -69,6 +69,12 @@ struct offload_inputs {
   /// peak counts what is still being copied out when the forward ends (instead of the whole
   /// window) and the offloaded blocks fetched back at once
   int prefetch_blocks = 0;
+  /// > 0 (with prefetch_blocks > 0): the engine's host_lead_blocks, the host never more than this
+  /// many blocks' forward ahead of the device (vramkit.offload_activations waits at each block's
+  /// start for the device to begin the block that many before); the peak then counts at the loss
+  /// only the copies out whose memory the allocator cannot yet have back (copy_out_held_bytes),
+  /// not the whole window. 0: the host's lead is unbounded, the window counted whole.
+  int host_lead_blocks = 0;
   /// Share of the copy time hidden behind compute that still lengthens the step (the copies'
   /// HBM traffic and the engine's work in the hooks): what choose_offload_mix ranks mixes by
   /// adds it (simulate_offload leaves it out)
@@ -85,7 +91,19 @@ struct offload_inputs {
   /// the block below's, decoded ahead)
   std::uint64_t recompute_bytes = 0;
   std::uint64_t decode_bytes = 0;
+  /// What PyTorch's caching allocator reserves beyond the allocated peak (reserved - allocated),
+  /// from the allocator model's replay of the plan whose peak moment a mix shares: full
+  /// checkpointing's for a mix with a block that recomputes (cache_bytes), the plan without
+  /// checkpointing's for one without (cache_bytes_without_recompute). choose_offload_mix counts it
+  /// against the capacity (0 and 0: the capacity bounds the allocated peak alone).
+  std::uint64_t cache_bytes = 0;
+  std::uint64_t cache_bytes_without_recompute = 0;
 };
+
+/// The allocator cache counted beside mix's allocated peak: in.cache_bytes when a block of the mix
+/// recomputes (checkpointed or selective), else in.cache_bytes_without_recompute.
+std::uint64_t allocator_cache_bytes(const std::vector<block_policy>& mix,
+                                    const offload_inputs& in) noexcept;
 
 /// The step time a mix is ranked by: e.step_time_s plus in.copy_interference of the hidden copy
 /// time.
@@ -101,6 +119,9 @@ struct offload_estimate {
   std::uint64_t host_pinned_bytes = 0;
   std::uint64_t window_bytes = 0;  ///< the copy-out window used
   int prefetch_blocks = 0;         ///< the prefetch depth used
+  int host_lead_blocks = 0;        ///< the host's lead the peak assumes (0: unbounded)
+  /// Copy-out bytes the peak counts as still held when the head and the loss allocate
+  std::uint64_t held_at_loss_bytes = 0;
 };
 
 /// The estimate for `mix` (one policy per block, forward order). Throws invalid_input when the
@@ -133,7 +154,8 @@ struct offload_choice {
   offload_estimate estimate;
 };
 
-/// The fastest arranged mix whose device peak fits capacity_bytes (ties: fewer host bytes), or
+/// The fastest arranged mix whose device peak plus allocator_cache_bytes fits capacity_bytes
+/// (ties: fewer host bytes), or
 /// nullopt when none does, over both arrangements of arrange_mix, each also with every
 /// checkpointed block's input on the host (checkpoint_offload). The selective policies are
 /// searched when in.selective_bytes > 0

@@ -52,7 +52,9 @@ struct offload_setup {
   std::uint64_t saved_bytes_per_block = 0;         ///< uncompressed
   std::uint64_t compressible_bytes_per_block = 0;  ///< of those, what the compression selects
   double pack_s_per_block = 0, unpack_s_per_block = 0;
-  std::uint64_t cache_bytes = 0;    ///< reserved - allocated of the plan without offload
+  /// reserved - allocated of full checkpointing's plan (inputs.cache_bytes; a mix without a
+  /// recompute counts inputs.cache_bytes_without_recompute, the plan without checkpointing's)
+  std::uint64_t cache_bytes = 0;
   std::uint64_t context_bytes = 0;  ///< CUDA context and modules
   /// inputs.other_bytes for mixes without a checkpointed block (anchored to the plan without
   /// checkpointing, whose peak moment they share; inputs.other_bytes to full checkpointing's).

@@ -215,6 +215,49 @@ TEST(OffloadModel, AShortCopyHasAWindowOfOneCopy) {
   EXPECT_EQ(simulate_offload(std::vector<P>(8, P::offload), in).window_bytes, 2 * in.block_bytes);
 }
 
+TEST(OffloadModel, ABoundedHostLeadCountsOnlyTheLateCopiesAtTheLoss) {
+  // Six 30 ms blocks; block 0 selective-offload (3 GiB of kept outputs, 64 ms at 50 GB/s), the
+  // others checkpoint-offload (1/2 GiB inputs, 10.7 ms each): each input's copy ends with its
+  // block (blocks 1 and 2 queue behind block 0's copy, which ends at 64 ms).
+  offload_inputs in;
+  in.block_bytes = 7 * GiB;
+  in.input_bytes = GiB / 2;
+  in.selective_bytes = 3 * GiB;
+  in.t_selective_s = 0.01;
+  in.t_fwd_s = 0.03;
+  in.t_bwd_s = 0.06;
+  in.d2h_bytes_per_s = in.h2d_bytes_per_s = 50e9;
+  in.other_bytes = 20 * GiB;
+  in.loss_bytes = in.block_bytes;
+  in.prefetch_blocks = 2;
+  in.windows_per_mix = true;
+  std::vector<P> mix(6, P::checkpoint_offload);
+  mix[0] = P::selective_offload;
+  const auto unbounded = simulate_offload(mix, in);
+  EXPECT_EQ(unbounded.window_bytes, 6 * GiB);                  // two of block 0's copies
+  EXPECT_EQ(unbounded.held_at_loss_bytes, 5 * GiB + GiB / 2);  // all of it (5.5 GiB < the window)
+  EXPECT_EQ(unbounded.host_lead_blocks, 0);
+  // The host at most two blocks ahead: the device has begun block 4 (120 ms) when the loss
+  // allocates, so the copies that end later (blocks 4 and 5's inputs) are what is still held.
+  in.host_lead_blocks = 2;
+  const auto two = simulate_offload(mix, in);
+  EXPECT_EQ(two.held_at_loss_bytes, GiB);
+  EXPECT_EQ(two.host_lead_blocks, 2);
+  in.host_lead_blocks = 1;
+  const auto one = simulate_offload(mix, in);
+  EXPECT_EQ(one.held_at_loss_bytes, GiB / 2);
+  // The peak falls, by at most what is no longer held (the backward, with block 0's outputs
+  // fetched back beside a recompute, may now be the higher moment).
+  EXPECT_LT(two.device_peak_bytes, unbounded.device_peak_bytes);
+  EXPECT_LE(unbounded.device_peak_bytes - two.device_peak_bytes,
+            unbounded.held_at_loss_bytes - two.held_at_loss_bytes);
+  EXPECT_LE(one.device_peak_bytes, two.device_peak_bytes);
+  EXPECT_EQ(one.step_time_s, unbounded.step_time_s);  // the bound changes no time
+  // Without prefetch_blocks the whole window is counted, as before.
+  in.prefetch_blocks = 0;
+  EXPECT_EQ(simulate_offload(mix, in).held_at_loss_bytes, unbounded.held_at_loss_bytes);
+}
+
 TEST(OffloadModel, PrefetchBlocksHidesACopyLongerThanABlock) {
   // One block's copy (2 GiB at 12 GB/s: 179 ms) takes several blocks' backward (40 ms + 20 ms
   // recompute): fetched when its own backward starts it is exposed, five blocks ahead hidden.

@@ -161,6 +161,46 @@ TEST_F(OffloadPlan, CompressedBlocksHoldTheirRecomputeAndDecodes) {
   EXPECT_EQ(plain.inputs.decode_bytes, 0U);
 }
 
+// The allocator's cache beside a mix's allocated peak is the memory model's, of the plan whose
+// peak moment the mix shares: full checkpointing's when a block recomputes, the plan without
+// checkpointing's otherwise; the fit counts it per mix against the capacity.
+TEST_F(OffloadPlan, AllocatorCachePerMixFromItsAnchorPlan) {
+  const auto s = with(0).setup;
+  plan_request rc = r;
+  rc.ckpt = checkpointing::full;
+  const auto full = make_plan(m, rc), base = make_plan(m, r);
+  const std::uint64_t full_cache = full.reserved_peak_bytes - full.allocated_peak_bytes;
+  const std::uint64_t base_cache = base.reserved_peak_bytes - base.allocated_peak_bytes;
+  ASSERT_NE(full_cache, base_cache);  // the test tells them apart
+  EXPECT_EQ(s.inputs.cache_bytes, full_cache);
+  EXPECT_EQ(s.inputs.cache_bytes_without_recompute, base_cache);
+  const std::vector<block_policy> kept(22, block_policy::keep);
+  auto offloaded = kept;
+  offloaded[0] = block_policy::offload;
+  auto selective = kept;
+  selective[3] = block_policy::selective;
+  for (const auto& [mix, cache] : {std::pair{kept, base_cache}, std::pair{offloaded, base_cache},
+                                   std::pair{selective, full_cache}}) {
+    const auto p = evaluate_offload(s, mix, {}, false);
+    EXPECT_EQ(allocator_cache_bytes(mix, s.inputs), cache);
+    EXPECT_EQ(p.device_peak_bytes, p.allocated_peak_bytes + cache + s.context_bytes);
+  }
+  // Every block kept: the plan's own device peak (its reserved plus the context).
+  EXPECT_NEAR(static_cast<double>(evaluate_offload(s, kept, {}, false).device_peak_bytes),
+              static_cast<double>(base.reserved_peak_bytes + s.context_bytes), 1e6);
+  // A capacity between the two: a mix that fits with one cache and not the other is judged by
+  // its own.
+  offload_inputs in = s.inputs;
+  in.cache_bytes = 0;
+  in.cache_bytes_without_recompute = 1ull << 40;
+  const auto c = choose_offload_mix(22, 40ull << 30, in);
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(std::any_of(c->mix.begin(), c->mix.end(), [](block_policy b) {
+    return b == block_policy::checkpoint || b == block_policy::selective ||
+           b == block_policy::selective_offload || b == block_policy::checkpoint_offload;
+  }));
+}
+
 TEST_F(OffloadPlan, OptimizerOffloadMovesTheMoments) {
   const auto a = with(22), b = with(22, "none", true);
   EXPECT_LT(b.allocated_peak_bytes, a.allocated_peak_bytes);
@@ -194,8 +234,7 @@ TEST_F(OffloadPlan, LossyFitCompressesWhenThatIsFasterUnderTheCap) {
     auto s =
         make_offload_setup(m, r, parse_compress_option(compress), false, gpu, default_overheads());
     s.inputs.selective_bytes = 0;  // offload, checkpoint and keep only
-    const auto choice =
-        choose_offload_mix(s.n_blocks, half - s.cache_bytes - s.context_bytes, s.inputs);
+    const auto choice = choose_offload_mix(s.n_blocks, half - s.context_bytes, s.inputs);
     EXPECT_TRUE(choice);
     return evaluate_offload(s, choice->mix, parse_compress_option(compress), false);
   };
