@@ -8,9 +8,10 @@
 # compression against bf16's own run-to-run variation, and per-block gradient error
 # (bench/offload/compress_accuracy.py, COMPRESS_ACCURACY_S, default 25 s: in run M its eight
 # processes started in about 9 s and trained 140 steps in 5-7 s), then offload with compression
-# against offload alone under a cap: one offloading mix with and without fp8 (forced and
-# labelled so when the planner's fits copy nothing), offload alone's best forced mix, and the
-# planner's lossy fit against its plain fit (bench/offload/compress_offload.py, what is left of
+# against offload alone under a cap: the planner's lossy fit (its fastest compressed mix), offload
+# alone at its plain fit and its best forced mix, then one offloading mix with and without fp8
+# (forced and labelled so when the planner's fits copy nothing; without fp8 only where the
+# planner expects it within the cap) (bench/offload/compress_offload.py, what is left of
 # the cap, at most COMPRESS_OFFLOAD_S, default 27 s, hard stop 2 s later). Each writes its JSON
 # and summary as it goes, so a cut-short run keeps what it measured.
 # Writes RESULTS_DIR/compress-summary.md (always), compress-bench.json, compress-offload.json,
