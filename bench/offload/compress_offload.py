@@ -11,9 +11,9 @@ In this order (a budget cut short drops the last):
    neither fit copies a block;
 3. one offloading mix (blocks whose saved tensors are copied to pinned host memory) with fp8 and
    without: the planner's fit when one of its fits copies a block, else a FORCED mix, labelled
-   so, k the fewest at which the planner expects the uncompressed copies exposed and the
-   compressed mix within the cap (or --forced-blocks); without fp8 only when the planner expects
-   it within the cap. Halving the copied bytes is what lets the copies hide behind compute.
+   so, k the fewest at which the planner expects the uncompressed copies exposed and both mixes
+   within the cap, else its fastest compressed one within the cap (or --forced-blocks); without
+   fp8 only when the planner expects it within the cap. Halving the copied bytes is what lets the copies hide behind compute.
 A mix that repeats (the same mix, compressed alike) runs once. The bar's comparison is offload
 with fp8 at its fastest measured mix against offload alone at its fastest, under the same cap.
 
@@ -100,9 +100,10 @@ def choose_forced(base, cap, estimates_of):
 
     k_c is where the comparison is about: the smallest k at which the planner predicts the
     uncompressed mix's copies exposed (EXPOSED_S of copy time the compute does not hide) while
-    the compressed mix fits (its allocated peak within FIT_MARGIN of `cap`); when no k is, the
-    one the planner predicts fastest with compression among those that fit (the smallest k
-    when none fits). k_p is the planner's fastest without compression among those whose plain
+    both mixes fit (allocated peak within FIT_MARGIN of `cap`: the same mix measured both ways
+    shows what halving the copies gives); when no k is, the one the planner predicts fastest
+    with compression among those that fit (fp8's best forced mix, as k_p is offload alone's;
+    the smallest k when none fits). k_p is the planner's fastest without compression among those whose plain
     peak fits (None when none): offload alone's best forced mix. `estimates_of(mixes)` is
     mix_estimates bound to the shape."""
     cands = {k: forced_mix(base, k) for k in FORCED_KS}
@@ -121,7 +122,8 @@ def choose_forced(base, cap, estimates_of):
         ks = [k for k in table if fits(table[k][side])]
         return min(ks, key=lambda k: table[k][side]["step_time_s"]) if ks else None
 
-    bound = [k for k, (c, a) in table.items() if fits(c) and (a.get("exposed_copy_s") or 0) >= EXPOSED_S]
+    bound = [k for k, (c, a) in table.items()
+             if fits(c) and fits(a) and (a.get("exposed_copy_s") or 0) >= EXPOSED_S]
     k_c = min(bound) if bound else fastest(0)
     k_p = fastest(1)
     if k_c is None:
@@ -378,7 +380,7 @@ def main():
                                          "plain" if plain else "lossy", k, offload_bench.offload_plan.letters(fm),
                                          "--forced-blocks" if args.forced_blocks else
                                          "the fewest blocks at which the planner expects uncompressed copies exposed "
-                                         "and the compressed mix within the cap"))
+                                         "and both mixes within the cap, else its fastest compressed one within it"))
     runs, pairs, not_run = plan_runs(lossy, plain, forced, cap, estimates_of)
     res["configs"].extend(not_run)
     res["pairs"] = pairs
