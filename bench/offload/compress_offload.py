@@ -288,7 +288,8 @@ def summarize(res):
 def plan_entry(o):
     """What the summary and the engine take from the planner's offload JSON for a mix."""
     return {k: o.get(k) for k in ("mix", "allocated_peak_bytes", "device_peak_bytes", "step_time_s", "copy_s",
-                                  "exposed_copy_s", "max_inflight_bytes", "prefetch_blocks", "compress_activations")}
+                                  "exposed_copy_s", "max_inflight_bytes", "prefetch_blocks", "host_lead_blocks",
+                                  "compress_activations")}
 
 
 def main():
@@ -396,8 +397,8 @@ def main():
             save()
             continue
         # The engine's copy windows: the planner's for this mix.
-        w["plan_settings"] = {name: {"max_inflight_bytes": plan.get("max_inflight_bytes"),
-                                     "prefetch_blocks": plan.get("prefetch_blocks")}}
+        w["plan_settings"] = {name: {k: plan.get(k) for k in ("max_inflight_bytes", "prefetch_blocks",
+                                                              "host_lead_blocks")}}
         r = offload_bench.run_config(w, name, mix)
         r.update({"label": label, "plan": plan, "compressed": comp})
         if r.get("wall_s"):
