@@ -13,7 +13,8 @@ In this order (a budget cut short drops the last):
    without: the planner's fit when one of its fits copies a block, else a FORCED mix, labelled
    so, k the fewest at which the planner expects the uncompressed copies exposed and both mixes
    within the cap, else its fastest compressed one within the cap (or --forced-blocks); without
-   fp8 only when the planner expects it within the cap. Halving the copied bytes is what lets the copies hide behind compute.
+   fp8 only when the planner expects it within the cap. Halving the copied bytes is what lets
+   the copies hide behind compute.
 A mix that repeats (the same mix, compressed alike) runs once. The bar's comparison is offload
 with fp8 at its fastest measured mix against offload alone at its fastest, under the same cap.
 
@@ -129,6 +130,47 @@ def choose_forced(base, cap, estimates_of):
     if k_c is None:
         k_c = min(cands)
     return k_c, cands[k_c], k_p, cands.get(k_p), table
+
+
+def pick_offloading(lossy, plain, forced_blocks, cap, estimates_of):
+    """The offloading mix measured with fp8 and without: (choose_forced's answer or its like,
+    {"offloading_mix": what it is, "forced": the forced mixes' figures}): a fit's mix when one
+    copies a block (unless `forced_blocks`), else the forced mixes of choose_forced, or the mix
+    with the first `forced_blocks` checkpointed blocks of the plain (else lossy) fit offloaded."""
+    from vramkit.offload_plan import letters
+
+    info, forced = {}, None
+    base = (plain or lossy or {}).get("mix")
+    # --forced-blocks forces the mix whatever the fits copy.
+    off_src = None if forced_blocks else next(
+        (n for n, f in (("lossy", lossy), ("plain", plain)) if f and copies(f.get("mix"))), None)
+    if off_src:
+        fm = (lossy if off_src == "lossy" else plain)["mix"]
+        info["offloading_mix"] = "the planner's %s fit (%s)" % (off_src, letters(fm))
+        return (None, fm, None, None, {}), info
+    if not base:
+        return None, info
+    if forced_blocks:
+        fm = forced_mix(base, forced_blocks)
+        if not fm:
+            info["offloading_mix"] = ("--forced-blocks %d: the fit's mix (%s) has fewer checkpointed blocks; "
+                                      "nothing forced" % (forced_blocks, letters(base)))
+            return None, info
+        forced = (forced_blocks, fm, None, None, {})
+    else:
+        forced = choose_forced(base, cap, estimates_of)
+    if forced and forced[1]:
+        k, fm, kp, _, table = forced
+        info["forced"] = {"blocks": k, "plain_blocks": kp, "base": base,
+                          "candidates": {str(kk): {"compressed": plan_entry(c), "plain": plan_entry(a)}
+                                         for kk, (c, a) in table.items()}}
+        info["offloading_mix"] = (
+            "FORCED, not the planner's: its %s fit's first %d checkpointed blocks offloaded (%s): %s" % (
+                "plain" if plain else "lossy", k, letters(fm), "--forced-blocks" if forced_blocks else
+                "neither fit copies a block under this cap; the fewest blocks at which the planner expects "
+                "uncompressed copies exposed and both mixes within the cap, else its fastest compressed one "
+                "within it"))
+    return forced, info
 
 
 # What plan_runs measures, in order (a budget cut short drops the last): offload with fp8 at the
@@ -299,7 +341,8 @@ def main():
     ap.add_argument("--cap-from", required=True, help="compress_bench.py's JSON (its bf16 run's peak reserved)")
     ap.add_argument("--cap-fraction", type=float, default=0.5)
     ap.add_argument("--forced-blocks", type=int, default=0,
-                    help="blocks the forced offloading mix offloads (default 0: the planner's pick among %s)"
+                    help="blocks the forced offloading mix offloads, whatever the fits copy (default 0: the planner's "
+                    "pick among %s, forced only when neither fit copies a block)"
                     % ",".join(map(str, FORCED_KS)))
     t0 = time.time()
     args = compress_bench.parse_bench_args(ap)
@@ -358,30 +401,8 @@ def main():
     lossy, plain = chosen.get("vramkit-act+compress"), chosen.get("vramkit-act")
     res["fits"] = {"lossy": lossy, "plain": plain}
     estimates_of = functools.partial(mix_estimates, shape, capacity, out_dir)
-    forced = None
-    base = (plain or lossy or {}).get("mix")
-    off_src = next((n for n, f in (("lossy", lossy), ("plain", plain)) if f and copies(f.get("mix"))), None)
-    if off_src:
-        fm = (lossy if off_src == "lossy" else plain)["mix"]
-        forced = (None, fm, None, None, {})
-        res["offloading_mix"] = "the planner's %s fit (%s)" % (off_src, offload_bench.offload_plan.letters(fm))
-    elif base:
-        if args.forced_blocks:
-            fm = forced_mix(base, args.forced_blocks)
-            forced = (args.forced_blocks, fm, None, None, {}) if fm else None
-        else:
-            forced = choose_forced(base, cap, estimates_of)
-        if forced and forced[1]:
-            k, fm, kp, _, table = forced
-            res["forced"] = {"blocks": k, "plain_blocks": kp, "base": base,
-                             "candidates": {str(kk): {"compressed": plan_entry(c), "plain": plan_entry(a)}
-                                            for kk, (c, a) in table.items()}}
-            res["offloading_mix"] = ("FORCED, not the planner's: its %s fit's first %d checkpointed blocks offloaded "
-                                     "(%s; neither fit copies a block under this cap): %s" % (
-                                         "plain" if plain else "lossy", k, offload_bench.offload_plan.letters(fm),
-                                         "--forced-blocks" if args.forced_blocks else
-                                         "the fewest blocks at which the planner expects uncompressed copies exposed "
-                                         "and both mixes within the cap, else its fastest compressed one within it"))
+    forced, info = pick_offloading(lossy, plain, args.forced_blocks, cap, estimates_of)
+    res.update(info)
     runs, pairs, not_run = plan_runs(lossy, plain, forced, cap, estimates_of)
     res["configs"].extend(not_run)
     res["pairs"] = pairs

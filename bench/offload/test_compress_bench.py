@@ -208,6 +208,35 @@ class PlanRuns(unittest.TestCase):
         self.assertEqual(pairs, {})
 
 
+class PickOffloading(unittest.TestCase):
+    PLAIN = {"mix": ["checkpoint", "checkpoint", "selective"]}
+    COPYING = {"mix": ["offload", "checkpoint", "keep"]}
+
+    @staticmethod
+    def estimates(mixes):
+        return {k: {"allocated_peak_bytes": 10, "step_time_s": 1.0 - 0.1 * m.count("offload"),
+                    "exposed_copy_s": 0.0} for k, (m, _) in mixes.items()}
+
+    def test_a_copying_fit_is_the_offloading_mix(self):
+        forced, info = co.pick_offloading(self.COPYING, self.PLAIN, 0, 100, self.estimates)
+        self.assertEqual(forced[1], self.COPYING["mix"])
+        self.assertEqual(info["offloading_mix"], "the planner's lossy fit (ock)")
+
+    def test_forced_when_no_fit_copies_or_when_asked(self):
+        forced, info = co.pick_offloading(None, self.PLAIN, 0, 100, self.estimates)
+        self.assertEqual(forced[1], ["offload", "offload", "selective"])  # the fastest fitting k
+        self.assertIn("FORCED, not the planner's: its plain fit's first 2 checkpointed blocks offloaded (oos): "
+                      "neither fit copies", info["offloading_mix"])
+        forced, info = co.pick_offloading(self.COPYING, self.PLAIN, 1, 100, self.estimates)
+        self.assertEqual(forced[1], ["offload", "checkpoint", "selective"])  # whatever the fits copy
+        self.assertTrue(info["offloading_mix"].endswith("(ocs): --forced-blocks"))
+        forced, info = co.pick_offloading(None, self.PLAIN, 3, 100, self.estimates)
+        self.assertIsNone(forced)
+        self.assertIn("--forced-blocks 3: the fit's mix (ccs) has fewer checkpointed blocks; nothing forced",
+                      info["offloading_mix"])
+        self.assertEqual(co.pick_offloading(None, None, 0, 100, self.estimates), (None, {}))
+
+
 class OffloadSummary(unittest.TestCase):
     def run_of(self, label, step, mix="ococ", ok=True, compressed=False, name=None):
         r = {"config": name or ("vramkit-act+compress" if compressed else "vramkit-act"), "label": label, "ok": ok,
