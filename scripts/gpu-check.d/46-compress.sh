@@ -78,9 +78,12 @@ run_part "compression accuracy" "$acc_md" "${COMPRESS_ACCURACY_S:-25}" 12 bench/
   --steps "${COMPRESS_STEPS:-300}" --out "$RESULTS_DIR/compress-accuracy.json"
 # Offload with compression against offload alone under half the uncompressed run's peak
 # reserved (the bench's bf16 run): what is left of the stage (bench/offload/compress_offload.py).
+# COMPRESS_OFFLOAD_ARGS: more options for it (e.g. "--forced-blocks 2": that forced mix instead of
+# the planner's pick).
+# shellcheck disable=SC2086
 MARGIN_S=2 run_part "offload with compression" "$both_md" "${COMPRESS_OFFLOAD_S:-27}" 12 bench/offload/compress_offload.py \
   --shape "${COMPRESS_SHAPE:-1b}" --cap-from "$RESULTS_DIR/compress-bench.json" \
-  --out "$RESULTS_DIR/compress-offload.json"
+  --out "$RESULTS_DIR/compress-offload.json" ${COMPRESS_OFFLOAD_ARGS:-}
 write_summary
 trap - EXIT
 cat "$summary"
