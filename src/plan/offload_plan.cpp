@@ -19,8 +19,13 @@ namespace {
 
 /// Bytes per element of a compressed tensor: one fp8 byte plus one fp32 scale per 128 elements.
 constexpr double k_fp8_bytes = 1.0 + 4.0 / 128.0;
-/// Fraction of the HBM rate the pack/unpack kernels reach.
-constexpr double k_kernel_efficiency = 0.7;
+/// Fraction of the HBM rate the pack/unpack kernels reach, as the step pays for them (the hooks'
+/// own work included): on the H200's 4.8 TB/s, 0.75 puts the planner's cost of compressing every
+/// block of the 1B shape (b12 x 2048) at 27.5 ms a step for mlp,attn,norm, 17.6 for mlp,attn and
+/// 19.9 for mlp,attn,norm with recompute, against +27.1-28.8, +16.1-17.3 (runs K and L: 1.064x
+/// and 1.068x, 1.038x and 1.041x of a 0.423 s step) and +16.5-22.2 ms (run Q interleaved and
+/// separate; run L +21.2) measured; 0.7 gave 29.5, 18.9 and 21.3.
+constexpr double k_kernel_efficiency = 0.75;
 /// Share of a copy hidden behind compute that still lengthens the step: the 1B plan mix of run J
 /// (docs/results/2026-12-01-h200-fourth-round.md) ran 35 ms slower than the same mix with its
 /// offloaded blocks kept, for 0.28 s of copies of which the model exposes 1 ms (12%; run G's
