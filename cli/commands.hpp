@@ -40,26 +40,49 @@ void add_texture_command(CLI::App& app, command_context& ctx);
 /// return at once when this subcommand was parsed.
 CLI::App* add_plan_textures_subcommand(CLI::App& plan, command_context& ctx);
 
-/// The options of `vramkit extender` (extender_command.cpp).
+/// The options of `vramkit extender` (extender_command.cpp), grouped by what they configure.
 struct extender_args {
-  std::string nodes;
-  std::string policy = "pack";
-  std::string headroom = "0";
-  std::optional<std::string> ttl;  // on-request scraping only; 2s when not given
-  std::string timeout = "1s";
-  std::string resource = "vramkit.io/gpu-memory";
-  std::string resource_unit = "1GiB";  // bytes per unit of the resource (the device plugin's unit)
-  std::string annotation = "vramkit.io/plan";
+  /// Where the nodes' exporters are: a static map, or the exporter pods of a namespace.
+  struct node_source {
+    std::string map_file;                      ///< --nodes: node name -> exporter URL
+    std::optional<std::string> pod_namespace;  ///< --discover-namespace: discovery instead
+    std::optional<std::string> selector;       ///< --discover-selector
+    std::optional<int> exporter_port;          ///< --exporter-port
+    [[nodiscard]] bool discovered() const { return pod_namespace.has_value(); }
+  };
+  /// How the exporters are scraped: on request, or in the background.
+  struct scraping {
+    std::string timeout = "1s";
+    std::optional<std::string> ttl;       ///< on-request scraping only; 2s when not given
+    std::optional<std::string> interval;  ///< background scraping
+    std::optional<std::string> max_sample_age;
+  };
+  /// How a pod's request is read and placed.
+  struct placement {
+    std::string policy = "pack";
+    std::string headroom = "0";
+    std::string resource = "vramkit.io/gpu-memory";
+    std::string resource_unit = "1GiB";  ///< bytes per unit of the resource (the plugin's unit)
+    std::string annotation = "vramkit.io/plan";
+  };
+  /// The bind verb: reservations, pod annotation and Binding.
+  struct binding {
+    bool enabled = false;  ///< --bind-verb
+    std::optional<std::string> reservation_ttl;
+  };
+
+  node_source nodes;
+  scraping scrape;
+  placement place;
+  binding bind_verb;
+  std::optional<std::string> api_url;  ///< the Kubernetes API, for the bind verb and discovery
   int port = 9411;
   std::string bind = "127.0.0.1";
-  bool bind_verb = false;
-  std::optional<std::string> api_url;
-  std::optional<std::string> reservation_ttl;
-  std::optional<std::string> scrape_interval;
-  std::optional<std::string> max_sample_age;
-  std::optional<std::string> discover_namespace;
-  std::optional<std::string> discover_selector;
-  std::optional<int> exporter_port;
+
+  /// Scraping runs in the background: asked for, or needed by the bind verb or discovery.
+  [[nodiscard]] bool background() const {
+    return scrape.interval || bind_verb.enabled || nodes.discovered();
+  }
 };
 
 /// Adds the extender's options except --port and --bind to `cmd`, bound to `a`; returns them (the

@@ -35,45 +35,44 @@ constexpr cluster::discovery_schedule discovery_every{std::chrono::seconds(5),
 
 // Refuses the combinations that would leave a flag without effect.
 void check_combinations(const extender_args& a) {
-  const bool discovery = a.discover_namespace.has_value();
-  if (discovery && !a.nodes.empty())
+  const extender_args::node_source& n = a.nodes;
+  if (n.discovered() && !n.map_file.empty())
     throw invalid_input(
         "--nodes and --discover-namespace are exclusive: a static map or discovery");
-  if (!discovery && a.nodes.empty())
+  if (!n.discovered() && n.map_file.empty())
     throw invalid_input(
         "the extender needs --nodes FILE (node name -> URL) or --discover-namespace NS");
-  if (!discovery && a.discover_selector)
+  if (!n.discovered() && n.selector)
     throw invalid_input("--discover-selector needs --discover-namespace");
-  if (!discovery && a.exporter_port)
+  if (!n.discovered() && n.exporter_port)
     throw invalid_input("--exporter-port needs --discover-namespace");
-  if ((a.bind_verb || discovery) && !a.api_url)
+  if ((a.bind_verb.enabled || n.discovered()) && !a.api_url)
     throw invalid_input(
         fmt::format("{} needs --api-url URL (a kubectl proxy, e.g. http://127.0.0.1:8001)",
-                    a.bind_verb ? "--bind-verb" : "--discover-namespace"));
-  if (a.api_url && !a.bind_verb && !discovery)
+                    a.bind_verb.enabled ? "--bind-verb" : "--discover-namespace"));
+  if (a.api_url && !a.bind_verb.enabled && !n.discovered())
     throw invalid_input("--api-url is used only by --bind-verb and --discover-namespace");
-  if (a.reservation_ttl && !a.bind_verb)
+  if (a.bind_verb.reservation_ttl && !a.bind_verb.enabled)
     throw invalid_input("--reservation-ttl needs --bind-verb (reservations are made by bind)");
-  const bool background = a.scrape_interval || a.bind_verb || discovery;
-  if (background && a.ttl)
+  if (a.background() && a.scrape.ttl)
     throw invalid_input(
         "--scrape-ttl applies to on-request scraping only; scraping is in the background "
         "(--scrape-interval, --bind-verb or discovery): use --max-sample-age");
-  if (!background && a.max_sample_age)
+  if (!a.background() && a.scrape.max_sample_age)
     throw invalid_input("--max-sample-age needs background scraping (--scrape-interval)");
-  if (a.exporter_port) check_tcp_port("--exporter-port", *a.exporter_port, 1);
+  if (n.exporter_port) check_tcp_port("--exporter-port", *n.exporter_port, 1);
   check_api_url(a.api_url);
 }
 
 // The background scraping settings of the flags; with `background` set, refuses an interval of
 // zero and an age limit shorter than the interval.
-cluster::background_options background_settings(const extender_args& a,
+cluster::background_options background_settings(const extender_args::scraping& s,
                                                 std::chrono::milliseconds timeout,
                                                 bool background) {
   cluster::background_options bo;
   bo.timeout = timeout;
-  if (a.scrape_interval) bo.interval = parse_duration(*a.scrape_interval, "--scrape-interval");
-  if (a.max_sample_age) bo.max_age = parse_duration(*a.max_sample_age, "--max-sample-age");
+  if (s.interval) bo.interval = parse_duration(*s.interval, "--scrape-interval");
+  if (s.max_sample_age) bo.max_age = parse_duration(*s.max_sample_age, "--max-sample-age");
   if (background && bo.interval.count() == 0)
     throw invalid_input("--scrape-interval must be above zero");
   if (background && bo.max_age < bo.interval)
@@ -87,12 +86,11 @@ cluster::background_options background_settings(const extender_args& a,
 // Lists the exporter pods once (a failure is said and retried) and starts the thread that keeps
 // the scraper's node map current; `nodes_text` says what the first list found.
 std::unique_ptr<cluster::discovery_loop> start_discovery(
-    const extender_args& a, const std::shared_ptr<cluster::background_scraper>& scraper,
-    std::string& nodes_text) {
-  const std::string selector = a.discover_selector.value_or("app=vramkit-exporter");
+    const extender_args::node_source& n, const std::string& api_url,
+    const std::shared_ptr<cluster::background_scraper>& scraper, std::string& nodes_text) {
+  const std::string selector = n.selector.value_or("app=vramkit-exporter");
   auto discover = std::make_unique<cluster::discovery_loop>(
-      [url = *a.api_url, ns = *a.discover_namespace, selector,
-       port = a.exporter_port.value_or(9410)] {
+      [url = api_url, ns = *n.pod_namespace, selector, port = n.exporter_port.value_or(9410)] {
         return cluster::discover_exporters(url, ns, selector, port, api_timeout);
       },
       [scraper](std::map<std::string, std::string> nodes) { scraper->set_nodes(std::move(nodes)); },
@@ -102,8 +100,7 @@ std::unique_ptr<cluster::discovery_loop> start_discovery(
       discovery_every);
   auto first = discover->refresh();
   if (first) {
-    nodes_text =
-        fmt::format("{} nodes from pods {} in {}", *first, selector, *a.discover_namespace);
+    nodes_text = fmt::format("{} nodes from pods {} in {}", *first, selector, *n.pod_namespace);
   } else {
     std::fprintf(
         stderr, "vramkit extender: node discovery failed (retrying every %llds): %s\n",
@@ -121,24 +118,26 @@ std::unique_ptr<cluster::discovery_loop> start_discovery(
 void run_extender(const extender_args& a, const std::string& command) {
   check_combinations(a);
   cluster::extender_config config;
-  config.placement.policy = cluster::parse_placement_policy(a.policy);
-  config.placement.safety = cluster::parse_headroom(a.headroom);
-  config.resource_name = a.resource;
-  config.resource_unit_bytes = parse_bytes(a.resource_unit);
+  config.placement.policy = cluster::parse_placement_policy(a.place.policy);
+  config.placement.safety = cluster::parse_headroom(a.place.headroom);
+  config.resource_name = a.place.resource;
+  config.resource_unit_bytes = parse_bytes(a.place.resource_unit);
   if (config.resource_unit_bytes == 0) throw invalid_input("--resource-unit must be above zero");
-  config.plan_annotation = a.annotation;
-  const auto timeout = parse_duration(a.timeout, "--scrape-timeout");
+  config.plan_annotation = a.place.annotation;
+  const auto timeout = parse_duration(a.scrape.timeout, "--scrape-timeout");
   if (timeout.count() == 0) throw invalid_input("--scrape-timeout must be above zero");
-  const bool discovery = a.discover_namespace.has_value();
-  const bool background = a.scrape_interval || a.bind_verb || discovery;
-  const cluster::background_options bo = background_settings(a, timeout, background);
+  const bool discovery = a.nodes.discovered();
+  const bool background = a.background();
+  const cluster::background_options bo = background_settings(a.scrape, timeout, background);
   std::chrono::milliseconds reservation_ttl = std::chrono::minutes(5);
-  if (a.reservation_ttl) {
-    reservation_ttl = parse_duration(*a.reservation_ttl, "--reservation-ttl");
+  if (a.bind_verb.reservation_ttl) {
+    reservation_ttl = parse_duration(*a.bind_verb.reservation_ttl, "--reservation-ttl");
     if (reservation_ttl.count() == 0) throw invalid_input("--reservation-ttl must be above zero");
   }
   std::map<std::string, std::string> urls;
-  if (!discovery) urls = cluster::parse_node_map(read_input_file(a.nodes, "--nodes file"), a.nodes);
+  if (!discovery)
+    urls = cluster::parse_node_map(read_input_file(a.nodes.map_file, "--nodes file"),
+                                   a.nodes.map_file);
   const std::size_t node_count = urls.size();
   if (!cluster::extender_server_available())
     throw error("built without libmicrohttpd: " + command + " is not available in this build");
@@ -155,14 +154,15 @@ void run_extender(const extender_args& a, const std::string& command) {
     };
   } else {
     cluster::scraper_options so;
-    so.ttl = a.ttl ? parse_duration(*a.ttl, "--scrape-ttl") : std::chrono::milliseconds(2000);
+    so.ttl = a.scrape.ttl ? parse_duration(*a.scrape.ttl, "--scrape-ttl")
+                          : std::chrono::milliseconds(2000);
     so.timeout = timeout;
     auto scraper = std::make_shared<cluster::exporter_scraper>(std::move(urls), so);
     lookup = [scraper](const std::vector<std::string>& names) { return scraper->states(names); };
   }
 
   std::shared_ptr<cluster::bind_service> binder;
-  if (a.bind_verb) {
+  if (a.bind_verb.enabled) {
     auto table = std::make_shared<cluster::reservation_table>(reservation_ttl);
     binder = std::make_shared<cluster::bind_service>(
         lookup, table, config, cluster::kube_api_binding_writer(*a.api_url, api_timeout));
@@ -178,7 +178,7 @@ void run_extender(const extender_args& a, const std::string& command) {
 
   std::string nodes_text = fmt::format("{} nodes", node_count);
   std::unique_ptr<cluster::discovery_loop> discover;
-  if (discovery) discover = start_discovery(a, background_scraper, nodes_text);
+  if (discovery) discover = start_discovery(a.nodes, *a.api_url, background_scraper, nodes_text);
   if (background_scraper) background_scraper->start();
 
   cluster::extender_server server(std::move(lookup), config, a.bind, a.port);
@@ -189,7 +189,7 @@ void run_extender(const extender_args& a, const std::string& command) {
                  : std::string("scraped on request");
   std::printf("%s: listening on %s (POST /filter, /prioritize%s; %s), %s, policy %s\n",
               command.c_str(), monitor::http_url(a.bind, bound).c_str(), binder ? ", /bind" : "",
-              scraping.c_str(), nodes_text.c_str(), a.policy.c_str());
+              scraping.c_str(), nodes_text.c_str(), a.place.policy.c_str());
   std::fflush(stdout);
   std::thread serving([&server] { server.run(); });
   stop.wait();
@@ -201,40 +201,43 @@ void run_extender(const extender_args& a, const std::string& command) {
 
 std::vector<CLI::Option*> add_extender_options(CLI::App& cmd, extender_args& a) {
   return {
-      cmd.add_option("--nodes", a.nodes,
+      cmd.add_option("--nodes", a.nodes.map_file,
                      "node name -> exporter URL map (JSON object, or 'NODE URL' lines)"),
-      cmd.add_option("--policy", a.policy, "pack (best fit) or spread")->capture_default_str(),
-      cmd.add_option("--headroom", a.headroom,
+      cmd.add_option("--policy", a.place.policy, "pack (best fit) or spread")
+          ->capture_default_str(),
+      cmd.add_option("--headroom", a.place.headroom,
                      "memory kept free on every GPU: bytes (2GiB) or percent (5%)")
           ->capture_default_str(),
-      cmd.add_option("--scrape-ttl", a.ttl,
+      cmd.add_option("--scrape-ttl", a.scrape.ttl,
                      "on-request scraping: how long a node's figures stay fresh (default 2s)"),
-      cmd.add_option("--scrape-timeout", a.timeout, "per-node scrape timeout")
+      cmd.add_option("--scrape-timeout", a.scrape.timeout, "per-node scrape timeout")
           ->capture_default_str(),
-      cmd.add_option("--resource-name", a.resource, "extended resource carrying the pod's request")
+      cmd.add_option("--resource-name", a.place.resource,
+                     "extended resource carrying the pod's request")
           ->capture_default_str(),
-      cmd.add_option("--resource-unit", a.resource_unit,
+      cmd.add_option("--resource-unit", a.place.resource_unit,
                      "bytes per unit of the resource: 1GiB as the device plugin advertises it, 1 "
                      "when pods give bytes (24Gi)")
           ->capture_default_str(),
-      cmd.add_option("--plan-annotation", a.annotation, "pod annotation carrying planner JSON")
+      cmd.add_option("--plan-annotation", a.place.annotation,
+                     "pod annotation carrying planner JSON")
           ->capture_default_str(),
-      cmd.add_flag("--bind-verb", a.bind_verb,
+      cmd.add_flag("--bind-verb", a.bind_verb.enabled,
                    "serve POST /bind: reserve the GPU per pod, annotate the pod, create its "
                    "Binding (needs --api-url)"),
       add_api_url_option(cmd, a.api_url, "for --bind-verb and discovery"),
-      cmd.add_option("--reservation-ttl", a.reservation_ttl,
+      cmd.add_option("--reservation-ttl", a.bind_verb.reservation_ttl,
                      "how long a reservation waits for the pod's process to show (default 5m)"),
-      cmd.add_option("--scrape-interval", a.scrape_interval,
+      cmd.add_option("--scrape-interval", a.scrape.interval,
                      "scrape exporters in the background at this interval (default 2s with "
                      "--bind-verb or discovery)"),
-      cmd.add_option("--max-sample-age", a.max_sample_age,
+      cmd.add_option("--max-sample-age", a.scrape.max_sample_age,
                      "background scraping: older samples count as unknown (default 10s)"),
-      cmd.add_option("--discover-namespace", a.discover_namespace,
+      cmd.add_option("--discover-namespace", a.nodes.pod_namespace,
                      "find exporters as the pods of this namespace (instead of --nodes)"),
-      cmd.add_option("--discover-selector", a.discover_selector,
+      cmd.add_option("--discover-selector", a.nodes.selector,
                      "label selector of the exporter pods (default app=vramkit-exporter)"),
-      cmd.add_option("--exporter-port", a.exporter_port,
+      cmd.add_option("--exporter-port", a.nodes.exporter_port,
                      "port of the discovered exporters (default 9410)"),
   };
 }

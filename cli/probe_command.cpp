@@ -21,7 +21,7 @@ namespace vramkit::cli {
 namespace {
 
 struct probe_args {
-  bool quick = false;
+  probe::probe_options options;  // --quick is bound here; the checked options are below
   bool list = false;
   std::vector<std::string> only;
   std::string json_file;
@@ -43,14 +43,20 @@ void write_file(const std::string& path, const std::string& text, const char* wh
   if (!out.flush()) throw error(fmt::format("{}: writing '{}' failed", what, path));
 }
 
-void run(probe_args& a, command_context& ctx) {
+// The --only section names, comma-separated, for its help.
+std::string section_names() {
+  std::string all;
+  for (const auto& name : probe::probe_sections()) all += (all.empty() ? "" : ", ") + name;
+  return all;
+}
+
+void run(const probe_args& a, command_context& ctx) {
   if (a.list) {
     for (const auto& [key, text] : probe::probe_keys())
       std::printf("%-46s %s\n", key.c_str(), text.c_str());
     return;
   }
-  probe::probe_options o;
-  o.quick = a.quick;
+  probe::probe_options o = a.options;
   for (const auto& s : a.only) {
     if (s.empty()) throw invalid_input("--only: empty section name");
     o.only.insert(s);
@@ -85,16 +91,10 @@ void run(probe_args& a, command_context& ctx) {
   }
 
   const probe::probe_report report = probe::run_probe(o);
-  const bool json_to_stdout = a.json_file == "-";
-  const bool html_to_stdout = a.html_file == "-";
-  if (!json_to_stdout && !html_to_stdout) {
-    const std::string table = probe::to_table(report);
-    std::fwrite(table.data(), 1, table.size(), stdout);
-  } else {
-    // stdout carries the document; the table goes to stderr so the JSON stays parseable.
-    const std::string table = probe::to_table(report);
-    std::fwrite(table.data(), 1, table.size(), stderr);
-  }
+  // When stdout carries a document, the table goes to stderr so the document stays parseable.
+  const bool document_to_stdout = a.json_file == "-" || a.html_file == "-";
+  const std::string table = probe::to_table(report);
+  std::fwrite(table.data(), 1, table.size(), document_to_stdout ? stderr : stdout);
   if (!a.json_file.empty()) write_file(a.json_file, probe::to_json(report) + "\n", "--json");
   if (!a.html_file.empty()) write_file(a.html_file, probe::to_html(report), "--html");
   if (probe::has_failures(report)) {
@@ -112,17 +112,10 @@ void add_probe_command(CLI::App& app, command_context& ctx) {
   auto args = std::make_shared<probe_args>();
   auto* sub =
       app.add_subcommand("probe", "measure the host and GPU memory hierarchy of this machine");
-  sub->add_flag("--quick", args->quick,
+  sub->add_flag("--quick", args->options.quick,
                 "shorter run (a few seconds on the host, <= 15 s with one H200)");
-  sub->add_option(
-         "--only", args->only,
-         "sections to run, comma list or repeated: " +
-             [] {
-               std::string all;
-               for (const auto& name : probe::probe_sections())
-                 all += (all.empty() ? "" : ", ") + name;
-               return all;
-             }())
+  sub->add_option("--only", args->only,
+                  "sections to run, comma list or repeated: " + section_names())
       ->delimiter(',');
   sub->add_flag("--list", args->list,
                 "print the stable key of every test with its description, then exit");
