@@ -8,9 +8,10 @@
 # compression against bf16's own run-to-run variation, and per-block gradient error
 # (bench/offload/compress_accuracy.py, COMPRESS_ACCURACY_S, default 25 s: in run M its eight
 # processes started in about 9 s and trained 140 steps in 5-7 s), then offload with compression
-# against offload alone under a cap: one offloading mix with and without fp8 (forced and
-# labelled so when the planner's fits copy nothing), offload alone's best forced mix, and the
-# planner's lossy fit against its plain fit (bench/offload/compress_offload.py, what is left of
+# against offload alone under a cap: the planner's lossy fit (its fastest compressed mix), offload
+# alone at its plain fit and its best forced mix, then one offloading mix with and without fp8
+# (forced and labelled so when the planner's fits copy nothing; without fp8 only where the
+# planner expects it within the cap) (bench/offload/compress_offload.py, what is left of
 # the cap, at most COMPRESS_OFFLOAD_S, default 27 s, hard stop 2 s later). Each writes its JSON
 # and summary as it goes, so a cut-short run keeps what it measured.
 # Writes RESULTS_DIR/compress-summary.md (always), compress-bench.json, compress-offload.json,
@@ -77,9 +78,12 @@ run_part "compression accuracy" "$acc_md" "${COMPRESS_ACCURACY_S:-25}" 12 bench/
   --steps "${COMPRESS_STEPS:-300}" --out "$RESULTS_DIR/compress-accuracy.json"
 # Offload with compression against offload alone under half the uncompressed run's peak
 # reserved (the bench's bf16 run): what is left of the stage (bench/offload/compress_offload.py).
+# COMPRESS_OFFLOAD_ARGS: more options for it (e.g. "--forced-blocks 2": that forced mix instead of
+# the planner's pick).
+# shellcheck disable=SC2086
 MARGIN_S=2 run_part "offload with compression" "$both_md" "${COMPRESS_OFFLOAD_S:-27}" 12 bench/offload/compress_offload.py \
   --shape "${COMPRESS_SHAPE:-1b}" --cap-from "$RESULTS_DIR/compress-bench.json" \
-  --out "$RESULTS_DIR/compress-offload.json"
+  --out "$RESULTS_DIR/compress-offload.json" ${COMPRESS_OFFLOAD_ARGS:-}
 write_summary
 trap - EXIT
 cat "$summary"

@@ -370,6 +370,10 @@ std::optional<offload_choice> choose_offload_mix(int n_blocks, std::uint64_t cap
       const int after_soff = after_off - c.selective_offload;
       for (c.checkpoint = 0; c.checkpoint <= after_soff; ++c.checkpoint) {
         for (c.selective = 0; c.selective <= (sel ? after_soff - c.checkpoint : 0); ++c.selective) {
+          // With compression (pack_s > 0) a mix without a block that keeps or offloads its
+          // tensors compresses nothing (it is the lossless mix): skipped.
+          if (in.pack_s > 0 && c.offload == 0 && after_soff - c.checkpoint - c.selective == 0)
+            continue;
           for (const bool from_top : {false, true}) {
             if (from_top && c.offload + c.selective_offload == 0) break;
             // Each arrangement as it is, and with every checkpointed block's input on the host

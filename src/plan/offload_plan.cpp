@@ -19,8 +19,13 @@ namespace {
 
 /// Bytes per element of a compressed tensor: one fp8 byte plus one fp32 scale per 128 elements.
 constexpr double k_fp8_bytes = 1.0 + 4.0 / 128.0;
-/// Fraction of the HBM rate the pack/unpack kernels reach.
-constexpr double k_kernel_efficiency = 0.7;
+/// Fraction of the HBM rate the pack/unpack kernels reach, as the step pays for them (the hooks'
+/// own work included): on the H200's 4.8 TB/s, 0.75 puts the planner's cost of compressing every
+/// block of the 1B shape (b12 x 2048) at 27.5 ms a step for mlp,attn,norm, 17.6 for mlp,attn and
+/// 19.9 for mlp,attn,norm with recompute, against +27.1-28.8, +16.1-17.3 (runs K and L: 1.064x
+/// and 1.068x, 1.038x and 1.041x of a 0.423 s step) and +16.5-22.2 ms (run Q interleaved and
+/// separate; run L +21.2) measured; 0.7 gave 29.5, 18.9 and 21.3.
+constexpr double k_kernel_efficiency = 0.75;
 /// Share of a copy hidden behind compute that still lengthens the step: the 1B plan mix of run J
 /// (docs/results/2026-12-01-h200-fourth-round.md) ran 35 ms slower than the same mix with its
 /// offloaded blocks kept, for 0.28 s of copies of which the model exposes 1 ms (12%; run G's
@@ -375,9 +380,10 @@ std::optional<offload_plan> fit_offload(const model_description& m, const plan_r
                                         std::uint64_t limit_bytes, bool allow_lossy,
                                         const compress_option& lossy, const gpu_spec& gpu,
                                         const device_overheads& o,
-                                        std::optional<bool> optimizer_only) {
+                                        std::optional<bool> optimizer_only, bool lossy_only) {
   std::optional<offload_plan> best;
-  std::vector<compress_option> comps{compress_option{}};
+  std::vector<compress_option> comps;
+  if (!lossy_only) comps.emplace_back();
   if (allow_lossy && lossy.recompute)
     throw invalid_input("--compress-activations " + lossy.to_string() +
                         ": recompute is modelled for compression alone, not with --fit");
@@ -418,6 +424,41 @@ bool plain(const offload_plan& p) {
                      [](block_policy b) { return b == block_policy::keep; });
 }
 
+/// The fit's candidate for an offload plan; `slower_lossy`: the fastest compressed mix, listed
+/// beside a faster lossless one.
+fit_candidate offload_candidate(const plan_request& r, const offload_plan& best,
+                                const fit_options& opt, bool slower_lossy) {
+  fit_candidate c;
+  c.request = r;
+  c.device_peak_bytes = best.device_peak_bytes;
+  c.allocated_peak_bytes = best.allocated_peak_bytes;
+  c.host_peak_bytes = best.host_pinned_bytes;
+  c.step_time_s = best.step_time_s;
+  for (auto b : best.mix) c.activation_mix.emplace_back(to_string(b));
+  c.compress_activations = best.compress.to_string();
+  c.optimizer_offload = best.optimizer;
+  c.offload_max_inflight_bytes = best.estimate.window_bytes;
+  c.offload_prefetch_blocks = best.estimate.prefetch_blocks;
+  c.reasons.push_back("per block: " + mix_summary(best.mix) +
+                      " (vramkit.offload_activations), the fastest " +
+                      (slower_lossy ? "compressed " : "") + "mix that fits" +
+                      (best.estimate.copy_s > 0
+                           ? fmt::format(" ({:.0f}% of the {:.1f} ms copy time hidden)",
+                                         best.estimate.overlap * 100, best.estimate.copy_s * 1e3)
+                           : std::string()));
+  if (best.compress.enabled)
+    c.reasons.emplace_back("activations compressed to " + best.compress.to_string() +
+                           (slower_lossy ? " (lossy, --allow-lossy; slower than the lossless mix)"
+                                         : " (lossy, --allow-lossy)"));
+  if (best.optimizer)
+    c.reasons.emplace_back("Adam moments in pinned host memory (vramkit.OffloadedAdamW)");
+  c.reasons.push_back(fmt::format("device peak {} of {}, pinned host {}",
+                                  format_bytes(static_cast<double>(c.device_peak_bytes)),
+                                  format_bytes(static_cast<double>(opt.capacity_bytes)),
+                                  format_bytes(static_cast<double>(c.host_peak_bytes))));
+  return c;
+}
+
 }  // namespace
 
 fit_result fit_search_with_offload(const model_description& m, const plan_request& base,
@@ -431,48 +472,28 @@ fit_result fit_search_with_offload(const model_description& m, const plan_reques
   plan_request r = base;
   r.offload = offload_kind::none;
   r.validate(m);
-  // The best mix without and with optimizer offload: two candidates, ranked with the rest.
+  // The best mix without and with optimizer offload: two candidates, ranked with the rest; with
+  // --allow-lossy, when the fastest is lossless and not every block kept, the fastest compressed
+  // mix beside it (what compression would give under this capacity).
   std::vector<fit_candidate> offloads;
   for (const bool optimizer : {false, true}) {
-    std::optional<offload_plan> best;
+    std::optional<offload_plan> best, compressed;
     try {
       best = fit_offload(m, r, limit, allow_lossy, lossy, gpu, o, optimizer);
+      if (allow_lossy && best && !best->compress.enabled && !plain(*best))
+        compressed = fit_offload(m, r, limit, true, lossy, gpu, o, optimizer, true);
     } catch (const invalid_input&) {
       return res;  // the request cannot be offloaded (e.g. its optimizer has no moments)
     }
-    if (!best || plain(*best)) continue;
-    fit_candidate c;
-    c.request = r;
-    c.device_peak_bytes = best->device_peak_bytes;
-    c.allocated_peak_bytes = best->allocated_peak_bytes;
-    c.host_peak_bytes = best->host_pinned_bytes;
-    c.step_time_s = best->step_time_s;
-    for (auto b : best->mix) c.activation_mix.emplace_back(to_string(b));
-    c.compress_activations = best->compress.to_string();
-    c.optimizer_offload = best->optimizer;
-    c.offload_max_inflight_bytes = best->estimate.window_bytes;
-    c.offload_prefetch_blocks = best->estimate.prefetch_blocks;
-    c.reasons.push_back(
-        "per block: " + mix_summary(best->mix) +
-        " (vramkit.offload_activations), the fastest mix that fits" +
-        (best->estimate.copy_s > 0
-             ? fmt::format(" ({:.0f}% of the {:.1f} ms copy time hidden)",
-                           best->estimate.overlap * 100, best->estimate.copy_s * 1e3)
-             : std::string()));
-    if (best->compress.enabled)
-      c.reasons.emplace_back("activations compressed to " + best->compress.to_string() +
-                             " (lossy, --allow-lossy)");
-    if (best->optimizer)
-      c.reasons.emplace_back("Adam moments in pinned host memory (vramkit.OffloadedAdamW)");
-    c.reasons.push_back(fmt::format("device peak {} of {}, pinned host {}",
-                                    format_bytes(static_cast<double>(c.device_peak_bytes)),
-                                    format_bytes(static_cast<double>(opt.capacity_bytes)),
-                                    format_bytes(static_cast<double>(c.host_peak_bytes))));
-    offloads.push_back(c);
-    res.fits.push_back(std::move(c));
+    for (const auto* p : {&best, &compressed}) {
+      if (!*p || plain(**p)) continue;
+      auto c = offload_candidate(r, **p, opt, p == &compressed);
+      offloads.push_back(c);
+      res.fits.push_back(std::move(c));
+    }
   }
   rank_fits(res, opt.max_results);
-  // Both offload candidates stay listed (they are what vramkit.offload_activations and
+  // The offload candidates stay listed (they are what vramkit.offload_activations and
   // OffloadedAdamW run): one the ranking cut takes the place of the slowest plain configuration.
   const auto same = [](const fit_candidate& a, const fit_candidate& b) {
     return a.optimizer_offload == b.optimizer_offload && a.activation_mix == b.activation_mix &&

@@ -99,11 +99,13 @@ offload_plan plan_offload(const model_description& m, const plan_request& r,
 /// The fastest mix of offload and checkpointing per block whose device peak fits `limit_bytes`,
 /// with and without compression (compression only when `allow_lossy`), with and without
 /// optimizer offload (only the one `optimizer_only` names when given); nullopt when none fits.
+/// `lossy_only` (with `allow_lossy`): the compressed mixes alone.
 std::optional<offload_plan> fit_offload(const model_description& m, const plan_request& r,
                                         std::uint64_t limit_bytes, bool allow_lossy,
                                         const compress_option& lossy, const gpu_spec& gpu,
                                         const device_overheads& o,
-                                        std::optional<bool> optimizer_only = std::nullopt);
+                                        std::optional<bool> optimizer_only = std::nullopt,
+                                        bool lossy_only = false);
 
 /// fit_search plus the offload/partial-checkpointing candidates of fit_offload (without and with
 /// optimizer offload) (for training

@@ -3,6 +3,9 @@
 #include "vramkit/plan/offload_plan.hpp"
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -251,6 +254,45 @@ TEST_F(OffloadPlan, LossyFitCompressesWhenThatIsFasterUnderTheCap) {
   ASSERT_TRUE(fit && fit_lossy);
   EXPECT_LE(fit_lossy->step_time_s, fit->step_time_s);
   EXPECT_LE(fit->step_time_s, lossless.step_time_s);
+}
+
+TEST_F(OffloadPlan, LossyFitListsTheFastestCompressedMixBesideAFasterLosslessOne) {
+  // A capacity (in tenths of the peak) where the fastest mix is lossless and not every block
+  // kept: --allow-lossy still lists the fastest compressed one, which fits and is slower.
+  const auto o = default_overheads();
+  std::uint64_t half = 0;
+  std::optional<offload_plan> fastest;
+  for (int tenths = 3; tenths <= 9 && half == 0; ++tenths) {
+    const auto cap = with(0).device_peak_bytes / 10 * static_cast<std::uint64_t>(tenths);
+    fastest = fit_offload(m, r, cap, true, {}, gpu, o, false);
+    if (fastest && !fastest->compress.enabled &&
+        std::any_of(fastest->mix.begin(), fastest->mix.end(),
+                    [](block_policy p) { return p != block_policy::keep; }))
+      half = cap;
+  }
+  ASSERT_NE(half, 0U);
+  const auto compressed = fit_offload(m, r, half, true, {}, gpu, o, false, true);
+  ASSERT_TRUE(compressed);
+  // It compresses something: a block keeps or offloads its (compressed) tensors.
+  EXPECT_TRUE(std::any_of(compressed->mix.begin(), compressed->mix.end(), [](block_policy p) {
+    return p == block_policy::keep || p == block_policy::offload;
+  }));
+  EXPECT_TRUE(compressed->compress.enabled);
+  EXPECT_LE(compressed->device_peak_bytes, half);
+  EXPECT_GT(compressed->step_time_s, fastest->step_time_s);
+  EXPECT_FALSE(fit_offload(m, r, half, false, {}, gpu, o, false, true));  // lossy only if allowed
+  fit_options opt;
+  opt.gpu = gpu;
+  opt.margin = 0;
+  opt.capacity_bytes = half;
+  const auto listed = [&](bool allow_lossy) {
+    std::vector<std::string> out;
+    for (const auto& f : fit_search_with_offload(m, r, opt, allow_lossy, {}, o).fits)
+      if (!f.activation_mix.empty() && !f.optimizer_offload) out.push_back(f.compress_activations);
+    return out;
+  };
+  EXPECT_EQ(listed(false), std::vector<std::string>{"none"});
+  EXPECT_EQ(listed(true), (std::vector<std::string>{"none", compressed->compress.to_string()}));
 }
 
 TEST_F(OffloadPlan, SelectiveFiguresComeFromTheGemmOutputs) {
