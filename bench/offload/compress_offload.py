@@ -232,10 +232,25 @@ def offload_plan_letters(mix):
     return offload_plan.letters(mix)
 
 
+def _within_noise(c, a):
+    """Whether two measured step times cannot be told apart: medians within 1% of each other, or
+    one median inside the other's min-max (the offload bench's tie rule)."""
+    mc, ma = c["median"], a["median"]
+    if abs(mc - ma) <= 0.01 * min(mc, ma):
+        return True
+    return a.get("min", ma) <= mc <= a.get("max", ma) or c.get("min", mc) <= ma <= c.get("max", mc)
+
+
 def _ratio_line(what, c, a, target_text="target < 1"):
+    """The bar's line: met only where the first is faster beyond the noise of the two runs; a tie
+    is NOT met, and says so."""
     if c and a:
         ratio = c["step_time_s"]["median"] / a["step_time_s"]["median"]
-        return "- %s: %.3fx (%s: %s)" % (what, ratio, target_text, "met" if ratio < 1 else "NOT met")
+        if _within_noise(c["step_time_s"], a["step_time_s"]):
+            verdict = "NOT met: a tie, within the runs' noise (medians within 1% or inside the other's min-max)"
+        else:
+            verdict = "met" if ratio < 1 else "NOT met"
+        return "- %s: %.3fx (%s: %s)" % (what, ratio, target_text, verdict)
     return "- %s: not measured (a configuration did not run)" % what
 
 

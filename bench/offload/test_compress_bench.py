@@ -279,6 +279,20 @@ class OffloadSummary(unittest.TestCase):
         one_side = co.summarize(self.res(self.run_of("planner plain fit", 0.5, "cccc")))
         self.assertIn("offload alone at its fastest, under the cap: not measured (no run of one side)", one_side)
 
+    def test_a_tie_is_not_met(self):
+        # Run T's figures: 0.5237 s against 0.5240 s, each inside the other's range; printed 1.000x.
+        res = self.res(self.run_of("planner lossy fit", 0.5237, "cccc", compressed=True),
+                       self.run_of("offload alone's best forced mix", 0.5240))
+        res["configs"][0]["step_time_s"].update({"min": 0.5138, "max": 0.5336})
+        res["configs"][1]["step_time_s"].update({"min": 0.5190, "max": 0.5290})
+        text = co.summarize(res)
+        self.assertIn("under the cap: 0.999x (target < 1: NOT met: a tie, within the runs' noise", text)
+        self.assertNotIn("target < 1: met", text)
+        # Beyond 1% and outside each other's ranges it is a verdict again.
+        self.assertTrue(co._within_noise({"median": 1.0}, {"median": 1.009}))
+        self.assertFalse(co._within_noise({"median": 0.95, "min": 0.94, "max": 0.96},
+                                          {"median": 1.0, "min": 0.99, "max": 1.01}))
+
     def test_failed_configuration_is_reported(self):
         res = self.res(self.run_of("offloading mix + fp8", 0, ok=False, compressed=True),
                        self.run_of("offloading mix", 0.5))
