@@ -28,7 +28,8 @@ left() { local l=$(( deadline - $(date +%s) )); [ "$l" -gt "$1" ] && l=$1; [ "$l
   echo "# plan: predicted vs measured peak memory"
   echo
   echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
-  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (uncommitted changes)')"
+  # VRAMKIT_COMMIT names the commit of a tree exported without (or with a stale) git.
+  echo "- commit: ${VRAMKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (uncommitted changes)')}"
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo
 } > "$summary"

@@ -19,7 +19,8 @@ status=0
   echo "# vramkit cluster placement on a GPU machine"
   echo
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  # VRAMKIT_COMMIT names the commit of a tree exported without (or with a stale) git.
+  echo "- commit: ${VRAMKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (uncommitted changes)')}"
   echo "- GPUs: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd ';' -)"
   echo "- driver: $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)"
   echo "- CPU: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)"
