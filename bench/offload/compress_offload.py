@@ -233,12 +233,15 @@ def offload_plan_letters(mix):
 
 
 def _within_noise(c, a):
-    """Whether two measured step times cannot be told apart: medians within 1% of each other, or
-    one median inside the other's min-max (the offload bench's tie rule)."""
-    mc, ma = c["median"], a["median"]
-    if abs(mc - ma) <= 0.01 * min(mc, ma):
-        return True
-    return a.get("min", ma) <= mc <= a.get("max", ma) or c.get("min", mc) <= ma <= c.get("max", mc)
+    """Whether two measured step times ({"median", "min", "max"}) cannot be told apart, by the
+    offload bench's tie rule (offload_bench.measured_tie)."""
+    import offload_bench
+
+    def row(name, t):
+        return {"config": name, "measured_step_s": t["median"]}
+
+    spread = {n: (t.get("min", t["median"]), t.get("max", t["median"])) for n, t in (("c", c), ("a", a))}
+    return offload_bench.measured_tie(row("c", c), row("a", a), spread)
 
 
 def _ratio_line(what, c, a, target_text="target < 1"):
