@@ -14,9 +14,26 @@
 # planner's speed. The summary is RESULTS_DIR/plan-summary.md, written section by section so that
 # a cut-off run keeps what it has (a TERM or INT says where it was cut). PLAN_FRESH=0 skips the
 # measurements; on 2+ GPUs the DDP/FSDP cases are measured as well (outside the 120 s).
+# PLAN_ONLY=SUBSTR[,SUBSTR...] measures only the new group's cases whose names contain one of
+# them (and skips the serving check), e.g. to confirm one fix; refused with PLAN_FRESH=0.
 set -uo pipefail
 : "${BUILD_DIR:?}" "${RESULTS_DIR:?}"
 summary="$RESULTS_DIR/plan-summary.md"
+only_args=()
+if [ -n "${PLAN_ONLY+x}" ]; then
+  if [ "${PLAN_FRESH:-1}" = 0 ]; then
+    echo "plan stage: PLAN_ONLY=$PLAN_ONLY chooses cases to measure, but PLAN_FRESH=0 measures none" >&2
+    exit 2
+  fi
+  IFS=, read -r -a only_list <<< "$PLAN_ONLY"
+  for s in "${only_list[@]}"; do
+    if [ -z "$s" ]; then
+      echo "plan stage: PLAN_ONLY='$PLAN_ONLY' has an empty name (use SUBSTR[,SUBSTR...])" >&2
+      exit 2
+    fi
+    only_args+=(--only "$s")
+  done
+fi
 report="$BUILD_DIR/bench/plan/plan_accuracy_report"
 bench="$BUILD_DIR/bench/plan/plan_bench"
 status=0
@@ -59,19 +76,23 @@ else
   # live at their allocated peak and their segments (plan-new-families-logs/NAME.peak.json) and
   # the whole trace with addresses (NAME.trace.json.gz; bench/plan/plan_schedule --raw prints
   # the planner's side).
-  timeout "$(left 45)" python3 bench/plan/measure_serving.py --vramkit "$BUILD_DIR/vramkit" \
-    --out "$RESULTS_DIR/plan-serving.json" > "$RESULTS_DIR/plan-serving.txt" 2>&1 || status=1
-  {
-    echo "## Serving capacity: --serve against a measured paged KV pool (bar: max concurrent sequences within 5%)"
-    echo
-    cat "$RESULTS_DIR/plan-serving.txt"
-    echo
-  } >> "$summary"
+  if [ ${#only_args[@]} -gt 0 ]; then
+    echo "Serving check skipped (PLAN_ONLY=$PLAN_ONLY)." >> "$summary"
+  else
+    timeout "$(left 45)" python3 bench/plan/measure_serving.py --vramkit "$BUILD_DIR/vramkit" \
+      --out "$RESULTS_DIR/plan-serving.json" > "$RESULTS_DIR/plan-serving.txt" 2>&1 || status=1
+    {
+      echo "## Serving capacity: --serve against a measured paged KV pool (bar: max concurrent sequences within 5%)"
+      echo
+      cat "$RESULTS_DIR/plan-serving.txt"
+      echo
+    } >> "$summary"
+  fi
   cases_s=$(( $(left 200) - 14 ))
   [ "$cases_s" -lt 20 ] && cases_s=20
   timeout "$(( cases_s + 4 ))" python3 bench/plan/measure_ground_truth.py --group new \
     --out "$RESULTS_DIR/plan-new-families.json" --log-dir "$RESULTS_DIR/plan-new-families-logs" \
-    --jobs 10 --budget-gib 120 --timeout 60 --total-timeout "$cases_s" --start-margin 18 \
+    --jobs 10 --budget-gib 120 --timeout 60 --total-timeout "$cases_s" --start-margin 18 "${only_args[@]}" \
     --trace-peak deepseek-v2-lite-l2-train-amp-bf16-adamw-b4-s1024 \
     --trace-peak qwen3-30b-a3b-l2-train-amp-bf16-adamw-b4-s1024 \
     > "$RESULTS_DIR/plan-new-families.txt" 2>&1 || status=1

@@ -66,8 +66,8 @@ void add_linear(list& out, const char* name, std::int64_t weight, std::int64_t b
 /// training make eight 2.25 MiB Adam states per RoBERTa-base layer (q, k, v, output), and with
 /// them apart BERT-base's large segments come out as PyTorch's (reserved +12.0% -> -0.7%); the
 /// fp32 BERT-base case falls from -0.1% to -9.5% (one 954 MiB segment fewer; no fp32 trace yet).
-/// transformers' ViT and DeepSeek's dense MLPs have separate modules too but are still listed
-/// fused.
+/// transformers' ViT has separate modules too but is still listed fused; DeepSeek's dense MLPs
+/// are listed apart in mlp_params (its attention is MLA's own projections).
 bool separate_projections(const model_description& m) {
   switch (m.family) {
     case model_family::llama:
@@ -197,7 +197,11 @@ void mlp_params(const model_description& m, int l, list& out) {
     if (moe.shared_gate) add(out, "moe_shared_gate", h, l);
     return;
   }
-  if (t.mlp == mlp_kind::swiglu && separate_projections(m)) {
+  // DeepseekV3MLP (the dense first layers) holds gate_proj and up_proj as two Linears, each with
+  // its own gradient and Adam states: listed fused, DeepSeek-V2-Lite's two-layer training step
+  // came out at -6.0% of the H200's peak reserved; apart, -0.6%.
+  if (t.mlp == mlp_kind::swiglu &&
+      (separate_projections(m) || m.family == model_family::deepseek)) {
     add_linear(out, "mlp_gate", h * f, t.mlp_bias ? f : 0, l);
     add_linear(out, "mlp_up_proj", h * f, t.mlp_bias ? f : 0, l);
   } else if (t.mlp == mlp_kind::swiglu || t.mlp == mlp_kind::swiglu_packed) {
