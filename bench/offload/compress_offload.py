@@ -15,7 +15,10 @@ In this order (a budget cut short drops the last):
    within the cap, else its fastest compressed one within the cap (or --forced-blocks); without
    fp8 only when the planner expects it within the cap. Halving the copied bytes is what lets
    the copies hide behind compute.
-A mix that repeats (the same mix, compressed alike) runs once. The bar's comparison is offload
+`--compressed-mix MIX` (a letter per block) runs one more mix with fp8, right after the lossy
+fit. Every compressed mix runs through offload_activations(compress=...), its selective blocks'
+GEMM outputs stored (s) or copied (h) as fp8. A mix that repeats (the same mix, compressed alike)
+runs once. The bar's comparison is offload
 with fp8 at its fastest measured mix against offload alone at its fastest, under the same cap.
 
 Each with the engine settings the planner assumes for it (copy window, prefetch depth), and the
@@ -180,7 +183,24 @@ RUN_ORDER = (("planner lossy fit", True), ("planner plain fit", False), ("offloa
              ("offloading mix + fp8", True), ("offloading mix", False))
 
 
-def plan_runs(lossy, plain, forced, cap, estimates_of):
+#: The label of the mix --compressed-mix forces (run compressed, right after the lossy fit).
+GIVEN = "--compressed-mix"
+
+
+def parse_compressed_mix(text, n_blocks):
+    """The mix `--compressed-mix TEXT` names (letters of vramkit.offload_plan.LETTERS, one per
+    block); ValueError with a one-line message for another length or an unknown letter."""
+    from vramkit.offload_plan import from_letters
+
+    if len(text) != n_blocks:
+        raise ValueError("--compressed-mix %s: %d letters for a shape of %d blocks" % (text, len(text), n_blocks))
+    try:
+        return from_letters(text)
+    except ValueError as e:
+        raise ValueError("--compressed-mix %s: %s" % (text, e)) from None
+
+
+def plan_runs(lossy, plain, forced, cap, estimates_of, given=None):
     """The configurations to measure: ([(label, engine config, mix, the planner's entry,
     compressed)], pairs, [configurations not run, as result entries]). `lossy` and `plain`: the
     planner's fits (planner_choices' entries or None); `forced`: choose_forced's answer (k, mix,
@@ -188,13 +208,16 @@ def plan_runs(lossy, plain, forced, cap, estimates_of):
     label (the same mix, compressed alike) runs once: the pairs name its first label. Every
     planner entry is its estimate of the mix as given (`estimates_of`, on the GPU of the run),
     so that all the predicted times come from one cost model; the forced mix without fp8 runs
-    only when the planner expects its allocated peak within FIT_MARGIN of the cap."""
+    only when the planner expects its allocated peak within FIT_MARGIN of the cap. `given`: the
+    mix of --compressed-mix, run compressed after the lossy fit (label GIVEN)."""
     _, fmix, _, plain_mix, _ = forced or (None,) * 5
     mixes = {"planner lossy fit": (lossy or {}).get("mix"), "planner plain fit": (plain or {}).get("mix"),
-             "offload alone's best forced mix": plain_mix, "offloading mix + fp8": fmix, "offloading mix": fmix}
-    est = estimates_of({str(i): (mixes[label], comp) for i, (label, comp) in enumerate(RUN_ORDER) if mixes[label]})
+             "offload alone's best forced mix": plain_mix, "offloading mix + fp8": fmix, "offloading mix": fmix,
+             GIVEN: given}
+    order = RUN_ORDER[:1] + ((GIVEN, True),) + RUN_ORDER[1:] if given else RUN_ORDER
+    est = estimates_of({str(i): (mixes[label], comp) for i, (label, comp) in enumerate(order) if mixes[label]})
     runs, not_run, first = [], [], {}
-    for i, (label, comp) in enumerate(RUN_ORDER):
+    for i, (label, comp) in enumerate(order):
         mix, name = mixes[label], "vramkit-act+compress" if comp else "vramkit-act"
         if not mix:
             if label.startswith("planner"):
@@ -215,7 +238,7 @@ def plan_runs(lossy, plain, forced, cap, estimates_of):
         runs.append((label, name, mix, entry, comp))
 
     def ran(label):
-        return first.get((tuple(mixes[label]), dict(RUN_ORDER)[label])) if mixes[label] else None
+        return first.get((tuple(mixes[label]), dict(order)[label])) if mixes[label] else None
 
     pairs = {}
     for key, a, b in (("fits", "planner lossy fit", "planner plain fit"),
@@ -362,6 +385,9 @@ def main():
                     help="blocks the forced offloading mix offloads, whatever the fits copy (default 0: the planner's "
                     "pick among %s, forced only when neither fit copies a block)"
                     % ",".join(map(str, FORCED_KS)))
+    ap.add_argument(GIVEN, dest="compressed_mix", default=None, metavar="MIX",
+                    help="one more mix run with fp8, right after the planner's lossy fit: a letter per block of "
+                    "the shape (o, c, k, s, h, x as `vramkit plan --offload activations:MIX`)")
     t0 = time.time()
     args = compress_bench.parse_bench_args(ap)
     if not 0 < args.cap_fraction <= 1:
@@ -369,6 +395,13 @@ def main():
     if args.forced_blocks < 0:
         ap.error("--forced-blocks must be >= 0")
     import offload_bench
+
+    given = None
+    if args.compressed_mix is not None:
+        try:
+            given = parse_compressed_mix(args.compressed_mix, offload_bench.SHAPES[args.shape]["layers"])
+        except ValueError as e:
+            ap.error(str(e))
 
     # Pinned host memory registered by 16 threads, as the offload bench's workers do (pinning
     # the offloaded blocks' GiBs otherwise dominates the first step).
@@ -421,7 +454,7 @@ def main():
     estimates_of = functools.partial(mix_estimates, shape, capacity, out_dir)
     forced, info = pick_offloading(lossy, plain, args.forced_blocks, cap, estimates_of)
     res.update(info)
-    runs, pairs, not_run = plan_runs(lossy, plain, forced, cap, estimates_of)
+    runs, pairs, not_run = plan_runs(lossy, plain, forced, cap, estimates_of, given)
     res["configs"].extend(not_run)
     res["pairs"] = pairs
     save()

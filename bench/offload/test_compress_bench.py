@@ -208,6 +208,38 @@ class PlanRuns(unittest.TestCase):
         self.assertEqual(pairs, {})
 
 
+class CompressedMix(unittest.TestCase):
+    """--compressed-mix: the forced compressed mix, validated, run right after the lossy fit."""
+
+    def test_parsed_and_validated(self):
+        self.assertEqual(co.parse_compressed_mix("csh", 3), ["checkpoint", "selective", "selective-offload"])
+        with self.assertRaisesRegex(ValueError, r"^--compressed-mix cs: 2 letters for a shape of 3 blocks$"):
+            co.parse_compressed_mix("cs", 3)
+        with self.assertRaisesRegex(ValueError, r"^--compressed-mix csq: offload mix letter 'q' is not one of"):
+            co.parse_compressed_mix("csq", 3)
+
+    def test_runs_compressed_after_the_lossy_fit(self):
+        est = PlanRuns().estimates(90)
+        given = ["selective", "selective-offload"]
+        runs, _, _ = co.plan_runs({"mix": PlanRuns.L}, {"mix": PlanRuns.P}, None, PlanRuns.CAP, est, given)
+        self.assertEqual([r[0] for r in runs[:3]], ["planner lossy fit", co.GIVEN, "planner plain fit"])
+        self.assertEqual(runs[1][1:3], ("vramkit-act+compress", given))
+        self.assertTrue(runs[1][4])
+        # The lossy fit's mix given again runs once.
+        runs, _, _ = co.plan_runs({"mix": PlanRuns.L}, {"mix": PlanRuns.P}, None, PlanRuns.CAP, est, PlanRuns.L)
+        self.assertNotIn(co.GIVEN, [r[0] for r in runs])
+
+    def test_command_line_errors_are_one_line(self):
+        import subprocess
+
+        for mix, why in (("ccc", "3 letters for a shape of 16 blocks"), ("c" * 15 + "z", "letter 'z'")):
+            proc = subprocess.run([sys.executable, os.path.join(HERE, "compress_offload.py"), "--cap-from", "x.json",
+                                   "--compressed-mix", mix], capture_output=True, text=True, check=False)
+            self.assertEqual(proc.returncode, 2)
+            self.assertIn(why, proc.stderr.strip().splitlines()[-1])
+            self.assertIn("error: --compressed-mix", proc.stderr.strip().splitlines()[-1])
+
+
 class PickOffloading(unittest.TestCase):
     PLAIN = {"mix": ["checkpoint", "checkpoint", "selective"]}
     COPYING = {"mix": ["offload", "checkpoint", "keep"]}

@@ -373,6 +373,7 @@ class compress_activations:
         self._stats = {"compressed": 0, "input_bytes": 0, "stored_bytes": 0, "skipped": 0, "decoded_ahead": 0,
                        "deduplicated": 0, "aliased": 0, "aliased_bytes": 0, "cast_shared": 0, "cast_shared_bytes": 0,
                        "norm_inputs_bf16": 0, "recomputed": 0, "recomputed_bytes": 0, "swiglu_fused": 0, "casts_kept": 0,
+                       "selective_outputs": 0,
                        "by_module": {k: {"compressed": 0, "input_bytes": 0, "stored_bytes": 0} for k in MODULES}}
 
     def stats(self):
@@ -381,7 +382,8 @@ class compress_activations:
         tensor already compressed (deduplicated), and tensors left alone because their memory was
         saved uncompressed already (aliased, and their bytes); casts of a source another cast of
         which was compressed already, sharing its copy (cast_shared, and their bytes); tensors
-        decoded ahead of use."""
+        decoded ahead of use; GEMM outputs of selectively checkpointed blocks compressed through
+        offload_activations (selective_outputs, also counted in compressed)."""
         s = dict(self._stats)
         s["by_module"] = {k: dict(v) for k, v in self._stats["by_module"].items()}
         return s
@@ -610,6 +612,35 @@ class compress_activations:
         if _is_constant(_root(t)):
             return False
         return t.numel() * t.element_size() >= self.min_bytes
+
+    def output_kind(self, x):
+        """The scope ("mlp", "attn" or "norm") in which `x`, the output of a GEMM that a
+        selectively checkpointed block keeps (offload_activations' selective policies), is being
+        computed, when it is to be compressed; None when it stays as it is: outside the selected
+        modules (with keep_ends, in the first and last blocks), not floating point of at least 16
+        bits, not contiguous, under min_bytes, a statistic per row or a parameter."""
+        if not self._kinds or not isinstance(x, torch.Tensor) or isinstance(x, torch.nn.Parameter):
+            return None
+        if not x.is_floating_point() or x.element_size() < 2 or not x.is_contiguous():
+            return None
+        if x.dim() > 0 and x.shape[-1] == 1:
+            return None
+        return self._kinds[-1] if x.numel() * x.element_size() >= self.min_bytes else None
+
+    def pack_output(self, x, kind, store=None):
+        """A Packed of the contiguous GEMM output x that output_kind selected as `kind`: its payload
+        on the device, or what `store(x, comp)` makes of it (offload: the payload in pinned
+        memory). Counted in stats() under `kind`; the recompute in backward restores it whole (no
+        decode ahead)."""
+        x = x.detach()
+        p = store(x, self) if store is not None else self.pack_contiguous(x)
+        st, mod = self._stats, self._stats["by_module"][kind]
+        for d in (st, mod):
+            d["compressed"] += 1
+            d["input_bytes"] += x.numel() * x.element_size()
+            d["stored_bytes"] += p.nbytes
+        st["selective_outputs"] += 1
+        return p
 
     @staticmethod
     def _valid(entry, base):

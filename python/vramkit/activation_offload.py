@@ -22,10 +22,11 @@ from .offload_plan import POLICIES  # noqa: F401 - one list of the policies (and
 _OFFLOADED = ("offload", "checkpoint-offload")
 
 #: aten ops whose outputs selective checkpointing keeps: GEMMs and fused attention kernels.
-SELECTIVE_SAVED_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_product_flash_attention",
-                       "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-                       "_scaled_dot_product_flash_attention_for_cpu", "_flash_attention_forward",
-                       "_efficient_attention_forward")
+SELECTIVE_GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm")
+SELECTIVE_ATTENTION_OPS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                           "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+                           "_flash_attention_forward", "_efficient_attention_forward")
+SELECTIVE_SAVED_OPS = SELECTIVE_GEMM_OPS + SELECTIVE_ATTENTION_OPS
 
 
 def _storage_ptr(t):
@@ -84,15 +85,23 @@ def _checkpointed(forward, *args, **kwargs):
     return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
 
-_saved_packets = None
+_op_kinds = None
+
+
+def _selective_kind(func):
+    """"gemm" or "attention" when selective checkpointing keeps the outputs of the aten op
+    `func` (SELECTIVE_GEMM_OPS, SELECTIVE_ATTENTION_OPS), else None."""
+    global _op_kinds
+    if _op_kinds is None:
+        _op_kinds = {getattr(torch.ops.aten, n): kind for names, kind in ((SELECTIVE_GEMM_OPS, "gemm"),
+                                                                          (SELECTIVE_ATTENTION_OPS, "attention"))
+                     for n in names if hasattr(torch.ops.aten, n)}
+    return _op_kinds.get(func.overloadpacket)
 
 
 def _selective_saved(func):
     """Whether selective checkpointing keeps the outputs of the aten op `func`."""
-    global _saved_packets
-    if _saved_packets is None:
-        _saved_packets = {getattr(torch.ops.aten, n) for n in SELECTIVE_SAVED_OPS if hasattr(torch.ops.aten, n)}
-    return func.overloadpacket in _saved_packets
+    return _selective_kind(func) is not None
 
 
 def _detached(x):
@@ -108,19 +117,33 @@ def _detached(x):
 
 def _selective_modes(engine, offload):
     """The (forward, recompute) contexts of one selectively checkpointed block: the forward keeps
-    the outputs of GEMMs and attention kernels (in pinned host memory with `offload`), the
-    recompute in backward returns them in the same order and runs every other op again."""
+    the outputs of GEMMs and attention kernels (in pinned host memory with `offload`; with the
+    engine's `compress`, the GEMM outputs it selects as fp8), the recompute in backward returns
+    them in the same order and runs every other op again."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_map
 
     store = []
+    pending = []  # attention projections' outputs to compress unless an attention kernel reads them
 
     class Save(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if _selective_saved(func):
-                store.append(tree_map(lambda x: engine._selective_store(x, offload), out))  # noqa: SLF001
+            kind = _selective_kind(func)
+            if kind is not None:
+                if kind == "attention" and pending:
+                    engine._selective_settle(pending, offload, exact=True)  # noqa: SLF001
+                store.append(tree_map(lambda x: engine._selective_store(x, offload, pending), out))  # noqa: SLF001
             return out
+
+        def __exit__(self, *exc):
+            # The block's forward is over: what no attention kernel read is compressed now.
+            try:
+                return super().__exit__(*exc)
+            finally:
+                if pending and exc[0] is None:
+                    engine._selective_settle(pending, offload, exact=False)  # noqa: SLF001
+                pending.clear()
 
     class Replay(TorchDispatchMode):
         def __init__(self):
@@ -157,6 +180,17 @@ class _Kept:
 
     def __init__(self, tensor, version):
         self.tensor, self.version = tensor, version
+
+
+class _Pending:
+    """An attention projection's output in a selective block with compression, until it is known
+    whether an attention kernel reads it (then it is kept exact) or not (compressed): `saved` is
+    what _selective_store would have returned, once settled."""
+
+    __slots__ = ("tensor", "version", "saved")
+
+    def __init__(self, tensor, version):
+        self.tensor, self.version, self.saved = tensor, version, None
 
 
 def _has_context_fn():
@@ -372,12 +406,17 @@ class offload_activations:
             "kept": {"small": 0, "parameter": 0, "device": 0, "block": 0, "outside": 0},
             "fetched": 0, "fetched_bytes": 0, "from_stash": 0, "prefetched": 0,
             "forward_waits": 0, "lead_waits": 0, "fetch_order": [], "selective_saved": 0, "selective_kept_bytes": 0,
+            "selective_compressed": 0, "selective_compressed_input_bytes": 0,
         }
 
     def stats(self):
         """Counters since construction or reset_stats(): tensors packed, offloaded (and bytes),
         kept by reason, fetched back, prefetched ahead of use, forward waits, the order in which
-        groups were fetched, and `live_records` (offloaded tensors whose graph is still alive)."""
+        groups were fetched, and `live_records` (offloaded tensors whose graph is still alive).
+        Selective blocks: outputs saved (`selective_saved`), the device bytes they keep
+        (`selective_kept_bytes`: with compression the fp8 payloads and scales, or the scales
+        alone of those copied out), and of them those stored as fp8 (`selective_compressed`, and
+        their bytes before compression)."""
         s = dict(self._stats)
         s["kept"] = dict(s["kept"])
         s["fetch_order"] = list(s["fetch_order"])
@@ -697,22 +736,76 @@ class offload_activations:
         self._inflight = [weakref.ref(r) for r in keep]
 
     # -- selective checkpointing ---------------------------------------------------------------
-    def _selective_store(self, x, offload):
+    def _selective_store(self, x, offload, pending=None):
         """What a selective block keeps of one output of a GEMM or attention kernel: the tensor
         (detached), or with `offload` and at least min_bytes on the GPU, its record (the copy
-        out starts now; prefetched back with the block's group like any offloaded tensor)."""
+        out starts now; prefetched back with the block's group like any offloaded tensor). With
+        `compress`, a GEMM output it selects (compress_activations.output_kind) is stored as fp8
+        instead (_selective_compress); one of an attention projection waits in `pending` for
+        _selective_settle: the fused attention kernel's backward needs q, k and v as its
+        forward saw them (its output and softmax statistics are kept exact), so what it reads
+        stays exact."""
         if not isinstance(x, torch.Tensor):
             return x
+        self._stats["selective_saved"] += 1
+        kind = self.compress.output_kind(x) if self.compress is not None else None
+        if kind == "attn" and pending is not None:
+            p = _Pending(_detached(x), x._version)
+            pending.append(p)
+            return p
+        if kind is not None:
+            return self._selective_compress(x, offload, kind)
+        return self._selective_exact(x, offload, x._version)
+
+    def _selective_exact(self, x, offload, version):
         st = self._stats
-        st["selective_saved"] += 1
         on_device = x.device.type == "cuda" or (self.offload_cpu_tensors and x.device.type == "cpu")
         if offload and on_device and x.numel() * x.element_size() >= self.min_bytes:
             return self._offload(x)
         st["selective_kept_bytes"] += x.numel() * x.element_size()
-        return _Kept(_detached(x), x._version)
+        return _Kept(_detached(x), version)
+
+    def _selective_compress(self, x, offload, kind):
+        """x as fp8 (a PackedView of it): its payload on the device, or with `offload` and at
+        least min_bytes on the GPU, copied to pinned memory as an offloaded block's compressed
+        tensors are (_store_compressed)."""
+        st = self._stats
+        nbytes = x.numel() * x.element_size()
+        on_device = x.device.type == "cuda" or (self.offload_cpu_tensors and x.device.type == "cpu")
+        moved = offload and on_device and nbytes >= self.min_bytes
+        from .activation_compress import PackedView
+
+        p = self.compress.pack_output(x, kind, self._store_compressed if moved else None)
+        st["selective_compressed"] += 1
+        st["selective_compressed_input_bytes"] += nbytes
+        # What stays on the device: the payload and scales, or the scales alone once copied out.
+        st["selective_kept_bytes"] += sum(t.numel() * t.element_size() for t in (p.q, p.scale)
+                                          if isinstance(t, torch.Tensor))
+        return PackedView(p)
+
+    def _selective_settle(self, pending, offload, exact):
+        """Stores the attention projections' outputs waiting in `pending`: exact (an attention
+        kernel reads them), else compressed. One changed in place since its op is kept with its
+        old version, which the recompute refuses."""
+        for p in pending:
+            t = p.tensor
+            if t._version != p.version:
+                p.saved = _Kept(t, p.version)
+            elif exact:
+                p.saved = self._selective_exact(t, offload, p.version)
+            else:
+                p.saved = self._selective_compress(t, offload, "attn")
+            p.tensor = None
+        pending.clear()
 
     def _selective_load(self, saved):
-        """The tensor _selective_store kept, for the recompute in backward."""
+        """The tensor _selective_store kept, for the recompute in backward (restored to its dtype
+        when it was compressed)."""
+        if isinstance(saved, _Pending):
+            if saved.saved is None:
+                raise RuntimeError("offload_activations: a selective block's output was never stored (its forward "
+                                   "failed)")
+            saved = saved.saved
         if isinstance(saved, _Record):
             return self._unpack(saved)
         if isinstance(saved, _Kept):
@@ -721,6 +814,8 @@ class offload_activations:
                 raise RuntimeError("offload_activations: a selective block's GEMM/attention output was modified in "
                                    "place after the op; keep or checkpoint that block")
             return t
+        if self.compress is not None and not isinstance(saved, torch.Tensor):
+            return self._unpack(saved)  # a PackedView
         return saved
 
     # -- unpack -------------------------------------------------------------------------------

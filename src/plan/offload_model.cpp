@@ -87,6 +87,9 @@ struct mix_walk {
         n(static_cast<int>(policies.size())),
         a(static_cast<double>(inputs.block_bytes)),
         sel(static_cast<double>(inputs.selective_bytes)),
+        sel_stored(inputs.selective_stored_bytes > 0
+                       ? static_cast<double>(inputs.selective_stored_bytes)
+                       : static_cast<double>(inputs.selective_bytes)),
         // With compression a checkpointed or selective block recomputes uncompressed
         // (recompute_bytes, the block's saved bytes, against block_bytes stored), and a block
         // whose tensors are compressed holds them decoded in its backward (decode_bytes).
@@ -99,7 +102,7 @@ struct mix_walk {
       if (!to_host(mix[i])) continue;
       moved[i] = mix[i] == block_policy::offload              ? a
                  : mix[i] == block_policy::checkpoint_offload ? static_cast<double>(in.input_bytes)
-                                                              : sel;
+                                                              : sel_stored;
       off.push_back(i);
     }
     if (!off.empty() && (in.d2h_bytes_per_s <= 0 || in.h2d_bytes_per_s <= 0))
@@ -124,15 +127,22 @@ struct mix_walk {
   [[nodiscard]] double codec(int i, double s) const {
     return mix[i] == block_policy::keep || mix[i] == block_policy::offload ? s : 0.0;
   }
-  // What block i runs again in backward.
+  // The encode in block i's forward: its saved tensors' (kept or offloaded), or a selective
+  // block's GEMM outputs'.
+  [[nodiscard]] double pack(int i) const {
+    return selective(mix[i]) ? in.selective_pack_s : codec(i, in.pack_s);
+  }
+  // What block i runs again in backward (a selective block's decode before its recompute).
   [[nodiscard]] double recompute(int i) const {
     return recomputed(mix[i])  ? in.t_fwd_s
-           : selective(mix[i]) ? in.t_selective_s
+           : selective(mix[i]) ? in.t_selective_s + in.selective_unpack_s
                                : codec(i, in.unpack_s);
   }
-  // The bytes that recompute adds while it runs.
+  // The bytes that recompute adds while it runs: a recompute runs uncompressed, so the block
+  // holds its saved tensors whole, beside what it kept or fetched back (a selective block's
+  // stored GEMM outputs).
   [[nodiscard]] double regrown(int i) const {
-    return recomputed(mix[i]) ? full : selective(mix[i]) ? full - sel : 0.0;
+    return recomputed(mix[i]) ? full : selective(mix[i]) ? full - sel_stored : 0.0;
   }
   // What a block keeps on the device from its forward to its backward (the copying policies
   // keep nothing there; what they fetch back is counted in the backward).
@@ -144,7 +154,7 @@ struct mix_walk {
       case block_policy::selective_offload:
         return static_cast<double>(in.input_bytes);
       case block_policy::selective:
-        return sel + static_cast<double>(in.input_bytes);
+        return sel_stored + static_cast<double>(in.input_bytes);
       default:
         return 0.0;
     }
@@ -153,7 +163,7 @@ struct mix_walk {
   const std::vector<block_policy>& mix;
   const offload_inputs& in;
   int n;
-  double a, sel, full, decoded;
+  double a, sel, sel_stored, full, decoded;
   std::vector<double> moved;  // bytes each block copies to the host (and back)
   std::vector<int> off;       // the blocks that copy, bottom first
   double window;
@@ -174,7 +184,7 @@ forward_walk walk_forward(const mix_walk& w) {
   for (int i = 0; i < w.n; ++i) {
     const double start = f.t;
     f.starts.push_back(start);
-    f.t += w.in.t_fwd_s + w.codec(i, w.in.pack_s);
+    f.t += w.in.t_fwd_s + w.pack(i);
     if (!to_host(w.mix[i])) continue;
     link = std::max(std::max(link, start) + w.copy_out(i), f.t);
     f.outs[i] = link;
@@ -290,7 +300,8 @@ offload_estimate simulate_offload(const std::vector<block_policy>& mix, const of
   const int n_sel = w.count(block_policy::selective) + w.count(block_policy::selective_offload);
   const int n_codec = w.count(block_policy::keep) + w.count(block_policy::offload);
   e.compute_s = w.n * (in.t_fwd_s + in.t_bwd_s) + n_ck * in.t_fwd_s + n_sel * in.t_selective_s +
-                n_codec * (in.pack_s + in.unpack_s) + in.other_time_s;
+                n_codec * (in.pack_s + in.unpack_s) +
+                n_sel * (in.selective_pack_s + in.selective_unpack_s) + in.other_time_s;
   e.step_time_s = bw.t + in.other_time_s;
   double moved_all = 0;
   for (const int j : w.off) {
@@ -371,8 +382,11 @@ std::optional<offload_choice> choose_offload_mix(int n_blocks, std::uint64_t cap
       for (c.checkpoint = 0; c.checkpoint <= after_soff; ++c.checkpoint) {
         for (c.selective = 0; c.selective <= (sel ? after_soff - c.checkpoint : 0); ++c.selective) {
           // With compression (pack_s > 0) a mix without a block that keeps or offloads its
-          // tensors compresses nothing (it is the lossless mix): skipped.
-          if (in.pack_s > 0 && c.offload == 0 && after_soff - c.checkpoint - c.selective == 0)
+          // tensors, nor (selective_pack_s > 0) a selective one, compresses nothing (it is the
+          // lossless mix): skipped.
+          const bool sel_codec = in.selective_pack_s > 0 && c.selective + c.selective_offload > 0;
+          if (in.pack_s > 0 && !sel_codec && c.offload == 0 &&
+              after_soff - c.checkpoint - c.selective == 0)
             continue;
           for (const bool from_top : {false, true}) {
             if (from_top && c.offload + c.selective_offload == 0) break;

@@ -206,6 +206,23 @@ codec_traffic compression_traffic(const model_description& m, const compress_opt
   return out;
 }
 
+/// A selective block's GEMM outputs under compression, as vramkit.offload_activations stores
+/// them: the MLP's (up, gate, down) with `mlp` and, of attention's, the output projection's with
+/// `attn`; q, k and v stay exact (the fused attention kernel's backward reads them), as do the
+/// attention kernel's outputs. Kept or copied at k_fp8_bytes an element, encoded in the forward
+/// and decoded before the recompute, at `hbm` bytes a second.
+void set_selective_compression(offload_inputs& in, const transformer_shape& t,
+                               const compress_option& c, double sel, double rows, double low,
+                               double hbm) {
+  const auto h = static_cast<double>(t.hidden);
+  const auto f = static_cast<double>(t.intermediate);
+  const double mlp_out = (t.mlp == mlp_kind::swiglu ? 2 : 1) * f + h;
+  const double sel_c = std::min(sel, rows * low * ((c.mlp ? mlp_out : 0.0) + (c.attn ? h : 0.0)));
+  const double sel_fp8 = sel_c / low * k_fp8_bytes;
+  in.selective_stored_bytes = static_cast<std::uint64_t>(sel - sel_c + sel_fp8);
+  in.selective_pack_s = in.selective_unpack_s = (sel_c + sel_fp8) / hbm;
+}
+
 }  // namespace
 
 offload_setup make_offload_setup(const model_description& m, const plan_request& r_in,
@@ -266,6 +283,7 @@ offload_setup make_offload_setup(const model_description& m, const plan_request&
                               static_cast<double>(saved) - static_cast<double>(in.input_bytes));
   in.selective_bytes = sel > 0 ? static_cast<std::uint64_t>(sel) : 0;
   in.t_selective_s = parts.block_memory_bound_s;
+  if (c.enabled && sel > 0) set_selective_compression(in, t, c, sel, rows, low, hbm);
   s.compute = parts;
   s.micro_batches = mbs;
   s.link = offload_link_for(o, &gpu);
@@ -542,7 +560,12 @@ std::string offload_json(const offload_plan& p) {
       {"selective_offload_blocks", n(block_policy::selective_offload)},
       {"checkpoint_offload_blocks", n(block_policy::checkpoint_offload)},
       {"selective_bytes_per_block", s.inputs.selective_bytes},
+      {"selective_stored_bytes_per_block", s.inputs.selective_stored_bytes > 0
+                                               ? s.inputs.selective_stored_bytes
+                                               : s.inputs.selective_bytes},
       {"selective_recompute_s_per_block", s.inputs.t_selective_s},
+      {"selective_pack_s_per_block", s.inputs.selective_pack_s},
+      {"selective_unpack_s_per_block", s.inputs.selective_unpack_s},
       {"pack_s_per_block", pack},
       {"unpack_s_per_block", unpack},
       {"block_forward_s", s.inputs.t_fwd_s},
@@ -577,6 +600,8 @@ std::string to_table(const offload_plan& p) {
   line("saved activations per block (stored)", b(s.inputs.block_bytes));
   if (s.inputs.selective_bytes > 0)
     line("  of them a selective block keeps (GEMM/attention outputs)", b(s.inputs.selective_bytes));
+  if (s.inputs.selective_stored_bytes > 0)
+    line("  stored with compression (fp8 GEMM outputs)", b(s.inputs.selective_stored_bytes));
   line("allocated peak with offload", b(p.allocated_peak_bytes));
   line("device peak with offload (nvidia-smi used)", b(p.device_peak_bytes));
   line("pinned host bytes", b(p.host_pinned_bytes));

@@ -322,5 +322,129 @@ class SelectiveCpu(unittest.TestCase):
             self.assertEqual(ctx.stats()["live_records"], 0)
 
 
+def _selective_step(engine, offload, block, x, grad):
+    """A selective block as torch.utils.checkpoint runs it (no context_fn needed): the forward
+    under the engine's Save mode without saving anything, then, as in backward, the recompute
+    under its Replay mode and the backward through it. Returns (output, x's gradient)."""
+    from vramkit import activation_offload as ao
+
+    save, replay = ao._selective_modes(engine, offload)  # noqa: SLF001
+    with engine, torch.no_grad(), save:  # entered: the compressor's module scopes are armed
+        y = block(x)
+    x = x.detach().requires_grad_(True)
+    with replay:
+        again = block(x)
+    again.backward(grad)
+    return y, x.grad
+
+
+@unittest.skipUnless(_has_dispatch_modes(), "torch has no TorchDispatchMode")
+class SelectiveCompressedCpu(unittest.TestCase):
+    """Selective blocks with compress=: their GEMM outputs stored as fp8 on the device (s) or
+    copied to the pool as fp8 (h), restored for the recompute within fp8 error."""
+
+    def setUp(self):
+        from _models import LlamaBlock
+        from vramkit import fp8_codec
+
+        if fp8_codec.default_backend(torch.device("cpu")) is None:
+            self.skipTest("no fp8 backend on the CPU (build libvramkit_compress.so)")
+        torch.manual_seed(0)
+        self.block = LlamaBlock(64, 4, 128, norm=torch.nn.LayerNorm)
+        self.x = torch.randn(2, 32, 64)
+        self.grad = torch.randn(2, 32, 64)
+
+    def engine(self, compress=True, **kw):
+        from _models import LlamaBlock
+
+        # keep_ends: self.block is the first of three.
+        blocks = [self.block] + [LlamaBlock(64, 4, 128, norm=torch.nn.LayerNorm) for _ in range(2)]
+        comp = vramkit.compress_activations(blocks=blocks, modules=("mlp", "attn"), min_bytes=0, **kw) \
+            if compress else None
+        return vramkit.offload_activations(blocks=[], mix=[], min_bytes=0, offload_cpu_tensors=True, compress=comp,
+                                           pool=vramkit.PinnedPool(pin=False))
+
+    def reference(self):
+        self.block.zero_grad(set_to_none=True)
+        x = self.x.clone().requires_grad_(True)
+        y = self.block(x)
+        y.backward(self.grad)
+        return y.detach(), x.grad, [p.grad.clone() for p in self.block.parameters()]
+
+    def run_mode(self, engine, offload):
+        self.block.zero_grad(set_to_none=True)
+        y, gx = _selective_step(engine, offload, self.block, self.x, self.grad)
+        return y, gx, [p.grad.clone() for p in self.block.parameters()]
+
+    def assert_close(self, ref, got, exact):
+        self.assertTrue(torch.equal(ref[0], got[0]))  # the forward is untouched
+        for a, b in zip([ref[1]] + ref[2], [got[1]] + got[2]):
+            if exact:
+                self.assertTrue(torch.equal(a, b))
+            else:
+                self.assertLess(float((a - b).norm() / (a.norm() + 1e-12)), 0.1)
+
+    def test_without_compress_bit_identical(self):
+        ref = self.reference()
+        for offload in (False, True):
+            e = self.engine(compress=False)
+            self.assert_close(ref, self.run_mode(e, offload), exact=True)
+            self.assertEqual(e.stats()["selective_compressed"], 0)
+
+    def test_selective_stores_fp8_on_the_device(self):
+        ref = self.reference()
+        plain, comp = self.engine(compress=False), self.engine()
+        self.run_mode(plain, False)
+        got = self.run_mode(comp, False)
+        self.assert_close(ref, got, exact=False)
+        s0, s1 = plain.stats(), comp.stats()
+        # q, k, v, o, gate, up, down (the explicit attention's bmms are outside the scopes).
+        self.assertEqual(s1["selective_compressed"], 7)
+        self.assertEqual(s1["selective_saved"], s0["selective_saved"])
+        fp32 = s1["selective_compressed_input_bytes"]
+        rest = s0["selective_kept_bytes"] - fp32  # what stays exact
+        self.assertLess(s1["selective_kept_bytes"] - rest, 0.3 * fp32)  # fp32 -> fp8 + scales
+        self.assertEqual(comp.compress.stats()["selective_outputs"], 7)
+        self.assertEqual(s1["offloaded"], 0)
+
+    def test_selective_offload_copies_fp8(self):
+        ref = self.reference()
+        plain, comp = self.engine(compress=False), self.engine()
+        self.run_mode(plain, True)
+        got = self.run_mode(comp, True)
+        self.assert_close(ref, got, exact=False)
+        s0, s1 = plain.stats(), comp.stats()
+        self.assertEqual(s1["selective_compressed"], 7)
+        self.assertEqual(s1["offloaded"], s0["offloaded"])
+        fp32 = s1["selective_compressed_input_bytes"]
+        self.assertLess(s1["offloaded_bytes"] - (s0["offloaded_bytes"] - fp32), 0.3 * fp32)
+        self.assertEqual(s1["live_records"], 0)
+        self.assertEqual(comp.pool.stats()["in_use_bytes"], 0)
+
+    def test_keep_ends_leaves_the_block_exact(self):
+        ref = self.reference()
+        e = self.engine(keep_ends=True)
+        self.assert_close(ref, self.run_mode(e, False), exact=True)
+        self.assertEqual(e.stats()["selective_compressed"], 0)
+
+    def test_what_an_attention_kernel_reads_stays_exact(self):
+        # An op standing for the fused attention kernel (sigmoid here): the attention
+        # projections' outputs computed before it stay exact, o_proj's after it is compressed.
+        from vramkit import activation_offload as ao
+
+        saved = ao.SELECTIVE_ATTENTION_OPS, ao._op_kinds  # noqa: SLF001
+        ao.SELECTIVE_ATTENTION_OPS, ao._op_kinds = saved[0] + ("sigmoid",), None  # noqa: SLF001
+        try:
+            attn = self.block.self_attn
+            fwd = attn.forward
+            attn.forward = lambda x, cos=None, sin=None: attn.o_proj(torch.sigmoid(attn.q_proj(x) + attn.k_proj(x)))
+            e = self.engine()
+            _selective_step(e, False, self.block, self.x, self.grad)
+            self.assertEqual(e.stats()["selective_compressed"], 4)  # o, gate, up, down
+        finally:
+            attn.forward = fwd
+            ao.SELECTIVE_ATTENTION_OPS, ao._op_kinds = saved  # noqa: SLF001
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -3,7 +3,8 @@ the stated error for every backend (the CUDA kernels of libvramkit_compress.so, 
 operations eager and compiled), the kernels' bits equal to torch's and to the host reference's,
 the fused encode into pinned memory equal to the encode on the device, the gated MLP's fused
 restore equal to two decodes and torch's silu and mul, a few training steps alone and combined
-with offload, saved bytes halved."""
+with offload, saved bytes halved; selective and selective-offload blocks with their GEMM outputs
+as fp8, gradients within fp8 error of the uncompressed mix."""
 
 import os
 import sys
@@ -253,6 +254,53 @@ class CudaSteps(unittest.TestCase):
         self.assertGreaterEqual(st["swiglu_fused"], 3)  # every block's MLP but the last (not decoded ahead)
         for a, b in zip(apart, fused):
             self.assertLess(float((a - b).norm() / (a.norm() + 1e-12)), 1e-4)
+
+
+class CudaSelectiveCompressed(unittest.TestCase):
+    """Selective (s) and selective-offload (h) blocks with compress=: their GEMM outputs (the
+    MLP's and o_proj's; q, k, v stay exact for the attention kernel) stored or copied as fp8, a
+    few steps' gradients within fp8 error of the same mix uncompressed."""
+
+    MIX = ["selective", "selective-offload", "selective", "keep"]
+
+    def steps(self, compress, n=3):
+        from vramkit import activation_offload as ao
+
+        if not ao._has_context_fn():  # noqa: SLF001
+            self.skipTest("the selective policies need torch >= 2.1 (checkpoint's context_fn)")
+        torch.manual_seed(0)
+        model = LlamaLike(vocab=512, d=256, ffn=688, layers=4, heads=4).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        tokens = torch.randint(0, 512, (4, 256), device="cuda")
+        comp = vramkit.compress_activations(model, modules=ac.MODULES, min_bytes=0) if compress else None
+        ctx = vramkit.offload_activations(model, mix=self.MIX, min_bytes=0, compress=comp)
+        out = []
+        for _ in range(n):
+            loss = loss_in(model, tokens, ctx, torch.bfloat16)
+            loss.backward()
+            out.append((loss.item(), [p.grad.float().clone() for p in model.parameters()]))
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        ctx.wait()
+        torch.cuda.synchronize()
+        return out, ctx
+
+    def test_gradients_within_fp8_error_and_bytes_shrink(self):
+        ref, plain = self.steps(False)
+        got, comp = self.steps(True)
+        for (la, ga), (lb, gb) in zip(ref, got):
+            self.assertLess(abs(la - lb), 0.02 * abs(la), (la, lb))
+            for a, b in zip(ga, gb):
+                if a.norm() > 0:
+                    self.assertLess(float((a - b).norm() / a.norm()), 0.1)
+        s0, s1 = plain.stats(), comp.stats()
+        self.assertEqual(s0["selective_compressed"], 0)
+        # Per block: o_proj, gate, up, down; q, k, v exact.
+        self.assertEqual(s1["selective_compressed"], 3 * 3 * 4)
+        self.assertEqual(s1["selective_saved"], s0["selective_saved"])
+        self.assertLess(s1["selective_kept_bytes"], s0["selective_kept_bytes"])
+        self.assertLess(s1["offloaded_bytes"], s0["offloaded_bytes"])
+        self.assertEqual(s1["live_records"], 0)
 
 
 if __name__ == "__main__":

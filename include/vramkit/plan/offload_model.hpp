@@ -55,6 +55,14 @@ struct offload_inputs {
   /// input, and its recompute runs uncompressed: neither)
   double pack_s = 0;
   double unpack_s = 0;
+  /// With activation compression, what a selective block keeps (selective) or copies
+  /// (selective_offload) of selective_bytes: its compressed GEMM outputs' fp8 payloads and scales
+  /// beside the outputs that stay exact (0: selective_bytes, uncompressed); and the codec's kernels
+  /// in such a block, the encode in its forward and the decode in its recompute (its recompute
+  /// itself runs uncompressed, regrowing the block's saved tensors whole)
+  std::uint64_t selective_stored_bytes = 0;
+  double selective_pack_s = 0;
+  double selective_unpack_s = 0;
   double d2h_bytes_per_s = 0;     ///< pinned device-to-host copy rate
   double h2d_bytes_per_s = 0;     ///< pinned host-to-device copy rate
   std::uint64_t other_bytes = 0;  ///< everything else at the peak (states, gradients, logits)

@@ -178,6 +178,47 @@ TEST(OffloadModel, TheSearchPicksSelectiveWhereItBeatsCheckpointing) {
   EXPECT_EQ(std::count(plain->mix.begin(), plain->mix.end(), P::selective), 0);
 }
 
+TEST(OffloadModel, CompressedSelectiveBlocksKeepAndCopyTheirStoredBytes) {
+  auto in = with_selective();
+  const auto plain_s = simulate_offload(std::vector<P>(8, P::selective), in);
+  const auto plain_h = simulate_offload(std::vector<P>(8, P::selective_offload), in);
+  in.selective_stored_bytes = GiB * 3 / 8;  // the GEMM outputs at about half
+  in.selective_pack_s = in.selective_unpack_s = 0.001;
+  const auto s = simulate_offload(std::vector<P>(8, P::selective), in);
+  const auto h = simulate_offload(std::vector<P>(8, P::selective_offload), in);
+  // Each block keeps its input and 3/8 GiB; the recompute regrows the block whole (2 GiB).
+  EXPECT_EQ(s.device_peak_bytes, 20 * GiB + 8 * (GiB * 3 / 8 + GiB / 8) + (2 * GiB - GiB * 3 / 8));
+  EXPECT_LT(plain_s.device_peak_bytes - s.device_peak_bytes, 8 * (GiB * 3 / 8) + 1);
+  EXPECT_GT(plain_s.device_peak_bytes, s.device_peak_bytes);
+  // The codec's encode and decode once per block.
+  EXPECT_NEAR(s.step_time_s, plain_s.step_time_s + 8 * 0.002, 1e-12);
+  EXPECT_EQ(h.host_pinned_bytes, 8 * (GiB * 3 / 8));
+  EXPECT_EQ(plain_h.host_pinned_bytes, 2 * h.host_pinned_bytes);
+  EXPECT_LT(h.copy_s, plain_h.copy_s);
+}
+
+TEST(OffloadModel, ALossySearchUnderATightCapPicksMoreSelectiveBlocks) {
+  auto in = with_selective();
+  const auto ck = simulate_offload(std::vector<P>(8, P::checkpoint), in);
+  const std::uint64_t cap = ck.device_peak_bytes + 2 * GiB;
+  const auto n_sel = [](const offload_choice& c) {
+    return std::count(c.mix.begin(), c.mix.end(), P::selective) +
+           std::count(c.mix.begin(), c.mix.end(), P::selective_offload);
+  };
+  const auto lossless = choose_offload_mix(8, cap, in, mix_search::checkpoint_only);
+  ASSERT_TRUE(lossless);
+  // Compression on (pack_s > 0 for the kept blocks, the selective figures halved): a mix of
+  // checkpointed and selective blocks alone now compresses, so it is searched.
+  in.pack_s = in.unpack_s = 0.002;
+  in.selective_stored_bytes = GiB * 3 / 8;
+  in.selective_pack_s = in.selective_unpack_s = 0.001;
+  const auto lossy = choose_offload_mix(8, cap, in, mix_search::checkpoint_only);
+  ASSERT_TRUE(lossy);
+  EXPECT_GT(n_sel(*lossy), n_sel(*lossless));
+  EXPECT_EQ(std::count(lossy->mix.begin(), lossy->mix.end(), P::keep), 0);
+  EXPECT_LT(lossy->estimate.step_time_s, lossless->estimate.step_time_s);
+}
+
 TEST(OffloadModel, CheckpointOffloadFreesTheInputsForASelectiveBlock) {
   const auto in = with_selective();
   const std::uint64_t input = in.input_bytes;

@@ -121,6 +121,31 @@ TEST_F(OffloadPlan, CompressionHalvesStoredBytesAndCountsPackTime) {
   EXPECT_LT(without_norm, 0.70);
 }
 
+TEST_F(OffloadPlan, CompressionShrinksWhatASelectiveBlockKeeps) {
+  const auto plain = with(0), comp = with(0, "fp8:mlp,attn,norm");
+  const auto& pi = plain.setup.inputs;
+  const auto& ci = comp.setup.inputs;
+  EXPECT_EQ(pi.selective_stored_bytes, 0u);
+  EXPECT_EQ(ci.selective_bytes, pi.selective_bytes);
+  // The MLP's and o_proj's outputs at fp8; q, k, v and the attention kernel's exact:
+  // (4h + 2f) a token of (8h + 2f + ...) bf16 elements halved, about 0.68 for TinyLlama.
+  const double ratio =
+      static_cast<double>(ci.selective_stored_bytes) / static_cast<double>(ci.selective_bytes);
+  EXPECT_GT(ratio, 0.6);
+  EXPECT_LT(ratio, 0.75);
+  EXPECT_GT(ci.selective_pack_s, 0);
+  EXPECT_EQ(ci.selective_unpack_s, ci.selective_pack_s);
+  std::vector<block_policy> mix(22, block_policy::selective);
+  const auto fp8 = parse_compress_option("fp8:mlp,attn,norm");
+  const auto s_plain = evaluate_offload(plain.setup, mix, {}, false);
+  const auto s_comp = evaluate_offload(comp.setup, mix, fp8, false);
+  EXPECT_LT(s_comp.allocated_peak_bytes, s_plain.allocated_peak_bytes);
+  EXPECT_GT(s_comp.step_time_s, s_plain.step_time_s);  // the codec's kernels
+  std::fill(mix.begin(), mix.end(), block_policy::selective_offload);
+  EXPECT_EQ(evaluate_offload(comp.setup, mix, fp8, false).host_pinned_bytes,
+            22 * ci.selective_stored_bytes);
+}
+
 TEST_F(OffloadPlan, RecomputeStoresLessAndCostsTraffic) {
   const auto all = with(0, "fp8:mlp,attn,norm"), rc = with(0, "fp8:mlp,attn,norm:recompute");
   // Products and normalized outputs are not stored; the norms' fp32 inputs stay as they are:
@@ -273,9 +298,11 @@ TEST_F(OffloadPlan, LossyFitListsTheFastestCompressedMixBesideAFasterLosslessOne
   ASSERT_NE(half, 0U);
   const auto compressed = fit_offload(m, r, half, true, {}, gpu, o, false, true);
   ASSERT_TRUE(compressed);
-  // It compresses something: a block keeps or offloads its (compressed) tensors.
+  // It compresses something: a block keeps or offloads its (compressed) tensors, or a selective
+  // block its GEMM outputs.
   EXPECT_TRUE(std::any_of(compressed->mix.begin(), compressed->mix.end(), [](block_policy p) {
-    return p == block_policy::keep || p == block_policy::offload;
+    return p == block_policy::keep || p == block_policy::offload || p == block_policy::selective ||
+           p == block_policy::selective_offload;
   }));
   EXPECT_TRUE(compressed->compress.enabled);
   EXPECT_LE(compressed->device_peak_bytes, half);
