@@ -15,8 +15,10 @@ In this order (a budget cut short drops the last):
    within the cap, else its fastest compressed one within the cap (or --forced-blocks); without
    fp8 only when the planner expects it within the cap. Halving the copied bytes is what lets
    the copies hide behind compute.
-`--compressed-mix MIX` (a letter per block) runs one more mix with fp8, right after the lossy
-fit. Every compressed mix runs through offload_activations(compress=...), its selective blocks'
+`--compressed-mix MIX` (a letter per block; repeatable) runs that mix with fp8, right after the
+lossy fit, and `--plain-mix MIX` (repeatable) one without, right after the plain fit: the same
+number of tries for each side, so that the bar's comparison of fastest against fastest stays
+fair when mixes the planner did not pick are tried. Every compressed mix runs through offload_activations(compress=...), its selective blocks'
 GEMM outputs stored (s) or copied (h) as fp8. A mix that repeats (the same mix, compressed alike)
 runs once. The bar's comparison is offload
 with fp8 at its fastest measured mix against offload alone at its fastest, under the same cap.
@@ -183,24 +185,31 @@ RUN_ORDER = (("planner lossy fit", True), ("planner plain fit", False), ("offloa
              ("offloading mix + fp8", True), ("offloading mix", False))
 
 
-#: The label of the mix --compressed-mix forces (run compressed, right after the lossy fit).
+#: The options that force a mix (run compressed right after the lossy fit, or without fp8 right
+#: after the plain fit); a forced mix's label is the option and its letters.
 GIVEN = "--compressed-mix"
+GIVEN_PLAIN = "--plain-mix"
 
 
-def parse_compressed_mix(text, n_blocks):
-    """The mix `--compressed-mix TEXT` names (letters of vramkit.offload_plan.LETTERS, one per
-    block); ValueError with a one-line message for another length or an unknown letter."""
+def parse_compressed_mix(text, n_blocks, option=GIVEN):
+    """The mix `OPTION TEXT` names (letters of vramkit.offload_plan.LETTERS, one per block);
+    ValueError with a one-line message for another length or an unknown letter."""
     from vramkit.offload_plan import from_letters
 
     if len(text) != n_blocks:
-        raise ValueError("--compressed-mix %s: %d letters for a shape of %d blocks" % (text, len(text), n_blocks))
+        raise ValueError("%s %s: %d letters for a shape of %d blocks" % (option, text, len(text), n_blocks))
     try:
         return from_letters(text)
     except ValueError as e:
-        raise ValueError("--compressed-mix %s: %s" % (text, e)) from None
+        raise ValueError("%s %s: %s" % (option, text, e)) from None
 
 
-def plan_runs(lossy, plain, forced, cap, estimates_of, given=None):
+def given_label(option, mix):
+    """The label of a mix forced by OPTION (GIVEN or GIVEN_PLAIN): the option and its letters."""
+    return "%s %s" % (option, offload_plan_letters(mix))
+
+
+def plan_runs(lossy, plain, forced, cap, estimates_of, given=(), given_plain=()):
     """The configurations to measure: ([(label, engine config, mix, the planner's entry,
     compressed)], pairs, [configurations not run, as result entries]). `lossy` and `plain`: the
     planner's fits (planner_choices' entries or None); `forced`: choose_forced's answer (k, mix,
@@ -209,12 +218,17 @@ def plan_runs(lossy, plain, forced, cap, estimates_of, given=None):
     planner entry is its estimate of the mix as given (`estimates_of`, on the GPU of the run),
     so that all the predicted times come from one cost model; the forced mix without fp8 runs
     only when the planner expects its allocated peak within FIT_MARGIN of the cap. `given`: the
-    mix of --compressed-mix, run compressed after the lossy fit (label GIVEN)."""
+    mixes of --compressed-mix (run compressed after the lossy fit) and `given_plain` those of
+    --plain-mix (without fp8, after the plain fit), each labelled given_label(option, mix)."""
     _, fmix, _, plain_mix, _ = forced or (None,) * 5
     mixes = {"planner lossy fit": (lossy or {}).get("mix"), "planner plain fit": (plain or {}).get("mix"),
-             "offload alone's best forced mix": plain_mix, "offloading mix + fp8": fmix, "offloading mix": fmix,
-             GIVEN: given}
-    order = RUN_ORDER[:1] + ((GIVEN, True),) + RUN_ORDER[1:] if given else RUN_ORDER
+             "offload alone's best forced mix": plain_mix, "offloading mix + fp8": fmix, "offloading mix": fmix}
+    forced_c, forced_p = [], []
+    for option, given_mixes, comp, out in ((GIVEN, given, True, forced_c), (GIVEN_PLAIN, given_plain, False, forced_p)):
+        for m in given_mixes or ():
+            mixes[given_label(option, m)] = m
+            out.append((given_label(option, m), comp))
+    order = RUN_ORDER[:1] + tuple(forced_c) + RUN_ORDER[1:2] + tuple(forced_p) + RUN_ORDER[2:]
     est = estimates_of({str(i): (mixes[label], comp) for i, (label, comp) in enumerate(order) if mixes[label]})
     runs, not_run, first = [], [], {}
     for i, (label, comp) in enumerate(order):
@@ -378,16 +392,18 @@ def plan_entry(o):
 def main():
     import compress_bench
 
-    ap = compress_bench.bench_parser(__doc__, "compress-offload.json", 1, 2, 26.0)
+    ap = compress_bench.bench_parser(__doc__, "compress-offload.json", 1, 4, 26.0)
     ap.add_argument("--cap-from", required=True, help="compress_bench.py's JSON (its bf16 run's peak reserved)")
     ap.add_argument("--cap-fraction", type=float, default=0.5)
     ap.add_argument("--forced-blocks", type=int, default=0,
                     help="blocks the forced offloading mix offloads, whatever the fits copy (default 0: the planner's "
                     "pick among %s, forced only when neither fit copies a block)"
                     % ",".join(map(str, FORCED_KS)))
-    ap.add_argument(GIVEN, dest="compressed_mix", default=None, metavar="MIX",
-                    help="one more mix run with fp8, right after the planner's lossy fit: a letter per block of "
-                    "the shape (o, c, k, s, h, x as `vramkit plan --offload activations:MIX`)")
+    ap.add_argument(GIVEN, dest="compressed_mix", action="append", default=[], metavar="MIX",
+                    help="a mix run with fp8, right after the planner's lossy fit (repeatable): a letter per block "
+                    "of the shape (o, c, k, s, h, x as `vramkit plan --offload activations:MIX`)")
+    ap.add_argument(GIVEN_PLAIN, dest="plain_mix", action="append", default=[], metavar="MIX",
+                    help="a mix run without fp8 (offload alone), right after the planner's plain fit (repeatable)")
     t0 = time.time()
     args = compress_bench.parse_bench_args(ap)
     if not 0 < args.cap_fraction <= 1:
@@ -396,12 +412,12 @@ def main():
         ap.error("--forced-blocks must be >= 0")
     import offload_bench
 
-    given = None
-    if args.compressed_mix is not None:
-        try:
-            given = parse_compressed_mix(args.compressed_mix, offload_bench.SHAPES[args.shape]["layers"])
-        except ValueError as e:
-            ap.error(str(e))
+    n_blocks = offload_bench.SHAPES[args.shape]["layers"]
+    try:
+        given = [parse_compressed_mix(m, n_blocks) for m in args.compressed_mix]
+        given_plain = [parse_compressed_mix(m, n_blocks, GIVEN_PLAIN) for m in args.plain_mix]
+    except ValueError as e:
+        ap.error(str(e))
 
     # Pinned host memory registered by 16 threads, as the offload bench's workers do (pinning
     # the offloaded blocks' GiBs otherwise dominates the first step).
@@ -454,10 +470,12 @@ def main():
     estimates_of = functools.partial(mix_estimates, shape, capacity, out_dir)
     forced, info = pick_offloading(lossy, plain, args.forced_blocks, cap, estimates_of)
     res.update(info)
-    runs, pairs, not_run = plan_runs(lossy, plain, forced, cap, estimates_of, given)
+    runs, pairs, not_run = plan_runs(lossy, plain, forced, cap, estimates_of, given, given_plain)
     res["configs"].extend(not_run)
     res["pairs"] = pairs
     save()
+    # Both sides run --warmup and --timed steps (offload alone's own default, 1 and 4, otherwise).
+    offload_bench.STEPS["vramkit-act"] = (args.warmup, args.timed)
     w = {"shape": shape, "model": model, "loss_fn": loss_fn, "blocks": find_blocks(model), "kind": kind,
          "total": total, "warmup": args.warmup, "timed": args.timed, "cap": cap, "plan_settings": {}}
     deadline = t0 + args.budget_s

@@ -221,23 +221,38 @@ class CompressedMix(unittest.TestCase):
     def test_runs_compressed_after_the_lossy_fit(self):
         est = PlanRuns().estimates(90)
         given = ["selective", "selective-offload"]
-        runs, _, _ = co.plan_runs({"mix": PlanRuns.L}, {"mix": PlanRuns.P}, None, PlanRuns.CAP, est, given)
-        self.assertEqual([r[0] for r in runs[:3]], ["planner lossy fit", co.GIVEN, "planner plain fit"])
+        runs, _, _ = co.plan_runs({"mix": PlanRuns.L}, {"mix": PlanRuns.P}, None, PlanRuns.CAP, est, [given])
+        self.assertEqual([r[0] for r in runs[:3]], ["planner lossy fit", "--compressed-mix sh", "planner plain fit"])
         self.assertEqual(runs[1][1:3], ("vramkit-act+compress", given))
         self.assertTrue(runs[1][4])
         # The lossy fit's mix given again runs once.
-        runs, _, _ = co.plan_runs({"mix": PlanRuns.L}, {"mix": PlanRuns.P}, None, PlanRuns.CAP, est, PlanRuns.L)
-        self.assertNotIn(co.GIVEN, [r[0] for r in runs])
+        runs, _, _ = co.plan_runs({"mix": PlanRuns.L}, {"mix": PlanRuns.P}, None, PlanRuns.CAP, est, [PlanRuns.L])
+        self.assertNotIn("--compressed-mix ck", [r[0] for r in runs])
+
+    def test_several_of_each_side_in_order(self):
+        est = PlanRuns().estimates(90)
+        kk, ok = ["keep", "keep"], ["offload", "keep"]
+        runs, _, _ = co.plan_runs({"mix": PlanRuns.L}, {"mix": PlanRuns.P}, None, PlanRuns.CAP, est,
+                                  [kk, ok], [kk, ["checkpoint", "checkpoint"]])
+        self.assertEqual([(r[0], r[4]) for r in runs],
+                         [("planner lossy fit", True), ("--compressed-mix kk", True), ("--compressed-mix ok", True),
+                          ("planner plain fit", False), ("--plain-mix kk", False), ("--plain-mix cc", False)])
+        self.assertEqual([r[1] for r in runs[3:]], ["vramkit-act"] * 3)
+        # The same mix given on both sides runs both ways.
+        self.assertEqual(runs[1][2], runs[4][2])
 
     def test_command_line_errors_are_one_line(self):
         import subprocess
 
-        for mix, why in (("ccc", "3 letters for a shape of 16 blocks"), ("c" * 15 + "z", "letter 'z'")):
-            proc = subprocess.run([sys.executable, os.path.join(HERE, "compress_offload.py"), "--cap-from", "x.json",
-                                   "--compressed-mix", mix], capture_output=True, text=True, check=False)
-            self.assertEqual(proc.returncode, 2)
-            self.assertIn(why, proc.stderr.strip().splitlines()[-1])
-            self.assertIn("error: --compressed-mix", proc.stderr.strip().splitlines()[-1])
+        for option in (co.GIVEN, co.GIVEN_PLAIN):
+            for mix, why in (("ccc", "3 letters for a shape of 16 blocks"), ("c" * 15 + "z", "letter 'z'")):
+                # A valid mix before the bad one: every repeat is checked.
+                proc = subprocess.run([sys.executable, os.path.join(HERE, "compress_offload.py"), "--cap-from",
+                                       "x.json", option, "c" * 16, option, mix],
+                                      capture_output=True, text=True, check=False)
+                self.assertEqual(proc.returncode, 2)
+                self.assertIn(why, proc.stderr.strip().splitlines()[-1])
+                self.assertIn("error: %s %s" % (option, mix), proc.stderr.strip().splitlines()[-1])
 
 
 class PickOffloading(unittest.TestCase):
