@@ -73,12 +73,11 @@ std::vector<vramkit::testing::fake_gpu> eight_gpus() {
     g.memory_total_bytes = 150754820096ULL;
     g.memory_used_bytes = (10ULL + i) << 30;
     g.memory_reserved_bytes = 597688320ULL;
-    g.utilization_gpu = 50;
+    g.utilization = vramkit::nvml_utilization{50, 0};
     g.temperature_celsius = 50;
     g.power_watts = 400;
-    g.pcie_rx_bytes_per_second = 1ULL << 30;
-    g.pcie_tx_bytes_per_second = 1ULL << 29;
-    g.sm_clock_mhz = 1980;
+    g.pcie_throughput = vramkit::nvml_pcie{1ULL << 30, 1ULL << 29};
+    g.clocks = vramkit::nvml_clocks{1980, 0};
     for (int p = 0; p < 4; ++p) {
       // Real pids of this process so the host join reads /proc as it would for real processes.
       g.processes.push_back({static_cast<std::uint32_t>(getpid()), (1ULL + p) << 30,

@@ -339,11 +339,10 @@ class dl_nvml final : public nvml_api {
     return nvml_value<nvml_nvlink>::success(out);
   }
 
-  nvml_value<nvml_clocks> clocks(unsigned index) override {
+  nvml_value<nvml_clocks> clocks(unsigned index, nvml_reading which) override {
+    if (which == nvml_reading::max)
+      return clocks_of(index, max_clock_, "nvmlDeviceGetMaxClockInfo");
     return clocks_of(index, clock_, "nvmlDeviceGetClockInfo");
-  }
-  nvml_value<nvml_clocks> max_clocks(unsigned index) override {
-    return clocks_of(index, max_clock_, "nvmlDeviceGetMaxClockInfo");
   }
 
   nvml_value<unsigned> memory_bus_width_bits(unsigned index) override {
@@ -356,11 +355,10 @@ class dl_nvml final : public nvml_api {
     return nvml_value<unsigned>::success(bits);
   }
 
-  nvml_value<nvml_pcie_link> pcie_link(unsigned index) override {
+  nvml_value<nvml_pcie_link> pcie_link(unsigned index, nvml_reading which) override {
+    if (which == nvml_reading::max)
+      return link_of(index, max_link_gen_, max_link_width_, "nvmlDeviceGetMaxPcieLink*");
     return link_of(index, link_gen_, link_width_, "nvmlDeviceGetCurrPcieLink*");
-  }
-  nvml_value<nvml_pcie_link> max_pcie_link(unsigned index) override {
-    return link_of(index, max_link_gen_, max_link_width_, "nvmlDeviceGetMaxPcieLink*");
   }
 
   nvml_value<double> temperature_celsius(unsigned index) override {

@@ -167,7 +167,7 @@ gpu_sample sampler::read_gpu(unsigned index, std::int64_t now) {
   } else {
     note(g, "nvlink", n);
   }
-  if (auto c = gpus_->clocks(index); c.ok()) {
+  if (auto c = gpus_->clocks(index, nvml_reading::current); c.ok()) {
     g.sm_clock_mhz = c.value.sm_mhz;
     g.memory_clock_mhz = c.value.memory_mhz;
   } else {

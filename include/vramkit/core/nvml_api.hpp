@@ -91,6 +91,10 @@ struct nvml_nvlink {
   std::uint64_t tx_bytes = 0;
 };
 
+/// Which reading of a quantity a query asks for: its value now, or the most the device (and, for
+/// its PCIe link, its slot) supports. NVML answers each through a function of its own.
+enum class nvml_reading { current, max };
+
 struct nvml_clocks {
   unsigned sm_mhz = 0;
   unsigned memory_mhz = 0;
@@ -151,16 +155,13 @@ class nvml_api {
   virtual nvml_value<nvml_pcie_counters> pcie_counters(unsigned index) = 0;
   /// Byte counters summed over all links (NVML field values, scope all); fails without NVLink.
   virtual nvml_value<nvml_nvlink> nvlink_counters(unsigned index) = 0;
-  /// Current SM and memory clocks in MHz.
-  virtual nvml_value<nvml_clocks> clocks(unsigned index) = 0;
-  /// The highest SM and memory clocks the device runs at, in MHz.
-  virtual nvml_value<nvml_clocks> max_clocks(unsigned index) = 0;
+  /// SM and memory clocks in MHz: now, or the highest the device runs at.
+  virtual nvml_value<nvml_clocks> clocks(unsigned index, nvml_reading which) = 0;
   /// The memory bus width in bits.
   virtual nvml_value<unsigned> memory_bus_width_bits(unsigned index) = 0;
-  /// The PCIe link as trained now; an idle link may train down to save power.
-  virtual nvml_value<nvml_pcie_link> pcie_link(unsigned index) = 0;
-  /// The fastest PCIe link the device and its slot support.
-  virtual nvml_value<nvml_pcie_link> max_pcie_link(unsigned index) = 0;
+  /// The PCIe link: as trained now (an idle link may train down to save power), or the fastest
+  /// the device and its slot support.
+  virtual nvml_value<nvml_pcie_link> pcie_link(unsigned index, nvml_reading which) = 0;
   /// The GPU die's temperature in degrees Celsius.
   virtual nvml_value<double> temperature_celsius(unsigned index) = 0;
   /// The board's power draw now, in watts (the driver reports milliwatts).

@@ -109,16 +109,21 @@ fake_gpu parse_gpu(const nlohmann::json& g, std::size_t i) {
   if (gpu.memory_used_bytes + gpu.memory_reserved_bytes.value_or(0) > gpu.memory_total_bytes) {
     throw invalid_input("memory_used_bytes + memory_reserved_bytes exceed memory_total_bytes");
   }
-  gpu.utilization_gpu = opt<unsigned>(g, "utilization_gpu");
-  gpu.utilization_memory = opt<unsigned>(g, "utilization_memory");
+  // The fixture's flat fields, as each query answers them: the GPU's utilization without the
+  // memory's reads as 0 there; either PCIe direction alone gives the other as 0; the current
+  // clocks need the SM's, the maximum ones both.
+  if (const auto busy = opt<unsigned>(g, "utilization_gpu"))
+    gpu.utilization = nvml_utilization{*busy, opt<unsigned>(g, "utilization_memory").value_or(0)};
   gpu.temperature_celsius = opt<double>(g, "temperature_celsius");
   gpu.power_watts = opt<double>(g, "power_watts");
-  gpu.pcie_rx_bytes_per_second = byte_count(g, "pcie_rx_bytes_per_second");
-  gpu.pcie_tx_bytes_per_second = byte_count(g, "pcie_tx_bytes_per_second");
-  gpu.sm_clock_mhz = opt<unsigned>(g, "sm_clock_mhz");
-  gpu.memory_clock_mhz = opt<unsigned>(g, "memory_clock_mhz");
-  gpu.sm_clock_max_mhz = opt<unsigned>(g, "sm_clock_max_mhz");
-  gpu.memory_clock_max_mhz = opt<unsigned>(g, "memory_clock_max_mhz");
+  const auto rx = byte_count(g, "pcie_rx_bytes_per_second");
+  const auto tx = byte_count(g, "pcie_tx_bytes_per_second");
+  if (rx || tx) gpu.pcie_throughput = nvml_pcie{rx.value_or(0), tx.value_or(0)};
+  if (const auto sm = opt<unsigned>(g, "sm_clock_mhz"))
+    gpu.clocks = nvml_clocks{*sm, opt<unsigned>(g, "memory_clock_mhz").value_or(0)};
+  const auto sm_max = opt<unsigned>(g, "sm_clock_max_mhz");
+  const auto memory_max = opt<unsigned>(g, "memory_clock_max_mhz");
+  if (sm_max && memory_max) gpu.max_clocks = nvml_clocks{*sm_max, *memory_max};
   gpu.memory_bus_width_bits = opt<unsigned>(g, "memory_bus_width_bits");
   gpu.pci_bus_id = g.value("pci_bus_id", std::string());
   gpu.pcie_link = link(g, "pcie_link_generation", "pcie_link_width");
@@ -293,22 +298,19 @@ nvml_value<std::vector<nvml_process>> fake_nvml::processes(unsigned index) {
   return nvml_value<std::vector<nvml_process>>::success(g->processes);
 }
 
+template <typename T>
+nvml_value<T> fake_nvml::answer(unsigned index, const char* query,
+                                std::optional<T> fake_gpu::*field, const char* missing) {
+  VRAMKIT_FAKE_QUERY(T, query)
+  return scripted(g->*field, missing);
+}
+
 nvml_value<nvml_utilization> fake_nvml::utilization(unsigned index) {
-  VRAMKIT_FAKE_QUERY(nvml_utilization, "utilization")
-  if (!g->utilization_gpu)
-    return nvml_value<nvml_utilization>::failure(nvml_status::not_supported,
-                                                 "fake: no utilization");
-  return nvml_value<nvml_utilization>::success(
-      {*g->utilization_gpu, g->utilization_memory.value_or(0)});
+  return answer(index, "utilization", &fake_gpu::utilization, "fake: no utilization");
 }
 
 nvml_value<nvml_pcie> fake_nvml::pcie_throughput(unsigned index) {
-  VRAMKIT_FAKE_QUERY(nvml_pcie, "pcie")
-  if (!g->pcie_rx_bytes_per_second && !g->pcie_tx_bytes_per_second) {
-    return nvml_value<nvml_pcie>::failure(nvml_status::not_supported, "fake: no PCIe counters");
-  }
-  return nvml_value<nvml_pcie>::success(
-      {g->pcie_rx_bytes_per_second.value_or(0), g->pcie_tx_bytes_per_second.value_or(0)});
+  return answer(index, "pcie", &fake_gpu::pcie_throughput, "fake: no PCIe counters");
 }
 
 nvml_value<nvml_pcie_counters> fake_nvml::pcie_counters(unsigned index) {
@@ -323,47 +325,28 @@ nvml_value<nvml_nvlink> fake_nvml::nvlink_counters(unsigned index) {
   return nvml_value<nvml_nvlink>::failure(nvml_status::not_supported, "fake: no NVLink");
 }
 
-nvml_value<nvml_clocks> fake_nvml::clocks(unsigned index) {
-  VRAMKIT_FAKE_QUERY(nvml_clocks, "clocks")
-  if (!g->sm_clock_mhz)
-    return nvml_value<nvml_clocks>::failure(nvml_status::not_supported, "fake: no clocks");
-  return nvml_value<nvml_clocks>::success({*g->sm_clock_mhz, g->memory_clock_mhz.value_or(0)});
-}
-
-nvml_value<nvml_clocks> fake_nvml::max_clocks(unsigned index) {
-  VRAMKIT_FAKE_QUERY(nvml_clocks, "max_clocks")
-  if (!g->sm_clock_max_mhz || !g->memory_clock_max_mhz)
-    return nvml_value<nvml_clocks>::failure(nvml_status::not_supported, "fake: no max clocks");
-  return nvml_value<nvml_clocks>::success({*g->sm_clock_max_mhz, *g->memory_clock_max_mhz});
+nvml_value<nvml_clocks> fake_nvml::clocks(unsigned index, nvml_reading which) {
+  if (which == nvml_reading::max)
+    return answer(index, "max_clocks", &fake_gpu::max_clocks, "fake: no max clocks");
+  return answer(index, "clocks", &fake_gpu::clocks, "fake: no clocks");
 }
 
 nvml_value<unsigned> fake_nvml::memory_bus_width_bits(unsigned index) {
-  VRAMKIT_FAKE_QUERY(unsigned, "bus_width")
-  return scripted(g->memory_bus_width_bits, "fake: no bus width");
+  return answer(index, "bus_width", &fake_gpu::memory_bus_width_bits, "fake: no bus width");
 }
 
-nvml_value<nvml_pcie_link> fake_nvml::pcie_link(unsigned index) {
-  VRAMKIT_FAKE_QUERY(nvml_pcie_link, "pcie_link")
-  return scripted(g->pcie_link, "fake: no PCIe link");
-}
-
-nvml_value<nvml_pcie_link> fake_nvml::max_pcie_link(unsigned index) {
-  VRAMKIT_FAKE_QUERY(nvml_pcie_link, "max_pcie_link")
-  return scripted(g->max_pcie_link, "fake: no maximum PCIe link");
+nvml_value<nvml_pcie_link> fake_nvml::pcie_link(unsigned index, nvml_reading which) {
+  if (which == nvml_reading::max)
+    return answer(index, "max_pcie_link", &fake_gpu::max_pcie_link, "fake: no maximum PCIe link");
+  return answer(index, "pcie_link", &fake_gpu::pcie_link, "fake: no PCIe link");
 }
 
 nvml_value<double> fake_nvml::temperature_celsius(unsigned index) {
-  VRAMKIT_FAKE_QUERY(double, "temperature")
-  if (!g->temperature_celsius)
-    return nvml_value<double>::failure(nvml_status::not_supported, "fake: no sensor");
-  return nvml_value<double>::success(*g->temperature_celsius);
+  return answer(index, "temperature", &fake_gpu::temperature_celsius, "fake: no sensor");
 }
 
 nvml_value<double> fake_nvml::power_watts(unsigned index) {
-  VRAMKIT_FAKE_QUERY(double, "power")
-  if (!g->power_watts)
-    return nvml_value<double>::failure(nvml_status::not_supported, "fake: no power sensor");
-  return nvml_value<double>::success(*g->power_watts);
+  return answer(index, "power", &fake_gpu::power_watts, "fake: no power sensor");
 }
 
 nvml_value<nvml_ecc> fake_nvml::ecc(unsigned index) {

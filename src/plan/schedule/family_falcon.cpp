@@ -15,8 +15,8 @@ tensor falcon_attention(walker& w, const dims& D, const tensor& in, int in_bytes
   const i64 rows = D.tok();
   const int low = w.dt().low;
   const auto& t = w.model().t;
-  const u64 nq = static_cast<u64>(rows * D.heads * D.d);
-  const u64 nkv = static_cast<u64>(rows * D.kv * D.d);
+  const u64 nq = D.q_elems();
+  const u64 nkv = D.kv_elems();
   const u64 nfused = nq + 2 * nkv;
   const bool multi_query = t.kv_heads == 1 && t.heads > 1 && t.shared_parallel_norm;
   const tensor qkv = w.proj(in, rows, D.h, (D.heads + 2 * D.kv) * D.d, p.qkv, in_bytes,

@@ -25,7 +25,7 @@ tensor gpt_neox_attention(walker& w, const dims& D, const tensor& in, int in_byt
                           const layer_params& p) {
   const int low = w.dt().low;
   const double drop = w.model().t.attention_dropout;
-  const u64 nq = static_cast<u64>(D.tok() * D.heads * D.d);
+  const u64 nq = D.q_elems();
   const tensor qkv = w.proj(in, D.tok(), D.h, 3 * D.heads * D.d, p.qkv, in_bytes, "qkv",
                             lora_target::q | lora_target::k | lora_target::v);
   tensor q = partial_rope(w, qkv, nq, "query");

@@ -25,11 +25,7 @@ tensor llama_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
                        const layer_params& p) {
   const i64 rows = D.tok();
   const int low = w.dt().low;
-  const u64 nq = static_cast<u64>(rows * D.heads * D.d);
-  const u64 nkv = static_cast<u64>(rows * D.kv * D.d);
-  tensor q = w.proj(in, rows, D.h, D.heads * D.d, p.qkv, in_bytes, "query", lora_target::q);
-  tensor k = w.proj(in, rows, D.h, D.kv * D.d, p.key(), in_bytes, "key", lora_target::k);
-  tensor v = w.proj(in, rows, D.h, D.kv * D.d, p.value(), in_bytes, "value", lora_target::v);
+  auto [q, k, v] = separate_qkv(w, D, in, in_bytes, p);
   const int rb = w.dt().amp ? 4 : low;
   if (p.qk_norm >= 0) {
     // Qwen3 / Gemma-3: the model's RMSNorm over each head of q and k before RoPE.
@@ -38,8 +34,8 @@ tensor llama_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
   }
   // query_states, key_states = apply_rotary_pos_emb(...): both rotated before either input is
   // dropped.
-  tensor qr = rope(w, q, nq, "query rotated");
-  tensor kr = rope(w, k, nkv, "key rotated");
+  tensor qr = rope(w, q, D.q_elems(), "query rotated");
+  tensor kr = rope(w, k, D.kv_elems(), "key rotated");
   q = std::move(qr);
   k = std::move(kr);
   tensor o = attention(w, D, {q, k, v, rb, low, false, true, w.model().t.attention_dropout});

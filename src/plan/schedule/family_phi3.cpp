@@ -27,12 +27,10 @@ tensor phi3_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
                       const layer_params& p) {
   const i64 rows = D.tok();
   const int low = w.dt().low;
-  const u64 nq = static_cast<u64>(rows * D.heads * D.d);
-  const u64 nkv = static_cast<u64>(rows * D.kv * D.d);
   const tensor qkv = w.proj(in, rows, D.h, (D.heads + 2 * D.kv) * D.d, p.qkv, in_bytes, "qkv",
                             lora_target::q | lora_target::k | lora_target::v);
-  tensor q = rope_cat(w, qkv, nq, "query rotated");
-  tensor k = rope_cat(w, qkv, nkv, "key rotated");
+  tensor q = rope_cat(w, qkv, D.q_elems(), "query rotated");
+  tensor k = rope_cat(w, qkv, D.kv_elems(), "key rotated");
   const int rb = w.dt().amp ? 4 : low;
   tensor o = attention(w, D, {q, k, qkv, rb, low, false, true, w.model().t.attention_dropout});
   q.reset();

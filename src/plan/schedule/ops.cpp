@@ -90,8 +90,8 @@ namespace {
 /// SDPA: flash (fp16/bf16) or memory-efficient (fp32) kernel; saves q, k, v, output and the
 /// fp32 log-sum-exp; autocast casts fp32 inputs to the low dtype first.
 tensor sdpa(walker& w, const dims& D, const attention_inputs& in) {
-  const u64 n_q = static_cast<u64>(D.tok() * D.heads * D.d);
-  const u64 n_kv = static_cast<u64>(D.tok() * D.kv * D.d);
+  const u64 n_q = D.q_elems();
+  const u64 n_kv = D.kv_elems();
   const int low = w.dt().low;
   auto cast_in = [&](const tensor& t, u64 n, int tb) {
     if (w.dt().amp && tb == 4) return w.op(n * low, "sdpa input cast", {edge{t, n * 4}}, {});
@@ -135,8 +135,8 @@ tensor sdpa(walker& w, const dims& D, const attention_inputs& in) {
 /// Eager attention as transformers writes it: scores = q k^T, / sqrt(d), + mask, softmax (fp32
 /// under autocast, then cast back), dropout, @ v, then a contiguous copy of the output.
 tensor eager_attention(walker& w, const dims& D, const attention_inputs& in) {
-  const u64 n_q = static_cast<u64>(D.tok() * D.heads * D.d);
-  const u64 n_kv = static_cast<u64>(D.tok() * D.kv * D.d);
+  const u64 n_q = D.q_elems();
+  const u64 n_kv = D.kv_elems();
   const int low = w.dt().low;
   const u64 n_s = D.score_elems();
   const u64 qkv_edge =
@@ -170,8 +170,8 @@ tensor eager_attention(walker& w, const dims& D, const attention_inputs& in) {
 /// saving; its node keeps q, k and v, and backward re-materialises the s x s tensors (scores,
 /// softmax, dropout mask and their gradient) as a workspace while it produces dq, dk and dv.
 tensor selective_eager_attention(walker& w, const dims& D, const attention_inputs& in) {
-  const u64 n_q = static_cast<u64>(D.tok() * D.heads * D.d);
-  const u64 n_kv = static_cast<u64>(D.tok() * D.kv * D.d);
+  const u64 n_q = D.q_elems();
+  const u64 n_kv = D.kv_elems();
   const int low = w.dt().low;
   const u64 n_s = D.score_elems();
   w.set_grad(false);
@@ -194,8 +194,8 @@ tensor selective_eager_attention(walker& w, const dims& D, const attention_input
 
 tensor math_attention(walker& w, const dims& D, const tensor& q, const tensor& k, const tensor& v,
                       int in_bytes, bool causal) {
-  const u64 nq = static_cast<u64>(D.tok() * D.heads * D.d);
-  const u64 nkv = static_cast<u64>(D.tok() * D.kv * D.d);
+  const u64 nq = D.q_elems();
+  const u64 nkv = D.kv_elems();
   const i64 s = D.s * D.sp;
   const u64 ns = static_cast<u64>(D.b * D.heads) * static_cast<u64>(s * s);
   constexpr auto tmp = component::temporaries;

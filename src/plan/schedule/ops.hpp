@@ -16,6 +16,10 @@ struct dims {
   i64 vd = 0;  ///< value head dim when it differs from the query/key one (latent attention)
   [[nodiscard]] i64 tok() const { return b * s; }
   [[nodiscard]] i64 v_dim() const { return vd > 0 ? vd : d; }
+  /// Elements of the layer's query tensor (all its heads on this GPU) and of its key or value
+  /// tensor (the key/value heads), over tok() tokens.
+  [[nodiscard]] u64 q_elems() const { return static_cast<u64>(tok() * heads * d); }
+  [[nodiscard]] u64 kv_elems() const { return static_cast<u64>(tok() * kv * d); }
   /// Elements of one s x s score tensor of the attention core on this GPU.
   [[nodiscard]] u64 score_elems() const {
     return static_cast<u64>(b * heads / sp) * static_cast<u64>(s * sp) * static_cast<u64>(s * sp);

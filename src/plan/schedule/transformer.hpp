@@ -37,6 +37,14 @@ tensor mlp(walker& w, const dims& D, const tensor& in, int in_bytes, const layer
 /// autocast promote the result to fp32).
 tensor rope(walker& w, const tensor& src, u64 n, const char* label);
 
+/// The query, key and value of separate q_proj, k_proj and v_proj Linears (BERT, LLaMA and the
+/// families built on them), projected from `in` in that order.
+struct qkv_tensors {
+  tensor q, k, v;
+};
+qkv_tensors separate_qkv(walker& w, const dims& D, const tensor& in, int in_bytes,
+                         const layer_params& p);
+
 /// The families' self-attention functions.
 tensor gpt2_attention(walker& w, const dims& D, const tensor& in, int in_bytes,
                       const layer_params& p);

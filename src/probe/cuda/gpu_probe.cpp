@@ -305,10 +305,10 @@ result<nvml_facts> read_nvml(const result<std::shared_ptr<nvml_api>>& nvml,
   nvml_api& api = **nvml;
   nvml_facts f;
   f.uuid = api.device_uuid(index.value).to_optional();
-  f.link = api.pcie_link(index.value).to_optional();
-  f.max_link = api.max_pcie_link(index.value).to_optional();
-  f.clocks = api.clocks(index.value).to_optional();
-  f.max_clocks = api.max_clocks(index.value).to_optional();
+  f.link = api.pcie_link(index.value, nvml_reading::current).to_optional();
+  f.max_link = api.pcie_link(index.value, nvml_reading::max).to_optional();
+  f.clocks = api.clocks(index.value, nvml_reading::current).to_optional();
+  f.max_clocks = api.clocks(index.value, nvml_reading::max).to_optional();
   f.bus_width_bits = api.memory_bus_width_bits(index.value).to_optional();
   return f;
 }

@@ -100,7 +100,7 @@ TEST_P(StubNvml, ReadsTheOtherCounters) {
   auto t = api_->temperature_celsius(0);
   ASSERT_TRUE(t.ok());
   EXPECT_DOUBLE_EQ(t.value, 48);
-  auto c = api_->clocks(0);
+  auto c = api_->clocks(0, nvml_reading::current);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c.value.sm_mhz, 1980U);
   // No NVLink links, and symbols the stub does not export, are "not supported", not a crash.
@@ -126,27 +126,32 @@ TEST_P(StubNvml, FindsDevicesByPciBusIdWhateverTheIndexOrder) {
 }
 
 TEST_P(StubNvml, ReadsTheLinkClocksAndBusWidthTheProbeNeeds) {
-  EXPECT_EQ(value_of(api_->pcie_link(0)), (nvml_pcie_link{.generation = 1, .width = 16}));
-  EXPECT_EQ(value_of(api_->max_pcie_link(0)), (nvml_pcie_link{.generation = 5, .width = 16}));
-  EXPECT_EQ(value_of(api_->max_clocks(0)), (nvml_clocks{.sm_mhz = 1980, .memory_mhz = 3201}));
+  EXPECT_EQ(value_of(api_->pcie_link(0, nvml_reading::current)),
+            (nvml_pcie_link{.generation = 1, .width = 16}));
+  EXPECT_EQ(value_of(api_->pcie_link(0, nvml_reading::max)),
+            (nvml_pcie_link{.generation = 5, .width = 16}));
+  EXPECT_EQ(value_of(api_->clocks(0, nvml_reading::max)),
+            (nvml_clocks{.sm_mhz = 1980, .memory_mhz = 3201}));
   EXPECT_EQ(value_of(api_->memory_bus_width_bits(0)), 5120U);
 }
 
 TEST_P(StubNvml, AnswersEachProbeQueryWithItsOwnStatus) {
   // Device 1: the current link reads, the maximum width does not, so the maximum link is
   // not_supported as a whole while the current one stays usable.
-  EXPECT_TRUE(api_->pcie_link(1).ok());
-  EXPECT_EQ(api_->max_pcie_link(1).status, nvml_status::not_supported);
+  EXPECT_TRUE(api_->pcie_link(1, nvml_reading::current).ok());
+  EXPECT_EQ(api_->pcie_link(1, nvml_reading::max).status, nvml_status::not_supported);
   EXPECT_EQ(api_->memory_bus_width_bits(1).status, nvml_status::not_supported);
-  EXPECT_TRUE(api_->max_clocks(1).ok());
+  EXPECT_TRUE(api_->clocks(1, nvml_reading::max).ok());
   // Device 2 is lost: every query says so, with the driver's words.
-  for (const auto& st : {api_->pcie_link(2).status, api_->max_pcie_link(2).status,
-                         api_->max_clocks(2).status, api_->memory_bus_width_bits(2).status}) {
+  for (const auto& st :
+       {api_->pcie_link(2, nvml_reading::current).status,
+        api_->pcie_link(2, nvml_reading::max).status, api_->clocks(2, nvml_reading::max).status,
+        api_->memory_bus_width_bits(2).status}) {
     EXPECT_EQ(st, nvml_status::gpu_lost);
   }
-  EXPECT_NE(api_->max_clocks(2).detail.find("GPU is lost"), std::string::npos);
+  EXPECT_NE(api_->clocks(2, nvml_reading::max).detail.find("GPU is lost"), std::string::npos);
   // An index NVML does not have: the handle lookup's INVALID_ARGUMENT, not a crash.
-  EXPECT_EQ(api_->max_pcie_link(7).status, nvml_status::error);
+  EXPECT_EQ(api_->pcie_link(7, nvml_reading::max).status, nvml_status::error);
 }
 
 INSTANTIATE_TEST_SUITE_P(RecordLayouts, StubNvml, ::testing::Values(false, true),

@@ -26,16 +26,18 @@ TEST(FakeNvml, ReadsLinkClocksAndBusWidthFromTheFixture) {
   EXPECT_EQ(fake.device_index_by_pci_bus_id("0000:3b:00.0").value, 0U) << "case is ignored";
   EXPECT_EQ(fake.device_index_by_pci_bus_id("0000:ff:00.0").status, nvml_status::not_found);
 
-  auto max_clocks = fake.max_clocks(1);
+  auto max_clocks = fake.clocks(1, nvml_reading::max);
   ASSERT_TRUE(max_clocks.ok());
   EXPECT_EQ(max_clocks.value.memory_mhz, 3201U);
   EXPECT_EQ(fake.memory_bus_width_bits(1).value, 5120U);
-  EXPECT_EQ(fake.pcie_link(1).value.generation, 1U);
-  EXPECT_EQ(fake.max_pcie_link(1).value.generation, 5U);
-  EXPECT_EQ(fake.max_pcie_link(1).value.width, 16U);
+  EXPECT_EQ(fake.pcie_link(1, nvml_reading::current).value.generation, 1U);
+  EXPECT_EQ(fake.pcie_link(1, nvml_reading::max).value.generation, 5U);
+  EXPECT_EQ(fake.pcie_link(1, nvml_reading::max).value.width, 16U);
 
-  for (const auto& st : {fake.max_clocks(0).status, fake.memory_bus_width_bits(0).status,
-                         fake.pcie_link(0).status, fake.max_pcie_link(0).status}) {
+  for (const auto& st :
+       {fake.clocks(0, nvml_reading::max).status, fake.memory_bus_width_bits(0).status,
+        fake.pcie_link(0, nvml_reading::current).status,
+        fake.pcie_link(0, nvml_reading::max).status}) {
     EXPECT_EQ(st, nvml_status::not_supported);
   }
 }
@@ -66,8 +68,12 @@ TEST(FakeNvml, RefusesNumbersOutsideTheirType) {
       R"({"gpus":[{"memory_total_bytes":1000,"utilization_gpu":100,"sm_clock_mhz":4294967295,
           "temperature_celsius":-5.5,"processes":[{"pid":4294967295}]}]})");
   ASSERT_EQ(gpus.size(), 1u);
-  EXPECT_EQ(gpus[0].utilization_gpu, 100u);
-  EXPECT_EQ(gpus[0].sm_clock_mhz, 4294967295u);
+  ASSERT_TRUE(gpus[0].utilization.has_value());
+  EXPECT_EQ(gpus[0].utilization->gpu_percent, 100u);
+  EXPECT_EQ(gpus[0].utilization->memory_percent, 0u) << "absent from the fixture: 0, as before";
+  ASSERT_TRUE(gpus[0].clocks.has_value());
+  EXPECT_EQ(gpus[0].clocks->sm_mhz, 4294967295u);
+  EXPECT_FALSE(gpus[0].max_clocks.has_value());
   EXPECT_EQ(gpus[0].temperature_celsius, -5.5);
   ASSERT_EQ(gpus[0].processes.size(), 1u);
   EXPECT_EQ(gpus[0].processes[0].pid, 4294967295u);
@@ -79,7 +85,7 @@ TEST(FakeNvml, FailsTheNewQueriesOnRequest) {
   g.max_pcie_link = nvml_pcie_link{5, 16};
   g.failures["max_pcie_link"] = nvml_status::no_permission;
   fake_nvml fake({g});
-  EXPECT_EQ(fake.max_pcie_link(0).status, nvml_status::no_permission);
+  EXPECT_EQ(fake.pcie_link(0, nvml_reading::max).status, nvml_status::no_permission);
   fake.fail_all(nvml_status::uninitialized);
   EXPECT_EQ(fake.device_index_by_pci_bus_id("0000:1b:00.0").status, nvml_status::uninitialized);
 }

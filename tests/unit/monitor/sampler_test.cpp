@@ -25,7 +25,7 @@ fake_gpu gpu(const std::string& uuid, std::uint64_t used) {
   g.uuid = uuid;
   g.memory_total_bytes = 100ULL << 30;
   g.memory_used_bytes = used;
-  g.utilization_gpu = 50;
+  g.utilization = nvml_utilization{50, 0};
   return g;
 }
 

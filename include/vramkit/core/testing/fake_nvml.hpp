@@ -36,16 +36,13 @@ struct fake_gpu {
   std::uint64_t memory_total_bytes = 0;
   std::uint64_t memory_used_bytes = 0;
   std::optional<std::uint64_t> memory_reserved_bytes;
-  std::optional<unsigned> utilization_gpu;
-  std::optional<unsigned> utilization_memory;
+  // What each query answers; an empty one answers not_supported.
+  std::optional<nvml_utilization> utilization;
   std::optional<double> temperature_celsius;
   std::optional<double> power_watts;
-  std::optional<std::uint64_t> pcie_rx_bytes_per_second;
-  std::optional<std::uint64_t> pcie_tx_bytes_per_second;
-  std::optional<unsigned> sm_clock_mhz;
-  std::optional<unsigned> memory_clock_mhz;
-  std::optional<unsigned> sm_clock_max_mhz;
-  std::optional<unsigned> memory_clock_max_mhz;
+  std::optional<nvml_pcie> pcie_throughput;
+  std::optional<nvml_clocks> clocks;
+  std::optional<nvml_clocks> max_clocks;
   std::optional<unsigned> memory_bus_width_bits;
   std::string pci_bus_id;  ///< "0000:65:00.0"; matched without regard to case
   std::optional<nvml_pcie_link> pcie_link;
@@ -98,11 +95,9 @@ class fake_nvml final : public nvml_api {
   nvml_value<nvml_pcie> pcie_throughput(unsigned index) override;
   nvml_value<nvml_pcie_counters> pcie_counters(unsigned index) override;
   nvml_value<nvml_nvlink> nvlink_counters(unsigned index) override;
-  nvml_value<nvml_clocks> clocks(unsigned index) override;
-  nvml_value<nvml_clocks> max_clocks(unsigned index) override;
+  nvml_value<nvml_clocks> clocks(unsigned index, nvml_reading which) override;
   nvml_value<unsigned> memory_bus_width_bits(unsigned index) override;
-  nvml_value<nvml_pcie_link> pcie_link(unsigned index) override;
-  nvml_value<nvml_pcie_link> max_pcie_link(unsigned index) override;
+  nvml_value<nvml_pcie_link> pcie_link(unsigned index, nvml_reading which) override;
   nvml_value<double> temperature_celsius(unsigned index) override;
   nvml_value<double> power_watts(unsigned index) override;
   nvml_value<nvml_ecc> ecc(unsigned index) override;
@@ -111,6 +106,11 @@ class fake_nvml final : public nvml_api {
  private:
   // Looks up the device for `query`; on failure returns the status to answer with.
   std::optional<nvml_status> check(unsigned index, const char* query, const fake_gpu** gpu);
+  // A query whose answer a fake_gpu field scripts: the field's value, `missing` (not_supported)
+  // when it is empty, or the failure `query` is scripted to give.
+  template <typename T>
+  nvml_value<T> answer(unsigned index, const char* query, std::optional<T> fake_gpu::*field,
+                       const char* missing);
   void reload_if_changed();
 
   mutable std::mutex mutex_;
