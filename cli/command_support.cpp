@@ -10,8 +10,10 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "vramkit/cluster/placement.hpp"
 #include "vramkit/cluster/process_attribution.hpp"
 #include "vramkit/core/error.hpp"
+#include "vramkit/core/units.hpp"
 #include "vramkit/monitor/gpu_source.hpp"
 
 namespace vramkit::cli {
@@ -29,6 +31,43 @@ CLI::Option* add_host_root_option(CLI::App& cmd, std::string& dir) {
 
 CLI::Option* add_bind_option(CLI::App& cmd, std::string& address) {
   return cmd.add_option("--bind", address, "Address to listen on")->capture_default_str();
+}
+
+namespace {
+
+// A check that runs `parse` on the text: no message when it parses, else its invalid_input's.
+template <typename Parse>
+CLI::Validator parsed_by(Parse parse, std::string name) {
+  return CLI::Validator(
+      [parse](std::string& text) -> std::string {
+        try {
+          parse(text);
+          return {};
+        } catch (const invalid_input& e) {
+          return e.what();
+        }
+      },
+      std::move(name));
+}
+
+}  // namespace
+
+const CLI::Validator& byte_size_check() {
+  static const CLI::Validator check =
+      parsed_by([](const std::string& text) { (void)parse_bytes(text); }, "SIZE");
+  return check;
+}
+
+const CLI::Validator& duration_check() {
+  static const CLI::Validator check =
+      parsed_by([](const std::string& text) { (void)parse_duration(text); }, "DURATION");
+  return check;
+}
+
+const CLI::Validator& headroom_check() {
+  static const CLI::Validator check =
+      parsed_by([](const std::string& text) { (void)cluster::parse_headroom(text); }, "HEADROOM");
+  return check;
 }
 
 CLI::Option* add_api_url_option(CLI::App& cmd, std::optional<std::string>& url,

@@ -105,6 +105,16 @@ CLI::Option* add_bind_option(CLI::App& cmd, std::string& address);
 CLI::Option* add_api_url_option(CLI::App& cmd, std::optional<std::string>& url,
                                 const std::string& used_for);
 
+// Checks of an option's text at parse time, by the parser the command later converts it with, so
+// that a bad value is a usage error (exit 2) naming the option before the command does anything.
+
+/// A byte size as parse_bytes reads it ("24GiB", "512MiB", "4096").
+const CLI::Validator& byte_size_check();
+/// A duration as parse_duration reads it ("500ms", "2s", "5m").
+const CLI::Validator& duration_check();
+/// GPU memory headroom as cluster::parse_headroom reads it: bytes ("2GiB") or a percentage ("5%").
+const CLI::Validator& headroom_check();
+
 /// Throws invalid_input unless `url` is unset or a plain http:// URL (what a kubectl proxy serves).
 void check_api_url(const std::optional<std::string>& url);
 /// Throws invalid_input "FLAG N is not a TCP port (LOWEST-65535)" outside that range.

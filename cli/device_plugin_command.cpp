@@ -106,6 +106,7 @@ void add_device_plugin_command(CLI::App& app, command_context& ctx) {
   sub->add_option("--pods-file", a->pods_file,
                   "read the node's pods from this v1 PodList file at each Allocate instead");
   sub->add_option("--unit", a->unit, "bytes per device ID (one unit of the resource)")
+      ->check(byte_size_check())
       ->capture_default_str();
   sub->add_option("--resource-name", a->resource, "extended resource advertised")
       ->capture_default_str();

@@ -207,10 +207,13 @@ std::vector<CLI::Option*> add_extender_options(CLI::App& cmd, extender_args& a) 
           ->capture_default_str(),
       cmd.add_option("--headroom", a.place.headroom,
                      "memory kept free on every GPU: bytes (2GiB) or percent (5%)")
+          ->check(headroom_check())
           ->capture_default_str(),
       cmd.add_option("--scrape-ttl", a.scrape.ttl,
-                     "on-request scraping: how long a node's figures stay fresh (default 2s)"),
+                     "on-request scraping: how long a node's figures stay fresh (default 2s)")
+          ->check(duration_check()),
       cmd.add_option("--scrape-timeout", a.scrape.timeout, "per-node scrape timeout")
+          ->check(duration_check())
           ->capture_default_str(),
       cmd.add_option("--resource-name", a.place.resource,
                      "extended resource carrying the pod's request")
@@ -218,6 +221,7 @@ std::vector<CLI::Option*> add_extender_options(CLI::App& cmd, extender_args& a) 
       cmd.add_option("--resource-unit", a.place.resource_unit,
                      "bytes per unit of the resource: 1GiB as the device plugin advertises it, 1 "
                      "when pods give bytes (24Gi)")
+          ->check(byte_size_check())
           ->capture_default_str(),
       cmd.add_option("--plan-annotation", a.place.annotation,
                      "pod annotation carrying planner JSON")
@@ -227,12 +231,15 @@ std::vector<CLI::Option*> add_extender_options(CLI::App& cmd, extender_args& a) 
                    "Binding (needs --api-url)"),
       add_api_url_option(cmd, a.api_url, "for --bind-verb and discovery"),
       cmd.add_option("--reservation-ttl", a.bind_verb.reservation_ttl,
-                     "how long a reservation waits for the pod's process to show (default 5m)"),
+                     "how long a reservation waits for the pod's process to show (default 5m)")
+          ->check(duration_check()),
       cmd.add_option("--scrape-interval", a.scrape.interval,
                      "scrape exporters in the background at this interval (default 2s with "
-                     "--bind-verb or discovery)"),
+                     "--bind-verb or discovery)")
+          ->check(duration_check()),
       cmd.add_option("--max-sample-age", a.scrape.max_sample_age,
-                     "background scraping: older samples count as unknown (default 10s)"),
+                     "background scraping: older samples count as unknown (default 10s)")
+          ->check(duration_check()),
       cmd.add_option("--discover-namespace", a.nodes.pod_namespace,
                      "find exporters as the pods of this namespace (instead of --nodes)"),
       cmd.add_option("--discover-selector", a.nodes.selector,

@@ -125,9 +125,11 @@ void add_probe_command(CLI::App& app, command_context& ctx) {
   sub->add_option("--threads", args->threads,
                   "host threads for the all-thread figures (default: all)");
   sub->add_option("--size", args->size,
-                  "host bandwidth array size, e.g. 512MiB (default: >= 4x last-level cache)");
+                  "host bandwidth array size, e.g. 512MiB (default: >= 4x last-level cache)")
+      ->check(byte_size_check());
   sub->add_option("--latency-size", args->latency_size,
-                  "largest host latency working set, e.g. 64MiB (default: 1 GiB, quick 256 MiB)");
+                  "largest host latency working set, e.g. 64MiB (default: 1 GiB, quick 256 MiB)")
+      ->check(byte_size_check());
   sub->callback([args, &ctx] { run(*args, ctx); });
 }
 

@@ -107,11 +107,13 @@ void add_slurm_command(CLI::App& app, command_context& ctx) {
       "gres",
       "write gres.conf and slurm.conf node lines that expose each GPU as shards of a fixed size");
   gres->add_option("--shard-size", g->shard_size,
-                   "bytes per shard, one size for the whole cluster (default 1GiB)");
+                   "bytes per shard, one size for the whole cluster (default 1GiB)")
+      ->check(byte_size_check());
   add_fake_gpus_option(*gres, g->fixture);
   gres->add_option("--node", g->node, "NodeName to write (default: this host's short name)");
   gres->add_option("--headroom", g->headroom,
-                   "memory kept out of the shards per GPU: bytes or a percentage (default 0)");
+                   "memory kept out of the shards per GPU: bytes or a percentage (default 0)")
+      ->check(headroom_check());
   gres->add_option("--device-prefix", g->device_prefix,
                    "device file prefix for File= (default /dev/nvidia)");
   gres->add_option("--output-dir", g->output_dir,
@@ -125,7 +127,8 @@ void add_slurm_command(CLI::App& app, command_context& ctx) {
   shards->add_option("--request", s->request, "per-GPU memory, e.g. 24GiB");
   shards->add_option("--plan", s->plan,
                      "a vramkit plan --json file; its device_peak_bytes is the request");
-  shards->add_option("--shard-size", s->shard_size, "bytes per shard (default 1GiB)");
+  shards->add_option("--shard-size", s->shard_size, "bytes per shard (default 1GiB)")
+      ->check(byte_size_check());
   shards->add_option("--config", s->config,
                      "vramkit-slurm.conf written by slurm gres (shard size and largest GPU)");
   shards->add_flag("--json", s->json, "print as JSON");

@@ -61,13 +61,16 @@ void add_slurm_report_command(CLI::App& slurm, command_context& ctx) {
       ->add_option("--since", a->since, "with sacct run here: jobs started since (its --starttime)")
       ->capture_default_str()
       ->excludes(file);
-  report->add_option("--shard-size", a->shard_size,
-                     "bytes per shard, to price jobs that asked by --gres=shard:N");
+  report
+      ->add_option("--shard-size", a->shard_size,
+                   "bytes per shard, to price jobs that asked by --gres=shard:N")
+      ->check(byte_size_check());
   report
       ->add_option("--min-ratio", a->min_ratio,
                    "list jobs that asked for at least this many times their peak")
       ->capture_default_str();
   report->add_option("--min-unused", a->min_unused, "... and left at least this much unused")
+      ->check(byte_size_check())
       ->capture_default_str();
   report->add_flag("--json", a->json, "print as JSON");
   report->callback([a, &ctx] { run_report(*a, ctx); });

@@ -25,7 +25,8 @@ void add_plan_options(CLI::App* sub, const std::shared_ptr<texture_plan_args>& a
                   "folder of .dds/.png/.astc files, one such file, or a JSON manifest")
       ->required();
   sub->add_option("--budget", a->budget,
-                  "device byte budget (e.g. 512MiB): reports the mip drop that fits it");
+                  "device byte budget (e.g. 512MiB): reports the mip drop that fits it")
+      ->check(byte_size_check());
   sub->add_flag("--json", a->json, "print one JSON object (schema_version 1)");
 }
 
@@ -89,9 +90,9 @@ void add_texture_command(CLI::App& app, command_context& ctx) {
   demo->add_option("--png-every", da->options.png_every,
                    "write every Nth frame (and the last) as PNG")
       ->capture_default_str();
-  demo->add_option(
-      "--budget", da->budget,
-      "device budget for the textures (e.g. 64MiB); default a quarter of the full set");
+  demo->add_option("--budget", da->budget,
+                   "device budget for the textures (e.g. 64MiB); default a quarter of the full set")
+      ->check(byte_size_check());
   demo->add_option("--out", da->out_dir, "folder for the PNG frames, frames.csv and summary.json")
       ->capture_default_str();
   demo->callback([da, &ctx] {

@@ -3,7 +3,6 @@
 // 100 concurrent scrapers on loopback with RSS before and after. Each figure is printed with its
 // target and its baseline from the same run. Not a test: it never fails on a slow figure.
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <mutex>
 #include <string>
@@ -227,6 +227,7 @@ int main(int argc, char** argv) {
   auto round = [&](std::vector<double>& lat, std::atomic<int>& errors) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     std::vector<std::thread> pool;
+    pool.reserve(threads);
     std::mutex m;
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&] {
@@ -271,7 +272,8 @@ int main(int argc, char** argv) {
   std::printf(
       "RSS: start %.1f MiB, after rounds 1/2/3: %.1f / %.1f / %.1f MiB (growth over rounds 2-3: "
       "%+.1f MiB; target: flat)\n",
-      rss[0] / 1048576.0, rss[1] / 1048576.0, rss[2] / 1048576.0, rss[3] / 1048576.0,
+      static_cast<double>(rss[0]) / 1048576.0, static_cast<double>(rss[1]) / 1048576.0,
+      static_cast<double>(rss[2]) / 1048576.0, static_cast<double>(rss[3]) / 1048576.0,
       (static_cast<double>(rss[3]) - static_cast<double>(rss[1])) / 1048576.0);
   ex.stop();
 #else

@@ -453,17 +453,17 @@ class dl_nvml final : public nvml_api {
   }
 
  private:
-  std::string describe(nvml_return r) const {
+  [[nodiscard]] std::string describe(nvml_return r) const {
     const char* s = error_string_ != nullptr ? error_string_(r) : nullptr;
     return (s != nullptr ? std::string(s) : std::string("NVML error")) + " (" + std::to_string(r) +
            ")";
   }
   template <typename T>
-  nvml_value<T> fail(nvml_return r) const {
+  [[nodiscard]] nvml_value<T> fail(nvml_return r) const {
     return nvml_value<T>::failure(map_status(r), describe(r));
   }
   template <typename T>
-  nvml_value<T> fail(const std::pair<nvml_status, std::string>& st) const {
+  [[nodiscard]] nvml_value<T> fail(const std::pair<nvml_status, std::string>& st) const {
     return nvml_value<T>::failure(st.first, st.second);
   }
   template <typename T>

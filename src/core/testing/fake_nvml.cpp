@@ -238,11 +238,11 @@ std::optional<nvml_status> fake_nvml::check(unsigned index, const char* query,
   return std::nullopt;
 }
 
-#define VRAMKIT_FAKE_QUERY(T, query)                                                          \
-  std::lock_guard lock(mutex_);                                                               \
-  const fake_gpu* g = nullptr;                                                                \
-  if (auto st = check(index, query, &g)) {                                                    \
-    return nvml_value<T>::failure(*st, std::string("fake: ") + query + " " + to_string(*st)); \
+#define VRAMKIT_FAKE_QUERY(T, query)                                                            \
+  std::lock_guard lock(mutex_);                                                                 \
+  const fake_gpu* g = nullptr;                                                                  \
+  if (auto st = check(index, query, &g)) {                                                      \
+    return nvml_value<T>::failure(*st, std::string("fake: ") + (query) + " " + to_string(*st)); \
   }
 
 nvml_value<std::string> fake_nvml::driver_version() {

@@ -38,10 +38,19 @@ with tempfile.TemporaryDirectory(prefix="vramkit-cli.") as tmp:
 
     expect(0, r"--scrape-ttl", "extender", "--help")
     expect(2, r"needs --nodes", "extender")
-    expect(2, r"^vramkit: --scrape-ttl '2x' has an unknown unit 'x' \(use ms, s, m or h\)$",
-           "extender", "--nodes", nodes, "--scrape-ttl", "2x")
-    expect(2, r"--scrape-timeout 'soon' is not a duration",
+    # Durations, sizes and headroom are checked as the options are read: one line naming the
+    # option, before anything runs (the --nodes file is not read).
+    expect(2, r"^vramkit: --scrape-ttl: duration '2x' has an unknown unit 'x' \(use ms, s, m or h\) "
+           r"\(see vramkit --help\)$", "extender", "--nodes", missing, "--scrape-ttl", "2x")
+    expect(2, r"^vramkit: --scrape-timeout: duration 'soon' is not a duration",
            "extender", "--nodes", nodes, "--scrape-timeout", "soon")
+    expect(2, r"^vramkit: --headroom: .*'lots'", "extender", "--nodes", nodes, "--headroom", "lots")
+    expect(2, r"^vramkit: --resource-unit: .*'1Gx'", "extender", "--nodes", nodes, "--resource-unit", "1Gx")
+    expect(2, r"^vramkit: --shard-size: .*'big'", "slurm", "gres", "--shard-size", "big")
+    expect(2, r"^vramkit: --headroom: .*'-5%'", "slurm", "gres", "--headroom=-5%")
+    expect(2, r"^vramkit: --size: .*'12 parsecs'", "probe", "--size", "12 parsecs")
+    expect(2, r"^vramkit: --latency-size: .*'x'", "probe", "--latency-size", "x")
+    expect(2, r"^vramkit: --budget: .*'half'", "texture", "plan", tmp, "--budget", "half")
     expect(2, r"cannot read --nodes file", "extender", "--nodes", missing)
     expect(2, r"not a TCP port", "extender", "--nodes", nodes, "--port", "70000")
     # The old spelling still works, says that it is deprecated, and refuses what it would ignore.
