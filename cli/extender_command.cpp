@@ -199,54 +199,84 @@ void run_extender(const extender_args& a, const std::string& command) {
   if (background_scraper) background_scraper->stop();
 }
 
-std::vector<CLI::Option*> add_extender_options(CLI::App& cmd, extender_args& a) {
-  return {
-      cmd.add_option("--nodes", a.nodes.map_file,
-                     "node name -> exporter URL map (JSON object, or 'NODE URL' lines)"),
-      cmd.add_option("--policy", a.place.policy, "pack (best fit) or spread")
-          ->capture_default_str(),
-      cmd.add_option("--headroom", a.place.headroom,
-                     "memory kept free on every GPU: bytes (2GiB) or percent (5%)")
-          ->check(headroom_check())
-          ->capture_default_str(),
-      cmd.add_option("--scrape-ttl", a.scrape.ttl,
-                     "on-request scraping: how long a node's figures stay fresh (default 2s)")
-          ->check(duration_check()),
-      cmd.add_option("--scrape-timeout", a.scrape.timeout, "per-node scrape timeout")
-          ->check(duration_check())
-          ->capture_default_str(),
-      cmd.add_option("--resource-name", a.place.resource,
-                     "extended resource carrying the pod's request")
-          ->capture_default_str(),
-      cmd.add_option("--resource-unit", a.place.resource_unit,
-                     "bytes per unit of the resource: 1GiB as the device plugin advertises it, 1 "
-                     "when pods give bytes (24Gi)")
-          ->check(byte_size_check())
-          ->capture_default_str(),
-      cmd.add_option("--plan-annotation", a.place.annotation,
-                     "pod annotation carrying planner JSON")
-          ->capture_default_str(),
-      cmd.add_flag("--bind-verb", a.bind_verb.enabled,
-                   "serve POST /bind: reserve the GPU per pod, annotate the pod, create its "
-                   "Binding (needs --api-url)"),
-      add_api_url_option(cmd, a.api_url, "for --bind-verb and discovery"),
-      cmd.add_option("--reservation-ttl", a.bind_verb.reservation_ttl,
-                     "how long a reservation waits for the pod's process to show (default 5m)")
-          ->check(duration_check()),
-      cmd.add_option("--scrape-interval", a.scrape.interval,
-                     "scrape exporters in the background at this interval (default 2s with "
-                     "--bind-verb or discovery)")
-          ->check(duration_check()),
-      cmd.add_option("--max-sample-age", a.scrape.max_sample_age,
-                     "background scraping: older samples count as unknown (default 10s)")
-          ->check(duration_check()),
-      cmd.add_option("--discover-namespace", a.nodes.pod_namespace,
-                     "find exporters as the pods of this namespace (instead of --nodes)"),
-      cmd.add_option("--discover-selector", a.nodes.selector,
-                     "label selector of the exporter pods (default app=vramkit-exporter)"),
-      cmd.add_option("--exporter-port", a.nodes.exporter_port,
-                     "port of the discovered exporters (default 9410)"),
+namespace {
+
+// The extender's options by concern, each list under its heading in --help.
+std::vector<CLI::Option*> in_group(const char* heading, std::vector<CLI::Option*> options) {
+  for (auto* o : options) o->group(heading);
+  return options;
+}
+
+std::vector<CLI::Option*> add_node_options(CLI::App& cmd, extender_args::node_source& n) {
+  return in_group(
+      "Nodes",
+      {cmd.add_option("--nodes", n.map_file,
+                      "node name -> exporter URL map (JSON object, or 'NODE URL' lines)"),
+       cmd.add_option("--discover-namespace", n.pod_namespace,
+                      "find exporters as the pods of this namespace (instead of --nodes)"),
+       cmd.add_option("--discover-selector", n.selector,
+                      "label selector of the exporter pods (default app=vramkit-exporter)"),
+       cmd.add_option("--exporter-port", n.exporter_port,
+                      "port of the discovered exporters (default 9410)")});
+}
+
+std::vector<CLI::Option*> add_placement_options(CLI::App& cmd, extender_args& a) {
+  auto& p = a.place;
+  return in_group(
+      "Placement",
+      {cmd.add_option("--policy", p.policy, "pack (best fit) or spread")->capture_default_str(),
+       cmd.add_option("--headroom", p.headroom,
+                      "memory kept free on every GPU: bytes (2GiB) or percent (5%)")
+           ->check(headroom_check())
+           ->capture_default_str(),
+       cmd.add_option("--resource-name", p.resource, "extended resource carrying the pod's request")
+           ->capture_default_str(),
+       cmd.add_option("--resource-unit", p.resource_unit,
+                      "bytes per unit of the resource: 1GiB as the device plugin advertises it, 1 "
+                      "when pods give bytes (24Gi)")
+           ->check(byte_size_check())
+           ->capture_default_str(),
+       cmd.add_option("--plan-annotation", p.annotation, "pod annotation carrying planner JSON")
+           ->capture_default_str()});
+}
+
+std::vector<CLI::Option*> add_scrape_options(CLI::App& cmd, extender_args::scraping& s) {
+  // Every one a duration; on request (ttl, timeout) or in the background (interval, age).
+  const auto duration = [&cmd](const char* name, auto& value, const char* help) {
+    return cmd.add_option(name, value, help)->check(duration_check());
   };
+  return in_group(
+      "Scraping",
+      {duration("--scrape-ttl", s.ttl,
+                "on-request scraping: how long a node's figures stay fresh (default 2s)"),
+       duration("--scrape-timeout", s.timeout, "per-node scrape timeout")->capture_default_str(),
+       duration("--scrape-interval", s.interval,
+                "scrape exporters in the background at this interval (default 2s with "
+                "--bind-verb or discovery)"),
+       duration("--max-sample-age", s.max_sample_age,
+                "background scraping: older samples count as unknown (default 10s)")});
+}
+
+std::vector<CLI::Option*> add_binding_options(CLI::App& cmd, extender_args& a) {
+  return in_group(
+      "Binding",
+      {cmd.add_flag("--bind-verb", a.bind_verb.enabled,
+                    "serve POST /bind: reserve the GPU per pod, annotate the pod, create its "
+                    "Binding (needs --api-url)"),
+       add_api_url_option(cmd, a.api_url, "for --bind-verb and discovery"),
+       cmd.add_option("--reservation-ttl", a.bind_verb.reservation_ttl,
+                      "how long a reservation waits for the pod's process to show (default 5m)")
+           ->check(duration_check())});
+}
+
+}  // namespace
+
+std::vector<CLI::Option*> add_extender_options(CLI::App& cmd, extender_args& a) {
+  std::vector<CLI::Option*> all;
+  for (auto group : {add_node_options(cmd, a.nodes), add_placement_options(cmd, a),
+                     add_scrape_options(cmd, a.scrape), add_binding_options(cmd, a)})
+    all.insert(all.end(), group.begin(), group.end());
+  return all;
 }
 
 void add_extender_command(CLI::App& app, command_context& ctx) {
