@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 import compress_accuracy as ca  # noqa: E402
 import compress_bench as cb  # noqa: E402
+import collect_measured as cm  # noqa: E402
 import compress_offload as co  # noqa: E402
 
 try:
@@ -347,6 +348,35 @@ class OffloadSummary(unittest.TestCase):
         self.assertIn("out of memory (at step 1, backward)", text)
         self.assertIn("with fp8 / without, under the cap: not measured", text)
         self.assertIn("not measured: no cap", co.summarize({"error": "no cap", "configs": []}))
+
+
+class CollectMeasured(unittest.TestCase):
+    """collect_measured.py: the newest run's figures per mix and compression; no failed runs."""
+
+    SHAPE = {"name": "1b", "batch": 12, "seq": 2048}
+
+    def run_of(self, *configs, cap=100):
+        return {"shape": self.SHAPE, "cap_bytes": cap, "configs": list(configs)}
+
+    @staticmethod
+    def config(mix, comp, alloc, ok=True):
+        return {"ok": ok, "mix": mix, "compressed": comp, "peak_allocated_bytes": alloc,
+                "peak_reserved_bytes": alloc + 1, "step_time_s": {"median": 0.51234, "n": 6}}
+
+    def test_newest_wins_and_failures_are_left_out(self):
+        ck = ["checkpoint", "keep"]
+        _, cap, cases = cm.collect([
+            ("A", self.run_of(self.config(ck, True, 10), self.config(ck, False, 20))),
+            ("B", self.run_of(self.config(ck, True, 11), self.config(["offload", "keep"], True, 5, ok=False)))])
+        self.assertEqual(cap, 100)
+        self.assertEqual([(c["name"], c["run"], c["max_allocated_bytes"]) for c in cases],
+                         [("ck-fp8", "B", 11), ("ck-bf16", "A", 20)])
+        self.assertEqual([c["compress_activations"] for c in cases], ["fp8:mlp,attn,norm", "none"])
+        self.assertEqual(cases[0]["step_time_s"], 0.5123)
+
+    def test_runs_of_another_cap_are_refused(self):
+        with self.assertRaisesRegex(ValueError, "run B: .* differ from the first run's"):
+            cm.collect([("A", self.run_of()), ("B", self.run_of(cap=99))])
 
 
 if __name__ == "__main__":
