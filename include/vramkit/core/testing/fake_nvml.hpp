@@ -36,17 +36,18 @@ struct fake_gpu {
   std::uint64_t memory_total_bytes = 0;
   std::uint64_t memory_used_bytes = 0;
   std::optional<std::uint64_t> memory_reserved_bytes;
-  // What each query answers; an empty one answers not_supported.
-  std::optional<nvml_utilization> utilization;
-  std::optional<double> temperature_celsius;
-  std::optional<double> power_watts;
-  std::optional<nvml_pcie> pcie_throughput;
-  std::optional<nvml_clocks> clocks;
-  std::optional<nvml_clocks> max_clocks;
-  std::optional<unsigned> memory_bus_width_bits;
-  std::string pci_bus_id;  ///< "0000:65:00.0"; matched without regard to case
-  std::optional<nvml_pcie_link> pcie_link;
-  std::optional<nvml_pcie_link> max_pcie_link;
+  // What each query answers, as the NVML struct or value it reads; an empty one answers
+  // not_supported.
+  std::optional<nvml_utilization> utilization;    ///< nvmlDeviceGetUtilizationRates
+  std::optional<double> temperature_celsius;      ///< nvmlDeviceGetTemperature (GPU sensor)
+  std::optional<double> power_watts;              ///< nvmlDeviceGetPowerUsage, in watts
+  std::optional<nvml_pcie> pcie_throughput;       ///< nvmlDeviceGetPcieThroughput, as rates
+  std::optional<nvml_clocks> clocks;              ///< nvmlDeviceGetClockInfo (SM, memory)
+  std::optional<nvml_clocks> max_clocks;          ///< nvmlDeviceGetMaxClockInfo
+  std::optional<unsigned> memory_bus_width_bits;  ///< nvmlDeviceGetMemoryBusWidth
+  std::string pci_bus_id;                       ///< "0000:65:00.0"; matched without regard to case
+  std::optional<nvml_pcie_link> pcie_link;      ///< nvmlDeviceGetCurrPcieLink{Generation,Width}
+  std::optional<nvml_pcie_link> max_pcie_link;  ///< nvmlDeviceGetMaxPcieLink{Generation,Width}
   std::vector<nvml_process> processes;
   bool lost = false;  ///< every query answers gpu_lost, as a GPU that fell off the bus
   /// Query name ("name", "uuid", "memory", "processes", "utilization", "pcie", "nvlink",
