@@ -305,13 +305,19 @@ nvml_value<T> fake_nvml::answer(unsigned index, const char* query,
   return scripted(g->*field, missing);
 }
 
-nvml_value<nvml_utilization> fake_nvml::utilization(unsigned index) {
-  return answer(index, "utilization", &fake_gpu::utilization, "fake: no utilization");
-}
-
-nvml_value<nvml_pcie> fake_nvml::pcie_throughput(unsigned index) {
-  return answer(index, "pcie", &fake_gpu::pcie_throughput, "fake: no PCIe counters");
-}
+// The queries a fake_gpu field of the method's name answers whole, one line each: the field's
+// value, "fake: no QUERY" (not_supported) when it is empty, or the failure QUERY is scripted to
+// give.
+#define VRAMKIT_FAKE_SCRIPTED(T, method, query)                        \
+  nvml_value<T> fake_nvml::method(unsigned index) {                    \
+    return answer(index, query, &fake_gpu::method, "fake: no " query); \
+  }
+VRAMKIT_FAKE_SCRIPTED(nvml_utilization, utilization, "utilization")
+VRAMKIT_FAKE_SCRIPTED(nvml_pcie, pcie_throughput, "pcie")
+VRAMKIT_FAKE_SCRIPTED(unsigned, memory_bus_width_bits, "bus_width")
+VRAMKIT_FAKE_SCRIPTED(double, temperature_celsius, "temperature")
+VRAMKIT_FAKE_SCRIPTED(double, power_watts, "power")
+#undef VRAMKIT_FAKE_SCRIPTED
 
 nvml_value<nvml_pcie_counters> fake_nvml::pcie_counters(unsigned index) {
   VRAMKIT_FAKE_QUERY(nvml_pcie_counters, "pcie")
@@ -331,22 +337,10 @@ nvml_value<nvml_clocks> fake_nvml::clocks(unsigned index, nvml_reading which) {
   return answer(index, "clocks", &fake_gpu::clocks, "fake: no clocks");
 }
 
-nvml_value<unsigned> fake_nvml::memory_bus_width_bits(unsigned index) {
-  return answer(index, "bus_width", &fake_gpu::memory_bus_width_bits, "fake: no bus width");
-}
-
 nvml_value<nvml_pcie_link> fake_nvml::pcie_link(unsigned index, nvml_reading which) {
   if (which == nvml_reading::max)
     return answer(index, "max_pcie_link", &fake_gpu::max_pcie_link, "fake: no maximum PCIe link");
   return answer(index, "pcie_link", &fake_gpu::pcie_link, "fake: no PCIe link");
-}
-
-nvml_value<double> fake_nvml::temperature_celsius(unsigned index) {
-  return answer(index, "temperature", &fake_gpu::temperature_celsius, "fake: no sensor");
-}
-
-nvml_value<double> fake_nvml::power_watts(unsigned index) {
-  return answer(index, "power", &fake_gpu::power_watts, "fake: no power sensor");
 }
 
 nvml_value<nvml_ecc> fake_nvml::ecc(unsigned index) {
