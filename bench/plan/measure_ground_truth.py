@@ -224,7 +224,7 @@ _CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..
 # reduced layer counts where the full model does not fit one GPU with room for its activations).
 for _name in ("mixtral-8x7b-l2", "qwen1.5-moe-a2.7b-l2", "qwen3-30b-a3b-l2", "deepseek-v2-lite-l2", "deepseek-v3-l2",
               "gemma-2-2b-l4", "gemma-3-1b-l6", "falcon-7b-l2", "roberta-base", "vit-base-patch16-224",
-              "llama-3.1-8b-l4", "flan-t5-base", "t5-base", "llava-1.5-7b-l4"):
+              "llama-3.1-8b-l4", "flan-t5-base", "t5-base", "llava-1.5-7b-l4", "qwen3-8b-l6", "qwen3-0.6b"):
     with open(os.path.join(_CONFIG_DIR, _name + ".json")) as _f:
         PRESET_CONFIGS[_name] = json.load(_f)
 
@@ -388,6 +388,12 @@ CASES = [
     _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 47, group="new", first=True, seed=1),
     _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 47, group="new", first=True, rerun=1),
     _infer("qwen3-30b-a3b-l2", 8, 512, 64, "bf16", 6, group="new"),
+    # Dense Qwen3 (query and key heads RMS-normalised): Qwen3-8B's widths with 6 layers, and
+    # Qwen3-0.6B whole (its embeddings tied).
+    _train("qwen3-8b-l6", 4, 1024, "amp-bf16", "adamw", 54, group="new", first=True),
+    _infer("qwen3-8b-l6", 8, 512, 64, "bf16", 7, group="new"),
+    _train("qwen3-0.6b", 8, 1024, "amp-bf16", "adamw", 44, group="new", first=True),
+    _infer("qwen3-0.6b", 16, 512, 128, "bf16", 5, group="new"),
     *_moe_pair("deepseek-v2-lite-l2", 32, 5, first=True),
     _train("deepseek-v3-l2", 1, 512, "bf16", "sgd", 81, group="new"),
     _infer("deepseek-v3-l2", 2, 512, 32, "bf16", 31, group="new"),

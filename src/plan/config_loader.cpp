@@ -22,12 +22,15 @@ namespace {
 
 using json = nlohmann::json;
 
+// The model types the loader reads, five to a row.
+// clang-format off
 const std::vector<std::string> k_model_types = {
-    "gpt2",           "llama",       "mistral",   "qwen2",       "phi3",
-    "mixtral",        "qwen2_moe",   "qwen3_moe", "deepseek_v2", "deepseek_v3",
-    "gemma2",         "gemma3_text", "gpt_neox",  "falcon",      "t5",
-    "llava",          "bert",        "roberta",   "vit",         "torchvision_resnet",
-    "torchvision_vit"};
+    "gpt2",        "llama",     "mistral",     "qwen2",              "qwen3",
+    "phi3",        "mixtral",   "qwen2_moe",   "qwen3_moe",          "deepseek_v2",
+    "deepseek_v3", "gemma2",    "gemma3_text", "gpt_neox",           "falcon",
+    "t5",          "llava",     "bert",        "roberta",            "xlm-roberta",
+    "vit",         "torchvision_resnet",       "torchvision_vit"};
+// clang-format on
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -268,6 +271,8 @@ model_description parse_llama_like(const fields& f, const std::string& type) {
   t.mlp_bias = f.boolean_or("mlp_bias", false);
   t.layer_norm = false;
   t.attention_dropout = f.number_or("attention_dropout", 0.0, 0, 1);
+  // Qwen3 (dense and MoE) normalises each query and key head (RMSNorm over head_dim).
+  t.qk_norm = type == "qwen3" || type == "qwen3_moe";
   check_heads(f, t, "num_attention_heads");
   read_sliding_window(f, t, type.rfind("qwen", 0) == 0 ? "qwen2" : type);
   return m;
@@ -322,7 +327,6 @@ model_description parse_moe(const fields& f, const std::string& type) {
     moe.shared_ffn = f.integer_or("shared_expert_intermediate_size", 0, 0, 64 * k_max_hidden);
     moe.shared_gate = moe.shared_ffn > 0;
   }
-  t.qk_norm = type == "qwen3_moe";
   read_sparse_layers(f, t, type);
   check_moe(f, moe);
   return m;
@@ -633,7 +637,7 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
   model_description m;
   if (type == "gpt2")
     m = parse_gpt2(f);
-  else if (type == "llama" || type == "mistral" || type == "qwen2")
+  else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3")
     m = parse_llama_like(f, type);
   else if (type == "phi3")
     m = parse_phi3(f);

@@ -109,6 +109,24 @@ TEST(Families, MoeModelsHaveTheirPublishedParameterCounts) {
   EXPECT_TRUE(v3.t.sparse(3));
 }
 
+TEST(Families, Qwen3DenseNormalisesQueryAndKeyHeadsWithoutBiases) {
+  // Qwen3-8B and Qwen3-0.6B as published: 8.19B and 0.60B parameters (the 0.6B ties its
+  // embeddings); per layer q, k, v, o without biases and an RMSNorm of head_dim over each query
+  // and key head.
+  const auto big = load_model_config(data("qwen3-8b.json"));
+  EXPECT_EQ(big.family, model_family::llama);
+  EXPECT_TRUE(big.t.qk_norm);
+  EXPECT_FALSE(big.t.qkv_bias);
+  EXPECT_EQ(parameter_count(big), 8190735360u);
+  const auto small = load_model_config(data("qwen3-0.6b.json"));
+  EXPECT_TRUE(small.t.tied_embeddings);
+  EXPECT_EQ(parameter_count(small), 596049920u);
+  // In training each of the 6 layers runs four RMSNorms (input, query heads, key heads,
+  // post-attention), then the final norm.
+  const auto s = train_one_step("qwen3-8b-l6.json", 1, 512, precision::amp_bf16).s;
+  EXPECT_EQ(count(s, "rmsnorm rstd"), 6 * 4 + 1);
+}
+
 TEST(Families, MoeBlockLoopsOverTheExpertsWithBalancedRouting) {
   const auto s = train_one_step("mixtral-8x7b-l2.json", 1, 512, precision::amp_bf16).s;
   // 2 layers x 8 experts: one gathered token set, gate_up and down per expert.
