@@ -219,23 +219,34 @@ tensor infer_attention(walker& w, const infer_dims& D, kv_cache& cache, int l, u
   tensor fused;
   if (falcon_multi_query(w))
     fused = w.alloc(rows * (D.heads + 2 * D.kv) * D.d * low, tmp, "fused query_key_value");
-  tensor q = w.alloc(rows * D.heads * D.d * low, tmp, "query");
-  tensor k = w.alloc(rows * D.kv * D.d * low, tmp, "key");
-  tensor v = w.alloc(rows * D.kv * D.d * low, tmp, "value");
-  if (w.model().t.rotary_fraction >= 1 && w.model().family != model_family::falcon) {
+  const auto& t = w.model().t;
+  const u64 n_q = rows * D.heads * D.d;
+  const u64 n_kv = rows * D.kv * D.d;
+  // Per-head query and key RMSNorms: Qwen3 normalises each projection as it is made, Gemma-3
+  // both after the three projections.
+  const bool norm_each = t.qk_norm && !t.gemma_norm;
+  tensor q = w.alloc(n_q * low, tmp, "query");
+  if (norm_each) q = infer_norm(w, n_q);
+  tensor k = w.alloc(n_kv * low, tmp, "key");
+  if (norm_each) k = infer_norm(w, n_kv);
+  tensor v = w.alloc(n_kv * low, tmp, "value");
+  if (t.qk_norm && !norm_each) {
+    q = infer_norm(w, n_q);
+    k = infer_norm(w, n_kv);
+  }
+  if (t.rotary_fraction >= 1 && w.model().family != model_family::falcon) {
     // apply_rotary_pos_emb returns both rotated tensors before the originals are dropped.
     tensor qr = infer_rope(w, rows * D.heads * D.d * low);
     tensor kr = infer_rope(w, rows * D.kv * D.d * low);
     q = std::move(qr);
     k = std::move(kr);
-  } else if (w.model().t.rotary_fraction > 0) {
+  } else if (t.rotary_fraction > 0) {
     w.transient(rows * D.heads * D.d * low, tmp, "rope");
     w.transient(rows * D.heads * D.d * low, tmp, "rope");
   }
   const i64 q_len = static_cast<i64>(rows) / D.b;
   // A sliding-window layer (transformers' DynamicSlidingWindowLayer) keeps window - 1 tokens
   // between steps, so each step's cat holds at most window - 1 cached tokens plus the new ones.
-  const auto& t = w.model().t;
   const i64 cached = t.sliding(l) ? std::min<i64>(past, t.sliding_window - 1) : past;
   if (w.request().attention == attention_kind::eager)
     eager_scores(w, D, q_len, cached + q_len);
