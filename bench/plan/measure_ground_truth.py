@@ -224,7 +224,7 @@ _CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..
 # reduced layer counts where the full model does not fit one GPU with room for its activations).
 for _name in ("mixtral-8x7b-l2", "qwen1.5-moe-a2.7b-l2", "qwen3-30b-a3b-l2", "deepseek-v2-lite-l2", "deepseek-v3-l2",
               "gemma-2-2b-l4", "gemma-3-1b-l6", "falcon-7b-l2", "roberta-base", "vit-base-patch16-224",
-              "llama-3.1-8b-l4", "flan-t5-base", "t5-base", "llava-1.5-7b-l4", "qwen3-8b-l6", "qwen3-0.6b"):
+              "llama-3.1-8b-l4", "flan-t5-base", "t5-base", "llava-1.5-7b-l4", "qwen3-8b-l6", "qwen3-0.6b", "gemma-3-4b-l6"):
     with open(os.path.join(_CONFIG_DIR, _name + ".json")) as _f:
         PRESET_CONFIGS[_name] = json.load(_f)
 
@@ -394,6 +394,13 @@ CASES = [
     _infer("qwen3-8b-l6", 8, 512, 64, "bf16", 7, group="new"),
     _train("qwen3-0.6b", 8, 1024, "amp-bf16", "adamw", 44, group="new", first=True),
     _infer("qwen3-0.6b", 16, 512, 128, "bf16", 5, group="new"),
+    # Gemma-3-4B's image-text model (AutoModelForCausalLM builds Gemma3ForConditionalGeneration)
+    # on text batches, its language model cut to 6 layers (one global, five sliding).
+    _train("gemma-3-4b-l6", 2, 1024, "amp-bf16", "adamw", 40, group="new", first=True),
+    _infer("gemma-3-4b-l6", 4, 512, 64, "bf16", 12, group="new"),
+    # LoRA through PEFT: its target names also match the vision tower's q/k/v projections.
+    _train("gemma-3-4b-l6", 4, 1024, "bf16", "adamw", 20, lora_rank=16, lora_targets="all", group="new",
+           first=True),
     *_moe_pair("deepseek-v2-lite-l2", 32, 5, first=True),
     _train("deepseek-v3-l2", 1, 512, "bf16", "sgd", 81, group="new"),
     _infer("deepseek-v3-l2", 2, 512, 32, "bf16", 31, group="new"),
@@ -663,7 +670,19 @@ def hf_kind(model_name):
         return "seq2seq"
     if mt == "llava":
         return "llava"
+    if mt == "gemma3":
+        return "gemma3"
     return "causal"
+
+
+def text_token_bound(model, kind):
+    """The ids random text is drawn below: the vocabulary, or for Gemma-3's image-text model
+    (text batches only) the image token, which would ask for image features."""
+    if kind == "gemma3":
+        cfg = model.config
+        image_token = getattr(cfg, "image_token_id", None)
+        return image_token if image_token is not None else cfg.image_token_index
+    return model.config.vocab_size
 
 
 # The modules LoRA adapts for each --lora-targets value (PEFT target_modules of LLaMA-shaped models).
@@ -807,7 +826,7 @@ def make_batch(torch, case, model, device):
         return {"pixel_values": x, "labels": y}
     if kind == "llava":
         return llava_inputs(torch, case, model, device, case["seq"], labels=True)
-    vocab = model.config.vocab_size
+    vocab = text_token_bound(model, kind)
     ids = torch.randint(0, vocab, (b, case["seq"]), device=device)
     if kind == "seq2seq":
         # Targets as long as the inputs (the planner's --seq gives both).
@@ -934,7 +953,7 @@ def run_infer(torch, case, model, device):
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         extra = {"pixel_values": inputs["pixel_values"]}
     else:
-        ids = torch.randint(0, model.config.vocab_size, (b, p), device=device)
+        ids = torch.randint(0, text_token_bound(model, hf_kind(case["model"])), (b, p), device=device)
         mask = torch.ones_like(ids)
     pad = getattr(model.config, "eos_token_id", None)
     if isinstance(pad, list):
@@ -1058,6 +1077,8 @@ def child_main(case, result_path):
         # The model's own parameters (before adapters are added or weights quantised).
         result["params"] = sum(p.numel() for p in model.parameters())
         model = apply_fine_tuning(torch, case, model)
+        # What the optimizer is given (printed in the case's log; PEFT's trainable count).
+        result["trainable_params"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
         # Building from a config on the device allocates and drops blocks a loaded checkpoint
         # never has (a tied head's own weight, replaced when the weights are tied); they would
         # stay cached and count in max_memory_reserved. The run starts as a loaded model's would:

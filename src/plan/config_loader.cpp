@@ -25,11 +25,11 @@ using json = nlohmann::json;
 // The model types the loader reads, five to a row.
 // clang-format off
 const std::vector<std::string> k_model_types = {
-    "gpt2",        "llama",     "mistral",     "qwen2",              "qwen3",
-    "phi3",        "mixtral",   "qwen2_moe",   "qwen3_moe",          "deepseek_v2",
-    "deepseek_v3", "gemma2",    "gemma3_text", "gpt_neox",           "falcon",
-    "t5",          "llava",     "bert",        "roberta",            "xlm-roberta",
-    "vit",         "torchvision_resnet",       "torchvision_vit"};
+    "gpt2",        "llama",       "mistral",     "qwen2",       "qwen3",
+    "phi3",        "mixtral",     "qwen2_moe",   "qwen3_moe",   "deepseek_v2",
+    "deepseek_v3", "gemma2",      "gemma3",      "gemma3_text", "gpt_neox",
+    "falcon",      "t5",          "llava",       "bert",        "roberta",
+    "xlm-roberta", "vit",         "torchvision_resnet",         "torchvision_vit"};
 // clang-format on
 
 std::string join(const std::vector<std::string>& v) {
@@ -418,6 +418,54 @@ model_description parse_gemma(const fields& f, const std::string& type) {
   return m;
 }
 
+/// Gemma-3's image-text model (Gemma3ForConditionalGeneration, which AutoModelForCausalLM builds
+/// for model_type gemma3) on text batches: the gemma3_text language model, with
+/// Gemma3TextConfig's defaults for the fields the published configs leave out, beside the SigLIP
+/// vision tower (patch convolution, position table, pre-LN encoder layers with biases, post
+/// norm) and the projector (mm_soft_emb_norm, mm_input_projection_weight), which a text batch
+/// never runs.
+model_description parse_gemma3(const fields& f) {
+  if (!f.has("text_config") || !f.j.at("text_config").is_object())
+    f.fail("gemma3 needs a 'text_config' object");
+  json text = f.j.at("text_config");
+  const json defaults = {{"vocab_size", 262208},      {"hidden_size", 2304},
+                         {"intermediate_size", 9216}, {"num_hidden_layers", 26},
+                         {"num_attention_heads", 8},  {"num_key_value_heads", 4},
+                         {"head_dim", 256},           {"max_position_embeddings", 131072},
+                         {"sliding_window", 4096}};
+  for (const auto& [k, v] : defaults.items())
+    if (!text.contains(k) || text.at(k).is_null()) text[k] = v;
+  const std::string tt = text.value("model_type", "gemma3_text");
+  if (tt != "gemma3_text")
+    f.fail(fmt::format("gemma3 with a {} language model is not modelled (gemma3_text)", tt));
+  const fields tf{text, f.source + ": text_config"};
+  model_description m = parse_gemma(tf, "gemma3_text");
+  json vision = f.has("vision_config") ? f.j.at("vision_config") : json::object();
+  if (!vision.is_object()) f.fail("field 'vision_config' must be an object");
+  const fields vf{vision, f.source + ": vision_config"};
+  if (vf.boolean_or("vision_use_head", false))
+    vf.fail("vision_use_head = true is not modelled (Gemma-3 has no pooling head)");
+  const auto vh = vf.integer_or("hidden_size", 1152, 1, k_max_hidden);
+  const auto layers = vf.integer_or("num_hidden_layers", 27, 1, k_max_layers);
+  const auto ffn = vf.integer_or("intermediate_size", 4304, 1, 64 * k_max_hidden);
+  const auto patch = vf.integer_or("patch_size", 14, 1, 1024);
+  const auto image = vf.integer_or("image_size", 896, 1, 1 << 14);
+  const auto channels = vf.integer_or("num_channels", 3, 1, 64);
+  if (image % patch != 0) vf.fail("image_size must be a multiple of patch_size");
+  const std::int64_t grid = (image / patch) * (image / patch);
+  const std::int64_t per_layer = 4 * (vh * vh + vh) + 4 * vh + (vh * ffn + ffn) + (ffn * vh + vh);
+  const std::int64_t tower =
+      channels * patch * patch * vh + vh + grid * vh + layers * per_layer + 2 * vh;
+  m.idle_vision_parameters = tower + vh * m.t.hidden + vh;
+  m.vit.hidden = vh;  // its shape, for the LoRA adapters PEFT adds to its attention
+  m.vit.layers = layers;
+  m.vit.mlp_dim = ffn;
+  m.vit.patch = patch;
+  m.vit.image = image;
+  m.vit.channels = channels;
+  return m;
+}
+
 /// Falcon: one fused query_key_value projection (multi-query: 2 extra heads; the new decoder
 /// architecture: num_kv_heads groups of heads + 2), full rotary, attention and MLP in parallel
 /// (Falcon-7B: one LayerNorm for both; the new architecture: ln_attn and ln_mlp), 4h GELU MLP,
@@ -657,6 +705,8 @@ model_description parse_model_config(std::string_view json_text, std::string_vie
     m = parse_bert(f);
   else if (type == "gemma2" || type == "gemma3_text")
     m = parse_gemma(f, type);
+  else if (type == "gemma3")
+    m = parse_gemma3(f);
   else if (type == "vit")
     m = parse_hf_vit(f);
   else if (type == "torchvision_resnet")

@@ -136,6 +136,8 @@ void embedding_params(const model_description& m, list& out) {
       add(out, "projector_1", vh * h + h);
       add(out, "projector_2", h * h + h);
     }
+    // Gemma-3's vision tower and projector, which text batches leave idle (frozen in effect).
+    if (m.idle_vision_parameters > 0) add(out, "vision_tower", m.idle_vision_parameters);
     add(out, "embed_tokens", vocab * h);
   }
   if (t.max_positions > 0 && m.family != model_family::hf_vit)

@@ -143,6 +143,10 @@ struct model_description {
   vit_shape vit;
   std::string torch_dtype;  ///< the config's torch_dtype / dtype ("bfloat16", ...; empty if absent)
   stored_weights weights;
+  /// Parameters a text batch never runs: Gemma-3's image-text model (model_type gemma3) holds
+  /// its SigLIP vision tower and projector beside the language model. Held in memory like the
+  /// others, never given a gradient or optimizer state.
+  std::int64_t idle_vision_parameters = 0;
 
   /// Image classifiers (sized by --image-size): torchvision's ResNet and ViT, transformers' ViT.
   [[nodiscard]] bool is_vision() const noexcept {

@@ -489,7 +489,7 @@ void walker::setup_params() {
   // LLaVA's recipes train the projector and the language model; the vision tower stays frozen.
   if (lm_.vision_tower >= 0) trainable_[lm_.vision_tower] = 0;
   if (r_.mode == run_mode::train && r_.lora_rank > 0) add_lora_params();
-  s_.trainable_parameters = 0;
+  s_.trainable_parameters = idle_adapter_elems_;
   for (int i = 0; i < param_count(); ++i)
     if (trainable_[i] != 0) s_.trainable_parameters += param_elems_[i];
 }
@@ -557,6 +557,21 @@ void walker::add_lora_params() {
       lora_[l].push_back({sh.mask, param_count()});
       add(r * static_cast<u64>(sh.in), static_cast<int>(l));   // lora_A (r, in)
       add(static_cast<u64>(sh.out) * r, static_cast<int>(l));  // lora_B (out, r)
+    }
+  }
+  // PEFT matches target modules by name, so Gemma-3's vision tower gets adapters on its q_proj,
+  // k_proj and v_proj too: held and counted as trainable, never given a gradient by a text batch
+  // (so no optimizer state either).
+  if (m_.idle_vision_parameters <= 0) return;
+  const auto vh = static_cast<u64>(m_.vit.hidden);
+  for (i64 l = 0; l < m_.vit.layers; ++l) {
+    for (const std::uint8_t bit : {lora_target::q, lora_target::k, lora_target::v}) {
+      if ((bit & r_.lora_targets) == 0) continue;
+      for (int half = 0; half < 2; ++half) {
+        add(r * vh, -1);
+        trainable_.back() = 0;
+        idle_adapter_elems_ += r * vh;
+      }
     }
   }
 }

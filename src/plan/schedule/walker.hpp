@@ -306,6 +306,7 @@ class walker {
   std::array<std::vector<int>, 2> state_;
   std::vector<u64> param_elems_;
   std::vector<std::uint8_t> trainable_, param_width_, nf4_;
+  u64 idle_adapter_elems_ = 0;  ///< adapters counted as trainable that no batch reaches
   /// LoRA adapters: per layer, the modules adapted (the target bits they answer to) and the
   /// index of their lora_A parameter (lora_B follows it).
   struct lora_module {

@@ -59,6 +59,23 @@ TEST(FineTuning, LoraAdaptsAllLinearLayersWithPeftsParameterCount) {
   EXPECT_EQ(make_plan(m, r).trainable_parameters, 32u * 16 * (4096 + 4096 + 4096 + 1024));
 }
 
+TEST(FineTuning, Gemma3ImageTextModelHoldsItsIdleVisionTowerAndItsAdapters) {
+  // Gemma-3-4B (model_type gemma3): 4.30B parameters, of which the SigLIP tower and projector
+  // (419.8M) never run on a text batch; a full fine-tune trains the language model only.
+  const auto m = preset_model("gemma-3-4b");
+  EXPECT_EQ(parameter_count(m), 4300079472u);
+  EXPECT_EQ(m.idle_vision_parameters, 416866032 + 1152 * 2560 + 1152);
+  plan_request full;
+  full.batch = 1, full.seq = 256, full.prec = precision::bf16;
+  EXPECT_EQ(make_plan(m, full).trainable_parameters, 4300079472u - 419816304u);
+  // PEFT at r=16 on the seven projections also adapts the tower's q_proj, k_proj and v_proj
+  // (27 layers): 29,802,496 + 2,985,984 = "trainable params: 32,788,480".
+  EXPECT_EQ(make_plan(m, lora_request(16)).trainable_parameters, 32788480u);
+  auto mlp = lora_request(16);
+  mlp.lora_targets = lora_target::mlp;
+  EXPECT_EQ(make_plan(m, mlp).trainable_parameters, 34u * 16 * 3 * (2560 + 10240));
+}
+
 TEST(FineTuning, LoraFreezesTheBaseAndKeepsFp32AdapterStates) {
   const auto m = config("llama-3.1-8b-l4.json");
   auto r = lora_request(16);
