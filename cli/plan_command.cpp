@@ -199,6 +199,11 @@ void add_request_options(CLI::App* sub, plan::plan_request& r, plan_args& a) {
                   "expert-parallel degree (mixture-of-experts: experts / N per GPU, all-to-all)")
       ->capture_default_str();
   sub->add_option_function<std::string>(
+      "--expert-load",
+      [&r](const std::string& path) { r.expert_load = plan::load_expert_load(path); },
+      "FILE: mixture-of-experts routing to plan instead of balanced routing (tokens per expert, "
+      "one array per MoE forward; measure_ground_truth.py --record-routing writes one)");
+  sub->add_option_function<std::string>(
       "--offload",
       [&r, &a](const std::string& s) {
         if (s == "none" || s == "optimizer" || s == "params") {
@@ -289,7 +294,8 @@ void add_plan_command(CLI::App& app, command_context& ctx) {
                              "--gpus",
                              "--gpus-per-node",
                              "--sp",
-                             "--ep"})
+                             "--ep",
+                             "--expert-load"})
       if (sub->get_option(flag)->count() > 0) a->given_not_for_serve.emplace_back(flag);
     for (const char* flag : {"--gpu-memory-utilization", "--max-model-len", "--max-num-seqs",
                              "--max-num-batched-tokens", "--concurrency", "--enforce-eager"})

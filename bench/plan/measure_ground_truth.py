@@ -383,9 +383,12 @@ CASES = [
     # Qwen3-30B-A3B (128 experts, top 8): seed 0 and seed 1 give two routings of the same shape,
     # how far routing moves the measured figures (runs H, I and J, unseeded, measured 44.22,
     # 41.93 and 44.27 GiB reserved), and seed 0 again in another process whether a seeded
-    # measurement repeats; all three start first.
+    # measurement repeats; all three start first. Seeds 2 and 3 (run AG) widen the sample of
+    # routings.
     _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 47, group="new", first=True),
     _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 47, group="new", first=True, seed=1),
+    _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 47, group="new", seed=2),
+    _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 47, group="new", seed=3),
     _train("qwen3-30b-a3b-l2", 4, 1024, "amp-bf16", "adamw", 47, group="new", first=True, rerun=1),
     _infer("qwen3-30b-a3b-l2", 8, 512, 64, "bf16", 6, group="new"),
     # Dense Qwen3 (query and key heads RMS-normalised): Qwen3-8B's widths with 6 layers, and
@@ -980,6 +983,32 @@ def trace_wanted(case):
     return any(w in case["name"] for w in wanted)
 
 
+def routing_wanted(case):
+    """Whether --record-routing asked for this case (VRAMKIT_RECORD_ROUTING: comma-separated
+    substrings)."""
+    wanted = [w for w in os.environ.get("VRAMKIT_RECORD_ROUTING", "").split(",") if w]
+    return any(w in case["name"] for w in wanted)
+
+
+def record_routing(model):
+    """Counts the tokens each expert receives, per call of every experts module (transformers 5
+    passes them top_k_index: MixtralExperts, Qwen3MoeExperts, ...). Returns the list the hooks fill:
+    [module index, [tokens per expert]] in call order. The counts are small tensors (small pool)."""
+    calls = []
+    experts = [m for m in model.modules() if type(m).__name__.endswith("Experts")]
+    for i, mod in enumerate(experts):
+        n = getattr(mod, "num_experts", None)
+
+        def hook(module, args, kwargs, i=i, n=n):
+            idx = args[1] if len(args) > 1 else kwargs.get("top_k_index")
+            if idx is None or n is None:
+                return
+            calls.append([i, [int(v) for v in idx.flatten().bincount(minlength=n).tolist()]])
+
+        mod.register_forward_pre_hook(hook, with_kwargs=True)
+    return calls
+
+
 def short_frames(frames, n=5):
     """The innermost Python frames of an allocation outside torch (the model code that asked for it:
     transformers, peft, the stand-ins), as file:line:function."""
@@ -1088,6 +1117,7 @@ def child_main(case, result_path):
         torch.cuda.empty_cache()
         result["allocated_before_bytes"] = int(torch.cuda.memory_allocated())
         result["reserved_before_bytes"] = int(torch.cuda.memory_reserved())
+        routing = record_routing(model) if routing_wanted(case) else None
         tracing = trace_wanted(case)
         if tracing:
             torch.cuda.memory._record_memory_history(max_entries=600000, stacks="python")
@@ -1111,6 +1141,9 @@ def child_main(case, result_path):
             except Exception as e:  # diagnostics only
                 notes.append("trace: %s" % e)
             torch.cuda.memory._record_memory_history(enabled=None)
+        if routing is not None:
+            with open(result_path.replace(".result.json", ".routing.json"), "w") as f:
+                json.dump({"calls": routing}, f)
         # The largest segments at the end (cudaMalloc'd blocks the allocator still holds).
         try:
             sizes = sorted((seg["total_size"] for seg in torch.cuda.memory_snapshot()), reverse=True)
@@ -1281,10 +1314,15 @@ def main(argv=None):
                     help="for cases whose name contains SUBSTR (repeatable), record the allocator's trace "
                          "during the run and write LOG_DIR/NAME.peak.json: the blocks live at the allocated "
                          "peak with their Python frames (slows those cases)")
+    ap.add_argument("--record-routing", action="append", default=[], metavar="SUBSTR",
+                    help="for mixture-of-experts cases whose name contains SUBSTR (repeatable), write "
+                         "LOG_DIR/NAME.routing.json: the tokens each expert received, per call")
     ap.add_argument("--child", nargs=2, metavar=("CASE_JSON", "RESULT_PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.trace_peak:
         os.environ["VRAMKIT_TRACE_PEAK"] = ",".join(args.trace_peak)
+    if args.record_routing:
+        os.environ["VRAMKIT_RECORD_ROUTING"] = ",".join(args.record_routing)
 
     if args.child:
         child_main(json.loads(args.child[0]), args.child[1])

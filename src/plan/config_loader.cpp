@@ -731,6 +731,49 @@ model_description load_model_config(const std::string& path) {
   return parse_model_config(ss.str(), path);
 }
 
+std::vector<std::vector<std::int64_t>> parse_expert_load(std::string_view json_text,
+                                                         std::string_view source) {
+  json doc;
+  try {
+    doc = json::parse(json_text);
+  } catch (const json::exception& e) {
+    throw invalid_input(fmt::format("{}: not valid JSON ({})", source, e.what()));
+  }
+  const json* calls = &doc;
+  if (doc.is_object()) {
+    if (!doc.contains("calls"))
+      throw invalid_input(fmt::format("{}: an expert load needs a \"calls\" array", source));
+    calls = &doc.at("calls");
+  }
+  if (!calls->is_array() || calls->empty())
+    throw invalid_input(
+        fmt::format("{}: an expert load is a non-empty array of token counts "
+                    "per expert, one entry per MoE forward",
+                    source));
+  std::vector<std::vector<std::int64_t>> load;
+  for (std::size_t i = 0; i < calls->size(); ++i) {
+    const json* row = &(*calls)[i];
+    // [module, [counts]]: the measurement's record.
+    if (row->is_array() && row->size() == 2 && (*row)[0].is_number_integer() &&
+        (*row)[1].is_array())
+      row = &(*row)[1];
+    if (!row->is_array() || row->empty() ||
+        !std::all_of(row->begin(), row->end(), [](const json& v) { return v.is_number_integer(); }))
+      throw invalid_input(
+          fmt::format("{}: entry {} is not an array of integer token counts", source, i));
+    load.push_back(row->get<std::vector<std::int64_t>>());
+  }
+  return load;
+}
+
+std::vector<std::vector<std::int64_t>> load_expert_load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw invalid_input(fmt::format("{}: cannot read the expert-load file", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_expert_load(ss.str(), path);
+}
+
 std::vector<std::string> preset_names() {
   std::vector<std::string> v;
   for (std::size_t i = 0; i < detail::preset_file_count; ++i)

@@ -48,6 +48,9 @@ plan_request request_of(const json& c) {
     r.optimizer_in_backward = c.at("optimizer_in_backward").get<bool>();
   if (has(c, "serving")) r.serving = parse_serving(text(c, "serving"));
   if (has(c, "kv_cache_dtype")) r.kv_cache = parse_kv_cache(text(c, "kv_cache_dtype"));
+  // The routing the run took (measure_ground_truth.py --record-routing), replayed.
+  if (has(c, "expert_load"))
+    r.expert_load = parse_expert_load(c.at("expert_load").dump(), "expert_load");
   return r;
 }
 

@@ -216,6 +216,25 @@ void check_layout(plan_request& r, const model_description& m) {
     }
   }
   if (m.is_vision() && r.ep != 1) refuse("--ep applies to mixture-of-experts models");
+  if (!r.expert_load.empty()) {
+    const std::int64_t experts = m.is_vision() ? 0 : m.t.moe.experts;
+    if (experts == 0)
+      refuse("--expert-load gives the routing of a mixture-of-experts model; " + m.name +
+             " has none");
+    if (r.ep != 1) refuse("--expert-load with --ep is not modelled (plan it on one GPU's experts)");
+    for (std::size_t i = 0; i < r.expert_load.size(); ++i) {
+      const auto& row = r.expert_load[i];
+      if (static_cast<std::int64_t>(row.size()) != experts)
+        refuse(fmt::format("--expert-load: entry {} has {} counts, the model has {} experts", i,
+                           row.size(), experts));
+      std::int64_t sum = 0;
+      for (const std::int64_t v : row) {
+        if (v < 0) refuse(fmt::format("--expert-load: entry {} has a negative count", i));
+        sum += v;
+      }
+      if (sum == 0) refuse(fmt::format("--expert-load: entry {} routes no tokens", i));
+    }
+  }
   if (m.family == model_family::t5) {
     if (r.tp > 1 || r.pp > 1 || r.sp || r.ep > 1)
       refuse("--tp/--pp/--sp/--ep are not modelled for T5 (plan data parallel)");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "vramkit/plan/model_description.hpp"
 
@@ -107,6 +108,12 @@ struct plan_request {
   /// there (torchtune's optimizer_in_bwd): no full set of gradients ever exists.
   bool optimizer_in_backward = false;
   int steps = 3;  ///< training steps replayed (>= 2 to include the optimizer states)
+  /// Mixture-of-experts routing to replay instead of balanced routing: for each forward of an
+  /// MoE block in the order the steps run them (layer by layer, micro-batch by micro-batch; the
+  /// list starts over when the walk needs more), the tokens each expert receives. Each entry is
+  /// scaled to the forward's tokens x top-k (largest remainders); experts given none are skipped
+  /// as transformers' expert loop skips them. Empty = every expert gets an equal share.
+  std::vector<std::vector<std::int64_t>> expert_load;
   /// Memory of each GPU in bytes; 0 = unlimited. With a capacity the caching allocator is
   /// modelled under memory pressure (cache flushes before out of memory) and the plan says
   /// whether the run fits.

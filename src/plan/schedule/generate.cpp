@@ -335,7 +335,8 @@ tensor infer_mlp(walker& w, tensor in, u64 rows, u64 nh, u64 nf) {
   return w.alloc(nh * low, tmp, "residual");
 }
 
-/// A sparse MoE block at inference (the eager expert loop, balanced routing): router logits and
+/// A sparse MoE block at inference (the eager expert loop, balanced routing or the request's
+/// expert_load): router logits and
 /// fp32 softmax, the one_hot mask, then per expert of this rank its gathered tokens, gate_up,
 /// SiLU, product, down, the scaled output and its index_add_ into the zero-filled output; the
 /// shared expert after. With --ep the dispatch and combine all-to-all buffers.
@@ -360,8 +361,11 @@ tensor infer_moe(walker& w, tensor in, u64 rows, u64 nh) {
     recv = w.alloc(rows * k * h * low, tmp, "all-to-all dispatch receive");
   }
   const u64 tokens = rows * k;
-  for (u64 e = 0; e < local && e < tokens; ++e) {
-    const u64 n = tokens / local + (e < tokens % local ? 1 : 0);
+  const std::vector<i64> counts =
+      expert_counts(w.next_expert_load(), static_cast<i64>(tokens), static_cast<i64>(local));
+  for (u64 e = 0; e < local; ++e) {
+    const auto n = static_cast<u64>(counts[e]);
+    if (n == 0) continue;  // transformers loops over the experts hit only
     tensor idx = w.alloc(n * 16, tmp, "expert token index");
     tensor x = w.alloc(n * h * low, tmp, "expert tokens");
     tensor gu = w.alloc(n * 2 * ef * low, tmp, "expert gate_up");

@@ -2,6 +2,8 @@
 // and GPT-2's "gelu_new" written as Python tensor ops.
 #include <algorithm>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "transformer.hpp"
 
@@ -113,7 +115,8 @@ tensor swiglu_on(walker& w, i64 rows, i64 h, i64 f, const tensor& in, int in_byt
 /// scales by the routing weight and index_add_s into a zero-filled output; the shared expert is
 /// added after (Qwen2-MoE runs it first, ahead of the router, and gates it by a sigmoid after the
 /// experts: H200 allocator trace of Qwen1.5-MoE-A2.7B training). Routing is taken as balanced: each
-/// expert gets tokens x k / experts tokens (the remainder spread one each). With --ep N each rank
+/// expert gets tokens x k / experts tokens (the remainder spread one each), unless the request
+/// gives its expert_load. With --ep N each rank
 /// holds experts / N of them and exchanges k copies of each of its tokens with the others
 /// (all-to-all send and receive buffers), so its experts see N times its tokens in all.
 tensor moe_block(walker& w, const dims& D, const tensor& in, int in_bytes, const layer_params& p) {
@@ -165,19 +168,25 @@ tensor moe_block(walker& w, const dims& D, const tensor& in, int in_bytes, const
     src_bytes = low;
   }
   tensor store = w.alloc(nh * ob, component::activations, "moe output (zeros)");
+  const std::vector<i64> counts = expert_counts(w.next_expert_load(), tokens, local);
+  // The loop's Python locals live until the next iteration rebinds them (after its new value is
+  // made), the last ones until the function returns: `current_state` (the gathered tokens) and
+  // `current_hidden_states` (the scaled output; its cast to the output dtype is a temporary).
+  tensor prev_x, prev_sc;
   view acc{};
   for (i64 e = 0; e < local; ++e) {
-    const i64 n = tokens / local + (e < tokens % local ? 1 : 0);
-    if (n <= 0) break;
+    const i64 n = counts[static_cast<std::size_t>(e)];
+    if (n <= 0) continue;  // transformers loops over the experts hit only
     const u64 nf = static_cast<u64>(n * ef);
     const u64 nxh = static_cast<u64>(n * D.h);
     const tensor idx =
         w.alloc(static_cast<u64>(n) * 16, component::activations, "expert token index");
     tensor x = w.op(nxh * src_bytes, "expert tokens", {edge{src, w.bytes(src)}}, {idx});
-    tensor gu = w.expert_linear(x, n, D.h, 2 * ef, p.mlp_in, src_bytes, "expert gate_up");
-    x.reset();
+    prev_x = std::move(x);
+    tensor gu = w.expert_linear(prev_x, n, D.h, 2 * ef, p.mlp_in, src_bytes, "expert gate_up");
     tensor a = w.op(nf * low, "expert silu", {edge{gu, nf * low}}, {gu});
     tensor m = w.op(nf * low, "expert product", {edge{a, nf * low}, edge{gu, nf * low}}, {a, gu});
+    prev_sc.reset();
     a.reset();
     gu.reset();
     tensor dn = w.expert_linear(m, n, ef, D.h, p.mlp_down, low, "expert down");
@@ -185,13 +194,19 @@ tensor moe_block(walker& w, const dims& D, const tensor& in, int in_bytes, const
     tensor sc = w.op(nxh * low, "expert scaled",
                      {edge{dn, nxh * low}, edge{top, static_cast<u64>(n) * 4}}, {dn, top});
     dn.reset();
-    if (ob != low) sc = w.op(nxh * ob, "expert output cast", {edge{sc, nxh * low}}, {});
-    const tensor added = acc.id < 0 ? w.op(0, "index_add_ (in place)", {edge{sc, nxh * ob}}, {idx})
-                                    : w.op(0, "index_add_ (in place)",
-                                           {edge{acc, nh * ob, true}, edge{sc, nxh * ob}}, {idx});
+    const tensor cast =
+        ob != low ? w.op(nxh * ob, "expert output cast", {edge{sc, nxh * low}}, {}) : sc;
+    const tensor added = acc.id < 0
+                             ? w.op(0, "index_add_ (in place)", {edge{cast, nxh * ob}}, {idx})
+                             : w.op(0, "index_add_ (in place)",
+                                    {edge{acc, nh * ob, true}, edge{cast, nxh * ob}}, {idx});
     acc = added.as_view();
+    prev_sc = std::move(sc);
   }
+  // At the return: the one_hot mask, then the last gathered tokens and scaled output.
   mask.reset();
+  prev_x.reset();
+  prev_sc.reset();
   recv.reset();
   tensor out;
   if (ep > 1) {
@@ -228,6 +243,29 @@ tensor gelu(walker& w, const dims& D, const tensor& in, int in_bytes, const laye
 }
 
 }  // namespace
+
+std::vector<i64> expert_counts(const std::vector<i64>* load, i64 tokens, i64 experts) {
+  std::vector<i64> n(static_cast<std::size_t>(experts));
+  if (load == nullptr) {
+    for (i64 e = 0; e < experts; ++e)
+      n[static_cast<std::size_t>(e)] = tokens / experts + (e < tokens % experts ? 1 : 0);
+    return n;
+  }
+  i64 total = 0;
+  for (const i64 v : *load) total += v;
+  std::vector<std::pair<i64, i64>> rest;  // (remainder, expert)
+  i64 given = 0;
+  for (i64 e = 0; e < experts; ++e) {
+    const auto prod = static_cast<__int128>((*load)[static_cast<std::size_t>(e)]) * tokens;
+    n[static_cast<std::size_t>(e)] = static_cast<i64>(prod / total);
+    given += n[static_cast<std::size_t>(e)];
+    rest.emplace_back(static_cast<i64>(prod % total), e);
+  }
+  std::stable_sort(rest.begin(), rest.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (i64 i = 0; i < tokens - given; ++i) ++n[static_cast<std::size_t>(rest[i].second)];
+  return n;
+}
 
 tensor mlp(walker& w, const dims& D, const tensor& in, int in_bytes, const layer_params& p) {
   if (p.router >= 0) return moe_block(w, D, in, in_bytes, p);

@@ -32,6 +32,10 @@ dims lm_dims(const walker& w);
 
 /// The layer MLP (GELU, Python GELU or SwiGLU, after the shape) on the normed input.
 tensor mlp(walker& w, const dims& D, const tensor& in, int in_bytes, const layer_params& p);
+/// Tokens per expert for one MoE forward: `load` (a request's expert_load entry) scaled to
+/// `tokens` by largest remainders (ties to the lower expert), or without one an equal share
+/// each, the remainder spread one each from expert 0.
+std::vector<i64> expert_counts(const std::vector<i64>* load, i64 tokens, i64 experts);
 
 /// LLaMA-style RoPE on n elements of q or k: q*cos + rotate_half(q)*sin (fp32 cos/sin under
 /// autocast promote the result to fp32).

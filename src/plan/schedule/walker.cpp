@@ -242,6 +242,15 @@ void walker::param_grad_fp32(int p, u64 full) {
   }
 }
 
+const std::vector<std::int64_t>* walker::next_expert_load() {
+  const auto& load = r_.expert_load;
+  if (load.empty()) return nullptr;
+  const auto l = static_cast<std::size_t>(std::max(layer_, 0));
+  if (expert_load_of_.size() <= l) expert_load_of_.resize(l + 1, 0);
+  if (!recomputing_) expert_load_of_[l] = expert_forwards_++ % load.size();
+  return &load[expert_load_of_[l]];
+}
+
 void walker::rerun_checkpointed(const node& n, int g_out) {
   // Non-reentrant checkpoint: re-run the layer's forward with grad on, hand the layer output's
   // gradient to the recomputed output, and walk the recomputed nodes.

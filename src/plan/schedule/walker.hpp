@@ -139,6 +139,9 @@ class walker {
   void set_grad(bool on) noexcept { grad_on_ = on; }
   /// True while backward re-runs a checkpointed layer.
   [[nodiscard]] bool recomputing() const noexcept { return recomputing_; }
+  /// The request's expert_load entry for this MoE forward (nullptr: balanced routing). Each
+  /// forward takes the next entry; a checkpointed layer's re-run takes the one its forward took.
+  [[nodiscard]] const std::vector<std::int64_t>* next_expert_load();
 
   // ---- tensors -------------------------------------------------------------------------------
   tensor alloc(u64 bytes, component c, const char* label);
@@ -318,6 +321,8 @@ class walker {
   phase phase_ = phase::setup;
   int layer_ = -1;
   int step_ = 0;
+  std::size_t expert_forwards_ = 0;          ///< MoE forwards walked (recomputes excluded)
+  std::vector<std::size_t> expert_load_of_;  ///< per layer: the entry its last forward took
   bool grad_on_ = true;
   bool recomputing_ = false;
   bool backward_workspace_ = false;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "vramkit/core/error.hpp"
 #include "vramkit/plan/config_loader.hpp"
@@ -141,6 +142,70 @@ TEST(Families, MoeBlockLoopsOverTheExpertsWithBalancedRouting) {
     }
   // Each expert's backward scatters into a whole-parameter gradient (select backward).
   EXPECT_GE(count(s, "gradient to accumulate"), 2 * 2 * 7);
+}
+
+TEST(Families, ExpertLoadReplaysARecordedRoutingScaledToTheTokens) {
+  auto [m, r, balanced] = train_one_step("mixtral-8x7b-l2.json", 1, 512, precision::amp_bf16);
+  // Expert 0 gets 5 shares, 1 and 2 one each, 3 none, the rest one each: 12 shares of the
+  // 512 x 2 token copies.
+  r.expert_load = {{5, 1, 1, 0, 1, 1, 1, 2}};
+  r.validate(m);
+  const auto skewed = build_schedule(m, r);
+  // Expert 3 is skipped in both layers, as transformers' loop over the experts hit.
+  EXPECT_EQ(count(balanced, "expert gate_up"), 16);
+  EXPECT_EQ(count(skewed, "expert gate_up"), 14);
+  std::vector<std::uint64_t> sizes;
+  for (const auto& t : skewed.tensors)
+    if (std::strcmp(t.label, "expert gate_up") == 0) sizes.push_back(t.bytes / (2ull * 14336 * 2));
+  // 1024 x 5/12 = 426.67: 426, plus one of the three copies the floors leave, its remainder
+  // (8/12) being among the largest.
+  ASSERT_EQ(sizes.size(), 14u);
+  EXPECT_EQ(sizes[0], 427u);
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < 7; ++i) total += sizes[i];
+  EXPECT_EQ(total, 1024u);
+  // The hot expert's intermediates raise the allocated peak of an SGD step (backward-bound).
+  r.optimizer = optimizer_kind::sgd, r.prec = precision::bf16;
+  plan_request even = r;
+  even.expert_load.clear();
+  EXPECT_GT(make_plan(m, r).allocated_peak_bytes, make_plan(m, even).allocated_peak_bytes);
+  // Each entry must name every expert, route something and have no negative count; dense
+  // models and --ep refuse it.
+  for (const std::vector<std::int64_t>& bad :
+       {std::vector<std::int64_t>{1, 1, 1}, std::vector<std::int64_t>(8, 0),
+        std::vector<std::int64_t>{1, 1, 1, 1, 1, 1, 1, -1}}) {
+    r.expert_load = {bad};
+    EXPECT_THROW(r.validate(m), vramkit::invalid_input);
+  }
+  r.expert_load = {{5, 1, 1, 0, 1, 1, 1, 2}};
+  r.gpus = 2, r.ep = 2;
+  EXPECT_THROW(r.validate(m), vramkit::invalid_input);
+  plan_request dense;
+  dense.expert_load = r.expert_load;
+  EXPECT_THROW(dense.validate(load_model_config(data("llama-3-8b-l4.json"))),
+               vramkit::invalid_input);
+}
+
+TEST(Families, ExpertLoadFilesAreReadInTheRecordedAndThePlainShape) {
+  const auto recorded =
+      load_expert_load(std::string(VRAMKIT_SOURCE_DIR) +
+                       "/tests/data/plan/expert_load/qwen3-30b-a3b-l2-b4-s1024-seed1.json");
+  // Three steps x two MoE layers of Qwen3-30B-A3B (128 experts, top 8, 4 x 1024 tokens).
+  ASSERT_EQ(recorded.size(), 6u);
+  for (const auto& row : recorded) {
+    ASSERT_EQ(row.size(), 128u);
+    std::int64_t sum = 0;
+    for (const auto v : row) sum += v;
+    EXPECT_EQ(sum, 4 * 1024 * 8);
+  }
+  const auto m = load_model_config(data("qwen3-30b-a3b-l2.json"));
+  plan_request r;
+  r.batch = 4, r.seq = 1024, r.prec = precision::amp_bf16, r.expert_load = recorded;
+  EXPECT_NO_THROW(r.validate(m));
+  EXPECT_EQ(parse_expert_load("[[1, 2], [3, 4]]", "t").size(), 2u);
+  EXPECT_EQ(parse_expert_load(R"({"calls": [[0, [1, 2]], [1, [3, 4]]]})", "t")[1][1], 4);
+  for (const char* bad : {"{}", "[]", "[[1, 2.5]]", "[[]]", "not json", R"({"calls": 3})"})
+    EXPECT_THROW(parse_expert_load(bad, "t"), vramkit::invalid_input) << bad;
 }
 
 TEST(Families, ExpertParallelSplitsExpertWeightsAndAddsAllToAllBuffers) {

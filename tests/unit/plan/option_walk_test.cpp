@@ -81,6 +81,13 @@ std::vector<mutation> mutations() {
   for (auto q : {quant_kind::int8, quant_kind::int4, quant_kind::nf4, quant_kind::fp8})
     add(std::string("--quant ") + to_string(q), [q](plan_request& r) { r.quant = q; });
   add("--serving paged", [](plan_request& r) { r.serving = serving_kind::paged; });
+  // Sized for Qwen1.5-MoE-A2.7B's 60 experts, every other one given no tokens: the other
+  // models refuse it (no experts, or another count).
+  add("--expert-load (every other expert idle)", [](plan_request& r) {
+    std::vector<std::int64_t> row(60);
+    for (std::size_t e = 0; e < row.size(); e += 2) row[e] = 3;
+    r.expert_load = {row};
+  });
   return v;
 }
 
