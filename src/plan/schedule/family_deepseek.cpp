@@ -32,8 +32,8 @@ tensor deepseek_attention(walker& w, const dims& D, const tensor& in, int in_byt
   kn.reset();
   const u64 nq_rot = static_cast<u64>(rows * D.heads * mla.qk_rope);
   const u64 nk_rot = static_cast<u64>(rows * mla.qk_rope);
-  tensor q_rot = rope(w, q, nq_rot, "rope sum");
-  tensor k_rot = rope(w, ckv, nk_rot, "rope sum");
+  tensor q_rot = rope(w, q, nq_rot, w.dt().low, "rope sum");
+  tensor k_rot = rope(w, ckv, nk_rot, w.dt().low, "rope sum");
   ckv.reset();
   const u64 nq = static_cast<u64>(rows * D.heads * qk);
   // cat promotes to the wider dtype of its inputs (the rotated parts are fp32 under autocast).

@@ -36,8 +36,8 @@ tensor falcon_attention(walker& w, const dims& D, const tensor& in, int in_bytes
     vi.reset();
   }
   const u64 nk = multi_query ? nkv : nq;
-  tensor qr = rope(w, q, nq, "query rotated");
-  tensor kr = rope(w, k, nk, "key rotated");
+  tensor qr = rope(w, q, nq, w.dt().low, "query rotated");
+  tensor kr = rope(w, k, nk, w.dt().low, "key rotated");
   q.reset();
   k.reset();
   const int rb = w.dt().amp ? 4 : low;

@@ -45,10 +45,22 @@ tensor rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p)
   if (x_bytes == 4)
     return tw ? w.op(n * 4, "rmsnorm output", {edge{normed, n * 4}}, {normed}, {p})
               : w.op(n * 4, "rmsnorm output", {edge{normed, n * 4}}, {});
+  // weight * x.to(input_dtype): the product takes the promoted dtype (fp32 for a 16-bit input
+  // and an fp32 weight under autocast: Qwen3's per-head norms); the normalised local lives until
+  // the function returns, after the product.
   const tensor cast = w.op(n * x_bytes, "rmsnorm cast back", {edge{normed, n * 4}}, {});
+  const u64 ob = n * static_cast<u64>(rms_norm_output_bytes(w, x_bytes, p));
+  tensor out = tw ? w.op(ob, "rmsnorm output", {edge{cast, n * x_bytes}}, {cast}, {p})
+                  : w.op(ob, "rmsnorm output", {edge{cast, n * x_bytes}}, {});
   normed.reset();
-  return tw ? w.op(n * x_bytes, "rmsnorm output", {edge{cast, n * x_bytes}}, {cast}, {p})
-            : w.op(n * x_bytes, "rmsnorm output", {edge{cast, n * x_bytes}}, {});
+  return out;
+}
+
+int rms_norm_output_bytes(const walker& w, int x_bytes, int p) {
+  const auto& t = w.model().t;
+  if (t.layer_norm) return w.dt().amp ? 4 : w.dt().act;  // as layer_norm above
+  if (t.gemma_norm) return x_bytes;                      // output.type_as(x)
+  return std::max(x_bytes, w.param_width(p));
 }
 
 tensor gemma_rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p) {

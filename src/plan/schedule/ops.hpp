@@ -40,6 +40,9 @@ tensor gemma_rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, 
 
 /// The model's norm: LayerNorm, RMSNorm or Gemma's RMSNorm.
 tensor norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p);
+/// Bytes per element of norm()'s output for an input of x_bytes: LLaMA's RMSNorm returns
+/// weight * x in the promoted dtype, Gemma's RMSNorm the input's, LayerNorm fp32 under autocast.
+int rms_norm_output_bytes(const walker& w, int x_bytes, int p);
 
 /// Out-of-place add with type promotion; gradients pass through (cast when dtypes differ).
 tensor add(walker& w, const tensor& a, int a_bytes, const tensor& b, int b_bytes, u64 elems,

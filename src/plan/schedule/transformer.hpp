@@ -37,9 +37,9 @@ tensor mlp(walker& w, const dims& D, const tensor& in, int in_bytes, const layer
 /// each, the remainder spread one each from expert 0.
 std::vector<i64> expert_counts(const std::vector<i64>* load, i64 tokens, i64 experts);
 
-/// LLaMA-style RoPE on n elements of q or k: q*cos + rotate_half(q)*sin (fp32 cos/sin under
-/// autocast promote the result to fp32).
-tensor rope(walker& w, const tensor& src, u64 n, const char* label);
+/// LLaMA-style RoPE on n elements of q or k held in src_bytes each: q*cos + rotate_half(q)*sin
+/// (fp32 cos/sin under autocast promote the result to fp32).
+tensor rope(walker& w, const tensor& src, u64 n, int src_bytes, const char* label);
 
 /// The query, key and value of separate q_proj, k_proj and v_proj Linears (BERT, LLaMA and the
 /// families built on them), projected from `in` in that order.

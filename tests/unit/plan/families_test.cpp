@@ -126,6 +126,23 @@ TEST(Families, Qwen3DenseNormalisesQueryAndKeyHeadsWithoutBiases) {
   // post-attention), then the final norm.
   const auto s = train_one_step("qwen3-8b-l6.json", 1, 512, precision::amp_bf16).s;
   EXPECT_EQ(count(s, "rmsnorm rstd"), 6 * 4 + 1);
+  // Under autocast the per-head norms return weight * x in fp32 (the weight's dtype), and the
+  // key is projected only after the query's norm (q_norm(q_proj(x)), then k_norm(k_proj(x))).
+  const std::uint64_t q_fp32 = 512ull * 32 * 128 * 4, k_fp32 = 512ull * 8 * 128 * 4;
+  int q_outputs = 0, k_outputs = 0;
+  std::size_t first_q_norm = 0, first_key = 0;
+  for (std::size_t i = 0; i < s.tensors.size(); ++i) {
+    const auto& t = s.tensors[i];
+    if (std::strcmp(t.label, "rmsnorm output") == 0 && t.bytes == q_fp32 && q_outputs++ == 0)
+      first_q_norm = i;
+    if (std::strcmp(t.label, "rmsnorm output") == 0 && t.bytes == k_fp32) ++k_outputs;
+    if (std::strcmp(t.label, "key") == 0 && first_key == 0) first_key = i;
+  }
+  // The query heads' fp32 output has the residual stream's size (32 x 128 = 4096): per layer the
+  // input, query and post-attention norms, then the final norm.
+  EXPECT_EQ(q_outputs, 6 * 3 + 1);
+  EXPECT_EQ(k_outputs, 6);
+  EXPECT_LT(first_q_norm, first_key);
 }
 
 TEST(Families, MoeBlockLoopsOverTheExpertsWithBalancedRouting) {
