@@ -196,10 +196,12 @@ tensor moe_block(walker& w, const dims& D, const tensor& in, int in_bytes, const
     dn.reset();
     const tensor cast =
         ob != low ? w.op(nxh * ob, "expert output cast", {edge{sc, nxh * low}}, {}) : sc;
+    // index_add_'s backward gives the source grad.index_select(...).expand_as(source): autograd
+    // saves the source (the cast, or the scaled output itself when no cast is needed).
     const tensor added = acc.id < 0
-                             ? w.op(0, "index_add_ (in place)", {edge{cast, nxh * ob}}, {idx})
+                             ? w.op(0, "index_add_ (in place)", {edge{cast, nxh * ob}}, {idx, cast})
                              : w.op(0, "index_add_ (in place)",
-                                    {edge{acc, nh * ob, true}, edge{cast, nxh * ob}}, {idx});
+                                    {edge{acc, nh * ob, true}, edge{cast, nxh * ob}}, {idx, cast});
     acc = added.as_view();
     prev_sc = std::move(sc);
   }

@@ -161,6 +161,31 @@ TEST(Families, MoeBlockLoopsOverTheExpertsWithBalancedRouting) {
   EXPECT_GE(count(s, "gradient to accumulate"), 2 * 2 * 7);
 }
 
+TEST(Families, IndexAddSavesEachExpertsSourceForBackward) {
+  // final_hidden_states.index_add_(0, token_idx, current_hidden_states.to(fp32)): the source's
+  // gradient is grad.index_select(...).expand_as(source), so autograd keeps every expert's source
+  // (the fp32 cast under autocast, the scaled output itself in bf16) until backward (H200 trace
+  // of Qwen3-30B-A3B training, run AG).
+  for (const precision prec : {precision::amp_bf16, precision::bf16}) {
+    const auto s = train_one_step("mixtral-8x7b-l2.json", 1, 256, prec).s;
+    const char* source = prec == precision::amp_bf16 ? "expert output cast" : "expert scaled";
+    std::size_t first_backward = s.events.size();
+    for (std::size_t i = 0; i < s.events.size(); ++i)
+      if (s.events[i].alloc && s.tensors[s.events[i].tensor].ph == phase::backward) {
+        first_backward = i;
+        break;
+      }
+    int sources = 0;
+    for (std::size_t i = 0; i < s.events.size(); ++i) {
+      const auto& t = s.tensors[s.events[i].tensor];
+      if (s.events[i].alloc || std::strcmp(t.label, source) != 0) continue;
+      ++sources;
+      EXPECT_GT(i, first_backward) << source << " freed in the forward";
+    }
+    EXPECT_EQ(sources, 2 * 8);  // 2 layers x 8 experts
+  }
+}
+
 TEST(Families, ExpertLoadReplaysARecordedRoutingScaledToTheTokens) {
   auto [m, r, balanced] = train_one_step("mixtral-8x7b-l2.json", 1, 512, precision::amp_bf16);
   // Expert 0 gets 5 shares, 1 and 2 one each, 3 none, the rest one each: 12 shares of the
