@@ -336,10 +336,10 @@ tensor infer_mlp(walker& w, tensor in, u64 rows, u64 nh, u64 nf) {
 }
 
 /// A sparse MoE block at inference (the eager expert loop, balanced routing or the request's
-/// expert_load): router logits and
-/// fp32 softmax, the one_hot mask, then per expert of this rank its gathered tokens, gate_up,
-/// SiLU, product, down, the scaled output and its index_add_ into the zero-filled output; the
-/// shared expert after. With --ep the dispatch and combine all-to-all buffers.
+/// expert_load): router logits and fp32 softmax, the one_hot mask, then per expert of this rank
+/// that gets tokens its gathered tokens, gate_up, SiLU, product, down, the scaled output and its
+/// index_add_ into the zero-filled output; the shared expert after. With --ep the dispatch and
+/// combine all-to-all buffers.
 tensor infer_moe(walker& w, tensor in, u64 rows, u64 nh) {
   const auto& moe = w.model().t.moe;
   const int low = w.dt().low;

@@ -116,9 +116,9 @@ tensor swiglu_on(walker& w, i64 rows, i64 h, i64 f, const tensor& in, int in_byt
 /// added after (Qwen2-MoE runs it first, ahead of the router, and gates it by a sigmoid after the
 /// experts: H200 allocator trace of Qwen1.5-MoE-A2.7B training). Routing is taken as balanced: each
 /// expert gets tokens x k / experts tokens (the remainder spread one each), unless the request
-/// gives its expert_load. With --ep N each rank
-/// holds experts / N of them and exchanges k copies of each of its tokens with the others
-/// (all-to-all send and receive buffers), so its experts see N times its tokens in all.
+/// gives its expert_load. With --ep N each rank holds experts / N of them and exchanges k copies
+/// of each of its tokens with the others (all-to-all send and receive buffers), so its experts
+/// see N times its tokens in all.
 tensor moe_block(walker& w, const dims& D, const tensor& in, int in_bytes, const layer_params& p) {
   const auto& moe = w.model().t.moe;
   const int low = w.dt().low;

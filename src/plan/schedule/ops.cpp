@@ -57,9 +57,6 @@ tensor rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p)
 }
 
 int rms_norm_output_bytes(const walker& w, int x_bytes, int p) {
-  const auto& t = w.model().t;
-  if (t.layer_norm) return w.dt().amp ? 4 : w.dt().act;  // as layer_norm above
-  if (t.gemma_norm) return x_bytes;                      // output.type_as(x)
   return std::max(x_bytes, w.param_width(p));
 }
 

@@ -40,8 +40,8 @@ tensor gemma_rms_norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, 
 
 /// The model's norm: LayerNorm, RMSNorm or Gemma's RMSNorm.
 tensor norm(walker& w, const tensor& x, i64 rows, i64 h, int x_bytes, int p);
-/// Bytes per element of norm()'s output for an input of x_bytes: LLaMA's RMSNorm returns
-/// weight * x in the promoted dtype, Gemma's RMSNorm the input's, LayerNorm fp32 under autocast.
+/// Bytes per element of rms_norm()'s output (LLaMA's RMSNorm) for an input of x_bytes: weight * x
+/// in the promoted dtype. Gemma's RMSNorm returns the input's dtype instead.
 int rms_norm_output_bytes(const walker& w, int x_bytes, int p);
 
 /// Out-of-place add with type promotion; gradients pass through (cast when dtypes differ).
